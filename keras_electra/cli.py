@@ -1,0 +1,160 @@
+"""The ``keras-electra`` command: parses flags and calls the library.
+
+No logic lives only here: every subcommand is a thin wrapper over a library
+function that the tests call too. Errors a user can cause print one sentence
+and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PRESET_NAMES = ("tiny", "small", "base", "large")
+
+
+def _add_pretrain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pretrain",
+        help="pretrain an ELECTRA generator + discriminator on text files",
+        description="Pretrain ELECTRA on plain-text files (one sentence per line, a blank line "
+        "between documents) or TFRecords from `keras-electra prepare`. Run again with the same "
+        "--output to resume from the latest checkpoint.",
+    )
+    p.add_argument("--preset", default="tiny", choices=PRESET_NAMES, help="model size")
+    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
+                   help="text files, directories of *.txt, or TFRecord files")
+    p.add_argument("--output", required=True, metavar="RUN_DIR", help="run directory")
+    p.add_argument("--objective", default="electra", choices=("electra", "mlm"))
+    p.add_argument("--steps", type=int, help="total training steps (default: per preset)")
+    p.add_argument("--batch-size", type=int, help="sequences per step (default: per preset)")
+    p.add_argument("--max-seq-length", type=int, help="tokens per sequence (default: per preset)")
+    p.add_argument("--learning-rate", type=float, help="peak learning rate (default: per preset)")
+    p.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default: per preset)")
+    p.add_argument("--vocab", metavar="FILE", help="BERT-format vocab.txt (default: learn one)")
+    p.add_argument("--vocab-size", type=int, help="size of a learned vocabulary")
+    p.add_argument("--cased", action="store_true", help="keep case (learned vocabularies)")
+    p.add_argument("--log-every", type=int, default=50, help="steps per metrics.jsonl line")
+    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--sample", metavar="TEXT", action="append",
+                   help="after training, show the discriminator's scores for this sentence")
+    p.set_defaults(func=_run_pretrain)
+
+
+def _run_pretrain(args: argparse.Namespace) -> int:
+    from keras_electra.pretraining.run import pretrain
+    from keras_electra.scoring import format_scores, score_texts
+
+    result = pretrain(
+        args.corpus,
+        args.output,
+        preset=args.preset,
+        objective=args.objective,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        max_seq_length=args.max_seq_length,
+        learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps,
+        vocab=args.vocab,
+        vocab_size=args.vocab_size,
+        lowercase=not args.cased,
+        log_every=args.log_every,
+        checkpoint_every=args.checkpoint_every,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    metrics = result.final_metrics
+    print(f"\nRun directory: {result.run_dir}  (step {result.step})")
+    if metrics:
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k != "step")
+        print(f"Last window: {shown}")
+    if args.sample and args.objective == "electra":
+        print("\nDiscriminator: probability that each token was replaced")
+        scores = score_texts(result.model, result.tokenizer, args.sample)
+        print(format_scores(scores, color=sys.stdout.isatty()))
+    return 0
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prepare",
+        help="tokenize and pack a corpus into sharded TFRecords",
+        description="Write pretraining examples (input_ids, input_mask, segment_ids) as sharded "
+        "TFRecords, for corpora too large to tokenize on the fly.",
+    )
+    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH")
+    p.add_argument("--output", required=True, metavar="DIR")
+    p.add_argument("--vocab", metavar="FILE", help="BERT-format vocab.txt (default: learn one)")
+    p.add_argument("--vocab-size", type=int, default=30522)
+    p.add_argument("--cased", action="store_true")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--num-shards", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_run_prepare)
+
+
+def _run_prepare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from keras_electra.data import (
+        ElectraTokenizer,
+        learn_vocab,
+        load_vocab,
+        save_vocab,
+        write_pretraining_tfrecords,
+    )
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    lowercase = not args.cased
+    tokens = load_vocab(args.vocab) if args.vocab else learn_vocab(
+        args.corpus, args.vocab_size, lowercase=lowercase
+    )
+    save_vocab(tokens, str(out / "vocab.txt"))
+    files = write_pretraining_tfrecords(
+        args.corpus,
+        ElectraTokenizer(tokens, lowercase=lowercase),
+        str(out),
+        max_seq_length=args.max_seq_length,
+        num_shards=args.num_shards,
+        seed=args.seed,
+    )
+    print(f"Wrote {len(files)} shards and vocab.txt to {out}")
+    print(f"Pretrain with: keras-electra pretrain --corpus {out} --vocab {out / 'vocab.txt'} "
+          f"--max-seq-length {args.max_seq_length} --output RUN_DIR")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="keras-electra",
+        description="Pretrain, fine-tune, export and serve ELECTRA text encoders.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_pretrain(sub)
+    _add_prepare(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from keras_electra.errors import ElectraError
+
+    try:
+        return args.func(args)
+    except ElectraError as e:
+        print(f"keras-electra {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"keras-electra {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

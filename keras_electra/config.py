@@ -1,0 +1,259 @@
+"""ELECTRA model configuration and presets.
+
+One dataclass describes the architecture (both towers) and the pretraining
+objective. The generator is not configured separately: it is derived from the
+discriminator's size, as in the paper (Clark et al., 2020, section 3.2):
+
+- hidden size = round(``generator_hidden_size`` x discriminator hidden size)
+- heads = max(1, generator hidden // 64)
+- feed-forward size = 4 x generator hidden
+- layers = round(``generator_layers`` x discriminator layers)
+
+Example:
+    >>> from keras_electra.config import ElectraConfig
+    >>> config = ElectraConfig.from_preset("small")
+    >>> config.generator_config().hidden_size
+    64
+    >>> ElectraConfig.from_json(config.to_json()) == config
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from keras_electra.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """The size of one transformer tower (generator or discriminator)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+
+
+@dataclass(frozen=True)
+class ElectraConfig:
+    """Architecture and objective of an ELECTRA generator/discriminator pair.
+
+    Args:
+        vocab_size: number of word pieces; set from the vocabulary.
+        hidden_size: discriminator hidden size.
+        num_layers: discriminator transformer layers.
+        num_heads: discriminator attention heads.
+        intermediate_size: discriminator feed-forward size.
+        embedding_size: size of the shared embedding block; each tower projects
+            from it to its own hidden size when the two differ.
+        max_position_embeddings: longest sequence the position table holds.
+        type_vocab_size: number of segment ids.
+        dropout: dropout on embeddings, attention probabilities and layer outputs.
+        layer_norm_epsilon: LayerNorm epsilon (1e-12 as in BERT/ELECTRA).
+        initializer_range: standard deviation of the truncated-normal initializer.
+        generator_hidden_size: generator hidden size as a fraction of ``hidden_size``.
+        generator_layers: generator depth as a fraction of ``num_layers``.
+        mask_prob: fraction of real (non-special) tokens selected for prediction.
+        mask_token_prob: fraction of selected tokens replaced by ``[MASK]``; the
+            rest keep their original token (ELECTRA has no random-token branch).
+        mlm_weight: weight of the generator's masked-LM loss.
+        disc_weight: weight of the replaced-token-detection loss (50 in the paper).
+        temperature: temperature of the generator softmax when sampling.
+        disallow_correct: never sample the original token.
+        pad_token_id / cls_token_id / sep_token_id / mask_token_id: special token
+            ids, set from the vocabulary.
+        lowercase: whether the tokenizer lower-cases; travels with the vocabulary.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 256
+    num_layers: int = 12
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    embedding_size: int = 128
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    layer_norm_epsilon: float = 1e-12
+    initializer_range: float = 0.02
+    generator_hidden_size: float = 0.25
+    generator_layers: float = 1.0
+    mask_prob: float = 0.15
+    mask_token_prob: float = 0.85
+    mlm_weight: float = 1.0
+    disc_weight: float = 50.0
+    temperature: float = 1.0
+    disallow_correct: bool = False
+    pad_token_id: int = 0
+    cls_token_id: int = 2
+    sep_token_id: int = 3
+    mask_token_id: int = 4
+    lowercase: bool = True
+
+    def __post_init__(self) -> None:
+        positive = (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "intermediate_size",
+            "embedding_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"ElectraConfig.{name} must be a positive integer, got {value!r}.")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"ElectraConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_heads ({self.num_heads})."
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("ElectraConfig.dropout must be in [0, 1).")
+        if not 0.0 < self.mask_prob < 1.0 or not 0.0 <= self.mask_token_prob <= 1.0:
+            raise ConfigError("ElectraConfig.mask_prob must be in (0, 1) and mask_token_prob in [0, 1].")
+        if self.generator_hidden_size <= 0 or self.generator_layers <= 0:
+            raise ConfigError("ElectraConfig.generator_hidden_size and generator_layers must be > 0.")
+        if self.temperature <= 0:
+            raise ConfigError("ElectraConfig.temperature must be > 0.")
+        ids = (self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
+        if any(i < 0 or i >= self.vocab_size for i in ids):
+            raise ConfigError(
+                f"Special token ids {ids} must lie inside the vocabulary (size {self.vocab_size})."
+            )
+
+    # === Derived sizes ===
+
+    def discriminator_config(self) -> EncoderConfig:
+        return EncoderConfig(
+            self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size
+        )
+
+    def generator_config(self) -> EncoderConfig:
+        hidden = max(1, round(self.generator_hidden_size * self.hidden_size))
+        return EncoderConfig(
+            hidden_size=hidden,
+            num_layers=max(1, round(self.generator_layers * self.num_layers)),
+            num_heads=max(1, hidden // 64),
+            intermediate_size=4 * hidden,
+        )
+
+    def max_predictions(self, seq_length: int) -> int:
+        """How many positions per sequence the masking step may select."""
+        return max(1, int((self.mask_prob + 0.005) * seq_length))
+
+    # === Serialization ===
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def replace(self, **changes: Any) -> ElectraConfig:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"Unknown ElectraConfig field(s): {', '.join(sorted(unknown))}.")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ElectraConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - names
+        if unknown:
+            raise ConfigError(f"Unknown ElectraConfig field(s): {', '.join(sorted(unknown))}.")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> ElectraConfig:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"The configuration is not valid JSON ({e.msg}, line {e.lineno}).") from None
+        if not isinstance(values, dict):
+            raise ConfigError("The configuration JSON must be an object of field names to values.")
+        return cls.from_dict(values)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ElectraConfig:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"Configuration file '{path}' does not exist.")
+        return cls.from_json(path.read_text(encoding="utf-8"))
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ElectraConfig:
+        if name not in PRESETS:
+            raise ConfigError(
+                f"Unknown preset '{name}'; choose one of: {', '.join(sorted(PRESETS))}."
+            )
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+
+# === Presets ===
+# Sizes from the paper's Table 6 (Clark et al., 2020). Generator sizes follow the
+# paper's hyperparameter table: 1/4 for Small and Large, 1/3 for Base.
+PRESETS: dict[str, dict[str, Any]] = {
+    # For tests and the demo: learns something on the sample corpus in minutes on a CPU.
+    "tiny": dict(
+        vocab_size=8000,
+        hidden_size=128,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=512,
+        embedding_size=128,
+        max_position_embeddings=128,
+        generator_hidden_size=0.5,
+    ),
+    "small": dict(
+        hidden_size=256,
+        num_layers=12,
+        num_heads=4,
+        intermediate_size=1024,
+        embedding_size=128,
+        generator_hidden_size=0.25,
+    ),
+    "base": dict(
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        intermediate_size=3072,
+        embedding_size=768,
+        generator_hidden_size=1 / 3,
+    ),
+    "large": dict(
+        hidden_size=1024,
+        num_layers=24,
+        num_heads=16,
+        intermediate_size=4096,
+        embedding_size=1024,
+        generator_hidden_size=0.25,
+    ),
+}
+
+# Pretraining hyperparameters from the paper's Table 6, used as command-line defaults.
+TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tiny": dict(learning_rate=1e-3, batch_size=32, max_seq_length=128, steps=1000, warmup_steps=100),
+    "small": dict(
+        learning_rate=5e-4, batch_size=128, max_seq_length=128, steps=1_000_000, warmup_steps=10_000
+    ),
+    "base": dict(
+        learning_rate=2e-4, batch_size=256, max_seq_length=512, steps=766_000, warmup_steps=10_000
+    ),
+    "large": dict(
+        learning_rate=2e-4, batch_size=2048, max_seq_length=512, steps=400_000, warmup_steps=10_000
+    ),
+}

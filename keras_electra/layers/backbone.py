@@ -1,0 +1,99 @@
+"""An ELECTRA tower as a standalone Keras model: embeddings + encoder."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_electra.config import ElectraConfig
+from keras_electra.layers.embedding import ElectraEmbedding
+from keras_electra.layers.encoder import ElectraEncoder
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class ElectraBackbone(keras.Model):
+    """Embeddings followed by one transformer tower; returns the sequence output.
+
+    In pretraining the generator and the discriminator are two backbones called
+    with the same :class:`ElectraEmbedding` instance. For fine-tuning and export
+    the discriminator backbone is used on its own.
+
+    Inputs are a dict of int32 ``[batch, length]`` tensors: ``token_ids``,
+    ``segment_ids`` and ``padding_mask`` (1 for real tokens, 0 for padding).
+
+    Args:
+        config: the :class:`ElectraConfig`.
+        tower: ``"discriminator"`` or ``"generator"``.
+        embedding: an existing embedding layer to share; built from ``config``
+            when omitted.
+
+    Example:
+        >>> import numpy as np
+        >>> from keras_electra.config import ElectraConfig
+        >>> config = ElectraConfig.from_preset("tiny", vocab_size=100, num_layers=1)
+        >>> backbone = ElectraBackbone(config)
+        >>> ids = np.ones((2, 16), "int32")
+        >>> inputs = {"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids}
+        >>> tuple(backbone(inputs).shape)
+        (2, 16, 128)
+    """
+
+    def __init__(
+        self,
+        config: ElectraConfig | dict,
+        tower: str = "discriminator",
+        embedding: ElectraEmbedding | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = ElectraConfig.from_dict(config)
+        if tower not in ("discriminator", "generator"):
+            raise ValueError(f"tower must be 'discriminator' or 'generator', got {tower!r}.")
+        self.config = config
+        self.tower = tower
+        sizes = config.discriminator_config() if tower == "discriminator" else config.generator_config()
+        self.hidden_dim = sizes.hidden_size
+
+        # === Layers ===
+        self.embedding = embedding or ElectraEmbedding(
+            vocabulary_size=config.vocab_size,
+            embedding_dim=config.embedding_size,
+            max_sequence_length=config.max_position_embeddings,
+            num_segments=config.type_vocab_size,
+            dropout=config.dropout,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            initializer_range=config.initializer_range,
+            dtype=self.dtype_policy,
+            name="embedding",
+        )
+        self.encoder = ElectraEncoder(
+            embedding_dim=config.embedding_size,
+            hidden_dim=sizes.hidden_size,
+            num_layers=sizes.num_layers,
+            num_heads=sizes.num_heads,
+            intermediate_dim=sizes.intermediate_size,
+            dropout=config.dropout,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            initializer_range=config.initializer_range,
+            dtype=self.dtype_policy,
+            name=f"{tower}_encoder",
+        )
+
+        self.build()
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        shape = (None, None)
+        if not self.embedding.built:  # the generator and discriminator share it
+            self.embedding.build(shape)
+        self.encoder.build(shape + (self.config.embedding_size,))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        x = self.embedding(inputs["token_ids"], inputs["segment_ids"], training=training)
+        return self.encoder(x, inputs["padding_mask"], training=training)
+
+    # === Config ===
+    def get_config(self):
+        return {"config": self.config.to_dict(), "tower": self.tower, "name": self.name}

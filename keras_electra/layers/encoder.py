@@ -1,0 +1,113 @@
+"""One ELECTRA tower: projection from the embedding size, then transformer layers."""
+
+from __future__ import annotations
+
+import keras
+import keras_hub
+
+from keras_electra.layers.embedding import truncated_normal
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class ElectraEncoder(keras.layers.Layer):
+    """A stack of post-LayerNorm transformer layers with exact (erf) GELU.
+
+    When ``embedding_dim != hidden_dim`` a dense layer first projects the shared
+    embeddings to this tower's width (``embeddings_project`` in the original code).
+
+    Args:
+        embedding_dim: width of the incoming embeddings.
+        hidden_dim: width of this tower.
+        num_layers: number of transformer layers.
+        num_heads: attention heads per layer.
+        intermediate_dim: feed-forward width.
+        dropout: dropout on attention probabilities, attention outputs and
+            feed-forward outputs (one rate, as in BERT and ELECTRA).
+        layer_norm_epsilon: LayerNorm epsilon.
+        initializer_range: stddev of the truncated-normal initializer.
+
+    Example:
+        >>> import numpy as np
+        >>> enc = ElectraEncoder(16, 32, num_layers=1, num_heads=2, intermediate_dim=64)
+        >>> x = np.zeros((2, 8, 16), "float32")
+        >>> tuple(enc(x, np.ones((2, 8), "bool")).shape)
+        (2, 8, 32)
+    """
+
+    def __init__(
+        self,
+        embedding_dim: int,
+        hidden_dim: int,
+        num_layers: int,
+        num_heads: int,
+        intermediate_dim: int,
+        dropout: float = 0.1,
+        layer_norm_epsilon: float = 1e-12,
+        initializer_range: float = 0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.embedding_dim = embedding_dim
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+
+        # === Layers ===
+        init = truncated_normal(initializer_range)
+        self.projection = None
+        if embedding_dim != hidden_dim:
+            self.projection = keras.layers.Dense(
+                hidden_dim, kernel_initializer=init, dtype=self.dtype_policy, name="projection"
+            )
+        self.transformer_layers = [
+            keras_hub.layers.TransformerEncoder(
+                intermediate_dim=intermediate_dim,
+                num_heads=num_heads,
+                dropout=dropout,
+                activation="gelu",  # keras.activations.gelu: exact (erf) by default
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=init,
+                dtype=self.dtype_policy,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+
+    def build(self, inputs_shape, padding_mask_shape=None):
+        shape = tuple(inputs_shape)
+        if self.projection is not None:
+            self.projection.build(shape)
+            shape = shape[:-1] + (self.hidden_dim,)
+        for layer in self.transformer_layers:
+            layer.build(shape)
+        self.built = True
+
+    def call(self, embeddings, padding_mask, training=None):
+        x = embeddings
+        if self.projection is not None:
+            x = self.projection(x)
+        for layer in self.transformer_layers:
+            x = layer(x, padding_mask=padding_mask, training=training)
+        return x
+
+    def compute_output_shape(self, inputs_shape, padding_mask_shape=None):
+        return tuple(inputs_shape)[:-1] + (self.hidden_dim,)
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            embedding_dim=self.embedding_dim,
+            hidden_dim=self.hidden_dim,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            intermediate_dim=self.intermediate_dim,
+            dropout=self.dropout,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            initializer_range=self.initializer_range,
+        )
+        return config

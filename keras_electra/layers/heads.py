@@ -1,0 +1,108 @@
+"""Output heads of the two towers."""
+
+from __future__ import annotations
+
+import keras
+import keras_hub
+from keras import ops
+
+from keras_electra.layers.embedding import truncated_normal
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class GeneratorHead(keras_hub.layers.MaskedLMHead):
+    """Masked-LM head: dense(embedding size, GELU) -> LayerNorm -> tied embeddings + bias.
+
+    Computed only at the masked positions. The output projection is the shared
+    word-embedding matrix (``token_embedding``), so the head owns only the dense
+    layer, the LayerNorm and the output bias. Logits are returned in float32.
+
+    Args:
+        token_embedding: the shared ``ReversibleEmbedding``.
+        layer_norm_epsilon: LayerNorm epsilon.
+        initializer_range: stddev of the truncated-normal initializer.
+
+    Example:
+        >>> import numpy as np, keras_hub
+        >>> emb = keras_hub.layers.ReversibleEmbedding(50, 8)
+        >>> emb.build((None,))
+        >>> head = GeneratorHead(emb)
+        >>> tuple(head(np.zeros((2, 6, 4), "float32"), np.zeros((2, 3), "int32")).shape)
+        (2, 3, 50)
+    """
+
+    def __init__(
+        self,
+        token_embedding=None,
+        layer_norm_epsilon: float = 1e-12,
+        initializer_range: float = 0.02,
+        vocabulary_size: int | None = None,
+        **kwargs,
+    ):
+        for fixed in ("intermediate_activation", "kernel_initializer", "activation"):
+            kwargs.pop(fixed, None)
+        super().__init__(
+            vocabulary_size=vocabulary_size,
+            token_embedding=token_embedding,
+            intermediate_activation="gelu",
+            layer_norm_epsilon=layer_norm_epsilon,
+            kernel_initializer=truncated_normal(initializer_range),
+            **kwargs,
+        )
+        self.initializer_range = initializer_range
+
+    def call(self, inputs, mask_positions):
+        return ops.cast(super().call(inputs, mask_positions), "float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config["initializer_range"] = self.initializer_range
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class DiscriminatorHead(keras.layers.Layer):
+    """Replaced-token-detection head: dense(hidden, GELU) -> dense(1).
+
+    Returns one float32 logit per position: > 0 means "replaced".
+
+    Args:
+        hidden_dim: width of the intermediate dense layer (the tower's hidden size).
+        initializer_range: stddev of the truncated-normal initializer.
+
+    Example:
+        >>> import numpy as np
+        >>> head = DiscriminatorHead(8)
+        >>> tuple(head(np.zeros((2, 5, 8), "float32")).shape)
+        (2, 5)
+    """
+
+    def __init__(self, hidden_dim: int, initializer_range: float = 0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_dim = hidden_dim
+        self.initializer_range = initializer_range
+        init = truncated_normal(initializer_range)
+        self.dense = keras.layers.Dense(
+            hidden_dim, activation="gelu", kernel_initializer=init, dtype=self.dtype_policy,
+            name="dense",
+        )
+        self.logits = keras.layers.Dense(
+            1, kernel_initializer=init, dtype=self.dtype_policy, name="logits"
+        )
+
+    def build(self, inputs_shape):
+        self.dense.build(inputs_shape)
+        self.logits.build(tuple(inputs_shape)[:-1] + (self.hidden_dim,))
+        self.built = True
+
+    def call(self, sequence_output):
+        logits = self.logits(self.dense(sequence_output))
+        return ops.cast(ops.squeeze(logits, axis=-1), "float32")
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)[:-1]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_dim=self.hidden_dim, initializer_range=self.initializer_range)
+        return config

@@ -1,0 +1,173 @@
+"""The ELECTRA objective as pure functions: masking, sampling, labels, losses.
+
+Each step of replaced-token detection (Clark et al., 2020, section 2) lives here
+once, in the order the pretrainer calls them:
+
+1. :func:`mask_tokens`: choose ~15% of the real tokens per sequence; 85% of
+   those become ``[MASK]``, the rest keep their token (no random-token branch).
+2. the generator predicts the original tokens at the chosen positions;
+   :func:`mlm_loss` scores it.
+3. :func:`sample_tokens`: draw replacements from the generator's softmax
+   (Gumbel-max), without gradient.
+4. :func:`replace_tokens` builds the discriminator input and
+   :func:`replaced_labels` its labels: 1 where the token differs from the
+   original, so a correct sample counts as original.
+5. :func:`disc_loss`: sigmoid cross-entropy over all non-padding tokens.
+
+All functions take and return TensorFlow tensors and work inside ``tf.function``
+and XLA (no data-dependent shapes).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+
+class MaskedBatch(NamedTuple):
+    """The output of :func:`mask_tokens`.
+
+    Attributes:
+        input_ids: ``[B, L]`` the generator's input, ``[MASK]`` at most chosen positions.
+        positions: ``[B, P]`` int32 chosen positions; 0 where ``weights`` is 0.
+        labels: ``[B, P]`` int32 original token ids at ``positions``; 0 where unused.
+        weights: ``[B, P]`` float32, 1 for a chosen position, 0 for padding of ``P``.
+    """
+
+    input_ids: tf.Tensor
+    positions: tf.Tensor
+    labels: tf.Tensor
+    weights: tf.Tensor
+
+
+def mask_tokens(
+    input_ids: tf.Tensor,
+    input_mask: tf.Tensor,
+    *,
+    special_ids: tuple[int, ...],
+    mask_token_id: int,
+    mask_prob: float = 0.15,
+    mask_token_prob: float = 0.85,
+    max_predictions: int,
+    seeds: tuple[tf.Tensor, tf.Tensor],
+) -> MaskedBatch:
+    """Choose positions to predict and mask them, per sequence.
+
+    A sequence with ``n`` candidate tokens (real tokens that are not special)
+    gets ``clip(round(mask_prob * n), 1, max_predictions)`` positions, drawn
+    uniformly without replacement (capped at ``n``).
+
+    Args:
+        input_ids: ``[B, L]`` int32 token ids.
+        input_mask: ``[B, L]`` 1 for real tokens, 0 for padding.
+        special_ids: ids never chosen (``[CLS]``, ``[SEP]``, ``[PAD]``, ...).
+        mask_token_id: id of ``[MASK]``.
+        mask_prob: fraction of candidates to choose.
+        mask_token_prob: fraction of chosen positions set to ``[MASK]``.
+        max_predictions: ``P``, the most positions per sequence.
+        seeds: two stateless seeds (shape ``[2]`` each): choice and mask/keep.
+
+    Returns:
+        A :class:`MaskedBatch`.
+    """
+    input_ids = tf.convert_to_tensor(input_ids, tf.int32)
+    candidates = tf.cast(input_mask, tf.bool)
+    for token_id in special_ids:
+        candidates &= tf.not_equal(input_ids, token_id)
+
+    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1)
+    num_to_predict = tf.cast(tf.round(tf.cast(num_candidates, tf.float32) * mask_prob), tf.int32)
+    num_to_predict = tf.clip_by_value(num_to_predict, 1, max_predictions)
+    num_to_predict = tf.minimum(num_to_predict, num_candidates)
+
+    # A uniform random order of the candidates: top-k of random scores, with
+    # non-candidates scored below every candidate.
+    scores = tf.random.stateless_uniform(tf.shape(input_ids), seed=seeds[0])
+    scores = tf.where(candidates, scores, -1.0)
+    _, positions = tf.math.top_k(scores, k=max_predictions)
+    rank = tf.range(max_predictions)[tf.newaxis, :]
+    chosen = (rank < num_to_predict[:, tf.newaxis]) & tf.gather(candidates, positions, batch_dims=1)
+    positions = tf.where(chosen, positions, 0)
+    weights = tf.cast(chosen, tf.float32)
+    labels = tf.where(chosen, tf.gather(input_ids, positions, batch_dims=1), 0)
+
+    use_mask = tf.random.stateless_uniform(tf.shape(positions), seed=seeds[1]) < mask_token_prob
+    masked_ids = scatter_tokens(
+        input_ids, positions, tf.fill(tf.shape(positions), mask_token_id), chosen & use_mask
+    )
+    return MaskedBatch(masked_ids, positions, labels, weights)
+
+
+def scatter_tokens(
+    input_ids: tf.Tensor, positions: tf.Tensor, tokens: tf.Tensor, where: tf.Tensor
+) -> tf.Tensor:
+    """Write ``tokens[b, p]`` at ``input_ids[b, positions[b, p]]`` where ``where[b, p]``.
+
+    Positions written must be distinct per row (as :func:`mask_tokens` makes them).
+    """
+    length = tf.shape(input_ids)[1]
+    onehot = tf.one_hot(positions, length, dtype=tf.int32) * tf.cast(where, tf.int32)[..., None]
+    written = tf.reduce_max(onehot, axis=1) > 0
+    values = tf.reduce_sum(onehot * tf.cast(tokens, tf.int32)[..., None], axis=1)
+    return tf.where(written, values, input_ids)
+
+
+def sample_tokens(
+    logits: tf.Tensor,
+    labels: tf.Tensor,
+    *,
+    seed: tf.Tensor,
+    temperature: float = 1.0,
+    disallow_correct: bool = False,
+) -> tf.Tensor:
+    """Sample one token per position from ``softmax(logits / temperature)``.
+
+    Uses the Gumbel-max trick; no gradient flows through the sample.
+
+    Args:
+        logits: ``[B, P, V]`` generator logits.
+        labels: ``[B, P]`` original tokens (used by ``disallow_correct``).
+        seed: a stateless seed, shape ``[2]``.
+        temperature: softmax temperature.
+        disallow_correct: give the original token zero probability.
+
+    Returns:
+        ``[B, P]`` int32 sampled token ids.
+    """
+    logits = tf.stop_gradient(tf.cast(logits, tf.float32)) / temperature
+    if disallow_correct:
+        logits -= 1000.0 * tf.one_hot(labels, tf.shape(logits)[-1], dtype=tf.float32)
+    uniform = tf.random.stateless_uniform(tf.shape(logits), seed=seed, minval=1e-9, maxval=1.0)
+    gumbel = -tf.math.log(-tf.math.log(uniform))
+    return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
+
+
+def replace_tokens(
+    input_ids: tf.Tensor, positions: tf.Tensor, sampled: tf.Tensor, weights: tf.Tensor
+) -> tf.Tensor:
+    """The discriminator's input: the original ids with samples at the chosen positions."""
+    return scatter_tokens(input_ids, positions, sampled, weights > 0)
+
+
+def replaced_labels(fake_ids: tf.Tensor, input_ids: tf.Tensor, input_mask: tf.Tensor) -> tf.Tensor:
+    """1.0 where the discriminator input differs from the original, on real tokens."""
+    differs = tf.not_equal(fake_ids, tf.cast(input_ids, fake_ids.dtype))
+    return tf.cast(differs, tf.float32) * tf.cast(input_mask, tf.float32)
+
+
+def mlm_loss(logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+    """Mean cross-entropy of the masked-LM logits over the chosen positions."""
+    per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=tf.cast(logits, tf.float32)
+    )
+    return tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)
+
+
+def disc_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> tf.Tensor:
+    """Mean sigmoid cross-entropy of the discriminator over all non-padding tokens."""
+    weights = tf.cast(input_mask, tf.float32)
+    per_token = tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=labels, logits=tf.cast(logits, tf.float32)
+    )
+    return tf.reduce_sum(per_token * weights) / (tf.reduce_sum(weights) + 1e-6)

@@ -1,0 +1,282 @@
+"""ElectraPretrainer: generator + discriminator trained with ``model.fit``."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_electra.config import ElectraConfig
+from keras_electra.layers import DiscriminatorHead, ElectraBackbone, ElectraEmbedding, GeneratorHead
+from keras_electra.pretraining import objective
+
+OBJECTIVES = ("electra", "mlm")
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class ElectraPretrainer(keras.Model):
+    """ELECTRA pretraining: a generator and a discriminator sharing one embedding block.
+
+    ``fit`` takes batches of dicts with int32 ``[batch, length]`` tensors
+    ``input_ids``, ``input_mask`` and ``segment_ids`` (as produced by
+    :mod:`keras_electra.data`); masking happens in the graph, so every epoch sees
+    fresh masks.
+
+    ``objective="electra"`` trains replaced-token detection (generator MLM loss +
+    ``disc_weight`` x discriminator loss). ``objective="mlm"`` trains the
+    discriminator tower as a BERT-style masked-LM, through the same masking code,
+    so the paper's ELECTRA-versus-MLM comparison can be rerun.
+
+    Calling the model on a batch returns the discriminator's per-token
+    "replaced" logits (``objective="electra"``) or its sequence output.
+
+    Args:
+        config: the :class:`ElectraConfig`.
+        objective: ``"electra"`` or ``"mlm"``.
+        seed: seed of the masking and sampling random streams.
+
+    Example:
+        >>> import numpy as np, keras
+        >>> config = ElectraConfig.from_preset("tiny", vocab_size=64, num_layers=1)
+        >>> model = ElectraPretrainer(config, seed=0)
+        >>> model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+        >>> ids = np.random.default_rng(0).integers(5, 64, (4, 16)).astype("int32")
+        >>> batch = {"input_ids": ids, "input_mask": np.ones_like(ids),
+        ...          "segment_ids": np.zeros_like(ids)}
+        >>> logs = model.train_on_batch(batch, return_dict=True)
+        >>> sorted(logs)[:3]
+        ['disc_accuracy', 'disc_auc', 'disc_loss']
+    """
+
+    def __init__(
+        self,
+        config: ElectraConfig | dict,
+        objective: str = "electra",
+        seed: int | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = ElectraConfig.from_dict(config)
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
+        self.config = config
+        self.objective = objective
+        self.seed = seed
+
+        # === Layers ===
+        self.embedding = ElectraEmbedding(
+            vocabulary_size=config.vocab_size,
+            embedding_dim=config.embedding_size,
+            max_sequence_length=config.max_position_embeddings,
+            num_segments=config.type_vocab_size,
+            dropout=config.dropout,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            initializer_range=config.initializer_range,
+            dtype=self.dtype_policy,
+            name="embedding",
+        )
+        self.embedding.build((None, None))
+        self.discriminator = ElectraBackbone(
+            config, "discriminator", embedding=self.embedding, dtype=self.dtype_policy,
+            name="discriminator",
+        )
+        head_args = dict(
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            initializer_range=config.initializer_range,
+            dtype=self.dtype_policy,
+        )
+        if objective == "electra":
+            self.generator = ElectraBackbone(
+                config, "generator", embedding=self.embedding, dtype=self.dtype_policy,
+                name="generator",
+            )
+            self.generator_head = GeneratorHead(
+                self.embedding.token_embedding, name="generator_predictions", **head_args
+            )
+            self.discriminator_head = DiscriminatorHead(
+                config.hidden_size, config.initializer_range, dtype=self.dtype_policy,
+                name="discriminator_predictions",
+            )
+        else:
+            self.generator = None
+            self.generator_head = GeneratorHead(
+                self.embedding.token_embedding, name="mlm_predictions", **head_args
+            )
+            self.discriminator_head = None
+        # Masking and sampling use stateless random ops seeded by (seed, a step
+        # counter): the counter is a model variable, so checkpoints carry it and a
+        # resumed run continues the same random stream.
+        self.random_step = self.add_weight(
+            shape=(), dtype="int32", initializer="zeros", trainable=False,
+            aggregation="only_first_replica", name="random_step",
+        )
+
+        # === Metrics ===
+        mean = keras.metrics.Mean
+        self._trackers = {
+            "loss": mean(name="loss"),
+            "mlm_loss": mean(name="mlm_loss"),
+            "mlm_accuracy": mean(name="mlm_accuracy"),
+        }
+        if objective == "electra":
+            self._trackers.update(
+                {
+                    "sampled_mlm_accuracy": mean(name="sampled_mlm_accuracy"),
+                    "disc_loss": mean(name="disc_loss"),
+                    "disc_accuracy": mean(name="disc_accuracy"),
+                    "disc_precision": keras.metrics.Precision(name="disc_precision"),
+                    "disc_recall": keras.metrics.Recall(name="disc_recall"),
+                    "disc_auc": keras.metrics.AUC(name="disc_auc"),
+                    "replaced_fraction": mean(name="replaced_fraction"),
+                }
+            )
+        self.build()
+
+    @property
+    def metrics(self):
+        return list(self._trackers.values())
+
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        # The embedding and both backbones are built when created.
+        self.generator_head.build((None, None, self._mlm_tower().hidden_dim))
+        if self.discriminator_head is not None:
+            self.discriminator_head.build((None, None, self.config.hidden_size))
+        self.built = True
+
+    def _mlm_tower(self) -> ElectraBackbone:
+        return self.generator if self.generator is not None else self.discriminator
+
+    def call(self, inputs, training=False):
+        """Discriminator logits (``electra``) or sequence output (``mlm``) for a batch."""
+        sequence = self.discriminator(_backbone_inputs(inputs), training=training)
+        if self.discriminator_head is None:
+            return sequence
+        return self.discriminator_head(sequence)
+
+    # === The objective, top-down ===
+
+    def compute_objective(self, batch: dict, training: bool = False) -> dict[str, tf.Tensor]:
+        """Mask, run the generator, sample, run the discriminator, compute losses."""
+        c = self.config
+        input_ids = tf.cast(batch["input_ids"], tf.int32)
+        input_mask = tf.cast(batch["input_mask"], tf.int32)
+        segment_ids = tf.cast(batch["segment_ids"], tf.int32)
+        seeds = self._next_seeds(3)
+
+        # 1. Mask ~15% of the real tokens.
+        masked = objective.mask_tokens(
+            input_ids,
+            input_mask,
+            special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
+            mask_token_id=c.mask_token_id,
+            mask_prob=c.mask_prob,
+            mask_token_prob=c.mask_token_prob,
+            max_predictions=c.max_predictions(input_ids.shape[1]),
+            seeds=(seeds[0], seeds[1]),
+        )
+
+        # 2. The generator (or, for the MLM baseline, the discriminator) predicts them.
+        tower_inputs = {"token_ids": masked.input_ids, "segment_ids": segment_ids,
+                        "padding_mask": input_mask}
+        hidden = self._mlm_tower()(tower_inputs, training=training)
+        mlm_logits = self.generator_head(hidden, masked.positions)
+        mlm_loss = objective.mlm_loss(mlm_logits, masked.labels, masked.weights)
+        predicted = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
+        out = {
+            "mlm_loss": mlm_loss,
+            "loss": c.mlm_weight * mlm_loss,
+            "masked": masked,
+            "mlm_correct": tf.cast(tf.equal(predicted, masked.labels), tf.float32),
+        }
+        if self.generator is None:
+            return out
+
+        # 3. Sample replacements from the generator (no gradient through the sample).
+        sampled = objective.sample_tokens(
+            mlm_logits, masked.labels, seed=seeds[2],
+            temperature=c.temperature, disallow_correct=c.disallow_correct,
+        )
+        fake_ids = objective.replace_tokens(input_ids, masked.positions, sampled, masked.weights)
+        labels = objective.replaced_labels(fake_ids, input_ids, input_mask)
+
+        # 4. The discriminator spots the replaced tokens.
+        disc_inputs = {"token_ids": fake_ids, "segment_ids": segment_ids,
+                       "padding_mask": input_mask}
+        disc_logits = self.discriminator_head(self.discriminator(disc_inputs, training=training))
+        disc_loss = objective.disc_loss(disc_logits, labels, input_mask)
+
+        out.update(
+            disc_loss=disc_loss,
+            loss=c.mlm_weight * mlm_loss + c.disc_weight * disc_loss,
+            sampled_correct=tf.cast(tf.equal(sampled, masked.labels), tf.float32),
+            disc_logits=disc_logits,
+            disc_labels=labels,
+            input_mask=tf.cast(input_mask, tf.float32),
+        )
+        return out
+
+    def _next_seeds(self, count: int) -> list[tf.Tensor]:
+        step = self.random_step.value
+        self.random_step.assign_add(1)
+        replica = tf.distribute.get_replica_context()
+        replica_id = replica.replica_id_in_sync_group if replica is not None else 0
+        base = tf.stack([tf.constant(self.seed or 0, tf.int32), step])
+        base = tf.random.experimental.stateless_fold_in(base, replica_id)
+        return list(tf.unstack(tf.random.experimental.stateless_split(base, count)))
+
+    def train_step(self, data):
+        batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            out = self.compute_objective(batch, training=True)
+            loss = self.optimizer.scale_loss(out["loss"])
+        variables = self.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        self.optimizer.apply(gradients, variables)
+        return self._update_metrics(out)
+
+    def test_step(self, data):
+        batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        return self._update_metrics(self.compute_objective(batch, training=False))
+
+    def _update_metrics(self, out: dict) -> dict[str, tf.Tensor]:
+        t = self._trackers
+        weights = out["masked"].weights
+        t["loss"].update_state(out["loss"])
+        t["mlm_loss"].update_state(out["mlm_loss"])
+        t["mlm_accuracy"].update_state(out["mlm_correct"], sample_weight=weights)
+        if self.generator is not None:
+            mask = tf.reshape(out["input_mask"], [-1])
+            labels = tf.reshape(out["disc_labels"], [-1])
+            probs = tf.sigmoid(tf.reshape(out["disc_logits"], [-1]))
+            correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
+            t["sampled_mlm_accuracy"].update_state(out["sampled_correct"], sample_weight=weights)
+            t["disc_loss"].update_state(out["disc_loss"])
+            t["disc_accuracy"].update_state(correct, sample_weight=mask)
+            t["disc_precision"].update_state(labels, probs, sample_weight=mask)
+            t["disc_recall"].update_state(labels, probs, sample_weight=mask)
+            t["disc_auc"].update_state(labels, probs, sample_weight=mask)
+            t["replaced_fraction"].update_state(labels, sample_weight=mask)
+        return {name: m.result() for name, m in t.items()}
+
+    # === Config ===
+    def get_config(self):
+        return {
+            "config": self.config.to_dict(),
+            "objective": self.objective,
+            "seed": self.seed,
+            "name": self.name,
+        }
+
+
+def _backbone_inputs(batch: dict) -> dict:
+    """Map the data pipeline's feature names to the backbone's input names."""
+    if "token_ids" in batch:
+        return batch
+    return {
+        "token_ids": batch["input_ids"],
+        "segment_ids": batch["segment_ids"],
+        "padding_mask": batch["input_mask"],
+    }

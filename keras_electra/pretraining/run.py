@@ -1,0 +1,269 @@
+"""A pretraining run: corpus in, run directory out, resumable.
+
+``RUN_DIR`` holds everything a run needs to continue or be exported:
+
+- ``config.json``: the :class:`~keras_electra.config.ElectraConfig`;
+- ``vocab.txt``: the WordPiece vocabulary (learned from the corpus or given);
+- ``run.json``: the training settings (preset, objective, batch, corpus, seed);
+- ``checkpoints/``: model + optimizer + step, written atomically;
+- ``logs/``: TensorBoard summaries; ``metrics.jsonl``: one JSON line per window.
+
+Calling :func:`pretrain` again on the same directory resumes from the latest
+checkpoint: same step, optimizer state, masking random stream and data position
+(the deterministic input pipeline is advanced past the batches already seen).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from keras_electra.config import TRAINING_DEFAULTS, ElectraConfig
+from keras_electra.data import ElectraTokenizer, learn_vocab, load_pretraining_data, load_vocab, save_vocab
+from keras_electra.errors import ConfigError
+from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer
+from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
+from keras_electra.training.checkpoints import RunCheckpoints
+from keras_electra.training.optimizer import create_optimizer
+
+
+@dataclass
+class RunSettings:
+    """Training settings of a run, saved as ``run.json``."""
+
+    preset: str = "tiny"
+    objective: str = "electra"
+    corpus: list[str] = field(default_factory=list)
+    steps: int = 1000
+    batch_size: int = 32
+    max_seq_length: int = 128
+    learning_rate: float = 1e-3
+    warmup_steps: int = 100
+    seed: int = 0
+    log_every: int = 50
+    checkpoint_every: int = 500
+
+    # Settings that fix the data order and the model: a resumed run must keep them.
+    FIXED = ("preset", "objective", "batch_size", "max_seq_length", "seed")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    step: int
+    history: list[dict]
+    model: ElectraPretrainer
+    tokenizer: ElectraTokenizer
+
+    @property
+    def final_metrics(self) -> dict:
+        return self.history[-1] if self.history else {}
+
+
+def pretrain(
+    corpus: list[str],
+    output_dir: str | Path,
+    *,
+    preset: str = "tiny",
+    objective: str = "electra",
+    steps: int | None = None,
+    batch_size: int | None = None,
+    max_seq_length: int | None = None,
+    learning_rate: float | None = None,
+    warmup_steps: int | None = None,
+    vocab: str | None = None,
+    vocab_size: int | None = None,
+    lowercase: bool = True,
+    log_every: int = 50,
+    checkpoint_every: int | None = None,
+    seed: int = 0,
+    config_overrides: dict | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Pretrain (or resume pretraining) an ELECTRA model on text files.
+
+    Args:
+        corpus: text files (one sentence per line, blank line between
+            documents), directories of ``*.txt`` files, or TFRecords written by
+            ``keras-electra prepare``.
+        output_dir: the run directory; resumed when it already holds a run.
+        preset: model size (``tiny``, ``small``, ``base``, ``large``).
+        objective: ``electra`` (replaced-token detection) or ``mlm``.
+        steps: total training steps (defaults per preset).
+        batch_size, max_seq_length, learning_rate, warmup_steps: defaults per preset.
+        vocab: a BERT-format ``vocab.txt``; learned from the corpus when omitted.
+        vocab_size: size of the learned vocabulary (default: the preset's).
+        lowercase: lower-case text before tokenizing (learned vocabularies only).
+        log_every: steps per metrics window (one ``metrics.jsonl`` line each).
+        checkpoint_every: steps between checkpoints (rounded up to ``log_every``).
+        seed: seeds the data order, masking and sampling.
+        config_overrides: ElectraConfig fields to change from the preset.
+        progress: show a progress bar.
+
+    Returns:
+        A :class:`RunResult` with the trained model and the metrics history.
+
+    Example:
+        >>> result = pretrain(["data/sample/shakespeare.txt"], "runs/demo", steps=200)  # doctest: +SKIP
+        >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
+    """
+    run_dir = Path(output_dir)
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"Unknown objective '{objective}'; choose one of: {', '.join(OBJECTIVES)}.")
+    if preset not in TRAINING_DEFAULTS:
+        raise ConfigError(
+            f"Unknown preset '{preset}'; choose one of: {', '.join(sorted(TRAINING_DEFAULTS))}."
+        )
+    defaults = TRAINING_DEFAULTS[preset]
+    settings = RunSettings(
+        preset=preset,
+        objective=objective,
+        corpus=[str(p) for p in corpus],
+        steps=steps or defaults["steps"],
+        batch_size=batch_size or defaults["batch_size"],
+        max_seq_length=max_seq_length or defaults["max_seq_length"],
+        learning_rate=learning_rate or defaults["learning_rate"],
+        warmup_steps=defaults["warmup_steps"] if warmup_steps is None else warmup_steps,
+        seed=seed,
+        log_every=max(1, min(log_every, steps or defaults["steps"])),
+    )
+    settings.checkpoint_every = _round_up(
+        checkpoint_every or max(settings.log_every, 500), settings.log_every
+    )
+    _check_positive(settings)
+
+    resuming = (run_dir / "config.json").exists()
+    if resuming:
+        config, tokens = _load_run(run_dir, settings)
+    else:
+        tokens = _vocabulary(settings, vocab, vocab_size or _preset_vocab_size(preset), lowercase)
+        config = _model_config(preset, tokens, lowercase, settings, config_overrides or {})
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_vocab(tokens, run_dir / "vocab.txt")
+        config.save(run_dir / "config.json")
+    _write_json(run_dir / "run.json", asdict(settings))
+
+    tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
+    model = ElectraPretrainer(config, objective=settings.objective, seed=settings.seed)
+    optimizer = create_optimizer(
+        model,
+        learning_rate=settings.learning_rate,
+        total_steps=settings.steps,
+        warmup_steps=settings.warmup_steps,
+    )
+    model.compile(optimizer=optimizer, jit_compile=False)
+    optimizer.build(model.trainable_variables)
+
+    checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer)
+    start = checkpoints.restore_latest()
+    truncate_metrics_log(run_dir / "metrics.jsonl", start)
+
+    dataset = load_pretraining_data(
+        settings.corpus,
+        tokenizer,
+        batch_size=settings.batch_size,
+        max_seq_length=settings.max_seq_length,
+        seed=settings.seed,
+    ).skip(start)
+
+    logger = MetricsLogger(
+        run_dir / "metrics.jsonl",
+        run_dir / "logs",
+        tokens_per_step=settings.batch_size * settings.max_seq_length,
+        total_steps=settings.steps,
+        initial_step=start,
+        progress=progress,
+    )
+    saver = CheckpointEvery(checkpoints, settings.checkpoint_every, settings.steps)
+    # Each epoch of fit is one logging window, so metrics reset every window.
+    windows_done, windows = start // settings.log_every, settings.steps // settings.log_every
+    if windows_done < windows:
+        model.fit(
+            dataset,
+            epochs=windows,
+            initial_epoch=windows_done,
+            steps_per_epoch=settings.log_every,
+            callbacks=[logger, saver],
+            verbose=0,
+        )
+    # When log_every does not divide steps, one shorter window ends the run; its
+    # fresh iterator skips the batches the full windows consumed.
+    remainder = settings.steps - max(start, windows * settings.log_every)
+    if remainder > 0:
+        consumed = max(0, windows * settings.log_every - start)
+        model.fit(dataset.skip(consumed), epochs=1, steps_per_epoch=remainder,
+                  callbacks=[logger, saver], verbose=0)
+    logger.close()
+    return RunResult(run_dir, settings.steps, logger.history, model, tokenizer)
+
+
+# === Helpers ===
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _preset_vocab_size(preset: str) -> int:
+    return ElectraConfig.from_preset(preset).vocab_size
+
+
+def _check_positive(settings: RunSettings) -> None:
+    for name in ("steps", "batch_size", "max_seq_length"):
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer.")
+    if settings.learning_rate <= 0:
+        raise ConfigError("--learning-rate must be positive.")
+    if settings.max_seq_length < 8:
+        raise ConfigError("--max-seq-length must be at least 8.")
+
+
+def _vocabulary(settings: RunSettings, vocab: str | None, vocab_size: int, lowercase: bool):
+    if vocab:
+        return load_vocab(vocab)
+    return learn_vocab(settings.corpus, vocab_size, lowercase=lowercase)
+
+
+def _model_config(preset, tokens, lowercase, settings, overrides) -> ElectraConfig:
+    ids = {t: i for i, t in enumerate(tokens)}
+    config = ElectraConfig.from_preset(
+        preset,
+        vocab_size=len(tokens),
+        pad_token_id=ids["[PAD]"],
+        cls_token_id=ids["[CLS]"],
+        sep_token_id=ids["[SEP]"],
+        mask_token_id=ids["[MASK]"],
+        lowercase=lowercase,
+        **overrides,
+    )
+    if settings.max_seq_length > config.max_position_embeddings:
+        config = config.replace(max_position_embeddings=settings.max_seq_length)
+    return config
+
+
+def _load_run(run_dir: Path, settings: RunSettings):
+    config = ElectraConfig.load(run_dir / "config.json")
+    tokens = load_vocab(run_dir / "vocab.txt")
+    if len(tokens) != config.vocab_size:
+        raise ConfigError(
+            f"{run_dir}/vocab.txt has {len(tokens)} tokens but config.json says vocab_size "
+            f"{config.vocab_size}; restore the run's original files."
+        )
+    previous_path = run_dir / "run.json"
+    if previous_path.exists():
+        previous = json.loads(previous_path.read_text(encoding="utf-8"))
+        for name in RunSettings.FIXED:
+            if previous.get(name) != getattr(settings, name):
+                raise ConfigError(
+                    f"Run directory '{run_dir}' was started with {name}={previous.get(name)!r}, "
+                    f"not {getattr(settings, name)!r}; resume with the same value or choose "
+                    "a new --output."
+                )
+    return config, tokens
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

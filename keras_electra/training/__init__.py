@@ -1,0 +1,1 @@
+"""Optimizer, schedules, checkpoints and callbacks for training runs."""

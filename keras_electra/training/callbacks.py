@@ -1,0 +1,122 @@
+"""Callbacks of a training run: metrics log (JSON lines + TensorBoard), checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+from tqdm.auto import tqdm
+
+from keras_electra.errors import ElectraError
+from keras_electra.training.checkpoints import RunCheckpoints
+
+
+def truncate_metrics_log(path: str | Path, last_step: int) -> None:
+    """Drop log lines past ``last_step`` (written after the checkpoint a run resumes from)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= last_step:
+                kept.append(line)
+        except (ValueError, KeyError):
+            continue  # a line cut short by a kill
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+    tmp.replace(path)
+
+
+class MetricsLogger(keras.callbacks.Callback):
+    """Writes one JSON object per logging window and mirrors it to TensorBoard.
+
+    Each epoch of ``fit`` is one logging window of ``log_every`` steps (metrics
+    reset at every window). A line holds ``step``, ``tokens_per_sec`` and every
+    metric the model reports. A loss that is not finite stops the run with a
+    clear error instead of training on NaN.
+
+    Args:
+        path: the ``metrics.jsonl`` file (appended to).
+        tensorboard_dir: TensorBoard log directory, or None.
+        tokens_per_step: batch size x sequence length.
+        total_steps: the run's final step, for the progress bar.
+        initial_step: the step the run starts (or resumes) from.
+        progress: show a progress bar.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        tensorboard_dir: str | Path | None,
+        tokens_per_step: int,
+        total_steps: int,
+        initial_step: int = 0,
+        progress: bool = True,
+    ):
+        super().__init__()
+        self.path = Path(path)
+        self.tokens_per_step = tokens_per_step
+        self.writer = tf.summary.create_file_writer(str(tensorboard_dir)) if tensorboard_dir else None
+        self.step = initial_step
+        self.history: list[dict] = []
+        self._bar = tqdm(
+            total=total_steps, initial=initial_step, desc="pretrain", unit="step",
+            disable=not progress, dynamic_ncols=True,
+        )
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._window_start = time.perf_counter()
+        self._window_steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._window_steps += 1
+        self._bar.update(1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        elapsed = time.perf_counter() - self._window_start
+        self.step += self._window_steps
+        record = {"step": self.step}
+        record["tokens_per_sec"] = round(self.tokens_per_step * self._window_steps / elapsed, 1)
+        record.update({k: float(v) for k, v in (logs or {}).items()})
+        if not math.isfinite(record.get("loss", 0.0)):
+            raise ElectraError(
+                f"Training diverged at step {self.step} (loss is {record['loss']}); "
+                "lower --learning-rate or resume from the last checkpoint."
+            )
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self.writer is not None:
+            with self.writer.as_default():
+                for name, value in record.items():
+                    if name != "step":
+                        tf.summary.scalar(name, value, step=self.step)
+            self.writer.flush()
+        self.history.append(record)
+        shown = {k: f"{record[k]:.3f}" for k in ("loss", "disc_auc", "mlm_accuracy") if k in record}
+        self._bar.set_postfix(shown, refresh=False)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+class CheckpointEvery(keras.callbacks.Callback):
+    """Saves a checkpoint every ``every`` steps (checked at window ends) and at the end."""
+
+    def __init__(self, checkpoints: RunCheckpoints, every: int, final_step: int):
+        super().__init__()
+        self.checkpoints = checkpoints
+        self.every = every
+        self.final_step = final_step
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every == 0 or step >= self.final_step:
+            self.checkpoints.save(step)

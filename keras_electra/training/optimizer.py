@@ -1,0 +1,84 @@
+"""AdamW with ELECTRA's settings and a linear warm-up / linear decay schedule."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to ``peak`` over ``warmup_steps``, then linear decay to 0.
+
+    As in google-research/electra, the decay is measured from step 0
+    (``peak * (1 - step / total_steps)``) and the warm-up overrides it for the
+    first ``warmup_steps`` steps.
+
+    Example:
+        >>> schedule = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=100)
+        >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 100)]
+        [0.0, 0.0005, 0.0009, 0.0]
+    """
+
+    def __init__(self, peak: float, warmup_steps: int, total_steps: int):
+        self.peak = float(peak)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = max(1, int(total_steps))
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        decayed = self.peak * ops.maximum(0.0, 1.0 - step / self.total_steps)
+        if self.warmup_steps <= 0:
+            return decayed
+        warm = self.peak * step / self.warmup_steps
+        return ops.where(step < self.warmup_steps, warm, decayed)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+
+
+def no_decay_variables(model: keras.Model) -> list:
+    """LayerNorm parameters and biases: excluded from weight decay."""
+    excluded = []
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.LayerNormalization):
+            excluded.extend(layer.trainable_variables)
+    seen = {id(v) for v in excluded}
+    excluded.extend(
+        v for v in model.trainable_variables if v.name.endswith("bias") and id(v) not in seen
+    )
+    return excluded
+
+
+def create_optimizer(
+    model: keras.Model,
+    *,
+    learning_rate: float,
+    total_steps: int,
+    warmup_steps: int,
+    weight_decay: float = 0.01,
+    clip_norm: float | None = 1.0,
+) -> keras.optimizers.AdamW:
+    """AdamW (beta1 0.9, beta2 0.999, eps 1e-6) as ELECTRA pretrains with.
+
+    Weight decay skips LayerNorm parameters and biases; gradients are clipped
+    to a global norm of ``clip_norm``.
+
+    Args:
+        model: the built model whose variables are optimized.
+        learning_rate: the peak learning rate.
+        total_steps: steps until the rate reaches 0.
+        warmup_steps: steps of linear warm-up.
+        weight_decay: decoupled weight decay rate.
+        clip_norm: global gradient-norm clip (None for none).
+    """
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(learning_rate, warmup_steps, total_steps),
+        weight_decay=weight_decay,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        global_clipnorm=clip_norm,
+    )
+    optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
+    return optimizer

@@ -1,0 +1,151 @@
+"""Config, layers and the pretrainer model: sizes, sharing, serialization."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.config import ElectraConfig
+from keras_electra.errors import ConfigError
+from keras_electra.layers import ElectraBackbone
+from keras_electra.pretraining import ElectraPretrainer
+
+
+def small_config(**kw):
+    return ElectraConfig.from_preset("tiny", vocab_size=60, num_layers=1, **kw)
+
+
+def batch(seed=0, b=4, length=16, vocab=60):
+    ids = np.random.default_rng(seed).integers(5, vocab, (b, length)).astype("int32")
+    ids[:, 0] = 2
+    ids[:, -1] = 3
+    return {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+
+
+def test_config_json_round_trip(tmp_path):
+    config = ElectraConfig.from_preset("base", vocab_size=1234)
+    assert ElectraConfig.from_json(config.to_json()) == config
+    config.save(tmp_path / "config.json")
+    assert ElectraConfig.load(tmp_path / "config.json") == config
+    assert json.loads((tmp_path / "config.json").read_text())["hidden_size"] == 768
+
+
+@pytest.mark.parametrize(
+    "preset, disc, gen",
+    [
+        ("small", (256, 12, 4, 1024), (64, 12, 1, 256)),
+        ("base", (768, 12, 12, 3072), (256, 12, 4, 1024)),
+        ("large", (1024, 24, 16, 4096), (256, 24, 4, 1024)),
+    ],
+)
+def test_presets_match_the_paper(preset, disc, gen):
+    config = ElectraConfig.from_preset(preset)
+    d, g = config.discriminator_config(), config.generator_config()
+    assert (d.hidden_size, d.num_layers, d.num_heads, d.intermediate_size) == disc
+    assert (g.hidden_size, g.num_layers, g.num_heads, g.intermediate_size) == gen
+    assert config.vocab_size == 30522 and config.max_position_embeddings == 512
+    assert config.embedding_size == {"small": 128, "base": 768, "large": 1024}[preset]
+
+
+def test_generator_sizing_rule():
+    config = ElectraConfig.from_preset("base", generator_hidden_size=1.0, generator_layers=0.5)
+    g = config.generator_config()
+    assert (g.hidden_size, g.num_heads, g.intermediate_size, g.num_layers) == (768, 12, 3072, 6)
+
+
+def test_bad_config_values_raise_one_sentence():
+    with pytest.raises(ConfigError, match="divisible"):
+        ElectraConfig(hidden_size=100, num_heads=3)
+    with pytest.raises(ConfigError, match="Unknown ElectraConfig field"):
+        ElectraConfig.from_dict({"hidden": 3})
+    with pytest.raises(ConfigError, match="Unknown preset 'huge'"):
+        ElectraConfig.from_preset("huge")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        ElectraConfig.from_json("{")
+
+
+def test_generator_and_discriminator_share_the_embedding_variables():
+    model = ElectraPretrainer(small_config(), seed=0)
+    assert model.generator.embedding is model.discriminator.embedding
+    ids = {id(v) for v in model.embedding.trainable_variables}
+    assert len(ids) == 5  # word, position, segment, LayerNorm gamma and beta
+    # The generator's output projection is the word-embedding matrix itself.
+    assert model.generator_head.token_embedding is model.embedding.token_embedding
+    # Variables are not duplicated by the sharing.
+    all_ids = [id(v) for v in model.trainable_variables]
+    assert len(all_ids) == len(set(all_ids))
+    # Each tower projects from the embedding size to its own hidden size.
+    assert model.generator.encoder.projection is not None  # 64 != 128
+    assert model.discriminator.encoder.projection is None  # 128 == 128
+
+
+def test_embeddings_get_gradients_from_both_losses():
+    model = ElectraPretrainer(small_config(), seed=0)
+    word = model.embedding.token_embedding.embeddings
+    data = batch()
+    for loss_name in ("mlm_loss", "disc_loss"):
+        with tf.GradientTape() as tape:
+            loss = model.compute_objective(data, training=True)[loss_name]
+        grad = tape.gradient(loss, word)
+        assert grad is not None and float(tf.norm(tf.convert_to_tensor(grad))) > 0
+
+
+def test_total_loss_is_mlm_plus_weighted_disc():
+    model = ElectraPretrainer(small_config(dropout=0.0, disc_weight=50.0), seed=0)
+    out = model.compute_objective(batch(), training=False)
+    expected = float(out["mlm_loss"]) + 50.0 * float(out["disc_loss"])
+    assert float(out["loss"]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_exact_gelu_in_the_transformer_layers():
+    model = ElectraPretrainer(small_config(), seed=0)
+    layer = model.discriminator.encoder.transformer_layers[0]
+    act = layer._feedforward_intermediate_dense.activation
+    x = np.array([-1.0, 0.5, 2.0], "float32")
+    from math import erf, sqrt
+    exact = [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x]
+    np.testing.assert_allclose(np.asarray(act(x)), exact, rtol=1e-6)
+
+
+def test_train_step_reports_every_metric():
+    model = ElectraPretrainer(small_config(), seed=0)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    logs = model.train_on_batch(batch(), return_dict=True)
+    assert set(logs) == {
+        "loss", "mlm_loss", "mlm_accuracy", "sampled_mlm_accuracy", "disc_loss",
+        "disc_accuracy", "disc_precision", "disc_recall", "disc_auc", "replaced_fraction",
+    }
+    assert all(np.isfinite(v) for v in logs.values())
+
+
+def test_mlm_objective_uses_the_same_path_without_a_generator():
+    model = ElectraPretrainer(small_config(), objective="mlm", seed=0)
+    assert model.generator is None and model.discriminator_head is None
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    logs = model.train_on_batch(batch(), return_dict=True)
+    assert set(logs) == {"loss", "mlm_loss", "mlm_accuracy"}
+    assert logs["loss"] == pytest.approx(logs["mlm_loss"])
+
+
+def test_pretrainer_save_and_load_round_trip(tmp_path):
+    model = ElectraPretrainer(small_config(), seed=3)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    model.train_on_batch(batch())
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, ElectraPretrainer)
+    assert loaded.config == model.config
+    data = batch(seed=1)
+    np.testing.assert_allclose(loaded(data).numpy(), model(data).numpy(), atol=1e-6)
+
+
+def test_backbone_round_trips_alone(tmp_path):
+    backbone = ElectraBackbone(small_config())
+    ids = np.ones((2, 8), "int32")
+    inputs = {"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids}
+    backbone.save(tmp_path / "b.keras")
+    loaded = keras.saving.load_model(tmp_path / "b.keras")
+    np.testing.assert_allclose(loaded(inputs).numpy(), backbone(inputs).numpy(), atol=1e-6)

@@ -1,0 +1,151 @@
+"""The ELECTRA objective: masking rule, sampling, labels and losses."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.pretraining import objective
+
+CLS, SEP, PAD, MASK = 2, 3, 0, 4
+
+
+def seeds(a=1, b=2):
+    return (tf.constant([a, 0]), tf.constant([b, 0]))
+
+
+def random_batch(rng, batch=512, length=128, vocab=1000):
+    lengths = rng.integers(10, length + 1, size=batch)
+    ids = rng.integers(5, vocab, size=(batch, length)).astype("int32")
+    mask = (np.arange(length)[None, :] < lengths[:, None]).astype("int32")
+    ids[:, 0] = CLS
+    ids[np.arange(batch), lengths - 1] = SEP
+    ids[mask == 0] = PAD
+    return ids, mask
+
+
+def test_masking_rates_on_a_large_batch():
+    ids, mask = random_batch(np.random.default_rng(0))
+    out = objective.mask_tokens(
+        ids, mask, special_ids=(PAD, CLS, SEP), mask_token_id=MASK,
+        max_predictions=int(0.155 * 128), seeds=seeds(),
+    )
+    weights = out.weights.numpy()
+    positions = out.positions.numpy()
+    chosen_ids = np.take_along_axis(ids, positions, axis=1)[weights > 0]
+    real = ((mask == 1) & ~np.isin(ids, [CLS, SEP])).sum()
+
+    selected_fraction = weights.sum() / real
+    assert abs(selected_fraction - 0.15) <= 0.01, selected_fraction
+    # Special tokens and padding are never chosen.
+    assert not np.isin(chosen_ids, [PAD, CLS, SEP]).any()
+    # Chosen positions are distinct within each row.
+    for row, w in zip(positions, weights):
+        assert len(set(row[w > 0])) == int(w.sum())
+    masked = out.input_ids.numpy()
+    became_mask = np.take_along_axis(masked, positions, axis=1)[weights > 0] == MASK
+    assert abs(became_mask.mean() - 0.85) <= 0.02, became_mask.mean()
+    # Unchosen tokens are untouched; chosen ones are [MASK] or their original.
+    changed = masked != ids
+    assert changed.sum() == became_mask.sum()
+    np.testing.assert_array_equal(out.labels.numpy()[weights > 0], chosen_ids)
+
+
+def test_masking_small_fixed_example():
+    ids = np.array([[CLS, 10, 11, 12, 13, SEP, PAD, PAD]], "int32")
+    mask = np.array([[1, 1, 1, 1, 1, 1, 0, 0]], "int32")
+    out = objective.mask_tokens(
+        ids, mask, special_ids=(PAD, CLS, SEP), mask_token_id=MASK, mask_prob=0.5,
+        mask_token_prob=1.0, max_predictions=3, seeds=seeds(),
+    )
+    # 4 candidates x 0.5 = 2 positions; the third slot is unused.
+    np.testing.assert_array_equal(out.weights.numpy(), [[1.0, 1.0, 0.0]])
+    chosen = out.positions.numpy()[0, :2]
+    assert set(chosen) <= {1, 2, 3, 4}
+    assert out.positions.numpy()[0, 2] == 0 and out.labels.numpy()[0, 2] == 0
+    np.testing.assert_array_equal(out.labels.numpy()[0, :2], ids[0, chosen])
+    expected = ids.copy()
+    expected[0, chosen] = MASK
+    np.testing.assert_array_equal(out.input_ids.numpy(), expected)
+
+
+def test_masking_caps_and_empty_sequences():
+    # A sequence with no candidate tokens chooses nothing; a long one is capped.
+    ids = np.array([[CLS, SEP, PAD, PAD], [CLS, 7, 8, 9]], "int32")
+    mask = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], "int32")
+    out = objective.mask_tokens(
+        ids, mask, special_ids=(PAD, CLS, SEP), mask_token_id=MASK, mask_prob=0.9,
+        max_predictions=2, seeds=seeds(),
+    )
+    np.testing.assert_array_equal(out.weights.numpy(), [[0, 0], [1, 1]])
+    np.testing.assert_array_equal(out.input_ids.numpy()[0], ids[0])
+
+
+def test_masking_is_deterministic_per_seed():
+    ids, mask = random_batch(np.random.default_rng(1), batch=8)
+    kw = dict(special_ids=(PAD, CLS, SEP), mask_token_id=MASK, max_predictions=19)
+    a = objective.mask_tokens(ids, mask, seeds=seeds(5, 6), **kw)
+    b = objective.mask_tokens(ids, mask, seeds=seeds(5, 6), **kw)
+    c = objective.mask_tokens(ids, mask, seeds=seeds(7, 6), **kw)
+    np.testing.assert_array_equal(a.positions.numpy(), b.positions.numpy())
+    assert not np.array_equal(a.positions.numpy(), c.positions.numpy())
+
+
+def test_replace_tokens_and_labels_count_correct_samples_as_original():
+    ids = tf.constant([[CLS, 10, 11, 12, SEP, PAD]])
+    mask = tf.constant([[1, 1, 1, 1, 1, 0]])
+    positions = tf.constant([[1, 3, 0]])
+    sampled = tf.constant([[10, 99, 7]])  # pos 1 sampled correctly; slot 3 unused
+    weights = tf.constant([[1.0, 1.0, 0.0]])
+    fake = objective.replace_tokens(ids, positions, sampled, weights)
+    np.testing.assert_array_equal(fake.numpy(), [[CLS, 10, 11, 99, SEP, PAD]])
+    labels = objective.replaced_labels(fake, ids, mask)
+    np.testing.assert_array_equal(labels.numpy(), [[0, 0, 0, 1, 0, 0]])
+
+
+def test_mlm_loss_matches_hand_computation():
+    logits = np.array([[[2.0, 0.5, -1.0], [0.0, 1.0, 3.0], [9.0, 9.0, 9.0]]], "float32")
+    labels = np.array([[0, 1, 2]], "int32")
+    weights = np.array([[1.0, 1.0, 0.0]], "float32")
+    def nll(row, label):
+        return -(row[label] - np.log(np.exp(row).sum()))
+    expected = (nll(logits[0, 0], 0) + nll(logits[0, 1], 1)) / 2
+    got = objective.mlm_loss(logits, labels, weights).numpy()
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_disc_loss_matches_hand_computation():
+    logits = np.array([[1.5, -0.5, 2.0, 7.0]], "float32")
+    labels = np.array([[1.0, 0.0, 0.0, 1.0]], "float32")
+    mask = np.array([[1, 1, 1, 0]], "int32")  # the last token is padding
+    def bce(x, y):
+        p = 1 / (1 + np.exp(-x))
+        return -(y * np.log(p) + (1 - y) * np.log(1 - p))
+    expected = np.mean([bce(1.5, 1), bce(-0.5, 0), bce(2.0, 0)])
+    got = objective.disc_loss(logits, labels, mask).numpy()
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_sampling_follows_the_softmax_and_disallow_correct():
+    probs = np.array([0.7, 0.2, 0.1], "float32")
+    logits = np.broadcast_to(np.log(probs), (1, 20000, 3)).copy()
+    labels = np.zeros((1, 20000), "int32")
+    sampled = objective.sample_tokens(logits, labels, seed=tf.constant([3, 4])).numpy()
+    freq = np.bincount(sampled.ravel(), minlength=3) / sampled.size
+    np.testing.assert_allclose(freq, probs, atol=0.015)
+    never = objective.sample_tokens(
+        logits, labels, seed=tf.constant([3, 4]), disallow_correct=True
+    ).numpy()
+    assert (never != 0).all()
+    # Low temperature concentrates on the argmax.
+    cold = objective.sample_tokens(logits, labels, seed=tf.constant([3, 4]), temperature=0.05)
+    assert (cold.numpy() == 0).mean() > 0.99
+
+
+def test_sampling_has_no_gradient():
+    logits = tf.Variable(tf.random.normal([2, 3, 10]))
+    with tf.GradientTape() as tape:
+        sampled = objective.sample_tokens(logits, tf.zeros([2, 3], tf.int32), seed=tf.constant([1, 1]))
+        y = tf.reduce_sum(tf.cast(sampled, tf.float32) * tf.reduce_sum(logits))
+    # Gradient only through the explicit logits sum, none through the sample itself.
+    grad = tape.gradient(y, logits)
+    np.testing.assert_allclose(grad.numpy(), float(tf.reduce_sum(tf.cast(sampled, tf.float32))))
