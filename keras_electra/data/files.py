@@ -1,0 +1,131 @@
+"""Resolving and checking the corpus files a user passes."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+
+from keras_electra.errors import InputDataError
+
+PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
+
+
+def _as_list(paths: PathsLike) -> list[str]:
+    if isinstance(paths, str | os.PathLike):
+        return [os.fspath(paths)]
+    return [os.fspath(p) for p in paths]
+
+
+def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
+    """Expands paths into a list of existing files.
+
+    Each path may be a file, a directory (its ``*{extension}`` files, sorted, are used)
+    or a glob pattern.
+
+    Args:
+        paths: one path or a sequence of paths.
+        extension: the extension to look for in directories, e.g. ``".txt"``.
+        what: how to name the files in errors, e.g. ``"Corpus file"``.
+
+    Returns:
+        The files, in the order given (each directory's and pattern's files sorted).
+
+    Raises:
+        InputDataError: if no path is given, a path does not exist, or a directory or
+            pattern matches no file.
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(d, "a.txt"), "w").write("Hi.\\n")
+        >>> [os.path.basename(p) for p in resolve_files(d, ".txt", "Corpus file")]
+        ['a.txt']
+    """
+    items = _as_list(paths)
+    if not items:
+        raise InputDataError(f"No {what.lower()} was given; pass at least one path.")
+    resolved: list[str] = []
+    for item in items:
+        if os.path.isdir(item):
+            found = sorted(
+                os.path.join(item, name)
+                for name in os.listdir(item)
+                if name.endswith(extension) and os.path.isfile(os.path.join(item, name))
+            )
+            if not found:
+                raise InputDataError(
+                    f"Directory '{item}' has no *{extension} files; "
+                    f"put the data in *{extension} files or pass the files themselves."
+                )
+            resolved.extend(found)
+        elif os.path.isfile(item):
+            resolved.append(item)
+        elif glob.has_magic(item):
+            found = sorted(p for p in glob.glob(item) if os.path.isfile(p))
+            if not found:
+                raise InputDataError(
+                    f"Pattern '{item}' matches no file; check the path and the wildcard."
+                )
+            resolved.extend(found)
+        else:
+            raise InputDataError(
+                f"{what} '{item}' does not exist; pass paths to existing files or directories."
+            )
+    return resolved
+
+
+def resolve_corpus_files(paths: PathsLike) -> list[str]:
+    """Expands corpus paths (files, directories of ``*.txt`` files, glob patterns).
+
+    Args:
+        paths: one path or a sequence of paths.
+
+    Returns:
+        The text files, in order.
+
+    Raises:
+        InputDataError: if a path is missing or a directory has no ``*.txt`` file.
+
+    Example:
+        >>> resolve_corpus_files("missing.txt")
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.InputDataError: Corpus file 'missing.txt' does not exist; \
+pass paths to existing UTF-8 text files or directories.
+    """
+    items = _as_list(paths)
+    for item in items:
+        if not (os.path.exists(item) or glob.has_magic(item)):
+            raise InputDataError(
+                f"Corpus file '{item}' does not exist; "
+                "pass paths to existing UTF-8 text files or directories."
+            )
+    return resolve_files(items, ".txt", "Corpus file")
+
+
+def check_corpus_has_text(files: Sequence[str]) -> None:
+    """Raises if no file has a non-blank line (reads only until the first one).
+
+    Args:
+        files: resolved text files.
+
+    Raises:
+        InputDataError: if every line of every file is blank.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("Hi.\\n")
+        >>> check_corpus_has_text([path])
+    """
+    for path in files:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.strip():
+                    return
+    shown = ", ".join(f"'{p}'" for p in files[:3]) + (" ..." if len(files) > 3 else "")
+    raise InputDataError(
+        f"The corpus ({shown}) has no text, only blank lines; "
+        "pass UTF-8 text files with one sentence per line."
+    )

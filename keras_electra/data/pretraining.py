@@ -1,0 +1,596 @@
+"""Pretraining examples streamed from raw text, packed like google-research/electra.
+
+Input format (the one google-research/electra's ``build_pretraining_dataset.py``
+reads): UTF-8 text files with one sentence per line and a blank line between
+documents. Bytes that are not valid UTF-8 are replaced with U+FFFD, and lines longer
+than :data:`MAX_LINE_CHARS` characters are cut to that length, so any file gives
+examples (or one clear error).
+
+Everything runs in the ``tf.data`` graph: lines are tokenized in parallel batches with
+:class:`ElectraTokenizer`, then packed by a ``Dataset.scan`` that follows ELECTRA's
+``ExampleBuilder`` rules, with stateless random numbers keyed on ``(seed, epoch,
+example index)``. The output is therefore deterministic for a given seed (and does not
+depend on TensorFlow's global seed), so ``dataset.skip(n)`` reproduces a position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from keras_electra.data.files import PathsLike, check_corpus_has_text, resolve_corpus_files
+from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.errors import ConfigError, InputDataError
+
+MAX_LINE_CHARS = 100_000
+"""Lines are cut to this many characters before tokenization."""
+
+SINGLE_SEGMENT_PROB = 0.1
+"""Chance that an example's first segment may take all its sentences (no second segment)."""
+
+RANDOM_LENGTH_PROB = 0.05
+"""Chance that the next example's target length is drawn from ``randint(5, max_seq_length)``."""
+
+_TOKENIZE_BATCH = 256
+_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+# Sub-streams of randomness derived from (seed, epoch).
+_FILE_ORDER, _PACKING, _SHUFFLE = 1, 2, 3
+
+
+def _stream_seed(seed: int | tf.Tensor, epoch: int | tf.Tensor, stream: int) -> tf.Tensor:
+    """A stateless-RNG seed (shape [2], int64) for one stream of one epoch."""
+    base = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.experimental.stateless_fold_in(base, tf.constant(stream, tf.int64))
+
+
+def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
+    """Validates ``batch_size`` and ``max_seq_length`` arguments.
+
+    Args:
+        batch_size: examples per batch (``None`` skips the check).
+        max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
+
+    Raises:
+        ConfigError: if either is not a positive integer or ``max_seq_length`` < 5.
+
+    Example:
+        >>> check_shapes(32, 128)
+    """
+    if batch_size is not None and (not isinstance(batch_size, int | np.integer) or batch_size < 1):
+        raise ConfigError(f"batch_size={batch_size!r} is invalid; use a positive integer.")
+    if not isinstance(max_seq_length, int | np.integer) or max_seq_length < 5:
+        raise ConfigError(
+            f"max_seq_length={max_seq_length!r} is too small; use an integer of at least 5 "
+            "(128 is typical)."
+        )
+
+
+def line_dataset(
+    files: Sequence[str], *, seed: int = 0, epoch: int | tf.Tensor = 0, shuffle_files: bool = False
+) -> tf.data.Dataset:
+    """Reads the lines of resolved text files, with a blank line after each file.
+
+    Args:
+        files: existing text files (see :func:`resolve_corpus_files`).
+        seed: seed for the file order.
+        epoch: epoch number (an int or int64 tensor); each epoch has its own file order.
+        shuffle_files: permute the files (deterministically for ``seed`` and ``epoch``).
+
+    Returns:
+        A dataset of scalar ``tf.string`` lines, without line endings.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("One.\\nTwo.\\n")
+        >>> list(line_dataset([path]).as_numpy_iterator())
+        [b'One.', b'Two.', b'']
+    """
+    names = tf.constant(list(files), dtype=tf.string)
+    if shuffle_files and len(files) > 1:
+        keys = tf.random.stateless_uniform(
+            [len(files)], seed=_stream_seed(seed, epoch, _FILE_ORDER)
+        )
+        names = tf.gather(names, tf.argsort(keys))
+    end_of_file = tf.data.Dataset.from_tensors(tf.constant("", tf.string))
+    return tf.data.Dataset.from_tensor_slices(names).flat_map(
+        lambda name: tf.data.TextLineDataset(name).concatenate(end_of_file)
+    )
+
+
+def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.data.Dataset:
+    """Tokenizes a dataset of lines in parallel batches.
+
+    Lines are cut to :data:`MAX_LINE_CHARS` characters and invalid UTF-8 is replaced
+    with U+FFFD.
+
+    Args:
+        lines: a dataset of scalar ``tf.string`` lines.
+        tokenizer: the tokenizer.
+
+    Returns:
+        A dataset of ``(ids, blank)``: int32 ids of shape ``[None]`` and a bool that is
+        true for blank (document-separating) lines. Order is preserved.
+
+    Example:
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi"])
+        >>> lines = tf.data.Dataset.from_tensor_slices(["Hi hi", ""])
+        >>> [(i.tolist(), bool(b)) for i, b in tokenize_lines(lines, t).as_numpy_iterator()]
+        [([5, 5], False), ([], True)]
+    """
+
+    def tokenize(batch: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
+        batch = tf.strings.substr(batch, 0, 4 * MAX_LINE_CHARS)
+        batch = tf.strings.unicode_transcode(batch, "UTF-8", "UTF-8", errors="replace")
+        batch = tf.strings.substr(batch, 0, MAX_LINE_CHARS, unit="UTF8_CHAR")
+        blank = tf.equal(tf.strings.length(tf.strings.strip(batch)), 0)
+        return tokenizer.tokenize(batch), blank
+
+    return (
+        lines.batch(_TOKENIZE_BATCH)
+        .map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .unbatch()
+    )
+
+
+def pack_examples(
+    token_lines: tf.data.Dataset,
+    *,
+    max_seq_length: int,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int,
+    seed: int | tf.Tensor = 0,
+    single_segment_prob: float = SINGLE_SEGMENT_PROB,
+    random_length_prob: float = RANDOM_LENGTH_PROB,
+) -> tf.data.Dataset:
+    """Packs tokenized sentences into ``[CLS] A [SEP] B [SEP]`` examples, as ELECTRA does.
+
+    Rules (google-research/electra's ``ExampleBuilder``): sentences accumulate until
+    their token count reaches the target length (``max_seq_length``) or a blank line
+    ends the document. The first segment's target is unbounded with probability
+    ``single_segment_prob``, else ``(target - 3) // 2``; each sentence goes to the first
+    segment if it is empty, or stays under its target, or (with probability 0.5) if the
+    second segment is empty and the first is under target; otherwise to the second.
+    The first segment is cut to ``max_seq_length - 2`` tokens, the second to what is
+    left. With probability ``random_length_prob`` the next target length is
+    ``randint(5, max_seq_length)``.
+
+    ELECTRA assigns an example's sentences to segments when the example is complete;
+    the rule only looks at earlier sentences, so this ``Dataset.scan`` assigns each
+    sentence as it arrives (same rule, same distribution) and keeps only the tokens
+    that survive trimming, which keeps the state small and each step cheap.
+
+    Args:
+        token_lines: a dataset of ``(ids, blank)`` as made by :func:`tokenize_lines`.
+        max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
+        cls_id: id of ``[CLS]``.
+        sep_id: id of ``[SEP]``.
+        pad_id: id of ``[PAD]``, used to pad ``input_ids``.
+        seed: an int64 scalar or a shape ``[2]`` stateless seed; fixes every random choice.
+        single_segment_prob: see above (0 makes every example two-segment when possible).
+        random_length_prob: see above (0 keeps every target at ``max_seq_length``).
+
+    Returns:
+        A dataset of dicts of int32 ``[max_seq_length]`` tensors: ``input_ids``,
+        ``input_mask`` (1 for tokens, 0 for padding) and ``segment_ids`` (0 for
+        ``[CLS] A [SEP]``, 1 for ``B [SEP]``).
+
+    Example:
+        >>> lines = tf.data.Dataset.from_tensor_slices(
+        ...     (tf.ragged.constant([[5, 6], [7], []]), [False, False, True]))
+        >>> ex = next(iter(pack_examples(lines, max_seq_length=8, cls_id=2, sep_id=3,
+        ...     pad_id=0, single_segment_prob=0.0, random_length_prob=0.0)))
+        >>> ex["input_ids"].numpy().tolist(), ex["segment_ids"].numpy().tolist()
+        ([2, 5, 6, 3, 7, 3, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0])
+    """
+    check_shapes(None, max_seq_length)
+    length = int(max_seq_length)
+    seed = tf.convert_to_tensor(seed, dtype=tf.int64)
+    if seed.shape.rank == 0:
+        seed = tf.stack([seed, tf.constant(0, tf.int64)])
+    example_seed = tf.random.experimental.stateless_fold_in(seed, tf.constant(1, tf.int64))
+    coin_seed = tf.random.experimental.stateless_fold_in(seed, tf.constant(2, tf.int64))
+    min_random_length = min(5, length)
+    unbounded = tf.constant(1 << 30)
+
+    def first_target_for(count: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+        """Example ``count``'s first-segment target (drawn when the example starts)."""
+        draw = tf.random.stateless_uniform(
+            [], seed=tf.random.experimental.stateless_fold_in(example_seed, 2 * count)
+        )
+        return tf.where(draw < single_segment_prob, unbounded, (target - 3) // 2)
+
+    def next_target_after(count: tf.Tensor) -> tf.Tensor:
+        """The target length of the example after example ``count``."""
+        key = tf.random.experimental.stateless_fold_in(example_seed, 2 * count + 1)
+        draw = tf.random.stateless_uniform([], seed=key)
+        random_length = tf.random.stateless_uniform(
+            [],
+            seed=tf.random.experimental.stateless_fold_in(key, tf.constant(1, tf.int64)),
+            minval=min_random_length,
+            maxval=length + 1,
+            dtype=tf.int32,
+        )
+        return tf.where(draw < random_length_prob, random_length, length)
+
+    def make_example(first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
+        second = second[: tf.maximum(0, length - tf.size(first) - 3)]
+        has_second = tf.cast(tf.size(second) > 0, tf.int32)
+        sep = tf.constant([sep_id], tf.int32)
+        ids = tf.concat([[cls_id], first, sep, second, sep[:has_second]], axis=0)
+        segments = tf.concat(
+            [
+                tf.zeros([tf.size(first) + 2], tf.int32),
+                tf.ones([tf.size(second) + has_second], tf.int32),
+            ],
+            axis=0,
+        )
+        padding = [[0, length - tf.size(ids)]]
+        return {
+            "input_ids": tf.reshape(tf.pad(ids, padding, constant_values=pad_id), [length]),
+            "input_mask": tf.reshape(tf.pad(tf.ones_like(ids), padding), [length]),
+            "segment_ids": tf.reshape(tf.pad(segments, padding), [length]),
+        }
+
+    empty_example = {name: tf.zeros([length], tf.int32) for name in _FEATURES}
+    zero = tf.constant(0, tf.int64)
+    initial_state = (
+        tf.zeros([0], tf.int32),  # first-segment tokens, cut to length - 2
+        tf.zeros([0], tf.int32),  # second-segment tokens, cut to length - 3
+        tf.constant(0),  # first-segment length before cutting
+        tf.constant(0),  # second-segment length before cutting
+        tf.constant(length),  # target length of the current example
+        first_target_for(zero, tf.constant(length)),  # its first-segment target
+        zero,  # examples made so far
+        zero,  # lines seen so far
+    )
+
+    def step(state, line):
+        first, second, first_len, second_len, target, first_target, count, line_no = state
+        ids, blank = line
+        ids = tf.cast(ids, tf.int32)
+        num = tf.size(ids)
+        pending = first_len + second_len
+        append = tf.logical_and(tf.logical_not(blank), num > 0)
+        coin = tf.random.stateless_uniform(
+            [], seed=tf.random.experimental.stateless_fold_in(coin_seed, line_no)
+        )
+        to_first = (
+            tf.equal(first_len, 0)
+            | (first_len + num < first_target)
+            | (tf.equal(second_len, 0) & (first_len < first_target) & (coin < 0.5))
+        )
+        add_first = tf.where(append & to_first, num, 0)
+        add_second = tf.where(append & tf.logical_not(to_first), num, 0)
+        first = tf.concat([first, ids[:add_first]], axis=0)[: length - 2]
+        second = tf.concat([second, ids[:add_second]], axis=0)[: length - 3]
+        first_len += add_first
+        second_len += add_second
+        flush = (blank & (pending > 0)) | (append & (first_len + second_len >= target))
+        line_no += 1
+
+        def emit():
+            next_target = next_target_after(count)
+            state = (
+                first[:0],
+                second[:0],
+                tf.constant(0),
+                tf.constant(0),
+                next_target,
+                first_target_for(count + 1, next_target),
+                count + 1,
+                line_no,
+            )
+            return state, (True, make_example(first, second))
+
+        def keep():
+            state = (first, second, first_len, second_len, target, first_target, count, line_no)
+            return state, (False, empty_example)
+
+        return tf.cond(flush, emit, keep)
+
+    return (
+        token_lines.scan(initial_state, step)
+        .filter(lambda emitted, example: emitted)
+        .map(lambda emitted, example: example)
+    )
+
+
+def pretraining_examples(
+    files: PathsLike,
+    tokenizer: ElectraTokenizer,
+    *,
+    max_seq_length: int,
+    seed: int = 0,
+    epoch: int | tf.Tensor = 0,
+    shuffle_files: bool = False,
+) -> tf.data.Dataset:
+    """One pass of packed, unbatched, unshuffled examples over a text corpus.
+
+    Args:
+        files: text files, directories of ``*.txt`` files, or glob patterns.
+        tokenizer: the tokenizer.
+        max_seq_length: tokens per example.
+        seed: fixes the packing's random choices (and the file order).
+        epoch: the pass number; each pass packs differently (deterministically).
+        shuffle_files: read the files in a seeded random order.
+
+    Returns:
+        A dataset of dicts of int32 ``[max_seq_length]`` tensors (see :func:`pack_examples`).
+
+    Raises:
+        InputDataError: if a file is missing or the corpus has only blank lines.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("hi hi.\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
+        >>> ex = next(iter(pretraining_examples(path, t, max_seq_length=6)))
+        >>> ex["input_ids"].numpy().tolist()
+        [2, 5, 5, 6, 3, 0]
+    """
+    paths = resolve_corpus_files(files)
+    check_corpus_has_text(paths)
+    return _epoch_examples(paths, tokenizer, epoch, seed, max_seq_length, shuffle_files)
+
+
+def _epoch_examples(
+    paths: list[str],
+    tokenizer: ElectraTokenizer,
+    epoch: int | tf.Tensor,
+    seed: int,
+    max_seq_length: int,
+    shuffle_files: bool,
+) -> tf.data.Dataset:
+    lines = line_dataset(paths, seed=seed, epoch=epoch, shuffle_files=shuffle_files)
+    return pack_examples(
+        tokenize_lines(lines, tokenizer),
+        max_seq_length=max_seq_length,
+        cls_id=tokenizer.cls_id,
+        sep_id=tokenizer.sep_id,
+        pad_id=tokenizer.pad_id,
+        seed=_stream_seed(seed, epoch, _PACKING),
+    )
+
+
+def block_shuffle(
+    dataset: tf.data.Dataset, block_size: int, seed: int, epoch: int | tf.Tensor = 0
+) -> tf.data.Dataset:
+    """Shuffles examples within consecutive blocks of ``block_size``, statelessly.
+
+    Unlike ``Dataset.shuffle``, the order depends only on ``seed`` and ``epoch`` (not on
+    TensorFlow's global seed), so a pipeline rebuilt in another process yields the same
+    sequence. A last, shorter block is shuffled too.
+
+    Args:
+        dataset: a finite dataset (one pass) of dicts of tensors.
+        block_size: examples per block (the shuffle buffer).
+        seed: the seed.
+        epoch: the pass number (an int or int64 tensor); each pass shuffles differently.
+
+    Returns:
+        The shuffled dataset.
+
+    Example:
+        >>> ds = tf.data.Dataset.range(6).map(lambda i: {"x": i})
+        >>> sorted(int(e["x"]) for e in block_shuffle(ds, 3, seed=0))
+        [0, 1, 2, 3, 4, 5]
+    """
+    if block_size <= 1:
+        return dataset
+    pass_seed = _stream_seed(seed, epoch, _SHUFFLE)
+
+    def shuffle_block(index, block):
+        size = tf.shape(tf.nest.flatten(block)[0])[0]
+        key = tf.random.experimental.stateless_fold_in(pass_seed, index)
+        order = tf.argsort(tf.random.stateless_uniform([size], seed=key))
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
+
+    return dataset.batch(block_size).enumerate().map(shuffle_block).unbatch()
+
+
+def finish_batches(
+    examples: tf.data.Dataset,
+    batch_size: int,
+    max_seq_length: int,
+    parse: Callable[[Any], dict[str, tf.Tensor]] | None = None,
+) -> tf.data.Dataset:
+    """Batches examples with static shapes ``[batch_size, max_seq_length]`` and prefetches.
+
+    Args:
+        examples: a dataset of dicts of int ``[max_seq_length]`` tensors (or of
+            elements that ``parse`` turns into such dicts once batched).
+        batch_size: examples per batch; a last partial batch is dropped.
+        max_seq_length: tokens per example.
+        parse: optional function applied to each batch before the shapes are fixed.
+
+    Returns:
+        The batched dataset of int32 dicts, options set for deterministic order.
+
+    Example:
+        >>> ds = tf.data.Dataset.from_tensors({"input_ids": tf.zeros([4], tf.int32)}).repeat(3)
+        >>> finish_batches(ds, 2, 4).element_spec["input_ids"].shape
+        TensorShape([2, 4])
+    """
+    shape = [batch_size, max_seq_length]
+
+    def fix(batch: Any) -> dict[str, tf.Tensor]:
+        if parse is not None:
+            batch = parse(batch)
+        return {k: tf.ensure_shape(tf.cast(v, tf.int32), shape) for k, v in batch.items()}
+
+    batches = examples.batch(batch_size, drop_remainder=True).map(
+        fix, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    options = tf.data.Options()
+    options.deterministic = True
+    return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def pretraining_dataset(
+    files: PathsLike,
+    tokenizer: ElectraTokenizer,
+    *,
+    batch_size: int,
+    max_seq_length: int,
+    seed: int = 0,
+    shuffle: bool = True,
+    repeat: bool = True,
+    shuffle_buffer: int = 10000,
+) -> tf.data.Dataset:
+    """Streams batches of ELECTRA pretraining examples from raw text files.
+
+    Each pass over the corpus (epoch ``e``) packs with seed ``(seed, e)``; with
+    ``shuffle`` the file order is permuted per pass and each pass's examples are
+    shuffled within blocks of ``shuffle_buffer`` (the first batch waits for one block,
+    or one pass if that is shorter). The sequence of batches depends only on the files,
+    the tokenizer and these arguments, so ``dataset.skip(n)`` resumes at batch ``n``.
+
+    Args:
+        files: text files, directories of ``*.txt`` files, or glob patterns; one sentence
+            per line, blank lines between documents.
+        tokenizer: the tokenizer.
+        batch_size: examples per batch (a last partial batch is dropped).
+        max_seq_length: tokens per example.
+        seed: the seed for packing and shuffling.
+        shuffle: shuffle files and examples.
+        repeat: loop over the corpus forever (each pass packed and shuffled anew).
+        shuffle_buffer: examples shuffled together.
+
+    Returns:
+        A dataset of dicts ``{"input_ids", "input_mask", "segment_ids"}`` of int32
+        tensors of static shape ``[batch_size, max_seq_length]``.
+
+    Raises:
+        InputDataError: if a file is missing, the corpus has no text or no tokens, or
+            (without ``repeat``) it gives fewer than ``batch_size`` examples.
+        ConfigError: if ``batch_size`` or ``max_seq_length`` is invalid.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("hi hi.\\n\\nhi.\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
+        >>> ds = pretraining_dataset(path, t, batch_size=2, max_seq_length=8)
+        >>> next(iter(ds))["input_ids"].shape
+        TensorShape([2, 8])
+    """
+    check_shapes(batch_size, max_seq_length)
+    paths = resolve_corpus_files(files)
+    check_corpus_has_text(paths)
+    _check_gives_examples(paths, tokenizer, seed, max_seq_length, batch_size, repeat)
+
+    def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+        examples = _epoch_examples(paths, tokenizer, epoch, seed, max_seq_length, shuffle)
+        if shuffle:
+            examples = block_shuffle(examples, shuffle_buffer, seed, epoch)
+        return examples
+
+    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    return finish_batches(epochs.flat_map(one_pass), batch_size, max_seq_length)
+
+
+def _has_tokens(paths: list[str], tokenizer: ElectraTokenizer) -> bool:
+    """Whether some non-blank line tokenizes to at least one token (reads until one does)."""
+    batch: list[bytes] = []
+    for path in paths:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.strip():
+                    batch.append(line[: 4 * MAX_LINE_CHARS])
+                if len(batch) == 64:
+                    if int(tf.reduce_max(tokenizer.tokenize(batch).row_lengths())) > 0:
+                        return True
+                    batch = []
+    return bool(batch) and int(tf.reduce_max(tokenizer.tokenize(batch).row_lengths())) > 0
+
+
+def _check_gives_examples(
+    paths: list[str],
+    tokenizer: ElectraTokenizer,
+    seed: int,
+    max_seq_length: int,
+    batch_size: int,
+    repeat: bool,
+) -> None:
+    """Raises if the corpus packs into no example (or too few for one batch, without repeat).
+
+    Without this check a repeated corpus of, say, only control characters would make
+    the pipeline loop forever looking for an example. Any line with a token makes an
+    example, so a repeated corpus needs only one; a single pass is probed for a batch.
+    """
+    if not _has_tokens(paths, tokenizer):
+        raise InputDataError(
+            f"The corpus ({paths[0]}{' ...' if len(paths) > 1 else ''}) gives no tokens; "
+            "pass UTF-8 text whose words the vocabulary can tokenize."
+        )
+    if repeat:
+        return
+    probe = _epoch_examples(paths, tokenizer, 0, seed, max_seq_length, False).take(batch_size)
+    found = int(probe.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    if found < batch_size:
+        raise InputDataError(
+            f"The corpus gives only {found} examples, fewer than batch_size={batch_size}; "
+            "use a smaller batch_size, more text, or repeat=True."
+        )
+
+
+def corpus_stats(
+    files: PathsLike,
+    tokenizer: ElectraTokenizer,
+    *,
+    max_seq_length: int = 128,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Counts one pass of packed examples and their tokens.
+
+    Args:
+        files: text files, directories of ``*.txt`` files, or glob patterns.
+        tokenizer: the tokenizer.
+        max_seq_length: tokens per example.
+        seed: the packing seed.
+
+    Returns:
+        A dict with ``examples``, ``tokens`` (real tokens, ``[CLS]``/``[SEP]`` included),
+        ``unk_tokens``, ``unk_rate`` (``[UNK]`` share of word pieces) and
+        ``fill_rate`` (share of positions that are not padding).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("hi zz.\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
+        >>> corpus_stats(path, t, max_seq_length=8)["unk_tokens"]
+        1
+    """
+    examples = pretraining_examples(files, tokenizer, max_seq_length=max_seq_length, seed=seed)
+    specials = tf.constant([tokenizer.cls_id, tokenizer.sep_id], tf.int32)
+
+    def add(totals, example):
+        ids, mask = example["input_ids"], example["input_mask"]
+        real = tf.cast(mask, tf.bool)
+        is_special = tf.reduce_any(tf.equal(ids[:, None], specials[None, :]), axis=1) & real
+        return totals + tf.stack(
+            [
+                tf.constant(1, tf.int64),
+                tf.reduce_sum(tf.cast(real, tf.int64)),
+                tf.reduce_sum(tf.cast(tf.equal(ids, tokenizer.unk_id) & real, tf.int64)),
+                tf.reduce_sum(tf.cast(is_special, tf.int64)),
+            ]
+        )
+
+    n, tokens, unk, special = examples.reduce(tf.zeros([4], tf.int64), add).numpy().tolist()
+    pieces = max(tokens - special, 1)
+    return {
+        "examples": n,
+        "tokens": tokens,
+        "unk_tokens": unk,
+        "unk_rate": unk / pieces,
+        "fill_rate": tokens / max(n * max_seq_length, 1),
+    }

@@ -1,0 +1,364 @@
+"""Pretraining examples written to and read from sharded TFRecord files.
+
+Writing packs the text once (:func:`write_pretraining_tfrecords`), so training skips
+tokenization and packing. Each record is a ``tf.train.Example`` with int64 features
+``input_ids``, ``input_mask`` and ``segment_ids`` of length ``max_seq_length``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from keras_electra.data.files import PathsLike, _as_list, resolve_files
+from keras_electra.data.pretraining import (
+    _FEATURES,
+    block_shuffle,
+    check_shapes,
+    finish_batches,
+    pretraining_dataset,
+    pretraining_examples,
+)
+from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.errors import InputDataError
+
+TFRECORD_SUFFIX = ".tfrecord"
+SHARD_PREFIX = "pretraining"
+METADATA_FILE = "metadata.json"
+
+# Readers kept open at once when reading shards in order (shuffle=False).
+_MAX_ORDERED_READERS = 64
+_MAX_SHUFFLED_READERS = 16
+
+
+def shard_name(index: int, num_shards: int) -> str:
+    """The file name of one shard, e.g. ``pretraining-00003-of-00008.tfrecord``.
+
+    Example:
+        >>> shard_name(3, 8)
+        'pretraining-00003-of-00008.tfrecord'
+    """
+    return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}{TFRECORD_SUFFIX}"
+
+
+def _serialize(example: dict[str, Any]) -> bytes:
+    features = {
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=example[name].tolist()))
+        for name in _FEATURES
+    }
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+
+def write_pretraining_tfrecords(
+    files: PathsLike,
+    tokenizer: ElectraTokenizer,
+    output_dir: str,
+    *,
+    max_seq_length: int,
+    num_shards: int = 8,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[str]:
+    """Packs a text corpus once and writes the examples as sharded TFRecords.
+
+    The examples are those of :func:`pretraining_examples` (one pass, packed with
+    ``seed``, files in the order given), dealt round-robin to the shards: reading the
+    shards interleaved in order (:func:`tfrecord_dataset` with ``shuffle=False``) gives
+    them back in the same order. Each shard is written to a temporary name and renamed
+    when complete; old ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed.
+    A ``metadata.json`` records the number of examples, ``max_seq_length``, the
+    vocabulary size, ``lowercase``, the seed and the shard names.
+
+    Args:
+        files: text files, directories of ``*.txt`` files, or glob patterns.
+        tokenizer: the tokenizer.
+        output_dir: the directory to write into (created if needed).
+        max_seq_length: tokens per example.
+        num_shards: number of TFRecord files.
+        seed: the packing seed.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        The shard paths, in order.
+
+    Raises:
+        InputDataError: if a corpus file is missing or the corpus has no text.
+        ConfigError: if ``max_seq_length`` or ``num_shards`` is invalid.
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(d, "a.txt"), "w").write("hi hi.\\n\\nhi.\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
+        >>> paths = write_pretraining_tfrecords(os.path.join(d, "a.txt"), t,
+        ...     os.path.join(d, "out"), max_seq_length=8, num_shards=2, progress=False)
+        >>> [os.path.basename(p) for p in paths]
+        ['pretraining-00000-of-00002.tfrecord', 'pretraining-00001-of-00002.tfrecord']
+    """
+    from tqdm import tqdm
+
+    from keras_electra.errors import ConfigError
+
+    check_shapes(None, max_seq_length)
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ConfigError(f"num_shards={num_shards!r} is invalid; use a positive integer.")
+    examples = pretraining_examples(files, tokenizer, max_seq_length=max_seq_length, seed=seed)
+    output_dir = os.fspath(output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    paths = [os.path.join(output_dir, shard_name(i, num_shards)) for i in range(num_shards)]
+    temp_paths = [f"{path}.tmp" for path in paths]
+    writers = [tf.io.TFRecordWriter(path) for path in temp_paths]
+    count = 0
+    try:
+        bar = tqdm(unit=" examples", desc="Writing TFRecords", disable=not progress)
+        with bar:
+            for example in examples.as_numpy_iterator():
+                writers[count % num_shards].write(_serialize(example))
+                count += 1
+                bar.update(1)
+    except BaseException:
+        for writer, temp in zip(writers, temp_paths, strict=True):
+            writer.close()
+            if os.path.exists(temp):
+                os.remove(temp)
+        raise
+    for writer in writers:
+        writer.close()
+    for old in glob.glob(os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}")):
+        if old not in paths:
+            os.remove(old)
+    for temp, path in zip(temp_paths, paths, strict=True):
+        os.replace(temp, path)
+    metadata = {
+        "num_examples": count,
+        "max_seq_length": int(max_seq_length),
+        "vocab_size": tokenizer.vocab_size,
+        "lowercase": tokenizer.lowercase,
+        "seed": int(seed),
+        "num_shards": num_shards,
+        "shards": [os.path.basename(p) for p in paths],
+    }
+    with open(os.path.join(output_dir, METADATA_FILE), "w", encoding="utf-8") as f:
+        json.dump(metadata, f, indent=2)
+        f.write("\n")
+    return paths
+
+
+def resolve_tfrecord_files(paths: PathsLike) -> list[str]:
+    """Expands TFRecord paths: files, directories of ``*.tfrecord`` files, glob patterns.
+
+    Args:
+        paths: one path or a sequence of paths.
+
+    Returns:
+        The files, in order.
+
+    Raises:
+        InputDataError: if a path does not exist or matches no file.
+
+    Example:
+        >>> resolve_tfrecord_files("missing/*.tfrecord")
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.InputDataError: Pattern 'missing/*.tfrecord' matches no file; \
+check the path and the wildcard.
+    """
+    return resolve_files(paths, TFRECORD_SUFFIX, "TFRecord file")
+
+
+def _first_record_length(files: Sequence[str]) -> tuple[str, int] | None:
+    """The file and ``input_ids`` length of the first record, or None if all are empty."""
+    for path in files:
+        try:
+            for record in tf.data.TFRecordDataset(path).take(1).as_numpy_iterator():
+                example = tf.train.Example.FromString(record)
+                feature = example.features.feature
+                missing = [name for name in _FEATURES if name not in feature]
+                if missing:
+                    raise InputDataError(
+                        f"TFRecord file '{path}' has no {missing[0]} feature; write it with "
+                        "write_pretraining_tfrecords (keras-electra prepare)."
+                    )
+                return path, len(feature["input_ids"].int64_list.value)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            raise InputDataError(
+                f"'{path}' is not a readable TFRecord file ({e.message.splitlines()[0]}); "
+                "pass files written by write_pretraining_tfrecords (keras-electra prepare)."
+            ) from None
+    return None
+
+
+def tfrecord_dataset(
+    file_pattern_or_list: PathsLike,
+    *,
+    batch_size: int,
+    max_seq_length: int,
+    seed: int = 0,
+    shuffle: bool = True,
+    repeat: bool = True,
+    shuffle_buffer: int = 10000,
+) -> tf.data.Dataset:
+    """Reads batches of pretraining examples from TFRecord files.
+
+    With ``shuffle`` each pass reads the files in a new seeded order, interleaved, and
+    shuffles its records within blocks of ``shuffle_buffer``; the sequence depends only on
+    the files and the arguments, so ``dataset.skip(n)`` resumes at batch ``n``.
+
+    Args:
+        file_pattern_or_list: TFRecord files, directories of ``*.tfrecord`` files, or globs.
+        batch_size: examples per batch (a last partial batch is dropped).
+        max_seq_length: tokens per example; must match the records.
+        seed: the shuffling seed.
+        shuffle: shuffle files and records.
+        repeat: loop over the files forever.
+        shuffle_buffer: records shuffled together.
+
+    Returns:
+        A dataset of dicts ``{"input_ids", "input_mask", "segment_ids"}`` of int32
+        tensors of static shape ``[batch_size, max_seq_length]``.
+
+    Raises:
+        InputDataError: if no file matches, a file is not a TFRecord of pretraining
+            examples, the files hold no example, or their length is not ``max_seq_length``.
+        ConfigError: if ``batch_size`` or ``max_seq_length`` is invalid.
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(d, "a.txt"), "w").write("hi hi.\\n\\nhi.\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
+        >>> _ = write_pretraining_tfrecords(os.path.join(d, "a.txt"), t, d, max_seq_length=8,
+        ...     num_shards=1, progress=False)
+        >>> ds = tfrecord_dataset(d, batch_size=2, max_seq_length=8)
+        >>> next(iter(ds))["input_ids"].shape
+        TensorShape([2, 8])
+    """
+    check_shapes(batch_size, max_seq_length)
+    files = resolve_tfrecord_files(file_pattern_or_list)
+    first = _first_record_length(files)
+    if first is None:
+        raise InputDataError(
+            f"The TFRecord files ({files[0]}{' ...' if len(files) > 1 else ''}) hold no "
+            "examples; write them again from a corpus with text."
+        )
+    path, length = first
+    if length != max_seq_length:
+        raise InputDataError(
+            f"TFRecord file '{path}' holds examples of length {length}, not "
+            f"max_seq_length={max_seq_length}; pass max_seq_length={length} or write the "
+            "records again with this length."
+        )
+    names = tf.constant(files, tf.string)
+    cycle = min(len(files), _MAX_SHUFFLED_READERS if shuffle else _MAX_ORDERED_READERS)
+
+    def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+        order = names
+        if shuffle and len(files) > 1:
+            key = tf.random.experimental.stateless_fold_in(
+                tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)]),
+                tf.constant(1, tf.int64),
+            )
+            order = tf.gather(names, tf.argsort(tf.random.stateless_uniform([len(files)], key)))
+        records = tf.data.Dataset.from_tensor_slices(order).interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=cycle,
+            block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        records = records.map(lambda record: {"record": record})
+        if shuffle:
+            records = block_shuffle(records, shuffle_buffer, seed, epoch)
+        return records
+
+    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    records = epochs.flat_map(one_pass)
+    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in _FEATURES}
+
+    def parse(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return tf.io.parse_example(batch["record"], spec)
+
+    return finish_batches(records, batch_size, max_seq_length, parse=parse)
+
+
+def is_tfrecord_input(paths: PathsLike) -> bool:
+    """Tells whether paths name TFRecord data (``*.tfrecord`` files or a directory of them).
+
+    Args:
+        paths: one path or a sequence of paths.
+
+    Returns:
+        True for TFRecord data, False for text.
+
+    Raises:
+        InputDataError: if TFRecord and text paths are mixed.
+
+    Example:
+        >>> is_tfrecord_input(["corpus.txt"])
+        False
+    """
+    kinds = set()
+    for path in _as_list(paths):
+        if os.path.isdir(path):
+            names = os.listdir(path)
+            kinds.add(any(name.endswith(TFRECORD_SUFFIX) for name in names))
+        else:
+            kinds.add(path.endswith(TFRECORD_SUFFIX))
+    if len(kinds) > 1:
+        raise InputDataError(
+            "The data paths mix TFRecord and text files; pass only one kind of data."
+        )
+    return kinds == {True}
+
+
+def load_pretraining_data(
+    paths: PathsLike, tokenizer: ElectraTokenizer, **kwargs: Any
+) -> tf.data.Dataset:
+    """Opens pretraining data, TFRecords or text, as batches.
+
+    TFRecord files (``*.tfrecord``, or a directory holding them) are read with
+    :func:`tfrecord_dataset`; anything else is read as text with
+    :func:`pretraining_dataset`. If a TFRecord directory has a ``metadata.json``, its
+    vocabulary size must match the tokenizer's.
+
+    Args:
+        paths: files, directories or glob patterns.
+        tokenizer: the tokenizer (used to tokenize text, or to check TFRecords).
+        **kwargs: ``batch_size``, ``max_seq_length``, ``seed``, ``shuffle``, ``repeat``,
+            ``shuffle_buffer``.
+
+    Returns:
+        A dataset of dicts of int32 ``[batch_size, max_seq_length]`` tensors.
+
+    Raises:
+        InputDataError: see :func:`tfrecord_dataset` and :func:`pretraining_dataset`.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("hi hi.\\n\\nhi.\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
+        >>> ds = load_pretraining_data(path, t, batch_size=2, max_seq_length=8)
+        >>> sorted(ds.element_spec)
+        ['input_ids', 'input_mask', 'segment_ids']
+    """
+    if not is_tfrecord_input(paths):
+        return pretraining_dataset(paths, tokenizer, **kwargs)
+    for directory in {os.path.dirname(p) for p in resolve_tfrecord_files(paths)}:
+        metadata_path = os.path.join(directory, METADATA_FILE)
+        if not os.path.isfile(metadata_path):
+            continue
+        with open(metadata_path, encoding="utf-8") as f:
+            vocab_size = json.load(f).get("vocab_size")
+        if vocab_size is not None and vocab_size != tokenizer.vocab_size:
+            raise InputDataError(
+                f"The TFRecords in '{directory}' were written with a {vocab_size}-token "
+                f"vocabulary but the tokenizer has {tokenizer.vocab_size} tokens; write them "
+                "again with this vocabulary."
+            )
+    return tfrecord_dataset(paths, **kwargs)

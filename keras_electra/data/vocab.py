@@ -1,0 +1,251 @@
+"""WordPiece vocabularies: learn one from a corpus, load and save BERT-format files.
+
+A vocabulary is a list of tokens; a token's id is its index. Learned vocabularies
+put :data:`SPECIAL_TOKENS` first (``[PAD]`` = 0 ... ``[MASK]`` = 4), but Google's
+released vocabularies do not (``[UNK]`` = 100, ``[MASK]`` = 103), so code must look
+ids up by token instead of assuming them.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Iterable, Sequence
+
+from keras_electra.data.files import resolve_corpus_files
+from keras_electra.errors import ConfigError, InputDataError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+"""The tokens ELECTRA needs, in the order learned vocabularies use (``[PAD]`` is id 0)."""
+
+# Lines longer than this many characters are cut before word counting.
+_MAX_LINE_CHARS = 100_000
+
+
+def validate_vocab(tokens: Sequence[str], source: str = "The vocabulary") -> None:
+    """Checks that a vocabulary can be used by ELECTRA.
+
+    Args:
+        tokens: the vocabulary, one token per id.
+        source: how to name the vocabulary in an error message, e.g. ``"Vocabulary 'v.txt'"``.
+
+    Raises:
+        InputDataError: if the vocabulary is empty, has a duplicate or empty token, or
+            lacks one of :data:`SPECIAL_TOKENS`.
+
+    Example:
+        >>> validate_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"])
+    """
+    if not tokens:
+        raise InputDataError(f"{source} is empty; pass a vocabulary with one token per line.")
+    seen: dict[str, int] = {}
+    for index, token in enumerate(tokens):
+        if not token:
+            raise InputDataError(
+                f"{source} has an empty token at line {index + 1}; remove blank lines from it."
+            )
+        if token in seen:
+            raise InputDataError(
+                f"{source} lists {token!r} twice (lines {seen[token] + 1} and {index + 1}); "
+                "remove the duplicate so every token has one id."
+            )
+        seen[token] = index
+    for special in SPECIAL_TOKENS:
+        if special not in seen:
+            raise InputDataError(
+                f"{source} has no {special} token; ELECTRA needs [PAD], [UNK], [CLS], [SEP] "
+                "and [MASK]."
+            )
+
+
+def load_vocab(path: str) -> list[str]:
+    """Loads a BERT-format vocabulary file (UTF-8, one token per line, id = line number).
+
+    Args:
+        path: path to a ``vocab.txt`` file.
+
+    Returns:
+        The tokens, in id order.
+
+    Raises:
+        InputDataError: if the file is missing, not UTF-8, or fails :func:`validate_vocab`.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+        >>> save_vocab(list(SPECIAL_TOKENS) + ["the"], path)
+        >>> load_vocab(path)[-1]
+        'the'
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise InputDataError(
+            f"Vocabulary file '{path}' does not exist; pass the path to a vocab.txt file."
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise InputDataError(
+            f"Vocabulary file '{path}' is not valid UTF-8 (byte {e.start}); save it as UTF-8 text."
+        ) from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    tokens = [line.rstrip("\r") for line in lines]
+    # BERT vocab readers strip surrounding whitespace from each token.
+    tokens = [token.strip() for token in tokens]
+    validate_vocab(tokens, f"Vocabulary '{path}'")
+    return tokens
+
+
+def save_vocab(tokens: Sequence[str], path: str) -> None:
+    """Writes a vocabulary as a BERT-format ``vocab.txt`` (UTF-8, one token per line).
+
+    Args:
+        tokens: the tokens, in id order.
+        path: output file; its directory is created if needed.
+
+    Raises:
+        InputDataError: if the tokens fail :func:`validate_vocab`.
+
+    Example:
+        >>> import tempfile, os
+        >>> save_vocab(list(SPECIAL_TOKENS), os.path.join(tempfile.mkdtemp(), "vocab.txt"))
+    """
+    validate_vocab(tokens)
+    path = os.fspath(path)
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("".join(f"{token}\n" for token in tokens))
+
+
+def count_words(
+    files: Sequence[str], lowercase: bool = True, max_lines: int | None = None
+) -> collections.Counter:
+    """Counts the words of text files, split as :class:`ElectraTokenizer` splits them.
+
+    Text is normalized like the tokenizer (invalid UTF-8 replaced, control characters
+    removed, optionally lower-cased with accents stripped) and split on whitespace and
+    punctuation, each punctuation character being a word.
+
+    Args:
+        files: UTF-8 text files (or directories of ``*.txt`` files).
+        lowercase: whether to lower-case and strip accents, as the tokenizer will.
+        max_lines: read at most this many lines in total (``None`` reads everything).
+
+    Returns:
+        A ``Counter`` from word (``str``) to count.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("Hello, hello world.\\n")
+        >>> count_words([path])["hello"]
+        2
+    """
+    import tensorflow as tf
+    from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+
+    paths = resolve_corpus_files(files)
+    splitter = BasicTokenizer(lower_case=lowercase)
+    lines = tf.data.TextLineDataset(paths)
+    if max_lines is not None:
+        lines = lines.take(max_lines)
+
+    def split(batch: tf.Tensor) -> tf.Tensor:
+        batch = tf.strings.substr(batch, 0, 4 * _MAX_LINE_CHARS)
+        batch = tf.strings.unicode_transcode(batch, "UTF-8", "UTF-8", errors="replace")
+        batch = tf.strings.substr(batch, 0, _MAX_LINE_CHARS, unit="UTF8_CHAR")
+        return splitter.tokenize(batch).flat_values
+
+    words = lines.batch(1024).map(split, num_parallel_calls=tf.data.AUTOTUNE)
+    counts: collections.Counter = collections.Counter()
+    for batch in words.as_numpy_iterator():
+        counts.update(batch.tolist())
+    counts.pop(b"", None)
+    return collections.Counter({word.decode("utf-8"): n for word, n in counts.items()})
+
+
+def _threshold_bounds(word_counts: Iterable[tuple[str, int]], vocab_size: int) -> tuple[int, int]:
+    """Brackets the count threshold at which the learner yields ``vocab_size`` tokens.
+
+    A vocabulary at threshold ``t`` holds every frequent word's pieces, so it is at least
+    as large as the number of words seen ``t`` times or more, and at most as large as the
+    number of substrings seen ``t`` times or more. Searching only between those two
+    thresholds keeps the learner's binary search short.
+    """
+    word_counts = list(word_counts)
+    counts = sorted((n for _, n in word_counts), reverse=True)
+    lower = counts[min(vocab_size, len(counts)) - 1]
+    substrings: collections.Counter = collections.Counter()
+    for word, n in word_counts:
+        for start in range(len(word)):
+            prefix = "##" if start else ""
+            for end in range(start + 1, min(len(word), start + 50) + 1):
+                substrings[prefix + word[start:end]] += n
+    sub_counts = sorted(substrings.values(), reverse=True)
+    upper = sub_counts[min(vocab_size, len(sub_counts)) - 1] + 1
+    return max(1, lower), max(2, lower + 1, upper)
+
+
+def learn_vocab(
+    files: Sequence[str],
+    vocab_size: int,
+    lowercase: bool = True,
+    max_lines: int | None = None,
+) -> list[str]:
+    """Learns a WordPiece vocabulary from text files.
+
+    Words are counted with the tokenizer's normalization and splitting
+    (:func:`count_words`), then tensorflow-text's WordPiece learner picks the
+    sub-words. The result starts with :data:`SPECIAL_TOKENS` (``[PAD]`` = 0), then
+    every character seen (so few words become ``[UNK]``), then the learned pieces by
+    frequency. It has at most ``vocab_size`` tokens; a small corpus may give fewer.
+
+    Args:
+        files: UTF-8 text files (or directories of ``*.txt`` files), e.g. the pretraining corpus.
+        vocab_size: the maximum number of tokens, special tokens included.
+        lowercase: lower-case and strip accents; must match the tokenizer's ``lowercase``.
+        max_lines: learn from at most this many lines (``None`` reads everything).
+
+    Returns:
+        The vocabulary, in id order.
+
+    Raises:
+        InputDataError: if a file is missing or the corpus has no words.
+        ConfigError: if ``vocab_size`` is too small to hold the special tokens.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("The cat sat on the mat.\\nThe dog sat.\\n")
+        >>> vocab = learn_vocab([path], vocab_size=100)
+        >>> vocab[:5]
+        ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+    """
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ConfigError(
+            f"vocab_size={vocab_size} leaves no room for words; use a vocab_size above "
+            f"{len(SPECIAL_TOKENS)} (8000 to 30000 is typical)."
+        )
+    counts = count_words(files, lowercase=lowercase, max_lines=max_lines)
+    word_counts = [(w, n) for w, n in counts.items() if w not in SPECIAL_TOKENS]
+    if not word_counts:
+        raise InputDataError(
+            "The corpus has no words to learn a vocabulary from; pass non-empty UTF-8 text files."
+        )
+    lower, upper = _threshold_bounds(word_counts, vocab_size)
+    vocab = learner.learn(
+        word_counts,
+        vocab_size=vocab_size,
+        reserved_tokens=list(SPECIAL_TOKENS),
+        upper_thresh=upper,
+        lower_thresh=lower,
+    )
+    # The learner's binary search may overshoot slightly; the rarest pieces come last.
+    return list(vocab[:vocab_size])

@@ -1,0 +1,43 @@
+"""The error raised by the TF Serving clients and the in-process test server.
+
+A :class:`ServingError` carries one sentence for the user plus, when known, the
+machine-readable status of the failure, so callers can tell a bad request from
+an unreachable server without parsing the message.
+"""
+
+from __future__ import annotations
+
+from keras_electra.errors import ElectraError
+
+
+class ServingError(ElectraError):
+    """A request to a model server failed, or a SavedModel cannot be served.
+
+    Args:
+        message: One sentence naming the problem (and, for server-side
+            failures, the server's own message).
+        code: The gRPC status code name of the failure, such as
+            ``"INVALID_ARGUMENT"`` or ``"UNAVAILABLE"``; ``None`` if unknown.
+        http_status: The HTTP status of a failed REST call, if any.
+        details: The server's raw error message, if any.
+
+    Example:
+        >>> try:
+        ...     raise ServingError("The server rejected the request.", code="INVALID_ARGUMENT")
+        ... except ServingError as err:
+        ...     err.code
+        'INVALID_ARGUMENT'
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        http_status: int | None = None,
+        details: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.http_status = http_status
+        self.details = details

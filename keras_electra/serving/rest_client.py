@@ -1,0 +1,389 @@
+"""A REST client for models served by TensorFlow Serving (port 8501 by default).
+
+Speaks TF Serving's RESTful API with the standard library only (no TensorFlow
+import): ``POST /v1/models/NAME[/versions/N|/labels/L]:predict`` (row
+``instances`` or columnar ``inputs``), ``:classify``, ``GET .../metadata`` and
+``GET /v1/models/NAME``. ``bytes`` values travel as ``{"b64": ...}``. The
+server's ``{"error": ...}`` bodies become :class:`ServingError`; a refused
+connection or HTTP 503 is retried with exponential backoff a bounded number of
+times.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import quote
+
+import numpy as np
+
+from keras_electra.serving._retry import RetriesExhausted, call_with_retries
+from keras_electra.serving.errors import ServingError
+from keras_electra.serving.json_codec import as_array, decode_tensor, encode_tensor
+from keras_electra.serving.metadata import metadata_to_dict
+
+PredictFormat = Literal["columnar", "row"]
+# HTTP status -> gRPC code name, the inverse of TF Serving's mapping.
+_CODES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def _is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"b64"}
+
+
+def predict_body(
+    inputs: Mapping[str, Any], signature_name: str | None, format: PredictFormat
+) -> dict[str, Any]:
+    """Builds the JSON body of a REST predict request.
+
+    Args:
+        inputs: Input alias to array-like (``str`` → JSON string, ``bytes`` →
+            ``{"b64": ...}``).
+        signature_name: The signature; omitted from the body if ``None``.
+        format: ``"columnar"`` (``{"inputs": {name: tensor}}``) or ``"row"``
+            (``{"instances": [...]}``: one item per batch row, an object per row
+            when there are several inputs, the bare value when there is one).
+
+    Returns:
+        The body as a JSON-ready dict.
+
+    Raises:
+        ServingError: For row format with inputs of different batch sizes.
+
+    Example:
+        >>> predict_body({"x": [1.0, 2.0]}, None, "row")
+        {'instances': [1.0, 2.0]}
+    """
+    body: dict[str, Any] = {}
+    if signature_name is not None:
+        body["signature_name"] = signature_name
+    if format == "columnar":
+        body["inputs"] = {name: encode_tensor(value) for name, value in inputs.items()}
+        return body
+    if format != "row":
+        raise ValueError(f"format must be 'columnar' or 'row', not {format!r}")
+    arrays = {name: as_array(value) for name, value in inputs.items()}
+    sizes = {name: (array.shape[0] if array.ndim else None) for name, array in arrays.items()}
+    if None in sizes.values() or len(set(sizes.values())) > 1:
+        raise ServingError(
+            f"The row format needs every input to have the same batch size (got {sizes}); "
+            "use format='columnar'."
+        )
+    if len(arrays) == 1:
+        body["instances"] = encode_tensor(next(iter(arrays.values())))
+    else:
+        batch = next(iter(sizes.values())) or 0
+        body["instances"] = [
+            {name: encode_tensor(array[i]) for name, array in arrays.items()} for i in range(batch)
+        ]
+    return body
+
+
+def _encode_feature(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_encode_feature(item) for item in value]
+    if isinstance(value, (bytes, str, bool, int, float, np.generic)):
+        return encode_tensor(value)
+    raise ServingError(f"An example feature cannot hold a {type(value).__name__} value.")
+
+
+def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> dict:
+    """Builds the JSON body of a REST classify request.
+
+    Args:
+        examples: One dict per example: feature name to ``str``, ``bytes``
+            (sent as b64), ``int``, ``float`` or a list of those.
+        signature_name: The signature; omitted if ``None``.
+
+    Returns:
+        ``{"signature_name": ..., "examples": [...]}``.
+
+    Example:
+        >>> classify_body([{"text": "fine"}], "classify")
+        {'signature_name': 'classify', 'examples': [{'text': 'fine'}]}
+    """
+    body: dict[str, Any] = {}
+    if signature_name is not None:
+        body["signature_name"] = signature_name
+    body["examples"] = [
+        {name: _encode_feature(value) for name, value in example.items()} for example in examples
+    ]
+    return body
+
+
+class RestClient:
+    """Talks to one model on a TF Serving REST endpoint.
+
+    Args:
+        base_url: The server, e.g. ``"http://localhost:8501"`` (``http://`` is
+            added if missing).
+        model_name: The served model's name.
+        version: Pin a model version; the latest if ``None``.
+        version_label: Or pin a version label such as ``"canary"``.
+        timeout: Socket timeout of each request, in seconds.
+        retries: Extra attempts when the connection is refused or the server
+            answers 503.
+        backoff: First wait between attempts, in seconds (doubles each time).
+        typed_outputs: Cast predict outputs to the signature's dtypes (float32,
+            int32, ...) using the model's metadata, fetched once and cached.
+            If ``False``, dtypes are inferred from the JSON (decimals → float32,
+            whole numbers → int64, strings → bytes).
+
+    Example:
+        >>> client = RestClient("http://localhost:8501", "electra")
+        >>> client.predict({"text": ["the chef cooked the meal"]}, format="row")["num_tokens"]
+        array([5], dtype=int32)
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model_name: str,
+        *,
+        version: int | None = None,
+        version_label: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        typed_outputs: bool = True,
+    ) -> None:
+        if version is not None and version_label is not None:
+            raise ValueError("give a model version or a version label, not both")
+        if "://" not in base_url:
+            base_url = "http://" + base_url
+        self.base_url = base_url.rstrip("/")
+        self.model_name = model_name
+        self.version = version
+        self.version_label = version_label
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.typed_outputs = typed_outputs
+        self._metadata: dict[str, Any] | None = None
+
+    @property
+    def model_url(self) -> str:
+        """``base_url/v1/models/NAME[/versions/N|/labels/L]``."""
+        url = f"{self.base_url}/v1/models/{quote(self.model_name, safe='')}"
+        if self.version is not None:
+            url += f"/versions/{self.version}"
+        elif self.version_label is not None:
+            url += f"/labels/{quote(self.version_label, safe='')}"
+        return url
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _request(self, url: str, body: Mapping[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(
+            url,
+            data=data,
+            method="GET" if body is None else "POST",
+            headers={"Content-Type": "application/json"} if body is not None else {},
+        )
+
+        def attempt() -> bytes:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.read()
+
+        def retryable(err: Exception) -> bool:
+            if isinstance(err, urllib.error.HTTPError):
+                return err.code == 503
+            return isinstance(err, urllib.error.URLError) and isinstance(
+                err.reason, (ConnectionRefusedError, ConnectionResetError)
+            )
+
+        try:
+            raw = call_with_retries(
+                attempt, retries=self.retries, backoff=self.backoff, retryable=retryable
+            )
+        except RetriesExhausted as exhausted:
+            err = exhausted.error
+            if isinstance(err, urllib.error.HTTPError):
+                raise self._http_error(url, err) from None
+            reason = getattr(err, "reason", err)
+            raise ServingError(
+                f"Could not reach TF Serving at {url} after {exhausted.attempts} attempts "
+                f"({reason}); check that the server is running and that its REST port "
+                "(--rest_api_port) is the one in the URL.",
+                code="UNAVAILABLE",
+            ) from None
+        except urllib.error.HTTPError as err:
+            raise self._http_error(url, err) from None
+        except TimeoutError as err:
+            raise ServingError(
+                f"TF Serving at {url} did not answer within {self.timeout:g} s; raise the "
+                "timeout or check the server's load.",
+                code="DEADLINE_EXCEEDED",
+            ) from err
+        except urllib.error.URLError as err:
+            raise ServingError(
+                f"Could not reach TF Serving at {url} ({err.reason}); check the URL.",
+                code="UNAVAILABLE",
+            ) from None
+        try:
+            return json.loads(raw.decode("utf-8", "surrogateescape"))
+        except json.JSONDecodeError as err:
+            raise ServingError(
+                f"TF Serving at {url} sent a body that is not JSON ({err.msg})."
+            ) from None
+
+    def _http_error(self, url: str, err: urllib.error.HTTPError) -> ServingError:
+        raw = err.read().decode("utf-8", "replace")
+        try:
+            message = json.loads(raw).get("error", raw)
+        except (json.JSONDecodeError, AttributeError):
+            message = raw.strip() or err.reason
+        return ServingError(
+            f"TF Serving at {url} rejected the request with HTTP {err.code}: {message}",
+            code=_CODES.get(err.code),
+            http_status=err.code,
+            details=str(message),
+        )
+
+    def _output_types(self, signature_name: str | None) -> dict[str, str] | None:
+        if not self.typed_outputs:
+            return None
+        if self._metadata is None:
+            self._metadata = self.metadata()
+        signature = self._metadata["signatures"].get(signature_name or "serving_default")
+        if signature is None:
+            return None
+        return {name: spec["dtype"] for name, spec in signature["outputs"].items()}
+
+    # -- API ------------------------------------------------------------------------
+
+    def predict(
+        self,
+        inputs: Mapping[str, Any],
+        signature_name: str | None = "serving_default",
+        format: PredictFormat = "columnar",
+    ) -> dict[str, np.ndarray]:
+        """Runs a signature through ``:predict``.
+
+        Args:
+            inputs: Input alias to array-like (``str`` or ``bytes`` strings).
+            signature_name: The signature; ``None`` leaves it out of the body
+                (the server then uses ``serving_default``).
+            format: ``"columnar"`` or ``"row"`` (see :func:`predict_body`).
+
+        Returns:
+            Output alias to numpy array (strings as object arrays of
+            ``bytes``). If the server omits the name because the signature has
+            a single output, the key is that output's name when
+            ``typed_outputs`` is on, else ``"outputs"`` / ``"predictions"``.
+
+        Raises:
+            ServingError: If the server rejects the request or cannot be reached.
+
+        Example:
+            >>> client.predict({"text": ["a b"]})["tokens"]
+            array([[b'a', b'b']], dtype=object)
+        """
+        types = self._output_types(signature_name)
+        body = predict_body(inputs, signature_name, format)
+        response = self._request(f"{self.model_url}:predict", body)
+        key = "outputs" if format == "columnar" else "predictions"
+        if key not in response:
+            raise ServingError(f"TF Serving's predict response has no '{key}' key: {response}")
+        single_name = next(iter(types)) if types is not None and len(types) == 1 else None
+        if format == "columnar":
+            values = response[key]
+            named = isinstance(values, dict) and not _is_b64(values) and single_name is None
+            if not named:
+                values = {single_name or key: values}
+            return {
+                name: decode_tensor(value, (types or {}).get(name))
+                for name, value in values.items()
+            }
+        rows = response[key]
+        named = bool(rows) and isinstance(rows[0], dict) and not _is_b64(rows[0])
+        if not named or single_name is not None:
+            name = single_name or key
+            return {name: decode_tensor(rows, (types or {}).get(name))}
+        names = list(rows[0])
+        return {
+            name: decode_tensor([row[name] for row in rows], (types or {}).get(name))
+            for name in names
+        }
+
+    def classify(
+        self, examples: Sequence[Mapping[str, Any]], signature_name: str | None = "classify"
+    ) -> list[list[tuple[str, float]]]:
+        """Classifies examples through ``:classify``.
+
+        Args:
+            examples: One dict per example (see :func:`classify_body`).
+            signature_name: A signature following the Classify contract.
+
+        Returns:
+            Per example, the ``(label, score)`` pairs in the model's class order.
+
+        Raises:
+            ServingError: If the server rejects the request or cannot be reached.
+
+        Example:
+            >>> client.classify([{"text": "a wonderful film"}])
+            [[('negative', 0.03), ('positive', 0.97)]]
+        """
+        response = self._request(
+            f"{self.model_url}:classify", classify_body(examples, signature_name)
+        )
+        results = response.get("results", response.get("result"))
+        if results is None:
+            raise ServingError(f"TF Serving's classify response has no 'results' key: {response}")
+        # Scores are float32 on the server; read them at that precision, as gRPC gives them.
+        return [
+            [(str(label), float(np.float32(score))) for label, score in result]
+            for result in results
+        ]
+
+    def metadata(self) -> dict[str, Any]:
+        """Returns the model's signatures via ``GET .../metadata``.
+
+        Returns:
+            ``{"model_name", "version", "signatures"}``; see
+            :mod:`keras_electra.serving.metadata`.
+
+        Example:
+            >>> client.metadata()["signatures"]["classify"]["method_name"]
+            'tensorflow/serving/classify'
+        """
+        return metadata_to_dict(self._request(f"{self.model_url}/metadata"))
+
+    def status(self) -> list[dict[str, Any]]:
+        """Returns the state of the model's versions via ``GET /v1/models/NAME``.
+
+        Returns:
+            One dict per version: ``version``, ``state``, ``error_code``,
+            ``error_message``.
+
+        Example:
+            >>> client.status()
+            [{'version': 1, 'state': 'AVAILABLE', 'error_code': 'OK', 'error_message': ''}]
+        """
+        response = self._request(self.model_url)
+        return [
+            {
+                "version": int(item.get("version", 0)),
+                "state": item.get("state", "UNKNOWN"),
+                "error_code": item.get("status", {}).get("error_code", "OK"),
+                "error_message": item.get("status", {}).get("error_message", ""),
+            }
+            for item in response.get("model_version_status", [])
+        ]

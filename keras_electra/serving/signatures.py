@@ -1,0 +1,146 @@
+"""SignatureDef helpers: method names and the ``classify`` signature contract.
+
+``tf.saved_model.save`` (TF 2.20) writes every signature with the method name
+``tensorflow/serving/predict``; it has no option to choose another. TF
+Serving's Classify API (gRPC ``Classify``, REST ``:classify``) accepts such a
+signature only while the server runs with its default
+``--enable_signature_method_name_check=false``. To export a signature that
+works either way, save normally and then rewrite the method name in
+``saved_model.pb`` with :func:`set_signature_method_name`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+
+from keras_electra.serving.errors import ServingError
+
+PREDICT_METHOD_NAME = "tensorflow/serving/predict"
+CLASSIFY_METHOD_NAME = "tensorflow/serving/classify"
+REGRESS_METHOD_NAME = "tensorflow/serving/regress"
+DEFAULT_SIGNATURE = "serving_default"
+SERVE_TAG = "serve"
+
+# Keys TF Serving's Classify API requires (tensorflow/cc/saved_model/signature_constants.h).
+CLASSIFY_INPUTS = "inputs"
+CLASSIFY_OUTPUT_CLASSES = "classes"
+CLASSIFY_OUTPUT_SCORES = "scores"
+
+_DT_STRING = 7
+_DT_FLOAT = 1
+
+
+def check_classify_signature(name: str, signature: meta_graph_pb2.SignatureDef) -> None:
+    """Checks that a SignatureDef has the shape TF Serving's Classify API needs.
+
+    The rules are TF Serving's: exactly one input named ``inputs`` (serialized
+    ``tf.Example`` strings) and one or two outputs, ``classes`` (DT_STRING)
+    and/or ``scores`` (DT_FLOAT), each ``[batch, num_classes]``.
+
+    Args:
+        name: The signature's name, for the error message.
+        signature: The SignatureDef.
+
+    Raises:
+        ServingError: If the signature cannot serve Classify requests.
+
+    Example:
+        >>> check_classify_signature("classify", loaded_meta_graph.signature_def["classify"])
+    """
+    problems = []
+    inputs, outputs = signature.inputs, signature.outputs
+    if list(inputs) != [CLASSIFY_INPUTS] or inputs[CLASSIFY_INPUTS].dtype != _DT_STRING:
+        problems.append(f"one DT_STRING input named '{CLASSIFY_INPUTS}' (has {sorted(inputs)})")
+    known = {CLASSIFY_OUTPUT_CLASSES: _DT_STRING, CLASSIFY_OUTPUT_SCORES: _DT_FLOAT}
+    if not outputs or set(outputs) - set(known):
+        problems.append(f"outputs 'classes' and/or 'scores' only (has {sorted(outputs)})")
+    for key, dtype in known.items():
+        if key in outputs and outputs[key].dtype != dtype:
+            problems.append(f"output '{key}' of type {'DT_STRING' if dtype == 7 else 'DT_FLOAT'}")
+    if problems:
+        raise ServingError(
+            f"Signature '{name}' cannot serve TF Serving's Classify API: it needs "
+            + "; ".join(problems)
+            + "."
+        )
+
+
+def set_signature_method_name(
+    export_dir: str | os.PathLike[str],
+    signature_name: str,
+    method_name: str = CLASSIFY_METHOD_NAME,
+    *,
+    tags: Iterable[str] = (SERVE_TAG,),
+) -> None:
+    """Rewrites one signature's method name in a saved SavedModel.
+
+    The graph, variables and the other signatures are untouched, and
+    ``tf.saved_model.load`` keeps working (it ignores method names). For
+    :data:`CLASSIFY_METHOD_NAME` the signature is first checked with
+    :func:`check_classify_signature`. The SavedModel fingerprint is rewritten
+    to match the new ``saved_model.pb``.
+
+    Args:
+        export_dir: The SavedModel directory (the one holding ``saved_model.pb``).
+        signature_name: The signature to change, e.g. ``"classify"``.
+        method_name: The new method name.
+        tags: The tag set of the MetaGraph to change.
+
+    Raises:
+        ServingError: If there is no such MetaGraph or signature, or the
+            signature does not fit the Classify API.
+
+    Example:
+        >>> tf.saved_model.save(module, "out/1", signatures={"classify": module.classify, ...})
+        >>> set_signature_method_name("out/1", "classify", CLASSIFY_METHOD_NAME)
+    """
+    path = os.path.join(os.fspath(export_dir), "saved_model.pb")
+    saved_model = saved_model_pb2.SavedModel()
+    try:
+        with open(path, "rb") as handle:
+            saved_model.ParseFromString(handle.read())
+    except OSError as err:
+        raise ServingError(f"Cannot read the SavedModel at {path}: {err.strerror}.") from err
+    wanted = set(tags)
+    graphs = [g for g in saved_model.meta_graphs if set(g.meta_info_def.tags) == wanted]
+    if not graphs:
+        raise ServingError(
+            f"The SavedModel at {export_dir} has no MetaGraph tagged {sorted(wanted)}."
+        )
+    for graph in graphs:
+        if signature_name not in graph.signature_def:
+            raise ServingError(
+                f"The SavedModel at {export_dir} has no signature '{signature_name}' "
+                f"(it has {sorted(graph.signature_def)})."
+            )
+        signature = graph.signature_def[signature_name]
+        if method_name == CLASSIFY_METHOD_NAME:
+            check_classify_signature(signature_name, signature)
+        signature.method_name = method_name
+    _atomic_write(path, saved_model.SerializeToString())
+    _rewrite_fingerprint(os.fspath(export_dir))
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".saved_model.pb.")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _rewrite_fingerprint(export_dir: str) -> None:
+    """Regenerates ``fingerprint.pb`` (TensorFlow uses it for metrics only)."""
+    if not os.path.exists(os.path.join(export_dir, "fingerprint.pb")):
+        return
+    from tensorflow.python.saved_model import fingerprinting_utils  # no public API for this
+
+    fingerprinting_utils.write_fingerprint(export_dir)

@@ -1,0 +1,434 @@
+"""Tests of keras_electra.data: vocabularies, tokenizer, packing, pipelines, TFRecords."""
+
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.data import (
+    SPECIAL_TOKENS,
+    ElectraTokenizer,
+    corpus_stats,
+    learn_vocab,
+    load_pretraining_data,
+    load_vocab,
+    pack_examples,
+    pretraining_dataset,
+    pretraining_examples,
+    resolve_corpus_files,
+    save_vocab,
+    tfrecord_dataset,
+    write_pretraining_tfrecords,
+)
+from keras_electra.errors import ConfigError, InputDataError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(REPO, "data", "sample", "shakespeare.txt")
+SAMPLE_VALID = os.path.join(REPO, "data", "sample", "shakespeare_valid.txt")
+
+WORDS = "the cat sat on mat dog ran far away and then came home a big red".split()
+VOCAB = list(SPECIAL_TOKENS) + [".", ",", "!", "?"] + WORDS + ["##s", "##ed", "un", "##happy"]
+ID = {token: i for i, token in enumerate(VOCAB)}
+CLS, SEP, PAD = ID["[CLS]"], ID["[SEP]"], ID["[PAD]"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return ElectraTokenizer(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A small corpus: 30 documents of 3-6 sentences of known words."""
+    rng = np.random.default_rng(0)
+    docs = []
+    for _ in range(30):
+        sentences = []
+        for _ in range(rng.integers(3, 7)):
+            words = rng.choice(WORDS, size=rng.integers(3, 12))
+            sentences.append(" ".join(words).capitalize() + ".")
+        docs.append("\n".join(sentences))
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def lines_dataset(lines):
+    """(ids, blank) lines from lists of ids; an empty list is a blank line."""
+    return tf.data.Dataset.from_tensor_slices(
+        (tf.ragged.constant(lines, dtype=tf.int32, ragged_rank=1), [not ids for ids in lines])
+    )
+
+
+def pack(lines, max_seq_length, **kwargs):
+    kwargs.setdefault("single_segment_prob", 0.0)
+    kwargs.setdefault("random_length_prob", 0.0)
+    examples = pack_examples(
+        lines_dataset(lines),
+        max_seq_length=max_seq_length,
+        cls_id=CLS,
+        sep_id=SEP,
+        pad_id=PAD,
+        **kwargs,
+    )
+    return [{k: v.tolist() for k, v in ex.items()} for ex in examples.as_numpy_iterator()]
+
+
+def first_batches(dataset, n=3):
+    return [{k: v.numpy() for k, v in batch.items()} for batch in dataset.take(n)]
+
+
+def same_batches(a, b):
+    return all(np.array_equal(x[k], y[k]) for x, y in zip(a, b, strict=True) for k in x)
+
+
+# --- vocabulary -------------------------------------------------------------------------------
+
+
+def test_learn_vocab_puts_special_tokens_first_and_bounds_size(corpus):
+    vocab = learn_vocab([corpus], vocab_size=60)
+    assert tuple(vocab[:5]) == SPECIAL_TOKENS
+    assert len(vocab) <= 60
+    assert len(set(vocab)) == len(vocab)
+    assert "the" in vocab and "." in vocab
+    assert all(token == token.lower() for token in vocab[5:])
+
+
+def test_learn_vocab_rejects_too_small_size(corpus):
+    with pytest.raises(ConfigError, match="vocab_size=5"):
+        learn_vocab([corpus], vocab_size=5)
+
+
+def test_save_and_load_vocab_round_trip(tmp_path):
+    path = str(tmp_path / "sub" / "vocab.txt")
+    save_vocab(VOCAB, path)
+    assert load_vocab(path) == VOCAB
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n", "has no \\[MASK\\] token"),
+        ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nthe\n", "lists 'the' twice"),
+        (b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n\xff\n", "not valid UTF-8"),
+        ("", "is empty"),
+    ],
+)
+def test_load_vocab_rejects_bad_files(tmp_path, content, message):
+    path = tmp_path / "v.txt"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(InputDataError, match=message):
+        load_vocab(str(path))
+
+
+def test_load_vocab_missing_file_names_it(tmp_path):
+    with pytest.raises(InputDataError, match="'.*nope.txt' does not exist"):
+        load_vocab(str(tmp_path / "nope.txt"))
+
+
+# --- tokenizer --------------------------------------------------------------------------------
+
+
+def test_tokenizer_round_trip_and_lowercasing(tokenizer):
+    ids = tokenizer.tokenize(tf.constant(["The CAT sat, unhappy!", "Dogs ran."]))
+    assert ids.dtype == tf.int32 and ids.shape.as_list() == [2, None]
+    tokens = tokenizer.detokenize_ids(ids).to_list()
+    assert tokens == [
+        [b"the", b"cat", b"sat", b",", b"un", b"##happy", b"!"],
+        [b"dog", b"##s", b"ran", b"."],
+    ]
+    assert (tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 2, 3, 4)
+
+
+def test_cased_tokenizer_keeps_case(tokenizer):
+    cased = ElectraTokenizer(VOCAB, lowercase=False)
+    assert cased.tokenize(tf.constant(["The the"])).to_list() == [[cased.unk_id, ID["the"]]]
+    assert ElectraTokenizer.from_config(tokenizer.get_config()).vocab == VOCAB
+
+
+def test_tokenizer_survives_invalid_utf8_control_chars_and_long_words(tokenizer):
+    text = tf.constant([b"the \xff\xfe cat", "the\x00\x07cat\x1b", "a" * 500, "", "\u00e9"])
+    tokens = tokenizer.detokenize_ids(tokenizer.tokenize(text)).to_list()
+    assert tokens[0] == [b"the", b"[UNK]", b"cat"]
+    assert tokens[1] == [b"the", b"cat"]
+    assert tokens[2] == [b"[UNK]"]
+    assert tokens[3] == []
+    assert tokens[4] == [b"[UNK]"]
+
+
+def test_tokenizer_uses_looked_up_ids_of_google_style_vocab():
+    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += ["hello"]
+    tokenizer = ElectraTokenizer(vocab)
+    assert (tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (
+        100,
+        101,
+        102,
+        103,
+    )
+    assert tokenizer.tokenize(tf.constant(["hello xyz"])).to_list() == [[104, 100]]
+
+
+def test_tokenizer_works_in_saved_model(tokenizer, tmp_path):
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.encode = tf.function(
+        lambda text: tokenizer.tokenize(text).to_tensor(),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    out = loaded.encode(tf.constant(["The cat", "dog"])).numpy().tolist()
+    assert out == [[ID["the"], ID["cat"]], [ID["dog"], 0]]
+
+
+# --- packing ----------------------------------------------------------------------------------
+
+
+def test_packing_segments_exact():
+    # Target 16, so the first segment's target is (16 - 3) // 2 = 6. Document 1: the first
+    # sentence fills it (6 tokens), so the rest go to segment B. Document 2: both sentences
+    # fit under the target, so there is no segment B. Blank lines end documents.
+    lines = [list(range(10, 16)), [16, 17], [18], [], [20, 21], [22, 23], []]
+    examples = pack(lines, max_seq_length=16)
+    assert examples == [
+        {
+            "input_ids": [CLS, 10, 11, 12, 13, 14, 15, SEP, 16, 17, 18, SEP, 0, 0, 0, 0],
+            "input_mask": [1] * 12 + [0] * 4,
+            "segment_ids": [0] * 8 + [1] * 4 + [0] * 4,
+        },
+        {
+            "input_ids": [CLS, 20, 21, 22, 23, SEP] + [0] * 10,
+            "input_mask": [1] * 6 + [0] * 10,
+            "segment_ids": [0] * 16,
+        },
+    ]
+
+
+def test_packing_flushes_at_target_and_trims():
+    # 10 + 4 tokens reach target 12: first segment gets the 10 (trimmed to 12 - 2 = 10),
+    # second segment gets max(0, 12 - 10 - 3) = 0 tokens. Then [20, 21] waits for the blank.
+    examples = pack([list(range(30, 40)), [40, 41, 42, 43], [20, 21], []], max_seq_length=12)
+    assert [ex["input_ids"] for ex in examples] == [
+        [CLS, *range(30, 40), SEP],
+        [CLS, 20, 21, SEP] + [PAD] * 8,
+    ]
+    assert examples[0]["segment_ids"] == [0] * 12
+    assert examples[1]["input_mask"] == [1] * 4 + [0] * 8
+
+
+def test_packing_long_sentence_and_empty_lines():
+    # Blank lines with nothing pending do nothing; a 50-token sentence is cut to 6 tokens.
+    examples = pack([[], [], list(range(100, 150)), [], []], max_seq_length=8)
+    assert [ex["input_ids"] for ex in examples] == [[CLS, 100, 101, 102, 103, 104, 105, SEP]]
+
+
+def test_packing_single_segment_probability_one():
+    examples = pack(
+        [[10, 11, 12], [13, 14], [15, 16], []], max_seq_length=16, single_segment_prob=1
+    )
+    assert examples[0]["input_ids"][:9] == [CLS, 10, 11, 12, 13, 14, 15, 16, SEP]
+    assert set(examples[0]["segment_ids"]) == {0}
+
+
+def test_packing_coin_flip_is_seeded_and_takes_both_branches():
+    # A first segment of 5 < 6 tokens takes the next sentence half the time: over 20
+    # documents both outcomes occur, and the same seed repeats them exactly.
+    lines = [[10, 11, 12, 13, 14], [20, 21, 22, 23, 24], []] * 20
+    outcomes = [tuple(ex["segment_ids"]) for ex in pack(lines, max_seq_length=16, seed=7)]
+    assert len(outcomes) == 20 and len(set(outcomes)) == 2
+    assert outcomes == [tuple(ex["segment_ids"]) for ex in pack(lines, max_seq_length=16, seed=7)]
+    assert outcomes != [tuple(ex["segment_ids"]) for ex in pack(lines, max_seq_length=16, seed=8)]
+
+
+def test_packing_random_lengths_stay_in_bounds():
+    lines = [[7] * 9 for _ in range(200)]
+    examples = pack(lines, max_seq_length=32, random_length_prob=1.0)
+    lengths = [sum(ex["input_mask"]) for ex in examples]
+    assert max(lengths) <= 32 and min(lengths) >= 5
+    assert len(set(lengths)) > 3
+
+
+# --- streaming pipeline -----------------------------------------------------------------------
+
+
+def test_pretraining_dataset_shapes_dtypes_and_structure(corpus, tokenizer):
+    ds = pretraining_dataset(corpus, tokenizer, batch_size=4, max_seq_length=32)
+    for name, spec in ds.element_spec.items():
+        assert spec.shape.as_list() == [4, 32] and spec.dtype == tf.int32, name
+    batch = next(iter(ds))
+    ids, mask, seg = (batch[k].numpy() for k in ("input_ids", "input_mask", "segment_ids"))
+    assert (ids[:, 0] == CLS).all()
+    assert ((ids == PAD) == (mask == 0)).all()
+    assert (seg <= mask).all()
+    for row_ids, row_mask in zip(ids, mask, strict=True):
+        real = row_ids[: row_mask.sum()]
+        assert real[-1] == SEP and 1 <= (real == SEP).sum() <= 2
+
+
+def test_same_seed_same_batches_and_different_seed_differs(corpus, tokenizer):
+    def make(seed):
+        return pretraining_dataset(corpus, tokenizer, batch_size=4, max_seq_length=32, seed=seed)
+
+    first = first_batches(make(1))
+    assert same_batches(first, first_batches(make(1)))
+    assert not same_batches(first, first_batches(make(2)))
+
+
+def test_skip_reproduces_position(corpus, tokenizer):
+    ds = pretraining_dataset(corpus, tokenizer, batch_size=4, max_seq_length=32, shuffle_buffer=64)
+    batches = first_batches(ds, 60)  # several passes over the ~25-example corpus
+    assert same_batches(batches[57:], first_batches(ds.skip(57), 3))
+
+
+def test_each_pass_is_packed_and_shuffled_anew(corpus, tokenizer):
+    n = sum(1 for _ in pretraining_examples(corpus, tokenizer, max_seq_length=32))
+    ds = pretraining_dataset(corpus, tokenizer, batch_size=1, max_seq_length=32, shuffle=False)
+    ids = [b["input_ids"][0].tolist() for b in first_batches(ds, 2 * n)]
+    assert ids[:n] != ids[n:]  # packing randomness depends on the pass
+    shuffled = pretraining_dataset(corpus, tokenizer, batch_size=1, max_seq_length=32)
+    shuffled_ids = [b["input_ids"][0].tolist() for b in first_batches(shuffled, n)]
+    assert shuffled_ids != ids[:n]
+
+
+# --- input errors and hostile input -----------------------------------------------------------
+
+
+def test_missing_file_and_empty_corpus_errors(tmp_path, tokenizer):
+    with pytest.raises(InputDataError, match="'.*missing.txt' does not exist"):
+        pretraining_dataset(
+            str(tmp_path / "missing.txt"), tokenizer, batch_size=2, max_seq_length=16
+        )
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n\n")
+    with pytest.raises(InputDataError, match="has no text"):
+        pretraining_dataset(str(empty), tokenizer, batch_size=2, max_seq_length=16)
+    (tmp_path / "d").mkdir()
+    with pytest.raises(InputDataError, match="has no \\*.txt files"):
+        pretraining_dataset(str(tmp_path / "d"), tokenizer, batch_size=2, max_seq_length=16)
+    controls = tmp_path / "controls.txt"
+    controls.write_bytes(b"\x01\x02\n\x03\n")
+    with pytest.raises(InputDataError, match="gives no tokens"):
+        pretraining_dataset(str(controls), tokenizer, batch_size=2, max_seq_length=16)
+
+
+def test_directory_of_text_files_is_read_in_shuffled_file_order(corpus, tokenizer, tmp_path):
+    lines = pathlib.Path(corpus).read_text(encoding="utf-8").split("\n\n")
+    for i in range(3):
+        (tmp_path / f"part{i}.txt").write_text("\n\n".join(lines[i::3]), encoding="utf-8")
+    (tmp_path / "notes.md").write_text("not corpus text")
+    assert resolve_corpus_files(str(tmp_path)) == [str(tmp_path / f"part{i}.txt") for i in range(3)]
+
+    def first_ids(seed, shuffle):
+        ds = pretraining_dataset(
+            str(tmp_path), tokenizer, batch_size=2, max_seq_length=32, seed=seed, shuffle=shuffle
+        )
+        return [b["input_ids"].tolist() for b in first_batches(ds, 8)]
+
+    assert first_ids(0, True) == first_ids(0, True)
+    assert first_ids(0, True) != first_ids(1, True) != first_ids(0, False)
+
+
+def test_too_few_examples_without_repeat_is_an_error(corpus, tokenizer):
+    with pytest.raises(InputDataError, match="fewer than batch_size=1000"):
+        pretraining_dataset(corpus, tokenizer, batch_size=1000, max_seq_length=32, repeat=False)
+    with pytest.raises(ConfigError, match="max_seq_length=2"):
+        pretraining_dataset(corpus, tokenizer, batch_size=2, max_seq_length=2)
+
+
+def test_non_utf8_file_gives_batches(tmp_path, tokenizer):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("The café sat on the mat.\n\nThe dog ran \xff\xfe far.\n".encode("latin-1"))
+    batch = next(iter(pretraining_dataset(str(path), tokenizer, batch_size=2, max_seq_length=16)))
+    tokens = tokenizer.detokenize_ids(batch["input_ids"]).numpy()
+    assert b"[UNK]" in tokens and b"dog" in tokens
+
+
+def test_one_megabyte_line_gives_batches(tmp_path, tokenizer):
+    path = tmp_path / "long.txt"
+    path.write_text("the cat " * 131072 + "\n", encoding="utf-8")  # 1 MiB, one line
+    ds = pretraining_dataset(str(path), tokenizer, batch_size=2, max_seq_length=16)
+    batch = next(iter(ds))
+    assert batch["input_mask"].numpy().sum() == 32
+    assert batch["input_ids"].numpy()[0, 1:4].tolist() == [ID["the"], ID["cat"], ID["the"]]
+
+
+# --- TFRecords --------------------------------------------------------------------------------
+
+
+def test_tfrecords_round_trip_equals_streamed_examples(corpus, tokenizer, tmp_path):
+    out = str(tmp_path / "records")
+    paths = write_pretraining_tfrecords(
+        corpus, tokenizer, out, max_seq_length=32, num_shards=3, seed=5, progress=False
+    )
+    assert [os.path.basename(p) for p in paths][0] == "pretraining-00000-of-00003.tfrecord"
+    streamed = list(pretraining_examples(corpus, tokenizer, max_seq_length=32, seed=5))
+    with open(os.path.join(out, "metadata.json"), encoding="utf-8") as f:
+        metadata = json.load(f)
+    assert metadata["num_examples"] == len(streamed) and metadata["vocab_size"] == len(VOCAB)
+    read = tfrecord_dataset(out, batch_size=1, max_seq_length=32, shuffle=False, repeat=False)
+    read = list(read)
+    assert len(read) == len(streamed)
+    for got, want in zip(read, streamed, strict=True):
+        for key in want:
+            assert got[key].dtype == tf.int32
+            assert got[key].numpy()[0].tolist() == want[key].numpy().tolist()
+    shuffled = tfrecord_dataset(out, batch_size=4, max_seq_length=32, seed=3)
+    again = tfrecord_dataset(paths, batch_size=4, max_seq_length=32, seed=3)
+    assert same_batches(first_batches(shuffled), first_batches(again))
+    assert shuffled.element_spec["input_ids"].shape.as_list() == [4, 32]
+
+
+def test_tfrecord_errors(corpus, tokenizer, tmp_path):
+    out = str(tmp_path / "records")
+    write_pretraining_tfrecords(
+        corpus, tokenizer, out, max_seq_length=32, num_shards=1, progress=False
+    )
+    with pytest.raises(InputDataError, match="length 32, not max_seq_length=64"):
+        tfrecord_dataset(out, batch_size=2, max_seq_length=64)
+    with pytest.raises(InputDataError, match="matches no file"):
+        tfrecord_dataset(str(tmp_path / "none" / "*.tfrecord"), batch_size=2, max_seq_length=32)
+    bogus = tmp_path / "bogus.tfrecord"
+    bogus.write_bytes(b"this is not a record file at all")
+    with pytest.raises(InputDataError, match="not a readable TFRecord"):
+        tfrecord_dataset(str(bogus), batch_size=2, max_seq_length=32)
+
+
+def test_load_pretraining_data_dispatches(corpus, tokenizer, tmp_path):
+    out = str(tmp_path / "records")
+    write_pretraining_tfrecords(
+        corpus, tokenizer, out, max_seq_length=32, num_shards=2, progress=False
+    )
+    kw = {"batch_size": 2, "max_seq_length": 32, "shuffle": False, "repeat": False}
+    from_records = first_batches(load_pretraining_data(out, tokenizer, **kw), 2)
+    from_text = first_batches(load_pretraining_data([corpus], tokenizer, **kw), 2)
+    assert same_batches(from_records, from_text)
+    other = ElectraTokenizer(VOCAB + ["extra"])
+    with pytest.raises(InputDataError, match="vocabulary but the tokenizer has"):
+        load_pretraining_data(out, other, **kw)
+    with pytest.raises(InputDataError, match="mix TFRecord and text"):
+        load_pretraining_data([out, corpus], tokenizer, **kw)
+
+
+# --- the sample corpus ------------------------------------------------------------------------
+
+
+def test_sample_corpus_format():
+    with open(SAMPLE, encoding="utf-8") as f:
+        text = f.read()
+    documents = text.strip("\n").split("\n\n")
+    assert 2.5e6 < len(text.encode()) < 4.2e6
+    assert len(documents) > 500
+    assert "\n\n\n" not in text and "**" not in text and "_" not in text
+
+
+def test_sample_corpus_vocab_has_few_unknowns_and_packs_densely():
+    vocab = learn_vocab([SAMPLE], vocab_size=8000, max_lines=10000)
+    assert len(vocab) == 8000 and tuple(vocab[:5]) == SPECIAL_TOKENS
+    stats = corpus_stats(SAMPLE_VALID, ElectraTokenizer(vocab), max_seq_length=128)
+    assert stats["unk_rate"] < 0.02
+    assert stats["fill_rate"] > 0.85
+    assert stats["examples"] > 300

@@ -1,0 +1,683 @@
+"""Tests of the TF Serving clients against an in-process TF Serving stand-in.
+
+Everything runs on 127.0.0.1: small SavedModels built here (with the exact
+signature names and outputs of keras-electra's exports) are served by
+``keras_electra.serving.testing.ModelServer`` over real gRPC and HTTP, and the
+clients' results are compared with ``SignatureRunner`` (TF Serving's loader
+semantics) and with ``tf.saved_model.load``. Golden REST bodies in
+``tests/golden`` come from https://www.tensorflow.org/tfx/serving/api_rest
+(see ``tests/golden/README.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_electra.serving.errors import ServingError  # noqa: E402
+from keras_electra.serving.grpc_client import GrpcClient  # noqa: E402
+from keras_electra.serving.rest_client import RestClient, predict_body  # noqa: E402
+from keras_electra.serving.signatures import (  # noqa: E402
+    CLASSIFY_METHOD_NAME,
+    PREDICT_METHOD_NAME,
+    check_classify_signature,
+    set_signature_method_name,
+)
+from keras_electra.serving.tensors import make_example  # noqa: E402
+from keras_electra.serving.testing import ModelServer, SignatureRunner, replay_warmup  # noqa: E402
+from keras_electra.serving.warmup import predict_log, write_warmup_requests  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "golden"
+LABELS = ["negative", "positive"]
+TEXTS = ["the chef cooked the meal", "a cat", "x"]
+
+
+# -- test SavedModels ---------------------------------------------------------------
+
+
+def _token_outputs(tokens: tf.RaggedTensor) -> dict[str, tf.Tensor]:
+    """Deterministic stand-in for ELECTRA's discriminator outputs."""
+    dense = tokens.to_tensor(default_value="")
+    mask = tf.not_equal(dense, "")
+    lengths = tf.cast(tf.strings.length(dense), tf.float32)
+    return {
+        "replaced_prob": tf.where(mask, 1.0 / (1.0 + lengths), 0.0),
+        "tokens": dense,
+        "token_ids": tf.where(
+            mask, tf.cast(tf.strings.to_hash_bucket_fast(dense, 1000), tf.int32) + 1, 0
+        ),
+        "num_tokens": tf.cast(tokens.row_lengths(), tf.int32),
+    }
+
+
+class _Discriminator(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        return _token_outputs(tf.strings.split(text))
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="text_a"),
+            tf.TensorSpec([None], tf.string, name="text_b"),
+        ]
+    )
+    def score_pair(self, text_a: tf.Tensor, text_b: tf.Tensor) -> dict[str, tf.Tensor]:
+        return _token_outputs(
+            tf.concat([tf.strings.split(text_a), tf.strings.split(text_b)], axis=1)
+        )
+
+
+def _class_outputs(length: tf.Tensor) -> dict[str, tf.Tensor]:
+    positive = tf.sigmoid((tf.cast(length, tf.float32) - 10.0) / 5.0)
+    return {
+        "scores": tf.stack([1.0 - positive, positive], axis=1),
+        "classes": tf.tile(tf.constant([LABELS]), [tf.shape(length)[0], 1]),
+    }
+
+
+class _Classifier(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        return _class_outputs(tf.strings.length(text))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def classify(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        features = tf.io.parse_example(
+            inputs,
+            {
+                "text": tf.io.FixedLenFeature([], tf.string),
+                "text_b": tf.io.FixedLenFeature([], tf.string, default_value=""),
+            },
+        )
+        return _class_outputs(
+            tf.strings.length(features["text"]) + tf.strings.length(features["text_b"])
+        )
+
+
+def _expected_scores(text: str, text_b: str = "") -> list[tuple[str, float]]:
+    length = len(text.encode()) + len(text_b.encode())
+    positive = float(tf.sigmoid((np.float32(length) - 10.0) / 5.0))
+    return [(LABELS[0], 1.0 - positive), (LABELS[1], positive)]
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("saved_models")
+    discriminator = _Discriminator()
+    tf.saved_model.save(
+        discriminator,
+        str(base / "electra" / "1"),
+        signatures={"serving_default": discriminator.serve, "score_pair": discriminator.score_pair},
+    )
+    classifier = _Classifier()
+    tf.saved_model.save(
+        classifier,
+        str(base / "classifier" / "1"),
+        signatures={"serving_default": classifier.serve, "classify": classifier.classify},
+    )
+    set_signature_method_name(base / "classifier" / "1", "classify", CLASSIFY_METHOD_NAME)
+    return {"electra": base / "electra", "classifier": base / "classifier"}
+
+
+@pytest.fixture(scope="module")
+def electra_server(exports: dict[str, Path]) -> Iterator[ModelServer]:
+    with ModelServer(exports["electra"], "electra") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def classifier_server(exports: dict[str, Path]) -> Iterator[ModelServer]:
+    # The stricter method-name check proves the rewritten method name is what TF Serving wants.
+    with ModelServer(
+        exports["classifier"], "classifier", version_labels={"stable": 1}, method_name_check=True
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def electra_runner(exports: dict[str, Path]) -> Iterator[SignatureRunner]:
+    with SignatureRunner(exports["electra"] / "1") as runner:
+        yield runner
+
+
+def _assert_same(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    assert sorted(actual) == sorted(expected)
+    for name, value in expected.items():
+        assert actual[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(actual[name], value, err_msg=name)
+
+
+# -- predict --------------------------------------------------------------------------
+
+
+def test_predict_agrees_across_grpc_rest_runner_and_tf_load(
+    exports: dict[str, Path], electra_server: ModelServer, electra_runner: SignatureRunner
+) -> None:
+    expected = electra_runner.run("serving_default", {"text": TEXTS})
+    loaded = tf.saved_model.load(str(exports["electra"] / "1"))
+    eager = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    _assert_same(expected, {name: tensor.numpy() for name, tensor in eager.items()})
+    assert expected["tokens"][1].tolist() == [b"a", b"cat", b"", b"", b""]
+    np.testing.assert_array_equal(expected["num_tokens"], [5, 2, 1])
+    assert expected["replaced_prob"][1, 2] == 0.0  # padding
+
+    with GrpcClient(electra_server.grpc_target, "electra") as client:
+        _assert_same(client.predict({"text": TEXTS}), expected)
+    rest = RestClient(electra_server.rest_url, "electra")
+    _assert_same(rest.predict({"text": TEXTS}, format="columnar"), expected)
+    _assert_same(rest.predict({"text": TEXTS}, format="row"), expected)
+
+
+def test_score_pair_with_two_inputs_in_both_rest_formats(
+    electra_server: ModelServer, electra_runner: SignatureRunner
+) -> None:
+    pair = {"text_a": ["the cat", "a"], "text_b": ["sat down", "b c"]}
+    expected = electra_runner.run("score_pair", pair)
+    np.testing.assert_array_equal(expected["num_tokens"], [4, 3])
+    with GrpcClient(electra_server.grpc_target, "electra") as client:
+        _assert_same(client.predict(pair, "score_pair"), expected)
+    rest = RestClient(electra_server.rest_url, "electra")
+    for request_format in ("row", "columnar"):
+        _assert_same(rest.predict(pair, "score_pair", format=request_format), expected)
+
+
+def test_invalid_utf8_bytes_travel_as_b64_and_come_back_unchanged(
+    electra_server: ModelServer, electra_runner: SignatureRunner
+) -> None:
+    texts = [b"\xff\xfe caf\xc3\xa9", b"plain"]
+    assert predict_body({"text": texts}, None, "columnar")["inputs"]["text"][0] == {
+        "b64": "//4gY2Fmw6k="
+    }
+    expected = electra_runner.run("serving_default", {"text": texts})
+    assert expected["tokens"][0, 0] == b"\xff\xfe"
+    with GrpcClient(electra_server.grpc_target, "electra") as client:
+        _assert_same(client.predict({"text": texts}), expected)
+    rest = RestClient(electra_server.rest_url, "electra")
+    for request_format in ("row", "columnar"):
+        _assert_same(rest.predict({"text": texts}, format=request_format), expected)
+
+
+# -- classify -------------------------------------------------------------------------
+
+
+def test_classify_over_grpc_and_rest_matches_the_model(
+    exports: dict[str, Path], classifier_server: ModelServer
+) -> None:
+    examples = [{"text": "a wonderful film"}, {"text": "bad", "text_b": "very bad indeed"}]
+    expected = [_expected_scores("a wonderful film"), _expected_scores("bad", "very bad indeed")]
+    with SignatureRunner(exports["classifier"] / "1") as runner:
+        serialized = [make_example(example).SerializeToString() for example in examples]
+        direct = runner.run("classify", {"inputs": serialized})
+    np.testing.assert_allclose(direct["scores"], [[s for _, s in row] for row in expected])
+
+    with GrpcClient(classifier_server.grpc_target, "classifier") as client:
+        grpc_result = client.classify(examples)
+    rest_result = RestClient(classifier_server.rest_url, "classifier").classify(examples)
+    for result in (grpc_result, rest_result):
+        assert [[label for label, _ in row] for row in result] == [LABELS, LABELS]
+        np.testing.assert_allclose(
+            [[score for _, score in row] for row in result],
+            direct["scores"],
+            rtol=1e-6,
+        )
+    # REST prints float32 scores at float32 precision, so both APIs give the same numbers.
+    assert rest_result == grpc_result
+
+
+def test_method_name_rewrite_is_what_classify_needs(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    export = tmp_path / "1"
+    shutil.copytree(exports["classifier"] / "1", export)
+    loaded = tf.saved_model.load(str(export))  # the rewritten model still loads in TF2
+    scores = loaded.signatures["classify"](
+        inputs=tf.constant([make_example({"text": "good"}).SerializeToString()])
+    )["scores"]
+    assert scores.shape == (1, 2)
+
+    set_signature_method_name(export, "classify", PREDICT_METHOD_NAME)  # as tf.saved_model.save
+    with ModelServer(export, "plain", method_name_check=True) as server:
+        with GrpcClient(server.grpc_target, "plain", retries=0) as client:
+            with pytest.raises(ServingError, match="method_name to be tensorflow/serving/classify"):
+                client.classify([{"text": "good"}])
+            assert client.status()[0]["state"] == "AVAILABLE"  # still serving
+
+    with SignatureRunner(export) as runner:
+        with pytest.raises(ServingError, match="input named 'inputs'"):
+            check_classify_signature("serving_default", runner.signatures["serving_default"])
+
+
+# -- metadata and status ----------------------------------------------------------------
+
+
+def test_metadata_and_status_agree_over_grpc_and_rest(classifier_server: ModelServer) -> None:
+    with GrpcClient(classifier_server.grpc_target, "classifier") as client:
+        grpc_metadata, grpc_status = client.metadata(), client.status()
+    rest = RestClient(classifier_server.rest_url, "classifier")
+    assert rest.metadata() == grpc_metadata
+    assert (
+        rest.status()
+        == grpc_status
+        == [{"version": 1, "state": "AVAILABLE", "error_code": "OK", "error_message": ""}]
+    )
+    signatures = grpc_metadata["signatures"]
+    assert grpc_metadata["model_name"] == "classifier" and grpc_metadata["version"] == 1
+    assert sorted(signatures) == ["classify", "serving_default"]
+    assert signatures["classify"]["method_name"] == CLASSIFY_METHOD_NAME
+    assert signatures["serving_default"]["method_name"] == PREDICT_METHOD_NAME
+    assert signatures["classify"]["inputs"] == {"inputs": {"dtype": "DT_STRING", "shape": [-1]}}
+    assert signatures["serving_default"]["outputs"]["scores"] == {
+        "dtype": "DT_FLOAT",
+        "shape": [-1, 2],
+    }
+
+
+def test_version_labels_and_unknown_versions(classifier_server: ModelServer) -> None:
+    stable = RestClient(classifier_server.rest_url, "classifier", version_label="stable")
+    assert stable.status()[0]["version"] == 1
+    with GrpcClient(classifier_server.grpc_target, "classifier", version_label="stable") as client:
+        assert client.metadata()["version"] == 1
+    with pytest.raises(ServingError, match="Unrecognized servable version label: beta"):
+        RestClient(classifier_server.rest_url, "classifier", version_label="beta").status()
+    with GrpcClient(classifier_server.grpc_target, "classifier", version=7, retries=0) as client:
+        with pytest.raises(ServingError, match=r"Specific\(classifier, 7\)") as grpc_err:
+            client.metadata()
+    assert grpc_err.value.code == "NOT_FOUND"
+    with pytest.raises(ServingError, match=r"Specific\(classifier, 7\)") as rest_err:
+        RestClient(classifier_server.rest_url, "classifier", version=7).metadata()
+    assert rest_err.value.http_status == 404
+
+
+# -- errors -------------------------------------------------------------------------
+
+
+def test_bad_requests_raise_the_servers_message_and_the_server_keeps_serving(
+    electra_server: ModelServer,
+) -> None:
+    with GrpcClient(electra_server.grpc_target, "electra", retries=0) as client:
+        with pytest.raises(ServingError, match=r"Missing but required: \{text_b\}") as missing:
+            client.predict({"text_a": ["a"]}, "score_pair")
+        assert missing.value.code == "INVALID_ARGUMENT"
+        assert "rejected Predict for model 'electra'" in str(missing.value)
+        with pytest.raises(ServingError, match="to be string but float is provided") as dtype:
+            client.predict({"text": np.array([1.0], np.float32)})
+        assert dtype.value.code == "INVALID_ARGUMENT"
+        assert client.predict({"text": ["still fine"]})["num_tokens"].tolist() == [2]
+
+    rest = RestClient(electra_server.rest_url, "electra", retries=0)
+    with pytest.raises(ServingError, match="Missing named input: text_b") as missing_rest:
+        rest.predict({"text_a": ["a"]}, "score_pair")
+    assert missing_rest.value.http_status == 400
+    with pytest.raises(ServingError, match="is not of expected type: string") as dtype_rest:
+        rest.predict({"text": [1.5]}, format="row")
+    assert dtype_rest.value.http_status == 400
+    with pytest.raises(ServingError, match='signature name: "nope" not found'):
+        rest.predict({"text": ["a"]}, "nope")
+    assert rest.predict({"text": ["still fine"]}, format="row")["num_tokens"].tolist() == [2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_server_fails_clearly_after_bounded_retries() -> None:
+    port = _free_port()
+    start = time.monotonic()
+    with GrpcClient(f"127.0.0.1:{port}", "electra", retries=2, backoff=0.01, timeout=2) as client:
+        with pytest.raises(ServingError, match=f"127.0.0.1:{port} after 3 attempts") as grpc_err:
+            client.status()
+    assert grpc_err.value.code == "UNAVAILABLE"
+    rest = RestClient(f"127.0.0.1:{port}", "electra", retries=2, backoff=0.01, timeout=2)
+    with pytest.raises(ServingError, match="after 3 attempts") as rest_err:
+        rest.status()
+    assert f"http://127.0.0.1:{port}/v1/models/electra" in str(rest_err.value)
+    assert time.monotonic() - start < 10
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    """Answers from ``server.script``: a list of (status, body) consumed in order."""
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        self.server.seen.append((self.command, self.path, body))  # type: ignore[attr-defined]
+        status, payload = self.server.answer(self.command, self.path, body)  # type: ignore[attr-defined]
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Stub:
+    """A one-purpose HTTP server on 127.0.0.1 serving a bounded number of requests."""
+
+    def __init__(self, answer: Any, max_requests: int) -> None:
+        self.server = HTTPServer(("127.0.0.1", 0), _StubHandler)
+        self.server.seen = []  # type: ignore[attr-defined]
+        self.server.answer = answer  # type: ignore[attr-defined]
+        self.server.timeout = 5
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=lambda: [self.server.handle_request() for _ in range(max_requests)], daemon=True
+        )
+
+    def __enter__(self) -> _Stub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.join(timeout=10)
+        self.server.server_close()
+
+    @property
+    def seen(self) -> list[tuple[str, str, bytes | None]]:
+        return self.server.seen  # type: ignore[attr-defined]
+
+
+def test_rest_retries_transient_503_then_succeeds() -> None:
+    answers = iter(
+        [(503, {"error": "warming up"}), (503, {"error": "warming up"}), (200, _status_body())]
+    )
+    with _Stub(lambda *request: next(answers), max_requests=3) as stub:
+        status = RestClient(stub.url, "m", retries=3, backoff=0.01).status()
+    assert len(stub.seen) == 3
+    assert status[0]["state"] == "AVAILABLE"
+
+
+def _status_body() -> dict[str, Any]:
+    return json.loads((GOLDEN / "rest_status_half_plus_three.json").read_text())["response"]["body"]
+
+
+# -- warmup -----------------------------------------------------------------------------
+
+
+def test_warmup_replay_runs_every_record_and_reports_failures(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    export = tmp_path / "1"
+    shutil.copytree(exports["electra"] / "1", export)
+    assert replay_warmup(export) == 0  # no warmup file: fine, as in TF Serving
+    write_warmup_requests(
+        export,
+        [
+            predict_log({"text": ["the chef cooked the meal"]}),
+            predict_log({"text_a": ["a dog"], "text_b": ["a cat"]}, "score_pair"),
+            predict_log({"text": [b"\xff bytes"]}),
+        ],
+    )
+    assert replay_warmup(export) == 3
+
+    write_warmup_requests(
+        export, [predict_log({"text": ["ok"]}), predict_log({"text_a": ["x"]}, "score_pair")]
+    )
+    with pytest.raises(ServingError, match=r"Warmup record 2 .*Missing but required: \{text_b\}"):
+        replay_warmup(export)
+
+    (export / "assets.extra" / "tf_serving_warmup_requests").write_bytes(b"not a tfrecord")
+    with pytest.raises(ServingError, match="TFRecord"):
+        replay_warmup(export)
+
+
+# -- golden REST bodies from the TF Serving documentation ------------------------------
+
+
+def _strictly_equal(left: Any, right: Any) -> bool:
+    """JSON equality that also tells 1 from 1.0 and True from 1."""
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, dict):
+        return left.keys() == right.keys() and all(_strictly_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list):
+        return len(left) == len(right) and all(map(_strictly_equal, left, right))
+    return left == right
+
+
+GOLDEN_CALLS = {
+    "rest_status_half_plus_three.json": ("saved_model_half_plus_three", lambda c: c.status()),
+    "rest_predict_row_half_plus_three.json": (
+        "saved_model_half_plus_three",
+        lambda c: c.predict({"x": [1.0, 2.0, 5.0]}, None, format="row"),
+    ),
+    "rest_predict_error_not_found.json": (
+        "half",
+        lambda c: c.predict({"x": np.array([1.0, 5.0], np.float32)}, None, format="row"),
+    ),
+    "rest_predict_row_scalars.json": (
+        "model",
+        lambda c: c.predict({"x": ["foo", "bar", "baz"]}, None, format="row"),
+    ),
+    "rest_predict_row_nested.json": (
+        "model",
+        lambda c: c.predict({"x": np.array([[[1, 2]], [[3, 4]]])}, None, format="row"),
+    ),
+    "rest_predict_row_named_inputs.json": (
+        "model",
+        lambda c: c.predict(_NAMED_INPUTS, None, format="row"),
+    ),
+    "rest_predict_columnar_named_inputs.json": (
+        "model",
+        lambda c: c.predict(_NAMED_INPUTS, None, format="columnar"),
+    ),
+    "rest_classify_b64.json": (
+        "model",
+        lambda c: c.classify(
+            [
+                {"image": b"image bytes", "caption": "seaside"},
+                {"image": b"awesome image bytes", "caption": "mountains"},
+            ],
+            "classify_objects",
+        ),
+    ),
+}
+_NAMED_INPUTS = {
+    "tag": ["foo", "bar"],
+    "signal": np.array([[1, 2, 3, 4, 5], [3, 4, 1, 2, 5]]),
+    "sensor": np.array([[[1, 2], [3, 4]], [[4, 5], [6, 8]]]),
+}
+
+
+def test_golden_files_are_all_covered() -> None:
+    assert sorted(p.name for p in GOLDEN.glob("*.json")) == sorted(GOLDEN_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CALLS))
+def test_rest_client_matches_documented_bodies(name: str) -> None:
+    golden = json.loads((GOLDEN / name).read_text())
+    want, reply = golden["request"], golden["response"]
+    no_reply = {"error": "the documentation shows no response for this request"}
+
+    def answer(method: str, path: str, body: bytes | None) -> tuple[int, Any]:
+        sent = None if body is None else json.loads(body)
+        if (method, path) != (want["method"], want["path"]) or not _strictly_equal(
+            sent, want["body"]
+        ):
+            return 400, {"error": f"request differs from the golden {name}"}
+        return (reply["status"], reply["body"]) if reply else (400, no_reply)
+
+    model_name, call = GOLDEN_CALLS[name]
+    client = RestClient("", model_name, retries=0, typed_outputs=False)
+    with _Stub(answer, max_requests=1) as stub:
+        client.base_url = stub.url
+        try:
+            result, error = call(client), None
+        except ServingError as err:
+            result, error = None, err
+    method, path, body = stub.seen[0]
+    assert (method, path) == (want["method"], want["path"])
+    assert _strictly_equal(None if body is None else json.loads(body), want["body"])
+
+    if reply is None:
+        assert error is not None and no_reply["error"] in str(error)
+    elif reply["status"] != 200:
+        assert error is not None and error.http_status == reply["status"]
+        assert reply["body"]["error"] in str(error) and error.code == "NOT_FOUND"
+    elif name.startswith("rest_status"):
+        assert result == [
+            {"version": 123, "state": "AVAILABLE", "error_code": "OK", "error_message": ""}
+        ]
+    else:
+        assert error is None and list(result) == ["predictions"]
+        assert result["predictions"].dtype == np.float32
+        np.testing.assert_array_equal(result["predictions"], [3.5, 4.0, 5.5])
+
+
+# -- deployment files -------------------------------------------------------------------
+
+SERVING_DIR = Path(__file__).resolve().parents[1] / "serving"
+# tensorflow_model_server flags (tensorflow_serving/model_servers/main.cc, 2.x).
+TF_SERVING_FLAGS = {
+    "port", "grpc_socket_path", "rest_api_port", "rest_api_num_threads",
+    "rest_api_timeout_in_ms", "rest_api_enable_cors_support", "enable_batching",
+    "allow_version_labels_for_unavailable_models", "batching_parameters_file",
+    "enable_per_model_batching_parameters", "model_config_file",
+    "model_config_file_poll_wait_seconds", "model_name", "model_base_path",
+    "num_load_threads", "num_unload_threads", "max_num_load_retries",
+    "load_retry_interval_micros", "file_system_poll_wait_seconds", "flush_filesystem_caches",
+    "tensorflow_session_parallelism", "tensorflow_session_config_file",
+    "tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism",
+    "use_alts_credentials", "ssl_config_file", "platform_config_file",
+    "per_process_gpu_memory_fraction", "saved_model_tags", "grpc_channel_arguments",
+    "grpc_max_threads", "enable_model_warmup", "num_request_iterations_for_warmup",
+    "monitoring_config_file", "remove_unused_fields_from_bundle_metagraph",
+    "enable_signature_method_name_check", "xla_cpu_compilation_enabled", "enable_profiler",
+    "thread_pool_factory_config_file",
+}  # fmt: skip
+
+
+def _config_message(name: str) -> Any:
+    """Builds TF Serving's BatchingParameters / MonitoringConfig messages (not in the pip API)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    fdp = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    file = descriptor_pb2.FileDescriptorProto(
+        name="serving_configs.proto",
+        package="tensorflow.serving",
+        syntax="proto3",
+        dependency=["google/protobuf/wrappers.proto"],
+    )
+    # session_bundle_config.proto and monitoring_config.proto in tensorflow/serving.
+    batching = file.message_type.add(name="BatchingParameters")
+    for number, field in enumerate(
+        ["max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads"], 1
+    ):
+        batching.field.add(
+            name=field,
+            number=number,
+            type=fdp.TYPE_MESSAGE,
+            type_name=".google.protobuf.Int64Value",
+        )
+    batching.field.add(
+        name="thread_pool_name",
+        number=5,
+        type=fdp.TYPE_MESSAGE,
+        type_name=".google.protobuf.StringValue",
+    )
+    batching.field.add(
+        name="allowed_batch_sizes", number=6, type=fdp.TYPE_INT64, label=fdp.LABEL_REPEATED
+    )
+    batching.field.add(name="pad_variable_length_inputs", number=7, type=fdp.TYPE_BOOL)
+    prometheus = file.message_type.add(name="PrometheusConfig")
+    prometheus.field.add(name="enable", number=1, type=fdp.TYPE_BOOL)
+    prometheus.field.add(name="path", number=2, type=fdp.TYPE_STRING)
+    monitoring = file.message_type.add(name="MonitoringConfig")
+    monitoring.field.add(
+        name="prometheus_config",
+        number=1,
+        type=fdp.TYPE_MESSAGE,
+        type_name=".tensorflow.serving.PrometheusConfig",
+    )
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tensorflow.serving.{name}"))
+
+
+def test_deployment_configs_parse_as_tf_serving_protos() -> None:
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    models = text_format.Parse(
+        (SERVING_DIR / "models.config").read_text(), model_server_config_pb2.ModelServerConfig()
+    )
+    (config,) = models.model_config_list.config
+    assert (config.name, config.base_path, config.model_platform) == (
+        "electra",
+        "/models/electra",
+        "tensorflow",
+    )
+    assert dict(config.version_labels) == {"stable": 1, "canary": 1}
+    assert list(config.model_version_policy.specific.versions) == [1]
+
+    batching = text_format.Parse(
+        (SERVING_DIR / "batching.config").read_text(), _config_message("BatchingParameters")()
+    )
+    assert 0 < batching.batch_timeout_micros.value <= 10_000
+    assert batching.num_batch_threads.value >= 1 and batching.max_batch_size.value >= 1
+    monitoring = text_format.Parse(
+        (SERVING_DIR / "monitoring.config").read_text(), _config_message("MonitoringConfig")()
+    )
+    assert monitoring.prometheus_config.enable
+    assert monitoring.prometheus_config.path == "/monitoring/prometheus/metrics"
+
+
+def test_compose_and_readme_use_real_server_flags_and_mounted_files() -> None:
+    import re
+
+    yaml = pytest.importorskip("yaml")
+    service = yaml.safe_load((SERVING_DIR / "compose.yaml").read_text())["services"]["tfserving"]
+    assert service["image"] == "tensorflow/serving:2.20.0"
+    assert set(service["ports"]) == {"8500:8500", "8501:8501"}
+    flags = dict(re.fullmatch(r"--(\w+)=(.*)", arg).groups() for arg in service["command"])
+    assert set(flags) <= TF_SERVING_FLAGS
+    assert (flags["port"], flags["rest_api_port"]) == ("8500", "8501")
+    mounts = dict(volume.split(":")[1::-1] for volume in service["volumes"])
+    for flag in ("model_config_file", "batching_parameters_file", "monitoring_config_file"):
+        host_file = mounts[flags[flag]]
+        assert (SERVING_DIR / host_file).is_file(), flag
+    assert mounts["/models"] == "../saved_models"
+
+    readme = (SERVING_DIR / "README.md").read_text()
+    docker_run = readme[readme.index("docker run --rm -p 8500") :].split("```")[0]
+    readme_flags = set(re.findall(r"--([a-z_]+)=", docker_run))
+    assert readme_flags <= TF_SERVING_FLAGS and {"model_config_file", "enable_batching"} <= (
+        readme_flags
+    )
+
+
+def test_rest_client_imports_without_tensorflow() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from keras_electra.serving import RestClient, ServingError; "
+        "assert 'tensorflow' not in sys.modules, 'RestClient pulled in TensorFlow'"
+    )
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
