@@ -12,7 +12,7 @@ import os
 import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 PRESET_NAMES = ("tiny", "small", "base", "large")
 
@@ -131,6 +131,65 @@ def _run_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a run as a TF Serving SavedModel with an in-graph tokenizer",
+        description="Write saved_models/NAME/VERSION/ (signatures serving_default and "
+        "score_pair, warmup requests included). TF Serving loads the highest version.",
+    )
+    p.add_argument("--run", required=True, metavar="RUN_DIR", help="a pretraining run directory")
+    p.add_argument("--output", required=True, metavar="DIR", help="e.g. saved_models/electra")
+    p.add_argument("--version", type=int, help="version number (default: next free)")
+    p.add_argument("--max-length", type=int, help="fixed sequence length (default: the run's)")
+    p.set_defaults(func=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from keras_electra.export import export_run
+
+    path = export_run(args.run, args.output, version=args.version, max_length=args.max_length)
+    print(f"Exported {path}")
+    return 0
+
+
+def _add_score(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "score",
+        help="show how likely each token is to have been replaced",
+        description="Score sentences with an exported model in process (--model) or with a "
+        "TF Serving server over gRPC (--server HOST:PORT).",
+    )
+    p.add_argument("text", nargs="+", help="sentences to score")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model", metavar="DIR", help="saved_models/NAME or a version folder")
+    where.add_argument("--server", metavar="HOST:PORT", help="TF Serving gRPC address")
+    p.add_argument("--model-name", default="electra", help="model name on the server")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per gRPC call")
+    p.add_argument("--json", action="store_true", help="print JSON instead of highlighted text")
+    p.set_defaults(func=_run_score)
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    import json
+
+    from keras_electra.scoring import format_scores, score_with_saved_model, score_with_server
+
+    if args.model:
+        rows = score_with_saved_model(args.model, args.text)
+    else:
+        rows = score_with_server(args.server, args.model_name, args.text, timeout=args.timeout)
+    if args.json:
+        records = [
+            {"text": text, "tokens": [t for t, _ in row], "replaced_prob": [round(p, 6) for _, p in row]}
+            for text, row in zip(args.text, rows)
+        ]
+        print(json.dumps(records, ensure_ascii=False, indent=2))
+    else:
+        print(format_scores(rows, color=sys.stdout.isatty()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-electra",
@@ -139,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_pretrain(sub)
     _add_prepare(sub)
+    _add_export(sub)
+    _add_score(sub)
     return parser
 
 

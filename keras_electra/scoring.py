@@ -38,6 +38,59 @@ def score_texts(
     ]
 
 
+def rows_from_outputs(outputs: dict) -> list[TokenScores]:
+    """Turn ``serving_default`` outputs (``tokens``, ``replaced_prob``, ``num_tokens``) into rows.
+
+    ``[CLS]`` and ``[SEP]`` are dropped, as in :func:`score_texts`.
+    """
+    rows = []
+    tokens = np.asarray(outputs["tokens"])
+    probs = np.asarray(outputs["replaced_prob"])
+    for row_tokens, row_probs, n in zip(tokens, probs, np.asarray(outputs["num_tokens"])):
+        pairs = [
+            (t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t), float(p))
+            for t, p in zip(row_tokens[:n], row_probs[:n])
+        ]
+        rows.append([(t, p) for t, p in pairs if t not in ("[CLS]", "[SEP]")])
+    return rows
+
+
+def latest_version_dir(path: str) -> str:
+    """``path`` itself if it holds a SavedModel, else its highest numeric version folder."""
+    from pathlib import Path
+
+    from keras_electra.errors import ElectraError
+
+    base = Path(path)
+    if (base / "saved_model.pb").is_file():
+        return str(base)
+    versions = sorted(
+        (int(p.name) for p in base.glob("*") if p.name.isdigit() and (p / "saved_model.pb").is_file()),
+    ) if base.is_dir() else []
+    if not versions:
+        raise ElectraError(
+            f"No SavedModel at '{path}' (expected saved_model.pb or numeric version folders); "
+            "create one with `keras-electra export`."
+        )
+    return str(base / str(versions[-1]))
+
+
+def score_with_saved_model(path: str, texts: Sequence[str]) -> list[TokenScores]:
+    """Score texts with an exported model, in process (``serving_default``)."""
+    loaded = tf.saved_model.load(latest_version_dir(path))
+    outputs = loaded.signatures["serving_default"](text=tf.constant(list(texts), tf.string))
+    return rows_from_outputs({k: v.numpy() for k, v in outputs.items()})
+
+
+def score_with_server(target: str, model_name: str, texts: Sequence[str], **client_args) -> list[TokenScores]:
+    """Score texts with a TF Serving server over gRPC (``HOST:PORT``)."""
+    from keras_electra.serving.grpc_client import GrpcClient
+
+    with GrpcClient(target, model_name, **client_args) as client:
+        outputs = client.predict({"text": np.array([t.encode("utf-8") for t in texts], object)})
+    return rows_from_outputs(outputs)
+
+
 def format_scores(scores: list[TokenScores], color: bool = False, threshold: float = 0.5) -> str:
     """Render scores as text: ``token(0.93)``; on a terminal, likely replacements in red."""
     lines = []
@@ -52,7 +105,3 @@ def format_scores(scores: list[TokenScores], color: bool = False, threshold: flo
             parts.append(text)
         lines.append(" ".join(parts))
     return "\n".join(lines)
-
-
-def mean_replaced_prob(scores: TokenScores) -> float:
-    return float(np.mean([p for _, p in scores])) if scores else 0.0

@@ -1,7 +1,7 @@
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pathlib  # noqa: E402
 
@@ -15,3 +15,32 @@ SAMPLE_VALID = REPO / "data" / "sample" / "shakespeare_valid.txt"
 @pytest.fixture(scope="session")
 def sample_corpus() -> pathlib.Path:
     return SAMPLE_CORPUS
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> pathlib.Path:
+    """The first ~3000 lines of the sample corpus: enough for a vocabulary and batches."""
+    lines = SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines()[:3000]
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, small_corpus) -> pathlib.Path:
+    """A few steps of a one-layer model: a real run directory, built once per session."""
+    from keras_electra.pretraining.run import pretrain
+
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    pretrain(
+        [str(small_corpus)],
+        run_dir,
+        steps=4,
+        batch_size=8,
+        max_seq_length=32,
+        vocab_size=2000,
+        log_every=2,
+        config_overrides={"num_layers": 1},
+        progress=False,
+    )
+    return run_dir

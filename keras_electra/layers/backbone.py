@@ -44,6 +44,8 @@ class ElectraBackbone(keras.Model):
         embedding: ElectraEmbedding | None = None,
         **kwargs,
     ):
+        # A fixed name keeps variable paths (the checkpoint keys) the same in every process.
+        kwargs.setdefault("name", tower)
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = ElectraConfig.from_dict(config)

@@ -54,6 +54,8 @@ class ElectraPretrainer(keras.Model):
         seed: int | None = None,
         **kwargs,
     ):
+        # A fixed name keeps variable paths (the checkpoint keys) the same in every process.
+        kwargs.setdefault("name", "electra_pretrainer")
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = ElectraConfig.from_dict(config)

@@ -185,6 +185,7 @@ def pretrain(
             initial_epoch=windows_done,
             steps_per_epoch=settings.log_every,
             callbacks=[logger, saver],
+            shuffle=False,  # the pipeline shuffles, deterministically per seed
             verbose=0,
         )
     # When log_every does not divide steps, one shorter window ends the run; its
@@ -193,9 +194,31 @@ def pretrain(
     if remainder > 0:
         consumed = max(0, windows * settings.log_every - start)
         model.fit(dataset.skip(consumed), epochs=1, steps_per_epoch=remainder,
-                  callbacks=[logger, saver], verbose=0)
+                  callbacks=[logger, saver], shuffle=False, verbose=0)
     logger.close()
     return RunResult(run_dir, settings.steps, logger.history, model, tokenizer)
+
+
+def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, int]:
+    """Load a run's model (latest checkpoint) and tokenizer; return them with the step.
+
+    Raises:
+        ConfigError: if the directory holds no run or no checkpoint, or they disagree.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise ConfigError(
+            f"'{run_dir}' is not a run directory (no config.json); pass the --output of "
+            "`keras-electra pretrain`."
+        )
+    config, tokens = _load_run(run_dir, None)
+    settings = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    model = ElectraPretrainer(config, objective=settings.get("objective", "electra"))
+    checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer=None)
+    if checkpoints.latest is None:
+        raise ConfigError(f"Run directory '{run_dir}' has no checkpoint yet; pretrain it first.")
+    step = checkpoints.restore_latest()
+    return model, ElectraTokenizer(tokens, lowercase=config.lowercase), step
 
 
 # === Helpers ===
@@ -242,7 +265,7 @@ def _model_config(preset, tokens, lowercase, settings, overrides) -> ElectraConf
     return config
 
 
-def _load_run(run_dir: Path, settings: RunSettings):
+def _load_run(run_dir: Path, settings: RunSettings | None):
     config = ElectraConfig.load(run_dir / "config.json")
     tokens = load_vocab(run_dir / "vocab.txt")
     if len(tokens) != config.vocab_size:
@@ -251,7 +274,7 @@ def _load_run(run_dir: Path, settings: RunSettings):
             f"{config.vocab_size}; restore the run's original files."
         )
     previous_path = run_dir / "run.json"
-    if previous_path.exists():
+    if settings is not None and previous_path.exists():
         previous = json.loads(previous_path.read_text(encoding="utf-8"))
         for name in RunSettings.FIXED:
             if previous.get(name) != getattr(settings, name):

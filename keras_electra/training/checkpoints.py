@@ -16,19 +16,56 @@ import tensorflow as tf
 from keras_electra.errors import ConfigError
 
 
+class VariablesByPath(tf.Module):
+    """Every variable of a Keras model or optimizer, keyed by its unique path.
+
+    Keras 3 keeps sub-layers in its own tracked lists, which TensorFlow's
+    object-graph checkpointing does not traverse; keying the underlying
+    ``tf.Variable`` objects by path saves each one exactly once, whatever the
+    layer structure, and makes checkpoint keys readable
+    (``model/variables/discriminator.S.discriminator_encoder...``).
+    """
+
+    def __init__(self, variables, strip_root: bool = False):
+        super().__init__()
+        by_path = {}
+        for v in variables:
+            if v.name == "seed_generator_state":
+                continue  # dropout RNG state: globally numbered, and not a weight
+            # An optimizer's paths start with its auto-numbered name ("adam_w_1/...").
+            path = v.path.split("/", 1)[-1] if strip_root else v.path
+            if path in by_path:
+                raise ValueError(f"Two variables share the path '{path}'.")
+            by_path[path] = v.value
+        self.by_path = by_path
+
+
+def _checkpoint_keys(path: str, prefix: str) -> set[str]:
+    return {
+        name
+        for name, _ in tf.train.list_variables(path)
+        if name.startswith(prefix) and not name.startswith("_CHECKPOINTABLE")
+    }
+
+
 class RunCheckpoints:
     """Save and restore a model with its optimizer under ``directory``.
 
     Args:
         directory: where checkpoints live (created if missing).
         model: the model (its variables include the masking random counter).
-        optimizer: the optimizer (its variables include the step counter).
+        optimizer: the optimizer (its variables include the step counter), or None
+            to read or write the model alone.
         max_to_keep: how many recent checkpoints to keep.
     """
 
     def __init__(self, directory: str | Path, model: keras.Model, optimizer, max_to_keep: int = 3):
         self.directory = Path(directory)
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.model_variables = VariablesByPath(model.variables)
+        tracked = {"model": self.model_variables}
+        if optimizer is not None:
+            tracked["optimizer"] = VariablesByPath(optimizer.variables, strip_root=True)
+        self.checkpoint = tf.train.Checkpoint(**tracked)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, str(self.directory), max_to_keep=max_to_keep
         )
@@ -39,18 +76,31 @@ class RunCheckpoints:
         return self.manager.latest_checkpoint
 
     def restore_latest(self) -> int:
-        """Restore the latest checkpoint if there is one; return the restored step."""
+        """Restore the latest checkpoint if there is one; return the restored step.
+
+        Without an optimizer (export, fine-tuning) only the model is restored and
+        the step is read from the checkpoint's name.
+        """
         path = self.latest
         if path is None:
             return 0
+        expected = set(self.model_variables.by_path)
+        stored = len(_checkpoint_keys(path, "model/"))
         try:
-            self.checkpoint.restore(path).expect_partial()
-        except (ValueError, tf.errors.InvalidArgumentError) as e:
-            detail = str(e).splitlines()[0]
+            status = self.checkpoint.restore(path).expect_partial()
+            status.assert_existing_objects_matched()
+            if stored != len(expected):
+                raise ValueError(
+                    f"the checkpoint holds {stored} model variables, the model has {len(expected)}"
+                )
+        except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
+            detail = str(e).splitlines()[0][:300]
             raise ConfigError(
                 f"Checkpoint '{path}' does not match the model configuration ({detail}); "
                 "restore the run's original config.json or start a new output directory."
             ) from None
+        if self.optimizer is None:
+            return int(path.rsplit("-", 1)[-1])
         return int(self.optimizer.iterations.numpy())
 
     def save(self, step: int) -> str:

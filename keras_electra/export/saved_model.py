@@ -1,0 +1,186 @@
+"""SavedModels with an in-graph tokenizer, for TF Serving 2.20.
+
+An export is a folder ``saved_models/NAME/VERSION/`` holding one SavedModel:
+
+- signature ``serving_default``: input ``text`` (DT_STRING ``[-1]``) ->
+  ``replaced_prob`` (float32 ``[-1, L]``, 0 at padding), ``tokens`` (DT_STRING
+  ``[-1, L]``, empty at padding), ``token_ids`` (int32 ``[-1, L]``),
+  ``num_tokens`` (int32 ``[-1]``, counting ``[CLS]`` and ``[SEP]``);
+- signature ``score_pair``: inputs ``text_a``, ``text_b`` -> the same outputs.
+
+``L`` is fixed (the model's maximum sequence length), so TF Serving's batching
+can concatenate requests. The tokenizer is part of the graph (tf-text
+FastBertTokenizer ops, which TF Serving links); outputs are dense, never ragged.
+``assets.extra/tf_serving_warmup_requests`` holds real-text requests, and
+``assets.extra/`` also keeps the run's ``config.json`` and ``vocab.txt``.
+
+The version folder is written under a temporary non-numeric name and renamed
+at the end, because TF Serving loads any numeric folder it sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.encoding import encode_texts
+from keras_electra.errors import ConfigError, ElectraError
+from keras_electra.pretraining.run import load_run
+from keras_electra.serving.warmup import predict_log, write_warmup_requests
+
+SIGNATURE_NAMES = ("serving_default", "score_pair")
+
+WARMUP_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "To be, or not to be, that is the question.",
+    "",
+    "Ünïcödé, emoji 🙂 and 中文 text.",
+)
+
+
+class ReplacedTokenModule(tf.Module):
+    """The discriminator with its tokenizer, as TF Serving signatures.
+
+    Args:
+        tokenizer: the run's tokenizer.
+        discriminator: the discriminator ``ElectraBackbone``.
+        head: the ``DiscriminatorHead``.
+        max_length: the fixed sequence length ``L`` of every output.
+    """
+
+    def __init__(self, tokenizer: ElectraTokenizer, discriminator, head, max_length: int):
+        super().__init__(name="electra_replaced_token_detection")
+        self.tokenizer = tokenizer
+        self.discriminator = discriminator
+        self.head = head
+        self.max_length = max_length
+        # The graph captures the tf.Variables inside Keras 3's variable wrappers;
+        # TF Serving restores only variables in the SavedModel's object graph, so
+        # track exactly those tf.Variables (tracking the wrappers would save a
+        # second, unused copy and leave the captured ones uninitialized).
+        self.model_variables = [v.value for v in [*discriminator.variables, *head.variables]]
+
+    def _score(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        mask = inputs["padding_mask"]
+        logits = self.head(self.discriminator(inputs, training=False))
+        present = tf.cast(mask, tf.bool)
+        return {
+            "replaced_prob": tf.sigmoid(tf.cast(logits, tf.float32)) * tf.cast(mask, tf.float32),
+            "tokens": tf.where(present, self.tokenizer.detokenize_ids(inputs["token_ids"]), ""),
+            "token_ids": inputs["token_ids"],
+            "num_tokens": tf.reduce_sum(mask, axis=1),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        return self._score(encode_texts(self.tokenizer, text, max_length=self.max_length))
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="text_a"),
+            tf.TensorSpec([None], tf.string, name="text_b"),
+        ]
+    )
+    def score_pair(self, text_a, text_b):
+        tf.debugging.assert_equal(
+            tf.shape(text_a), tf.shape(text_b), message="text_a and text_b must have the same length"
+        )
+        return self._score(encode_texts(self.tokenizer, text_a, text_b, max_length=self.max_length))
+
+    def signatures(self) -> dict:
+        return {"serving_default": self.serve, "score_pair": self.score_pair}
+
+    def warmup_records(self) -> list:
+        texts = list(WARMUP_TEXTS)
+        return [
+            predict_log({"text": texts}, "serving_default"),
+            predict_log({"text": texts[:1]}, "serving_default"),
+            predict_log({"text_a": texts[:2], "text_b": texts[2:]}, "score_pair"),
+        ]
+
+
+def next_version(base: str | Path) -> int:
+    """One more than the highest numeric version folder under ``base`` (1 if none)."""
+    base = Path(base)
+    versions = [int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit()] if base.is_dir() else []
+    return max(versions, default=0) + 1
+
+
+def export_module(module: tf.Module, output: str | Path, *, version: int | None = None,
+                  extra_files: dict[str, str | Path] | None = None,
+                  after_save=None) -> Path:
+    """Save ``module`` (with ``signatures()``/``warmup_records()``) as ``output/VERSION``.
+
+    Returns the version folder. Raises :class:`ElectraError` if it already exists.
+    """
+    base = Path(output)
+    version = next_version(base) if version is None else int(version)
+    if version <= 0:
+        raise ConfigError(f"--version must be a positive integer, got {version}.")
+    final = base / str(version)
+    if final.exists():
+        raise ElectraError(
+            f"Export '{final}' already exists; pass another --version or remove it first."
+        )
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = base / f".tmp-{version}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tf.saved_model.save(module, str(tmp), signatures=module.signatures())
+        if after_save is not None:
+            after_save(tmp)
+        write_warmup_requests(tmp, module.warmup_records())
+        for name, path in (extra_files or {}).items():
+            shutil.copy(path, tmp / "assets.extra" / name)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def export_run(
+    run_dir: str | Path,
+    output: str | Path,
+    *,
+    version: int | None = None,
+    max_length: int | None = None,
+) -> Path:
+    """Export a pretraining run's discriminator for replaced-token detection.
+
+    Args:
+        run_dir: a directory written by ``keras-electra pretrain``.
+        output: the model's base folder, e.g. ``saved_models/electra``.
+        version: the version number (default: one more than the highest present).
+        max_length: ``L``, the fixed sequence length (default: the run's
+            ``max_seq_length``).
+
+    Returns:
+        The written version folder.
+
+    Example:
+        >>> export_run("runs/demo", "saved_models/electra")  # doctest: +SKIP
+        PosixPath('saved_models/electra/1')
+    """
+    run_dir = Path(run_dir)
+    model, tokenizer, _ = load_run(run_dir)
+    if model.discriminator_head is None:
+        raise ConfigError(
+            f"Run '{run_dir}' was trained with --objective mlm and has no replaced-token "
+            "head to export; fine-tune it or pretrain with --objective electra."
+        )
+    settings = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    length = max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
+    if not 4 <= length <= model.config.max_position_embeddings:
+        raise ConfigError(
+            f"max_length must be between 4 and {model.config.max_position_embeddings}, got {length}."
+        )
+    module = ReplacedTokenModule(tokenizer, model.discriminator, model.discriminator_head, length)
+    return export_module(
+        module, output, version=version,
+        extra_files={"config.json": run_dir / "config.json", "vocab.txt": run_dir / "vocab.txt"},
+    )
