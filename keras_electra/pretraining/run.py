@@ -19,8 +19,19 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import keras
+
 from keras_electra.config import TRAINING_DEFAULTS, ElectraConfig
-from keras_electra.data import ElectraTokenizer, learn_vocab, load_pretraining_data, load_vocab, save_vocab
+from keras_electra.data import (
+    ElectraTokenizer,
+    check_corpus_has_text,
+    is_tfrecord_input,
+    learn_vocab,
+    load_pretraining_data,
+    load_vocab,
+    resolve_corpus_files,
+    save_vocab,
+)
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer
 from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
@@ -145,6 +156,7 @@ def pretrain(
     _write_json(run_dir / "run.json", asdict(settings))
 
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
+    keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
     model = ElectraPretrainer(config, objective=settings.objective, seed=settings.seed)
     optimizer = create_optimizer(
         model,
@@ -243,6 +255,14 @@ def _check_positive(settings: RunSettings) -> None:
 
 
 def _vocabulary(settings: RunSettings, vocab: str | None, vocab_size: int, lowercase: bool):
+    if is_tfrecord_input(settings.corpus):
+        if not vocab:
+            raise ConfigError(
+                "TFRecord input needs the vocabulary it was prepared with; pass --vocab "
+                "(keras-electra prepare writes vocab.txt next to the records)."
+            )
+    else:
+        check_corpus_has_text(resolve_corpus_files(settings.corpus))
     if vocab:
         return load_vocab(vocab)
     return learn_vocab(settings.corpus, vocab_size, lowercase=lowercase)

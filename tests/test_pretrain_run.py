@@ -1,0 +1,188 @@
+"""Pretraining runs: run directory, resume, SIGKILL, bad input, the command line."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_electra.cli import main
+from keras_electra.errors import ConfigError
+from keras_electra.pretraining.run import load_run, pretrain
+
+METRICS = {
+    "loss", "mlm_loss", "mlm_accuracy", "sampled_mlm_accuracy", "disc_loss", "disc_accuracy",
+    "disc_precision", "disc_recall", "disc_auc", "replaced_fraction",
+}
+FAST = dict(batch_size=8, max_seq_length=32, vocab_size=2000, progress=False)
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_run_directory_holds_config_vocab_checkpoints_logs_and_metrics(tiny_run):
+    assert json.loads((tiny_run / "config.json").read_text())["num_layers"] == 1
+    vocab = (tiny_run / "vocab.txt").read_text().splitlines()
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert (tiny_run / "checkpoints" / "checkpoint").is_file()
+    assert list((tiny_run / "logs").glob("events.out.tfevents.*"))
+    records = read_metrics(tiny_run)
+    assert [r["step"] for r in records] == [2, 4]
+    for r in records:
+        assert set(r) == METRICS | {"step", "tokens_per_sec"}
+        assert r["tokens_per_sec"] > 0
+        assert all(np.isfinite(v) for v in r.values())
+
+
+def test_resumed_run_equals_an_uninterrupted_one(small_corpus, tmp_path):
+    """Same step, optimizer state, masking stream and data position after a restart."""
+    kw = dict(FAST, log_every=3, checkpoint_every=3, config_overrides={"num_layers": 1, "dropout": 0.0})
+    straight = pretrain([str(small_corpus)], tmp_path / "a", steps=6, **kw)
+    pretrain([str(small_corpus)], tmp_path / "b", steps=3, **kw)
+    resumed = pretrain([str(small_corpus)], tmp_path / "b", steps=6, **kw)
+    assert resumed.step == 6
+    assert [r["step"] for r in read_metrics(tmp_path / "b")] == [3, 6]
+    for a, b in zip(straight.model.trainable_variables, resumed.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)
+    np.testing.assert_allclose(
+        read_metrics(tmp_path / "a")[-1]["loss"], read_metrics(tmp_path / "b")[-1]["loss"], rtol=1e-4
+    )
+
+
+def test_restored_model_matches_every_trained_weight(tiny_run):
+    """Model-only restores (export, fine-tuning) get every variable, transformer kernels included."""
+    model, _, step = load_run(tiny_run)
+    again, _, _ = load_run(tiny_run)
+    assert step == 4
+    kernels = [v for v in model.variables if v.path.endswith("query/kernel")]
+    assert kernels, "no attention kernels found"
+    for a, b in zip(model.variables, again.variables):
+        if "seed_generator" not in a.path:
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+KILL_SCRIPT = """
+import sys
+from keras_electra.pretraining.run import pretrain
+pretrain([sys.argv[1]], sys.argv[2], steps=int(sys.argv[3]), batch_size=8, max_seq_length=32,
+         vocab_size=2000, log_every=2, checkpoint_every=2, progress=False,
+         config_overrides={"num_layers": 1})
+"""
+
+
+def test_sigkill_mid_run_then_resume_finishes_with_intact_checkpoints(small_corpus, tmp_path):
+    run_dir = tmp_path / "killed"
+    args = [sys.executable, "-c", KILL_SCRIPT, str(small_corpus), str(run_dir)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen([*args, "400"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    metrics = run_dir / "metrics.jsonl"
+    while time.time() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        if proc.poll() is not None:
+            pytest.fail(proc.stderr.read().decode()[-2000:])
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = read_metrics(run_dir)[-1]["step"]
+    assert 0 < killed_at < 400
+
+    final = 10 + killed_at
+    done = subprocess.run([*args, str(final)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = [r["step"] for r in read_metrics(run_dir)]
+    assert steps[-1] == final
+    assert steps == sorted(set(steps)), "a step was logged twice"
+    model, _, step = load_run(run_dir)
+    assert step == final
+    assert not list(run_dir.glob("**/*.tmp"))
+
+
+def run_cli(*args):
+    return main(["pretrain", "--no-progress", "--steps", "2", "--batch-size", "4",
+                 "--max-seq-length", "16", "--vocab-size", "500", *args])
+
+
+def one_sentence(err: str) -> str:
+    assert "Traceback" not in err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_missing_corpus_file_is_one_sentence(tmp_path, capsys):
+    assert run_cli("--corpus", str(tmp_path / "nope.txt"), "--output", str(tmp_path / "r")) == 2
+    assert "nope.txt" in one_sentence(capsys.readouterr().err)
+    assert not (tmp_path / "r").exists()
+
+
+def test_empty_corpus_is_one_sentence(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n   \n")
+    assert run_cli("--corpus", str(empty), "--output", str(tmp_path / "r")) == 2
+    assert "empty.txt" in one_sentence(capsys.readouterr().err)
+
+
+def test_vocab_without_mask_is_one_sentence(small_corpus, tmp_path, capsys):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "a"]) + "\n")
+    args = ("--corpus", str(small_corpus), "--vocab", str(vocab), "--output", str(tmp_path / "r"))
+    assert run_cli(*args) == 2
+    assert "[MASK]" in one_sentence(capsys.readouterr().err)
+
+
+def test_non_utf8_bytes_and_a_one_megabyte_line_still_train(tmp_path, small_corpus):
+    corpus = tmp_path / "messy.txt"
+    clean = small_corpus.read_bytes()[:200_000]
+    corpus.write_bytes(b"caf\xe9 cr\xe8me \xff\xfe broken bytes.\n" + b"word " * 200_000 + b"\n\n" + clean)
+    result = pretrain([str(corpus)], tmp_path / "r", steps=2, log_every=1,
+                      config_overrides={"num_layers": 1}, **FAST)
+    assert result.step == 2
+    assert all(np.isfinite(r["loss"]) for r in result.history)
+
+
+def test_checkpoint_that_does_not_match_the_config_is_one_sentence(tiny_run, tmp_path, capsys):
+    run_dir = tmp_path / "edited"
+    shutil.copytree(tiny_run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["intermediate_size"] = 256
+    (run_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="does not match the model configuration"):
+        load_run(run_dir)
+    assert main(["export", "--run", str(run_dir), "--output", str(tmp_path / "m")]) == 2
+    assert "does not match" in one_sentence(capsys.readouterr().err)
+
+
+def test_resuming_with_a_different_preset_is_one_sentence(tiny_run, tmp_path, capsys):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(tiny_run, run_dir)
+    corpus = json.loads((run_dir / "run.json").read_text())["corpus"]
+    assert main(["pretrain", "--no-progress", "--preset", "small", "--corpus", *corpus,
+                 "--output", str(run_dir)]) == 2
+    assert "preset='tiny'" in one_sentence(capsys.readouterr().err)
+
+
+def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
+    out = tmp_path / "mlm"
+    assert run_cli("--corpus", str(small_corpus), "--output", str(out), "--objective", "mlm",
+                   "--log-every", "1") == 0
+    records = read_metrics(out)
+    assert set(records[-1]) == {"step", "tokens_per_sec", "loss", "mlm_loss", "mlm_accuracy"}
+
+
+def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, capsys):
+    data = tmp_path / "records"
+    assert main(["prepare", "--corpus", str(small_corpus), "--output", str(data),
+                 "--vocab-size", "500", "--max-seq-length", "16", "--num-shards", "2"]) == 0
+    assert len(list(data.glob("*.tfrecord"))) == 2
+    out = tmp_path / "from_records"
+    assert run_cli("--corpus", str(data), "--vocab", str(data / "vocab.txt"),
+                   "--output", str(out), "--log-every", "1") == 0
+    assert read_metrics(out)[-1]["step"] == 2
