@@ -1,0 +1,36 @@
+# Fresh machine: `make demo` (set up + pretrain on the sample corpus), `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_RUN ?= runs/demo
+DEMO_STEPS ?= 400
+DEMO_EXPORT ?= saved_models/demo
+
+.PHONY: setup demo test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	rm -rf $(DEMO_RUN) $(DEMO_EXPORT)
+	$(BIN)/keras-electra pretrain --preset tiny --corpus data/sample/shakespeare.txt \
+	  --output $(DEMO_RUN) --steps $(DEMO_STEPS) --log-every 50
+	$(BIN)/keras-electra export --run $(DEMO_RUN) --output $(DEMO_EXPORT)
+	$(BIN)/keras-electra score --model $(DEMO_EXPORT) \
+	  "The king is dead, long live the king." \
+	  "The king is dead, long live the banana."
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check keras_electra tests benchmarks
+	$(BIN)/ruff format --check keras_electra tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
