@@ -216,7 +216,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         intermediate_size=512,
         embedding_size=128,
         max_position_embeddings=128,
-        generator_hidden_size=0.5,
+        generator_hidden_size=0.25,
     ),
     "small": dict(
         hidden_size=256,
@@ -246,7 +246,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # Pretraining hyperparameters from the paper's Table 6, used as command-line defaults.
 TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny": dict(learning_rate=1e-3, batch_size=32, max_seq_length=128, steps=1000, warmup_steps=100),
+    "tiny": dict(learning_rate=5e-4, batch_size=32, max_seq_length=128, steps=1000, warmup_steps=100),
     "small": dict(
         learning_rate=5e-4, batch_size=128, max_seq_length=128, steps=1_000_000, warmup_steps=10_000
     ),
