@@ -218,3 +218,19 @@ def test_cli_export_and_score(tiny_run, tmp_path, capsys):
     assert all(0.0 <= p <= 1.0 for p in records[0]["replaced_prob"])
     assert main(["export", "--run", str(tmp_path / "missing"), "--output", str(tmp_path / "m")]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_cli_score_against_a_grpc_server(export_dir, runner, capsys):
+    from keras_electra.cli import main
+
+    expected = runner.run("serving_default", {"text": texts("To be, or not to be.")})
+    with ModelServer(export_dir.parent, "electra") as server:
+        capsys.readouterr()
+        assert main(["score", "--server", server.grpc_target, "--json", "To be, or not to be."]) == 0
+        record = json.loads(capsys.readouterr().out)[0]
+    n = int(expected["num_tokens"][0])
+    np.testing.assert_allclose(record["replaced_prob"], expected["replaced_prob"][0][1:n - 1], atol=1e-6)
+    assert record["tokens"] == [t.decode() for t in expected["tokens"][0][1:n - 1]]
+    # Nothing listening: one clear sentence, exit status 2.
+    assert main(["score", "--server", "127.0.0.1:9", "--timeout", "0.5", "x"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
