@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -65,9 +66,11 @@ class MetricsLogger(keras.callbacks.Callback):
         self.writer = tf.summary.create_file_writer(str(tensorboard_dir)) if tensorboard_dir else None
         self.step = initial_step
         self.history: list[dict] = []
+        interactive = sys.stderr.isatty()
         self._bar = tqdm(
             total=total_steps, initial=initial_step, desc="pretrain", unit="step",
             disable=not progress, dynamic_ncols=True,
+            mininterval=0.1 if interactive else 30.0,  # logs get a line every 30 s, not every step
         )
 
     def on_epoch_begin(self, epoch, logs=None):
