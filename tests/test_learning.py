@@ -18,7 +18,7 @@ from conftest import SAMPLE_CORPUS, SAMPLE_VALID  # noqa: I001
 from keras_electra.data import load_pretraining_data
 from keras_electra.pretraining.run import pretrain
 
-STEPS = 500
+STEPS = 600
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
