@@ -149,3 +149,25 @@ def test_backbone_round_trips_alone(tmp_path):
     backbone.save(tmp_path / "b.keras")
     loaded = keras.saving.load_model(tmp_path / "b.keras")
     np.testing.assert_allclose(loaded(inputs).numpy(), backbone(inputs).numpy(), atol=1e-6)
+
+
+def test_schedule_warms_up_then_decays_linearly_to_zero():
+    from keras_electra.training.optimizer import WarmupLinearDecay
+
+    schedule = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=100)
+    values = [float(schedule(s)) for s in (0, 5, 10, 50, 100, 150)]
+    np.testing.assert_allclose(values, [0.0, 5e-4, 9e-4, 5e-4, 0.0, 0.0], atol=1e-9)
+
+
+def test_adamw_settings_and_weight_decay_exclusions():
+    from keras_electra.training.optimizer import create_optimizer
+
+    model = ElectraPretrainer(small_config(), seed=0)
+    opt = create_optimizer(model, learning_rate=1e-3, total_steps=100, warmup_steps=10)
+    assert (opt.beta_1, opt.beta_2, opt.epsilon, opt.weight_decay) == (0.9, 0.999, 1e-6, 0.01)
+    assert opt.global_clipnorm == 1.0
+    opt.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables if opt._use_weight_decay(v)}
+    assert any(p.endswith("token_embedding/embeddings") for p in decayed)
+    assert any(p.endswith("query/kernel") for p in decayed)
+    assert not any(p.endswith(("bias", "gamma", "beta")) for p in decayed)
