@@ -56,8 +56,16 @@ def make_run(preset: str, workdir: Path, max_seq_length: int) -> Path:
     from keras_electra.pretraining.run import pretrain
 
     run = workdir / "run"
-    pretrain([str(REPO / "data/sample/shakespeare.txt")], run, preset=preset, steps=1,
-             batch_size=8, max_seq_length=max_seq_length, log_every=1, progress=False)
+    pretrain(
+        [str(REPO / "data/sample/shakespeare.txt")],
+        run,
+        preset=preset,
+        steps=1,
+        batch_size=8,
+        max_seq_length=max_seq_length,
+        log_every=1,
+        progress=False,
+    )
     return run
 
 
@@ -96,21 +104,33 @@ def main() -> None:
         for batch_size in (1, 32):
             batch = sentences(batch_size)
             for engine, fn in engines.items():
-                row = {"benchmark": "serving_throughput", "engine": engine, "batch": batch_size,
-                       "max_seq_length": args.max_seq_length,
-                       "params": int(model.discriminator.count_params()),
-                       **measure(fn, batch, args.seconds)}
+                row = {
+                    "benchmark": "serving_throughput",
+                    "engine": engine,
+                    "batch": batch_size,
+                    "max_seq_length": args.max_seq_length,
+                    "params": int(model.discriminator.count_params()),
+                    **measure(fn, batch, args.seconds),
+                }
                 results.append(row)
                 print(json.dumps(row), flush=True)
         runner.close()
     by = {(r["engine"], r["batch"]): r["sentences_per_sec"] for r in results}
-    print(json.dumps({
-        "benchmark": "serving_throughput_summary",
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
-        "tensorflow": tf.__version__,
-        "saved_model_vs_keras_b1": round(by[("saved_model_session", 1)] / by[("keras_in_process", 1)], 2),
-        "saved_model_vs_keras_b32": round(by[("saved_model_session", 32)] / by[("keras_in_process", 32)], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "serving_throughput_summary",
+                "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+                "tensorflow": tf.__version__,
+                "saved_model_vs_keras_b1": round(
+                    by[("saved_model_session", 1)] / by[("keras_in_process", 1)], 2
+                ),
+                "saved_model_vs_keras_b32": round(
+                    by[("saved_model_session", 32)] / by[("keras_in_process", 32)], 2
+                ),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -109,7 +109,9 @@ class ElectraConfig:
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"ElectraConfig.{name} must be a positive integer, got {value!r}.")
+                raise ConfigError(
+                    f"ElectraConfig.{name} must be a positive integer, got {value!r}."
+                )
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"ElectraConfig.hidden_size ({self.hidden_size}) must be divisible by "
@@ -118,9 +120,13 @@ class ElectraConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("ElectraConfig.dropout must be in [0, 1).")
         if not 0.0 < self.mask_prob < 1.0 or not 0.0 <= self.mask_token_prob <= 1.0:
-            raise ConfigError("ElectraConfig.mask_prob must be in (0, 1) and mask_token_prob in [0, 1].")
+            raise ConfigError(
+                "ElectraConfig.mask_prob must be in (0, 1) and mask_token_prob in [0, 1]."
+            )
         if self.generator_hidden_size <= 0 or self.generator_layers <= 0:
-            raise ConfigError("ElectraConfig.generator_hidden_size and generator_layers must be > 0.")
+            raise ConfigError(
+                "ElectraConfig.generator_hidden_size and generator_layers must be > 0."
+            )
         if self.temperature <= 0:
             raise ConfigError("ElectraConfig.temperature must be > 0.")
         ids = (self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
@@ -176,7 +182,9 @@ class ElectraConfig:
         try:
             values = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"The configuration is not valid JSON ({e.msg}, line {e.lineno}).") from None
+            raise ConfigError(
+                f"The configuration is not valid JSON ({e.msg}, line {e.lineno})."
+            ) from None
         if not isinstance(values, dict):
             raise ConfigError("The configuration JSON must be an object of field names to values.")
         return cls.from_dict(values)
@@ -246,7 +254,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # Pretraining hyperparameters from the paper's Table 6, used as command-line defaults.
 TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny": dict(learning_rate=5e-4, batch_size=32, max_seq_length=128, steps=1000, warmup_steps=100),
+    "tiny": dict(
+        learning_rate=5e-4, batch_size=32, max_seq_length=128, steps=1000, warmup_steps=100
+    ),
     "small": dict(
         learning_rate=5e-4, batch_size=128, max_seq_length=128, steps=1_000_000, warmup_steps=10_000
     ),

@@ -77,6 +77,8 @@ def _truncate_longest_first(len_a: tf.Tensor, len_b: tf.Tensor, budget: int):
     half_b = budget // 2
     half_a = budget - half_b
     fits = len_a + len_b <= budget
-    keep_a = tf.where(fits, len_a, tf.where(len_b <= half_b, budget - len_b, tf.minimum(len_a, half_a)))
+    keep_a = tf.where(
+        fits, len_a, tf.where(len_b <= half_b, budget - len_b, tf.minimum(len_a, half_a))
+    )
     keep_b = tf.where(fits, len_b, tf.minimum(len_b, budget - keep_a))
     return keep_a, keep_b

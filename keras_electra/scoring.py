@@ -33,8 +33,11 @@ def score_texts(
     tokens = tokenizer.detokenize_ids(inputs["token_ids"]).numpy()
     lengths = inputs["padding_mask"].numpy().sum(axis=1)
     return [
-        [(t.decode("utf-8", "replace"), float(p)) for t, p in zip(row[1:n - 1], prob[1:n - 1])]
-        for row, prob, n in zip(tokens, probs, lengths)
+        [
+            (t.decode("utf-8", "replace"), float(p))
+            for t, p in zip(row[1 : n - 1], prob[1 : n - 1], strict=True)
+        ]
+        for row, prob, n in zip(tokens, probs, lengths, strict=True)
     ]
 
 
@@ -46,10 +49,12 @@ def rows_from_outputs(outputs: dict) -> list[TokenScores]:
     rows = []
     tokens = np.asarray(outputs["tokens"])
     probs = np.asarray(outputs["replaced_prob"])
-    for row_tokens, row_probs, n in zip(tokens, probs, np.asarray(outputs["num_tokens"])):
+    for row_tokens, row_probs, n in zip(
+        tokens, probs, np.asarray(outputs["num_tokens"]), strict=True
+    ):
         pairs = [
             (t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t), float(p))
-            for t, p in zip(row_tokens[:n], row_probs[:n])
+            for t, p in zip(row_tokens[:n], row_probs[:n], strict=True)
         ]
         rows.append([(t, p) for t, p in pairs if t not in ("[CLS]", "[SEP]")])
     return rows
@@ -64,9 +69,17 @@ def latest_version_dir(path: str) -> str:
     base = Path(path)
     if (base / "saved_model.pb").is_file():
         return str(base)
-    versions = sorted(
-        (int(p.name) for p in base.glob("*") if p.name.isdigit() and (p / "saved_model.pb").is_file()),
-    ) if base.is_dir() else []
+    versions = (
+        sorted(
+            (
+                int(p.name)
+                for p in base.glob("*")
+                if p.name.isdigit() and (p / "saved_model.pb").is_file()
+            ),
+        )
+        if base.is_dir()
+        else []
+    )
     if not versions:
         raise ElectraError(
             f"No SavedModel at '{path}' (expected saved_model.pb or numeric version folders); "
@@ -82,7 +95,9 @@ def score_with_saved_model(path: str, texts: Sequence[str]) -> list[TokenScores]
     return rows_from_outputs({k: v.numpy() for k, v in outputs.items()})
 
 
-def score_with_server(target: str, model_name: str, texts: Sequence[str], **client_args) -> list[TokenScores]:
+def score_with_server(
+    target: str, model_name: str, texts: Sequence[str], **client_args
+) -> list[TokenScores]:
     """Score texts with a TF Serving server over gRPC (``HOST:PORT``)."""
     from keras_electra.serving.grpc_client import GrpcClient
 

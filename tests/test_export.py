@@ -100,7 +100,10 @@ def test_signature_audit_real_dtypes_names_and_batch_dimension(runner):
     assert set(sigs) >= {"serving_default", "score_pair"}
     expected = {
         "serving_default": ({"text"}, {"replaced_prob", "tokens", "token_ids", "num_tokens"}),
-        "score_pair": ({"text_a", "text_b"}, {"replaced_prob", "tokens", "token_ids", "num_tokens"}),
+        "score_pair": (
+            {"text_a", "text_b"},
+            {"replaced_prob", "tokens", "token_ids", "num_tokens"},
+        ),
     }
     for name, (inputs, outputs) in expected.items():
         sig = sigs[name]
@@ -173,7 +176,9 @@ def test_inputs_users_send_give_defined_outputs(runner, value):
 def test_batches_of_zero_and_one_thousand(runner):
     empty = runner.run("serving_default", {"text": np.array([], object)})
     assert empty["replaced_prob"].shape == (0, L) and empty["num_tokens"].shape == (0,)
-    many = runner.run("serving_default", {"text": texts(*[f"sentence number {i}" for i in range(1000)])})
+    many = runner.run(
+        "serving_default", {"text": texts(*[f"sentence number {i}" for i in range(1000)])}
+    )
     assert many["replaced_prob"].shape == (1000, L)
     assert (many["num_tokens"] > 2).all()
 
@@ -216,7 +221,9 @@ def test_cli_export_and_score(tiny_run, tmp_path, capsys):
     records = json.loads(capsys.readouterr().out)
     assert records[0]["tokens"] == ["the", "king", "is", "dead", "."]
     assert all(0.0 <= p <= 1.0 for p in records[0]["replaced_prob"])
-    assert main(["export", "--run", str(tmp_path / "missing"), "--output", str(tmp_path / "m")]) == 2
+    assert (
+        main(["export", "--run", str(tmp_path / "missing"), "--output", str(tmp_path / "m")]) == 2
+    )
     assert "not a run directory" in capsys.readouterr().err
 
 
@@ -226,11 +233,15 @@ def test_cli_score_against_a_grpc_server(export_dir, runner, capsys):
     expected = runner.run("serving_default", {"text": texts("To be, or not to be.")})
     with ModelServer(export_dir.parent, "electra") as server:
         capsys.readouterr()
-        assert main(["score", "--server", server.grpc_target, "--json", "To be, or not to be."]) == 0
+        assert (
+            main(["score", "--server", server.grpc_target, "--json", "To be, or not to be."]) == 0
+        )
         record = json.loads(capsys.readouterr().out)[0]
     n = int(expected["num_tokens"][0])
-    np.testing.assert_allclose(record["replaced_prob"], expected["replaced_prob"][0][1:n - 1], atol=1e-6)
-    assert record["tokens"] == [t.decode() for t in expected["tokens"][0][1:n - 1]]
+    np.testing.assert_allclose(
+        record["replaced_prob"], expected["replaced_prob"][0][1 : n - 1], atol=1e-6
+    )
+    assert record["tokens"] == [t.decode() for t in expected["tokens"][0][1 : n - 1]]
     # Nothing listening: one clear sentence, exit status 2.
     assert main(["score", "--server", "127.0.0.1:9", "--timeout", "0.5", "x"]) == 2
     assert "Traceback" not in capsys.readouterr().err

@@ -13,8 +13,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import SAMPLE_CORPUS, SAMPLE_VALID  # noqa: I001
+
 from keras_electra.data import load_pretraining_data
 from keras_electra.pretraining.run import pretrain
 
@@ -28,20 +28,27 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     positives = ranked.sum()
     negatives = len(ranked) - positives
     ranks = np.arange(1, len(ranked) + 1)
-    return float((ranks[ranked == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+    return float(
+        (ranks[ranked == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives)
+    )
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     return pretrain(
-        [str(SAMPLE_CORPUS)], tmp_path_factory.mktemp("learn") / "tiny", preset="tiny",
-        steps=STEPS, log_every=50, progress=False,
+        [str(SAMPLE_CORPUS)],
+        tmp_path_factory.mktemp("learn") / "tiny",
+        preset="tiny",
+        steps=STEPS,
+        log_every=50,
+        progress=False,
     )
 
 
 def held_out_batches(tokenizer, n=4):
-    data = load_pretraining_data([str(SAMPLE_VALID)], tokenizer, batch_size=32,
-                                 max_seq_length=128, seed=1)
+    data = load_pretraining_data(
+        [str(SAMPLE_VALID)], tokenizer, batch_size=32, max_seq_length=128, seed=1
+    )
     return list(data.take(n))
 
 
@@ -58,10 +65,16 @@ def test_generator_beats_the_most_frequent_token_baseline(trained):
     assert final["mlm_accuracy"] >= 1.5 * baseline, (final["mlm_accuracy"], baseline)
     # Held out: evaluation on unseen plays, masking in the graph as in training.
     model = trained.model
-    results = model.evaluate(tf.data.Dataset.from_tensor_slices(
-        {k: tf.concat([b[k] for b in held_out_batches(trained.tokenizer)], 0)
-         for k in ("input_ids", "input_mask", "segment_ids")}).batch(32),
-        return_dict=True, verbose=0)
+    results = model.evaluate(
+        tf.data.Dataset.from_tensor_slices(
+            {
+                k: tf.concat([b[k] for b in held_out_batches(trained.tokenizer)], 0)
+                for k in ("input_ids", "input_mask", "segment_ids")
+            }
+        ).batch(32),
+        return_dict=True,
+        verbose=0,
+    )
     assert results["mlm_accuracy"] >= 1.5 * baseline, (results["mlm_accuracy"], baseline)
     assert np.isfinite(results["loss"])
 
@@ -74,8 +87,11 @@ def test_discriminator_detects_out_of_context_tokens_in_held_out_text(trained):
         chosen = (rng.random(ids.shape) < 0.15) & (mask == 1) & (ids > 4)
         fake = ids.copy()
         fake[chosen] = rng.integers(5, trained.tokenizer.vocab_size, chosen.sum())
-        inputs = {"token_ids": fake, "segment_ids": batch["segment_ids"].numpy(),
-                  "padding_mask": mask}
+        inputs = {
+            "token_ids": fake,
+            "segment_ids": batch["segment_ids"].numpy(),
+            "padding_mask": mask,
+        }
         logits = trained.model(inputs, training=False).numpy()
         labels.append((fake != ids)[mask == 1])
         scores.append(logits[mask == 1])

@@ -105,6 +105,7 @@ def test_exact_gelu_in_the_transformer_layers():
     act = layer._feedforward_intermediate_dense.activation
     x = np.array([-1.0, 0.5, 2.0], "float32")
     from math import erf, sqrt
+
     exact = [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x]
     np.testing.assert_allclose(np.asarray(act(x)), exact, rtol=1e-6)
 
@@ -114,8 +115,16 @@ def test_train_step_reports_every_metric():
     model.compile(optimizer=keras.optimizers.AdamW(1e-3))
     logs = model.train_on_batch(batch(), return_dict=True)
     assert set(logs) == {
-        "loss", "mlm_loss", "mlm_accuracy", "sampled_mlm_accuracy", "disc_loss",
-        "disc_accuracy", "disc_precision", "disc_recall", "disc_auc", "replaced_fraction",
+        "loss",
+        "mlm_loss",
+        "mlm_accuracy",
+        "sampled_mlm_accuracy",
+        "disc_loss",
+        "disc_accuracy",
+        "disc_precision",
+        "disc_recall",
+        "disc_auc",
+        "replaced_fraction",
     }
     assert all(np.isfinite(v) for v in logs.values())
 

@@ -26,8 +26,12 @@ def random_batch(rng, batch=512, length=128, vocab=1000):
 def test_masking_rates_on_a_large_batch():
     ids, mask = random_batch(np.random.default_rng(0))
     out = objective.mask_tokens(
-        ids, mask, special_ids=(PAD, CLS, SEP), mask_token_id=MASK,
-        max_predictions=int(0.155 * 128), seeds=seeds(),
+        ids,
+        mask,
+        special_ids=(PAD, CLS, SEP),
+        mask_token_id=MASK,
+        max_predictions=int(0.155 * 128),
+        seeds=seeds(),
     )
     weights = out.weights.numpy()
     positions = out.positions.numpy()
@@ -39,7 +43,7 @@ def test_masking_rates_on_a_large_batch():
     # Special tokens and padding are never chosen.
     assert not np.isin(chosen_ids, [PAD, CLS, SEP]).any()
     # Chosen positions are distinct within each row.
-    for row, w in zip(positions, weights):
+    for row, w in zip(positions, weights, strict=True):
         assert len(set(row[w > 0])) == int(w.sum())
     masked = out.input_ids.numpy()
     became_mask = np.take_along_axis(masked, positions, axis=1)[weights > 0] == MASK
@@ -54,8 +58,14 @@ def test_masking_small_fixed_example():
     ids = np.array([[CLS, 10, 11, 12, 13, SEP, PAD, PAD]], "int32")
     mask = np.array([[1, 1, 1, 1, 1, 1, 0, 0]], "int32")
     out = objective.mask_tokens(
-        ids, mask, special_ids=(PAD, CLS, SEP), mask_token_id=MASK, mask_prob=0.5,
-        mask_token_prob=1.0, max_predictions=3, seeds=seeds(),
+        ids,
+        mask,
+        special_ids=(PAD, CLS, SEP),
+        mask_token_id=MASK,
+        mask_prob=0.5,
+        mask_token_prob=1.0,
+        max_predictions=3,
+        seeds=seeds(),
     )
     # 4 candidates x 0.5 = 2 positions; the third slot is unused.
     np.testing.assert_array_equal(out.weights.numpy(), [[1.0, 1.0, 0.0]])
@@ -73,8 +83,13 @@ def test_masking_caps_and_empty_sequences():
     ids = np.array([[CLS, SEP, PAD, PAD], [CLS, 7, 8, 9]], "int32")
     mask = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], "int32")
     out = objective.mask_tokens(
-        ids, mask, special_ids=(PAD, CLS, SEP), mask_token_id=MASK, mask_prob=0.9,
-        max_predictions=2, seeds=seeds(),
+        ids,
+        mask,
+        special_ids=(PAD, CLS, SEP),
+        mask_token_id=MASK,
+        mask_prob=0.9,
+        max_predictions=2,
+        seeds=seeds(),
     )
     np.testing.assert_array_equal(out.weights.numpy(), [[0, 0], [1, 1]])
     np.testing.assert_array_equal(out.input_ids.numpy()[0], ids[0])
@@ -106,8 +121,10 @@ def test_mlm_loss_matches_hand_computation():
     logits = np.array([[[2.0, 0.5, -1.0], [0.0, 1.0, 3.0], [9.0, 9.0, 9.0]]], "float32")
     labels = np.array([[0, 1, 2]], "int32")
     weights = np.array([[1.0, 1.0, 0.0]], "float32")
+
     def nll(row, label):
         return -(row[label] - np.log(np.exp(row).sum()))
+
     expected = (nll(logits[0, 0], 0) + nll(logits[0, 1], 1)) / 2
     got = objective.mlm_loss(logits, labels, weights).numpy()
     assert got == pytest.approx(expected, rel=1e-5)
@@ -117,9 +134,11 @@ def test_disc_loss_matches_hand_computation():
     logits = np.array([[1.5, -0.5, 2.0, 7.0]], "float32")
     labels = np.array([[1.0, 0.0, 0.0, 1.0]], "float32")
     mask = np.array([[1, 1, 1, 0]], "int32")  # the last token is padding
+
     def bce(x, y):
         p = 1 / (1 + np.exp(-x))
         return -(y * np.log(p) + (1 - y) * np.log(1 - p))
+
     expected = np.mean([bce(1.5, 1), bce(-0.5, 0), bce(2.0, 0)])
     got = objective.disc_loss(logits, labels, mask).numpy()
     assert got == pytest.approx(expected, rel=1e-5)
@@ -144,7 +163,9 @@ def test_sampling_follows_the_softmax_and_disallow_correct():
 def test_sampling_has_no_gradient():
     logits = tf.Variable(tf.random.normal([2, 3, 10]))
     with tf.GradientTape() as tape:
-        sampled = objective.sample_tokens(logits, tf.zeros([2, 3], tf.int32), seed=tf.constant([1, 1]))
+        sampled = objective.sample_tokens(
+            logits, tf.zeros([2, 3], tf.int32), seed=tf.constant([1, 1])
+        )
         y = tf.reduce_sum(tf.cast(sampled, tf.float32) * tf.reduce_sum(logits))
     # Gradient only through the explicit logits sum, none through the sample itself.
     grad = tape.gradient(y, logits)

@@ -16,8 +16,16 @@ from keras_electra.errors import ConfigError
 from keras_electra.pretraining.run import load_run, pretrain
 
 METRICS = {
-    "loss", "mlm_loss", "mlm_accuracy", "sampled_mlm_accuracy", "disc_loss", "disc_accuracy",
-    "disc_precision", "disc_recall", "disc_auc", "replaced_fraction",
+    "loss",
+    "mlm_loss",
+    "mlm_accuracy",
+    "sampled_mlm_accuracy",
+    "disc_loss",
+    "disc_accuracy",
+    "disc_precision",
+    "disc_recall",
+    "disc_auc",
+    "replaced_fraction",
 }
 FAST = dict(batch_size=8, max_seq_length=32, vocab_size=2000, progress=False)
 
@@ -42,27 +50,33 @@ def test_run_directory_holds_config_vocab_checkpoints_logs_and_metrics(tiny_run)
 
 def test_resumed_run_equals_an_uninterrupted_one(small_corpus, tmp_path):
     """Same step, optimizer state, masking stream and data position after a restart."""
-    kw = dict(FAST, log_every=3, checkpoint_every=3, config_overrides={"num_layers": 1, "dropout": 0.0})
+    kw = dict(
+        FAST, log_every=3, checkpoint_every=3, config_overrides={"num_layers": 1, "dropout": 0.0}
+    )
     straight = pretrain([str(small_corpus)], tmp_path / "a", steps=6, **kw)
     pretrain([str(small_corpus)], tmp_path / "b", steps=3, **kw)
     resumed = pretrain([str(small_corpus)], tmp_path / "b", steps=6, **kw)
     assert resumed.step == 6
     assert [r["step"] for r in read_metrics(tmp_path / "b")] == [3, 6]
-    for a, b in zip(straight.model.trainable_variables, resumed.model.trainable_variables):
+    for a, b in zip(
+        straight.model.trainable_variables, resumed.model.trainable_variables, strict=True
+    ):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)
     np.testing.assert_allclose(
-        read_metrics(tmp_path / "a")[-1]["loss"], read_metrics(tmp_path / "b")[-1]["loss"], rtol=1e-4
+        read_metrics(tmp_path / "a")[-1]["loss"],
+        read_metrics(tmp_path / "b")[-1]["loss"],
+        rtol=1e-4,
     )
 
 
 def test_restored_model_matches_every_trained_weight(tiny_run):
-    """Model-only restores (export, fine-tuning) get every variable, transformer kernels included."""
+    """Model-only restores (export, fine-tuning) get every variable, attention kernels included."""
     model, _, step = load_run(tiny_run)
     again, _, _ = load_run(tiny_run)
     assert step == 4
     kernels = [v for v in model.variables if v.path.endswith("query/kernel")]
     assert kernels, "no attention kernels found"
-    for a, b in zip(model.variables, again.variables):
+    for a, b in zip(model.variables, again.variables, strict=True):
         if "seed_generator" not in a.path:
             np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
 
@@ -80,7 +94,9 @@ def test_sigkill_mid_run_then_resume_finishes_with_intact_checkpoints(small_corp
     run_dir = tmp_path / "killed"
     args = [sys.executable, "-c", KILL_SCRIPT, str(small_corpus), str(run_dir)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.Popen([*args, "400"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*args, "400"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.time() + 240
     metrics = run_dir / "metrics.jsonl"
     while time.time() < deadline:
@@ -106,8 +122,21 @@ def test_sigkill_mid_run_then_resume_finishes_with_intact_checkpoints(small_corp
 
 
 def run_cli(*args):
-    return main(["pretrain", "--no-progress", "--steps", "2", "--batch-size", "4",
-                 "--max-seq-length", "16", "--vocab-size", "500", *args])
+    return main(
+        [
+            "pretrain",
+            "--no-progress",
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--max-seq-length",
+            "16",
+            "--vocab-size",
+            "500",
+            *args,
+        ]
+    )
 
 
 def one_sentence(err: str) -> str:
@@ -141,9 +170,17 @@ def test_vocab_without_mask_is_one_sentence(small_corpus, tmp_path, capsys):
 def test_non_utf8_bytes_and_a_one_megabyte_line_still_train(tmp_path, small_corpus):
     corpus = tmp_path / "messy.txt"
     clean = small_corpus.read_bytes()[:200_000]
-    corpus.write_bytes(b"caf\xe9 cr\xe8me \xff\xfe broken bytes.\n" + b"word " * 200_000 + b"\n\n" + clean)
-    result = pretrain([str(corpus)], tmp_path / "r", steps=2, log_every=1,
-                      config_overrides={"num_layers": 1}, **FAST)
+    corpus.write_bytes(
+        b"caf\xe9 cr\xe8me \xff\xfe broken bytes.\n" + b"word " * 200_000 + b"\n\n" + clean
+    )
+    result = pretrain(
+        [str(corpus)],
+        tmp_path / "r",
+        steps=2,
+        log_every=1,
+        config_overrides={"num_layers": 1},
+        **FAST,
+    )
     assert result.step == 2
     assert all(np.isfinite(r["loss"]) for r in result.history)
 
@@ -164,25 +201,76 @@ def test_resuming_with_a_different_preset_is_one_sentence(tiny_run, tmp_path, ca
     run_dir = tmp_path / "copy"
     shutil.copytree(tiny_run, run_dir)
     corpus = json.loads((run_dir / "run.json").read_text())["corpus"]
-    assert main(["pretrain", "--no-progress", "--preset", "small", "--corpus", *corpus,
-                 "--output", str(run_dir)]) == 2
+    assert (
+        main(
+            [
+                "pretrain",
+                "--no-progress",
+                "--preset",
+                "small",
+                "--corpus",
+                *corpus,
+                "--output",
+                str(run_dir),
+            ]
+        )
+        == 2
+    )
     assert "preset='tiny'" in one_sentence(capsys.readouterr().err)
 
 
 def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
     out = tmp_path / "mlm"
-    assert run_cli("--corpus", str(small_corpus), "--output", str(out), "--objective", "mlm",
-                   "--log-every", "1") == 0
+    assert (
+        run_cli(
+            "--corpus",
+            str(small_corpus),
+            "--output",
+            str(out),
+            "--objective",
+            "mlm",
+            "--log-every",
+            "1",
+        )
+        == 0
+    )
     records = read_metrics(out)
     assert set(records[-1]) == {"step", "tokens_per_sec", "loss", "mlm_loss", "mlm_accuracy"}
 
 
 def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, capsys):
     data = tmp_path / "records"
-    assert main(["prepare", "--corpus", str(small_corpus), "--output", str(data),
-                 "--vocab-size", "500", "--max-seq-length", "16", "--num-shards", "2"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--corpus",
+                str(small_corpus),
+                "--output",
+                str(data),
+                "--vocab-size",
+                "500",
+                "--max-seq-length",
+                "16",
+                "--num-shards",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert len(list(data.glob("*.tfrecord"))) == 2
     out = tmp_path / "from_records"
-    assert run_cli("--corpus", str(data), "--vocab", str(data / "vocab.txt"),
-                   "--output", str(out), "--log-every", "1") == 0
+    assert (
+        run_cli(
+            "--corpus",
+            str(data),
+            "--vocab",
+            str(data / "vocab.txt"),
+            "--output",
+            str(out),
+            "--log-every",
+            "1",
+        )
+        == 0
+    )
     assert read_metrics(out)[-1]["step"] == 2

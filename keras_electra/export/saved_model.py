@@ -88,7 +88,9 @@ class ReplacedTokenModule(tf.Module):
     )
     def score_pair(self, text_a, text_b):
         tf.debugging.assert_equal(
-            tf.shape(text_a), tf.shape(text_b), message="text_a and text_b must have the same length"
+            tf.shape(text_a),
+            tf.shape(text_b),
+            message="text_a and text_b must have the same length",
         )
         return self._score(encode_texts(self.tokenizer, text_a, text_b, max_length=self.max_length))
 
@@ -107,13 +109,22 @@ class ReplacedTokenModule(tf.Module):
 def next_version(base: str | Path) -> int:
     """One more than the highest numeric version folder under ``base`` (1 if none)."""
     base = Path(base)
-    versions = [int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit()] if base.is_dir() else []
+    versions = (
+        [int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit()]
+        if base.is_dir()
+        else []
+    )
     return max(versions, default=0) + 1
 
 
-def export_module(module: tf.Module, output: str | Path, *, version: int | None = None,
-                  extra_files: dict[str, str | Path] | None = None,
-                  after_save=None) -> Path:
+def export_module(
+    module: tf.Module,
+    output: str | Path,
+    *,
+    version: int | None = None,
+    extra_files: dict[str, str | Path] | None = None,
+    after_save=None,
+) -> Path:
     """Save ``module`` (with ``signatures()``/``warmup_records()``) as ``output/VERSION``.
 
     Returns the version folder. Raises :class:`ElectraError` if it already exists.
@@ -177,10 +188,13 @@ def export_run(
     length = max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
     if not 4 <= length <= model.config.max_position_embeddings:
         raise ConfigError(
-            f"max_length must be between 4 and {model.config.max_position_embeddings}, got {length}."
+            f"max_length must be between 4 and {model.config.max_position_embeddings}, "
+            f"got {length}."
         )
     module = ReplacedTokenModule(tokenizer, model.discriminator, model.discriminator_head, length)
     return export_module(
-        module, output, version=version,
+        module,
+        output,
+        version=version,
         extra_files={"config.json": run_dir / "config.json", "vocab.txt": run_dir / "vocab.txt"},
     )

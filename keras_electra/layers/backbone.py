@@ -53,7 +53,9 @@ class ElectraBackbone(keras.Model):
             raise ValueError(f"tower must be 'discriminator' or 'generator', got {tower!r}.")
         self.config = config
         self.tower = tower
-        sizes = config.discriminator_config() if tower == "discriminator" else config.generator_config()
+        sizes = (
+            config.discriminator_config() if tower == "discriminator" else config.generator_config()
+        )
         self.hidden_dim = sizes.hidden_size
 
         # === Layers ===

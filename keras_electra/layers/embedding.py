@@ -66,7 +66,10 @@ class ElectraEmbedding(keras.layers.Layer):
             name="token_embedding",
         )
         self.position_embedding = keras_hub.layers.PositionEmbedding(
-            max_sequence_length, initializer=init, dtype=self.dtype_policy, name="position_embedding"
+            max_sequence_length,
+            initializer=init,
+            dtype=self.dtype_policy,
+            name="position_embedding",
         )
         self.segment_embedding = keras.layers.Embedding(
             num_segments,

@@ -84,6 +84,7 @@ class ElectraEncoder(keras.layers.Layer):
             shape = shape[:-1] + (self.hidden_dim,)
         for layer in self.transformer_layers:
             layer.build(shape)
+            _float32_attention_softmax(layer)
         self.built = True
 
     def call(self, embeddings, padding_mask, training=None):
@@ -111,3 +112,19 @@ class ElectraEncoder(keras.layers.Layer):
             initializer_range=self.initializer_range,
         )
         return config
+
+
+def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
+    """Make a built transformer layer's attention softmax run in float32.
+
+    Under a mixed policy Keras' ``MultiHeadAttention`` computes its softmax in the
+    compute dtype (bfloat16 keeps 8 mantissa bits); a float32 ``Softmax`` (no
+    weights) keeps the attention probabilities accurate, and the following dropout
+    casts them back. Only the explicit-softmax path (``dropout > 0``) needs this:
+    the fused path already computes its softmax in float32.
+    """
+    attention = getattr(layer, "_self_attention_layer", None)
+    softmax = getattr(attention, "_softmax", None)
+    if softmax is None or layer.compute_dtype == "float32":
+        return
+    attention._softmax = keras.layers.Softmax(axis=softmax.axis, dtype="float32")

@@ -83,7 +83,10 @@ class DiscriminatorHead(keras.layers.Layer):
         self.initializer_range = initializer_range
         init = truncated_normal(initializer_range)
         self.dense = keras.layers.Dense(
-            hidden_dim, activation="gelu", kernel_initializer=init, dtype=self.dtype_policy,
+            hidden_dim,
+            activation="gelu",
+            kernel_initializer=init,
+            dtype=self.dtype_policy,
             name="dense",
         )
         self.logits = keras.layers.Dense(
