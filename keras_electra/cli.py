@@ -190,6 +190,106 @@ def _run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_finetune(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune a pretrained discriminator on a task",
+        description="Fine-tune for classify, regress (tables: .tsv/.csv/.jsonl), tag (CoNLL) "
+        "or qa (SQuAD JSON). Writes OUT_DIR with the weights, config.json, vocab.txt, "
+        "finetune.json, labels.txt and eval_metrics.json; `keras-electra export --run OUT_DIR` "
+        "exports it. Unset hyperparameters take the paper's defaults for the model size.",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", metavar="RUN_DIR", help="a pretraining run directory")
+    source.add_argument("--init", metavar="DIR",
+                        help="a directory with config.json, vocab.txt and checkpoints/")
+    p.add_argument("--task", required=True, metavar="TASK", help="classify, regress, tag or qa")
+    p.add_argument("--train", required=True, metavar="FILE", help="training data")
+    p.add_argument("--eval", metavar="FILE", help="evaluation data (metrics to eval_metrics.json)")
+    p.add_argument("--output", required=True, metavar="OUT_DIR", help="fine-tuned model directory")
+    p.add_argument("--text-column", default="text", help="text column name or 0-based index")
+    p.add_argument("--text-pair-column", help="second text column, for sentence pairs")
+    p.add_argument("--label-column", default="label", help="label column name or index")
+    p.add_argument("--epochs", type=int, help="passes over the data (default: 3; 10 for regress)")
+    p.add_argument("--batch-size", type=int, help="examples per step (default: 32)")
+    p.add_argument("--learning-rate", type=float, help="peak rate of the head (default: per size)")
+    p.add_argument("--layer-decay", type=float, help="layer-wise rate decay (default: per size)")
+    p.add_argument("--weight-decay", type=float, help="decoupled weight decay (default: 0.01)")
+    p.add_argument("--warmup-fraction", type=float, help="fraction of warm-up steps (default 0.1)")
+    p.add_argument("--dropout", type=float, help="dropout (default: 0.1)")
+    p.add_argument("--max-seq-length", type=int, default=128, help="tokens per example")
+    p.add_argument("--squad-v2", action="store_true", help="qa: questions may be unanswerable")
+    p.add_argument("--doc-stride", type=int, default=128, help="qa: tokens between windows")
+    p.add_argument("--max-query-length", type=int, default=64, help="qa: question tokens kept")
+    p.add_argument("--max-answer-length", type=int, default=30, help="qa: longest answer")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    p.set_defaults(func=_run_finetune)
+
+
+def _run_finetune(args: argparse.Namespace) -> int:
+    import json
+
+    from keras_electra.finetuning import finetune
+
+    result = finetune(
+        args.run or args.init,
+        args.task,
+        args.train,
+        args.eval,
+        args.output,
+        text_column=args.text_column,
+        text_pair_column=args.text_pair_column,
+        label_column=args.label_column,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        max_seq_length=args.max_seq_length,
+        layer_decay=args.layer_decay,
+        weight_decay=args.weight_decay,
+        warmup_fraction=args.warmup_fraction,
+        dropout=args.dropout,
+        version_2=args.squad_v2,
+        doc_stride=args.doc_stride,
+        max_query_length=args.max_query_length,
+        max_answer_length=args.max_answer_length,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
+    print(f"Fine-tuned model: {result.output_dir}")
+    if result.metrics:
+        print(f"Eval metrics: {json.dumps(result.metrics)}")
+    return 0
+
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="run a fine-tuned model on a file and write JSON-lines predictions",
+        description="Read --input in the format and columns the model was fine-tuned on "
+        "(labels are ignored) and write one JSON object per example.",
+    )
+    p.add_argument("--model", required=True, metavar="OUT_DIR", help="a fine-tuned model directory")
+    p.add_argument("--input", required=True, metavar="FILE", help="examples to predict")
+    p.add_argument("--output", metavar="FILE", help="JSON-lines output (default: stdout)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(func=_run_predict)
+
+
+def _run_predict(args: argparse.Namespace) -> int:
+    import json
+
+    from keras_electra.finetuning import predict_file
+
+    rows = predict_file(args.model, args.input, args.output, batch_size=args.batch_size)
+    if args.output:
+        print(f"Wrote {len(rows)} predictions to {args.output}")
+    else:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-electra",
@@ -200,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prepare(sub)
     _add_export(sub)
     _add_score(sub)
+    _add_finetune(sub)
+    _add_predict(sub)
     return parser
 
 

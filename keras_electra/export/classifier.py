@@ -1,0 +1,224 @@
+"""SavedModels of fine-tuned classifiers and regressors, for TF Serving 2.20.
+
+A fine-tuned output directory (``keras-electra finetune --output``, marked by
+``finetune.json``) exports with an in-graph tokenizer, like pretraining runs.
+
+Classification (``C`` classes):
+
+- ``serving_default``: input ``text`` (and ``text_b`` for a pair model),
+  DT_STRING ``[-1]`` -> ``scores`` (float32 softmax ``[-1, C]``) and ``classes``
+  (DT_STRING ``[-1, C]``, the label names in score order);
+- ``classify``: method ``tensorflow/serving/classify``; input ``inputs``
+  (serialized ``tf.Example`` with a bytes feature ``text``, and ``text_b`` for
+  a pair model) -> the same ``scores`` and ``classes``, so TF Serving's Classify
+  API (gRPC ``Classify``, REST ``:classify``) answers.
+
+Regression:
+
+- ``serving_default``: ``text`` (and ``text_b``) -> ``scores`` (float32 ``[-1, 1]``);
+- ``regress``: method ``tensorflow/serving/regress``; input ``inputs``
+  (serialized ``tf.Example``) -> ``outputs`` (float32 ``[-1, 1]``), for TF
+  Serving's Regress API.
+
+``assets.extra/`` keeps ``config.json``, ``vocab.txt``, ``finetune.json`` and
+``labels.txt`` and the warmup requests.
+
+Example:
+    >>> export_finetuned("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
+    PosixPath('saved_models/sst2/1')
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tensorflow as tf
+from tensorflow_serving.apis import (
+    classification_pb2,
+    input_pb2,
+    model_pb2,
+    prediction_log_pb2,
+)
+
+from keras_electra.encoding import encode_texts
+from keras_electra.errors import ConfigError
+from keras_electra.export.saved_model import export_module
+from keras_electra.export.saved_model import export_run as export_pretraining_run
+from keras_electra.finetuning.run import FinetunedModel, is_finetuned_dir, load_finetuned
+from keras_electra.finetuning.settings import FINETUNE_FILE
+from keras_electra.serving.signatures import (
+    CLASSIFY_METHOD_NAME,
+    REGRESS_METHOD_NAME,
+    set_signature_method_name,
+)
+from keras_electra.serving.tensors import make_example
+from keras_electra.serving.warmup import predict_log
+
+EXPORTABLE_TASKS = ("classify", "regress")
+WARMUP_TEXTS = ("A fine example sentence.", "", "Ünïcödé and emoji 🙂 text.")
+
+
+class TextClassifierModule(tf.Module):
+    """A fine-tuned classifier or regressor with its tokenizer, as TF Serving signatures.
+
+    Args:
+        finetuned: the loaded model (see :func:`keras_electra.finetuning.load_finetuned`).
+        max_length: the fixed sequence length (default: the fine-tuning one).
+
+    Example:
+        >>> module = TextClassifierModule(load_finetuned("runs/sst2"))  # doctest: +SKIP
+        >>> module.serve(tf.constant(["great"]))["scores"].shape  # doctest: +SKIP
+        TensorShape([1, 2])
+    """
+
+    def __init__(self, finetuned: FinetunedModel, max_length: int | None = None):
+        super().__init__(name="electra_text_classifier")
+        settings = finetuned.settings
+        if settings.task not in EXPORTABLE_TASKS:
+            raise ConfigError(
+                f"Exporting a '{settings.task}' model is not supported yet (only "
+                f"{' and '.join(EXPORTABLE_TASKS)}); run it with `keras-electra predict` instead."
+            )
+        self.task = settings.task
+        self.pair = settings.text_pair_column is not None
+        self.tokenizer = finetuned.tokenizer
+        self.model = finetuned.model
+        self.max_length = int(max_length or settings.max_seq_length)
+        self.labels = list(settings.labels)
+        self.label_names = tf.constant(self.labels or [""], tf.string)
+        # TF Serving restores only variables in the object graph: track the tf.Variables
+        # the graph captures, not Keras 3's wrappers (see ReplacedTokenModule).
+        self.model_variables = [v.value for v in finetuned.model.variables]
+
+        names = ["text", "text_b"] if self.pair else ["text"]
+        specs = [tf.TensorSpec([None], tf.string, name=n) for n in names]
+        self.serve = tf.function(self._serve, input_signature=specs)
+        example_spec = [tf.TensorSpec([None], tf.string, name="inputs")]
+        self.from_examples = tf.function(self._from_examples, input_signature=example_spec)
+
+    def _outputs(self, text, text_b=None) -> dict[str, tf.Tensor]:
+        inputs = encode_texts(self.tokenizer, text, text_b, max_length=self.max_length)
+        logits = tf.cast(self.model(inputs, training=False), tf.float32)
+        if self.task == "regress":
+            return {"scores": logits}
+        scores = tf.nn.softmax(logits, axis=-1)
+        classes = tf.tile(self.label_names[None, :], [tf.shape(scores)[0], 1])
+        return {"scores": scores, "classes": classes}
+
+    def _serve(self, text, text_b=None):
+        if text_b is not None:
+            tf.debugging.assert_equal(
+                tf.shape(text),
+                tf.shape(text_b),
+                message="text and text_b must have the same length",
+            )
+        return self._outputs(text, text_b)
+
+    def _from_examples(self, inputs):
+        spec = {"text": tf.io.FixedLenFeature([], tf.string)}
+        if self.pair:
+            spec["text_b"] = tf.io.FixedLenFeature([], tf.string)
+        features = tf.io.parse_example(inputs, spec)
+        outputs = self._outputs(features["text"], features.get("text_b"))
+        if self.task == "regress":
+            return {"outputs": outputs["scores"]}
+        return outputs
+
+    @property
+    def example_signature(self) -> str:
+        """Name of the tf.Example signature: ``classify`` or ``regress``."""
+        return "regress" if self.task == "regress" else "classify"
+
+    def signatures(self) -> dict:
+        return {"serving_default": self.serve, self.example_signature: self.from_examples}
+
+    def method_names(self) -> dict[str, str]:
+        """Method names to set after saving (``tf.saved_model.save`` writes predict only)."""
+        method = REGRESS_METHOD_NAME if self.task == "regress" else CLASSIFY_METHOD_NAME
+        return {self.example_signature: method}
+
+    def _example(self, i: int) -> dict:
+        texts = WARMUP_TEXTS
+        example = {"text": texts[i % len(texts)]}
+        if self.pair:
+            example["text_b"] = texts[(i + 1) % len(texts)]
+        return example
+
+    def warmup_records(self) -> list:
+        texts = list(WARMUP_TEXTS)
+        feeds = {"text": texts}
+        if self.pair:
+            feeds["text_b"] = texts[1:] + texts[:1]
+        records = [predict_log(feeds), predict_log({k: v[:1] for k, v in feeds.items()})]
+        if self.task == "classify":
+            request = classification_pb2.ClassificationRequest(
+                model_spec=model_pb2.ModelSpec(signature_name="classify"),
+                input=input_pb2.Input(
+                    example_list=input_pb2.ExampleList(
+                        examples=[make_example(self._example(i)) for i in range(2)]
+                    )
+                ),
+            )
+            records.append(
+                prediction_log_pb2.PredictionLog(
+                    classify_log=prediction_log_pb2.ClassifyLog(request=request)
+                )
+            )
+        return records
+
+
+def export_finetuned(
+    model_dir: str | Path,
+    output: str | Path,
+    *,
+    version: int | None = None,
+    max_length: int | None = None,
+) -> Path:
+    """Export a fine-tuned classifier or regressor as ``output/VERSION``.
+
+    Args:
+        model_dir: a directory written by ``keras-electra finetune``.
+        output: the model's base folder, e.g. ``saved_models/sst2``.
+        version: the version number (default: one more than the highest present).
+        max_length: the fixed sequence length (default: the fine-tuning one).
+
+    Example:
+        >>> export_finetuned("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
+        PosixPath('saved_models/sst2/1')
+    """
+    model_dir = Path(model_dir)
+    finetuned = load_finetuned(model_dir)
+    limit = finetuned.config.max_position_embeddings
+    if max_length is not None and not 4 <= max_length <= limit:
+        raise ConfigError(f"max_length must be between 4 and {limit}, got {max_length}.")
+    module = TextClassifierModule(finetuned, max_length)
+
+    def set_methods(saved: Path) -> None:
+        for name, method in module.method_names().items():
+            set_signature_method_name(saved, name, method)
+
+    extra = {name: model_dir / name for name in ("config.json", "vocab.txt", FINETUNE_FILE)}
+    extra["labels.txt"] = model_dir / "labels.txt"
+    return export_module(module, output, version=version, extra_files=extra, after_save=set_methods)
+
+
+def export_run(
+    run_dir: str | Path,
+    output: str | Path,
+    *,
+    version: int | None = None,
+    max_length: int | None = None,
+) -> Path:
+    """Export a pretraining run or a fine-tuned model directory, whichever ``run_dir`` is.
+
+    A directory with ``finetune.json`` exports with classifier signatures
+    (:func:`export_finetuned`); any other with replaced-token-detection ones
+    (:func:`keras_electra.export.saved_model.export_run`).
+
+    Example:
+        >>> export_run("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
+        PosixPath('saved_models/sst2/1')
+    """
+    if is_finetuned_dir(run_dir):
+        return export_finetuned(run_dir, output, version=version, max_length=max_length)
+    return export_pretraining_run(run_dir, output, version=version, max_length=max_length)

@@ -1,0 +1,164 @@
+"""AdamW with layer-wise learning-rate decay, as ELECTRA fine-tunes.
+
+The rule (the one google-research/electra intended; its code has an
+off-by-one its author acknowledged in issue #51 of that repository): count the
+task head as one more layer on top of the ``L`` transformer layers, and give
+each layer ``decay`` times the rate of the layer above it:
+
+====================================  =======================
+variables                             learning-rate factor
+====================================  =======================
+task head (everything not below)      1
+transformer layer ``i`` (0-based)     ``decay ** (L - i)``
+embeddings (+ their projection)       ``decay ** (L + 1)``
+====================================  =======================
+
+So the top transformer layer trains at ``lr * decay``. The original code put
+the head at depth ``L + 2`` (a leftover of a removed pooler layer), which
+multiplied every backbone layer by one extra ``decay``.
+
+The factor scales the learning rate inside the update (and so the decoupled
+weight decay too, as in the original optimizer): scaling gradients instead
+would do nothing, since Adam's update is invariant to the gradient's scale.
+
+Example:
+    >>> factors = layerwise_factors(backbone, decay=0.8)  # doctest: +SKIP
+    >>> optimizer = LayerwiseAdamW(factors, learning_rate=1e-4)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.training.optimizer import WarmupLinearDecay, no_decay_variables
+
+
+def layer_factor(depth: int, num_layers: int, decay: float) -> float:
+    """Learning-rate factor at ``depth``: 0 = embeddings, ``i + 1`` = layer ``i``, ``L + 1`` = head.
+
+    Example:
+        >>> [round(layer_factor(d, 2, 0.5), 3) for d in (0, 1, 2, 3)]
+        [0.125, 0.25, 0.5, 1.0]
+    """
+    return float(decay ** (num_layers + 1 - depth))
+
+
+def layerwise_factors(backbone: ElectraBackbone, decay: float) -> dict[str, float]:
+    """Learning-rate factor of every backbone variable, keyed by variable path.
+
+    Variables not listed (the task head) keep factor 1.
+
+    Args:
+        backbone: the ``ElectraBackbone`` being fine-tuned.
+        decay: the per-layer decay (0.8 for Small/Base, 0.9 for Large; 1 disables).
+    """
+    layers = backbone.encoder.transformer_layers
+    num_layers = len(layers)
+    factors: dict[str, float] = {}
+    bottom = [backbone.embedding]
+    if backbone.encoder.projection is not None:
+        bottom.append(backbone.encoder.projection)
+    for layer in bottom:
+        for v in layer.trainable_variables:
+            factors[v.path] = layer_factor(0, num_layers, decay)
+    for i, layer in enumerate(layers):
+        for v in layer.trainable_variables:
+            factors[v.path] = layer_factor(i + 1, num_layers, decay)
+    return factors
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class LayerwiseAdamW(keras.optimizers.AdamW):
+    """AdamW whose learning rate (and weight decay) is scaled per variable.
+
+    Args:
+        factors: variable path -> learning-rate factor (see :func:`layerwise_factors`);
+            other variables use factor 1.
+        **kwargs: :class:`keras.optimizers.AdamW` arguments.
+
+    Example:
+        >>> import numpy as np
+        >>> v = keras.Variable(np.ones(2, "float32"), name="w")
+        >>> opt = LayerwiseAdamW({v.path: 0.5}, learning_rate=0.1, weight_decay=0.0)
+        >>> opt.apply_gradients([(np.ones(2, "float32"), v)])
+        >>> [round(float(x), 4) for x in v.numpy()]  # one Adam step moves lr * 0.5
+        [0.95, 0.95]
+    """
+
+    def __init__(self, factors: dict[str, float] | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.factors = dict(factors or {})
+        self._factor_list: list[float] = []
+
+    def build(self, var_list):
+        super().build(var_list)
+        self._factor_list = [self.factors.get(v.path, 1.0) for v in var_list]
+
+    def _factor(self, variable) -> float:
+        return self._factor_list[self._get_variable_index(variable)]
+
+    def update_step(self, gradient, variable, learning_rate):
+        factor = self._factor(variable)
+        if factor != 1.0:
+            learning_rate = ops.multiply(ops.cast(learning_rate, variable.dtype), factor)
+        super().update_step(gradient, variable, learning_rate)
+
+    def _apply_weight_decay(self, variables):
+        # Decoupled weight decay at each variable's own rate: variable -= v * wd * lr * factor.
+        if self.weight_decay is None:
+            return
+        for variable in variables:
+            if self._use_weight_decay(variable):
+                value = variable.value if isinstance(variable, keras.Variable) else variable
+                lr = ops.cast(self.learning_rate, value.dtype) * self._factor(variable)
+                value.assign_sub(value * ops.cast(self.weight_decay, value.dtype) * lr)
+
+    def get_config(self):
+        return {**super().get_config(), "factors": self.factors}
+
+
+def create_finetune_optimizer(
+    model: keras.Model,
+    backbone: ElectraBackbone,
+    *,
+    learning_rate: float,
+    total_steps: int,
+    warmup_fraction: float = 0.1,
+    layer_decay: float = 0.8,
+    weight_decay: float = 0.01,
+    clip_norm: float | None = 1.0,
+) -> LayerwiseAdamW:
+    """ELECTRA's fine-tuning optimizer: layer-wise AdamW, warm-up then linear decay.
+
+    Beta1 0.9, beta2 0.999, epsilon 1e-6; no weight decay on LayerNorm parameters
+    and biases; gradients clipped to a global norm of ``clip_norm``.
+
+    Args:
+        model: the task model (backbone + head).
+        backbone: its backbone (defines the layers the decay runs over).
+        learning_rate: the head's peak learning rate.
+        total_steps: training steps; the rate reaches 0 at the last.
+        warmup_fraction: fraction of the steps spent warming up linearly.
+        layer_decay: per-layer learning-rate decay.
+        weight_decay: decoupled weight decay.
+        clip_norm: global gradient-norm clip, or None.
+
+    Example:
+        >>> opt = create_finetune_optimizer(model, model.backbone, learning_rate=1e-4,
+        ...                                 total_steps=1000)  # doctest: +SKIP
+    """
+    optimizer = LayerwiseAdamW(
+        layerwise_factors(backbone, layer_decay),
+        learning_rate=WarmupLinearDecay(
+            learning_rate, int(round(warmup_fraction * total_steps)), total_steps
+        ),
+        weight_decay=weight_decay,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        global_clipnorm=clip_norm,
+    )
+    optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
+    return optimizer

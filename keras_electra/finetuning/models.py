@@ -1,0 +1,204 @@
+"""Task models: an ELECTRA backbone with a small task head, trainable with ``model.fit``.
+
+Every model takes the backbone's input dict (int32 ``[batch, length]``
+``token_ids``, ``segment_ids``, ``padding_mask``) and returns float32 outputs:
+
+- :class:`ElectraClassifier`: logits ``[batch, num_classes]`` from dropout then a
+  dense layer on the ``[CLS]`` vector (as ELECTRA's GLUE head);
+- :class:`ElectraRegressor`: the same head with one output ``[batch, 1]``;
+- :class:`ElectraTagger`: logits ``[batch, length, num_tags]`` at every position;
+- :class:`ElectraSpanExtractor`: ``start_logits`` and ``end_logits``
+  ``[batch, length]`` (padding masked out) and, for SQuAD 2.0, an ``answerable``
+  logit ``[batch]`` from the ``[CLS]`` vector.
+
+Example:
+    >>> import numpy as np
+    >>> from keras_electra.config import ElectraConfig
+    >>> from keras_electra.layers import ElectraBackbone
+    >>> config = ElectraConfig.from_preset("tiny", vocab_size=100, num_layers=1)
+    >>> model = ElectraClassifier(ElectraBackbone(config), num_classes=3)
+    >>> ids = np.ones((2, 8), "int32")
+    >>> tuple(model({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids}).shape)
+    (2, 3)
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.layers.embedding import truncated_normal
+
+
+class _HeadModel(keras.Model):
+    """A backbone plus dropout and one dense layer (the task head)."""
+
+    def __init__(self, backbone: ElectraBackbone, units: int, dropout: float = 0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.units = units
+        self.dropout = dropout
+        self.head_dropout = keras.layers.Dropout(dropout, name="head_dropout")
+        self.head = keras.layers.Dense(
+            units,
+            kernel_initializer=truncated_normal(backbone.config.initializer_range),
+            name="head",
+        )
+        self.head.build((None, backbone.hidden_dim))
+
+    def _project(self, x, training):
+        return ops.cast(self.head(self.head_dropout(x, training=training)), "float32")
+
+    def get_config(self):
+        return {
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "dropout": self.dropout,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class ElectraClassifier(_HeadModel):
+    """Sequence (or sequence-pair) classification on the ``[CLS]`` vector.
+
+    Args:
+        backbone: the pretrained discriminator ``ElectraBackbone``.
+        num_classes: number of classes.
+        dropout: dropout before the dense layer.
+
+    Example:
+        >>> model = ElectraClassifier(backbone, num_classes=2)  # doctest: +SKIP
+        >>> model.compile(optimizer="adam",
+        ...     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # doctest: +SKIP
+        >>> model.fit(encoded_inputs, labels, epochs=3)  # doctest: +SKIP
+    """
+
+    def __init__(self, backbone: ElectraBackbone, num_classes: int, dropout: float = 0.1, **kwargs):
+        kwargs.setdefault("name", "electra_classifier")
+        super().__init__(backbone, num_classes, dropout, **kwargs)
+        self.num_classes = num_classes
+
+    def call(self, inputs, training=None):
+        return self._project(self.backbone(inputs, training=training)[:, 0, :], training)
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes}
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class ElectraRegressor(_HeadModel):
+    """Sequence (or pair) regression, e.g. STS-B: one float per example, ``[batch, 1]``.
+
+    Train it with mean squared error.
+
+    Example:
+        >>> model = ElectraRegressor(backbone)  # doctest: +SKIP
+        >>> model.compile(optimizer="adam", loss="mse")  # doctest: +SKIP
+    """
+
+    def __init__(self, backbone: ElectraBackbone, dropout: float = 0.1, **kwargs):
+        kwargs.setdefault("name", "electra_regressor")
+        super().__init__(backbone, 1, dropout, **kwargs)
+
+    def call(self, inputs, training=None):
+        return self._project(self.backbone(inputs, training=training)[:, 0, :], training)
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class ElectraTagger(_HeadModel):
+    """Token tagging: logits for every position, ``[batch, length, num_tags]``.
+
+    Labels sit on the first word piece of each word; train with
+    :class:`MaskedSparseCrossentropy` (label ``-1`` everywhere else).
+
+    Example:
+        >>> model = ElectraTagger(backbone, num_tags=5)  # doctest: +SKIP
+        >>> model.compile(optimizer="adam", loss=MaskedSparseCrossentropy())  # doctest: +SKIP
+    """
+
+    def __init__(self, backbone: ElectraBackbone, num_tags: int, dropout: float = 0.1, **kwargs):
+        kwargs.setdefault("name", "electra_tagger")
+        super().__init__(backbone, num_tags, dropout, **kwargs)
+        self.num_tags = num_tags
+
+    def call(self, inputs, training=None):
+        return self._project(self.backbone(inputs, training=training), training)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tags": self.num_tags}
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class ElectraSpanExtractor(_HeadModel):
+    """Extractive QA: start and end logits per position, plus answerability for SQuAD 2.0.
+
+    Outputs a dict: ``start_logits``, ``end_logits`` (``[batch, length]``, -10000 at
+    padding) and, with ``answerable=True``, ``answerable`` (``[batch]``, a logit on
+    the ``[CLS]`` vector; > 0 means the window holds the answer).
+
+    Example:
+        >>> model = ElectraSpanExtractor(backbone, answerable=True)  # doctest: +SKIP
+        >>> sorted(model(inputs))  # doctest: +SKIP
+        ['answerable', 'end_logits', 'start_logits']
+    """
+
+    def __init__(
+        self, backbone: ElectraBackbone, answerable: bool = False, dropout: float = 0.1, **kwargs
+    ):
+        kwargs.setdefault("name", "electra_span_extractor")
+        super().__init__(backbone, 2, dropout, **kwargs)
+        self.answerable = answerable
+        self.answerable_head = None
+        if answerable:
+            self.answerable_head = keras.layers.Dense(
+                1,
+                kernel_initializer=truncated_normal(backbone.config.initializer_range),
+                name="answerable_head",
+            )
+            self.answerable_head.build((None, backbone.hidden_dim))
+
+    def call(self, inputs, training=None):
+        sequence = self.backbone(inputs, training=training)
+        logits = self._project(sequence, training)
+        padding = (1.0 - ops.cast(inputs["padding_mask"], "float32")) * -10000.0
+        outputs = {
+            "start_logits": logits[..., 0] + padding,
+            "end_logits": logits[..., 1] + padding,
+        }
+        if self.answerable_head is not None:
+            cls = self.head_dropout(sequence[:, 0, :], training=training)
+            outputs["answerable"] = ops.cast(self.answerable_head(cls), "float32")[:, 0]
+        return outputs
+
+    def get_config(self):
+        return {**super().get_config(), "answerable": self.answerable}
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class MaskedSparseCrossentropy(keras.losses.Loss):
+    """Softmax cross-entropy averaged over positions whose label is ``>= 0``.
+
+    Example:
+        >>> import numpy as np
+        >>> loss = MaskedSparseCrossentropy()
+        >>> float(loss(np.array([[0, -1]]), np.zeros((1, 2, 2), "float32")))  # ln 2
+        0.6931471824645996
+    """
+
+    def __init__(self, name: str = "masked_sparse_crossentropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        weights = ops.cast(y_true >= 0, "float32")
+        per_token = keras.losses.sparse_categorical_crossentropy(
+            ops.maximum(y_true, 0), y_pred, from_logits=True
+        )
+        return ops.sum(per_token * weights) / ops.maximum(ops.sum(weights), 1.0)

@@ -1,0 +1,189 @@
+"""Extractive question answering in SQuAD 1.1 / 2.0 form.
+
+Contexts are split on whitespace into words (answers map from characters to
+words), each word into word pieces. A context longer than the room left by
+the question is cut into overlapping windows ``doc_stride`` pieces apart:
+``[CLS] question [SEP] window [SEP]``, the question cut to
+``max_query_length`` pieces. A window that does not hold the whole answer
+points start and end at ``[CLS]`` (and, for SQuAD 2.0, has answerability 0).
+
+Decoding takes, per question, the ``n_best`` highest start and end logits in
+each window's context, keeps spans with ``start <= end`` and at most
+``max_answer_length`` pieces, and answers with the words of the best
+``start + end`` span. For SQuAD 2.0 the question is answered ``""`` when no
+window's answerability logit is above 0.
+
+Example:
+    >>> words, char_to_word = whitespace_words("The cat  sat.")
+    >>> words, char_to_word[5]
+    (['The', 'cat', 'sat.'], 1)
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_electra.errors import ConfigError
+from keras_electra.finetuning import metrics
+from keras_electra.finetuning.models import ElectraSpanExtractor
+from keras_electra.finetuning.readers import QAExample, read_squad
+from keras_electra.finetuning.tagging import word_pieces
+from keras_electra.finetuning.tasks import Task
+
+N_BEST = 20
+
+
+def whitespace_words(text: str) -> tuple[list[str], list[int]]:
+    """Words of ``text`` split on whitespace, and the word index of every character."""
+    words: list[str] = []
+    char_to_word: list[int] = []
+    previous_space = True
+    for ch in text:
+        if ch.isspace():
+            previous_space = True
+        else:
+            if previous_space:
+                words.append(ch)
+            else:
+                words[-1] += ch
+            previous_space = False
+        char_to_word.append(max(0, len(words) - 1))
+    return words, char_to_word
+
+
+def windows(num_pieces: int, room: int, stride: int) -> list[tuple[int, int]]:
+    """``(start, length)`` of overlapping windows covering ``num_pieces`` pieces.
+
+    Example:
+        >>> windows(10, 4, 3)
+        [(0, 4), (3, 4), (6, 4)]
+    """
+    spans, start = [], 0
+    while True:
+        length = min(room, num_pieces - start)
+        spans.append((start, length))
+        if start + length >= num_pieces:
+            return spans
+        start += min(length, stride)
+
+
+class QATask(Task):
+    """Extractive QA on SQuAD JSON; metrics: exact match and F1 (percent)."""
+
+    name = "qa"
+
+    def read(self, path, settings, *, labelled=True) -> list[QAExample]:
+        return read_squad(path, require_answers=labelled)
+
+    def encode(self, examples, tokenizer, settings, *, labelled=True):
+        length = settings.max_seq_length
+        questions = tokenizer.tokenize(tf.constant([e.question for e in examples])).to_list()
+        contexts = [whitespace_words(e.context) for e in examples]
+        pieces = word_pieces(tokenizer, [w for words, _ in contexts for w in words])
+        rows: dict[str, list] = {k: [] for k in ("ids", "segments", "start", "end", "answerable")}
+        features = []  # (example index, offset of the window in the row, window start, length)
+        k = 0
+        for i, (example, (words, char_to_word)) in enumerate(zip(examples, contexts, strict=True)):
+            query = questions[i][: settings.max_query_length]
+            doc, piece_to_word, first_piece = [], [], []
+            for w in range(len(words)):
+                first_piece.append(len(doc))
+                doc.extend(pieces[k + w])
+                piece_to_word.extend([w] * len(pieces[k + w]))
+            k += len(words)
+            answer = None
+            if labelled and example.answer_start is not None and example.answers:
+                start_word = char_to_word[example.answer_start]
+                end_word = char_to_word[example.answer_start + len(example.answers[0]) - 1]
+                end_piece = (
+                    first_piece[end_word + 1] if end_word + 1 < len(words) else len(doc)
+                ) - 1
+                answer = (first_piece[start_word], end_piece)
+            room = length - len(query) - 3
+            if room < 1:
+                raise ConfigError(
+                    f"--max-seq-length {length} leaves no room for the context after a "
+                    f"{len(query)}-piece question; raise it or lower --max-query-length."
+                )
+            offset = len(query) + 2
+            for start, size in windows(len(doc), room, settings.doc_stride):
+                ids = [tokenizer.cls_id, *query, tokenizer.sep_id, *doc[start : start + size]]
+                ids.append(tokenizer.sep_id)
+                rows["ids"].append(ids)
+                rows["segments"].append([0] * offset + [1] * (size + 1))
+                inside = answer is not None and start <= answer[0] and answer[1] < start + size
+                rows["start"].append(answer[0] - start + offset if inside else 0)
+                rows["end"].append(answer[1] - start + offset if inside else 0)
+                rows["answerable"].append(1.0 if inside else 0.0)
+                features.append((i, offset, start, size, piece_to_word, words))
+        n = len(rows["ids"])
+        x = {
+            "token_ids": np.full((n, length), tokenizer.pad_id, np.int32),
+            "segment_ids": np.zeros((n, length), np.int32),
+            "padding_mask": np.zeros((n, length), np.int32),
+        }
+        for r, (ids, segments) in enumerate(zip(rows["ids"], rows["segments"], strict=True)):
+            x["token_ids"][r, : len(ids)] = ids
+            x["segment_ids"][r, : len(ids)] = segments
+            x["padding_mask"][r, : len(ids)] = 1
+        y = {
+            "start_logits": np.asarray(rows["start"], np.int32),
+            "end_logits": np.asarray(rows["end"], np.int32),
+        }
+        if settings.version_2:
+            y["answerable"] = np.asarray(rows["answerable"], np.float32)
+        return x, y, features
+
+    def build_model(self, backbone, settings):
+        return ElectraSpanExtractor(
+            backbone, answerable=settings.version_2, dropout=settings.dropout
+        )
+
+    def loss(self, settings):
+        losses = {
+            "start_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "end_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        }
+        if settings.version_2:
+            losses["answerable"] = keras.losses.BinaryCrossentropy(from_logits=True)
+        return losses
+
+    def answers(self, model, examples, tokenizer, settings, batch_size) -> dict[str, str]:
+        """Best answer text per question id (``""`` for predicted no-answer)."""
+        x, _, features = self.encode(examples, tokenizer, settings, labelled=False)
+        out = model.predict(x, batch_size=batch_size, verbose=0)
+        best: dict[int, tuple[float, str]] = {}
+        answerable: dict[int, float] = {}
+        for r, (i, offset, start, size, piece_to_word, words) in enumerate(features):
+            starts = out["start_logits"][r, offset : offset + size]
+            ends = out["end_logits"][r, offset : offset + size]
+            if "answerable" in out:
+                answerable[i] = max(answerable.get(i, -np.inf), float(out["answerable"][r]))
+            for s in np.argsort(-starts)[:N_BEST]:
+                for e in np.argsort(-ends)[:N_BEST]:
+                    if e < s or e - s + 1 > settings.max_answer_length:
+                        continue
+                    score = float(starts[s] + ends[e])
+                    if i not in best or score > best[i][0]:
+                        first, last = piece_to_word[start + s], piece_to_word[start + e]
+                        best[i] = (score, " ".join(words[first : last + 1]))
+        result = {}
+        for i, example in enumerate(examples):
+            text = best.get(i, (0.0, ""))[1]
+            if settings.version_2 and answerable.get(i, -1.0) <= 0.0:
+                text = ""
+            result[example.qid] = text
+        return result
+
+    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+        predicted = self.answers(model, examples, tokenizer, settings, batch_size)
+        golds = {e.qid: ([] if e.is_impossible else e.answers) for e in examples}
+        scores = metrics.squad_scores(predicted, golds)
+        scores["num_examples"] = len(examples)
+        return scores
+
+    def predict(self, model, examples, tokenizer, settings, batch_size=64):
+        predicted = self.answers(model, examples, tokenizer, settings, batch_size)
+        return [{"id": e.qid, "question": e.question, "answer": predicted[e.qid]} for e in examples]

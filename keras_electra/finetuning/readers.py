@@ -1,0 +1,308 @@
+"""Readers for fine-tuning data, with errors that name the file, line and problem.
+
+- Tables: GLUE ``.tsv`` (tab-separated, no quoting), ``.csv`` and ``.jsonl``
+  (one JSON object per line), with named text, text-pair and label columns. A
+  column may also be given as a 0-based index, for headerless files such as
+  CoLA (``header=False``).
+- CoNLL tagging files: one ``word ... tag`` line per token (word first, tag
+  last), a blank line between sentences, ``-DOCSTART-`` lines skipped.
+- SQuAD 1.1 / 2.0 JSON.
+
+Example:
+    >>> rows = read_table("train.tsv", "sentence", label_column="label")  # doctest: +SKIP
+    >>> rows[0]  # doctest: +SKIP
+    {'text': 'a gripping film', 'text_b': None, 'label': '1', 'file': 'train.tsv', 'line': 2}
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keras_electra.errors import InputDataError
+
+_TAG = re.compile(r"^(O|[BIES]-\S+)$")
+
+
+def _open_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        raise InputDataError(f"Data file '{path}' does not exist; check the path.")
+    try:
+        return path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        raise InputDataError(
+            f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8."
+        ) from None
+
+
+def _table_rows(path: Path, header: bool) -> Iterator[tuple[int, list[str] | dict]]:
+    """(line number, fields) per data row; fields is a dict for JSON lines."""
+    lines = _open_lines(path)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputDataError(
+                    f"{path}:{number}: not valid JSON ({e.msg}); write one JSON object per line."
+                ) from None
+            if not isinstance(value, dict):
+                raise InputDataError(f"{path}:{number}: expected a JSON object, not {value!r:.40}.")
+            yield number, value
+        return
+    if suffix not in (".tsv", ".csv", ".txt"):
+        raise InputDataError(f"{path}: unknown table format '{suffix}'; use .tsv, .csv or .jsonl.")
+    if suffix == ".csv":
+        reader = csv.reader(lines)
+    else:  # GLUE TSV files are not quoted: quotes are part of the text
+        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    for fields in reader:
+        number = reader.line_num
+        if not any(f.strip() for f in fields):
+            continue
+        yield number, fields
+
+
+def _column_index(path: Path, names: list[str] | None, column: str | int, role: str) -> int:
+    if isinstance(column, int) or str(column).isdigit():
+        return int(column)
+    if names is None or column not in names:
+        shown = ", ".join(names or []) or "none (the file has no header row)"
+        raise InputDataError(
+            f"{path}: no {role} column '{column}' (columns: {shown}); pass the right column "
+            "name or a 0-based index."
+        )
+    return names.index(column)
+
+
+def read_table(
+    path: str | Path,
+    text_column: str | int = "text",
+    text_pair_column: str | int | None = None,
+    label_column: str | int | None = "label",
+    *,
+    header: bool = True,
+    require_labels: bool = True,
+) -> list[dict]:
+    """Read text (or text pairs) and labels from a TSV, CSV or JSON-lines file.
+
+    Args:
+        path: the file (``.tsv``, ``.csv``, ``.jsonl``).
+        text_column: column of the first text (name, or 0-based index).
+        text_pair_column: column of the second text of a pair, if any.
+        label_column: column of the label; None for unlabelled files.
+        header: the first TSV/CSV row names the columns.
+        require_labels: a row without a label is an error (else label is None).
+
+    Returns:
+        One dict per row: ``text``, ``text_b`` (or None), ``label`` (a string, or
+        None), ``file`` and ``line`` (where the row is).
+
+    Raises:
+        InputDataError: a missing column, a short row, an empty text or label.
+
+    Example:
+        >>> read_table("dev.jsonl", "premise", "hypothesis")[0]["label"]  # doctest: +SKIP
+        'entailment'
+    """
+    path = Path(path)
+    rows = _table_rows(path, header)
+    names: list[str] | None = None
+    json_lines = path.suffix.lower() in (".jsonl", ".json", ".ndjson")
+    if header and not json_lines:
+        first = next(rows, None)
+        if first is None:
+            raise InputDataError(f"{path} is empty; it needs a header row and data rows.")
+        names = [n.strip() for n in first[1]]
+    wanted = {"text": text_column, "text_b": text_pair_column, "label": label_column}
+    wanted = {k: v for k, v in wanted.items() if v is not None}
+    if (
+        not require_labels
+        and names is not None
+        and str(label_column) not in names
+        and not str(label_column).isdigit()
+    ):
+        wanted.pop("label", None)  # unlabelled input: a missing label column is fine
+    indexes = (
+        {}
+        if json_lines
+        else {
+            k: _column_index(path, names, v, k.replace("text_b", "text pair"))
+            for k, v in wanted.items()
+        }
+    )
+    examples = []
+    for number, fields in rows:
+        row = {"text": None, "text_b": None, "label": None, "file": str(path), "line": number}
+        for key, column in wanted.items():
+            if json_lines:
+                if str(column) not in fields:
+                    if key == "label" and not require_labels:
+                        continue
+                    raise InputDataError(
+                        f"{path}:{number}: no '{column}' field (fields: {', '.join(fields)}); "
+                        "pass the right column name."
+                    )
+                value = fields[str(column)]
+                value = "" if value is None else str(value)
+            else:
+                index = indexes[key]
+                if index >= len(fields):
+                    if key == "label" and not require_labels:
+                        continue
+                    raise InputDataError(
+                        f"{path}:{number}: the row has {len(fields)} fields but the {key} column "
+                        f"is number {index + 1}; fix the row (is a tab or comma missing?)."
+                    )
+                value = fields[index]
+            row[key] = value
+        for key in ("text", "text_b"):
+            if key in wanted and not (row[key] or "").strip():
+                raise InputDataError(
+                    f"{path}:{number}: the {'text pair' if key == 'text_b' else 'text'} is empty; "
+                    "remove the row or fill it in."
+                )
+        if "label" in wanted and not (row["label"] or "").strip():
+            if require_labels:
+                raise InputDataError(f"{path}:{number}: the label is empty; label the row.")
+            row["label"] = None
+        elif row["label"] is not None:
+            row["label"] = row["label"].strip()
+        examples.append(row)
+    if not examples:
+        raise InputDataError(f"{path} has no data rows; add examples.")
+    return examples
+
+
+# === CoNLL ===
+
+
+@dataclass
+class TaggedSentence:
+    """One sentence of a tagging file: words, their tags, and its first line number."""
+
+    words: list[str]
+    tags: list[str]
+    line: int
+    file: str = ""
+
+
+def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSentence]:
+    """Read a CoNLL-style file: ``word [other columns] tag`` per line, blank between sentences.
+
+    Tags must be ``O`` or ``B-``/``I-``/``E-``/``S-`` followed by a type (BIO or BIOES).
+    With ``require_tags=False``, a line holding only a word gets the tag ``O``.
+
+    Example:
+        >>> read_conll("train.conll")[0].tags  # doctest: +SKIP
+        ['B-PER', 'I-PER', 'O']
+    """
+    path = Path(path)
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    start = 0
+    for number, line in enumerate([*_open_lines(path), ""], 1):
+        parts = line.split()
+        if not parts or parts[0] == "-DOCSTART-":
+            if words:
+                sentences.append(TaggedSentence(words, tags, start, str(path)))
+            words, tags = [], []
+            continue
+        if len(parts) < 2 and require_tags:
+            raise InputDataError(
+                f"{path}:{number}: expected 'word tag' but found one column; add the tag "
+                "(separated by a space or tab)."
+            )
+        tag = parts[-1] if len(parts) >= 2 else "O"
+        if not _TAG.match(tag):
+            raise InputDataError(
+                f"{path}:{number}: tag '{tag}' is not BIO/BIOES (O, B-X, I-X, E-X or S-X); "
+                "fix the tag column (the last one)."
+            )
+        if not words:
+            start = number
+        words.append(parts[0])
+        tags.append(tag)
+    if not sentences:
+        raise InputDataError(f"{path} has no tagged sentences; add 'word tag' lines.")
+    return sentences
+
+
+# === SQuAD ===
+
+
+@dataclass
+class QAExample:
+    """One SQuAD question: its context, gold answers and whether it is answerable."""
+
+    qid: str
+    question: str
+    context: str
+    answers: list[str] = field(default_factory=list)
+    answer_start: int | None = None
+    is_impossible: bool = False
+
+
+def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExample]:
+    """Read SQuAD 1.1 or 2.0 JSON (``{"data": [{"paragraphs": [{"context", "qas"}]}]}``).
+
+    The first gold answer is the training target; its ``answer_start`` must point
+    at its text in the context. ``is_impossible`` questions (2.0) have no answers.
+
+    Example:
+        >>> read_squad("dev-v2.0.json")[0].answers  # doctest: +SKIP
+        ['Normans', 'Normans']
+    """
+    path = Path(path)
+    text = "\n".join(_open_lines(path))
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputDataError(
+            f"{path}:{e.lineno}: not valid JSON ({e.msg}); fix the file."
+        ) from None
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise InputDataError(f"{path}: expected SQuAD JSON with a top-level 'data' list.")
+    examples: list[QAExample] = []
+    for a, article in enumerate(document["data"]):
+        for p, paragraph in enumerate(article.get("paragraphs", [])):
+            where = f"{path}: data[{a}].paragraphs[{p}]"
+            context = paragraph.get("context")
+            if not isinstance(context, str) or not context.strip():
+                raise InputDataError(f"{where} has no 'context' text; add it.")
+            for q, qa in enumerate(paragraph.get("qas", [])):
+                qid = str(qa.get("id", f"{a}-{p}-{q}"))
+                question = qa.get("question")
+                if not isinstance(question, str) or not question.strip():
+                    raise InputDataError(f"{where}, question id '{qid}': the question is empty.")
+                impossible = bool(qa.get("is_impossible", False))
+                answers = qa.get("answers") or []
+                texts = [str(x.get("text", "")) for x in answers if isinstance(x, dict)]
+                start = None
+                if answers and not impossible:
+                    start = answers[0].get("answer_start")
+                    if (
+                        not isinstance(start, int)
+                        or context[start : start + len(texts[0])] != texts[0]
+                    ):
+                        raise InputDataError(
+                            f"{where}, question id '{qid}': answer '{texts[0][:40]}' is not at "
+                            f"answer_start {start} of the context; fix answer_start."
+                        )
+                elif not impossible and require_answers:
+                    raise InputDataError(
+                        f"{where}, question id '{qid}' has no answers; add one or set "
+                        "is_impossible (SQuAD 2.0)."
+                    )
+                examples.append(QAExample(qid, question, context, texts, start, impossible))
+    if not examples:
+        raise InputDataError(f"{path} has no questions; add 'qas' entries.")
+    return examples

@@ -1,0 +1,138 @@
+"""Fine-tuning tasks and the paper's fine-tuning recipe.
+
+Defaults follow the fine-tuning hyperparameter table of Clark et al. (2020,
+appendix): learning rate 3e-4 (Small), 1e-4 (Base), 5e-5 (Large); layer-wise
+learning-rate decay 0.8 (Small, Base), 0.9 (Large); batch 32; 3 epochs (10 for
+RTE and STS); dropout 0.1; weight decay 0.01; 10% linear warm-up then linear
+decay. ``tiny`` is this project's test size, with a larger learning rate.
+Regression defaults to 10 epochs (the paper's STS setting).
+
+Example:
+    >>> recipe_defaults("base")["learning_rate"]
+    0.0001
+    >>> check_task("classify")
+    'classify'
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from keras_electra.config import PRESETS, ElectraConfig
+from keras_electra.errors import ConfigError
+
+TASKS = ("classify", "regress", "tag", "qa")
+"""Sequence classification, sequence regression, token tagging, extractive QA."""
+
+FINETUNE_FILE = "finetune.json"
+"""Written to every fine-tuned output directory; its presence marks one."""
+
+RECIPE: dict[str, dict[str, float]] = {
+    "tiny": {"learning_rate": 1e-3, "layer_decay": 0.8},
+    "small": {"learning_rate": 3e-4, "layer_decay": 0.8},
+    "base": {"learning_rate": 1e-4, "layer_decay": 0.8},
+    "large": {"learning_rate": 5e-5, "layer_decay": 0.9},
+}
+COMMON_DEFAULTS: dict[str, float] = {
+    "batch_size": 32,
+    "epochs": 3,
+    "dropout": 0.1,
+    "weight_decay": 0.01,
+    "warmup_fraction": 0.1,
+}
+
+
+TASK_EPOCHS: dict[str, int] = {"regress": 10}
+"""The paper trains STS (regression) for 10 epochs; pass ``epochs=10`` for RTE too."""
+
+
+def check_task(task: str) -> str:
+    """Return ``task`` if it is a known task name, else raise :class:`ConfigError`."""
+    if task not in TASKS:
+        raise ConfigError(f"Unknown task '{task}'; choose one of: {', '.join(TASKS)}.")
+    return task
+
+
+def recipe_defaults(preset: str) -> dict[str, float]:
+    """The paper's fine-tuning hyperparameters for a model size.
+
+    Args:
+        preset: ``tiny``, ``small``, ``base`` or ``large``.
+
+    Example:
+        >>> recipe_defaults("large")["layer_decay"]
+        0.9
+    """
+    if preset not in RECIPE:
+        raise ConfigError(f"Unknown preset '{preset}'; choose one of: {', '.join(RECIPE)}.")
+    return {**COMMON_DEFAULTS, **RECIPE[preset]}
+
+
+def infer_preset(config: ElectraConfig) -> str:
+    """The preset whose discriminator size matches ``config`` (nearest hidden size otherwise).
+
+    Example:
+        >>> infer_preset(ElectraConfig.from_preset("base", vocab_size=100))
+        'base'
+    """
+    for name, values in PRESETS.items():
+        if name != "tiny" and values["hidden_size"] == config.hidden_size:
+            return name
+    if config.hidden_size <= PRESETS["tiny"]["hidden_size"]:
+        return "tiny"
+    return min(
+        ("small", "base", "large"),
+        key=lambda n: abs(PRESETS[n]["hidden_size"] - config.hidden_size),
+    )
+
+
+@dataclass
+class FinetuneSettings:
+    """Everything that defines a fine-tuned model, saved as ``finetune.json``.
+
+    Args:
+        task: one of :data:`TASKS`.
+        labels: class names (classify) or tag names (tag), in output order.
+        max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
+        text_column / text_pair_column / label_column: the input columns.
+        dropout: dropout of the backbone and the head.
+        version_2: QA with unanswerable questions (SQuAD 2.0).
+        doc_stride / max_query_length / max_answer_length: QA windowing and decoding.
+        training: the optimizer settings used (for the record).
+        source: the run or init directory the backbone came from.
+    """
+
+    task: str
+    labels: list[str] = field(default_factory=list)
+    max_seq_length: int = 128
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    dropout: float = 0.1
+    version_2: bool = False
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    training: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> FinetuneSettings:
+        path = Path(path)
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+            return cls(**values)
+        except (OSError, ValueError, TypeError) as e:
+            raise ConfigError(
+                f"{path} is not a valid fine-tuning file ({str(e).splitlines()[0][:120]}); "
+                "fine-tune again to rewrite it."
+            ) from None

@@ -1,0 +1,151 @@
+"""Token tagging (NER, chunking): word pieces aligned to words, BIO/BIOES tags.
+
+Each word is tokenized on its own; its tag is trained and predicted on its
+first word piece, and the other pieces (and ``[CLS]``, ``[SEP]``, padding) get
+label ``-1``, which :class:`~keras_electra.finetuning.models.MaskedSparseCrossentropy`
+ignores. Words past ``max_seq_length`` are predicted ``O`` (and so count as
+missed in evaluation).
+
+Example:
+    >>> x, y, pos = align_words(tokenizer, [["John", "lives"]], [[1, 0]], 16)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.errors import InputDataError
+from keras_electra.finetuning import metrics
+from keras_electra.finetuning.models import ElectraTagger, MaskedSparseCrossentropy
+from keras_electra.finetuning.readers import TaggedSentence, read_conll
+from keras_electra.finetuning.tasks import Task
+
+
+def word_pieces(tokenizer: ElectraTokenizer, words: list[str]) -> list[list[int]]:
+    """Word-piece ids of each word; a word that yields none becomes ``[UNK]``.
+
+    Example:
+        >>> word_pieces(tokenizer, ["hello", ""])  # doctest: +SKIP
+        [[5], [1]]
+    """
+    if not words:
+        return []
+    pieces = tokenizer.tokenize(tf.constant(words)).to_list()
+    return [p or [tokenizer.unk_id] for p in pieces]
+
+
+def align_words(
+    tokenizer: ElectraTokenizer,
+    sentences: list[list[str]],
+    tag_ids: list[list[int]] | None,
+    max_length: int,
+) -> tuple[dict[str, np.ndarray], np.ndarray, list[list[int]]]:
+    """Pack sentences of words into model inputs with labels on first word pieces.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        sentences: words of each sentence.
+        tag_ids: tag id of each word, or None (labels then all ``-1``).
+        max_length: the fixed sequence length.
+
+    Returns:
+        ``(inputs, labels, positions)``: int32 ``[N, L]`` inputs and labels, and per
+        sentence the position of each kept word's first piece.
+    """
+    flat = [w for words in sentences for w in words]
+    pieces = word_pieces(tokenizer, flat)
+    n = len(sentences)
+    token_ids = np.full((n, max_length), tokenizer.pad_id, np.int32)
+    labels = np.full((n, max_length), -1, np.int32)
+    mask = np.zeros((n, max_length), np.int32)
+    positions: list[list[int]] = []
+    k = 0
+    for i, words in enumerate(sentences):
+        ids, kept = [tokenizer.cls_id], []
+        for j in range(len(words)):
+            word = pieces[k + j]
+            if len(ids) + len(word) > max_length - 1:
+                break
+            kept.append(len(ids))
+            if tag_ids is not None:
+                labels[i, len(ids)] = tag_ids[i][j]
+            ids.extend(word)
+        k += len(words)
+        ids.append(tokenizer.sep_id)
+        token_ids[i, : len(ids)] = ids
+        mask[i, : len(ids)] = 1
+        positions.append(kept)
+    inputs = {"token_ids": token_ids, "segment_ids": np.zeros_like(mask), "padding_mask": mask}
+    return inputs, labels, positions
+
+
+def sort_tags(tags) -> list[str]:
+    """``O`` first, then the other tags sorted by type, then prefix.
+
+    Example:
+        >>> sort_tags(["I-PER", "O", "B-PER", "B-LOC"])
+        ['O', 'B-LOC', 'B-PER', 'I-PER']
+    """
+    return ["O", *sorted(set(tags) - {"O"}, key=lambda t: (t.split("-", 1)[-1], t))]
+
+
+class TagTask(Task):
+    """Token tagging on CoNLL files; metrics: conlleval chunk F1, precision, recall."""
+
+    name = "tag"
+
+    def read(self, path, settings, *, labelled=True) -> list[TaggedSentence]:
+        return read_conll(path, require_tags=labelled)
+
+    def set_labels(self, examples, settings):
+        settings.labels = sort_tags(t for s in examples for t in s.tags)
+
+    def tag_ids(self, examples: list[TaggedSentence], settings) -> list[list[int]]:
+        index = {t: i for i, t in enumerate(settings.labels)}
+        ids = []
+        for s in examples:
+            for j, tag in enumerate(s.tags):
+                if tag not in index:
+                    raise InputDataError(
+                        f"{s.file}:{s.line + j}: tag '{tag}' does not occur in the training data; "
+                        "fix the tag or add training sentences with it."
+                    )
+            ids.append([index[t] for t in s.tags])
+        return ids
+
+    def encode(self, examples, tokenizer, settings, *, labelled=True):
+        ids = self.tag_ids(examples, settings) if labelled else None
+        x, y, positions = align_words(
+            tokenizer, [s.words for s in examples], ids, settings.max_seq_length
+        )
+        return x, y, positions
+
+    def build_model(self, backbone, settings):
+        return ElectraTagger(backbone, len(settings.labels), dropout=settings.dropout)
+
+    def loss(self, settings):
+        return MaskedSparseCrossentropy()
+
+    def predicted_tags(self, model, examples, tokenizer, settings, batch_size) -> list[list[str]]:
+        x, _, positions = align_words(
+            tokenizer, [s.words for s in examples], None, settings.max_seq_length
+        )
+        best = np.asarray(model.predict(x, batch_size=batch_size, verbose=0)).argmax(-1)
+        tags = []
+        for i, s in enumerate(examples):
+            kept = [settings.labels[best[i, p]] for p in positions[i]]
+            tags.append(kept + ["O"] * (len(s.words) - len(kept)))
+        return tags
+
+    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+        self.tag_ids(examples, settings)
+        predicted = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
+        scores = metrics.chunk_scores([s.tags for s in examples], predicted)
+        scores["num_examples"] = len(examples)
+        return scores
+
+    def predict(self, model, examples, tokenizer, settings, batch_size=64):
+        predicted = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
+        return [{"words": s.words, "tags": t} for s, t in zip(examples, predicted, strict=True)]

@@ -1,0 +1,262 @@
+"""Task definitions: how each task reads, encodes, models, scores and predicts.
+
+A task object ties the pieces together for :func:`keras_electra.finetuning.finetune`
+and ``keras-electra predict``; use :func:`get_task` to get one by name.
+
+Example:
+    >>> task = get_task("classify")
+    >>> task.name
+    'classify'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.encoding import encode_texts
+from keras_electra.errors import InputDataError
+from keras_electra.finetuning import metrics
+from keras_electra.finetuning.models import ElectraClassifier, ElectraRegressor
+from keras_electra.finetuning.readers import read_table
+from keras_electra.finetuning.settings import FinetuneSettings, check_task
+
+Arrays = dict[str, np.ndarray]
+ENCODE_CHUNK = 4096
+
+
+def natural_sort(labels) -> list[str]:
+    """Sort labels numerically when they are all numbers, else as text.
+
+    Example:
+        >>> natural_sort(["10", "2", "1"])
+        ['1', '2', '10']
+    """
+    labels = sorted(set(labels))
+    if all(re.fullmatch(r"-?\d+(\.\d+)?", x) for x in labels):
+        return sorted(labels, key=float)
+    return labels
+
+
+class Task:
+    """Base class; subclasses implement one task."""
+
+    name = ""
+
+    def read(self, path, settings: FinetuneSettings, *, labelled: bool = True) -> list:
+        raise NotImplementedError
+
+    def set_labels(self, examples: list, settings: FinetuneSettings) -> None:
+        """Fix the label list from the training examples (no-op for regression)."""
+
+    def encode(
+        self,
+        examples: list,
+        tokenizer: ElectraTokenizer,
+        settings: FinetuneSettings,
+        *,
+        labelled: bool = True,
+    ) -> tuple[Arrays, Any, Any]:
+        """Return ``(inputs, targets, extra)``: model inputs, fit targets, decoding info."""
+        raise NotImplementedError
+
+    def build_model(self, backbone, settings: FinetuneSettings) -> keras.Model:
+        raise NotImplementedError
+
+    def loss(self, settings: FinetuneSettings):
+        raise NotImplementedError
+
+    def evaluate(self, model, examples, tokenizer, settings, batch_size: int = 64) -> dict:
+        raise NotImplementedError
+
+    def predict(self, model, examples, tokenizer, settings, batch_size: int = 64) -> list[dict]:
+        raise NotImplementedError
+
+
+def encode_pairs(
+    tokenizer: ElectraTokenizer, texts: list[str], pairs: list[str] | None, max_length: int
+) -> Arrays:
+    """Encode texts (or pairs) to numpy model inputs, in chunks, exactly as exports do.
+
+    Example:
+        >>> x = encode_pairs(tokenizer, ["a b"], None, 16)  # doctest: +SKIP
+        >>> x["token_ids"].shape  # doctest: +SKIP
+        (1, 16)
+    """
+    parts: list[dict] = []
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        a = tf.constant(texts[start : start + ENCODE_CHUNK])
+        b = None if pairs is None else tf.constant(pairs[start : start + ENCODE_CHUNK])
+        parts.append(
+            {k: v.numpy() for k, v in encode_texts(tokenizer, a, b, max_length=max_length).items()}
+        )
+    if not parts:
+        empty = np.zeros((0, max_length), np.int32)
+        return {"token_ids": empty, "segment_ids": empty, "padding_mask": empty}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+class _SequenceTask(Task):
+    """Shared by classification and regression: one text or a pair per example."""
+
+    def read(self, path, settings, *, labelled=True):
+        return read_table(
+            path,
+            settings.text_column,
+            settings.text_pair_column,
+            settings.label_column if labelled else None,
+            require_labels=labelled,
+        )
+
+    def inputs(self, examples, tokenizer, settings) -> Arrays:
+        pairs = None
+        if settings.text_pair_column is not None:
+            pairs = [e["text_b"] for e in examples]
+        return encode_pairs(
+            tokenizer, [e["text"] for e in examples], pairs, settings.max_seq_length
+        )
+
+    def outputs(self, model, examples, tokenizer, settings, batch_size) -> np.ndarray:
+        x = self.inputs(examples, tokenizer, settings)
+        return np.asarray(model.predict(x, batch_size=batch_size, verbose=0))
+
+
+class ClassifyTask(_SequenceTask):
+    """Sequence or pair classification; metrics: accuracy, F1, Matthews correlation."""
+
+    name = "classify"
+
+    def set_labels(self, examples, settings):
+        settings.labels = natural_sort(e["label"] for e in examples)
+        if len(settings.labels) < 2:
+            first = examples[0]
+            raise InputDataError(
+                f"{first['file']}: every training row has the label '{settings.labels[0]}'; "
+                "classification needs at least two labels."
+            )
+
+    def label_ids(self, examples, settings) -> np.ndarray:
+        index = {label: i for i, label in enumerate(settings.labels)}
+        ids = []
+        for e in examples:
+            if e["label"] not in index:
+                shown = ", ".join(settings.labels[:10])
+                raise InputDataError(
+                    f"{e['file']}:{e['line']}: label '{e['label']}' does not occur in the training "
+                    f"data (labels: {shown}); fix the label or add training examples with it."
+                )
+            ids.append(index[e["label"]])
+        return np.asarray(ids, np.int32)
+
+    def encode(self, examples, tokenizer, settings, *, labelled=True):
+        y = self.label_ids(examples, settings) if labelled else None
+        return self.inputs(examples, tokenizer, settings), y, None
+
+    def build_model(self, backbone, settings):
+        return ElectraClassifier(backbone, len(settings.labels), dropout=settings.dropout)
+
+    def loss(self, settings):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+        y = self.label_ids(examples, settings)
+        predicted = self.outputs(model, examples, tokenizer, settings, batch_size).argmax(-1)
+        scores = {
+            "accuracy": round(metrics.accuracy(y, predicted), 4),
+            "mcc": round(metrics.matthews_corrcoef(y, predicted), 4),
+        }
+        if len(settings.labels) == 2:
+            scores["f1"] = round(metrics.f1_score(y, predicted, positive=1), 4)
+        else:
+            scores["macro_f1"] = metrics.macro_f1(y, predicted)
+        scores["num_examples"] = len(examples)
+        return scores
+
+    def predict(self, model, examples, tokenizer, settings, batch_size=64):
+        logits = self.outputs(model, examples, tokenizer, settings, batch_size)
+        probs = tf.nn.softmax(logits).numpy()
+        rows = []
+        for e, p in zip(examples, probs, strict=True):
+            row = {"text": e["text"]}
+            if e.get("text_b") is not None:
+                row["text_b"] = e["text_b"]
+            row["label"] = settings.labels[int(p.argmax())]
+            row["scores"] = {
+                label: round(float(s), 6) for label, s in zip(settings.labels, p, strict=True)
+            }
+            rows.append(row)
+        return rows
+
+
+class RegressTask(_SequenceTask):
+    """Sequence or pair regression (STS-B style); metrics: Pearson, Spearman, MSE."""
+
+    name = "regress"
+
+    def targets(self, examples) -> np.ndarray:
+        values = []
+        for e in examples:
+            try:
+                values.append(float(e["label"]))
+            except ValueError:
+                raise InputDataError(
+                    f"{e['file']}:{e['line']}: label '{e['label']}' is not a number; regression "
+                    "needs numeric labels."
+                ) from None
+        return np.asarray(values, np.float32)[:, None]
+
+    def encode(self, examples, tokenizer, settings, *, labelled=True):
+        y = self.targets(examples) if labelled else None
+        return self.inputs(examples, tokenizer, settings), y, None
+
+    def build_model(self, backbone, settings):
+        return ElectraRegressor(backbone, dropout=settings.dropout)
+
+    def loss(self, settings):
+        return keras.losses.MeanSquaredError()
+
+    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+        y = self.targets(examples)[:, 0]
+        predicted = self.outputs(model, examples, tokenizer, settings, batch_size)[:, 0]
+        return {
+            "pearson": metrics.pearson(y, predicted),
+            "spearman": metrics.spearman(y, predicted),
+            "mse": round(float(np.mean((y - predicted) ** 2)), 6),
+            "num_examples": len(examples),
+        }
+
+    def predict(self, model, examples, tokenizer, settings, batch_size=64):
+        values = self.outputs(model, examples, tokenizer, settings, batch_size)[:, 0]
+        rows = []
+        for e, v in zip(examples, values, strict=True):
+            row = {"text": e["text"]}
+            if e.get("text_b") is not None:
+                row["text_b"] = e["text_b"]
+            row["score"] = round(float(v), 6)
+            rows.append(row)
+        return rows
+
+
+def get_task(name: str) -> Task:
+    """The task object for ``classify``, ``regress``, ``tag`` or ``qa``.
+
+    Raises:
+        ConfigError: for an unknown task name.
+    """
+    check_task(name)
+    if name == "classify":
+        return ClassifyTask()
+    if name == "regress":
+        return RegressTask()
+    if name == "tag":
+        from keras_electra.finetuning.tagging import TagTask
+
+        return TagTask()
+    from keras_electra.finetuning.qa import QATask
+
+    return QATask()

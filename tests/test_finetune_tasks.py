@@ -1,0 +1,431 @@
+"""Each task learns a small synthetic problem; fine-tuned exports answer like the Keras model.
+
+The tasks are built from the tiny run's vocabulary so that a 1-layer model
+learns them in seconds: classification by a keyword, pairs by which segment
+holds the keyword, regression by keyword count, tagging of two word classes,
+and SQuAD 2.0-style QA where the answer follows a marker word.
+"""
+
+import csv
+import json
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.cli import main
+from keras_electra.errors import ConfigError, ElectraError, InputDataError
+from keras_electra.export import export_run
+from keras_electra.finetuning import (
+    encode_pairs,
+    finetune,
+    load_backbone,
+    load_finetuned,
+    predict_file,
+)
+from keras_electra.serving.signatures import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
+from keras_electra.serving.testing import ModelServer, SignatureRunner, replay_warmup
+
+L = 32
+PERSONS, PLACES = ["king", "queen", "duke", "lord"], ["london", "rome", "france", "england"]
+KEYWORDS = {"good", "bad", "marker", *PERSONS, *PLACES}
+FAST = dict(batch_size=16, max_seq_length=L, progress=False)
+
+
+@pytest.fixture(scope="module")
+def words(tiny_run):
+    vocab = (tiny_run / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    chosen = [w for w in vocab if w.isalpha() and len(w) > 2 and w not in KEYWORDS]
+    assert len(chosen) > 200
+    return chosen
+
+
+def texts(*values):
+    return np.array([v.encode("utf-8") for v in values], object)
+
+
+def write_csv(path, header, rows):
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def keyword_rows(words, n, seed):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        positive = rng.random() < 0.5
+        sentence = rng.sample(words, rng.randint(4, 10))
+        sentence.insert(rng.randrange(len(sentence) + 1), "good" if positive else "bad")
+        rows.append([" ".join(sentence), "pos" if positive else "neg"])
+    return rows
+
+
+@pytest.fixture(scope="module")
+def classify_data(words, tmp_path_factory):
+    d = tmp_path_factory.mktemp("classify")
+    return (
+        write_csv(d / "train.csv", ["sentence", "label"], keyword_rows(words, 256, 0)),
+        write_csv(d / "dev.csv", ["sentence", "label"], keyword_rows(words, 128, 1)),
+    )
+
+
+@pytest.fixture(scope="module")
+def classifier(tiny_run, classify_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("finetuned") / "keyword"
+    train, dev = classify_data
+    return finetune(tiny_run, "classify", train, dev, out, text_column="sentence", epochs=3, **FAST)
+
+
+@pytest.fixture(scope="module")
+def classifier_export(classifier, tmp_path_factory):
+    return export_run(classifier.output_dir, tmp_path_factory.mktemp("saved") / "keyword")
+
+
+def keras_scores(finetuned, sentences, pairs=None):
+    x = encode_pairs(finetuned.tokenizer, sentences, pairs, finetuned.settings.max_seq_length)
+    return finetuned.model(x, training=False).numpy()
+
+
+def serialized_examples(*features):
+    examples = []
+    for f in features:
+        feature = {
+            k: tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
+            for k, v in f.items()
+        }
+        examples.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
+    return np.array(examples, object)
+
+
+# === Classification ===
+
+
+def test_classifier_learns_a_keyword_and_writes_its_directory(classifier):
+    assert classifier.metrics["accuracy"] >= 0.9, classifier.metrics
+    out = classifier.output_dir
+    assert json.loads((out / "eval_metrics.json").read_text()) == classifier.metrics
+    assert (out / "labels.txt").read_text().split() == ["neg", "pos"]
+    settings = json.loads((out / "finetune.json").read_text())
+    assert settings["task"] == "classify" and settings["training"]["layer_decay"] == 0.8
+    assert {p.name for p in out.iterdir()} >= {"config.json", "vocab.txt", "checkpoints"}
+
+
+def test_reloaded_classifier_gives_the_same_scores(classifier):
+    sentences = ["a good day", "bad news", "neither"]
+    loaded = load_finetuned(classifier.output_dir)
+    np.testing.assert_allclose(
+        keras_scores(loaded, sentences), keras_scores(classifier, sentences), atol=1e-6
+    )
+
+
+def test_classifier_export_matches_keras_and_serves_classify(classifier, classifier_export):
+    sentences = ["the good king", "a bad end to it", "", "no keyword here"]
+    expected = tf.nn.softmax(keras_scores(classifier, sentences)).numpy()
+    with SignatureRunner(str(classifier_export)) as runner:
+        sigs = runner.signatures
+        assert sigs["classify"].method_name == CLASSIFY_METHOD_NAME
+        assert sigs["serving_default"].method_name == "tensorflow/serving/predict"
+        assert set(sigs["serving_default"].inputs) == {"text"}
+        for name, alias in (("serving_default", "text"), ("classify", "inputs")):
+            out = sigs[name].outputs
+            assert out["scores"].dtype == tf.float32.as_datatype_enum
+            assert out["classes"].dtype == tf.string.as_datatype_enum
+            assert [d.size for d in out["scores"].tensor_shape.dim] == [-1, 2]
+            assert [d.size for d in out["classes"].tensor_shape.dim] == [-1, 2]
+            assert set(sigs[name].inputs) == {alias}
+        got = runner.run("serving_default", {"text": texts(*sentences)})
+        np.testing.assert_allclose(got["scores"], expected, atol=1e-5)
+        assert got["classes"].tolist() == [[b"neg", b"pos"]] * 4
+        examples = serialized_examples(*({"text": s} for s in sentences))
+        np.testing.assert_allclose(
+            runner.run("classify", {"inputs": examples})["scores"], expected, atol=1e-5
+        )
+    assert replay_warmup(str(classifier_export)) == 3
+
+    from keras_electra.serving.grpc_client import GrpcClient
+    from keras_electra.serving.rest_client import RestClient
+
+    with ModelServer(classifier_export.parent, "keyword", method_name_check=True) as server:
+        with GrpcClient(server.grpc_target, "keyword") as client:
+            result = client.classify([{"text": s} for s in sentences])
+        rest = RestClient(server.rest_url, "keyword").classify([{"text": s} for s in sentences])
+    np.testing.assert_allclose([[s for _, s in r] for r in rest], expected, atol=1e-5)
+    assert [[label for label, _ in r] for r in result] == [["neg", "pos"]] * 4
+    np.testing.assert_allclose([[s for _, s in r] for r in result], expected, atol=1e-5)
+    assert (classifier_export.parent / "1" / "assets.extra" / "finetune.json").is_file()
+
+
+def test_predict_writes_json_lines(classifier, classify_data, tmp_path):
+    out = tmp_path / "predictions.jsonl"
+    rows = predict_file(classifier.output_dir, classify_data[1], out)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines == rows and len(rows) == 128
+    assert set(lines[0]) == {"text", "label", "scores"} and set(lines[0]["scores"]) == {
+        "neg",
+        "pos",
+    }
+    gold = [r["label"] for r in csv.DictReader(classify_data[1].open())]
+    assert np.mean([r["label"] == g for r, g in zip(rows, gold, strict=True)]) >= 0.9
+
+
+def test_pairs_through_the_command_line_export_and_classify(tiny_run, words, tmp_path, capsys):
+    def rows(n, seed):
+        rng = random.Random(seed)
+        result = []
+        for _ in range(n):
+            first = rng.random() < 0.5
+            a, b = rng.sample(words, 4), rng.sample(words, 4)
+            (a if first else b).insert(rng.randrange(5), "good")
+            result.append([" ".join(a), " ".join(b), "first" if first else "second"])
+        return result
+
+    train = write_csv(tmp_path / "train.csv", ["a", "b", "label"], rows(512, 2))
+    dev = write_csv(tmp_path / "dev.csv", ["a", "b", "label"], rows(128, 3))
+    out = tmp_path / "pairs"
+    code = main(
+        [
+            "finetune",
+            "--run",
+            str(tiny_run),
+            "--task",
+            "classify",
+            "--train",
+            str(train),
+            "--eval",
+            str(dev),
+            "--output",
+            str(out),
+            "--text-column",
+            "a",
+            "--text-pair-column",
+            "b",
+            "--epochs",
+            "4",
+            "--batch-size",
+            "16",
+            "--max-seq-length",
+            str(L),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    assert json.loads((out / "eval_metrics.json").read_text())["accuracy"] >= 0.9
+    assert main(["export", "--run", str(out), "--output", str(tmp_path / "saved" / "pairs")]) == 0
+    assert "Exported" in capsys.readouterr().out
+
+    finetuned = load_finetuned(out)
+    a, b = ["good one", "nothing"], ["nothing", "good one"]
+    expected = tf.nn.softmax(keras_scores(finetuned, a, b)).numpy()
+    with SignatureRunner(str(tmp_path / "saved" / "pairs" / "1")) as runner:
+        assert set(runner.signatures["serving_default"].inputs) == {"text", "text_b"}
+        got = runner.run("serving_default", {"text": texts(*a), "text_b": texts(*b)})
+        np.testing.assert_allclose(got["scores"], expected, atol=1e-5)
+        examples = serialized_examples(
+            *({"text": x, "text_b": y} for x, y in zip(a, b, strict=True))
+        )
+        np.testing.assert_allclose(
+            runner.run("classify", {"inputs": examples})["scores"], expected, atol=1e-5
+        )
+    assert main(["predict", "--model", str(out), "--input", str(dev)]) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert set(first) == {"text", "text_b", "label", "scores"}
+
+
+# === Regression ===
+
+
+def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path):
+    def write(path, n, seed):
+        rng = random.Random(seed)
+        with path.open("w", encoding="utf-8") as f:
+            for _ in range(n):
+                k = rng.randint(0, 3)
+                sentence = rng.sample(words, 5) + ["good"] * k
+                rng.shuffle(sentence)
+                f.write(json.dumps({"text": " ".join(sentence), "score": 5 * k / 3}) + "\n")
+        return path
+
+    train, dev = write(tmp_path / "train.jsonl", 256, 4), write(tmp_path / "dev.jsonl", 128, 5)
+    result = finetune(
+        tiny_run, "regress", train, dev, tmp_path / "sts", label_column="score", epochs=4, **FAST
+    )
+    assert result.metrics["pearson"] >= 0.8 and result.metrics["spearman"] >= 0.8, result.metrics
+
+    export = export_run(tmp_path / "sts", tmp_path / "saved" / "sts")
+    sentences = ["good good good", "nothing at all", "one good"]
+    expected = keras_scores(result, sentences)
+    assert expected.shape == (3, 1)
+    with SignatureRunner(str(export)) as runner:
+        assert runner.signatures["regress"].method_name == REGRESS_METHOD_NAME
+        out = runner.signatures["serving_default"].outputs["scores"]
+        assert [d.size for d in out.tensor_shape.dim] == [-1, 1]
+        got = runner.run("serving_default", {"text": texts(*sentences)})
+        np.testing.assert_allclose(got["scores"], expected, atol=1e-5)
+        examples = serialized_examples(*({"text": s} for s in sentences))
+        np.testing.assert_allclose(
+            runner.run("regress", {"inputs": examples})["outputs"], expected, atol=1e-5
+        )
+
+
+# === Tagging ===
+
+
+def test_tagger_learns_two_word_classes(tiny_run, words, tmp_path):
+    def write(path, n, seed):
+        rng = random.Random(seed)
+        with path.open("w", encoding="utf-8") as f:
+            for _ in range(n):
+                for _ in range(rng.randint(5, 10)):
+                    x = rng.random()
+                    if x < 0.15:
+                        f.write(f"{rng.choice(PERSONS)} B-PER\n")
+                    elif x < 0.3:
+                        f.write(f"{rng.choice(PLACES).title()} NNP B-LOC\n")
+                    else:
+                        f.write(f"{rng.choice(words)} O\n")
+                f.write("\n")
+        return path
+
+    train, dev = write(tmp_path / "train.conll", 256, 6), write(tmp_path / "dev.conll", 128, 7)
+    result = finetune(tiny_run, "tag", train, dev, tmp_path / "ner", epochs=4, **FAST)
+    assert result.metrics["f1"] >= 90.0, result.metrics
+    assert result.settings.labels == ["O", "B-LOC", "B-PER"]
+    rows = predict_file(tmp_path / "ner", dev)
+    assert set(rows[0]) == {"words", "tags"} and len(rows[0]["words"]) == len(rows[0]["tags"])
+    with pytest.raises(ConfigError, match="Exporting a 'tag' model is not supported yet"):
+        export_run(tmp_path / "ner", tmp_path / "saved" / "ner")
+
+
+# === Question answering ===
+
+
+def test_qa_learns_the_word_after_a_marker_with_unanswerable_questions(tiny_run, words, tmp_path):
+    def write(path, n, seed):
+        rng = random.Random(seed)
+        data = []
+        for i in range(n):
+            context = rng.sample(words, rng.randint(6, 14))
+            qa = {"id": f"q{i}", "question": "what follows the marker?", "answers": []}
+            if rng.random() < 0.67:
+                answer, at = rng.choice(words), rng.randrange(len(context) + 1)
+                before = " ".join(context[:at])
+                context[at:at] = ["marker", answer]
+                start = len(before) + (1 if before else 0) + len("marker ")
+                qa["answers"] = [{"text": answer, "answer_start": start}]
+            else:
+                qa["is_impossible"] = True
+            data.append({"paragraphs": [{"context": " ".join(context), "qas": [qa]}]})
+        path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+        return path
+
+    train, dev = write(tmp_path / "train.json", 512, 8), write(tmp_path / "dev.json", 128, 9)
+    result = finetune(
+        tiny_run,
+        "qa",
+        train,
+        dev,
+        tmp_path / "qa",
+        version_2=True,
+        epochs=10,
+        max_query_length=8,
+        doc_stride=16,
+        **FAST,
+    )
+    # Always answering "" scores about 33; windows of 20 context pieces split long contexts.
+    assert result.metrics["f1"] >= 70.0 and result.metrics["exact_match"] >= 70.0, result.metrics
+    rows = predict_file(tmp_path / "qa", dev)
+    assert set(rows[0]) == {"id", "question", "answer"}
+
+
+# === Loading and bad input ===
+
+
+def test_backbone_from_run_and_from_an_init_dir_equals_the_discriminator(tiny_run, tmp_path):
+    from keras_electra.pretraining.run import load_run
+    from keras_electra.training.checkpoints import RunCheckpoints
+
+    model, tokenizer, _ = load_run(tiny_run)
+    x = encode_pairs(tokenizer, ["To be or not to be."], None, L)
+    expected = model.discriminator(x, training=False).numpy()
+    backbone, _, _ = load_backbone(tiny_run)
+    np.testing.assert_allclose(backbone(x, training=False).numpy(), expected, atol=1e-6)
+
+    init = tmp_path / "init"
+    (init / "checkpoints").mkdir(parents=True)
+    for name in ("config.json", "vocab.txt"):
+        (init / name).write_bytes((tiny_run / name).read_bytes())
+    RunCheckpoints(init / "checkpoints", backbone, optimizer=None).save(7)  # discriminator only
+    again, _, _ = load_backbone(init)
+    np.testing.assert_allclose(again(x, training=False).numpy(), expected, atol=1e-6)
+
+
+def test_unknown_task_is_one_clear_error(tiny_run, classify_data, tmp_path, capsys):
+    with pytest.raises(ConfigError, match="Unknown task 'sentiment'; choose one of"):
+        finetune(tiny_run, "sentiment", classify_data[0], output_dir=tmp_path / "x")
+    code = main(
+        [
+            "finetune",
+            "--run",
+            str(tiny_run),
+            "--task",
+            "ner",
+            "--train",
+            str(classify_data[0]),
+            "--output",
+            str(tmp_path / "x"),
+        ]
+    )
+    assert code == 2
+    assert (
+        "error: Unknown task 'ner'; choose one of: classify, regress, tag, qa."
+        in capsys.readouterr().err
+    )
+    assert not (tmp_path / "x").exists()
+
+
+def test_missing_column_is_one_clear_error(tiny_run, classify_data, tmp_path):
+    with pytest.raises(
+        InputDataError, match=r"train\.csv: no text column 'text' \(columns: sentence, label\)"
+    ):
+        finetune(tiny_run, "classify", classify_data[0], output_dir=tmp_path / "x")
+    with pytest.raises(InputDataError, match=r"no label column 'sentiment'"):
+        finetune(
+            tiny_run,
+            "classify",
+            classify_data[0],
+            text_column="sentence",
+            label_column="sentiment",
+            output_dir=tmp_path / "x",
+        )
+
+
+def test_eval_label_not_seen_in_training_is_one_clear_error(tiny_run, classify_data, tmp_path):
+    dev = write_csv(
+        tmp_path / "dev.csv", ["sentence", "label"], [["a good one", "pos"], ["meh", "neutral"]]
+    )
+    with pytest.raises(
+        InputDataError, match=r"dev\.csv:3: label 'neutral' does not occur in the training data"
+    ):
+        finetune(
+            tiny_run, "classify", classify_data[0], dev, tmp_path / "x", text_column="sentence"
+        )
+    assert not (tmp_path / "x").exists()
+
+
+def test_empty_text_is_one_clear_error(tiny_run, tmp_path):
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], [["fine", "a"], [" ", "b"]])
+    with pytest.raises(
+        InputDataError, match=r"train\.csv:3: the text is empty; remove the row or fill it in"
+    ):
+        finetune(tiny_run, "classify", train, output_dir=tmp_path / "x")
+
+
+def test_not_a_run_directory_is_one_clear_error(tmp_path, classify_data):
+    with pytest.raises(ElectraError, match="is not a run or init directory"):
+        finetune(tmp_path, "classify", classify_data[0], output_dir=tmp_path / "x")

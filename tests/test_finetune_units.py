@@ -1,0 +1,243 @@
+"""Fine-tuning building blocks: metrics on hand-computed values, readers, layer-wise rates."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_electra.config import ElectraConfig
+from keras_electra.errors import ConfigError, InputDataError
+from keras_electra.finetuning import (
+    ElectraClassifier,
+    LayerwiseAdamW,
+    layer_factor,
+    layerwise_factors,
+    recipe_defaults,
+)
+from keras_electra.finetuning import metrics as m
+from keras_electra.finetuning.readers import read_conll, read_squad, read_table
+from keras_electra.finetuning.settings import check_task, infer_preset
+from keras_electra.layers import ElectraBackbone
+
+# === Metrics ===
+
+
+def test_classification_metrics_match_hand_computed_values():
+    labels, preds = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]
+    assert m.accuracy(labels, preds) == 0.6
+    # TP=2 FP=1 FN=1: F1 = 4 / (4 + 1 + 1)
+    assert m.f1_score(labels, preds) == pytest.approx(2 / 3)
+    # MCC = (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)) = (2 - 1) / sqrt(3*3*2*2)
+    assert m.matthews_corrcoef(labels, preds) == pytest.approx(1 / 6)
+    assert m.matthews_corrcoef([1, 1, 0, 0], [1, 1, 1, 1]) == 0.0  # undefined -> 0, as sklearn
+    # Three classes: confusion [[2,1,0],[0,1,1],[0,0,1]]; c=4, s=6, t=[3,2,1], p=[2,2,2]
+    # MCC = (4*6 - (6+4+2)) / sqrt((36-12)(36-14)) = 12 / sqrt(528)
+    multi_labels, multi_preds = [0, 0, 0, 1, 1, 2], [0, 0, 1, 1, 2, 2]
+    assert m.matthews_corrcoef(multi_labels, multi_preds) == pytest.approx(12 / 528**0.5)
+    # F1 per class: 0 -> 0.8, 1 -> 0.5, 2 -> 2/3
+    assert m.macro_f1(multi_labels, multi_preds) == round((0.8 + 0.5 + 2 / 3) / 3, 4)
+
+
+def test_correlations_match_hand_computed_values():
+    assert m.pearson([1, 2, 3], [2, 4, 7]) == round(5 / (2 * 12.666666666666666) ** 0.5, 4)
+    # ties share the average rank: x ranks [1, 2.5, 2.5, 4]
+    assert m.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == round(4.5 / (4.5 * 5) ** 0.5, 4)
+    assert m.spearman([1, 2, 3], [30, 20, 10]) == -1.0
+    assert m.pearson([1, 1, 1], [1, 2, 3]) == 0.0
+
+
+def test_squad_scores_use_the_official_normalization():
+    assert m.normalize_answer("The  Quick, brown FOX!") == "quick brown fox"
+    assert m.squad_exact("an apple", ["Apple"]) == 1.0
+    # pred [eiffel, tower], gold [eiffel, tower, in, paris]: P=1, R=0.5
+    assert m.squad_f1("the Eiffel tower", ["Eiffel Tower in Paris"]) == round(2 / 3, 4)
+    assert m.squad_f1("Paris", ["London", "paris."]) == 1.0  # best over golds
+    assert m.squad_f1("", []) == 1.0 and m.squad_f1("x", []) == 0.0  # no-answer questions
+    scores = m.squad_scores(
+        {"a": "red car", "b": "", "c": "blue"}, {"a": ["a red car"], "b": [], "c": ["green"]}
+    )
+    assert scores == {"exact_match": round(200 / 3, 4), "f1": round(200 / 3, 4)}
+
+
+def test_chunks_follow_conlleval_for_bio_and_bioes():
+    assert m.extract_chunks(["B-PER", "I-PER", "O", "B-LOC", "B-LOC"]) == [
+        ("PER", 0, 1),
+        ("LOC", 3, 3),
+        ("LOC", 4, 4),
+    ]
+    # conlleval: I- after O (or after another type) starts a chunk
+    assert m.extract_chunks(["O", "I-ORG", "I-PER", "I-PER"]) == [("ORG", 1, 1), ("PER", 2, 3)]
+    assert m.extract_chunks(["S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]) == [
+        ("PER", 0, 0),
+        ("LOC", 1, 3),
+        ("LOC", 4, 4),
+    ]
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "B-LOC"]]
+    scores = m.chunk_scores(gold, pred)
+    # correct 2 (PER, ORG) of 4 predicted and 3 gold
+    assert scores["precision"] == 50.0 and scores["recall"] == round(200 / 3, 4)
+    assert scores["f1"] == round(2 * 50 * (200 / 3) / (50 + 200 / 3), 4)
+    assert scores["token_accuracy"] == round(4 / 6, 4)
+
+
+# === Readers ===
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_tables_in_tsv_csv_and_jsonl(tmp_path):
+    tsv = write(tmp_path / "train.tsv", 'sentence\tlabel\nsays "hi" there\t1\nbye\t0\n')
+    rows = read_table(tsv, "sentence")
+    assert [(r["text"], r["label"], r["line"]) for r in rows] == [
+        ('says "hi" there', "1", 2),
+        ("bye", "0", 3),
+    ]
+    csv = write(tmp_path / "pairs.csv", 'a,b,y\n"x, y",z,yes\n')
+    assert read_table(csv, "a", "b", "y")[0] == {
+        "text": "x, y",
+        "text_b": "z",
+        "label": "yes",
+        "file": str(csv),
+        "line": 2,
+    }
+    jsonl = write(tmp_path / "d.jsonl", '{"t": "good", "s": 4.5}\n\n{"t": "bad", "s": 0}\n')
+    assert [r["label"] for r in read_table(jsonl, "t", label_column="s")] == ["4.5", "0"]
+    cola = write(tmp_path / "cola.tsv", "src\t1\t\tA sentence.\nsrc\t0\t*\tBad one.\n")
+    rows = read_table(cola, 3, label_column=1, header=False)
+    assert [(r["text"], r["label"]) for r in rows] == [("A sentence.", "1"), ("Bad one.", "0")]
+    unlabelled = read_table(tsv, "sentence", label_column="missing_is_fine", require_labels=False)
+    assert len(unlabelled) == 2
+
+
+@pytest.mark.parametrize(
+    "name, text, kwargs, message",
+    [
+        (
+            "a.tsv",
+            "text\tlabel\nhi\t1\n",
+            {"text_column": "sentence"},
+            r"a\.tsv: no text column 'sentence' \(columns: text, label\)",
+        ),
+        (
+            "b.tsv",
+            "text\tlabel\nhi\t1\nlonely\n",
+            {},
+            r"b\.tsv:3: the row has 1 fields but the label column",
+        ),
+        ("c.csv", "text,label\n  ,1\n", {}, r"c\.csv:2: the text is empty"),
+        ("d.csv", "text,label\nhi,\n", {}, r"d\.csv:2: the label is empty"),
+        ("e.jsonl", '{"text": "a", "label": 1}\n{"text": "b"\n', {}, r"e\.jsonl:2: not valid JSON"),
+        ("f.jsonl", '{"sentence": "a", "label": 1}\n', {}, r"f\.jsonl:1: no 'text' field"),
+        ("g.xlsx", "x", {}, r"unknown table format '\.xlsx'"),
+    ],
+)
+def test_bad_tables_name_file_line_and_fix(tmp_path, name, text, kwargs, message):
+    with pytest.raises(InputDataError, match=message):
+        read_table(write(tmp_path / name, text), **kwargs)
+
+
+def test_conll_and_its_errors(tmp_path):
+    path = write(tmp_path / "t.conll", "-DOCSTART- O\n\nJohn NNP B-PER\nlives VB O\n\nRome B-LOC\n")
+    sentences = read_conll(path)
+    assert [(s.words, s.tags, s.line) for s in sentences] == [
+        (["John", "lives"], ["B-PER", "O"], 3),
+        (["Rome"], ["B-LOC"], 6),
+    ]
+    with pytest.raises(InputDataError, match=r"bad\.conll:2: tag 'PER' is not BIO/BIOES"):
+        read_conll(write(tmp_path / "bad.conll", "a O\nb PER\n"))
+    with pytest.raises(InputDataError, match=r"one\.conll:1: expected 'word tag'"):
+        read_conll(write(tmp_path / "one.conll", "lonely\n"))
+
+
+def test_squad_and_its_errors(tmp_path):
+    data = {
+        "data": [
+            {
+                "paragraphs": [
+                    {
+                        "context": "Paris is in France.",
+                        "qas": [
+                            {
+                                "id": "1",
+                                "question": "Where?",
+                                "answers": [{"text": "France", "answer_start": 12}],
+                            },
+                            {"id": "2", "question": "Who?", "answers": [], "is_impossible": True},
+                        ],
+                    }
+                ]
+            }
+        ]
+    }
+    path = write(tmp_path / "s.json", json.dumps(data))
+    examples = read_squad(path)
+    assert [(e.qid, e.answers, e.is_impossible) for e in examples] == [
+        ("1", ["France"], False),
+        ("2", [], True),
+    ]
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = 3
+    with pytest.raises(
+        InputDataError, match=r"question id '1': answer 'France' is not at answer_start 3"
+    ):
+        read_squad(write(tmp_path / "bad.json", json.dumps(data)))
+    with pytest.raises(InputDataError, match=r"broken\.json:2: not valid JSON"):
+        read_squad(write(tmp_path / "broken.json", '{"data":\n ]'))
+
+
+# === Recipe and layer-wise learning rates ===
+
+
+def test_recipe_defaults_follow_the_paper_and_tasks_are_checked():
+    assert recipe_defaults("small")["learning_rate"] == 3e-4
+    assert recipe_defaults("base")["learning_rate"] == 1e-4
+    assert recipe_defaults("large") | {} == {
+        "batch_size": 32,
+        "epochs": 3,
+        "dropout": 0.1,
+        "weight_decay": 0.01,
+        "warmup_fraction": 0.1,
+        "learning_rate": 5e-5,
+        "layer_decay": 0.9,
+    }
+    assert infer_preset(ElectraConfig.from_preset("small", vocab_size=64)) == "small"
+    with pytest.raises(
+        ConfigError, match="Unknown task 'sentiment'; choose one of: classify, regress, tag, qa"
+    ):
+        check_task("sentiment")
+
+
+def test_layer_factors_head_1_top_layer_decay_embeddings_decay_to_the_l_plus_1():
+    # L = 2: embeddings decay^3, layer 0 decay^2, layer 1 decay, head 1 (no off-by-one).
+    assert [layer_factor(d, 2, 0.8) for d in range(4)] == pytest.approx([0.512, 0.64, 0.8, 1.0])
+    config = ElectraConfig.from_preset("tiny", vocab_size=64, num_layers=2, embedding_size=64)
+    model = ElectraClassifier(ElectraBackbone(config), num_classes=2)
+    factors = layerwise_factors(model.backbone, 0.8)
+    for v in model.trainable_variables:
+        if "/embedding/" in v.path or "/projection/" in v.path:
+            assert factors[v.path] == pytest.approx(0.512), v.path
+        elif "transformer_layer_0" in v.path:
+            assert factors[v.path] == pytest.approx(0.64), v.path
+        elif "transformer_layer_1" in v.path:
+            assert factors[v.path] == pytest.approx(0.8), v.path
+        else:
+            assert v.path not in factors and v.path.startswith("head"), v.path
+    assert any("/projection/" in p for p in factors)  # embedding_size != hidden_size
+
+    # One Adam step moves every weight by lr * factor (the first step is lr * sign(g)).
+    optimizer = LayerwiseAdamW(factors, learning_rate=0.01, weight_decay=0.0, epsilon=1e-12)
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    optimizer.apply_gradients([(keras.ops.ones(v.shape), v) for v in model.trainable_variables])
+    for v, old in zip(model.trainable_variables, before, strict=True):
+        np.testing.assert_allclose(old - v.numpy(), 0.01 * factors.get(v.path, 1.0), rtol=1e-4)
+
+
+def test_weight_decay_scales_with_the_layer_factor():
+    v = keras.Variable(np.full(2, 10.0, "float32"), name="decayed")
+    optimizer = LayerwiseAdamW({v.path: 0.5}, learning_rate=0.1, weight_decay=0.2, epsilon=1e-12)
+    optimizer.apply_gradients([(np.zeros(2, "float32"), v)])
+    np.testing.assert_allclose(v.numpy(), 10.0 - 10.0 * 0.2 * 0.1 * 0.5, rtol=1e-6)
