@@ -41,6 +41,12 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-every", type=int, default=50, help="steps per metrics.jsonl line")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", default="float32",
+                   choices=("float32", "mixed_bfloat16", "mixed_float16"),
+                   help="compute precision (variables stay float32)")
+    p.add_argument("--strategy", default="auto",
+                   choices=("auto", "tpu", "mirrored", "multi_worker", "one_device"),
+                   help="distribution strategy; --batch-size is the global batch")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--sample", metavar="TEXT", action="append",
                    help="after training, show the discriminator's scores for this sentence")
@@ -68,6 +74,8 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         seed=args.seed,
         progress=not args.no_progress,
+        precision=args.precision,
+        strategy=args.strategy,
     )
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")

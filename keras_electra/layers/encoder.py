@@ -127,4 +127,6 @@ def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
     softmax = getattr(attention, "_softmax", None)
     if softmax is None or layer.compute_dtype == "float32":
         return
-    attention._softmax = keras.layers.Softmax(axis=softmax.axis, dtype="float32")
+    # The softmax holds no state; setting it untracked keeps the built layer locked.
+    float32_softmax = keras.layers.Softmax(axis=softmax.axis, dtype="float32")
+    object.__setattr__(attention, "_softmax", float32_softmax)

@@ -33,6 +33,14 @@ class ElectraPretrainer(keras.Model):
         config: the :class:`ElectraConfig`.
         objective: ``"electra"`` or ``"mlm"``.
         seed: seed of the masking and sampling random streams.
+        dtype: a Keras dtype policy such as ``"mixed_bfloat16"`` (variables stay
+            float32; LayerNorm, attention softmax, logits and losses run in float32).
+
+    Distribution: under a ``tf.distribute`` strategy each replica gets a slice of
+    the global batch. The random masks and samples of an example depend only on
+    ``(seed, step, global example index)``, and the losses are normalized by the
+    global number of predicted tokens, so an N-replica step equals a one-device
+    step on the same global batch.
 
     Example:
         >>> import numpy as np, keras
@@ -166,26 +174,20 @@ class ElectraPretrainer(keras.Model):
         input_ids = tf.cast(batch["input_ids"], tf.int32)
         input_mask = tf.cast(batch["input_mask"], tf.int32)
         segment_ids = tf.cast(batch["segment_ids"], tf.int32)
-        seeds = self._next_seeds(3)
+        seeds = self._example_seeds(tf.shape(input_ids)[0], 3)
 
         # 1. Mask ~15% of the real tokens.
-        masked = objective.mask_tokens(
-            input_ids,
-            input_mask,
-            special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
-            mask_token_id=c.mask_token_id,
-            mask_prob=c.mask_prob,
-            mask_token_prob=c.mask_token_prob,
-            max_predictions=c.max_predictions(input_ids.shape[1]),
-            seeds=(seeds[0], seeds[1]),
-        )
+        masked = self._mask_tokens(input_ids, input_mask, seeds[:, 0], seeds[:, 1])
 
         # 2. The generator (or, for the MLM baseline, the discriminator) predicts them.
         tower_inputs = {"token_ids": masked.input_ids, "segment_ids": segment_ids,
                         "padding_mask": input_mask}
         hidden = self._mlm_tower()(tower_inputs, training=training)
         mlm_logits = self.generator_head(hidden, masked.positions)
+        # Each replica's share of the global-batch loss: the sum over replicas is the
+        # mean over every predicted token of the global batch.
         mlm_loss = objective.mlm_loss(mlm_logits, masked.labels, masked.weights)
+        mlm_loss *= _replica_share(tf.reduce_sum(masked.weights))
         predicted = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
         out = {
             "mlm_loss": mlm_loss,
@@ -197,10 +199,7 @@ class ElectraPretrainer(keras.Model):
             return out
 
         # 3. Sample replacements from the generator (no gradient through the sample).
-        sampled = objective.sample_tokens(
-            mlm_logits, masked.labels, seed=seeds[2],
-            temperature=c.temperature, disallow_correct=c.disallow_correct,
-        )
+        sampled = self._sample_tokens(mlm_logits, masked.labels, seeds[:, 2])
         fake_ids = objective.replace_tokens(input_ids, masked.positions, sampled, masked.weights)
         labels = objective.replaced_labels(fake_ids, input_ids, input_mask)
 
@@ -209,6 +208,7 @@ class ElectraPretrainer(keras.Model):
                        "padding_mask": input_mask}
         disc_logits = self.discriminator_head(self.discriminator(disc_inputs, training=training))
         disc_loss = objective.disc_loss(disc_logits, labels, input_mask)
+        disc_loss *= _replica_share(tf.reduce_sum(tf.cast(input_mask, tf.float32)))
 
         out.update(
             disc_loss=disc_loss,
@@ -220,14 +220,69 @@ class ElectraPretrainer(keras.Model):
         )
         return out
 
-    def _next_seeds(self, count: int) -> list[tf.Tensor]:
+    def _example_seeds(self, local_batch: tf.Tensor, count: int) -> tf.Tensor:
+        """``[local_batch, count, 2]`` stateless seeds, one set per example.
+
+        Seeds are drawn for the whole global batch from ``(seed, step)`` and this
+        replica takes the rows of its examples (replica ``r`` holds rows
+        ``r * local_batch`` onwards, as ``tf.distribute`` splits a batch), so the
+        masks do not depend on how many replicas share the batch.
+        """
         step = self.random_step.value
         self.random_step.assign_add(1)
         replica = tf.distribute.get_replica_context()
-        replica_id = replica.replica_id_in_sync_group if replica is not None else 0
+        replica_id, replicas = 0, 1
+        if replica is not None:
+            replica_id = replica.replica_id_in_sync_group
+            replicas = replica.num_replicas_in_sync
         base = tf.stack([tf.constant(self.seed or 0, tf.int32), step])
-        base = tf.random.experimental.stateless_fold_in(base, replica_id)
-        return list(tf.unstack(tf.random.experimental.stateless_split(base, count)))
+        every = tf.random.stateless_uniform(
+            [local_batch * replicas, count, 2], seed=base, minval=None, maxval=None,
+            dtype=tf.int32,
+        )
+        return every[replica_id * local_batch:(replica_id + 1) * local_batch]
+
+    def _mask_tokens(self, input_ids, input_mask, choice_seeds, keep_seeds):
+        """:func:`objective.mask_tokens` with each example's own seeds."""
+        c = self.config
+        max_predictions = c.max_predictions(input_ids.shape[1])
+
+        def one(args):
+            ids, mask, s0, s1 = args
+            m = objective.mask_tokens(
+                ids[tf.newaxis], mask[tf.newaxis],
+                special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
+                mask_token_id=c.mask_token_id, mask_prob=c.mask_prob,
+                mask_token_prob=c.mask_token_prob, max_predictions=max_predictions,
+                seeds=(s0, s1),
+            )
+            return tuple(t[0] for t in m)
+
+        spec = tf.TensorSpec([max_predictions], tf.int32)
+        out = tf.map_fn(
+            one, (input_ids, input_mask, choice_seeds, keep_seeds),
+            fn_output_signature=(
+                tf.TensorSpec(input_ids.shape[1:], tf.int32), spec, spec,
+                tf.TensorSpec([max_predictions], tf.float32),
+            ),
+        )
+        return objective.MaskedBatch(*out)
+
+    def _sample_tokens(self, logits, labels, seeds):
+        """:func:`objective.sample_tokens` with each example's own seed."""
+        c = self.config
+
+        def one(args):
+            example_logits, example_labels, seed = args
+            return objective.sample_tokens(
+                example_logits[tf.newaxis], example_labels[tf.newaxis], seed=seed,
+                temperature=c.temperature, disallow_correct=c.disallow_correct,
+            )[0]
+
+        return tf.map_fn(
+            one, (tf.stop_gradient(logits), labels, seeds),
+            fn_output_signature=tf.TensorSpec(labels.shape[1:], tf.int32),
+        )
 
     def train_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
@@ -246,8 +301,9 @@ class ElectraPretrainer(keras.Model):
     def _update_metrics(self, out: dict) -> dict[str, tf.Tensor]:
         t = self._trackers
         weights = out["masked"].weights
-        t["loss"].update_state(out["loss"])
-        t["mlm_loss"].update_state(out["mlm_loss"])
+        # The losses are this replica's shares; every replica records the global value.
+        t["loss"].update_state(_global_sum(out["loss"]))
+        t["mlm_loss"].update_state(_global_sum(out["mlm_loss"]))
         t["mlm_accuracy"].update_state(out["mlm_correct"], sample_weight=weights)
         if self.generator is not None:
             mask = tf.reshape(out["input_mask"], [-1])
@@ -255,7 +311,7 @@ class ElectraPretrainer(keras.Model):
             probs = tf.sigmoid(tf.reshape(out["disc_logits"], [-1]))
             correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
             t["sampled_mlm_accuracy"].update_state(out["sampled_correct"], sample_weight=weights)
-            t["disc_loss"].update_state(out["disc_loss"])
+            t["disc_loss"].update_state(_global_sum(out["disc_loss"]))
             t["disc_accuracy"].update_state(correct, sample_weight=mask)
             t["disc_precision"].update_state(labels, probs, sample_weight=mask)
             t["disc_recall"].update_state(labels, probs, sample_weight=mask)
@@ -270,7 +326,27 @@ class ElectraPretrainer(keras.Model):
             "objective": self.objective,
             "seed": self.seed,
             "name": self.name,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
+
+
+def _global_sum(value: tf.Tensor) -> tf.Tensor:
+    """The sum of ``value`` over the replicas in sync (``value`` itself on one device)."""
+    replica = tf.distribute.get_replica_context()
+    if replica is None or replica.num_replicas_in_sync == 1:
+        return value
+    return replica.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def _replica_share(weight: tf.Tensor) -> tf.Tensor:
+    """This replica's fraction of the global batch's total loss ``weight``.
+
+    Multiplying a replica's mean loss by it turns the mean over its own tokens into
+    its part of the mean over the global batch's tokens; summed over replicas (as
+    gradients are) that is exactly the one-device loss.
+    """
+    weight = tf.stop_gradient(weight)
+    return weight / tf.maximum(_global_sum(weight), 1e-6)
 
 
 def _backbone_inputs(batch: dict) -> dict:

@@ -37,6 +37,8 @@ from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer
 from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.optimizer import create_optimizer
+from keras_electra.training.precision import dtype_policy, needs_loss_scaling
+from keras_electra.training.strategy import resolve_strategy
 
 
 @dataclass
@@ -54,9 +56,11 @@ class RunSettings:
     seed: int = 0
     log_every: int = 50
     checkpoint_every: int = 500
+    precision: str = "float32"
+    strategy: str = "auto"
 
     # Settings that fix the data order and the model: a resumed run must keep them.
-    FIXED = ("preset", "objective", "batch_size", "max_seq_length", "seed")
+    FIXED = ("preset", "objective", "batch_size", "max_seq_length", "seed", "precision")
 
 
 @dataclass
@@ -91,6 +95,8 @@ def pretrain(
     seed: int = 0,
     config_overrides: dict | None = None,
     progress: bool = True,
+    precision: str = "float32",
+    strategy: str = "auto",
 ) -> RunResult:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
 
@@ -111,6 +117,10 @@ def pretrain(
         seed: seeds the data order, masking and sampling.
         config_overrides: ElectraConfig fields to change from the preset.
         progress: show a progress bar.
+        precision: ``float32``, ``mixed_bfloat16`` or ``mixed_float16`` (with
+            dynamic loss scaling); checkpoints hold float32 variables either way.
+        strategy: ``auto``, ``tpu``, ``mirrored``, ``multi_worker`` or
+            ``one_device``; ``batch_size`` is the global batch, split across replicas.
 
     Returns:
         A :class:`RunResult` with the trained model and the metrics history.
@@ -127,6 +137,8 @@ def pretrain(
             f"Unknown preset '{preset}'; choose one of: {', '.join(sorted(TRAINING_DEFAULTS))}."
         )
     defaults = TRAINING_DEFAULTS[preset]
+    policy = dtype_policy(precision)
+    distribution = resolve_strategy(strategy)
     settings = RunSettings(
         preset=preset,
         objective=objective,
@@ -138,11 +150,14 @@ def pretrain(
         warmup_steps=defaults["warmup_steps"] if warmup_steps is None else warmup_steps,
         seed=seed,
         log_every=max(1, min(log_every, steps or defaults["steps"])),
+        precision=precision,
+        strategy=strategy,
     )
     settings.checkpoint_every = _round_up(
         checkpoint_every or max(settings.log_every, 500), settings.log_every
     )
     _check_positive(settings)
+    _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
 
     resuming = (run_dir / "config.json").exists()
     if resuming:
@@ -157,16 +172,8 @@ def pretrain(
 
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
     keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
-    model = ElectraPretrainer(config, objective=settings.objective, seed=settings.seed)
-    optimizer = create_optimizer(
-        model,
-        learning_rate=settings.learning_rate,
-        total_steps=settings.steps,
-        warmup_steps=settings.warmup_steps,
-    )
-    model.compile(optimizer=optimizer, jit_compile=False)
-    optimizer.build(model.trainable_variables)
-
+    with distribution.scope():
+        model, optimizer = _build_model(config, settings, policy)
     checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer)
     start = checkpoints.restore_latest()
     truncate_metrics_log(run_dir / "metrics.jsonl", start)
@@ -187,7 +194,7 @@ def pretrain(
         initial_step=start,
         progress=progress,
     )
-    saver = CheckpointEvery(checkpoints, settings.checkpoint_every, settings.steps)
+    saver = CheckpointEvery(checkpoints, settings.checkpoint_every, settings.steps, start)
     # Each epoch of fit is one logging window, so metrics reset every window.
     windows_done, windows = start // settings.log_every, settings.steps // settings.log_every
     if windows_done < windows:
@@ -234,6 +241,31 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
 
 
 # === Helpers ===
+
+
+def _build_model(config: ElectraConfig, settings: RunSettings, policy: keras.DTypePolicy):
+    """The pretrainer and its optimizer, compiled and built (call under a strategy scope)."""
+    model = ElectraPretrainer(
+        config, objective=settings.objective, seed=settings.seed, dtype=policy
+    )
+    optimizer = create_optimizer(
+        model,
+        learning_rate=settings.learning_rate,
+        total_steps=settings.steps,
+        warmup_steps=settings.warmup_steps,
+        loss_scale=needs_loss_scaling(settings.precision),
+    )
+    model.compile(optimizer=optimizer, jit_compile=False)
+    optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def _check_divisible(batch_size: int, replicas: int) -> None:
+    if batch_size % replicas:
+        raise ConfigError(
+            f"--batch-size {batch_size} must be a multiple of the {replicas} replicas "
+            "that share each batch."
+        )
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -297,7 +329,8 @@ def _load_run(run_dir: Path, settings: RunSettings | None):
     if settings is not None and previous_path.exists():
         previous = json.loads(previous_path.read_text(encoding="utf-8"))
         for name in RunSettings.FIXED:
-            if previous.get(name) != getattr(settings, name):
+            # Runs from before a setting existed used its default.
+            if previous.get(name, getattr(RunSettings, name)) != getattr(settings, name):
                 raise ConfigError(
                     f"Run directory '{run_dir}' was started with {name}={previous.get(name)!r}, "
                     f"not {getattr(settings, name)!r}; resume with the same value or choose "

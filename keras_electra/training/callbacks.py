@@ -111,15 +111,25 @@ class MetricsLogger(keras.callbacks.Callback):
 
 
 class CheckpointEvery(keras.callbacks.Callback):
-    """Saves a checkpoint every ``every`` steps (checked at window ends) and at the end."""
+    """Saves a checkpoint every ``every`` steps (checked at window ends) and at the end.
 
-    def __init__(self, checkpoints: RunCheckpoints, every: int, final_step: int):
+    Steps are counted as batches trained, not optimizer updates: with float16 loss
+    scaling an overflowing step is skipped by the optimizer but still consumes its
+    batch, and a resumed run must continue after it.
+    """
+
+    def __init__(
+        self, checkpoints: RunCheckpoints, every: int, final_step: int, initial_step: int = 0
+    ):
         super().__init__()
         self.checkpoints = checkpoints
         self.every = every
         self.final_step = final_step
+        self.step = initial_step
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
 
     def on_epoch_end(self, epoch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every == 0 or step >= self.final_step:
-            self.checkpoints.save(step)
+        if self.step % self.every == 0 or self.step >= self.final_step:
+            self.checkpoints.save(self.step)

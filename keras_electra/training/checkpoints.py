@@ -48,6 +48,23 @@ def _checkpoint_keys(path: str, prefix: str) -> set[str]:
     }
 
 
+def _optimizer_variables(optimizer) -> dict[str, VariablesByPath]:
+    """The optimizer's variables; a loss-scale wrapper's own ones under their own key.
+
+    The wrapped optimizer keeps the key of an unwrapped one, so its slots have the
+    same checkpoint names whatever the precision.
+    """
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is None:
+        return {"optimizer": VariablesByPath(optimizer.variables, strip_root=True)}
+    inner_ids = {id(v) for v in inner.variables}
+    own = [v for v in optimizer.variables if id(v) not in inner_ids]
+    return {
+        "optimizer": VariablesByPath(inner.variables, strip_root=True),
+        "loss_scale": VariablesByPath(own, strip_root=True),
+    }
+
+
 class RunCheckpoints:
     """Save and restore a model with its optimizer under ``directory``.
 
@@ -64,7 +81,7 @@ class RunCheckpoints:
         self.model_variables = VariablesByPath(model.variables)
         tracked = {"model": self.model_variables}
         if optimizer is not None:
-            tracked["optimizer"] = VariablesByPath(optimizer.variables, strip_root=True)
+            tracked.update(_optimizer_variables(optimizer))
         self.checkpoint = tf.train.Checkpoint(**tracked)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, str(self.directory), max_to_keep=max_to_keep
@@ -78,8 +95,8 @@ class RunCheckpoints:
     def restore_latest(self) -> int:
         """Restore the latest checkpoint if there is one; return the restored step.
 
-        Without an optimizer (export, fine-tuning) only the model is restored and
-        the step is read from the checkpoint's name.
+        The step (batches trained) is the checkpoint's number. Without an optimizer
+        (export, fine-tuning) only the model is restored.
         """
         path = self.latest
         if path is None:
@@ -99,9 +116,7 @@ class RunCheckpoints:
                 f"Checkpoint '{path}' does not match the model configuration ({detail}); "
                 "restore the run's original config.json or start a new output directory."
             ) from None
-        if self.optimizer is None:
-            return int(path.rsplit("-", 1)[-1])
-        return int(self.optimizer.iterations.numpy())
+        return int(path.rsplit("-", 1)[-1])
 
     def save(self, step: int) -> str:
         return self.manager.save(checkpoint_number=step)

@@ -37,6 +37,12 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
 
 
+# Keras' default initial loss scale (2**15) overflows float16 gradients for the first
+# four steps of the tiny model (the RTD loss weight of 50 scales them up); the
+# dynamic scale settled at 2**11, so start there.
+INITIAL_LOSS_SCALE = 2.0**11
+
+
 def no_decay_variables(model: keras.Model) -> list:
     """LayerNorm parameters and biases: excluded from weight decay."""
     excluded = []
@@ -58,7 +64,8 @@ def create_optimizer(
     warmup_steps: int,
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
-) -> keras.optimizers.AdamW:
+    loss_scale: bool = False,
+) -> keras.optimizers.Optimizer:
     """AdamW (beta1 0.9, beta2 0.999, eps 1e-6) as ELECTRA pretrains with.
 
     Weight decay skips LayerNorm parameters and biases; gradients are clipped
@@ -71,6 +78,9 @@ def create_optimizer(
         warmup_steps: steps of linear warm-up.
         weight_decay: decoupled weight decay rate.
         clip_norm: global gradient-norm clip (None for none).
+        loss_scale: wrap in a dynamic ``LossScaleOptimizer`` (for float16): the
+            model's ``train_step`` scales the loss, ``apply`` unscales the
+            gradients and skips a step whose gradients overflowed.
     """
     optimizer = keras.optimizers.AdamW(
         learning_rate=WarmupLinearDecay(learning_rate, warmup_steps, total_steps),
@@ -81,4 +91,6 @@ def create_optimizer(
         global_clipnorm=clip_norm,
     )
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
+    if loss_scale:
+        return keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=INITIAL_LOSS_SCALE)
     return optimizer

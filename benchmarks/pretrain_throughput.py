@@ -1,0 +1,376 @@
+"""Pretraining throughput: the full ELECTRA step, ours (Keras/TF) vs Hugging Face (PyTorch).
+
+One step is what pretraining runs: mask 15% of the tokens, generator forward at
+the masked positions, Gumbel sampling, discriminator forward, MLM + 50 x
+replaced-token-detection loss, backward through both towers (shared
+embeddings), gradient clipping and AdamW. Reported per engine and precision:
+tokens/s, seconds/step and MFU, the model FLOP/s (analytic matmul FLOPs of the
+step, backward counted as twice the forward) over this machine's matmul peak,
+measured here for float32 and bfloat16.
+
+Each configuration runs in its own subprocess (TensorFlow and PyTorch would
+otherwise share and fight over the thread pools). Output: one JSON object per
+line (``peak``, ``result`` or ``skipped``) and a final ``summary`` line.
+
+    python benchmarks/pretrain_throughput.py [--preset small] [--steps 10] [--no-torch]
+
+PyTorch is not a dependency of keras-electra; for the comparison install
+``torch==2.13.0 transformers safetensors`` (the ``benchmarks`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+DISC_WEIGHT = 50.0
+
+
+# === FLOPs of one step ===
+
+
+def tower_flops(tokens: int, length: int, hidden: int, layers: int, ff: int, emb: int) -> float:
+    """Forward matmul FLOPs of one transformer tower over ``tokens`` tokens.
+
+    Example:
+        >>> tower_flops(1, 1, 1, 1, 1, 1)
+        16.0
+    """
+    projection = 2.0 * tokens * emb * hidden if emb != hidden else 0.0
+    dense = 2.0 * tokens * (4 * hidden * hidden + 2 * hidden * ff)
+    attention = 2.0 * 2.0 * tokens * length * hidden  # scores and weighted values
+    return projection + layers * (dense + attention)
+
+
+def step_flops(config, batch: int, length: int) -> float:
+    """Training FLOPs of one ELECTRA step (3 x forward: backward costs two forwards).
+
+    Args:
+        config: an :class:`~keras_electra.config.ElectraConfig`.
+        batch: sequences per step.
+        length: tokens per sequence.
+
+    Example:
+        >>> from keras_electra.config import ElectraConfig
+        >>> round(step_flops(ElectraConfig.from_preset("small"), 32, 128) / 1e9)
+        327
+    """
+    tokens, predictions = batch * length, batch * config.max_predictions(length)
+    gen, disc, emb = config.generator_config(), config.discriminator_config(), config.embedding_size
+    forward = tower_flops(tokens, length, gen.hidden_size, gen.num_layers,
+                          gen.intermediate_size, emb)
+    forward += tower_flops(tokens, length, disc.hidden_size, disc.num_layers,
+                           disc.intermediate_size, emb)
+    forward += 2.0 * predictions * (gen.hidden_size * emb + emb * config.vocab_size)  # MLM head
+    forward += 2.0 * tokens * (disc.hidden_size * disc.hidden_size + disc.hidden_size)  # RTD head
+    return 3.0 * forward
+
+
+# === Matmul peak ===
+
+
+def matmul_peak(dtype: str, size: int = 2048, repeats: int = 10) -> float:
+    """The best FLOP/s of a TensorFlow ``size`` x ``size`` matmul chain in ``dtype``."""
+    import tensorflow as tf
+
+    a = tf.random.normal([size, size], dtype=tf.float32) / size**0.5
+    x, y = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
+
+    @tf.function
+    def chain(x, y):
+        for _ in range(8):  # each product feeds the next: nothing to fold or skip
+            x = tf.matmul(x, y)
+        return tf.reduce_sum(tf.cast(x, tf.float32))
+
+    chain(x, y).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        chain(x, y).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 8 * 2.0 * size**3 / best
+
+
+# === Synthetic batches (the same for both engines) ===
+
+
+def make_batches(n: int, batch: int, length: int, vocab: int, seed: int = 0):
+    """``n`` packed batches of random word-piece ids with [CLS] ... [SEP], no padding."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab, (n, batch, length)).astype("int32")
+    ids[:, :, 0], ids[:, :, -1] = 2, 3
+    return ids
+
+
+# === Ours ===
+
+
+def run_keras(args) -> dict:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_electra.config import ElectraConfig
+    from keras_electra.pretraining.pretrainer import ElectraPretrainer
+    from keras_electra.training.optimizer import create_optimizer
+    from keras_electra.training.precision import dtype_policy
+
+    config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
+    keras.utils.set_random_seed(0)
+    model = ElectraPretrainer(config, seed=0, dtype=dtype_policy(args.precision))
+    optimizer = create_optimizer(model, learning_rate=5e-4, total_steps=10_000, warmup_steps=100)
+    model.compile(optimizer=optimizer, jit_compile=args.jit_compile,
+                  steps_per_execution=args.steps_per_execution)
+    ids = make_batches(4, args.batch, args.length, config.vocab_size)
+    data = tf.data.Dataset.from_tensor_slices(
+        {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+    ).repeat()
+    spe = args.steps_per_execution
+    model.fit(data, epochs=1, steps_per_epoch=args.warmup * spe, verbose=0)  # trace + warm up
+
+    steps = max(spe, args.steps // spe * spe)
+    start = time.perf_counter()
+    history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0).history
+    seconds = (time.perf_counter() - start) / steps
+    return {"config": config, "seconds_per_step": seconds, "loss": history["loss"][-1]}
+
+
+# === Hugging Face transformers on PyTorch ===
+
+
+def run_torch(args) -> dict:
+    import torch
+    import transformers
+
+    from keras_electra.config import ElectraConfig
+
+    torch.set_num_threads(args.threads or os.cpu_count())
+    # TensorFlow flushes denormals to zero in its thread pools; without this tiny
+    # gradients and Adam moments make PyTorch's float32 CPU kernels ~4x slower.
+    torch.set_flush_denormal(True)
+    config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
+    model = TorchElectra(config, transformers)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.999), eps=1e-6,
+                                  weight_decay=0.01)
+    step = make_torch_step(model, optimizer, config, args, torch)
+    ids = torch.from_numpy(make_batches(4, args.batch, args.length, config.vocab_size)).long()
+    for i in range(args.warmup):
+        step(ids[i % 4])
+    start = time.perf_counter()
+    for i in range(args.steps):
+        loss = step(ids[i % 4])
+    seconds = (time.perf_counter() - start) / args.steps
+    return {"config": config, "seconds_per_step": seconds, "loss": float(loss)}
+
+
+def TorchElectra(config, transformers):  # noqa: N802 (builds a torch.nn.Module)
+    """HF ElectraForMaskedLM + ElectraForPreTraining sharing one embedding module."""
+    import torch
+
+    gen, disc = config.generator_config(), config.discriminator_config()
+
+    def hf_config(sizes):
+        return transformers.ElectraConfig(
+            vocab_size=config.vocab_size, embedding_size=config.embedding_size,
+            hidden_size=sizes.hidden_size, num_hidden_layers=sizes.num_layers,
+            num_attention_heads=sizes.num_heads, intermediate_size=sizes.intermediate_size,
+            max_position_embeddings=config.max_position_embeddings,
+            hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout,
+            attn_implementation="sdpa",
+        )
+
+    class Pair(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.generator = transformers.ElectraForMaskedLM(hf_config(gen))
+            self.discriminator = transformers.ElectraForPreTraining(hf_config(disc))
+            self.discriminator.electra.embeddings = self.generator.electra.embeddings
+            # The MLM output projection is the shared word-embedding matrix.
+            self.generator.generator_lm_head.weight = (
+                self.generator.electra.embeddings.word_embeddings.weight
+            )
+
+    return Pair()
+
+
+def torch_mask(ids, config, torch):
+    """The same masking as keras_electra: top-k of random scores, 85% [MASK]."""
+    batch, length = ids.shape
+    p = config.max_predictions(length)
+    candidates = (ids != config.cls_token_id) & (ids != config.sep_token_id) & (
+        ids != config.pad_token_id)
+    num = torch.clamp(torch.round(candidates.sum(1).float() * config.mask_prob), 1, p).long()
+    scores = torch.where(candidates, torch.rand(ids.shape), torch.full(ids.shape, -1.0))
+    positions = scores.topk(p, dim=1).indices
+    chosen = torch.arange(p)[None, :] < num[:, None]
+    labels = ids.gather(1, positions)
+    use_mask = chosen & (torch.rand(positions.shape) < config.mask_token_prob)
+    masked = ids.clone()
+    masked.scatter_(1, positions, torch.where(use_mask, config.mask_token_id, labels))
+    return masked, positions, labels, chosen.float()
+
+
+def make_torch_step(model, optimizer, config, args, torch):
+    import torch.nn.functional as F  # noqa: N812
+
+    gen, disc = model.generator, model.discriminator
+
+    def losses(ids):
+        masked, positions, labels, weights = torch_mask(ids, config, torch)
+        hidden = gen.electra(input_ids=masked).last_hidden_state
+        picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+        logits = gen.generator_lm_head(gen.generator_predictions(picked)).float()
+        per_position = F.cross_entropy(  # rows of V: log-softmax over contiguous memory
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+        mlm = (per_position * weights.reshape(-1)).sum()
+        mlm = mlm / (weights.sum() + 1e-6)
+        with torch.no_grad():
+            uniform = torch.rand(logits.shape).clamp_(1e-9, 1.0)
+            sampled = (logits - torch.log(-torch.log(uniform))).argmax(-1)
+        fake = ids.scatter(1, positions, torch.where(weights > 0, sampled, labels))
+        disc_logits = disc(input_ids=fake).logits.float()
+        rtd = F.binary_cross_entropy_with_logits(disc_logits, (fake != ids).float())
+        return mlm + DISC_WEIGHT * rtd
+
+    if args.torch_compile:
+        losses = torch.compile(losses)
+
+    def step(ids):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision != "float32"):
+            loss = losses(ids)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+# === Driver ===
+
+
+def child(args) -> None:
+    """Run one configuration; print its ``result`` JSON line."""
+    if args.engine == "peak":
+        for dtype in ("float32", "bfloat16"):
+            print(json.dumps({"kind": "peak", "dtype": dtype, "flops": matmul_peak(dtype)}))
+        return
+    out = run_keras(args) if args.engine == "keras" else run_torch(args)
+    config = out.pop("config")
+    tokens = args.batch * args.length
+    record = {
+        "kind": "result", "engine": args.engine, "preset": args.preset,
+        "precision": args.precision, "batch": args.batch, "length": args.length,
+        "jit_compile": args.jit_compile, "steps_per_execution": args.steps_per_execution,
+        "torch_compile": args.torch_compile, "threads": args.threads or None,
+        "seconds_per_step": round(out["seconds_per_step"], 4),
+        "tokens_per_sec": round(tokens / out["seconds_per_step"], 1),
+        "step_gflops": round(step_flops(config, args.batch, args.length) / 1e9, 2),
+        "loss": round(out["loss"], 4),
+    }
+    print(json.dumps(record), flush=True)
+
+
+def spawn(args, **overrides) -> list[dict]:
+    argv = [sys.executable, __file__, "--child"]
+    settings = {**vars(args), **overrides}
+    for name in ("engine", "preset", "precision", "batch", "length", "steps", "warmup",
+                 "steps_per_execution", "threads"):
+        argv += [f"--{name.replace('_', '-')}", str(settings[name])]
+    for flag in ("jit_compile", "torch_compile"):
+        if settings[flag]:
+            argv.append(f"--{flag.replace('_', '-')}")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
+    lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode != 0 or not lines:
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        lines = [{"kind": "skipped", **{k: settings[k] for k in ("engine", "precision")},
+                  "reason": reason}]
+    for line in lines:
+        print(json.dumps(line), flush=True)
+    return lines
+
+
+def configurations(args) -> list[dict]:
+    """The configurations to run: ours and (unless --no-torch) PyTorch's, per precision."""
+    runs = []
+    for precision in args.precisions.split(","):
+        runs.append(dict(engine="keras", precision=precision))
+        if args.try_levers:
+            runs.append(dict(engine="keras", precision=precision, jit_compile=True))
+        if args.no_torch:
+            continue
+        # OpenMP threads that spin-wait are pathological on a busy machine: try each count.
+        for threads in (int(t) for t in args.torch_threads.split(",")):
+            runs.append(dict(engine="torch", precision=precision, threads=threads))
+            if args.try_levers:
+                runs.append(dict(engine="torch", precision=precision, threads=threads,
+                                 torch_compile=True))
+    return runs
+
+
+def summarize(peaks: dict, results: list[dict]) -> dict:
+    """Add MFU to each result; the best tokens/s per engine and their ratio."""
+    best = {}
+    for r in results:
+        peak = peaks["bfloat16" if r["precision"] != "float32" else "float32"]
+        r["mfu"] = round(r["step_gflops"] * 1e9 / r["seconds_per_step"] / peak, 4)
+        if r["tokens_per_sec"] > best.get(r["engine"], {}).get("tokens_per_sec", 0):
+            best[r["engine"]] = r
+    summary = {"kind": "summary", "peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
+               "results": results, "best": best}
+    if "keras" in best and "torch" in best:
+        summary["ours_over_torch"] = round(
+            best["keras"]["tokens_per_sec"] / best["torch"]["tokens_per_sec"], 2)
+    return summary
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="small")
+    p.add_argument("--precisions", default="float32,mixed_bfloat16")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--length", type=int, default=128)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps-per-execution", type=int, default=1)
+    p.add_argument("--torch-threads", default=f"1,{os.cpu_count()}",
+                   help="comma-separated PyTorch thread counts to try")
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--try-levers", action="store_true", help="also XLA and torch.compile")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per configuration")
+    # Internal: one configuration in a subprocess.
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--engine", default="keras", help=argparse.SUPPRESS)
+    p.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
+    p.add_argument("--jit-compile", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--torch-compile", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        child(args)
+        return
+    peaks = {r["dtype"]: r["flops"] for r in spawn(args, engine="peak") if r["kind"] == "peak"}
+    results = []
+    for overrides in configurations(args):
+        lines = spawn(args, **{"jit_compile": False, "torch_compile": False, **overrides})
+        results += [r for r in lines if r["kind"] == "result"]
+    print(json.dumps(summarize(peaks, results)))
+
+
+if __name__ == "__main__":
+    main()

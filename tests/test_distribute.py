@@ -1,0 +1,111 @@
+"""Distribution strategies: a 2-replica step equals a one-device step on the same global batch.
+
+Logical CPU devices must be configured before TensorFlow initializes, so the
+multi-replica checks run in a fresh subprocess.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from keras_electra.errors import ConfigError
+from keras_electra.training.strategy import resolve_strategy
+
+EQUIVALENCE = r"""
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+import numpy as np
+from keras_electra.config import ElectraConfig
+from keras_electra.pretraining.pretrainer import ElectraPretrainer
+from keras_electra.training.strategy import resolve_strategy
+
+config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1, dropout=0.0,
+                                   max_position_embeddings=32)
+rng = np.random.default_rng(0)
+ids = rng.integers(5, 300, (8, 32)).astype("int32")
+mask = np.ones_like(ids)
+mask[:3, 20:] = 0  # uneven padding: the replicas predict different numbers of tokens
+ids[:, 0], ids = 2, ids * mask
+data = tf.data.Dataset.from_tensors(
+    {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)})
+
+def train(strategy):
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = ElectraPretrainer(config, seed=7)
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0))
+    model.set_weights(initial)
+    logs = model.fit(data, epochs=1, verbose=0).history
+    return model, {k: v[-1] for k, v in logs.items()}
+
+keras.utils.set_random_seed(0)
+initial = ElectraPretrainer(config, seed=7).get_weights()
+mirrored = resolve_strategy("mirrored")
+one, one_logs = train(tf.distribute.get_strategy())
+two, two_logs = train(mirrored)
+diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), two.get_weights()))
+moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), initial))
+print(json.dumps({"replicas": mirrored.num_replicas_in_sync, "max_abs_diff": diff,
+                  "moved": moved, "one": one_logs, "two": two_logs}))
+"""
+
+RUN = r"""
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from keras_electra.pretraining.run import load_run, pretrain
+result = pretrain([sys.argv[1]], sys.argv[2], steps=2, log_every=1, batch_size=8,
+                  max_seq_length=32, vocab_size=500, progress=False,
+                  config_overrides={"num_layers": 1}, strategy="mirrored")
+_, _, step = load_run(sys.argv[2])
+print(json.dumps({"step": step, "history": result.history,
+                  "replicas": result.model.distribute_strategy.num_replicas_in_sync}))
+"""
+
+
+def run_python(script, *args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_two_replica_step_equals_one_device_step_on_the_same_global_batch():
+    result = run_python(EQUIVALENCE)
+    assert result["replicas"] == 2
+    assert result["moved"] > 1e-3  # the step changed the weights
+    assert result["max_abs_diff"] < 1e-5, result
+    # Metrics aggregate over replicas: the 2-replica losses are the global-batch losses.
+    for name in ("loss", "mlm_loss", "disc_loss", "mlm_accuracy", "disc_accuracy", "disc_auc"):
+        assert result["two"][name] == pytest.approx(result["one"][name], rel=1e-4, abs=1e-5), name
+
+
+def test_pretrain_with_the_mirrored_strategy_checkpoints_and_resumes(small_corpus, tmp_path):
+    result = run_python(RUN, str(small_corpus), str(tmp_path / "run"))
+    assert result["replicas"] == 2 and result["step"] == 2
+    assert all(v == v for r in result["history"] for v in r.values())  # no NaN
+
+
+def test_requested_hardware_that_is_absent_is_one_sentence(monkeypatch):
+    with pytest.raises(ConfigError, match="needs at least two GPUs"):
+        resolve_strategy("mirrored")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="needs TF_CONFIG"):
+        resolve_strategy("multi_worker")
+    with pytest.raises(ConfigError, match="Unknown strategy 'gpu'"):
+        resolve_strategy("gpu")
+
+
+def test_auto_and_one_device_use_a_single_replica_here():
+    assert resolve_strategy("auto").num_replicas_in_sync == 1
+    assert resolve_strategy("one_device").num_replicas_in_sync == 1
+    assert isinstance(resolve_strategy("one_device"), tf.distribute.OneDeviceStrategy)
