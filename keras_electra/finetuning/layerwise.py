@@ -32,7 +32,7 @@ import keras
 from keras import ops
 
 from keras_electra.layers.backbone import ElectraBackbone
-from keras_electra.training.optimizer import WarmupLinearDecay, no_decay_variables
+from keras_electra.training.optimizer import adamw_arguments, no_decay_variables
 
 
 def layer_factor(depth: int, num_layers: int, decay: float) -> float:
@@ -151,14 +151,13 @@ def create_finetune_optimizer(
     """
     optimizer = LayerwiseAdamW(
         layerwise_factors(backbone, layer_decay),
-        learning_rate=WarmupLinearDecay(
-            learning_rate, int(round(warmup_fraction * total_steps)), total_steps
+        **adamw_arguments(
+            learning_rate,
+            total_steps,
+            int(round(warmup_fraction * total_steps)),
+            weight_decay,
+            clip_norm,
         ),
-        weight_decay=weight_decay,
-        beta_1=0.9,
-        beta_2=0.999,
-        epsilon=1e-6,
-        global_clipnorm=clip_norm,
     )
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
     return optimizer

@@ -56,6 +56,27 @@ def no_decay_variables(model: keras.Model) -> list:
     return excluded
 
 
+def adamw_arguments(
+    learning_rate: float,
+    total_steps: int,
+    warmup_steps: int,
+    weight_decay: float,
+    clip_norm: float | None,
+) -> dict:
+    """ELECTRA's AdamW settings (beta1 0.9, beta2 0.999, eps 1e-6, warm-up then decay).
+
+    Shared by pretraining and fine-tuning so the two recipes cannot drift apart.
+    """
+    return dict(
+        learning_rate=WarmupLinearDecay(learning_rate, warmup_steps, total_steps),
+        weight_decay=weight_decay,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        global_clipnorm=clip_norm,
+    )
+
+
 def create_optimizer(
     model: keras.Model,
     *,
@@ -83,12 +104,7 @@ def create_optimizer(
             gradients and skips a step whose gradients overflowed.
     """
     optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupLinearDecay(learning_rate, warmup_steps, total_steps),
-        weight_decay=weight_decay,
-        beta_1=0.9,
-        beta_2=0.999,
-        epsilon=1e-6,
-        global_clipnorm=clip_norm,
+        **adamw_arguments(learning_rate, total_steps, warmup_steps, weight_decay, clip_norm)
     )
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
     if loss_scale:
