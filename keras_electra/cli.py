@@ -14,7 +14,9 @@ import sys
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-PRESET_NAMES = ("tiny", "small", "base", "large")
+from keras_electra.config import PRESETS  # noqa: E402 - plain Python, no TensorFlow
+
+PRESET_NAMES = tuple(PRESETS)
 
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +27,10 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         "between documents) or TFRecords from `keras-electra prepare`. Run again with the same "
         "--output to resume from the latest checkpoint.",
     )
-    p.add_argument("--preset", default="tiny", choices=PRESET_NAMES, help="model size")
+    p.add_argument("--preset", choices=PRESET_NAMES,
+                   help="model size and training defaults (default: --init's, else tiny)")
+    p.add_argument("--init", metavar="DIR",
+                   help="start from this run's or `keras-electra convert` output's weights")
     p.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                    help="text files, directories of *.txt, or TFRecord files")
     p.add_argument("--output", required=True, metavar="RUN_DIR", help="run directory")
@@ -76,6 +81,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         precision=args.precision,
         strategy=args.strategy,
+        init=args.init,
     )
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")
@@ -298,6 +304,64 @@ def _run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="convert google-research, Hugging Face or keras-hub checkpoints, and back",
+        description="--from FORMAT SRC: read another implementation's checkpoint into an init "
+        "directory that `pretrain --init`, `finetune --init` and `export --run` accept. "
+        "--to FORMAT --run DIR: write a run or init directory for another implementation.",
+    )
+    direction = p.add_mutually_exclusive_group(required=True)
+    direction.add_argument("--from", dest="source_format", choices=("google", "hf", "keras-hub"),
+                           help="the source's format")
+    direction.add_argument("--to", dest="target", choices=("hf", "keras-hub"),
+                           help="write --run in this format")
+    p.add_argument("source", nargs="?", metavar="SRC",
+                   help="with --from: TF1 checkpoint prefix or directory, Hugging Face "
+                   "discriminator directory, or keras-hub preset directory")
+    p.add_argument("--run", metavar="DIR", help="with --to: the run or init directory to write")
+    p.add_argument("--output", required=True, metavar="DIR", help="the directory to write")
+    p.add_argument("--generator", metavar="DIR", help="hf: the generator's directory")
+    p.add_argument("--vocab", metavar="FILE", help="google: vocab.txt (default: next to SRC)")
+    p.add_argument("--preset", choices=PRESET_NAMES,
+                   help="google: expected sizes (default: read from the checkpoint)")
+    p.add_argument("--num-heads", type=int,
+                   help="google: discriminator attention heads (default: hidden size / 64)")
+    p.add_argument("--cased", action="store_true", help="google: the vocabulary keeps case")
+    p.set_defaults(func=_run_convert)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from keras_electra.convert import convert, convert_run
+    from keras_electra.errors import ConfigError
+
+    if args.target:
+        if not args.run:
+            raise ConfigError("--to needs --run DIR, the run or init directory to convert.")
+        result = convert_run(args.run, args.output, args.target)
+    else:
+        if not args.source:
+            raise ConfigError("--from needs SRC, the checkpoint to convert.")
+        options = {}
+        if args.source_format == "google":
+            options = dict(vocab=args.vocab, preset=args.preset, lowercase=not args.cased,
+                           num_heads=args.num_heads)
+        elif args.source_format == "hf":
+            options = dict(generator=args.generator)
+        google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
+        if args.source_format != "google" and google_only:
+            flag = "--" + google_only[0].replace("_", "-")
+            raise ConfigError(f"{flag} applies to --from google only.")
+        if args.generator and args.source_format != "hf":
+            raise ConfigError("--generator applies to --from hf only.")
+        result = convert(args.source, args.output, args.source_format, **options)
+    print(f"Wrote {result.output}")
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-electra",
@@ -310,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_score(sub)
     _add_finetune(sub)
     _add_predict(sub)
+    _add_convert(sub)
     return parser
 
 

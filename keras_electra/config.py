@@ -234,6 +234,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         embedding_size=128,
         generator_hidden_size=0.25,
     ),
+    # The released ELECTRA-Small (google-research/electra README: "ELECTRA-Small++"):
+    # Small's discriminator with a generator as wide as the discriminator.
+    "small++": dict(
+        hidden_size=256,
+        num_layers=12,
+        num_heads=4,
+        intermediate_size=1024,
+        embedding_size=128,
+        generator_hidden_size=1.0,
+    ),
     "base": dict(
         hidden_size=768,
         num_layers=12,
@@ -259,6 +269,10 @@ TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
     ),
     "small": dict(
         learning_rate=5e-4, batch_size=128, max_seq_length=128, steps=1_000_000, warmup_steps=10_000
+    ),
+    # Small++ used 512-token sequences; the other defaults are Small's.
+    "small++": dict(
+        learning_rate=5e-4, batch_size=128, max_seq_length=512, steps=1_000_000, warmup_steps=10_000
     ),
     "base": dict(
         learning_rate=2e-4, batch_size=256, max_seq_length=512, steps=766_000, warmup_steps=10_000

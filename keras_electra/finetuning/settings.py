@@ -33,6 +33,7 @@ FINETUNE_FILE = "finetune.json"
 RECIPE: dict[str, dict[str, float]] = {
     "tiny": {"learning_rate": 1e-3, "layer_decay": 0.8},
     "small": {"learning_rate": 3e-4, "layer_decay": 0.8},
+    "small++": {"learning_rate": 3e-4, "layer_decay": 0.8},
     "base": {"learning_rate": 1e-4, "layer_decay": 0.8},
     "large": {"learning_rate": 5e-5, "layer_decay": 0.9},
 }

@@ -80,7 +80,7 @@ def pretrain(
     corpus: list[str],
     output_dir: str | Path,
     *,
-    preset: str = "tiny",
+    preset: str | None = None,
     objective: str = "electra",
     steps: int | None = None,
     batch_size: int | None = None,
@@ -97,6 +97,7 @@ def pretrain(
     progress: bool = True,
     precision: str = "float32",
     strategy: str = "auto",
+    init: str | Path | None = None,
 ) -> RunResult:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
 
@@ -105,7 +106,8 @@ def pretrain(
             documents), directories of ``*.txt`` files, or TFRecords written by
             ``keras-electra prepare``.
         output_dir: the run directory; resumed when it already holds a run.
-        preset: model size (``tiny``, ``small``, ``base``, ``large``).
+        preset: model size (``tiny``, ``small``, ``small++``, ``base``, ``large``) and
+            its training defaults; default: the ``init`` directory's, else ``tiny``.
         objective: ``electra`` (replaced-token detection) or ``mlm``.
         steps: total training steps (defaults per preset).
         batch_size, max_seq_length, learning_rate, warmup_steps: defaults per preset.
@@ -121,6 +123,9 @@ def pretrain(
             dynamic loss scaling); checkpoints hold float32 variables either way.
         strategy: ``auto``, ``tpu``, ``mirrored``, ``multi_worker`` or
             ``one_device``; ``batch_size`` is the global batch, split across replicas.
+        init: start from the weights, config and vocabulary of this directory (a
+            run, or one written by ``keras-electra convert``) instead of random
+            weights; the optimizer, step and data order start fresh.
 
     Returns:
         A :class:`RunResult` with the trained model and the metrics history.
@@ -130,6 +135,7 @@ def pretrain(
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
     """
     run_dir = Path(output_dir)
+    preset = preset or _init_preset(init) or "tiny"
     if objective not in OBJECTIVES:
         raise ConfigError(f"Unknown objective '{objective}'; choose one of: {', '.join(OBJECTIVES)}.")
     if preset not in TRAINING_DEFAULTS:
@@ -162,6 +168,11 @@ def pretrain(
     resuming = (run_dir / "config.json").exists()
     if resuming:
         config, tokens = _load_run(run_dir, settings)
+    elif init is not None:
+        config, tokens = _init_source(init, settings)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_vocab(tokens, run_dir / "vocab.txt")
+        config.save(run_dir / "config.json")
     else:
         tokens = _vocabulary(settings, vocab, vocab_size or _preset_vocab_size(preset), lowercase)
         config = _model_config(preset, tokens, lowercase, settings, config_overrides or {})
@@ -176,6 +187,8 @@ def pretrain(
         model, optimizer = _build_model(config, settings, policy)
     checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer)
     start = checkpoints.restore_latest()
+    if init is not None and start == 0:
+        _load_init_weights(model, Path(init))
     truncate_metrics_log(run_dir / "metrics.jsonl", start)
 
     dataset = load_pretraining_data(
@@ -337,6 +350,39 @@ def _load_run(run_dir: Path, settings: RunSettings | None):
                     "a new --output."
                 )
     return config, tokens
+
+
+def _init_source(init: str | Path, settings: RunSettings) -> tuple[ElectraConfig, list[str]]:
+    """The config and vocabulary of an ``--init`` directory, checked against the settings."""
+    init = Path(init)
+    if not (init / "config.json").is_file():
+        raise ConfigError(
+            f"--init '{init}' is not a run or converted directory (no config.json); pass the "
+            "--output of `keras-electra pretrain` or `keras-electra convert`."
+        )
+    config, tokens = _load_run(init, None)
+    if settings.max_seq_length > config.max_position_embeddings:
+        raise ConfigError(
+            f"--max-seq-length {settings.max_seq_length} exceeds the {init} model's "
+            f"{config.max_position_embeddings} positions."
+        )
+    return config, tokens
+
+
+def _init_preset(init: str | Path | None) -> str | None:
+    run = Path(init) / "run.json" if init is not None else None
+    if run is None or not run.is_file():
+        return None
+    return json.loads(run.read_text(encoding="utf-8")).get("preset")
+
+
+def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
+    """Load an init directory's weights (generator included) into a fresh model."""
+    checkpoints = RunCheckpoints(init / "checkpoints", model, optimizer=None)
+    if checkpoints.latest is None:
+        raise ConfigError(f"--init '{init}' has no checkpoint.")
+    checkpoints.restore_latest()
+    model.random_step.assign(0)  # a fresh run starts its own masking stream
 
 
 def _write_json(path: Path, value: dict) -> None:

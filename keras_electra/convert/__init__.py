@@ -1,0 +1,119 @@
+"""Checkpoints of other ELECTRA implementations in, and back out.
+
+- :func:`convert`: google-research TF1 checkpoints, Hugging Face directories or
+  keras-hub ``ElectraBackbone`` presets -> an init directory (``config.json``,
+  ``vocab.txt``, ``checkpoints/``, ``convert.json``) that ``pretrain --init``,
+  ``finetune --init`` and ``export --run`` accept.
+- :func:`convert_run`: a run or init directory -> Hugging Face directories
+  (``--to hf``) or a keras-hub preset (``--to keras-hub``).
+
+Example:
+    >>> convert("electra-small-discriminator", "runs/electra-small", "hf",
+    ...         generator="electra-small-generator")  # doctest: +SKIP
+    ConvertResult(output=PosixPath('runs/electra-small'), notes=[...])
+    >>> convert_run("runs/electra-small", "hf-out", "hf")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from keras_electra.convert.core import (
+    CONVERT_FILE,
+    Converted,
+    load_into,
+    read_model,
+    write_init_dir,
+)
+from keras_electra.convert.google import read_google
+from keras_electra.convert.hf import read_hf, write_hf
+from keras_electra.convert.keras_hub import read_keras_hub, write_keras_hub
+from keras_electra.errors import ConfigError
+
+SOURCES = ("google", "hf", "keras-hub")
+TARGETS = ("hf", "keras-hub")
+
+__all__ = [
+    "CONVERT_FILE",
+    "SOURCES",
+    "TARGETS",
+    "ConvertResult",
+    "Converted",
+    "convert",
+    "convert_run",
+    "load_into",
+    "read_google",
+    "read_hf",
+    "read_keras_hub",
+    "read_model",
+    "write_hf",
+    "write_keras_hub",
+]
+
+
+@dataclass
+class ConvertResult:
+    output: Path
+    notes: list[str]
+
+
+def read(source: str | Path, source_format: str, **options) -> Converted:
+    """Read ``source`` in ``source_format`` (one of :data:`SOURCES`)."""
+    if source_format not in SOURCES:
+        raise ConfigError(
+            f"Unknown source format '{source_format}'; choose one of: {', '.join(SOURCES)}."
+        )
+    if not Path(source).exists() and not Path(str(source) + ".index").exists():
+        raise ConfigError(f"'{source}' does not exist.")
+    if source_format == "google":
+        return read_google(source, **options)
+    if source_format == "hf":
+        return read_hf(source, **options)
+    return read_keras_hub(source, **options)
+
+
+def convert(source: str | Path, output: str | Path, source_format: str, **options) -> ConvertResult:
+    """Convert another implementation's checkpoint into an init directory.
+
+    Args:
+        source: the checkpoint (see :data:`SOURCES` for the formats).
+        output: the new init directory.
+        source_format: ``google``, ``hf`` or ``keras-hub``.
+        **options: passed to the reader: ``vocab``, ``preset``, ``lowercase``,
+            ``num_heads`` (google); ``generator`` (hf).
+
+    Returns:
+        The directory and what the conversion reported (also in ``convert.json``).
+    """
+    converted = read(source, source_format, **options)
+    path = write_init_dir(converted, output)
+    import json
+
+    notes = json.loads((path / CONVERT_FILE).read_text(encoding="utf-8"))["notes"]
+    return ConvertResult(path, notes)
+
+
+def convert_run(run_dir: str | Path, output: str | Path, target: str) -> ConvertResult:
+    """Write a run or init directory's model for another implementation.
+
+    Args:
+        run_dir: a pretraining run or init directory (ELECTRA objective).
+        output: the directory to write.
+        target: ``hf`` (``discriminator/`` and ``generator/`` directories that
+            transformers loads) or ``keras-hub`` (an ``ElectraBackbone`` preset).
+    """
+    from keras_electra.pretraining.run import load_run
+
+    if target not in TARGETS:
+        raise ConfigError(f"Unknown target format '{target}'; choose one of: {', '.join(TARGETS)}.")
+    model, tokenizer, _ = load_run(run_dir)
+    if model.generator is None:
+        raise ConfigError(
+            f"'{run_dir}' was pretrained with the mlm objective; only ELECTRA models convert."
+        )
+    tokens = tokenizer.vocab
+    if target == "hf":
+        return ConvertResult(write_hf(model, tokens, output), [])
+    path, notes = write_keras_hub(model, tokens, output)
+    return ConvertResult(path, notes)

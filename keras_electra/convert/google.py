@@ -1,0 +1,146 @@
+"""google-research/electra TF1 checkpoints (``model.ckpt-N.index`` / ``.data-*``).
+
+The released checkpoints hold both towers with the original variable names
+(``electra/embeddings/...`` shared, ``electra/embeddings_project``,
+``electra/encoder/layer_N/...``, ``generator/...``, ``generator_predictions/...``,
+``discriminator_predictions/...``) and Adam slots (``.../adam_m``,
+``.../adam_v``), which are skipped. The checkpoint carries no config: sizes are
+read from the tensor shapes (heads = hidden / 64, as in every released model),
+or taken from ``preset`` and checked against the shapes. The vocabulary is the
+``vocab.txt`` released next to the checkpoint (or ``vocab``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from keras_electra.config import ElectraConfig
+from keras_electra.convert.core import (
+    Converted,
+    check_generator_shape,
+    generator_fractions,
+    special_token_ids,
+)
+from keras_electra.errors import ConfigError
+
+OPTIMIZER_SUFFIXES = ("/adam_m", "/adam_v", "/Adam", "/Adam_1")
+NON_WEIGHTS = ("global_step",)
+
+
+def read_google(
+    path: str | Path,
+    *,
+    vocab: str | Path | None = None,
+    preset: str | None = None,
+    lowercase: bool = True,
+    num_heads: int | None = None,
+) -> Converted:
+    """Read a TF1 ELECTRA checkpoint.
+
+    Args:
+        path: a checkpoint prefix (``.../model.ckpt-1000000``) or its directory.
+        vocab: the ``vocab.txt`` (default: one next to the checkpoint or one level up).
+        preset: sizes to expect (e.g. ``small++`` for the released small model);
+            read from the shapes when omitted.
+        lowercase: whether the vocabulary is uncased (the released models are).
+        num_heads: discriminator attention heads (default: hidden size / 64).
+
+    Example:
+        >>> converted = read_google("electra_small/model.ckpt-1000000")  # doctest: +SKIP
+        >>> converted.config.generator_hidden_size  # doctest: +SKIP
+        1.0
+    """
+    prefix = _checkpoint_prefix(Path(path))
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    names = [n for n in shapes if n not in NON_WEIGHTS and not n.endswith(OPTIMIZER_SUFFIXES)]
+    skipped = len(shapes) - len(names)
+    weights = {n: np.asarray(reader.get_tensor(n)) for n in names}
+    tokens = _vocabulary(prefix, vocab)
+    config = _config(weights, tokens, preset, lowercase, num_heads, str(path))
+    notes = [f"Skipped {skipped} optimizer and step variables."] if skipped else []
+    return Converted(config, tokens, weights, str(path), "google", notes)
+
+
+def _checkpoint_prefix(path: Path) -> str:
+    if path.is_dir():
+        latest = tf.train.latest_checkpoint(str(path))
+        if latest is None:
+            indexes = sorted(path.glob("*.index"))
+            if not indexes:
+                raise ConfigError(f"'{path}' holds no TF checkpoint (no *.index file).")
+            latest = str(indexes[-1])[: -len(".index")]
+        return latest
+    if Path(str(path) + ".index").is_file():
+        return str(path)
+    raise ConfigError(
+        f"'{path}' is not a TF checkpoint: pass its prefix (e.g. model.ckpt-1000000, "
+        "without .index) or its directory."
+    )
+
+
+def _vocabulary(prefix: str, vocab: str | Path | None) -> list[str]:
+    from keras_electra.data import load_vocab
+
+    if vocab is None:
+        here = Path(prefix).parent
+        for candidate in (here / "vocab.txt", here.parent / "vocab.txt"):
+            if candidate.is_file():
+                vocab = candidate
+                break
+        else:
+            raise ConfigError(
+                f"No vocab.txt next to '{prefix}'; pass --vocab with the vocabulary the "
+                "checkpoint was trained with."
+            )
+    return load_vocab(vocab)
+
+
+def _layers(weights: dict, scope: str) -> int:
+    found = {
+        int(m.group(1)) for n in weights if (m := re.match(rf"{scope}/encoder/layer_(\d+)/", n))
+    }
+    return max(found) + 1 if found else 0
+
+
+def _config(weights, tokens, preset, lowercase, num_heads, source) -> ElectraConfig:
+    table = "electra/embeddings/word_embeddings"
+    if table not in weights or _layers(weights, "electra") == 0:
+        raise ConfigError(
+            f"'{source}' is not an ELECTRA checkpoint: it has no '{table}' or "
+            "'electra/encoder/layer_0/...' variables."
+        )
+    ids = special_token_ids(tokens, source)
+    if preset is not None:
+        return ElectraConfig.from_preset(
+            preset, vocab_size=weights[table].shape[0], lowercase=lowercase, **ids
+        )
+    vocab_size, embedding = weights[table].shape
+    hidden = weights["electra/encoder/layer_0/attention/self/query/kernel"].shape[1]
+    layers = _layers(weights, "electra")
+    values = dict(
+        vocab_size=int(vocab_size),
+        embedding_size=int(embedding),
+        hidden_size=int(hidden),
+        num_layers=layers,
+        num_heads=num_heads or max(1, hidden // 64),
+        intermediate_size=int(
+            weights["electra/encoder/layer_0/intermediate/dense/kernel"].shape[1]
+        ),
+        max_position_embeddings=int(weights["electra/embeddings/position_embeddings"].shape[0]),
+        type_vocab_size=int(weights["electra/embeddings/token_type_embeddings"].shape[0]),
+        lowercase=lowercase,
+        **ids,
+    )
+    generator_layers = _layers(weights, "generator")
+    if generator_layers:
+        kernel = weights["generator/encoder/layer_0/intermediate/dense/kernel"]
+        values.update(generator_fractions(hidden, layers, kernel.shape[0], generator_layers))
+        config = ElectraConfig.from_dict(values)
+        check_generator_shape(config, max(1, kernel.shape[0] // 64), kernel.shape[1], source)
+        return config
+    return ElectraConfig.from_dict(values)

@@ -1,0 +1,268 @@
+"""Hugging Face ELECTRA directories (``config.json`` + ``model.safetensors``), without torch.
+
+Reading: a discriminator directory (``ElectraForPreTraining``, or a bare
+``ElectraModel``) and optionally a generator directory (``ElectraForMaskedLM``).
+A directory with ``discriminator/`` and ``generator/`` sub-directories (what
+:func:`write_hf` writes) is read as the pair. ELECTRA shares the embeddings
+between the towers, so the generator's must equal the discriminator's.
+
+Writing: ``OUT/discriminator`` and ``OUT/generator``, each a directory that
+``transformers`` loads with ``from_pretrained`` (weights, config, ``vocab.txt``
+and tokenizer settings).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from keras_electra.config import ElectraConfig
+from keras_electra.convert.core import (
+    Converted,
+    check_generator_shape,
+    generator_fractions,
+    special_token_ids,
+)
+from keras_electra.convert.names import DISCRIMINATOR, GENERATOR, from_hf, to_hf, weight_table
+from keras_electra.errors import ConfigError
+
+WEIGHTS_FILE = "model.safetensors"
+IGNORED = ("electra.embeddings.position_ids",)  # a buffer older versions saved
+
+
+def read_hf(path: str | Path, generator: str | Path | None = None) -> Converted:
+    """Read Hugging Face ELECTRA weights into canonical names.
+
+    Args:
+        path: the discriminator's directory, or a directory holding
+            ``discriminator/`` and ``generator/``.
+        generator: the generator's directory (``ElectraForMaskedLM``), if separate.
+
+    Example:
+        >>> converted = read_hf("electra-small-discriminator",
+        ...                     generator="electra-small-generator")  # doctest: +SKIP
+    """
+    path = Path(path)
+    if generator is None and (path / DISCRIMINATOR).is_dir():
+        path, generator = path / DISCRIMINATOR, path / GENERATOR
+        generator = generator if generator.is_dir() else None
+    disc_config, disc_state = _read_dir(path)
+    gen_config, gen_state = _read_dir(Path(generator)) if generator else (None, {})
+    if any(k.startswith("generator_predictions.") for k in disc_state):
+        raise ConfigError(
+            f"'{path}' holds a generator (ElectraForMaskedLM); pass the discriminator "
+            "directory first and the generator with --generator."
+        )
+    tokens, lowercase = _vocabulary(path)
+    config = _config(disc_config, gen_config, tokens, lowercase, str(path))
+    towers = (DISCRIMINATOR, GENERATOR) if generator else (DISCRIMINATOR,)
+    states = {DISCRIMINATOR: disc_state, GENERATOR: gen_state}
+    used = {t: set(IGNORED) for t in towers}
+    weights = {}
+    for weight in weight_table(config, towers):
+        values = []
+        for tower, name in weight.hf:
+            if name in states[tower]:
+                values.append(states[tower][name])
+                used[tower].add(name)
+        if values:
+            _check_shared(weight.google, values, path, generator)
+            weights[weight.google] = from_hf(weight, values[0])
+    if generator:
+        _check_tied_output(gen_state, weights, generator)
+        used[GENERATOR].add("generator_lm_head.weight")
+    for tower in towers:
+        extra = sorted(set(states[tower]) - used[tower])
+        if extra:
+            where = path if tower == DISCRIMINATOR else generator
+            raise ConfigError(
+                f"'{where}' has {len(extra)} weight(s) ELECTRA has no place for, e.g. "
+                f"{', '.join(repr(e) for e in extra[:3])}; is it an ELECTRA model?"
+            )
+    source = f"{path}" + (f" + {generator}" if generator else "")
+    return Converted(config, tokens, weights, source, "hf")
+
+
+def write_hf(model, tokens: list[str], output: str | Path) -> Path:
+    """Write an ``ElectraPretrainer`` as Hugging Face ``discriminator/`` and ``generator/``."""
+    from safetensors.numpy import save_file
+
+    from keras_electra.convert.core import read_model
+
+    output = Path(output)
+    config = model.config
+    weights = read_model(model)
+    towers = (DISCRIMINATOR, GENERATOR) if model.generator is not None else (DISCRIMINATOR,)
+    states = {t: {} for t in towers}
+    for weight in weight_table(config, towers):
+        for tower, name in weight.hf:
+            states[tower][name] = to_hf(weight, weights[weight.google])
+    for tower in towers:
+        folder = output / tower
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {k: np.ascontiguousarray(v, dtype="float32") for k, v in states[tower].items()}
+        save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+        _write_json(folder / "config.json", _hf_config(config, tower))
+        (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+        _write_json(
+            folder / "tokenizer_config.json",
+            {
+                "tokenizer_class": "ElectraTokenizer",
+                "do_lower_case": config.lowercase,
+                "model_max_length": config.max_position_embeddings,
+            },
+        )
+    return output
+
+
+# === Reading ===
+
+
+def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    from safetensors.numpy import load_file
+
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"'{path}' is not a Hugging Face model directory (no config.json).")
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") != "electra":
+        raise ConfigError(
+            f"'{path}/config.json' describes a '{config.get('model_type')}' model, not ELECTRA."
+        )
+    weights = path / WEIGHTS_FILE
+    if not weights.is_file():
+        has_bin = (path / "pytorch_model.bin").is_file()
+        raise ConfigError(
+            f"'{path}' has no {WEIGHTS_FILE}"
+            + (
+                " (only pytorch_model.bin, which needs torch to read); re-save it with "
+                "transformers' save_pretrained(..., safe_serialization=True)."
+                if has_bin
+                else "."
+            )
+        )
+    state = load_file(str(weights))
+    if not any(k.startswith("electra.") for k in state):  # a bare ElectraModel
+        state = {f"electra.{k}": v for k, v in state.items()}
+    return config, state
+
+
+def _vocabulary(path: Path) -> tuple[list[str], bool]:
+    from keras_electra.data import load_vocab
+
+    if not (path / "vocab.txt").is_file():
+        raise ConfigError(f"'{path}' has no vocab.txt; copy the model's vocabulary next to it.")
+    lowercase = True
+    settings = path / "tokenizer_config.json"
+    if settings.is_file():
+        lowercase = bool(
+            json.loads(settings.read_text(encoding="utf-8")).get("do_lower_case", True)
+        )
+    return load_vocab(path / "vocab.txt"), lowercase
+
+
+def _config(disc: dict, gen: dict | None, tokens, lowercase, source) -> ElectraConfig:
+    for name, values in (("discriminator", disc), ("generator", gen or {})):
+        act = values.get("hidden_act", "gelu")
+        if act != "gelu":
+            raise ConfigError(
+                f"The {name} in '{source}' uses hidden_act '{act}'; ELECTRA uses exact "
+                "'gelu', the only activation this library implements."
+            )
+        if values.get("position_embedding_type", "absolute") != "absolute":
+            raise ConfigError(
+                f"The {name} in '{source}' uses relative positions; ELECTRA's are absolute."
+            )
+    if len(tokens) != disc["vocab_size"]:
+        raise ConfigError(
+            f"'{source}/vocab.txt' has {len(tokens)} tokens but config.json says "
+            f"vocab_size {disc['vocab_size']}."
+        )
+    values = dict(
+        vocab_size=disc["vocab_size"],
+        embedding_size=disc.get("embedding_size", disc["hidden_size"]),
+        hidden_size=disc["hidden_size"],
+        num_layers=disc["num_hidden_layers"],
+        num_heads=disc["num_attention_heads"],
+        intermediate_size=disc["intermediate_size"],
+        max_position_embeddings=disc["max_position_embeddings"],
+        type_vocab_size=disc.get("type_vocab_size", 2),
+        dropout=disc.get("hidden_dropout_prob", 0.1),
+        layer_norm_epsilon=disc.get("layer_norm_eps", 1e-12),
+        initializer_range=disc.get("initializer_range", 0.02),
+        lowercase=lowercase,
+        **special_token_ids(tokens, source),
+    )
+    if gen is None:
+        return ElectraConfig.from_dict(values)
+    for name in ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size"):
+        if gen.get(name) != disc.get(name):
+            raise ConfigError(
+                f"The generator's {name} ({gen.get(name)}) differs from the discriminator's "
+                f"({disc.get(name)}); ELECTRA's towers share one embedding block."
+            )
+    values.update(
+        generator_fractions(
+            disc["hidden_size"],
+            disc["num_hidden_layers"],
+            gen["hidden_size"],
+            gen["num_hidden_layers"],
+        )
+    )
+    config = ElectraConfig.from_dict(values)
+    check_generator_shape(config, gen["num_attention_heads"], gen["intermediate_size"], source)
+    return config
+
+
+def _check_shared(name: str, values: list[np.ndarray], disc, gen) -> None:
+    if len(values) > 1 and not np.array_equal(values[0], values[1]):
+        gap = float(np.max(np.abs(values[0] - values[1])))
+        raise ConfigError(
+            f"The generator's '{name}' differs from the discriminator's (max |difference| "
+            f"{gap:.3g}), but ELECTRA shares the embeddings: '{gen}' was not trained with "
+            f"'{disc}'; convert the discriminator alone."
+        )
+
+
+def _check_tied_output(state: dict, weights: dict, generator) -> None:
+    head = state.get("generator_lm_head.weight")
+    table = weights["electra/embeddings/word_embeddings"]
+    if head is not None and not np.array_equal(head, table):
+        raise ConfigError(
+            f"'{generator}' has an output projection that is not its word embeddings; "
+            "ELECTRA's generator ties them (tie_word_embeddings)."
+        )
+
+
+# === Writing ===
+
+
+def _hf_config(config: ElectraConfig, tower: str) -> dict:
+    sizes = config.discriminator_config() if tower == DISCRIMINATOR else config.generator_config()
+    return {
+        "architectures": [
+            "ElectraForPreTraining" if tower == DISCRIMINATOR else "ElectraForMaskedLM"
+        ],
+        "model_type": "electra",
+        "vocab_size": config.vocab_size,
+        "embedding_size": config.embedding_size,
+        "hidden_size": sizes.hidden_size,
+        "num_hidden_layers": sizes.num_layers,
+        "num_attention_heads": sizes.num_heads,
+        "intermediate_size": sizes.intermediate_size,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": config.dropout,
+        "attention_probs_dropout_prob": config.dropout,
+        "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size,
+        "initializer_range": config.initializer_range,
+        "layer_norm_eps": config.layer_norm_epsilon,
+        "pad_token_id": config.pad_token_id,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+    }
+
+
+def _write_json(path: Path, value: dict) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")

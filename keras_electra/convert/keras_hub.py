@@ -1,0 +1,150 @@
+"""keras-hub ``ElectraBackbone`` presets (``config.json`` + ``model.weights.h5``).
+
+keras-hub's backbone is the discriminator's embeddings and encoder: the same
+Keras layers as ours, so weights keep their layout. Two differences are
+reported, never hidden:
+
+- its transformer layers use the tanh approximation of GELU where ELECTRA (and
+  this library) use the exact erf form, so hidden states differ slightly
+  (``tests/test_convert.py`` measures the difference);
+- it adds a pooler (``pooled_dense``, dense + tanh on ``[CLS]``) that ELECTRA
+  does not have: reading, it is left out and noted; writing, keras-hub
+  initializes it at random, which is noted too.
+
+It holds no generator and no discriminator head: converting from keras-hub
+leaves those at random initial weights (noted).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from keras_electra.config import ElectraConfig
+from keras_electra.convert.core import Converted, read_model, special_token_ids
+from keras_electra.convert.names import DISCRIMINATOR, from_ours, to_ours, weight_table
+from keras_electra.errors import ConfigError
+
+POOLER = ("pooled_dense/kernel", "pooled_dense/bias")
+POOLER_NOTE = "keras-hub's pooler (pooled_dense: dense + tanh on [CLS]) is not part of ELECTRA"
+GELU_NOTE = (
+    "keras-hub's ElectraBackbone uses tanh-approximate GELU, ELECTRA exact GELU: hidden "
+    "states differ slightly between the two"
+)
+
+
+def read_keras_hub(path: str | Path) -> Converted:
+    """Read a keras-hub ``ElectraBackbone`` preset directory.
+
+    Example:
+        >>> converted = read_keras_hub("electra_base_discriminator_en")  # doctest: +SKIP
+    """
+    path = Path(path)
+    backbone = _load_backbone(path)
+    tokens, lowercase = _vocabulary(path)
+    config = _config(backbone, tokens, lowercase, str(path))
+    values = {v.path: np.asarray(v.numpy()) for v in backbone.weights}
+    weights = {}
+    for weight in weight_table(config, (DISCRIMINATOR,)):
+        if weight.keras_hub is None:
+            continue
+        if weight.keras_hub not in values:
+            raise ConfigError(f"'{path}' has no weight '{weight.keras_hub}'.")
+        weights[weight.google] = from_ours(weight, values.pop(weight.keras_hub))
+    pooler = [values.pop(name) for name in POOLER if name in values]
+    if values:
+        raise ConfigError(
+            f"'{path}' has weight(s) ELECTRA has no place for: {', '.join(sorted(values)[:3])}."
+        )
+    notes = [f"{GELU_NOTE}."]
+    if pooler:
+        notes.append(
+            f"{POOLER_NOTE}: its {sum(p.size for p in pooler)} weights were not converted."
+        )
+    return Converted(config, tokens, weights, str(path), "keras-hub", notes)
+
+
+def write_keras_hub(model, tokens: list[str], output: str | Path) -> tuple[Path, list[str]]:
+    """Write our discriminator as a keras-hub preset directory; return it with the notes."""
+    import keras_hub
+
+    output = Path(output)
+    config = model.config
+    backbone = keras_hub.models.ElectraBackbone(
+        vocab_size=config.vocab_size,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        hidden_dim=config.hidden_size,
+        embedding_dim=config.embedding_size,
+        intermediate_dim=config.intermediate_size,
+        dropout=config.dropout,
+        max_sequence_length=config.max_position_embeddings,
+        num_segments=config.type_vocab_size,
+    )
+    weights = read_model(model)
+    variables = {v.path: v for v in backbone.weights}
+    for weight in weight_table(config, (DISCRIMINATOR,)):
+        if weight.keras_hub is not None:
+            variables[weight.keras_hub].assign(to_ours(weight, weights[weight.google]))
+    output.mkdir(parents=True, exist_ok=True)
+    backbone.save_to_preset(str(output))
+    tokenizer = keras_hub.models.ElectraTokenizer(vocabulary=tokens, lowercase=config.lowercase)
+    tokenizer.save_to_preset(str(output))
+    notes = [
+        f"{POOLER_NOTE}: keras-hub initialized it at random.",
+        f"{GELU_NOTE}.",
+        "keras-hub's backbone has no heads: the generator and the discriminator head were "
+        "not written.",
+    ]
+    return output, notes
+
+
+def _load_backbone(path: Path):
+    import keras_hub
+
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"'{path}' is not a keras-hub preset directory (no config.json).")
+    spec = json.loads(config_file.read_text(encoding="utf-8"))
+    if spec.get("class_name") != "ElectraBackbone":
+        raise ConfigError(
+            f"'{path}' holds a keras-hub {spec.get('class_name')}, not an ElectraBackbone."
+        )
+    return keras_hub.models.ElectraBackbone.from_preset(str(path))
+
+
+def _vocabulary(path: Path) -> tuple[list[str], bool]:
+    from keras_electra.data import load_vocab
+
+    vocab = path / "assets" / "tokenizer" / "vocabulary.txt"
+    if not vocab.is_file():
+        raise ConfigError(f"'{path}' has no tokenizer vocabulary ({vocab} is missing).")
+    lowercase = True
+    settings = path / "tokenizer.json"
+    if settings.is_file():
+        spec = json.loads(settings.read_text(encoding="utf-8")).get("config", {})
+        lowercase = bool(spec.get("lowercase", True))
+    return load_vocab(vocab), lowercase
+
+
+def _config(backbone, tokens, lowercase, source) -> ElectraConfig:
+    if len(tokens) != backbone.vocab_size:
+        raise ConfigError(
+            f"'{source}' has a {len(tokens)}-token vocabulary but a "
+            f"{backbone.vocab_size}-row embedding table."
+        )
+    return ElectraConfig(
+        vocab_size=backbone.vocab_size,
+        hidden_size=backbone.hidden_dim,
+        num_layers=backbone.num_layers,
+        num_heads=backbone.num_heads,
+        intermediate_size=backbone.intermediate_dim,
+        embedding_size=backbone.embedding_dim,
+        max_position_embeddings=backbone.max_sequence_length,
+        type_vocab_size=backbone.num_segments,
+        dropout=backbone.dropout,
+        lowercase=lowercase,
+        **special_token_ids(tokens, source),
+    )
