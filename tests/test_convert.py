@@ -446,3 +446,25 @@ def test_converted_directory_pretrains_finetunes_and_exports(tmp_path, small_cor
     assert load_run(tmp_path / "run")[0].config == load_run(init)[0].config
     exported = export_run(init, tmp_path / "saved")
     assert (exported / "saved_model.pb").is_file()
+    # Fine-tune from it (the command's --init).
+    rows = "\n".join(f"w{i % 50} w{(i * 7) % 50},{i % 2}" for i in range(16))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows + "\n")
+    code = main(
+        [
+            "finetune",
+            "--init",
+            str(init),
+            "--task",
+            "classify",
+            "--train",
+            str(tmp_path / "train.csv"),
+            "--output",
+            str(tmp_path / "cls"),
+            "--epochs",
+            "1",
+            "--max-seq-length",
+            "16",
+            "--quiet",
+        ]
+    )
+    assert code == 0 and (tmp_path / "cls" / "finetune.json").is_file()
