@@ -468,3 +468,32 @@ def test_converted_directory_pretrains_finetunes_and_exports(tmp_path, small_cor
         ]
     )
     assert code == 0 and (tmp_path / "cls" / "finetune.json").is_file()
+
+
+# === Presets of the released models ===
+
+
+@pytest.mark.parametrize(
+    "preset, discriminator, generator",
+    [
+        # (hidden, layers, heads, intermediate, embedding) of google/electra-*-discriminator
+        # and (hidden, layers, heads, intermediate) of google/electra-*-generator.
+        ("small++", (256, 12, 4, 1024, 128), (256, 12, 4, 1024)),
+        ("base", (768, 12, 12, 3072, 768), (256, 12, 4, 1024)),
+        ("large", (1024, 24, 16, 4096, 1024), (256, 24, 4, 1024)),
+    ],
+)
+def test_presets_describe_the_released_models(preset, discriminator, generator):
+    from keras_electra.config import ElectraConfig
+
+    config = ElectraConfig.from_preset(preset)
+    assert (
+        config.hidden_size,
+        config.num_layers,
+        config.num_heads,
+        config.intermediate_size,
+        config.embedding_size,
+    ) == discriminator
+    g = config.generator_config()
+    assert (g.hidden_size, g.num_layers, g.num_heads, g.intermediate_size) == generator
+    assert (config.vocab_size, config.max_position_embeddings) == (30522, 512)
