@@ -298,8 +298,6 @@ def test_tagger_learns_two_word_classes(tiny_run, words, tmp_path):
     assert result.settings.labels == ["O", "B-LOC", "B-PER"]
     rows = predict_file(tmp_path / "ner", dev)
     assert set(rows[0]) == {"words", "tags"} and len(rows[0]["words"]) == len(rows[0]["tags"])
-    with pytest.raises(ConfigError, match="Exporting a 'tag' model is not supported yet"):
-        export_run(tmp_path / "ner", tmp_path / "saved" / "ner")
 
 
 # === Question answering ===

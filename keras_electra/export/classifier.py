@@ -1,7 +1,11 @@
-"""SavedModels of fine-tuned classifiers and regressors, for TF Serving 2.20.
+"""SavedModels of fine-tuned models, for TF Serving 2.20; classifiers and regressors here.
 
 A fine-tuned output directory (``keras-electra finetune --output``, marked by
-``finetune.json``) exports with an in-graph tokenizer, like pretraining runs.
+``finetune.json``) of any task exports with an in-graph tokenizer, like
+pretraining runs: :func:`export_finetuned` picks the module for its task.
+Taggers (``tag``) export as :class:`~keras_electra.export.tagger.TextTaggerModule`
+and QA models (``qa``) as :class:`~keras_electra.export.qa.QuestionAnsweringModule`
+(see those modules for their signatures).
 
 Classification (``C`` classes):
 
@@ -21,7 +25,7 @@ Regression:
   Serving's Regress API.
 
 ``assets.extra/`` keeps ``config.json``, ``vocab.txt``, ``finetune.json`` and
-``labels.txt`` and the warmup requests.
+``labels.txt`` and the warmup requests (for every task).
 
 Example:
     >>> export_finetuned("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
@@ -42,8 +46,10 @@ from tensorflow_serving.apis import (
 
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
+from keras_electra.export.qa import QuestionAnsweringModule
 from keras_electra.export.saved_model import export_module
 from keras_electra.export.saved_model import export_run as export_pretraining_run
+from keras_electra.export.tagger import TextTaggerModule
 from keras_electra.finetuning.run import FinetunedModel, is_finetuned_dir, load_finetuned
 from keras_electra.finetuning.settings import FINETUNE_FILE
 from keras_electra.serving.signatures import (
@@ -54,7 +60,8 @@ from keras_electra.serving.signatures import (
 from keras_electra.serving.tensors import make_example
 from keras_electra.serving.warmup import predict_log
 
-EXPORTABLE_TASKS = ("classify", "regress")
+CLASSIFIER_TASKS = ("classify", "regress")
+EXPORTABLE_TASKS = ("classify", "regress", "tag", "qa")
 WARMUP_TEXTS = ("A fine example sentence.", "", "Ünïcödé and emoji 🙂 text.")
 
 
@@ -74,10 +81,10 @@ class TextClassifierModule(tf.Module):
     def __init__(self, finetuned: FinetunedModel, max_length: int | None = None):
         super().__init__(name="electra_text_classifier")
         settings = finetuned.settings
-        if settings.task not in EXPORTABLE_TASKS:
+        if settings.task not in CLASSIFIER_TASKS:
             raise ConfigError(
-                f"Exporting a '{settings.task}' model is not supported yet (only "
-                f"{' and '.join(EXPORTABLE_TASKS)}); run it with `keras-electra predict` instead."
+                f"TextClassifierModule exports classify and regress models, not "
+                f"'{settings.task}'; use export_finetuned, which picks the module for the task."
             )
         self.task = settings.task
         self.pair = settings.text_pair_column is not None
@@ -167,6 +174,21 @@ class TextClassifierModule(tf.Module):
         return records
 
 
+def finetuned_module(finetuned: FinetunedModel, max_length: int | None = None) -> tf.Module:
+    """The serving module for a fine-tuned model's task (one of :data:`EXPORTABLE_TASKS`).
+
+    Example:
+        >>> finetuned_module(load_finetuned("runs/ner")).name  # doctest: +SKIP
+        'electra_tagger'
+    """
+    task = finetuned.settings.task
+    if task == "tag":
+        return TextTaggerModule(finetuned, max_length)
+    if task == "qa":
+        return QuestionAnsweringModule(finetuned, max_length)
+    return TextClassifierModule(finetuned, max_length)
+
+
 def export_finetuned(
     model_dir: str | Path,
     output: str | Path,
@@ -174,7 +196,7 @@ def export_finetuned(
     version: int | None = None,
     max_length: int | None = None,
 ) -> Path:
-    """Export a fine-tuned classifier or regressor as ``output/VERSION``.
+    """Export a fine-tuned model of any task as ``output/VERSION``.
 
     Args:
         model_dir: a directory written by ``keras-electra finetune``.
@@ -191,7 +213,7 @@ def export_finetuned(
     limit = finetuned.config.max_position_embeddings
     if max_length is not None and not 4 <= max_length <= limit:
         raise ConfigError(f"max_length must be between 4 and {limit}, got {max_length}.")
-    module = TextClassifierModule(finetuned, max_length)
+    module = finetuned_module(finetuned, max_length)
 
     def set_methods(saved: Path) -> None:
         for name, method in module.method_names().items():
@@ -211,7 +233,7 @@ def export_run(
 ) -> Path:
     """Export a pretraining run or a fine-tuned model directory, whichever ``run_dir`` is.
 
-    A directory with ``finetune.json`` exports with classifier signatures
+    A directory with ``finetune.json`` exports with its task's signatures
     (:func:`export_finetuned`); any other with replaced-token-detection ones
     (:func:`keras_electra.export.saved_model.export_run`).
 

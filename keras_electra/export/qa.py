@@ -1,0 +1,246 @@
+"""SavedModels of fine-tuned extractive QA models (``qa`` task), for TF Serving 2.20.
+
+Encoding and decoding follow :mod:`keras_electra.finetuning.qa` in the graph:
+the question is tokenized and cut to ``max_query_length`` pieces (and to
+``L - 4``, so one context piece fits); the context is split into words on
+whitespace (Python's ``str.split()``), each word into word pieces, and the
+pieces into overlapping windows ``doc_stride`` apart, each encoded
+``[CLS] question [SEP] window [SEP]``. At most ``max_windows`` windows (16 by
+default) are read per question: context past them is ignored. The answer is
+the span of the ``n_best`` (20) highest start and end logits of any window's
+context with ``start <= end`` and at most ``max_answer_length`` pieces that
+maximizes ``start + end`` logit (the first window wins a tie), given as its
+whitespace words joined by one space. A SQuAD 2.0 model answers ``""`` when no
+window's answerability logit is above 0.
+
+Signature ``serving_default``: inputs ``question`` and ``context`` (DT_STRING
+``[-1]``) -> with ``K`` the most windows of any question in the batch (the
+merged batch when TF Serving batches requests):
+
+- ``answer``: DT_STRING ``[-1]``, the answer text (``""`` for no answer);
+- ``answer_start_word``, ``answer_end_word``: int32 ``[-1]``, the answer's first
+  and last word (inclusive) as indexes into ``context.split()``; -1 for no answer;
+- ``answer_score``: float32 ``[-1]``, start + end logit of the best span (also when
+  a SQuAD 2.0 model declines to answer; 0 if the context is empty);
+- ``start_logits``, ``end_logits``: float32 ``[-1, K, L]``, per window and token,
+  -10000 at padding and for windows a question does not have;
+- ``tokens``: DT_STRING ``[-1, K, L]``, each window's word pieces (``""`` at padding);
+- ``num_windows``: int32 ``[-1]``;
+- ``answerable`` (SQuAD 2.0 models only): float32 ``[-1]``, the highest
+  answerability logit over the windows; the question is answered when it is > 0.
+
+Example:
+    >>> module = QuestionAnsweringModule(load_finetuned("runs/squad"))  # doctest: +SKIP
+    >>> out = module.serve(tf.constant(["Who?"]), tf.constant(["Ann met Bob."]))  # doctest: +SKIP
+    >>> out["answer"]  # doctest: +SKIP
+    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'Ann'], dtype=object)>
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_electra.export.words import split_words, word_pieces
+from keras_electra.finetuning.qa import N_BEST
+from keras_electra.finetuning.run import FinetunedModel
+from keras_electra.serving.warmup import predict_log
+
+MAX_WINDOWS = 16
+"""Windows read per question by default; longer contexts are cut."""
+
+WARMUP_PAIRS = (
+    ("Who wrote the play?", "The play was written by William Shakespeare in 1600."),
+    ("", ""),
+    ("Wo ist das Ünïcödé? 🙂", "Ünïcödé steht hier 中文 und emoji 🙂."),
+)
+PADDING_LOGIT = -10000.0
+
+
+class QuestionAnsweringModule(tf.Module):
+    """A fine-tuned span extractor with its tokenizer, as a TF Serving signature.
+
+    Args:
+        finetuned: the loaded ``qa`` model (see
+            :func:`keras_electra.finetuning.load_finetuned`).
+        max_length: the fixed sequence length ``L`` (default: the fine-tuning one).
+        max_windows: the most context windows read per question.
+
+    Example:
+        >>> module = QuestionAnsweringModule(load_finetuned("runs/squad"))  # doctest: +SKIP
+        >>> sorted(module.serve(tf.constant(["Who?"]), tf.constant(["Ann."])))  # doctest: +SKIP
+        ['answer', 'answer_end_word', 'answer_score', 'answer_start_word', 'end_logits', ...]
+    """
+
+    def __init__(
+        self,
+        finetuned: FinetunedModel,
+        max_length: int | None = None,
+        max_windows: int = MAX_WINDOWS,
+    ):
+        super().__init__(name="electra_question_answering")
+        settings = finetuned.settings
+        self.tokenizer = finetuned.tokenizer
+        self.model = finetuned.model
+        self.max_length = int(max_length or settings.max_seq_length)
+        self.max_query_length = min(settings.max_query_length, self.max_length - 4)
+        self.doc_stride = max(1, settings.doc_stride)
+        self.max_answer_length = settings.max_answer_length
+        self.version_2 = settings.version_2
+        self.max_windows = max(1, int(max_windows))
+        # Track the tf.Variables the graph captures (see ReplacedTokenModule).
+        self.model_variables = [v.value for v in finetuned.model.variables]
+        specs = [
+            tf.TensorSpec([None], tf.string, name="question"),
+            tf.TensorSpec([None], tf.string, name="context"),
+        ]
+        self.serve = tf.function(self._serve, input_signature=specs)
+
+    # === Encoding ===
+
+    def _windows(self, question, context) -> dict[str, tf.Tensor]:
+        """Every window of every question as model inputs, with where its context sits."""
+        length, tokenizer = self.max_length, self.tokenizer
+        query = tokenizer.tokenize(tf.reshape(question, [-1]))[:, : self.max_query_length]
+        query_len = tf.cast(query.row_lengths(), tf.int32)
+        words = split_words(context)
+        pieces = word_pieces(tokenizer, words.flat_values)
+        doc_splits = tf.cast(tf.gather(pieces.row_splits, words.row_splits), tf.int32)
+        num_pieces = doc_splits[1:] - doc_splits[:-1]
+        # As finetuning.qa.windows: full windows `step` apart, then the last partial one.
+        room = length - 3 - query_len
+        step = tf.minimum(room, self.doc_stride)
+        count = tf.where(num_pieces <= room, 1, 1 + (num_pieces - room + step - 1) // step)
+        count = tf.minimum(count, self.max_windows)
+        windows = tf.ragged.range(count)
+        example = tf.cast(windows.value_rowids(), tf.int32)
+        start = windows.flat_values * tf.gather(step, example)
+        size = tf.maximum(
+            tf.minimum(tf.gather(room, example), tf.gather(num_pieces, example) - start), 0
+        )
+        first_piece = tf.gather(doc_splits, example) + start  # into pieces.flat_values
+        body = tf.gather(pieces.flat_values, tf.ragged.range(first_piece, first_piece + size))
+
+        rows = tf.shape(example)[0]
+
+        def column(token_id: int) -> tf.RaggedTensor:
+            return tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.constant(token_id, tf.int32)))
+
+        cls, sep = column(tokenizer.cls_id), column(tokenizer.sep_id)
+        ids = tf.concat([cls, tf.gather(query, example), sep, body, sep], axis=1)
+        offset = tf.gather(query_len, example) + 2
+        padding_mask = tf.sequence_mask(offset + size + 1, length, dtype=tf.int32)
+        inputs = {
+            "token_ids": ids.to_tensor(default_value=tokenizer.pad_id, shape=[None, length]),
+            "segment_ids": padding_mask - tf.sequence_mask(offset, length, dtype=tf.int32),
+            "padding_mask": padding_mask,
+        }
+        return {
+            "inputs": inputs,
+            "windows": windows,
+            "example": example,
+            "offset": offset,
+            "size": size,
+            "first_piece": first_piece,
+            "words": words,
+            # Word (index into words.flat_values) of each piece, and a 0 for "no piece".
+            "piece_word": tf.concat([tf.cast(pieces.value_rowids(), tf.int32), [0]], 0),
+        }
+
+    # === Decoding ===
+
+    def _best_spans(self, start_logits, end_logits, offset, size):
+        """Per window: the best span's score (-inf if none) and its first and last position."""
+        length = self.max_length
+        position = tf.range(length)[None, :]
+        context = (position >= offset[:, None]) & (position < (offset + size)[:, None])
+        k = min(N_BEST, length)
+        minus_inf = tf.constant(float("-inf"))
+        start_top, start_at = tf.math.top_k(tf.where(context, start_logits, minus_inf), k)
+        end_top, end_at = tf.math.top_k(tf.where(context, end_logits, minus_inf), k)
+        span = end_at[:, None, :] - start_at[:, :, None] + 1
+        valid = (
+            tf.gather(context, start_at, batch_dims=1)[:, :, None]
+            & tf.gather(context, end_at, batch_dims=1)[:, None, :]
+            & (span >= 1)
+            & (span <= self.max_answer_length)
+        )
+        scores = tf.where(valid, start_top[:, :, None] + end_top[:, None, :], minus_inf)
+        scores = tf.reshape(scores, [-1, k * k])
+        best = tf.argmax(scores, axis=-1, output_type=tf.int32)  # the first of equal scores
+        first = tf.gather(start_at, best // k, batch_dims=1)
+        last = tf.gather(end_at, best % k, batch_dims=1)
+        return tf.reduce_max(scores, axis=-1), first, last
+
+    def _serve(self, question, context):
+        tf.debugging.assert_equal(
+            tf.shape(question),
+            tf.shape(context),
+            message="question and context must have the same length",
+        )
+        w = self._windows(question, context)
+        out = self.model(w["inputs"], training=False)
+        start_logits = tf.cast(out["start_logits"], tf.float32)
+        end_logits = tf.cast(out["end_logits"], tf.float32)
+        score, first, last = self._best_spans(start_logits, end_logits, w["offset"], w["size"])
+
+        windows, words = w["windows"], w["words"]
+
+        def per_question(values: tf.Tensor, default) -> tf.Tensor:
+            return tf.RaggedTensor.from_row_splits(values, windows.row_splits).to_tensor(default)
+
+        best_window = tf.argmax(per_question(score, float("-inf")), axis=-1, output_type=tf.int32)
+        row = tf.cast(windows.row_starts(), tf.int32) + best_window
+        best_score = tf.gather(score, row)
+        has_span = best_score > float("-inf")
+
+        def word_of(position: tf.Tensor) -> tf.Tensor:
+            piece = tf.gather(w["first_piece"], row) + position - tf.gather(w["offset"], row)
+            piece = tf.where(has_span, piece, tf.shape(w["piece_word"])[0] - 1)
+            return tf.gather(w["piece_word"], piece)  # an index into words.flat_values
+
+        first_word, last_word = word_of(tf.gather(first, row)), word_of(tf.gather(last, row))
+        answered = has_span
+        outputs = {}
+        if self.version_2:
+            answerable = tf.math.unsorted_segment_max(
+                tf.cast(out["answerable"], tf.float32), w["example"], windows.nrows()
+            )
+            answered &= answerable > 0.0
+            outputs["answerable"] = answerable
+        last_word = tf.where(answered, last_word, first_word - 1)
+        text = tf.strings.reduce_join(
+            tf.gather(words.flat_values, tf.ragged.range(first_word, last_word + 1)),
+            axis=1,
+            separator=" ",
+        )
+        sentence_start = tf.cast(words.row_starts(), tf.int32)
+        tokens = self.tokenizer.detokenize_ids(w["inputs"]["token_ids"])
+        tokens = tf.where(tf.cast(w["inputs"]["padding_mask"], tf.bool), tokens, "")
+        outputs.update(
+            {
+                "answer": text,
+                "answer_start_word": tf.where(answered, first_word - sentence_start, -1),
+                "answer_end_word": tf.where(answered, last_word - sentence_start, -1),
+                "answer_score": tf.where(has_span, best_score, 0.0),
+                "start_logits": per_question(start_logits, PADDING_LOGIT),
+                "end_logits": per_question(end_logits, PADDING_LOGIT),
+                "tokens": per_question(tokens, ""),
+                "num_windows": tf.cast(windows.row_lengths(), tf.int32),
+            }
+        )
+        return outputs
+
+    def signatures(self) -> dict:
+        return {"serving_default": self.serve}
+
+    def method_names(self) -> dict[str, str]:
+        """No signature needs a method name other than predict."""
+        return {}
+
+    def warmup_records(self) -> list:
+        questions = [q for q, _ in WARMUP_PAIRS]
+        contexts = [c for _, c in WARMUP_PAIRS]
+        return [
+            predict_log({"question": questions, "context": contexts}),
+            predict_log({"question": questions[:1], "context": contexts[:1]}),
+        ]

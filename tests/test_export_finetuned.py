@@ -1,0 +1,317 @@
+"""Fine-tuned taggers and QA models export, and TF Serving answers as the Keras model does.
+
+Each task fine-tunes the tiny run briefly on small synthetic data (the scores
+need not be good, only equal), exports it with ``keras-electra export``, loads
+the SavedModel the way TF Serving does (:class:`SignatureRunner`) and compares
+scores and decoded tags or answers with the Keras side
+(:meth:`FinetunedModel.predict_examples`) on ordinary and edge-case inputs.
+"""
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.cli import main
+from keras_electra.errors import ConfigError
+from keras_electra.export import TextClassifierModule
+from keras_electra.export.qa import MAX_WINDOWS, PADDING_LOGIT
+from keras_electra.finetuning import finetune, load_finetuned, save_finetuned
+from keras_electra.finetuning.readers import QAExample, TaggedSentence
+from keras_electra.finetuning.tagging import align_words
+from keras_electra.serving.errors import ServingError
+from keras_electra.serving.testing import SignatureRunner, replay_warmup
+
+L = 32
+FAST = dict(batch_size=16, max_seq_length=L, progress=False)
+PERSONS, PLACES = ["king", "queen", "duke", "lord"], ["london", "rome", "france", "england"]
+KEYWORDS = {"marker", *PERSONS, *PLACES}
+LONG_WORD = ",".join(["x"] * 40)  # one whitespace word of 79 pieces: longer than L
+
+
+@pytest.fixture(scope="module")
+def words(tiny_run):
+    vocab = (tiny_run / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    return [w for w in vocab if w.isalpha() and len(w) > 2 and w not in KEYWORDS]
+
+
+def texts(*values):
+    return np.array([v.encode("utf-8") for v in values], object)
+
+
+def export(model_dir, output) -> str:
+    assert main(["export", "--run", str(model_dir), "--output", str(output)]) == 0
+    return str(output / "1")
+
+
+def dims(info) -> list[int]:
+    return [d.size for d in info.tensor_shape.dim]
+
+
+def audit_ops(export_dir: str) -> None:
+    """Every op is core TF or one of the tf-text ops TF Serving links (as in test_export)."""
+    from test_export import AUDIT, TF_SERVING_TEXT_OPS
+
+    result = subprocess.run(
+        [sys.executable, "-c", AUDIT, export_dir], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    audit = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(audit["not_core"]) <= TF_SERVING_TEXT_OPS, audit["not_core"]
+
+
+# === Tagging ===
+
+
+@pytest.fixture(scope="module")
+def tagger(tiny_run, words, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tagger")
+    rng = random.Random(0)
+    with (d / "train.conll").open("w", encoding="utf-8") as f:
+        for _ in range(128):
+            for _ in range(rng.randint(4, 12)):
+                x = rng.random()
+                if x < 0.15:
+                    f.write(f"{rng.choice(PERSONS)} B-PER\n")
+                elif x < 0.3:
+                    f.write(f"{rng.choice(PLACES).title()} B-LOC\n")
+                else:
+                    f.write(f"{rng.choice(words)} O\n")
+            f.write("\n")
+    return finetune(tiny_run, "tag", d / "train.conll", output_dir=d / "ner", **FAST, epochs=3)
+
+
+@pytest.fixture(scope="module")
+def tagger_export(tagger, tmp_path_factory):
+    return export(tagger.output_dir, tmp_path_factory.mktemp("saved") / "ner")
+
+
+def tag_inputs(words):
+    rng = random.Random(1)
+    return [
+        "the king rode to London",
+        "",
+        "   ",
+        f"a {LONG_WORD} king",  # the long word cuts the sentence after "a"
+        " ".join(rng.sample(words, 40)),  # more words than fit in L
+        "Ünïcödé  queen\u3000in\u00a0Rome 🙂 中文",  # Unicode words and whitespace
+        "\u0301 lord",  # a word with no pieces is [UNK]
+    ]
+
+
+def test_tagger_export_matches_keras_scores_and_tags(tagger, tagger_export, words):
+    loaded = load_finetuned(tagger.output_dir)
+    labels = loaded.settings.labels
+    sentences = tag_inputs(words)
+    split = [s.split() for s in sentences]
+    examples = [TaggedSentence(w, ["O"] * len(w), 1) for w in split]
+    keras_tags = [row["tags"] for row in loaded.predict_examples(examples)]
+    assert {"O", "B-PER"} <= {tag for row in keras_tags for tag in row}
+    x, _, positions = align_words(loaded.tokenizer, split, None, L)
+    probs = tf.nn.softmax(loaded.model(x, training=False)).numpy()
+
+    with SignatureRunner(tagger_export) as runner:
+        sig = runner.signatures["serving_default"]
+        assert set(sig.inputs) == {"text"} and dims(sig.inputs["text"]) == [-1]
+        t = len(labels)
+        expected = {
+            "tag_probs": (tf.float32, [-1, -1, t]),
+            "tags": (tf.string, [-1, -1]),
+            "words": (tf.string, [-1, -1]),
+            "word_mask": (tf.int32, [-1, -1]),
+            "num_words": (tf.int32, [-1]),
+            "tag_names": (tf.string, [-1, t]),
+        }
+        assert set(sig.outputs) == set(expected)
+        for name, (dtype, shape) in expected.items():
+            assert sig.outputs[name].dtype == dtype.as_datatype_enum, name
+            assert dims(sig.outputs[name]) == shape, name
+        got = runner.run("serving_default", {"text": texts(*sentences)})
+        empty = runner.run("serving_default", {"text": np.array([], object)})
+
+    width = max(len(w) for w in split)
+    assert got["tag_probs"].shape == (len(sentences), width, t)
+    assert got["tag_names"].tolist() == [[n.encode() for n in labels]] * len(sentences)
+    for i, words_i in enumerate(split):
+        n, kept = len(words_i), len(positions[i])
+        assert got["num_words"][i] == n
+        assert [w.decode() for w in got["words"][i][:n]] == words_i
+        assert [tag.decode() for tag in got["tags"][i][:n]] == keras_tags[i]
+        assert (got["tags"][i][n:] == b"").all() and (got["words"][i][n:] == b"").all()
+        assert got["word_mask"][i].tolist() == [1] * kept + [0] * (width - kept)
+        np.testing.assert_allclose(got["tag_probs"][i][:kept], probs[i, positions[i]], atol=1e-5)
+        assert (got["tag_probs"][i][kept:] == 0).all()
+    assert got["num_words"][:3].tolist() == [5, 0, 0]
+    assert got["word_mask"][3].sum() == 1 and got["tags"][3][2] == b"O"  # cut words are O
+    assert 0 < got["word_mask"][4].sum() < 40
+    assert got["tag_probs"].dtype == np.float32 and empty["tag_probs"].shape == (0, 0, t)
+
+
+def test_tagger_export_keeps_assets_warms_up_and_uses_serving_ops(tagger_export):
+    assets = set(tf.io.gfile.listdir(tagger_export + "/assets.extra"))
+    assert {"config.json", "vocab.txt", "finetune.json", "labels.txt"} <= assets
+    assert replay_warmup(tagger_export) == 2
+    audit_ops(tagger_export)
+
+
+def test_classifier_module_refuses_other_tasks(tagger):
+    with pytest.raises(ConfigError, match="use export_finetuned"):
+        TextClassifierModule(tagger)
+
+
+# === Question answering ===
+
+
+def squad(words, n, seed):
+    """SQuAD 2.0: the answer is the word after ``marker``; a third have no marker."""
+    rng = random.Random(seed)
+    data = []
+    for i in range(n):
+        context = rng.sample(words, rng.randint(6, 30))
+        qa = {"id": f"q{i}", "question": "what follows the marker?", "answers": []}
+        if rng.random() < 0.67:
+            answer, at = rng.choice(words), rng.randrange(len(context) + 1)
+            before = " ".join(context[:at])
+            context[at:at] = ["marker", answer]
+            start = len(before) + (1 if before else 0) + len("marker ")
+            qa["answers"] = [{"text": answer, "answer_start": start}]
+        else:
+            qa["is_impossible"] = True
+        data.append({"paragraphs": [{"context": " ".join(context), "qas": [qa]}]})
+    return {"version": "v2.0", "data": data}
+
+
+@pytest.fixture(scope="module")
+def reader(tiny_run, words, tmp_path_factory):
+    d = tmp_path_factory.mktemp("qa")
+    (d / "train.json").write_text(json.dumps(squad(words, 96, 2)), encoding="utf-8")
+    settings = dict(version_2=True, max_query_length=8, doc_stride=8, max_answer_length=4)
+    result = finetune(
+        tiny_run, "qa", d / "train.json", output_dir=d / "qa", **settings, **FAST, epochs=2
+    )
+    # Brief training leaves every answerability logit about the same: move the threshold
+    # between them so that the test inputs exercise both answers and the null decision.
+    best = sorted(max(a for *_, a in rows) for rows in keras_windows(result, qa_examples(words)))
+    half = len(best) // 2
+    bias = result.model.answerable_head.bias
+    bias.assign(bias - (best[half - 1] + best[half]) / 2)
+    save_finetuned(result, result.output_dir)
+    return result
+
+
+@pytest.fixture(scope="module")
+def reader_export(reader, tmp_path_factory):
+    return export(reader.output_dir, tmp_path_factory.mktemp("saved") / "qa")
+
+
+def qa_inputs(words):
+    rng = random.Random(3)
+    question = "what follows the marker?"
+    pairs = [(question, " ".join(rng.sample(words, 8) + ["marker", "rome"] + rng.sample(words, 4)))]
+    pairs += [(question, " ".join(rng.sample(words, k))) for k in (5, 25, 45)]  # 1 to 6 windows
+    pairs += [
+        (question, ""),
+        ("", "an answer without a question"),
+        (question + " " + " ".join(rng.sample(words, 20)), "the question is cut to 8 pieces"),
+        (question, f"the {LONG_WORD} marker king spans windows"),
+        ("wo ist der Ünïcödé? 🙂", "Ünïcödé\u3000steht  hier\u00a0中文 marker 🙂 und"),
+        (question, "\u0301 marker \u0301"),
+    ]
+    return pairs
+
+
+def qa_examples(words) -> list[QAExample]:
+    return [QAExample(str(i), q, c) for i, (q, c) in enumerate(qa_inputs(words))]
+
+
+def keras_windows(loaded, examples):
+    """Per question, the Keras model's (start, end, answerable) per window."""
+    x, _, features = loaded.task.encode(examples, loaded.tokenizer, loaded.settings, labelled=False)
+    out = {k: np.asarray(v) for k, v in loaded.model(x, training=False).items()}
+    windows = [[] for _ in examples]
+    for r, feature in enumerate(features):
+        windows[feature[0]].append(
+            (out["start_logits"][r], out["end_logits"][r], out["answerable"][r])
+        )
+    return windows
+
+
+def test_qa_export_matches_keras_logits_and_answers(reader, reader_export, words):
+    loaded = load_finetuned(reader.output_dir)
+    pairs, examples = qa_inputs(words), qa_examples(words)
+    answers = [row["answer"] for row in loaded.predict_examples(examples)]
+    windows = keras_windows(loaded, examples)
+
+    with SignatureRunner(reader_export) as runner:
+        sig = runner.signatures["serving_default"]
+        assert set(sig.inputs) == {"question", "context"}
+        expected = {
+            "answer": (tf.string, [-1]),
+            "answer_start_word": (tf.int32, [-1]),
+            "answer_end_word": (tf.int32, [-1]),
+            "answer_score": (tf.float32, [-1]),
+            "answerable": (tf.float32, [-1]),
+            "start_logits": (tf.float32, [-1, -1, L]),
+            "end_logits": (tf.float32, [-1, -1, L]),
+            "tokens": (tf.string, [-1, -1, L]),
+            "num_windows": (tf.int32, [-1]),
+        }
+        assert set(sig.outputs) == set(expected)
+        for name, (dtype, shape) in expected.items():
+            assert sig.outputs[name].dtype == dtype.as_datatype_enum, name
+            assert dims(sig.outputs[name]) == shape, name
+        feeds = {
+            "question": texts(*(q for q, _ in pairs)),
+            "context": texts(*(c for _, c in pairs)),
+        }
+        got = runner.run("serving_default", feeds)
+
+    assert [len(w) for w in windows] == got["num_windows"].tolist()
+    assert max(got["num_windows"]) >= 4 and got["start_logits"].shape[1] == max(got["num_windows"])
+    for i, rows in enumerate(windows):
+        for k, (start, end, _) in enumerate(rows):
+            np.testing.assert_allclose(got["start_logits"][i, k], start, atol=1e-5)
+            np.testing.assert_allclose(got["end_logits"][i, k], end, atol=1e-5)
+        assert (got["start_logits"][i, len(rows) :] == PADDING_LOGIT).all()
+        np.testing.assert_allclose(got["answerable"][i], max(a for _, _, a in rows), atol=1e-5)
+    assert [a.decode() for a in got["answer"]] == answers
+    assert 0 < sum(map(bool, answers)) < len(answers)  # answers and null decisions
+    has_words = [bool(c.split()) for _, c in pairs]
+    assert [bool(a) for a in answers] == [
+        a > 0 and w for a, w in zip(got["answerable"], has_words, strict=True)
+    ]
+    context_words = [c.split() for _, c in pairs]
+    for i, answer in enumerate(answers):
+        first, last = got["answer_start_word"][i], got["answer_end_word"][i]
+        if answer:
+            assert " ".join(context_words[i][first : last + 1]) == answer
+            assert 0 <= last - first < loaded.settings.max_answer_length
+        else:
+            assert first == last == -1
+    assert got["answer_score"][4] == 0 and got["answer_start_word"][4] == -1  # empty context
+    assert got["tokens"][0, 0, 0] == b"[CLS]" and got["tokens"][0, 0, -1] in (b"", b"[SEP]")
+
+
+def test_qa_export_reads_at_most_max_windows_warms_up_and_uses_serving_ops(
+    reader, reader_export, words
+):
+    loaded = load_finetuned(reader.output_dir)
+    question, context = "what follows the marker?", " ".join(words[:300])
+    windows = keras_windows(loaded, [QAExample("0", question, context)])[0]
+    assert len(windows) > MAX_WINDOWS
+    with SignatureRunner(reader_export) as runner:
+        got = runner.run(
+            "serving_default", {"question": texts(question), "context": texts(context)}
+        )
+        assert got["num_windows"].tolist() == [MAX_WINDOWS]
+        for k, (start, end, _) in enumerate(windows[:MAX_WINDOWS]):
+            np.testing.assert_allclose(got["start_logits"][0, k], start, atol=1e-5)
+            np.testing.assert_allclose(got["end_logits"][0, k], end, atol=1e-5)
+        with pytest.raises(ServingError, match="question and context must have the same length"):
+            runner.run("serving_default", {"question": texts("a", "b"), "context": texts("c")})
+    assert replay_warmup(reader_export) == 2
+    audit_ops(reader_export)
