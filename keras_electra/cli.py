@@ -149,10 +149,14 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export",
         help="export a run as a TF Serving SavedModel with an in-graph tokenizer",
-        description="Write saved_models/NAME/VERSION/ (signatures serving_default and "
-        "score_pair, warmup requests included). TF Serving loads the highest version.",
+        description="Write saved_models/NAME/VERSION/ with warmup requests; TF Serving loads "
+        "the highest version. A pretraining run (or converted directory) exports "
+        "replaced-token scores (serving_default, score_pair); a fine-tuned directory exports "
+        "its task: classify/regress (serving_default plus classify/regress methods), tag "
+        "(per-word tag probabilities) or qa (answer span and start/end logits).",
     )
-    p.add_argument("--run", required=True, metavar="RUN_DIR", help="a pretraining run directory")
+    p.add_argument("--run", required=True, metavar="RUN_DIR",
+                   help="a pretraining run, converted or fine-tuned directory")
     p.add_argument("--output", required=True, metavar="DIR", help="e.g. saved_models/electra")
     p.add_argument("--version", type=int, help="version number (default: next free)")
     p.add_argument("--max-length", type=int, help="fixed sequence length (default: the run's)")
