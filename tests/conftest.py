@@ -3,7 +3,8 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import pathlib  # noqa: E402
+import pathlib
+import random  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -44,3 +45,22 @@ def tiny_run(tmp_path_factory, small_corpus) -> pathlib.Path:
         progress=False,
     )
     return run_dir
+
+
+def marker_squad(words: list[str], n: int, seed: int, max_words: int = 14) -> dict:
+    """SQuAD 2.0 data: the answer is the word after "marker"; a third have no marker."""
+    rng = random.Random(seed)
+    data = []
+    for i in range(n):
+        context = rng.sample(words, rng.randint(6, max_words))
+        qa = {"id": f"q{i}", "question": "what follows the marker?", "answers": []}
+        if rng.random() < 0.67:
+            answer, at = rng.choice(words), rng.randrange(len(context) + 1)
+            before = " ".join(context[:at])
+            context[at:at] = ["marker", answer]
+            start = len(before) + (1 if before else 0) + len("marker ")
+            qa["answers"] = [{"text": answer, "answer_start": start}]
+        else:
+            qa["is_impossible"] = True
+        data.append({"paragraphs": [{"context": " ".join(context), "qas": [qa]}]})
+    return {"version": "v2.0", "data": data}

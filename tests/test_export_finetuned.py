@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import marker_squad
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError
@@ -166,29 +167,12 @@ def test_classifier_module_refuses_other_tasks(tagger):
 # === Question answering ===
 
 
-def squad(words, n, seed):
-    """SQuAD 2.0: the answer is the word after ``marker``; a third have no marker."""
-    rng = random.Random(seed)
-    data = []
-    for i in range(n):
-        context = rng.sample(words, rng.randint(6, 30))
-        qa = {"id": f"q{i}", "question": "what follows the marker?", "answers": []}
-        if rng.random() < 0.67:
-            answer, at = rng.choice(words), rng.randrange(len(context) + 1)
-            before = " ".join(context[:at])
-            context[at:at] = ["marker", answer]
-            start = len(before) + (1 if before else 0) + len("marker ")
-            qa["answers"] = [{"text": answer, "answer_start": start}]
-        else:
-            qa["is_impossible"] = True
-        data.append({"paragraphs": [{"context": " ".join(context), "qas": [qa]}]})
-    return {"version": "v2.0", "data": data}
-
-
 @pytest.fixture(scope="module")
 def reader(tiny_run, words, tmp_path_factory):
     d = tmp_path_factory.mktemp("qa")
-    (d / "train.json").write_text(json.dumps(squad(words, 96, 2)), encoding="utf-8")
+    (d / "train.json").write_text(
+        json.dumps(marker_squad(words, 96, 2, max_words=30)), encoding="utf-8"
+    )
     settings = dict(version_2=True, max_query_length=8, doc_stride=8, max_answer_length=4)
     result = finetune(
         tiny_run, "qa", d / "train.json", output_dir=d / "qa", **settings, **FAST, epochs=2

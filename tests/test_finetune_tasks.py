@@ -13,6 +13,7 @@ import random
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import marker_squad
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
@@ -242,13 +243,7 @@ def test_pairs_through_the_command_line_export_and_classify(tiny_run, words, tmp
 
 def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path):
     def write(path, n, seed):
-        rng = random.Random(seed)
-        with path.open("w", encoding="utf-8") as f:
-            for _ in range(n):
-                k = rng.randint(0, 3)
-                sentence = rng.sample(words, 5) + ["good"] * k
-                rng.shuffle(sentence)
-                f.write(json.dumps({"text": " ".join(sentence), "score": 5 * k / 3}) + "\n")
+        path.write_text(json.dumps(marker_squad(words, n, seed)), encoding="utf-8")
         return path
 
     train, dev = write(tmp_path / "train.jsonl", 256, 4), write(tmp_path / "dev.jsonl", 128, 5)
