@@ -8,6 +8,13 @@ tokens/s, seconds/step and MFU, the model FLOP/s (analytic matmul FLOPs of the
 step, backward counted as twice the forward) over this machine's matmul peak,
 measured here for float32 and bfloat16.
 
+Ours runs per precision as the default step, with ``--xla`` (forward + backward
+compiled by XLA inside the step) and with ``steps_per_execution``; with
+``--try-levers`` also gradient accumulation, whole-step ``jit_compile`` and
+``torch.compile``. An ``input`` line measures the real input pipeline
+(``keras_electra.data``: parallel tokenization, packing, prefetch) on the sample
+corpus alone, to compare with the step's tokens/s: it must be well above it.
+
 Each configuration runs in its own subprocess (TensorFlow and PyTorch would
 otherwise share and fight over the thread pools). Output: one JSON object per
 line (``peak``, ``result`` or ``skipped``) and a final ``summary`` line.
@@ -64,10 +71,12 @@ def step_flops(config, batch: int, length: int) -> float:
     """
     tokens, predictions = batch * length, batch * config.max_predictions(length)
     gen, disc, emb = config.generator_config(), config.discriminator_config(), config.embedding_size
-    forward = tower_flops(tokens, length, gen.hidden_size, gen.num_layers,
-                          gen.intermediate_size, emb)
-    forward += tower_flops(tokens, length, disc.hidden_size, disc.num_layers,
-                           disc.intermediate_size, emb)
+    forward = tower_flops(
+        tokens, length, gen.hidden_size, gen.num_layers, gen.intermediate_size, emb
+    )
+    forward += tower_flops(
+        tokens, length, disc.hidden_size, disc.num_layers, disc.intermediate_size, emb
+    )
     forward += 2.0 * predictions * (gen.hidden_size * emb + emb * config.vocab_size)  # MLM head
     forward += 2.0 * tokens * (disc.hidden_size * disc.hidden_size + disc.hidden_size)  # RTD head
     return 3.0 * forward
@@ -128,8 +137,12 @@ def run_keras(args) -> dict:
     keras.utils.set_random_seed(0)
     model = ElectraPretrainer(config, seed=0, dtype=dtype_policy(args.precision))
     optimizer = create_optimizer(model, learning_rate=5e-4, total_steps=10_000, warmup_steps=100)
-    model.compile(optimizer=optimizer, jit_compile=args.jit_compile,
-                  steps_per_execution=args.steps_per_execution)
+    model.compile(
+        optimizer=optimizer,
+        jit_compile=args.jit_compile,
+        steps_per_execution=args.steps_per_execution,
+    )
+    model.configure_step(xla_gradients=args.xla, gradient_accumulation=args.grad_accumulation)
     ids = make_batches(4, args.batch, args.length, config.vocab_size)
     data = tf.data.Dataset.from_tensor_slices(
         {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
@@ -142,6 +155,43 @@ def run_keras(args) -> dict:
     history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0).history
     seconds = (time.perf_counter() - start) / steps
     return {"config": config, "seconds_per_step": seconds, "loss": history["loss"][-1]}
+
+
+# === The input pipeline alone ===
+
+
+def run_input(args) -> dict:
+    """Tokens/s of the text pipeline pretraining reads, over one whole pass of the corpus.
+
+    A pass is timed whole (its first batch waits for the shuffle block, which on
+    the sample corpus is the whole pass), so this is the pipeline's sustained rate.
+    """
+    from keras_electra.data import ElectraTokenizer, learn_vocab, load_pretraining_data
+
+    tokenizer = ElectraTokenizer(learn_vocab([args.corpus], 8000))
+    one_pass = load_pretraining_data(
+        [args.corpus],
+        tokenizer,
+        batch_size=args.batch,
+        max_seq_length=args.length,
+        seed=0,
+        repeat=False,
+    )
+    start = time.perf_counter()
+    batches = iter(one_pass)
+    next(batches)
+    first = time.perf_counter() - start
+    count = 1 + sum(1 for _ in batches)
+    seconds = time.perf_counter() - start
+    return {
+        "kind": "input",
+        "batch": args.batch,
+        "length": args.length,
+        "batches_per_pass": count,
+        "first_batch_seconds": round(first, 2),
+        "pass_seconds": round(seconds, 2),
+        "tokens_per_sec": round(count * args.batch * args.length / seconds, 1),
+    }
 
 
 # === Hugging Face transformers on PyTorch ===
@@ -159,8 +209,9 @@ def run_torch(args) -> dict:
     torch.set_flush_denormal(True)
     config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
     model = TorchElectra(config, transformers)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.999), eps=1e-6,
-                                  weight_decay=0.01)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=5e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01
+    )
     step = make_torch_step(model, optimizer, config, args, torch)
     ids = torch.from_numpy(make_batches(4, args.batch, args.length, config.vocab_size)).long()
     for i in range(args.warmup):
@@ -180,11 +231,15 @@ def TorchElectra(config, transformers):  # noqa: N802 (builds a torch.nn.Module)
 
     def hf_config(sizes):
         return transformers.ElectraConfig(
-            vocab_size=config.vocab_size, embedding_size=config.embedding_size,
-            hidden_size=sizes.hidden_size, num_hidden_layers=sizes.num_layers,
-            num_attention_heads=sizes.num_heads, intermediate_size=sizes.intermediate_size,
+            vocab_size=config.vocab_size,
+            embedding_size=config.embedding_size,
+            hidden_size=sizes.hidden_size,
+            num_hidden_layers=sizes.num_layers,
+            num_attention_heads=sizes.num_heads,
+            intermediate_size=sizes.intermediate_size,
             max_position_embeddings=config.max_position_embeddings,
-            hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout,
+            hidden_dropout_prob=config.dropout,
+            attention_probs_dropout_prob=config.dropout,
             attn_implementation="sdpa",
         )
 
@@ -206,8 +261,9 @@ def torch_mask(ids, config, torch):
     """The same masking as keras_electra: top-k of random scores, 85% [MASK]."""
     batch, length = ids.shape
     p = config.max_predictions(length)
-    candidates = (ids != config.cls_token_id) & (ids != config.sep_token_id) & (
-        ids != config.pad_token_id)
+    candidates = (
+        (ids != config.cls_token_id) & (ids != config.sep_token_id) & (ids != config.pad_token_id)
+    )
     num = torch.clamp(torch.round(candidates.sum(1).float() * config.mask_prob), 1, p).long()
     scores = torch.where(candidates, torch.rand(ids.shape), torch.full(ids.shape, -1.0))
     positions = scores.topk(p, dim=1).indices
@@ -230,7 +286,8 @@ def make_torch_step(model, optimizer, config, args, torch):
         picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
         logits = gen.generator_lm_head(gen.generator_predictions(picked)).float()
         per_position = F.cross_entropy(  # rows of V: log-softmax over contiguous memory
-            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
+        )
         mlm = (per_position * weights.reshape(-1)).sum()
         mlm = mlm / (weights.sum() + 1e-6)
         with torch.no_grad():
@@ -265,14 +322,25 @@ def child(args) -> None:
         for dtype in ("float32", "bfloat16"):
             print(json.dumps({"kind": "peak", "dtype": dtype, "flops": matmul_peak(dtype)}))
         return
+    if args.engine == "input":
+        print(json.dumps(run_input(args)), flush=True)
+        return
     out = run_keras(args) if args.engine == "keras" else run_torch(args)
     config = out.pop("config")
     tokens = args.batch * args.length
     record = {
-        "kind": "result", "engine": args.engine, "preset": args.preset,
-        "precision": args.precision, "batch": args.batch, "length": args.length,
-        "jit_compile": args.jit_compile, "steps_per_execution": args.steps_per_execution,
-        "torch_compile": args.torch_compile, "threads": args.threads or None,
+        "kind": "result",
+        "engine": args.engine,
+        "preset": args.preset,
+        "precision": args.precision,
+        "batch": args.batch,
+        "length": args.length,
+        "jit_compile": args.jit_compile,
+        "steps_per_execution": args.steps_per_execution,
+        "xla": args.xla,
+        "grad_accumulation": args.grad_accumulation,
+        "torch_compile": args.torch_compile,
+        "threads": args.threads or None,
         "seconds_per_step": round(out["seconds_per_step"], 4),
         "tokens_per_sec": round(tokens / out["seconds_per_step"], 1),
         "step_gflops": round(step_flops(config, args.batch, args.length) / 1e9, 2),
@@ -284,18 +352,34 @@ def child(args) -> None:
 def spawn(args, **overrides) -> list[dict]:
     argv = [sys.executable, __file__, "--child"]
     settings = {**vars(args), **overrides}
-    for name in ("engine", "preset", "precision", "batch", "length", "steps", "warmup",
-                 "steps_per_execution", "threads"):
+    for name in (
+        "engine",
+        "preset",
+        "precision",
+        "batch",
+        "length",
+        "steps",
+        "warmup",
+        "steps_per_execution",
+        "grad_accumulation",
+        "threads",
+        "corpus",
+    ):
         argv += [f"--{name.replace('_', '-')}", str(settings[name])]
-    for flag in ("jit_compile", "torch_compile"):
+    for flag in ("jit_compile", "torch_compile", "xla"):
         if settings[flag]:
             argv.append(f"--{flag.replace('_', '-')}")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
     lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     if done.returncode != 0 or not lines:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        lines = [{"kind": "skipped", **{k: settings[k] for k in ("engine", "precision")},
-                  "reason": reason}]
+        lines = [
+            {
+                "kind": "skipped",
+                **{k: settings[k] for k in ("engine", "precision")},
+                "reason": reason,
+            }
+        ]
     for line in lines:
         print(json.dumps(line), flush=True)
     return lines
@@ -306,7 +390,12 @@ def configurations(args) -> list[dict]:
     runs = []
     for precision in args.precisions.split(","):
         runs.append(dict(engine="keras", precision=precision))
+        if not args.no_xla:
+            runs.append(dict(engine="keras", precision=precision, xla=True))
+        if args.spe_row > 1:
+            runs.append(dict(engine="keras", precision=precision, steps_per_execution=args.spe_row))
         if args.try_levers:
+            runs.append(dict(engine="keras", precision=precision, grad_accumulation=2))
             runs.append(dict(engine="keras", precision=precision, jit_compile=True))
         if args.no_torch:
             continue
@@ -314,12 +403,13 @@ def configurations(args) -> list[dict]:
         for threads in (int(t) for t in args.torch_threads.split(",")):
             runs.append(dict(engine="torch", precision=precision, threads=threads))
             if args.try_levers:
-                runs.append(dict(engine="torch", precision=precision, threads=threads,
-                                 torch_compile=True))
+                runs.append(
+                    dict(engine="torch", precision=precision, threads=threads, torch_compile=True)
+                )
     return runs
 
 
-def summarize(peaks: dict, results: list[dict]) -> dict:
+def summarize(peaks: dict, results: list[dict], inputs: list[dict]) -> dict:
     """Add MFU to each result; the best tokens/s per engine and their ratio."""
     best = {}
     for r in results:
@@ -327,11 +417,21 @@ def summarize(peaks: dict, results: list[dict]) -> dict:
         r["mfu"] = round(r["step_gflops"] * 1e9 / r["seconds_per_step"] / peak, 4)
         if r["tokens_per_sec"] > best.get(r["engine"], {}).get("tokens_per_sec", 0):
             best[r["engine"]] = r
-    summary = {"kind": "summary", "peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
-               "results": results, "best": best}
+    summary = {
+        "kind": "summary",
+        "peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
+        "results": results,
+        "best": best,
+    }
+    if inputs and "keras" in best:
+        summary["input"] = inputs[0]
+        summary["input_over_best_step"] = round(
+            inputs[0]["tokens_per_sec"] / best["keras"]["tokens_per_sec"], 1
+        )
     if "keras" in best and "torch" in best:
         summary["ours_over_torch"] = round(
-            best["keras"]["tokens_per_sec"] / best["torch"]["tokens_per_sec"], 2)
+            best["keras"]["tokens_per_sec"] / best["torch"]["tokens_per_sec"], 2
+        )
     return summary
 
 
@@ -343,9 +443,24 @@ def parse_args(argv=None):
     p.add_argument("--length", type=int, default=128)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps-per-execution", type=int, default=1)
-    p.add_argument("--torch-threads", default=f"1,{os.cpu_count()}",
-                   help="comma-separated PyTorch thread counts to try")
+    p.add_argument(
+        "--spe-row",
+        type=int,
+        default=4,
+        help="steps_per_execution of our extra row per precision (<= 1: no row)",
+    )
+    p.add_argument("--no-xla", action="store_true", help="skip our --xla rows")
+    p.add_argument("--no-input", action="store_true", help="skip the input pipeline line")
+    p.add_argument(
+        "--corpus",
+        default=os.path.join(os.path.dirname(__file__), "..", "data", "sample", "shakespeare.txt"),
+        help="text for the input pipeline line",
+    )
+    p.add_argument(
+        "--torch-threads",
+        default=f"1,{os.cpu_count()}",
+        help="comma-separated PyTorch thread counts to try",
+    )
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--try-levers", action="store_true", help="also XLA and torch.compile")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per configuration")
@@ -355,6 +470,9 @@ def parse_args(argv=None):
     p.add_argument("--engine", default="keras", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--jit-compile", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--xla", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--steps-per-execution", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--grad-accumulation", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--torch-compile", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -365,11 +483,21 @@ def main(argv=None) -> None:
         child(args)
         return
     peaks = {r["dtype"]: r["flops"] for r in spawn(args, engine="peak") if r["kind"] == "peak"}
+    inputs = (
+        [] if args.no_input else [r for r in spawn(args, engine="input") if r["kind"] == "input"]
+    )
     results = []
     for overrides in configurations(args):
-        lines = spawn(args, **{"jit_compile": False, "torch_compile": False, **overrides})
+        defaults = {
+            "jit_compile": False,
+            "torch_compile": False,
+            "xla": False,
+            "steps_per_execution": 1,
+            "grad_accumulation": 1,
+        }
+        lines = spawn(args, **{**defaults, **overrides})
         results += [r for r in lines if r["kind"] == "result"]
-    print(json.dumps(summarize(peaks, results)))
+    print(json.dumps(summarize(peaks, results, inputs)))
 
 
 if __name__ == "__main__":

@@ -27,12 +27,23 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         "between documents) or TFRecords from `keras-electra prepare`. Run again with the same "
         "--output to resume from the latest checkpoint.",
     )
-    p.add_argument("--preset", choices=PRESET_NAMES,
-                   help="model size and training defaults (default: --init's, else tiny)")
-    p.add_argument("--init", metavar="DIR",
-                   help="start from this run's or `keras-electra convert` output's weights")
-    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
-                   help="text files, directories of *.txt, or TFRecord files")
+    p.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        help="model size and training defaults (default: --init's, else tiny)",
+    )
+    p.add_argument(
+        "--init",
+        metavar="DIR",
+        help="start from this run's or `keras-electra convert` output's weights",
+    )
+    p.add_argument(
+        "--corpus",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="text files, directories of *.txt, or TFRecord files",
+    )
     p.add_argument("--output", required=True, metavar="RUN_DIR", help="run directory")
     p.add_argument("--objective", default="electra", choices=("electra", "mlm"))
     p.add_argument("--steps", type=int, help="total training steps (default: per preset)")
@@ -46,15 +57,51 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-every", type=int, default=50, help="steps per metrics.jsonl line")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--precision", default="float32",
-                   choices=("float32", "mixed_bfloat16", "mixed_float16"),
-                   help="compute precision (variables stay float32)")
-    p.add_argument("--strategy", default="auto",
-                   choices=("auto", "tpu", "mirrored", "multi_worker", "one_device"),
-                   help="distribution strategy; --batch-size is the global batch")
+    p.add_argument(
+        "--precision",
+        default="float32",
+        choices=("float32", "mixed_bfloat16", "mixed_float16"),
+        help="compute precision (variables stay float32)",
+    )
+    p.add_argument(
+        "--strategy",
+        default="auto",
+        choices=("auto", "tpu", "mirrored", "multi_worker", "one_device"),
+        help="distribution strategy; --batch-size is the global batch",
+    )
+    p.add_argument(
+        "--optimizer",
+        default="adamw",
+        choices=("adamw", "lamb"),
+        help="AdamW, or LAMB for very large batches (same schedule and decay)",
+    )
+    p.add_argument(
+        "--xla",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="compile the forward + backward pass with XLA (default: off, slower on CPU)",
+    )
+    p.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=1,
+        metavar="N",
+        help="training steps per compiled call (divides --log-every and --steps)",
+    )
+    p.add_argument(
+        "--grad-accumulation",
+        type=int,
+        default=1,
+        metavar="K",
+        help="split each batch into K micro-batches, one optimizer update",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--sample", metavar="TEXT", action="append",
-                   help="after training, show the discriminator's scores for this sentence")
+    p.add_argument(
+        "--sample",
+        metavar="TEXT",
+        action="append",
+        help="after training, show the discriminator's scores for this sentence",
+    )
     p.set_defaults(func=_run_pretrain)
 
 
@@ -82,6 +129,10 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         precision=args.precision,
         strategy=args.strategy,
         init=args.init,
+        optimizer=args.optimizer,
+        xla=args.xla,
+        steps_per_execution=args.steps_per_execution,
+        grad_accumulation=args.grad_accumulation,
     )
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")
@@ -127,8 +178,10 @@ def _run_prepare(args: argparse.Namespace) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     lowercase = not args.cased
-    tokens = load_vocab(args.vocab) if args.vocab else learn_vocab(
-        args.corpus, args.vocab_size, lowercase=lowercase
+    tokens = (
+        load_vocab(args.vocab)
+        if args.vocab
+        else learn_vocab(args.corpus, args.vocab_size, lowercase=lowercase)
     )
     save_vocab(tokens, str(out / "vocab.txt"))
     files = write_pretraining_tfrecords(
@@ -140,8 +193,10 @@ def _run_prepare(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     print(f"Wrote {len(files)} shards and vocab.txt to {out}")
-    print(f"Pretrain with: keras-electra pretrain --corpus {out} --vocab {out / 'vocab.txt'} "
-          f"--max-seq-length {args.max_seq_length} --output RUN_DIR")
+    print(
+        f"Pretrain with: keras-electra pretrain --corpus {out} --vocab {out / 'vocab.txt'} "
+        f"--max-seq-length {args.max_seq_length} --output RUN_DIR"
+    )
     return 0
 
 
@@ -155,8 +210,12 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
         "its task: classify/regress (serving_default plus classify/regress methods), tag "
         "(per-word tag probabilities) or qa (answer span and start/end logits).",
     )
-    p.add_argument("--run", required=True, metavar="RUN_DIR",
-                   help="a pretraining run, converted or fine-tuned directory")
+    p.add_argument(
+        "--run",
+        required=True,
+        metavar="RUN_DIR",
+        help="a pretraining run, converted or fine-tuned directory",
+    )
     p.add_argument("--output", required=True, metavar="DIR", help="e.g. saved_models/electra")
     p.add_argument("--version", type=int, help="version number (default: next free)")
     p.add_argument("--max-length", type=int, help="fixed sequence length (default: the run's)")
@@ -199,8 +258,12 @@ def _run_score(args: argparse.Namespace) -> int:
         rows = score_with_server(args.server, args.model_name, args.text, timeout=args.timeout)
     if args.json:
         records = [
-            {"text": text, "tokens": [t for t, _ in row], "replaced_prob": [round(p, 6) for _, p in row]}
-            for text, row in zip(args.text, rows)
+            {
+                "text": text,
+                "tokens": [t for t, _ in row],
+                "replaced_prob": [round(p, 6) for _, p in row],
+            }
+            for text, row in zip(args.text, rows, strict=True)
         ]
         print(json.dumps(records, ensure_ascii=False, indent=2))
     else:
@@ -219,8 +282,9 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", metavar="RUN_DIR", help="a pretraining run directory")
-    source.add_argument("--init", metavar="DIR",
-                        help="a directory with config.json, vocab.txt and checkpoints/")
+    source.add_argument(
+        "--init", metavar="DIR", help="a directory with config.json, vocab.txt and checkpoints/"
+    )
     p.add_argument("--task", required=True, metavar="TASK", help="classify, regress, tag or qa")
     p.add_argument("--train", required=True, metavar="FILE", help="training data")
     p.add_argument("--eval", metavar="FILE", help="evaluation data (metrics to eval_metrics.json)")
@@ -317,21 +381,36 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--to FORMAT --run DIR: write a run or init directory for another implementation.",
     )
     direction = p.add_mutually_exclusive_group(required=True)
-    direction.add_argument("--from", dest="source_format", choices=("google", "hf", "keras-hub"),
-                           help="the source's format")
-    direction.add_argument("--to", dest="target", choices=("hf", "keras-hub"),
-                           help="write --run in this format")
-    p.add_argument("source", nargs="?", metavar="SRC",
-                   help="with --from: TF1 checkpoint prefix or directory, Hugging Face "
-                   "discriminator directory, or keras-hub preset directory")
+    direction.add_argument(
+        "--from",
+        dest="source_format",
+        choices=("google", "hf", "keras-hub"),
+        help="the source's format",
+    )
+    direction.add_argument(
+        "--to", dest="target", choices=("hf", "keras-hub"), help="write --run in this format"
+    )
+    p.add_argument(
+        "source",
+        nargs="?",
+        metavar="SRC",
+        help="with --from: TF1 checkpoint prefix or directory, Hugging Face "
+        "discriminator directory, or keras-hub preset directory",
+    )
     p.add_argument("--run", metavar="DIR", help="with --to: the run or init directory to write")
     p.add_argument("--output", required=True, metavar="DIR", help="the directory to write")
     p.add_argument("--generator", metavar="DIR", help="hf: the generator's directory")
     p.add_argument("--vocab", metavar="FILE", help="google: vocab.txt (default: next to SRC)")
-    p.add_argument("--preset", choices=PRESET_NAMES,
-                   help="google: expected sizes (default: read from the checkpoint)")
-    p.add_argument("--num-heads", type=int,
-                   help="google: discriminator attention heads (default: hidden size / 64)")
+    p.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        help="google: expected sizes (default: read from the checkpoint)",
+    )
+    p.add_argument(
+        "--num-heads",
+        type=int,
+        help="google: discriminator attention heads (default: hidden size / 64)",
+    )
     p.add_argument("--cased", action="store_true", help="google: the vocabulary keeps case")
     p.set_defaults(func=_run_convert)
 
@@ -349,8 +428,12 @@ def _run_convert(args: argparse.Namespace) -> int:
             raise ConfigError("--from needs SRC, the checkpoint to convert.")
         options = {}
         if args.source_format == "google":
-            options = dict(vocab=args.vocab, preset=args.preset, lowercase=not args.cased,
-                           num_heads=args.num_heads)
+            options = dict(
+                vocab=args.vocab,
+                preset=args.preset,
+                lowercase=not args.cased,
+                num_heads=args.num_heads,
+            )
         elif args.source_format == "hf":
             options = dict(generator=args.generator)
         google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]

@@ -243,7 +243,13 @@ def test_pairs_through_the_command_line_export_and_classify(tiny_run, words, tmp
 
 def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path):
     def write(path, n, seed):
-        path.write_text(json.dumps(marker_squad(words, n, seed)), encoding="utf-8")
+        rng = random.Random(seed)
+        with path.open("w", encoding="utf-8") as f:
+            for _ in range(n):
+                k = rng.randint(0, 3)
+                sentence = rng.sample(words, 5) + ["good"] * k
+                rng.shuffle(sentence)
+                f.write(json.dumps({"text": " ".join(sentence), "score": 5 * k / 3}) + "\n")
         return path
 
     train, dev = write(tmp_path / "train.jsonl", 256, 4), write(tmp_path / "dev.jsonl", 128, 5)
@@ -300,21 +306,7 @@ def test_tagger_learns_two_word_classes(tiny_run, words, tmp_path):
 
 def test_qa_learns_the_word_after_a_marker_with_unanswerable_questions(tiny_run, words, tmp_path):
     def write(path, n, seed):
-        rng = random.Random(seed)
-        data = []
-        for i in range(n):
-            context = rng.sample(words, rng.randint(6, 14))
-            qa = {"id": f"q{i}", "question": "what follows the marker?", "answers": []}
-            if rng.random() < 0.67:
-                answer, at = rng.choice(words), rng.randrange(len(context) + 1)
-                before = " ".join(context[:at])
-                context[at:at] = ["marker", answer]
-                start = len(before) + (1 if before else 0) + len("marker ")
-                qa["answers"] = [{"text": answer, "answer_start": start}]
-            else:
-                qa["is_impossible"] = True
-            data.append({"paragraphs": [{"context": " ".join(context), "qas": [qa]}]})
-        path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+        path.write_text(json.dumps(marker_squad(words, n, seed)), encoding="utf-8")
         return path
 
     train, dev = write(tmp_path / "train.json", 512, 8), write(tmp_path / "dev.json", 128, 9)

@@ -15,16 +15,25 @@ from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.pretraining.run import load_run, pretrain
 from keras_electra.serving.testing import SignatureRunner
 
-FAST = dict(steps=4, log_every=2, batch_size=8, max_seq_length=32, vocab_size=2000,
-            progress=False, config_overrides={"num_layers": 1})
+FAST = dict(
+    steps=4,
+    log_every=2,
+    batch_size=8,
+    max_seq_length=32,
+    vocab_size=2000,
+    progress=False,
+    config_overrides={"num_layers": 1},
+)
 
 
 @pytest.fixture(scope="module")
 def runs(small_corpus, tmp_path_factory):
     """One short run per mixed precision, built once."""
     base = tmp_path_factory.mktemp("precision")
-    return {p: pretrain([str(small_corpus)], base / p, precision=p, **FAST)
-            for p in ("mixed_bfloat16", "mixed_float16")}
+    return {
+        p: pretrain([str(small_corpus)], base / p, precision=p, **FAST)
+        for p in ("mixed_bfloat16", "mixed_float16")
+    }
 
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])

@@ -11,6 +11,46 @@ from keras_electra.errors import InputDataError
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
 
 
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is a URL (``gs://bucket/...``) read through ``tf.io.gfile``.
+
+    Example:
+        >>> is_remote("gs://bucket/data"), is_remote("data/sample")
+        (True, False)
+    """
+    return "://" in path
+
+
+def _resolve_remote(item: str, extension: str, what: str) -> list[str]:
+    """:func:`resolve_files` for one URL: a file, a directory or a glob pattern."""
+    import tensorflow as tf
+
+    if glob.has_magic(item):
+        found = sorted(p for p in tf.io.gfile.glob(item) if not tf.io.gfile.isdir(p))
+        if not found:
+            raise InputDataError(
+                f"Pattern '{item}' matches no file; check the path and the wildcard."
+            )
+        return found
+    if tf.io.gfile.isdir(item):
+        found = sorted(
+            item.rstrip("/") + "/" + name
+            for name in tf.io.gfile.listdir(item)
+            if name.endswith(extension)
+        )
+        if not found:
+            raise InputDataError(
+                f"Directory '{item}' has no *{extension} files; "
+                f"put the data in *{extension} files or pass the files themselves."
+            )
+        return found
+    if tf.io.gfile.exists(item):
+        return [item]
+    raise InputDataError(
+        f"{what} '{item}' does not exist; pass paths to existing files or directories."
+    )
+
+
 def _as_list(paths: PathsLike) -> list[str]:
     if isinstance(paths, str | os.PathLike):
         return [os.fspath(paths)]
@@ -21,7 +61,8 @@ def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
     """Expands paths into a list of existing files.
 
     Each path may be a file, a directory (its ``*{extension}`` files, sorted, are used)
-    or a glob pattern.
+    or a glob pattern, local or a URL such as ``gs://bucket/dir`` (read through
+    ``tf.io.gfile``).
 
     Args:
         paths: one path or a sequence of paths.
@@ -47,7 +88,9 @@ def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
         raise InputDataError(f"No {what.lower()} was given; pass at least one path.")
     resolved: list[str] = []
     for item in items:
-        if os.path.isdir(item):
+        if is_remote(item):
+            resolved.extend(_resolve_remote(item, extension, what))
+        elif os.path.isdir(item):
             found = sorted(
                 os.path.join(item, name)
                 for name in os.listdir(item)

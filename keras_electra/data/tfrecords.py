@@ -15,7 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_electra.data.files import PathsLike, _as_list, resolve_files
+from keras_electra.data.files import PathsLike, _as_list, is_remote, resolve_files
 from keras_electra.data.pretraining import (
     _FEATURES,
     block_shuffle,
@@ -304,7 +304,10 @@ def is_tfrecord_input(paths: PathsLike) -> bool:
     """
     kinds = set()
     for path in _as_list(paths):
-        if os.path.isdir(path):
+        if is_remote(path) and tf.io.gfile.isdir(path):
+            names = tf.io.gfile.listdir(path)
+            kinds.add(any(name.endswith(TFRECORD_SUFFIX) for name in names))
+        elif os.path.isdir(path):
             names = os.listdir(path)
             kinds.add(any(name.endswith(TFRECORD_SUFFIX) for name in names))
         else:
@@ -351,9 +354,9 @@ def load_pretraining_data(
         return pretraining_dataset(paths, tokenizer, **kwargs)
     for directory in {os.path.dirname(p) for p in resolve_tfrecord_files(paths)}:
         metadata_path = os.path.join(directory, METADATA_FILE)
-        if not os.path.isfile(metadata_path):
+        if not tf.io.gfile.exists(metadata_path):  # local or a URL such as gs://
             continue
-        with open(metadata_path, encoding="utf-8") as f:
+        with tf.io.gfile.GFile(metadata_path, "r") as f:
             vocab_size = json.load(f).get("vocab_size")
         if vocab_size is not None and vocab_size != tokenizer.vocab_size:
             raise InputDataError(

@@ -12,7 +12,7 @@ import collections
 import os
 from collections.abc import Iterable, Sequence
 
-from keras_electra.data.files import resolve_corpus_files
+from keras_electra.data.files import is_remote, resolve_corpus_files
 from keras_electra.errors import ConfigError, InputDataError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -78,13 +78,23 @@ def load_vocab(path: str) -> list[str]:
         'the'
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if is_remote(path):  # gs://bucket/vocab.txt, read through tf.io.gfile
+        import tensorflow as tf
+
+        exists = tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+    else:
+        exists = os.path.isfile(path)
+    if not exists:
         raise InputDataError(
             f"Vocabulary file '{path}' does not exist; pass the path to a vocab.txt file."
         )
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        if is_remote(path):
+            with tf.io.gfile.GFile(path, "rb") as f:
+                text = f.read().decode("utf-8")
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
     except UnicodeDecodeError as e:
         raise InputDataError(
             f"Vocabulary file '{path}' is not valid UTF-8 (byte {e.start}); save it as UTF-8 text."

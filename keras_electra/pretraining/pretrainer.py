@@ -72,6 +72,10 @@ class ElectraPretrainer(keras.Model):
         self.config = config
         self.objective = objective
         self.seed = seed
+        # Options of the training step, set by configure_step().
+        self.gradient_accumulation = 1
+        self.xla_gradients = False
+        self._compiled_gradients = None
 
         # === Layers ===
         self.embedding = ElectraEmbedding(
@@ -87,7 +91,10 @@ class ElectraPretrainer(keras.Model):
         )
         self.embedding.build((None, None))
         self.discriminator = ElectraBackbone(
-            config, "discriminator", embedding=self.embedding, dtype=self.dtype_policy,
+            config,
+            "discriminator",
+            embedding=self.embedding,
+            dtype=self.dtype_policy,
             name="discriminator",
         )
         head_args = dict(
@@ -97,14 +104,19 @@ class ElectraPretrainer(keras.Model):
         )
         if objective == "electra":
             self.generator = ElectraBackbone(
-                config, "generator", embedding=self.embedding, dtype=self.dtype_policy,
+                config,
+                "generator",
+                embedding=self.embedding,
+                dtype=self.dtype_policy,
                 name="generator",
             )
             self.generator_head = GeneratorHead(
                 self.embedding.token_embedding, name="generator_predictions", **head_args
             )
             self.discriminator_head = DiscriminatorHead(
-                config.hidden_size, config.initializer_range, dtype=self.dtype_policy,
+                config.hidden_size,
+                config.initializer_range,
+                dtype=self.dtype_policy,
                 name="discriminator_predictions",
             )
         else:
@@ -117,8 +129,12 @@ class ElectraPretrainer(keras.Model):
         # counter): the counter is a model variable, so checkpoints carry it and a
         # resumed run continues the same random stream.
         self.random_step = self.add_weight(
-            shape=(), dtype="int32", initializer="zeros", trainable=False,
-            aggregation="only_first_replica", name="random_step",
+            shape=(),
+            dtype="int32",
+            initializer="zeros",
+            trainable=False,
+            aggregation="only_first_replica",
+            name="random_step",
         )
 
         # === Metrics ===
@@ -146,7 +162,6 @@ class ElectraPretrainer(keras.Model):
     def metrics(self):
         return list(self._trackers.values())
 
-
     def build(self, input_shape=None):
         if self.built:
             return
@@ -170,24 +185,52 @@ class ElectraPretrainer(keras.Model):
 
     def compute_objective(self, batch: dict, training: bool = False) -> dict[str, tf.Tensor]:
         """Mask, run the generator, sample, run the discriminator, compute losses."""
-        c = self.config
+        prepared = self.prepare_batch(batch)
+        return self.objective_from(prepared, loss_totals(prepared), training=training)
+
+    def prepare_batch(self, batch: dict) -> dict:
+        """Step 1, which needs no gradient: draw this step's seeds and mask ~15% of the tokens.
+
+        Returns the batch's int32 ``input_ids``, ``input_mask``, ``segment_ids``, the
+        :class:`~keras_electra.pretraining.objective.MaskedBatch` ``masked`` and each
+        example's sampling seed ``sample_seeds``: every tensor has the batch as its
+        first axis, so a slice of examples is a smaller prepared batch.
+        """
         input_ids = tf.cast(batch["input_ids"], tf.int32)
         input_mask = tf.cast(batch["input_mask"], tf.int32)
-        segment_ids = tf.cast(batch["segment_ids"], tf.int32)
         seeds = self._example_seeds(tf.shape(input_ids)[0], 3)
-
         # 1. Mask ~15% of the real tokens.
-        masked = self._mask_tokens(input_ids, input_mask, seeds[:, 0], seeds[:, 1])
+        return {
+            "input_ids": input_ids,
+            "input_mask": input_mask,
+            "segment_ids": tf.cast(batch["segment_ids"], tf.int32),
+            "masked": self._mask_tokens(input_ids, input_mask, seeds[:, 0], seeds[:, 1]),
+            "sample_seeds": seeds[:, 2],
+        }
+
+    def objective_from(
+        self, prepared: dict, totals: tuple[tf.Tensor, tf.Tensor], training: bool = False
+    ) -> dict[str, tf.Tensor]:
+        """Steps 2-4 on a prepared batch, or on a slice of one (a micro-batch).
+
+        ``totals`` are the whole global batch's counts of predicted and of real tokens
+        (:func:`loss_totals`); each loss is this slice's share of the mean over them,
+        so the shares of all slices and replicas add up to the one-device loss.
+        """
+        c = self.config
+        input_ids, input_mask = prepared["input_ids"], prepared["input_mask"]
+        masked = prepared["masked"]
 
         # 2. The generator (or, for the MLM baseline, the discriminator) predicts them.
-        tower_inputs = {"token_ids": masked.input_ids, "segment_ids": segment_ids,
-                        "padding_mask": input_mask}
+        tower_inputs = {
+            "token_ids": masked.input_ids,
+            "segment_ids": prepared["segment_ids"],
+            "padding_mask": input_mask,
+        }
         hidden = self._mlm_tower()(tower_inputs, training=training)
         mlm_logits = self.generator_head(hidden, masked.positions)
-        # Each replica's share of the global-batch loss: the sum over replicas is the
-        # mean over every predicted token of the global batch.
         mlm_loss = objective.mlm_loss(mlm_logits, masked.labels, masked.weights)
-        mlm_loss *= _replica_share(tf.reduce_sum(masked.weights))
+        mlm_loss *= _share(tf.reduce_sum(masked.weights), totals[0])
         predicted = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
         out = {
             "mlm_loss": mlm_loss,
@@ -199,16 +242,19 @@ class ElectraPretrainer(keras.Model):
             return out
 
         # 3. Sample replacements from the generator (no gradient through the sample).
-        sampled = self._sample_tokens(mlm_logits, masked.labels, seeds[:, 2])
+        sampled = self._sample_tokens(mlm_logits, masked.labels, prepared["sample_seeds"])
         fake_ids = objective.replace_tokens(input_ids, masked.positions, sampled, masked.weights)
         labels = objective.replaced_labels(fake_ids, input_ids, input_mask)
 
         # 4. The discriminator spots the replaced tokens.
-        disc_inputs = {"token_ids": fake_ids, "segment_ids": segment_ids,
-                       "padding_mask": input_mask}
+        disc_inputs = {
+            "token_ids": fake_ids,
+            "segment_ids": prepared["segment_ids"],
+            "padding_mask": input_mask,
+        }
         disc_logits = self.discriminator_head(self.discriminator(disc_inputs, training=training))
         disc_loss = objective.disc_loss(disc_logits, labels, input_mask)
-        disc_loss *= _replica_share(tf.reduce_sum(tf.cast(input_mask, tf.float32)))
+        disc_loss *= _share(tf.reduce_sum(tf.cast(input_mask, tf.float32)), totals[1])
 
         out.update(
             disc_loss=disc_loss,
@@ -237,10 +283,13 @@ class ElectraPretrainer(keras.Model):
             replicas = replica.num_replicas_in_sync
         base = tf.stack([tf.constant(self.seed or 0, tf.int32), step])
         every = tf.random.stateless_uniform(
-            [local_batch * replicas, count, 2], seed=base, minval=None, maxval=None,
+            [local_batch * replicas, count, 2],
+            seed=base,
+            minval=None,
+            maxval=None,
             dtype=tf.int32,
         )
-        return every[replica_id * local_batch:(replica_id + 1) * local_batch]
+        return every[replica_id * local_batch : (replica_id + 1) * local_batch]
 
     def _mask_tokens(self, input_ids, input_mask, choice_seeds, keep_seeds):
         """:func:`objective.mask_tokens` with each example's own seeds."""
@@ -250,19 +299,25 @@ class ElectraPretrainer(keras.Model):
         def one(args):
             ids, mask, s0, s1 = args
             m = objective.mask_tokens(
-                ids[tf.newaxis], mask[tf.newaxis],
+                ids[tf.newaxis],
+                mask[tf.newaxis],
                 special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
-                mask_token_id=c.mask_token_id, mask_prob=c.mask_prob,
-                mask_token_prob=c.mask_token_prob, max_predictions=max_predictions,
+                mask_token_id=c.mask_token_id,
+                mask_prob=c.mask_prob,
+                mask_token_prob=c.mask_token_prob,
+                max_predictions=max_predictions,
                 seeds=(s0, s1),
             )
             return tuple(t[0] for t in m)
 
         spec = tf.TensorSpec([max_predictions], tf.int32)
         out = tf.map_fn(
-            one, (input_ids, input_mask, choice_seeds, keep_seeds),
+            one,
+            (input_ids, input_mask, choice_seeds, keep_seeds),
             fn_output_signature=(
-                tf.TensorSpec(input_ids.shape[1:], tf.int32), spec, spec,
+                tf.TensorSpec(input_ids.shape[1:], tf.int32),
+                spec,
+                spec,
                 tf.TensorSpec([max_predictions], tf.float32),
             ),
         )
@@ -275,35 +330,148 @@ class ElectraPretrainer(keras.Model):
         def one(args):
             example_logits, example_labels, seed = args
             return objective.sample_tokens(
-                example_logits[tf.newaxis], example_labels[tf.newaxis], seed=seed,
-                temperature=c.temperature, disallow_correct=c.disallow_correct,
+                example_logits[tf.newaxis],
+                example_labels[tf.newaxis],
+                seed=seed,
+                temperature=c.temperature,
+                disallow_correct=c.disallow_correct,
             )[0]
 
         return tf.map_fn(
-            one, (tf.stop_gradient(logits), labels, seeds),
+            one,
+            (tf.stop_gradient(logits), labels, seeds),
             fn_output_signature=tf.TensorSpec(labels.shape[1:], tf.int32),
         )
 
+    # === Training step ===
+
+    def configure_step(
+        self, *, gradient_accumulation: int = 1, xla_gradients: bool = False
+    ) -> None:
+        """Options of the training step (call after or before ``compile``).
+
+        Args:
+            gradient_accumulation: split each batch into this many micro-batches
+                and sum their gradients before one optimizer update: the batch
+                (``batch_size``) stays the global batch, a micro-batch holds
+                ``batch_size / gradient_accumulation`` examples and the activations
+                of one micro-batch at a time are kept. Masks, samples and loss
+                normalization are the whole batch's, so the update equals one of
+                the whole batch (up to float rounding and dropout masks).
+            xla_gradients: compile the forward and backward pass (the loss and its
+                gradients) with XLA, as a ``tf.function(jit_compile=True)`` inside
+                the step; masking, the optimizer update and metrics run outside it,
+                so it also works under ``MirroredStrategy``, where compiling the
+                whole step (``compile(jit_compile=True)``) fails on the shared
+                variables. XLA's stateless random ops draw another stream than
+                TensorFlow's kernels, so samples and dropout differ from a step
+                without it (equally seeded and deterministic).
+        """
+        if gradient_accumulation < 1:
+            raise ValueError(f"gradient_accumulation must be >= 1, got {gradient_accumulation}.")
+        self.gradient_accumulation = int(gradient_accumulation)
+        self.xla_gradients = bool(xla_gradients)
+        self._compiled_gradients = (
+            tf.function(self._loss_and_gradients, jit_compile=True) if xla_gradients else None
+        )
+        self.train_function = None  # traced again with these options
+
     def train_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
-            out = self.compute_objective(batch, training=True)
-            loss = self.optimizer.scale_loss(out["loss"])
+        prepared = self.prepare_batch(batch)
+        totals = loss_totals(prepared)
+        steps = self.gradient_accumulation
+        compute = self._compiled_gradients or self._loss_and_gradients
         variables = self.trainable_variables
-        gradients = tape.gradient(loss, variables)
-        self.optimizer.apply(gradients, variables)
-        return self._update_metrics(out)
+        if steps == 1:
+            gradients, out = compute(prepared, totals)
+            self.optimizer.apply(self._clip_global_gradient(gradients), variables)
+            return self._update_metrics(out)
+
+        # Gradient accumulation: micro-batch 0 fixes which gradients exist (the
+        # loop carries only those), then a loop adds micro-batches 1..steps-1.
+        micro = _split(prepared, steps)
+        gradients, out = compute(_take(micro, 0), totals)
+        present = [i for i, g in enumerate(gradients) if g is not None]
+        sums = [tf.convert_to_tensor(gradients[i]) for i in present]
+        losses = {k: v for k, v in out.items() if k.endswith("loss")}
+        self._update_token_metrics(out)
+
+        def body(step, sums, losses):
+            gradients, out = compute(_take(micro, step), totals)
+            sums = [
+                s + tf.convert_to_tensor(gradients[i]) for s, i in zip(sums, present, strict=True)
+            ]
+            self._update_token_metrics(out)
+            return step + 1, sums, {k: v + out[k] for k, v in losses.items()}
+
+        _, sums, losses = tf.while_loop(
+            lambda step, *_: step < steps, body, (tf.constant(1), sums, losses)
+        )
+        gradients = [None] * len(variables)
+        for i, s in zip(present, sums, strict=True):
+            gradients[i] = s
+        self.optimizer.apply(self._clip_global_gradient(gradients), variables)
+        self._update_loss_metrics(losses)
+        return self._metric_results()
+
+    def _clip_global_gradient(self, gradients: list) -> list:
+        """Clip the replicas' summed, dense gradient, not each replica's share of it.
+
+        Keras optimizers apply ``global_clipnorm`` to each replica's gradient
+        before summing across replicas, and measure a sparse (embedding)
+        gradient by its rows, repeated tokens counted apart, so N replicas would
+        take a different step than one device. Here the gradient is made dense,
+        summed over the replicas, clipped to the optimizer's ``global_clipnorm``
+        (times the loss scale when the loss is scaled), and each replica gets an
+        equal 1/N share: the optimizer's own sum restores the clipped total, and
+        its own clipping leaves it unchanged.
+        """
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        clip = getattr(inner, "global_clipnorm", None)
+        if clip is None:
+            return gradients
+        replica = tf.distribute.get_replica_context()
+        replicas = replica.num_replicas_in_sync if replica is not None else 1
+        present = [i for i, g in enumerate(gradients) if g is not None]
+        total = [tf.convert_to_tensor(gradients[i]) for i in present]
+        if replicas > 1:
+            total = replica.all_reduce(tf.distribute.ReduceOp.SUM, total)
+        scale = getattr(self.optimizer, "dynamic_scale", None)
+        limit = clip * (tf.cast(scale, tf.float32) if scale is not None else 1.0)
+        clipped, _ = tf.clip_by_global_norm(total, limit)
+        shares = list(gradients)
+        for i, g in zip(present, clipped, strict=True):
+            shares[i] = g / replicas if replicas > 1 else g
+        return shares
+
+    def _loss_and_gradients(self, prepared: dict, totals: tuple) -> tuple[list, dict]:
+        """The objective on a prepared (micro-)batch and the gradients of its loss share."""
+        with tf.GradientTape() as tape:
+            out = self.objective_from(prepared, totals, training=True)
+            loss = self.optimizer.scale_loss(out["loss"])
+        return tape.gradient(loss, self.trainable_variables), out
 
     def test_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         return self._update_metrics(self.compute_objective(batch, training=False))
 
     def _update_metrics(self, out: dict) -> dict[str, tf.Tensor]:
+        self._update_loss_metrics(out)
+        self._update_token_metrics(out)
+        return self._metric_results()
+
+    def _update_loss_metrics(self, out: dict) -> None:
+        t = self._trackers
+        # The losses are this replica's shares; every replica records the global value.
+        for name in ("loss", "mlm_loss", "disc_loss"):
+            if name in out:
+                t[name].update_state(_global_sum(out[name]))
+
+    def _update_token_metrics(self, out: dict) -> None:
+        """Per-token metrics: their weighted sums add up across micro-batches exactly."""
         t = self._trackers
         weights = out["masked"].weights
-        # The losses are this replica's shares; every replica records the global value.
-        t["loss"].update_state(_global_sum(out["loss"]))
-        t["mlm_loss"].update_state(_global_sum(out["mlm_loss"]))
         t["mlm_accuracy"].update_state(out["mlm_correct"], sample_weight=weights)
         if self.generator is not None:
             mask = tf.reshape(out["input_mask"], [-1])
@@ -311,13 +479,14 @@ class ElectraPretrainer(keras.Model):
             probs = tf.sigmoid(tf.reshape(out["disc_logits"], [-1]))
             correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
             t["sampled_mlm_accuracy"].update_state(out["sampled_correct"], sample_weight=weights)
-            t["disc_loss"].update_state(_global_sum(out["disc_loss"]))
             t["disc_accuracy"].update_state(correct, sample_weight=mask)
             t["disc_precision"].update_state(labels, probs, sample_weight=mask)
             t["disc_recall"].update_state(labels, probs, sample_weight=mask)
             t["disc_auc"].update_state(labels, probs, sample_weight=mask)
             t["replaced_fraction"].update_state(labels, sample_weight=mask)
-        return {name: m.result() for name, m in t.items()}
+
+    def _metric_results(self) -> dict[str, tf.Tensor]:
+        return {name: m.result() for name, m in self._trackers.items()}
 
     # === Config ===
     def get_config(self):
@@ -338,15 +507,47 @@ def _global_sum(value: tf.Tensor) -> tf.Tensor:
     return replica.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
-def _replica_share(weight: tf.Tensor) -> tf.Tensor:
-    """This replica's fraction of the global batch's total loss ``weight``.
+def loss_totals(prepared: dict) -> tuple[tf.Tensor, tf.Tensor]:
+    """The global batch's number of predicted tokens and of real tokens.
 
-    Multiplying a replica's mean loss by it turns the mean over its own tokens into
-    its part of the mean over the global batch's tokens; summed over replicas (as
-    gradients are) that is exactly the one-device loss.
+    They normalize the MLM and discriminator losses; summed over the replicas in
+    sync, so every replica (and every micro-batch) divides by the same counts.
     """
-    weight = tf.stop_gradient(weight)
-    return weight / tf.maximum(_global_sum(weight), 1e-6)
+    predicted = tf.reduce_sum(prepared["masked"].weights)
+    real = tf.reduce_sum(tf.cast(prepared["input_mask"], tf.float32))
+    return _global_sum(predicted), _global_sum(real)
+
+
+def _share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
+    """This slice's fraction ``weight / total`` of the global batch's loss weight.
+
+    Multiplying a slice's mean loss by it turns the mean over its own tokens into
+    its part of the mean over the global batch's tokens; summed over replicas and
+    micro-batches (as gradients are) that is exactly the one-device, one-batch loss.
+    """
+    return tf.stop_gradient(weight) / tf.maximum(tf.stop_gradient(total), 1e-6)
+
+
+def _split(prepared: dict, parts: int) -> dict:
+    """Reshape each ``[batch, ...]`` tensor of a prepared batch to ``[parts, batch/parts, ...]``."""
+
+    def split(t):
+        batch = t.shape[0]
+        if batch is None:
+            return tf.reshape(t, tf.concat([[parts, -1], tf.shape(t)[1:]], 0))
+        if batch % parts:
+            raise ValueError(
+                f"A batch of {batch} examples (per replica) does not split into {parts} "
+                "equal micro-batches; choose a batch size divisible by the accumulation steps."
+            )
+        return tf.reshape(t, [parts, batch // parts, *t.shape[1:]])
+
+    return tf.nest.map_structure(split, prepared)
+
+
+def _take(micro: dict, index) -> dict:
+    """Micro-batch ``index`` of a :func:`_split` batch (static shapes kept)."""
+    return tf.nest.map_structure(lambda t: tf.gather(t, index), micro)
 
 
 def _backbone_inputs(batch: dict) -> dict:

@@ -16,10 +16,12 @@ checkpoint: same step, optimizer state, masking random stream and data position
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import keras
+import tensorflow as tf
 
 from keras_electra.config import TRAINING_DEFAULTS, ElectraConfig
 from keras_electra.data import (
@@ -36,9 +38,16 @@ from keras_electra.errors import ConfigError
 from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer
 from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
-from keras_electra.training.optimizer import create_optimizer
+from keras_electra.training.optimizer import OPTIMIZERS, create_optimizer
+from keras_electra.training.per_step import PerStepCallbacks
 from keras_electra.training.precision import dtype_policy, needs_loss_scaling
-from keras_electra.training.strategy import resolve_strategy
+from keras_electra.training.strategy import (
+    check_workers_agree,
+    is_chief,
+    is_multi_worker,
+    prepare_multi_worker_fit,
+    resolve_strategy,
+)
 
 
 @dataclass
@@ -58,9 +67,22 @@ class RunSettings:
     checkpoint_every: int = 500
     precision: str = "float32"
     strategy: str = "auto"
+    optimizer: str = "adamw"
+    xla: bool = False
+    steps_per_execution: int = 1
+    grad_accumulation: int = 1
 
     # Settings that fix the data order and the model: a resumed run must keep them.
-    FIXED = ("preset", "objective", "batch_size", "max_seq_length", "seed", "precision")
+    # (The optimizer too: the checkpoint holds its state.)
+    FIXED = (
+        "preset",
+        "objective",
+        "batch_size",
+        "max_seq_length",
+        "seed",
+        "precision",
+        "optimizer",
+    )
 
 
 @dataclass
@@ -98,6 +120,10 @@ def pretrain(
     precision: str = "float32",
     strategy: str = "auto",
     init: str | Path | None = None,
+    optimizer: str = "adamw",
+    xla: bool = False,
+    steps_per_execution: int = 1,
+    grad_accumulation: int = 1,
 ) -> RunResult:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
 
@@ -123,6 +149,21 @@ def pretrain(
             dynamic loss scaling); checkpoints hold float32 variables either way.
         strategy: ``auto``, ``tpu``, ``mirrored``, ``multi_worker`` or
             ``one_device``; ``batch_size`` is the global batch, split across replicas.
+            With ``multi_worker`` (``TF_CONFIG`` on every worker) every worker calls
+            this with the same arguments and ``output_dir`` on storage they share;
+            only the chief writes the run directory, and a restarted cluster
+            resumes from the chief's latest checkpoint.
+        optimizer: ``adamw`` or ``lamb`` (for very large batches); same schedule,
+            clipping and weight-decay exclusions.
+        xla: compile each step's forward and backward pass with XLA (the
+            optimizer update stays outside, so this works with every strategy).
+            Under XLA the seeded random ops draw another (equally deterministic)
+            stream, so samples and dropout differ from a run without it.
+        steps_per_execution: training steps per call of the compiled train
+            function; must divide ``log_every`` and ``steps``.
+        grad_accumulation: split each batch of ``batch_size`` into this many
+            micro-batches and sum their gradients into one update (same result,
+            less memory); must divide the per-replica batch.
         init: start from the weights, config and vocabulary of this directory (a
             run, or one written by ``keras-electra convert``) instead of random
             weights; the optimizer, step and data order start fresh.
@@ -131,13 +172,16 @@ def pretrain(
         A :class:`RunResult` with the trained model and the metrics history.
 
     Example:
-        >>> result = pretrain(["data/sample/shakespeare.txt"], "runs/demo", steps=200)  # doctest: +SKIP
+        >>> result = pretrain(["data/sample/shakespeare.txt"], "runs/demo",
+        ...                   steps=200)  # doctest: +SKIP
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
     """
     run_dir = Path(output_dir)
     preset = preset or _init_preset(init) or "tiny"
     if objective not in OBJECTIVES:
-        raise ConfigError(f"Unknown objective '{objective}'; choose one of: {', '.join(OBJECTIVES)}.")
+        raise ConfigError(
+            f"Unknown objective '{objective}'; choose one of: {', '.join(OBJECTIVES)}."
+        )
     if preset not in TRAINING_DEFAULTS:
         raise ConfigError(
             f"Unknown preset '{preset}'; choose one of: {', '.join(sorted(TRAINING_DEFAULTS))}."
@@ -158,38 +202,62 @@ def pretrain(
         log_every=max(1, min(log_every, steps or defaults["steps"])),
         precision=precision,
         strategy=strategy,
+        optimizer=optimizer,
+        xla=bool(xla),
+        steps_per_execution=steps_per_execution,
+        grad_accumulation=grad_accumulation,
     )
     settings.checkpoint_every = _round_up(
         checkpoint_every or max(settings.log_every, 500), settings.log_every
     )
     _check_positive(settings)
     _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
+    _check_speed_options(settings, distribution.num_replicas_in_sync)
 
-    resuming = (run_dir / "config.json").exists()
+    # Only the chief writes the run directory. The other workers read the chief's
+    # files once it has checkpointed (before that they may be half-written) and
+    # otherwise derive the same vocabulary and config from the same arguments.
+    chief = is_chief(distribution)
+    if chief:
+        resuming = (run_dir / "config.json").exists()
+    else:
+        resuming = tf.train.latest_checkpoint(str(run_dir / "checkpoints")) is not None
     if resuming:
         config, tokens = _load_run(run_dir, settings)
     elif init is not None:
         config, tokens = _init_source(init, settings)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_vocab(tokens, run_dir / "vocab.txt")
-        config.save(run_dir / "config.json")
+        if chief:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_vocab(tokens, run_dir / "vocab.txt")
+            config.save(run_dir / "config.json")
     else:
         tokens = _vocabulary(settings, vocab, vocab_size or _preset_vocab_size(preset), lowercase)
         config = _model_config(preset, tokens, lowercase, settings, config_overrides or {})
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_vocab(tokens, run_dir / "vocab.txt")
-        config.save(run_dir / "config.json")
-    _write_json(run_dir / "run.json", asdict(settings))
+        if chief:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_vocab(tokens, run_dir / "vocab.txt")
+            config.save(run_dir / "config.json")
+    if chief:
+        _write_json(run_dir / "run.json", asdict(settings))
 
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
     keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
     with distribution.scope():
         model, optimizer = _build_model(config, settings, policy)
-    checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer)
+    checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer, chief=chief)
     start = checkpoints.restore_latest()
     if init is not None and start == 0:
         _load_init_weights(model, Path(init))
-    truncate_metrics_log(run_dir / "metrics.jsonl", start)
+    if is_multi_worker(distribution):
+        prepare_multi_worker_fit(model)
+        check_workers_agree(
+            distribution,
+            step=start,
+            vocabulary=zlib.crc32("\n".join(tokens).encode("utf-8")),
+            parameters=model.count_params(),
+        )
+    if chief:
+        truncate_metrics_log(run_dir / "metrics.jsonl", start)
 
     dataset = load_pretraining_data(
         settings.corpus,
@@ -198,16 +266,24 @@ def pretrain(
         max_seq_length=settings.max_seq_length,
         seed=settings.seed,
     ).skip(start)
+    # Every worker reads the same batches and keeps its replicas' rows of each one,
+    # so N workers see exactly the global batches one device would.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = dataset.with_options(options)
 
     logger = MetricsLogger(
-        run_dir / "metrics.jsonl",
-        run_dir / "logs",
+        run_dir / "metrics.jsonl" if chief else None,
+        run_dir / "logs" if chief else None,
         tokens_per_step=settings.batch_size * settings.max_seq_length,
         total_steps=settings.steps,
         initial_step=start,
-        progress=progress,
+        progress=progress and chief,
     )
     saver = CheckpointEvery(checkpoints, settings.checkpoint_every, settings.steps, start)
+    callbacks = [logger, saver]
+    if settings.steps_per_execution > 1:  # Keras calls batch hooks once per execution
+        callbacks = [PerStepCallbacks(callbacks)]
     # Each epoch of fit is one logging window, so metrics reset every window.
     windows_done, windows = start // settings.log_every, settings.steps // settings.log_every
     if windows_done < windows:
@@ -216,7 +292,7 @@ def pretrain(
             epochs=windows,
             initial_epoch=windows_done,
             steps_per_epoch=settings.log_every,
-            callbacks=[logger, saver],
+            callbacks=callbacks,
             shuffle=False,  # the pipeline shuffles, deterministically per seed
             verbose=0,
         )
@@ -225,8 +301,14 @@ def pretrain(
     remainder = settings.steps - max(start, windows * settings.log_every)
     if remainder > 0:
         consumed = max(0, windows * settings.log_every - start)
-        model.fit(dataset.skip(consumed), epochs=1, steps_per_epoch=remainder,
-                  callbacks=[logger, saver], shuffle=False, verbose=0)
+        model.fit(
+            dataset.skip(consumed),
+            epochs=1,
+            steps_per_epoch=remainder,
+            callbacks=callbacks,
+            shuffle=False,
+            verbose=0,
+        )
     logger.close()
     return RunResult(run_dir, settings.steps, logger.history, model, tokenizer)
 
@@ -267,10 +349,34 @@ def _build_model(config: ElectraConfig, settings: RunSettings, policy: keras.DTy
         total_steps=settings.steps,
         warmup_steps=settings.warmup_steps,
         loss_scale=needs_loss_scaling(settings.precision),
+        optimizer=settings.optimizer,
     )
-    model.compile(optimizer=optimizer, jit_compile=False)
+    model.compile(
+        optimizer=optimizer, jit_compile=False, steps_per_execution=settings.steps_per_execution
+    )
+    model.configure_step(
+        gradient_accumulation=settings.grad_accumulation, xla_gradients=settings.xla
+    )
     optimizer.build(model.trainable_variables)
     return model, optimizer
+
+
+def _check_speed_options(settings: RunSettings, replicas: int) -> None:
+    if settings.optimizer not in OPTIMIZERS:
+        raise ConfigError(
+            f"Unknown optimizer '{settings.optimizer}'; choose one of: {', '.join(OPTIMIZERS)}."
+        )
+    spe, k = settings.steps_per_execution, settings.grad_accumulation
+    if spe < 1 or settings.log_every % spe or settings.steps % spe:
+        raise ConfigError(
+            f"--steps-per-execution {spe} must be a positive divisor of --log-every "
+            f"{settings.log_every} and --steps {settings.steps}."
+        )
+    if k < 1 or (settings.batch_size // replicas) % k:
+        raise ConfigError(
+            f"--grad-accumulation {k} must be a positive divisor of the batch per replica "
+            f"({settings.batch_size // replicas})."
+        )
 
 
 def _check_divisible(batch_size: int, replicas: int) -> None:

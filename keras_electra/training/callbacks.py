@@ -43,7 +43,8 @@ class MetricsLogger(keras.callbacks.Callback):
     clear error instead of training on NaN.
 
     Args:
-        path: the ``metrics.jsonl`` file (appended to).
+        path: the ``metrics.jsonl`` file (appended to), or None to keep the
+            history in memory only (a non-chief worker).
         tensorboard_dir: TensorBoard log directory, or None.
         tokens_per_step: batch size x sequence length.
         total_steps: the run's final step, for the progress bar.
@@ -53,7 +54,7 @@ class MetricsLogger(keras.callbacks.Callback):
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | None,
         tensorboard_dir: str | Path | None,
         tokens_per_step: int,
         total_steps: int,
@@ -61,15 +62,21 @@ class MetricsLogger(keras.callbacks.Callback):
         progress: bool = True,
     ):
         super().__init__()
-        self.path = Path(path)
+        self.path = Path(path) if path is not None else None
         self.tokens_per_step = tokens_per_step
-        self.writer = tf.summary.create_file_writer(str(tensorboard_dir)) if tensorboard_dir else None
+        self.writer = None
+        if tensorboard_dir:
+            self.writer = tf.summary.create_file_writer(str(tensorboard_dir))
         self.step = initial_step
         self.history: list[dict] = []
         interactive = sys.stderr.isatty()
         self._bar = tqdm(
-            total=total_steps, initial=initial_step, desc="pretrain", unit="step",
-            disable=not progress, dynamic_ncols=True,
+            total=total_steps,
+            initial=initial_step,
+            desc="pretrain",
+            unit="step",
+            disable=not progress,
+            dynamic_ncols=True,
             mininterval=0.1 if interactive else 30.0,  # logs get a line every 30 s, not every step
         )
 
@@ -92,10 +99,11 @@ class MetricsLogger(keras.callbacks.Callback):
                 f"Training diverged at step {self.step} (loss is {record['loss']}); "
                 "lower --learning-rate or resume from the last checkpoint."
             )
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         if self.writer is not None:
             with self.writer.as_default():
                 for name, value in record.items():

@@ -4,10 +4,18 @@ TensorFlow checkpoints are written as ``ckpt-STEP.index`` / ``.data-*`` files
 first; only then is the small ``checkpoint`` state file replaced (write to a
 temporary name, then rename). A run killed while saving therefore still points
 at its previous complete checkpoint.
+
+With several workers every worker saves (saving may read variables through
+collective ops), but only the chief writes to the run directory; the others
+write to a temporary directory that is deleted at once. Every worker restores
+from the chief's checkpoints, so the run directory must be on storage that all
+workers share.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import keras
@@ -74,9 +82,18 @@ class RunCheckpoints:
         optimizer: the optimizer (its variables include the step counter), or None
             to read or write the model alone.
         max_to_keep: how many recent checkpoints to keep.
+        chief: False on a non-chief worker of a multi-worker cluster: it reads
+            ``directory`` but saves to a throwaway temporary directory.
     """
 
-    def __init__(self, directory: str | Path, model: keras.Model, optimizer, max_to_keep: int = 3):
+    def __init__(
+        self,
+        directory: str | Path,
+        model: keras.Model,
+        optimizer,
+        max_to_keep: int = 3,
+        chief: bool = True,
+    ):
         self.directory = Path(directory)
         self.model_variables = VariablesByPath(model.variables)
         tracked = {"model": self.model_variables}
@@ -87,6 +104,7 @@ class RunCheckpoints:
             self.checkpoint, str(self.directory), max_to_keep=max_to_keep
         )
         self.optimizer = optimizer
+        self.chief = chief
 
     @property
     def latest(self) -> str | None:
@@ -119,4 +137,12 @@ class RunCheckpoints:
         return int(path.rsplit("-", 1)[-1])
 
     def save(self, step: int) -> str:
-        return self.manager.save(checkpoint_number=step)
+        """Write checkpoint ``step``; return its path (a deleted one on a non-chief worker)."""
+        if self.chief:
+            return self.manager.save(checkpoint_number=step)
+        scratch = tempfile.mkdtemp(prefix="keras-electra-worker-")
+        try:
+            manager = tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1)
+            return manager.save(checkpoint_number=step)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_electra.errors import ConfigError
+from keras_electra.training.lamb import Lamb
+
+OPTIMIZERS = ("adamw", "lamb")
+
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -34,7 +39,11 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         return ops.where(step < self.warmup_steps, warm, decayed)
 
     def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+        return {
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+        }
 
 
 # Keras' default initial loss scale (2**15) overflows float16 gradients for the first
@@ -86,11 +95,15 @@ def create_optimizer(
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
     loss_scale: bool = False,
+    optimizer: str = "adamw",
 ) -> keras.optimizers.Optimizer:
-    """AdamW (beta1 0.9, beta2 0.999, eps 1e-6) as ELECTRA pretrains with.
+    """AdamW (beta1 0.9, beta2 0.999, eps 1e-6) as ELECTRA pretrains with, or LAMB.
 
     Weight decay skips LayerNorm parameters and biases; gradients are clipped
-    to a global norm of ``clip_norm``.
+    to a global norm of ``clip_norm``. ``optimizer="lamb"`` takes the same
+    moments, schedule, decay exclusions and clipping, and scales each
+    variable's step by its trust ratio (:class:`~keras_electra.training.lamb.Lamb`),
+    for very large batches.
 
     Args:
         model: the built model whose variables are optimized.
@@ -102,11 +115,18 @@ def create_optimizer(
         loss_scale: wrap in a dynamic ``LossScaleOptimizer`` (for float16): the
             model's ``train_step`` scales the loss, ``apply`` unscales the
             gradients and skips a step whose gradients overflowed.
+        optimizer: ``adamw`` or ``lamb``.
+
+    Raises:
+        ConfigError: for an unknown ``optimizer``.
     """
-    optimizer = keras.optimizers.AdamW(
-        **adamw_arguments(learning_rate, total_steps, warmup_steps, weight_decay, clip_norm)
-    )
-    optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(
+            f"Unknown optimizer '{optimizer}'; choose one of: {', '.join(OPTIMIZERS)}."
+        )
+    arguments = adamw_arguments(learning_rate, total_steps, warmup_steps, weight_decay, clip_norm)
+    created = Lamb(**arguments) if optimizer == "lamb" else keras.optimizers.AdamW(**arguments)
+    created.exclude_from_weight_decay(var_list=no_decay_variables(model))
     if loss_scale:
-        return keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=INITIAL_LOSS_SCALE)
-    return optimizer
+        return keras.optimizers.LossScaleOptimizer(created, initial_scale=INITIAL_LOSS_SCALE)
+    return created

@@ -104,3 +104,91 @@ def _tf_config_has_workers() -> bool:
 def _first_device() -> str:
     gpus = tf.config.list_logical_devices("GPU")
     return gpus[0].name if gpus else "/cpu:0"
+
+
+# === Several workers ===
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run's files and real checkpoints.
+
+    True except on the non-chief workers of a multi-worker cluster (with
+    ``TF_CONFIG``, the ``chief`` task or else worker 0 is the chief).
+    """
+    return bool(strategy.extended.should_checkpoint)
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """Whether ``strategy`` spans several worker processes."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return False
+    spec = resolver.cluster_spec().as_dict()
+    return sum(len(spec.get(job, ())) for job in ("chief", "worker")) > 1
+
+
+def check_workers_agree(strategy: tf.distribute.Strategy, **values: int) -> None:
+    """Fail clearly when the workers of a cluster start from different states.
+
+    Every worker must build the same model and resume from the same step, or the
+    collective ops would pair up different tensors (or hang). Each value is
+    gathered from every replica and compared; on one worker this does nothing.
+
+    Args:
+        strategy: the run's strategy.
+        **values: integers every worker must agree on (e.g. ``step=1200``).
+
+    Raises:
+        ConfigError: naming the first value on which the workers differ.
+    """
+    if not is_multi_worker(strategy):
+        return
+    names = sorted(values)
+    local = tf.constant([float(values[n]) for n in names], tf.float64)
+
+    @tf.function
+    def gather():
+        def every_replica():
+            return tf.distribute.get_replica_context().all_gather(local[tf.newaxis], axis=0)
+
+        return strategy.run(every_replica)
+
+    gathered = strategy.experimental_local_results(gather())[0].numpy()
+    for name, lo, hi in zip(names, gathered.min(axis=0), gathered.max(axis=0), strict=True):
+        if lo != hi:
+            raise ConfigError(
+                f"The workers disagree on the run's {name} ({lo:.0f} on one, {hi:.0f} on "
+                "another); start every worker with the same arguments and put the run "
+                "directory on storage they all share."
+            )
+
+
+def prepare_multi_worker_fit(model) -> None:
+    """Work around two Keras 3 ``fit`` failures under ``MultiWorkerMirroredStrategy``.
+
+    - ``fit`` first reduces one input batch across replicas to build the model
+      symbolically, and the multi-worker strategy cannot reduce a dict of tensors
+      (keras-team/keras#20329). A model and optimizer built beforehand need no
+      symbolic build, so it is skipped for them.
+    - ``fit`` averages each step's logs over the replicas with
+      ``reduce(MEAN, axis=0)``, which fails on scalars (keras-team/keras#20585);
+      the logs are given that axis. At each epoch's end ``fit`` reads the
+      metrics over all replicas anyway, so callbacks see the same values as on
+      one device.
+
+    Args:
+        model: a compiled model whose variables and optimizer are built.
+    """
+    keras_build = model._maybe_symbolic_build
+    keras_step = model.train_step
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if model.built and (model.optimizer is None or model.optimizer.built):
+            return None
+        return keras_build(iterator=iterator, data_batch=data_batch)
+
+    def train_step(data):
+        return {name: tf.reshape(value, [1]) for name, value in keras_step(data).items()}
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+    model.train_step = train_step

@@ -1,0 +1,72 @@
+"""Per-step batch hooks for callbacks when ``fit`` runs several steps per execution."""
+
+from __future__ import annotations
+
+import keras
+
+
+class PerStepCallbacks(keras.callbacks.Callback):
+    """Calls the wrapped callbacks' ``on_train_batch_end`` once per training step.
+
+    With ``compile(steps_per_execution=N)`` Keras runs N steps per call of the train
+    function and calls the batch hooks once per call, with the index of its last
+    step. Callbacks that count steps by their calls (``MetricsLogger``,
+    ``CheckpointEvery``) are wrapped in this, which replays the missing calls
+    (each with the execution's logs) so they see every step. Other hooks pass
+    through unchanged.
+
+    Args:
+        callbacks: the callbacks to wrap.
+
+    Example:
+        >>> counter = type("Count", (keras.callbacks.Callback,), {
+        ...     "n": 0, "on_train_batch_end": lambda self, b, logs=None: setattr(
+        ...         self, "n", self.n + 1)})()
+        >>> hooks = PerStepCallbacks([counter])
+        >>> hooks.on_epoch_begin(0)
+        >>> hooks.on_train_batch_end(3)  # one execution of 4 steps
+        >>> counter.n
+        4
+    """
+
+    def __init__(self, callbacks: list[keras.callbacks.Callback]):
+        super().__init__()
+        self.callbacks = list(callbacks)
+        self._next_step = 0
+
+    def set_model(self, model):
+        super().set_model(model)
+        for callback in self.callbacks:
+            callback.set_model(model)
+
+    def set_params(self, params):
+        super().set_params(params)
+        for callback in self.callbacks:
+            callback.set_params(params)
+
+    def on_train_begin(self, logs=None):
+        for callback in self.callbacks:
+            callback.on_train_begin(logs)
+
+    def on_train_end(self, logs=None):
+        for callback in self.callbacks:
+            callback.on_train_end(logs)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._next_step = 0
+        for callback in self.callbacks:
+            callback.on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        for callback in self.callbacks:
+            callback.on_epoch_end(epoch, logs)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        for callback in self.callbacks:
+            callback.on_train_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        for step in range(self._next_step, batch + 1):
+            for callback in self.callbacks:
+                callback.on_train_batch_end(step, logs)
+        self._next_step = batch + 1

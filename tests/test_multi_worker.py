@@ -1,0 +1,252 @@
+"""Multi-worker training: two worker processes on 127.0.0.1 with MultiWorkerMirroredStrategy.
+
+Each worker is a fresh ``python`` process with its own ``TF_CONFIG`` (the
+launch the README documents); both share one run directory, as workers share a
+bucket or network filesystem. Collectives run over gRPC with the RING
+implementation, which works on CPU. Every wait has a timeout, so a hung
+collective fails the test instead of blocking CI.
+"""
+
+import collections
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+TIMEOUT = 180  # seconds per cluster launch; a healthy one takes well under a minute
+
+WORKER = r"""
+import json, os, signal, sys
+import numpy as np
+from keras_electra.pretraining import run
+
+args = json.loads(sys.argv[1])
+kill_at = args.pop("kill_at", None)
+if kill_at is not None:
+    class Dying(run.CheckpointEvery):
+        # SIGKILL this worker right after step `kill_at`: no cleanup, like a lost machine.
+        def on_train_batch_end(self, batch, logs=None):
+            super().on_train_batch_end(batch, logs)
+            if self.step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+    run.CheckpointEvery = Dying
+weights = args.pop("weights")
+result = run.pretrain(**args)
+np.savez(weights, **{v.path: np.asarray(v.numpy()) for v in result.model.weights})
+print(json.dumps({"history": result.history, "step": result.step}))
+"""
+
+
+# === Helpers ===
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _start_cluster(worker_args: list[dict], logs) -> list[subprocess.Popen]:
+    """One process per worker, each with TF_CONFIG naming the cluster and its own index."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(len(worker_args))]}
+    processes = []
+    for index, args in enumerate(worker_args):
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps(tf_config),
+            TF_CPP_MIN_LOG_LEVEL="3",
+            KERAS_BACKEND="tensorflow",
+        )
+        log = open(logs / f"worker-{index}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, json.dumps(args)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        )
+        log.close()
+    return processes
+
+
+def _finish(processes: list[subprocess.Popen], logs, timeout: float = TIMEOUT) -> list[dict]:
+    """Wait for every worker to succeed; kill them all on failure or timeout."""
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for index, process in enumerate(processes):
+            out, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert process.returncode == 0, f"worker {index} failed:\n{_log_tails(logs)}"
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        _kill(processes)
+    return results
+
+
+def _kill(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def _log_tails(logs) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(logs.iterdir()))
+
+
+def _max_difference(first: str, second: str) -> float:
+    a, b = np.load(first), np.load(second)
+    assert sorted(a.files) == sorted(b.files)
+    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a.files)
+
+
+def _metrics(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in record.items() if k != "tokens_per_sec"} for record in history]
+
+
+def _latest_checkpoint_step(checkpoints) -> int:
+    state = (checkpoints / "checkpoint").read_text()
+    return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state, re.M).group(1))
+
+
+# === Fixtures ===
+
+
+@pytest.fixture(scope="module")
+def corpus_and_vocab(small_corpus, tmp_path_factory):
+    """1000 lines of the sample corpus and a small hand-made WordPiece vocabulary for it."""
+    lines = small_corpus.read_text(encoding="utf-8").splitlines()[:1000]
+    root = tmp_path_factory.mktemp("multi_worker")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    words = re.findall(r"\w+|[^\w\s]", " ".join(lines).lower())
+    chars = sorted({c for w in words for c in w})
+    common = [w for w, _ in collections.Counter(words).most_common(300) if len(w) > 1]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars)]
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(tokens + common) + "\n", encoding="utf-8")
+    return str(corpus), str(vocab)
+
+
+def _run_args(corpus: str, output: str, **changes) -> dict:
+    args = dict(
+        corpus=[corpus],
+        output_dir=output,
+        strategy="multi_worker",
+        steps=4,
+        log_every=2,
+        batch_size=8,
+        max_seq_length=32,
+        learning_rate=1e-3,
+        warmup_steps=0,
+        progress=False,
+        config_overrides={"num_layers": 1, "dropout": 0.0},
+    )
+    args.update(changes)
+    return args
+
+
+# === Tests ===
+
+
+def test_two_workers_train_as_one_device_and_end_with_identical_weights(corpus_and_vocab, tmp_path):
+    corpus, vocab = corpus_and_vocab
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = tmp_path / "run"
+    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=2)
+    workers = _start_cluster(
+        [dict(args, weights=str(tmp_path / f"w{i}.npz")) for i in range(2)], logs
+    )
+    try:
+        # The same run on one device, in this process, while the workers train.
+        # ELECTRA's AdamW clips the global gradient norm at 1.0; the pretrainer clips
+        # the workers' summed gradient, so the step is one device's.
+        from keras_electra.pretraining import run
+
+        single = run.pretrain(
+            **dict(args, output_dir=str(tmp_path / "single"), strategy="one_device")
+        )
+        np.savez(
+            tmp_path / "single.npz", **{v.path: np.asarray(v.numpy()) for v in single.model.weights}
+        )
+    finally:
+        results = _finish(workers, logs)
+
+    assert [r["step"] for r in results] == [2, 2]
+    assert _max_difference(tmp_path / "w0.npz", tmp_path / "w1.npz") == 0.0
+    # Same global batches, masks and loss normalization as one device: only float
+    # summation order differs.
+    assert _max_difference(tmp_path / "w0.npz", tmp_path / "single.npz") < 1e-5
+    for name in ("loss", "mlm_loss", "disc_loss", "disc_accuracy", "replaced_fraction"):
+        assert results[0]["history"][-1][name] == pytest.approx(
+            single.history[-1][name], rel=1e-5, abs=1e-6
+        ), name
+    assert _metrics(results[1]["history"]) == _metrics(results[0]["history"])
+    # Only the chief wrote the run directory; the other worker's checkpoints went to a
+    # temporary directory that is gone.
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints",
+        "config.json",
+        "logs",
+        "metrics.jsonl",
+        "run.json",
+        "vocab.txt",
+    ]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "checkpoint",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+    ]
+    assert [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")] == [2]
+
+
+def test_a_killed_worker_restarted_with_its_cluster_resumes_from_the_last_backup(
+    corpus_and_vocab, tmp_path
+):
+    corpus, vocab = corpus_and_vocab
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = tmp_path / "run"
+    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=12, checkpoint_every=4)
+    weights = [str(tmp_path / f"w{i}.npz") for i in range(2)]
+
+    # Worker 1 dies (SIGKILL) after step 7; the chief has backed up step 4 and cannot
+    # pass step 8 without it. A cluster manager then restarts the whole job.
+    workers = _start_cluster(
+        [dict(args, weights=weights[0]), dict(args, weights=weights[1], kill_at=7)], logs
+    )
+    try:
+        workers[1].wait(timeout=TIMEOUT)
+        assert workers[1].returncode == -signal.SIGKILL, _log_tails(logs)
+    finally:
+        _kill(workers)
+    assert _latest_checkpoint_step(run_dir / "checkpoints") == 4
+
+    results = _finish(_start_cluster([dict(args, weights=w) for w in weights], logs), logs)
+
+    for result in results:
+        # Resumed at step 4, not 0: the first window of the restarted job ends at step 6.
+        assert [r["step"] for r in result["history"]] == [6, 8, 10, 12]
+        assert result["step"] == 12
+    assert _max_difference(*weights) == 0.0
+    assert _latest_checkpoint_step(run_dir / "checkpoints") == 12
+    # The lines the chief logged after its backup (step 6) were replaced on resume.
+    steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
+    assert steps == [2, 4, 6, 8, 10, 12]
