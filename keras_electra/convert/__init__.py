@@ -86,11 +86,7 @@ def convert(source: str | Path, output: str | Path, source_format: str, **option
     Returns:
         The directory and what the conversion reported (also in ``convert.json``).
     """
-    converted = read(source, source_format, **options)
-    path = write_init_dir(converted, output)
-    import json
-
-    notes = json.loads((path / CONVERT_FILE).read_text(encoding="utf-8"))["notes"]
+    path, notes = write_init_dir(read(source, source_format, **options), output)
     return ConvertResult(path, notes)
 
 

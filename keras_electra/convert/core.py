@@ -137,8 +137,12 @@ def read_model(model) -> dict[str, np.ndarray]:
     }
 
 
-def write_init_dir(converted: Converted, output: str | Path) -> Path:
-    """Write ``converted`` as an init directory (see the module docstring)."""
+def write_init_dir(converted: Converted, output: str | Path) -> tuple[Path, list[str]]:
+    """Write ``converted`` as an init directory (see the module docstring).
+
+    Returns:
+        The directory and the conversion's notes (also written to ``convert.json``).
+    """
     from keras_electra.data import save_vocab
     from keras_electra.finetuning.settings import infer_preset
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
@@ -168,7 +172,7 @@ def write_init_dir(converted: Converted, output: str | Path) -> Path:
         "notes": notes,
     }
     (output / CONVERT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return output
+    return output, notes
 
 
 def special_token_ids(tokens: list[str], source: str) -> dict[str, int]:
