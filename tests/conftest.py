@@ -64,3 +64,18 @@ def marker_squad(words: list[str], n: int, seed: int, max_words: int = 14) -> di
             qa["is_impossible"] = True
         data.append({"paragraphs": [{"context": " ".join(context), "qas": [qa]}]})
     return {"version": "v2.0", "data": data}
+
+
+# The metric names the core issue specifies, spelled out once for the tests.
+METRICS = {
+    "loss",
+    "mlm_loss",
+    "mlm_accuracy",
+    "sampled_mlm_accuracy",
+    "disc_loss",
+    "disc_accuracy",
+    "disc_precision",
+    "disc_recall",
+    "disc_auc",
+    "replaced_fraction",
+}

@@ -10,23 +10,12 @@ import time
 
 import numpy as np
 import pytest
+from conftest import METRICS
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.run import load_run, pretrain
 
-METRICS = {
-    "loss",
-    "mlm_loss",
-    "mlm_accuracy",
-    "sampled_mlm_accuracy",
-    "disc_loss",
-    "disc_accuracy",
-    "disc_precision",
-    "disc_recall",
-    "disc_auc",
-    "replaced_fraction",
-}
 FAST = dict(batch_size=8, max_seq_length=32, vocab_size=2000, progress=False)
 
 
