@@ -45,6 +45,12 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         help="text files, directories of *.txt, or TFRecord files",
     )
     p.add_argument("--output", required=True, metavar="RUN_DIR", help="run directory")
+    p.add_argument(
+        "--validation",
+        nargs="+",
+        metavar="PATH",
+        help="held-back text for the run-health probe (default: a batch of the corpus)",
+    )
     p.add_argument("--objective", default="electra", choices=("electra", "mlm"))
     p.add_argument("--steps", type=int, help="total training steps (default: per preset)")
     p.add_argument("--batch-size", type=int, help="sequences per step (default: per preset)")
@@ -133,11 +139,14 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         xla=args.xla,
         steps_per_execution=args.steps_per_execution,
         grad_accumulation=args.grad_accumulation,
+        validation=args.validation,
     )
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")
     if metrics:
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k != "step")
+        shown = ", ".join(
+            f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float | int) and k != "step"
+        )
         print(f"Last window: {shown}")
     if args.sample and args.objective == "electra":
         print("\nDiscriminator: probability that each token was replaced")
@@ -449,6 +458,34 @@ def _run_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="draw a run's metrics and health into report.png / report.html",
+        description="Plot a pretraining run's (or fine-tuning directory's) metrics.jsonl over "
+        "steps: losses, generator accuracy, detector AUC/precision/recall, the run-health "
+        "probes, gradient norms, learning rate and throughput. Writes report.png, report.html "
+        "and report.json into RUN_DIR (or --output) and prints the last window and any "
+        "collapse warnings. Works on a run that is still going.",
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="a pretraining run or fine-tuning directory")
+    p.add_argument(
+        "--compare", nargs="+", default=[], metavar="RUN_DIR", help="more runs to overlay"
+    )
+    p.add_argument("--output", metavar="DIR", help="where to write the report (default: RUN_DIR)")
+    p.set_defaults(func=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from keras_electra.report import report_text, write_report
+
+    summary = write_report([args.run, *args.compare], args.output)
+    print(report_text(summary))
+    out = args.output or args.run
+    print(f"Wrote {out}/report.png, report.html and report.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-electra",
@@ -462,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_finetune(sub)
     _add_predict(sub)
     _add_convert(sub)
+    _add_report(sub)
     return parser
 
 

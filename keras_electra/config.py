@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,15 @@ class ElectraConfig:
             num_heads=max(1, hidden // 64),
             intermediate_size=4 * hidden,
         )
+
+    def replaced_prior_logit(self) -> float:
+        """The logit of the replaced fraction expected at the start of training.
+
+        An untrained generator almost never samples the original token, so about
+        ``mask_prob`` of the ordinary tokens are replaced: the discriminator's
+        output bias starts at ``log(p / (1 - p))`` for that ``p``.
+        """
+        return math.log(self.mask_prob / (1.0 - self.mask_prob))
 
     def max_predictions(self, seq_length: int) -> int:
         """How many positions per sequence the masking step may select."""

@@ -79,3 +79,26 @@ METRICS = {
     "disc_auc",
     "replaced_fraction",
 }
+# The training step also reports the global gradient norm before clipping, and per part.
+GRADIENT_NORMS = {
+    "grad_norm",
+    "grad_norm_generator",
+    "grad_norm_discriminator",
+    "grad_norm_embeddings",
+    "grad_norm_heads",
+}
+# The run-health probe's metrics (pretraining/health.py) for a one-layer discriminator.
+HEALTH = {
+    "disc_cosine_0",
+    "disc_cosine_1",
+    "disc_effective_rank",
+    "embedding_cosine",
+    "context_auc",
+    "rarity_auc",
+    "probe_logit_std",
+    "probe_mean_prob",
+    "probe_replaced_fraction",
+    "probe_identity_r2",
+}
+# What every metrics.jsonl line holds beside the model's metrics.
+WINDOW = {"step", "tokens_per_sec", "learning_rate", "health_seconds", "window_seconds"}

@@ -414,3 +414,15 @@ def test_empty_text_is_one_clear_error(tiny_run, tmp_path):
 def test_not_a_run_directory_is_one_clear_error(tmp_path, classify_data):
     with pytest.raises(ElectraError, match="is not a run or init directory"):
         finetune(tmp_path, "classify", classify_data[0], output_dir=tmp_path / "x")
+
+
+def test_report_draws_a_fine_tuning_directory(classifier, tmp_path):
+    from keras_electra.report import write_report
+
+    records = [json.loads(line) for line in (classifier.output_dir / "metrics.jsonl").open()]
+    assert [r["epoch"] for r in records] == [1, 2, 3]
+    summary = write_report([classifier.output_dir], tmp_path)
+    drawn = {name for panel in summary["panels"] for name in panel["metrics"]}
+    assert "loss" in drawn
+    assert summary["eval_metrics"][str(classifier.output_dir)] == classifier.metrics
+    assert (tmp_path / "report.png").stat().st_size > 10_000

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import METRICS
+from conftest import GRADIENT_NORMS, METRICS
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
@@ -115,8 +115,12 @@ def test_train_step_reports_every_metric():
     model = ElectraPretrainer(small_config(), seed=0)
     model.compile(optimizer=keras.optimizers.AdamW(1e-3))
     logs = model.train_on_batch(batch(), return_dict=True)
-    assert set(logs) == METRICS
+    assert set(logs) == METRICS | GRADIENT_NORMS
     assert all(np.isfinite(v) for v in logs.values())
+    # The parts add up to the whole: |g|^2 = sum of the parts' |g|^2.
+    parts = sum(logs[name] ** 2 for name in GRADIENT_NORMS - {"grad_norm"})
+    assert logs["grad_norm"] == pytest.approx(np.sqrt(parts), rel=1e-5)
+    assert all(logs[name] > 0 for name in GRADIENT_NORMS)
 
 
 def test_mlm_objective_uses_the_same_path_without_a_generator():
@@ -124,7 +128,9 @@ def test_mlm_objective_uses_the_same_path_without_a_generator():
     assert model.generator is None and model.discriminator_head is None
     model.compile(optimizer=keras.optimizers.AdamW(1e-3))
     logs = model.train_on_batch(batch(), return_dict=True)
-    assert set(logs) == {"loss", "mlm_loss", "mlm_accuracy"}
+    assert set(logs) == {"loss", "mlm_loss", "mlm_accuracy"} | GRADIENT_NORMS - {
+        "grad_norm_generator"
+    }
     assert logs["loss"] == pytest.approx(logs["mlm_loss"])
 
 
@@ -170,3 +176,37 @@ def test_adamw_settings_and_weight_decay_exclusions():
     assert any(p.endswith("token_embedding/embeddings") for p in decayed)
     assert any(p.endswith("query/kernel") for p in decayed)
     assert not any(p.endswith(("bias", "gamma", "beta")) for p in decayed)
+
+
+@pytest.mark.parametrize("objective", ["electra", "mlm"])
+def test_every_random_weight_starts_with_its_own_values(objective):
+    # Keras 3 fixes an unseeded initializer's seed at creation: one instance shared
+    # by two layers gives them the same values (the position table once equalled
+    # the first rows of the word table).
+    config = ElectraConfig.from_preset("tiny", vocab_size=60)  # two layers per tower
+    model = ElectraPretrainer(config, objective=objective, seed=0)
+    prefixes = {}
+    for v in model.weights:
+        values = np.asarray(v.numpy(), "float64").ravel()
+        if values.size < 2 or np.ptp(values) == 0:  # constants: LayerNorm, biases, counters
+            continue
+        prefixes[v.path] = values[:32]
+    assert len(prefixes) >= 10
+    paths = sorted(prefixes)
+    for i, a in enumerate(paths):
+        for b in paths[i + 1 :]:
+            n = min(len(prefixes[a]), len(prefixes[b]))
+            assert not np.array_equal(prefixes[a][:n], prefixes[b][:n]), f"{a} == {b}"
+
+
+def test_discriminator_starts_at_the_prior_replaced_fraction():
+    config = small_config()
+    model = ElectraPretrainer(config, seed=0)
+    bias = model.discriminator_head.logits.bias.numpy()
+    prior = np.log(config.mask_prob / (1 - config.mask_prob))
+    np.testing.assert_allclose(bias, [prior], rtol=1e-6)
+    probs = tf.sigmoid(model(batch(), training=False)).numpy()
+    # The weights are small at initialization: every token starts near the base rate.
+    assert abs(probs.mean() - config.mask_prob) < 0.03
+    restored = type(model.discriminator_head).from_config(model.discriminator_head.get_config())
+    assert restored.output_bias == pytest.approx(prior)

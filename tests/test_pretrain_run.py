@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import METRICS
+from conftest import GRADIENT_NORMS, HEALTH, METRICS, WINDOW
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError
@@ -32,7 +32,7 @@ def test_run_directory_holds_config_vocab_checkpoints_logs_and_metrics(tiny_run)
     records = read_metrics(tiny_run)
     assert [r["step"] for r in records] == [2, 4]
     for r in records:
-        assert set(r) == METRICS | {"step", "tokens_per_sec"}
+        assert set(r) == METRICS | GRADIENT_NORMS | HEALTH | WINDOW
         assert r["tokens_per_sec"] > 0
         assert all(np.isfinite(v) for v in r.values())
 
@@ -224,7 +224,14 @@ def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
         == 0
     )
     records = read_metrics(out)
-    assert set(records[-1]) == {"step", "tokens_per_sec", "loss", "mlm_loss", "mlm_accuracy"}
+    # The MLM tower is the discriminator's: its representation health, no detector metrics.
+    representation = {"disc_cosine_0", "disc_cosine_1", "disc_cosine_2", "disc_effective_rank"}
+    assert set(records[-1]) == (
+        {"loss", "mlm_loss", "mlm_accuracy", "embedding_cosine"}
+        | representation
+        | (GRADIENT_NORMS - {"grad_norm_generator"})
+        | WINDOW
+    )
 
 
 def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, capsys):

@@ -8,7 +8,8 @@ export:
   (:class:`~keras_electra.finetuning.settings.FinetuneSettings`);
 - ``labels.txt``: one class (or tag) name per line, in output order;
 - ``checkpoints/``: the fine-tuned weights, keyed by variable path;
-- ``eval_metrics.json``: metric name -> value on the ``--eval`` file.
+- ``eval_metrics.json``: metric name -> value on the ``--eval`` file;
+- ``metrics.jsonl``: the training loss and metrics of each epoch.
 
 Example:
     >>> result = finetune("runs/demo", "classify", "train.tsv", "dev.tsv",
@@ -239,12 +240,26 @@ def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0
     )
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     RunCheckpoints(out / "checkpoints", result.model, optimizer=None).save(step)
+    _write_history(out / "metrics.jsonl", result.history, step)
     metrics_path = out / "eval_metrics.json"
     tmp = metrics_path.with_name(metrics_path.name + ".tmp")
     tmp.write_text(json.dumps(result.metrics, indent=2) + "\n", encoding="utf-8")
     tmp.replace(metrics_path)
     result.settings.save(out / FINETUNE_FILE)  # last: its presence marks a complete directory
     return out
+
+
+def _write_history(path: Path, history: dict[str, list[float]], steps: int) -> None:
+    """One ``metrics.jsonl`` line per epoch (``keras-electra report`` draws them)."""
+    epochs = max((len(v) for v in history.values()), default=0)
+    lines = []
+    for epoch in range(epochs):
+        record = {"step": round(steps * (epoch + 1) / epochs), "epoch": epoch + 1}
+        record.update({k: v[epoch] for k, v in history.items() if epoch < len(v)})
+        lines.append(json.dumps(record) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(lines), encoding="utf-8")
+    tmp.replace(path)
 
 
 def is_finetuned_dir(path: str | Path) -> bool:

@@ -7,6 +7,11 @@ import keras_hub
 
 
 def truncated_normal(stddev: float) -> keras.initializers.Initializer:
+    """A new truncated-normal initializer: call it once per weight.
+
+    Keras 3 fixes an unseeded initializer's seed when the instance is created, so
+    one instance handed to several layers would give them identical values.
+    """
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
@@ -57,24 +62,23 @@ class ElectraEmbedding(keras.layers.Layer):
         self.initializer_range = initializer_range
 
         # === Layers ===
-        init = truncated_normal(initializer_range)
         self.token_embedding = keras_hub.layers.ReversibleEmbedding(
             vocabulary_size,
             embedding_dim,
-            embeddings_initializer=init,
+            embeddings_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy,
             name="token_embedding",
         )
         self.position_embedding = keras_hub.layers.PositionEmbedding(
             max_sequence_length,
-            initializer=init,
+            initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy,
             name="position_embedding",
         )
         self.segment_embedding = keras.layers.Embedding(
             num_segments,
             embedding_dim,
-            embeddings_initializer=init,
+            embeddings_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy,
             name="segment_embedding",
         )

@@ -57,11 +57,13 @@ class ElectraEncoder(keras.layers.Layer):
         self.initializer_range = initializer_range
 
         # === Layers ===
-        init = truncated_normal(initializer_range)
         self.projection = None
         if embedding_dim != hidden_dim:
             self.projection = keras.layers.Dense(
-                hidden_dim, kernel_initializer=init, dtype=self.dtype_policy, name="projection"
+                hidden_dim,
+                kernel_initializer=truncated_normal(initializer_range),
+                dtype=self.dtype_policy,
+                name="projection",
             )
         self.transformer_layers = [
             keras_hub.layers.TransformerEncoder(
@@ -70,7 +72,7 @@ class ElectraEncoder(keras.layers.Layer):
                 dropout=dropout,
                 activation="gelu",  # keras.activations.gelu: exact (erf) by default
                 layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=init,
+                kernel_initializer=truncated_normal(initializer_range),
                 dtype=self.dtype_policy,
                 name=f"transformer_layer_{i}",
             )

@@ -10,6 +10,8 @@ from keras_electra.layers import DiscriminatorHead, ElectraBackbone, ElectraEmbe
 from keras_electra.pretraining import objective
 
 OBJECTIVES = ("electra", "mlm")
+# The parts whose gradient norms are logged: "generator" is the generator's tower.
+GRADIENT_PARTS = ("generator", "discriminator", "embeddings", "heads")
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -116,6 +118,7 @@ class ElectraPretrainer(keras.Model):
             self.discriminator_head = DiscriminatorHead(
                 config.hidden_size,
                 config.initializer_range,
+                output_bias=config.replaced_prior_logit(),
                 dtype=self.dtype_policy,
                 name="discriminator_predictions",
             )
@@ -156,6 +159,10 @@ class ElectraPretrainer(keras.Model):
                     "replaced_fraction": mean(name="replaced_fraction"),
                 }
             )
+        # Training only: the global gradient norm before clipping, whole and per part.
+        parts = GRADIENT_PARTS if objective == "electra" else GRADIENT_PARTS[1:]
+        for name in ("grad_norm",) + tuple(f"grad_norm_{p}" for p in parts):
+            self._trackers[name] = mean(name=name)
         self.build()
 
     @property
@@ -425,12 +432,11 @@ class ElectraPretrainer(keras.Model):
         summed over the replicas, clipped to the optimizer's ``global_clipnorm``
         (times the loss scale when the loss is scaled), and each replica gets an
         equal 1/N share: the optimizer's own sum restores the clipped total, and
-        its own clipping leaves it unchanged.
+        its own clipping leaves it unchanged. The summed gradient's norms, before
+        clipping, go to the ``grad_norm*`` metrics.
         """
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         clip = getattr(inner, "global_clipnorm", None)
-        if clip is None:
-            return gradients
         replica = tf.distribute.get_replica_context()
         replicas = replica.num_replicas_in_sync if replica is not None else 1
         present = [i for i, g in enumerate(gradients) if g is not None]
@@ -438,12 +444,30 @@ class ElectraPretrainer(keras.Model):
         if replicas > 1:
             total = replica.all_reduce(tf.distribute.ReduceOp.SUM, total)
         scale = getattr(self.optimizer, "dynamic_scale", None)
-        limit = clip * (tf.cast(scale, tf.float32) if scale is not None else 1.0)
-        clipped, _ = tf.clip_by_global_norm(total, limit)
+        loss_scale = tf.cast(scale, tf.float32) if scale is not None else 1.0
+        self._update_gradient_norms(present, total, loss_scale)
+        if clip is None:
+            return gradients
+        clipped, _ = tf.clip_by_global_norm(total, clip * loss_scale)
         shares = list(gradients)
         for i, g in zip(present, clipped, strict=True):
             shares[i] = g / replicas if replicas > 1 else g
         return shares
+
+    def _update_gradient_norms(self, present: list[int], total: list, loss_scale) -> None:
+        """Window means of the global gradient norm and of each part's norm."""
+        parts = gradient_parts(self.trainable_variables)
+        squares = {name: [] for name in GRADIENT_PARTS}
+        for i, g in zip(present, total, strict=True):
+            squares[parts[i]].append(tf.reduce_sum(tf.square(tf.cast(g, tf.float32))))
+        every = []
+        for name, terms in squares.items():
+            tracker = self._trackers.get(f"grad_norm_{name}")
+            if tracker is None:
+                continue
+            every += terms
+            tracker.update_state(tf.sqrt(tf.add_n(terms) if terms else 0.0) / loss_scale)
+        self._trackers["grad_norm"].update_state(tf.sqrt(tf.add_n(every)) / loss_scale)
 
     def _loss_and_gradients(self, prepared: dict, totals: tuple) -> tuple[list, dict]:
         """The objective on a prepared (micro-)batch and the gradients of its loss share."""
@@ -454,7 +478,8 @@ class ElectraPretrainer(keras.Model):
 
     def test_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        return self._update_metrics(self.compute_objective(batch, training=False))
+        logs = self._update_metrics(self.compute_objective(batch, training=False))
+        return {k: v for k, v in logs.items() if not k.startswith("grad_norm")}
 
     def _update_metrics(self, out: dict) -> dict[str, tf.Tensor]:
         self._update_loss_metrics(out)
@@ -497,6 +522,24 @@ class ElectraPretrainer(keras.Model):
             "name": self.name,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
+
+
+def gradient_parts(variables) -> list[str]:
+    """Which of :data:`GRADIENT_PARTS` each variable belongs to, from its path.
+
+    Paths start with the owning layer: ``embedding/...``, ``generator/...``,
+    ``discriminator/...``, and the heads under the pretrainer's own name.
+    """
+    parts = []
+    for v in variables:
+        top = v.path.split("/")[0]
+        if top == "embedding":
+            parts.append("embeddings")
+        elif top in ("generator", "discriminator"):
+            parts.append(top)
+        else:
+            parts.append("heads")
+    return parts
 
 
 def _global_sum(value: tf.Tensor) -> tf.Tensor:

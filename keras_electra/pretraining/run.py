@@ -35,6 +35,7 @@ from keras_electra.data import (
     save_vocab,
 )
 from keras_electra.errors import ConfigError
+from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer
 from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
@@ -48,6 +49,9 @@ from keras_electra.training.strategy import (
     prepare_multi_worker_fit,
     resolve_strategy,
 )
+
+# Sequences in the run-health probe batch.
+PROBE_SEQUENCES = 32
 
 
 @dataclass
@@ -71,6 +75,7 @@ class RunSettings:
     xla: bool = False
     steps_per_execution: int = 1
     grad_accumulation: int = 1
+    validation: list[str] = field(default_factory=list)
 
     # Settings that fix the data order and the model: a resumed run must keep them.
     # (The optimizer too: the checkpoint holds its state.)
@@ -124,6 +129,8 @@ def pretrain(
     xla: bool = False,
     steps_per_execution: int = 1,
     grad_accumulation: int = 1,
+    validation: list[str] | None = None,
+    health: bool = True,
 ) -> RunResult:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
 
@@ -167,6 +174,11 @@ def pretrain(
         init: start from the weights, config and vocabulary of this directory (a
             run, or one written by ``keras-electra convert``) instead of random
             weights; the optimizer, step and data order start fresh.
+        validation: held-back text files for the run-health probe
+            (:mod:`keras_electra.pretraining.health`); without them the probe
+            takes a fixed batch of the training text.
+        health: measure run health every window (``metrics.jsonl`` gets the
+            probe's metrics and collapse warnings).
 
     Returns:
         A :class:`RunResult` with the trained model and the metrics history.
@@ -206,6 +218,7 @@ def pretrain(
         xla=bool(xla),
         steps_per_execution=steps_per_execution,
         grad_accumulation=grad_accumulation,
+        validation=[str(p) for p in validation or []],
     )
     settings.checkpoint_every = _round_up(
         checkpoint_every or max(settings.log_every, 500), settings.log_every
@@ -272,6 +285,7 @@ def pretrain(
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = dataset.with_options(options)
 
+    probe = _health_probe(model, tokenizer, settings) if health and chief else None
     logger = MetricsLogger(
         run_dir / "metrics.jsonl" if chief else None,
         run_dir / "logs" if chief else None,
@@ -279,6 +293,8 @@ def pretrain(
         total_steps=settings.steps,
         initial_step=start,
         progress=progress and chief,
+        measure=probe.measure if probe is not None else None,
+        warnings=collapse_warnings,
     )
     saver = CheckpointEvery(checkpoints, settings.checkpoint_every, settings.steps, start)
     callbacks = [logger, saver]
@@ -336,6 +352,21 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
 
 
 # === Helpers ===
+
+
+def _health_probe(
+    model: ElectraPretrainer, tokenizer: ElectraTokenizer, settings: RunSettings
+) -> HealthProbe:
+    """The run's fixed probe: the first batch of the validation text (else of the corpus)."""
+    data = load_pretraining_data(
+        settings.validation or settings.corpus,
+        tokenizer,
+        batch_size=PROBE_SEQUENCES,
+        max_seq_length=settings.max_seq_length,
+        seed=settings.seed + 1,
+    )
+    batch = next(iter(data))
+    return HealthProbe(model, {k: v.numpy() for k, v in batch.items()}, seed=settings.seed)
 
 
 def _build_model(config: ElectraConfig, settings: RunSettings, policy: keras.DTypePolicy):

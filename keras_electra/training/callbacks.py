@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import keras
@@ -50,6 +51,12 @@ class MetricsLogger(keras.callbacks.Callback):
         total_steps: the run's final step, for the progress bar.
         initial_step: the step the run starts (or resumes) from.
         progress: show a progress bar.
+        measure: called at every window's end for more metrics (the run-health
+            probe); its time is logged as ``health_seconds``, outside
+            ``tokens_per_sec``.
+        warnings: given the records so far, returns warnings (dicts with
+            ``step`` and ``message``); those raised at this window's step are
+            printed and stored in its record under ``warnings``.
     """
 
     def __init__(
@@ -60,8 +67,12 @@ class MetricsLogger(keras.callbacks.Callback):
         total_steps: int,
         initial_step: int = 0,
         progress: bool = True,
+        measure: Callable[[], dict] | None = None,
+        warnings: Callable[[list[dict]], list[dict]] | None = None,
     ):
         super().__init__()
+        self.measure = measure
+        self.warnings = warnings
         self.path = Path(path) if path is not None else None
         self.tokens_per_step = tokens_per_step
         self.writer = None
@@ -94,11 +105,23 @@ class MetricsLogger(keras.callbacks.Callback):
         record = {"step": self.step}
         record["tokens_per_sec"] = round(self.tokens_per_step * self._window_steps / elapsed, 1)
         record.update({k: float(v) for k, v in (logs or {}).items()})
+        record["learning_rate"] = float(self.model.optimizer.learning_rate)
+        if self.measure is not None:
+            start = time.perf_counter()
+            record.update(self.measure())
+            record["health_seconds"] = round(time.perf_counter() - start, 4)
+            record["window_seconds"] = round(elapsed, 4)
         if not math.isfinite(record.get("loss", 0.0)):
             raise ElectraError(
                 f"Training diverged at step {self.step} (loss is {record['loss']}); "
                 "lower --learning-rate or resume from the last checkpoint."
             )
+        if self.warnings is not None:
+            raised = [w for w in self.warnings(self.history + [record]) if w["step"] == self.step]
+            if raised:
+                record["warnings"] = [w["message"] for w in raised]
+                for w in raised:
+                    self._bar.write(f"WARNING (step {self.step}): {w['message']}", file=sys.stderr)
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
@@ -107,7 +130,7 @@ class MetricsLogger(keras.callbacks.Callback):
         if self.writer is not None:
             with self.writer.as_default():
                 for name, value in record.items():
-                    if name != "step":
+                    if name != "step" and isinstance(value, float | int):
                         tf.summary.scalar(name, value, step=self.step)
             self.writer.flush()
         self.history.append(record)

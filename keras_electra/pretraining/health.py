@@ -1,0 +1,309 @@
+"""Run health: what a pretraining run's representations and detector are doing.
+
+A run whose discriminator has collapsed still shows a falling total loss. The
+measurements here show it in one glance. They are taken every logging window on a
+fixed probe (the same token batches, masks, samples and corruptions every time),
+in inference mode, and logged beside the training metrics:
+
+- ``disc_cosine_0 .. disc_cosine_N``: mean pairwise cosine similarity of the
+  ordinary tokens' vectors after the embedding block (0) and after each
+  transformer layer of the discriminator. About 0.1-0.2 at initialization; a
+  final layer near 1 means every token has the same vector.
+- ``disc_effective_rank``: the effective rank (exp of the entropy of the
+  normalized singular values; Roy and Vetterli, 2007) of the final layer's
+  token vectors.
+- ``embedding_cosine``: mean pairwise cosine of the word-embedding rows of the
+  most frequent tokens of the probe text.
+- On the probe text corrupted by the generator (fixed masks and sampling seeds):
+  ``probe_logit_std`` (spread of the discriminator's logits over ordinary
+  tokens), ``probe_mean_prob`` against ``probe_replaced_fraction``, and
+  ``probe_identity_r2``: how much of the logit variance the token identity
+  explains (a detector that scores words, not contexts, reads near 1).
+- Two fixed yardsticks that do not move with the generator: the discriminator's
+  AUC on the probe text with 15% of the ordinary tokens replaced by draws from the
+  text's unigram distribution (``context_auc``: no rarity cue, only context tells
+  them apart; 0.5 for an untrained or collapsed detector) and by uniform draws
+  over the vocabulary (``rarity_auc``: the easy cue).
+
+``[CLS]``, ``[SEP]`` and padding are left out of every statistic: they are never
+replaced and their vectors and logits are outliers.
+
+:func:`collapse_warnings` reads a run's metrics records and says when and how its
+discriminator stopped working; ``pretrain`` prints it during the run and
+``keras-electra report`` draws it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from keras_electra.pretraining import objective
+
+PROBE_SEED = 1234
+TOP_TOKENS = 200
+CORRUPTION_RATE = 0.15
+
+# Collapse warning rules (see collapse_warnings).
+DEAD_AUC = 0.6
+DEAD_WINDOWS = 3
+FLAT_LOGIT_STD = 0.02
+COLLAPSED_COSINE = 0.9
+
+
+class HealthProbe:
+    """Fixed probe batches and the health measurements of a pretrainer on them.
+
+    Args:
+        model: the :class:`~keras_electra.pretraining.ElectraPretrainer`.
+        batch: a dict of int ``[N, L]`` arrays ``input_ids``, ``input_mask``,
+            ``segment_ids`` (held-back text; 32-64 sequences are plenty).
+        seed: seed of the probe's masks, samples and corruptions.
+
+    Example:
+        >>> import numpy as np
+        >>> from keras_electra.config import ElectraConfig
+        >>> from keras_electra.pretraining import ElectraPretrainer
+        >>> model = ElectraPretrainer(ElectraConfig.from_preset("tiny", vocab_size=64), seed=0)
+        >>> ids = np.random.default_rng(0).integers(5, 64, (4, 16)).astype("int32")
+        >>> probe = HealthProbe(model, {"input_ids": ids, "input_mask": np.ones_like(ids),
+        ...                             "segment_ids": np.zeros_like(ids)})
+        >>> sorted(probe.measure())[:3]
+        ['context_auc', 'disc_cosine_0', 'disc_cosine_1']
+    """
+
+    def __init__(self, model, batch: Mapping[str, np.ndarray], seed: int = PROBE_SEED):
+        c = model.config
+        self.model = model
+        self.ids = np.asarray(batch["input_ids"], np.int32)
+        self.mask = np.asarray(batch["input_mask"], np.int32)
+        self.segments = np.asarray(batch["segment_ids"], np.int32)
+        special = (c.pad_token_id, c.cls_token_id, c.sep_token_id, c.mask_token_id)
+        self.ordinary = (self.mask == 1) & ~np.isin(self.ids, special)
+        if not self.ordinary.any():
+            raise ValueError("The health probe needs text with ordinary tokens.")
+        rng = np.random.default_rng(seed)
+
+        # The most frequent tokens of the probe text, for the embedding cosine.
+        tokens, counts = np.unique(self.ids[self.ordinary], return_counts=True)
+        self.top_tokens = tokens[np.argsort(-counts, kind="stable")[:TOP_TOKENS]]
+
+        # Fixed corruptions: unigram draws (context only) and uniform draws (rarity).
+        chosen = self.ordinary & (rng.random(self.ids.shape) < CORRUPTION_RATE)
+        unigram = rng.choice(tokens, size=int(chosen.sum()), p=counts / counts.sum())
+        ordinary_ids = np.setdiff1d(np.arange(c.vocab_size), special)
+        uniform = rng.choice(ordinary_ids, size=int(chosen.sum()))
+        self.corrupted = {}
+        for name, draws in (("context", unigram), ("rarity", uniform)):
+            fake = self.ids.copy()
+            fake[chosen] = draws
+            self.corrupted[name] = fake
+
+        # Fixed masks and sampling seed for the generator's own corruption.
+        if model.generator is not None:
+            self.masked = objective.mask_tokens(
+                self.ids,
+                self.mask,
+                special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
+                mask_token_id=c.mask_token_id,
+                mask_prob=c.mask_prob,
+                mask_token_prob=c.mask_token_prob,
+                max_predictions=c.max_predictions(self.ids.shape[1]),
+                seeds=(tf.constant([seed, 1]), tf.constant([seed, 2])),
+            )
+            self.sample_seed = tf.constant([seed, 3])
+
+    def _inputs(self, token_ids: np.ndarray | tf.Tensor) -> dict:
+        return {"token_ids": token_ids, "segment_ids": self.segments, "padding_mask": self.mask}
+
+    def measure(self) -> dict[str, float]:
+        """Every health metric of the model's current weights (inference mode)."""
+        model = self.model
+        out: dict[str, float] = {}
+        hidden = hidden_states(model.discriminator, self._inputs(self.ids))
+        for i, h in enumerate(hidden):
+            out[f"disc_cosine_{i}"] = mean_pairwise_cosine(h.numpy()[self.ordinary])
+        out["disc_effective_rank"] = effective_rank(hidden[-1].numpy()[self.ordinary])
+        table = model.embedding.token_embedding.embeddings.numpy()
+        out["embedding_cosine"] = mean_pairwise_cosine(table[self.top_tokens])
+        if model.discriminator_head is None:
+            return out
+
+        for name, fake in self.corrupted.items():
+            logits = self._disc_logits(fake)
+            out[f"{name}_auc"] = auc((fake != self.ids)[self.ordinary], logits[self.ordinary])
+
+        fake = self._generator_corruption()
+        logits = self._disc_logits(fake)[self.ordinary]
+        labels = (fake != self.ids)[self.ordinary]
+        out["probe_logit_std"] = float(logits.std())
+        out["probe_mean_prob"] = float((1.0 / (1.0 + np.exp(-logits))).mean())
+        out["probe_replaced_fraction"] = float(labels.mean())
+        out["probe_identity_r2"] = identity_r2(fake[self.ordinary], logits)
+        return {k: round(v, 5) for k, v in out.items()}
+
+    def _disc_logits(self, token_ids: np.ndarray) -> np.ndarray:
+        model = self.model
+        sequence = model.discriminator(self._inputs(token_ids), training=False)
+        return model.discriminator_head(sequence).numpy()
+
+    def _generator_corruption(self) -> np.ndarray:
+        model, masked = self.model, self.masked
+        hidden = model.generator(self._inputs(masked.input_ids), training=False)
+        logits = model.generator_head(hidden, masked.positions)
+        sampled = objective.sample_tokens(
+            logits,
+            masked.labels,
+            seed=self.sample_seed,
+            temperature=model.config.temperature,
+            disallow_correct=model.config.disallow_correct,
+        )
+        return objective.replace_tokens(self.ids, masked.positions, sampled, masked.weights).numpy()
+
+
+def hidden_states(backbone, inputs: dict) -> list[tf.Tensor]:
+    """The embedding block's output and each transformer layer's output (inference)."""
+    x = backbone.embedding(inputs["token_ids"], inputs["segment_ids"], training=False)
+    states = [x]
+    encoder = backbone.encoder
+    if encoder.projection is not None:
+        x = encoder.projection(x)
+    for layer in encoder.transformer_layers:
+        x = layer(x, padding_mask=inputs["padding_mask"], training=False)
+        states.append(x)
+    return states
+
+
+def mean_pairwise_cosine(vectors: np.ndarray) -> float:
+    """Mean cosine similarity over all pairs of distinct rows, in O(n d)."""
+    v = np.asarray(vectors, np.float64)
+    n = len(v)
+    if n < 2:
+        return float("nan")
+    unit = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    total = unit.sum(axis=0)
+    return float((total @ total - n) / (n * (n - 1)))
+
+
+def effective_rank(vectors: np.ndarray) -> float:
+    """exp(entropy) of the normalized singular values of the centred rows."""
+    v = np.asarray(vectors, np.float64)
+    s = np.linalg.svd(v - v.mean(axis=0), compute_uv=False)
+    p = s / max(s.sum(), 1e-12)
+    p = p[p > 0]
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def identity_r2(token_ids: np.ndarray, scores: np.ndarray) -> float:
+    """Fraction of the scores' variance explained by token identity (eta squared).
+
+    Only tokens that occur at least twice count: a token seen once would explain
+    its own score and inflate the figure.
+    """
+    ids, inverse, counts = np.unique(token_ids, return_inverse=True, return_counts=True)
+    keep = counts[inverse] >= 2
+    if keep.sum() < 3:
+        return float("nan")
+    scores, inverse = np.asarray(scores, np.float64)[keep], inverse[keep]
+    total = ((scores - scores.mean()) ** 2).sum()
+    if total == 0:
+        return 0.0
+    sums = np.bincount(inverse, weights=scores, minlength=len(ids))
+    n = np.bincount(inverse, minlength=len(ids))
+    means = np.divide(sums, n, out=np.zeros_like(sums), where=n > 0)
+    between = (n * (means - scores.mean()) ** 2).sum()
+    return float(between / total)
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney U), ties counted as one half."""
+    labels = np.asarray(labels, bool)
+    scores = np.asarray(scores, np.float64)
+    positives, negatives = labels.sum(), (~labels).sum()
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="stable")
+    sorted_scores = scores[order]
+    ranks = np.empty(len(scores))
+    # Average ranks over runs of equal scores.
+    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
+    ends = np.r_[starts[1:], len(scores)]
+    for start, end in zip(starts, ends, strict=True):
+        ranks[order[start:end]] = (start + end + 1) / 2.0
+    u = ranks[labels].sum() - positives * (positives + 1) / 2.0
+    return float(u / (positives * negatives))
+
+
+def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
+    """The collapse warnings a run's metrics records raise, in step order.
+
+    Two rules, each reported once, at the step it first holds:
+
+    - *dead detector*: ``disc_recall`` is 0 and ``disc_auc`` below 0.6 in three
+      windows in a row (the discriminator predicts the base rate everywhere);
+    - *collapsed representation*: ``probe_logit_std`` below 0.02 while the final
+      layer's ``disc_cosine`` is above 0.9 (every token has one vector).
+
+    Returns:
+        A list of ``{"step", "since", "kind", "message"}`` dicts.
+    """
+    warnings: list[dict] = []
+    dead_run: list[int] = []
+    seen: set[str] = set()
+    for record in records:
+        step = int(record.get("step", 0))
+        recall, disc_auc = record.get("disc_recall"), record.get("disc_auc")
+        if recall is not None and disc_auc is not None and recall == 0 and disc_auc < DEAD_AUC:
+            dead_run.append(step)
+        else:
+            dead_run = []
+        if len(dead_run) >= DEAD_WINDOWS and "dead_detector" not in seen:
+            seen.add("dead_detector")
+            warnings.append(
+                {
+                    "step": step,
+                    "since": dead_run[0],
+                    "kind": "dead_detector",
+                    "message": (
+                        f"The discriminator stopped detecting replacements at step "
+                        f"{dead_run[0]} (recall 0, AUC {disc_auc:.2f} for {len(dead_run)} "
+                        "windows): it predicts the base rate everywhere; try a lower "
+                        "--learning-rate, a higher --temperature or a smaller generator."
+                    ),
+                }
+            )
+        std = record.get("probe_logit_std")
+        cosine = _final_cosine(record)
+        if (
+            std is not None
+            and cosine is not None
+            and std < FLAT_LOGIT_STD
+            and cosine > COLLAPSED_COSINE
+            and "collapsed_representation" not in seen
+        ):
+            seen.add("collapsed_representation")
+            warnings.append(
+                {
+                    "step": step,
+                    "since": step,
+                    "kind": "collapsed_representation",
+                    "message": (
+                        f"The discriminator's token vectors collapsed at step {step} "
+                        f"(final-layer cosine {cosine:.2f}, logit spread {std:.3f}): every "
+                        "token looks the same to it; try a lower --learning-rate or a "
+                        "higher --temperature."
+                    ),
+                }
+            )
+    return warnings
+
+
+def _final_cosine(record: Mapping[str, float]) -> float | None:
+    layers = [int(k.rsplit("_", 1)[1]) for k in record if k.startswith("disc_cosine_")]
+    if not layers:
+        return None
+    value = record[f"disc_cosine_{max(layers)}"]
+    return None if value is None or math.isnan(value) else value

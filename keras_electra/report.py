@@ -1,0 +1,285 @@
+"""``keras-electra report``: one figure of a run's health, for people to look at.
+
+Reads ``metrics.jsonl`` of a pretraining run (finished or still going) or of a
+fine-tuning output directory and writes, into the first run's directory (or
+``output``):
+
+- ``report.png``: one panel per group of metrics over steps (losses, generator
+  accuracy, detector AUC/precision/recall and the fixed yardsticks, the
+  representation probes, gradient norms, learning rate, throughput), runs
+  overlaid when several are given, collapse warnings drawn where they start;
+- ``report.html``: the figure embedded, the last window of each run as a table,
+  the warnings, and a fine-tuning directory's ``eval_metrics.json``;
+- ``report.json``: the same summary for programs (panels and the metrics drawn in
+  each, last windows, warnings).
+
+matplotlib is needed by this command only and is imported when it runs.
+
+Example:
+    >>> from keras_electra.report import write_report
+    >>> summary = write_report(["runs/demo"])  # doctest: +SKIP
+    >>> summary["warnings"]  # doctest: +SKIP
+    {'runs/demo': []}
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import html
+import io
+import json
+import math
+from pathlib import Path
+
+from keras_electra.errors import ConfigError
+from keras_electra.pretraining.health import collapse_warnings
+
+# (title, metric-name patterns, y axis on a log scale)
+PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("Losses", ("loss", "mlm_loss", "disc_loss", "val_loss"), True),
+    ("Generator (masked LM)", ("mlm_accuracy", "sampled_mlm_accuracy"), False),
+    (
+        "Detector",
+        ("disc_auc", "disc_precision", "disc_recall", "context_auc", "rarity_auc"),
+        False,
+    ),
+    (
+        "Detector on the probe",
+        ("probe_logit_std", "probe_mean_prob", "probe_replaced_fraction", "probe_identity_r2"),
+        False,
+    ),
+    ("Token-vector cosine (per layer)", ("disc_cosine_*", "embedding_cosine"), False),
+    ("Effective rank (final layer)", ("disc_effective_rank",), False),
+    ("Gradient norm before clipping", ("grad_norm*",), True),
+    ("Learning rate", ("learning_rate",), False),
+    ("Throughput (tokens/s)", ("tokens_per_sec",), False),
+)
+NOT_DRAWN = {"step", "epoch", "health_seconds", "window_seconds", "warnings"}
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of ``RUN_DIR/metrics.jsonl``; a line cut short by a crash is skipped."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise ConfigError(
+            f"'{run_dir}' has no metrics.jsonl; pass a `keras-electra pretrain` or "
+            "`finetune` output directory."
+        )
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+def panels_for(records: list[dict]) -> list[tuple[str, list[str], bool]]:
+    """The panels with data, each with the metric names it draws, in order.
+
+    Metrics no panel claims (a fine-tuning task's own) get an "Other metrics" panel.
+    """
+    names = sorted(
+        {k for r in records for k, v in r.items() if k not in NOT_DRAWN and _is_number(v)},
+        key=_natural,
+    )
+    out, claimed = [], set()
+    for title, patterns, log in PANELS:
+        drawn = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+        drawn = [n for n in drawn if n not in claimed]
+        if drawn:
+            claimed.update(drawn)
+            out.append((title, drawn, log))
+    rest = [n for n in names if n not in claimed]
+    if rest:
+        out.append(("Other metrics", rest, False))
+    return out
+
+
+def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -> dict:
+    """Draw the runs' metrics into ``report.png``, ``report.html`` and ``report.json``.
+
+    Args:
+        run_dirs: one run directory, or several to overlay (a sweep); the first
+            run's directory receives the files unless ``output`` is given.
+        output: the directory to write the report into.
+
+    Returns:
+        The summary written to ``report.json``.
+
+    Raises:
+        ConfigError: a directory without ``metrics.jsonl``, or matplotlib missing.
+    """
+    if not run_dirs:
+        raise ConfigError("Pass at least one run directory.")
+    runs = {str(d): read_metrics(d) for d in run_dirs}
+    empty = [d for d, records in runs.items() if not records]
+    if len(empty) == len(runs):
+        raise ConfigError(f"'{empty[0]}' has no complete metrics line yet; wait for a window.")
+    out_dir = Path(output) if output is not None else Path(run_dirs[0])
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    every = [r for records in runs.values() for r in records]
+    panels = panels_for(every)
+    warnings = {d: collapse_warnings(records) for d, records in runs.items()}
+    png = _draw(runs, panels, warnings)
+    (out_dir / "report.png").write_bytes(png)
+
+    summary = {
+        "runs": list(runs),
+        "panels": [{"title": t, "metrics": names} for t, names, _ in panels],
+        "last_window": {d: (records[-1] if records else {}) for d, records in runs.items()},
+        "warnings": {d: [w["message"] for w in ws] for d, ws in warnings.items()},
+        "eval_metrics": {d: _eval_metrics(d) for d in runs},
+        "health_overhead": {d: _health_overhead(records) for d, records in runs.items()},
+    }
+    (out_dir / "report.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "report.html").write_text(_html(summary, png), encoding="utf-8")
+    return summary
+
+
+def report_text(summary: dict) -> str:
+    """What the command prints: each run's last window in a line, then its warnings."""
+    lines = []
+    for run in summary["runs"]:
+        last = summary["last_window"][run]
+        keys = ("step", "loss", "disc_auc", "disc_recall", "context_auc", "rarity_auc")
+        shown = ", ".join(f"{k}={_fmt(last[k])}" for k in keys if k in last)
+        lines.append(f"{run}: {shown}")
+        overhead = summary["health_overhead"].get(run)
+        if overhead is not None:
+            lines.append(f"  health probe: {100 * overhead:.1f}% of the training time")
+        for message in summary["warnings"][run]:
+            lines.append(f"  WARNING: {message}")
+    return "\n".join(lines)
+
+
+# === Drawing ===
+
+
+def _draw(runs: dict[str, list[dict]], panels, warnings) -> bytes:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError(
+            "keras-electra report needs matplotlib: pip install 'keras-electra[report]'."
+        ) from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    columns = 3
+    rows = max(1, math.ceil(len(panels) / columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(6 * columns, 3.6 * rows), squeeze=False)
+    styles = ("-", "--", ":", "-.")
+    for ax, (title, names, log) in zip(axes.flat, panels, strict=False):
+        for n_run, (run, records) in enumerate(runs.items()):
+            for n_metric, name in enumerate(names):
+                points = [(r["step"], r[name]) for r in records if _is_number(r.get(name))]
+                if not points:
+                    continue
+                steps, values = zip(*points, strict=True)
+                label = name if len(runs) == 1 else f"{name} ({Path(run).name})"
+                ax.plot(
+                    steps,
+                    values,
+                    linestyle=styles[n_run % len(styles)],
+                    color=f"C{n_metric % 10}",
+                    marker="." if len(steps) < 30 else None,
+                    label=label,
+                )
+            for w in warnings[run]:
+                ax.axvline(w["since"], color="red", alpha=0.5, linewidth=1)
+        if log and all(v > 0 for _, v in _values(runs, names)):
+            ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    notes = [f"{Path(run).name}: {w['message']}" for run, ws in warnings.items() for w in ws]
+    title = " vs ".join(Path(r).name for r in runs)
+    fig.suptitle(title + ("\n" + "\n".join(notes) if notes else ""), fontsize=10, color="black")
+    fig.tight_layout(rect=(0, 0, 1, 0.97 - 0.02 * len(notes)))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _values(runs, names):
+    for records in runs.values():
+        for r in records:
+            for name in names:
+                if _is_number(r.get(name)):
+                    yield name, r[name]
+
+
+def _html(summary: dict, png: bytes) -> str:
+    image = base64.b64encode(png).decode("ascii")
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>keras-electra report</title>",
+        "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+        ".warn{color:#b00}</style></head><body>",
+        f"<h1>Report: {html.escape(', '.join(summary['runs']))}</h1>",
+        f"<img alt='metrics over steps' src='data:image/png;base64,{image}'>",
+    ]
+    for run in summary["runs"]:
+        parts.append(f"<h2>{html.escape(run)}</h2>")
+        for message in summary["warnings"][run]:
+            parts.append(f"<p class='warn'>WARNING: {html.escape(message)}</p>")
+        last = summary["last_window"][run]
+        parts.append("<table id='last-window'><tr><th>metric</th><th>last window</th></tr>")
+        for key, value in last.items():
+            if _is_number(value):
+                parts.append(f"<tr><td>{html.escape(key)}</td><td>{_fmt(value)}</td></tr>")
+        parts.append("</table>")
+        evaluation = summary["eval_metrics"].get(run)
+        if evaluation:
+            parts.append("<h3>eval_metrics.json</h3><table>")
+            for key, value in evaluation.items():
+                parts.append(f"<tr><td>{html.escape(key)}</td><td>{_fmt(value)}</td></tr>")
+            parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# === Helpers ===
+
+
+def _eval_metrics(run_dir: str) -> dict:
+    path = Path(run_dir) / "eval_metrics.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {}
+
+
+def _health_overhead(records: list[dict]) -> float | None:
+    """The probe's time as a fraction of the training time, over the whole run."""
+    probe = sum(r.get("health_seconds", 0.0) for r in records)
+    train = sum(r.get("window_seconds", 0.0) for r in records)
+    return round(probe / train, 4) if train > 0 and probe > 0 else None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _natural(name: str):
+    """Sort ``disc_cosine_10`` after ``disc_cosine_9``."""
+    head, _, tail = name.rpartition("_")
+    return (head, int(tail)) if tail.isdigit() else (name, -1)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))

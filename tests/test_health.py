@@ -1,0 +1,123 @@
+"""Run health: the probe's statistics, its yardsticks on a fresh model, collapse warnings."""
+
+import itertools
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_VALID  # noqa: I001
+
+from keras_electra.config import ElectraConfig
+from keras_electra.data import ElectraTokenizer, learn_vocab, load_pretraining_data
+from keras_electra.pretraining import ElectraPretrainer
+from keras_electra.pretraining.health import (
+    HealthProbe,
+    auc,
+    collapse_warnings,
+    effective_rank,
+    identity_r2,
+    mean_pairwise_cosine,
+)
+
+
+def test_mean_pairwise_cosine_equals_the_mean_over_all_pairs():
+    v = np.random.default_rng(0).normal(size=(7, 5))
+    pairs = [a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in itertools.combinations(v, 2)]
+    assert mean_pairwise_cosine(v) == pytest.approx(np.mean(pairs), abs=1e-12)
+    assert mean_pairwise_cosine(np.ones((4, 3))) == pytest.approx(1.0)
+
+
+def test_auc_counts_ties_as_half_and_matches_pair_counting():
+    rng = np.random.default_rng(1)
+    labels = rng.random(200) < 0.3
+    scores = rng.integers(0, 5, 200).astype(float)  # many ties
+    pos, neg = scores[labels], scores[~labels]
+    expected = ((pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])).mean()
+    assert auc(labels, scores) == pytest.approx(expected, abs=1e-12)
+    assert auc(labels, np.where(labels, 1.0, 0.0)) == 1.0
+
+
+def test_effective_rank_and_identity_r2_on_known_cases():
+    rng = np.random.default_rng(2)
+    # Points on a line have rank 1; isotropic points in 8 dimensions close to 8.
+    assert effective_rank(np.outer(rng.normal(size=100), rng.normal(size=8))) == pytest.approx(
+        1.0, abs=1e-6
+    )
+    assert effective_rank(rng.normal(size=(4000, 8))) > 7.5
+    ids = np.repeat(np.arange(10), 20)
+    assert identity_r2(ids, ids * 1.0) == pytest.approx(1.0)
+    assert identity_r2(ids, rng.normal(size=200)) < 0.15
+
+
+def collapsed_run():
+    """Numbers of a collapsed run (the run-health issue's default tiny run)."""
+    records = []
+    for step in range(50, 650, 50):
+        late = step >= 200
+        records.append(
+            {
+                "step": step,
+                "loss": 30.0 - step / 100,
+                "disc_auc": 0.54 if late else 0.68,
+                "disc_recall": 0.0,
+                "probe_logit_std": 0.005,
+                "disc_cosine_0": 0.2,
+                "disc_cosine_2": 0.97,
+            }
+        )
+    return records
+
+
+def healthy_run():
+    return [
+        {
+            "step": step,
+            "disc_auc": 0.84,
+            "disc_recall": 0.2,
+            "probe_logit_std": 0.9,
+            "disc_cosine_0": 0.2,
+            "disc_cosine_2": 0.5,
+        }
+        for step in range(50, 650, 50)
+    ]
+
+
+def test_a_collapsed_run_raises_each_warning_once_and_a_healthy_one_none():
+    warnings = collapse_warnings(collapsed_run())
+    kinds = {w["kind"]: w for w in warnings}
+    assert set(kinds) == {"dead_detector", "collapsed_representation"}
+    # Recall 0 from the first window; the AUC rule needs three windows below 0.6.
+    assert kinds["dead_detector"]["since"] == 200 and kinds["dead_detector"]["step"] == 300
+    assert kinds["collapsed_representation"]["step"] == 50
+    assert all("try" in w["message"] for w in warnings)
+    assert collapse_warnings(healthy_run()) == []
+
+
+@pytest.fixture(scope="module")
+def fresh_probe():
+    vocab = learn_vocab([str(SAMPLE_VALID)], vocab_size=2000)
+    tokenizer = ElectraTokenizer(vocab)
+    config = ElectraConfig.from_preset("tiny", vocab_size=len(vocab))
+    model = ElectraPretrainer(config, seed=0)
+    data = load_pretraining_data(
+        [str(SAMPLE_VALID)], tokenizer, batch_size=32, max_seq_length=128, seed=1
+    )
+    batch = {k: v.numpy() for k, v in next(iter(data)).items()}
+    return HealthProbe(model, batch)
+
+
+def test_a_fresh_model_is_healthy_and_knows_nothing(fresh_probe):
+    health = fresh_probe.measure()
+    assert health["disc_cosine_2"] < 0.5, health
+    assert health["disc_effective_rank"] > 30, health
+    # An untrained detector separates neither corruption.
+    assert abs(health["context_auc"] - 0.5) < 0.05, health
+    assert abs(health["rarity_auc"] - 0.5) < 0.05, health
+    # It starts at the base rate (the output bias is the prior logit).
+    assert abs(health["probe_mean_prob"] - 0.15) < 0.03, health
+    assert 0.10 < health["probe_replaced_fraction"] < 0.16, health
+
+
+def test_the_probe_is_fixed_and_leaves_the_training_streams_alone(fresh_probe):
+    step = int(fresh_probe.model.random_step.numpy())
+    assert fresh_probe.measure() == fresh_probe.measure()
+    assert int(fresh_probe.model.random_step.numpy()) == step

@@ -1,0 +1,76 @@
+"""`keras-electra report`: the figure, its data, and the collapse warnings."""
+
+import json
+
+import pytest
+from conftest import HEALTH  # noqa: I001
+from test_health import collapsed_run, healthy_run
+
+from keras_electra.cli import main
+from keras_electra.errors import ConfigError
+from keras_electra.report import write_report
+
+
+def write_metrics(run_dir, records):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r) for r in records]
+    # A line cut short by a crash is skipped, not fatal.
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 70', encoding="utf-8")
+    return run_dir
+
+
+def decoded_png(path):
+    from matplotlib import image
+
+    pixels = image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] > 300 and pixels.shape[1] > 800
+    assert pixels.std() > 0.05  # not a blank canvas
+    return pixels
+
+
+def test_report_of_a_short_pretraining_run(tiny_run, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", str(tiny_run), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "step=4" in printed and "WARNING" not in printed
+    decoded_png(out / "report.png")
+    summary = json.loads((out / "report.json").read_text())
+    drawn = {name for panel in summary["panels"] for name in panel["metrics"]}
+    titles = [panel["title"] for panel in summary["panels"]]
+    assert titles[:3] == ["Losses", "Generator (masked LM)", "Detector"]
+    assert HEALTH <= drawn
+    assert {"loss", "disc_auc", "grad_norm", "learning_rate", "tokens_per_sec"} <= drawn
+    last = summary["last_window"][str(tiny_run)]
+    assert last["step"] == 4
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html
+    assert f"<td>context_auc</td><td>{last['context_auc']:.4g}</td>" in html
+
+
+def test_a_collapsed_run_is_flagged_and_a_healthy_one_is_not(tmp_path, capsys):
+    collapsed = write_metrics(tmp_path / "collapsed", collapsed_run())
+    healthy = write_metrics(tmp_path / "healthy", healthy_run())
+    assert main(["report", str(collapsed), "--compare", str(healthy)]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((collapsed / "report.json").read_text())
+    assert summary["runs"] == [str(collapsed), str(healthy)]
+    assert len(summary["warnings"][str(collapsed)]) == 2
+    assert summary["warnings"][str(healthy)] == []
+    assert printed.count("WARNING") == 2
+    assert "stopped detecting replacements at step 200" in printed
+    assert "WARNING" in (collapsed / "report.html").read_text()
+    decoded_png(collapsed / "report.png")
+    # The broken last line was skipped: 12 windows each.
+    assert summary["last_window"][str(healthy)]["step"] == 600
+
+
+def test_report_refuses_a_directory_without_metrics(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "has no metrics.jsonl" in err and err.count("\n") == 1
+
+
+def test_report_on_a_run_still_writing_its_first_window(tmp_path):
+    run = write_metrics(tmp_path / "young", [])
+    with pytest.raises(ConfigError, match="no complete metrics line yet"):
+        write_report([run])
