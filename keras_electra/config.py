@@ -64,6 +64,11 @@ class ElectraConfig:
             rest keep their original token (ELECTRA has no random-token branch).
         mlm_weight: weight of the generator's masked-LM loss.
         disc_weight: weight of the replaced-token-detection loss (50 in the paper).
+        corrective_weight: weight of a corrective LM loss: the discriminator also
+            predicts the original token at the masked positions from the corrupted
+            input, through a head tied to the word embeddings (COCO-LM's corrective
+            LM, Meng et al., 2021, restricted to the masked positions). 0 (the
+            paper's ELECTRA) leaves the head out.
         temperature: temperature of the generator softmax when sampling.
         disallow_correct: never sample the original token.
         pad_token_id / cls_token_id / sep_token_id / mask_token_id: special token
@@ -88,6 +93,7 @@ class ElectraConfig:
     mask_token_prob: float = 0.85
     mlm_weight: float = 1.0
     disc_weight: float = 50.0
+    corrective_weight: float = 0.0
     temperature: float = 1.0
     disallow_correct: bool = False
     pad_token_id: int = 0
@@ -128,6 +134,8 @@ class ElectraConfig:
             raise ConfigError(
                 "ElectraConfig.generator_hidden_size and generator_layers must be > 0."
             )
+        if self.corrective_weight < 0:
+            raise ConfigError("ElectraConfig.corrective_weight must be >= 0.")
         if self.temperature <= 0:
             raise ConfigError("ElectraConfig.temperature must be > 0.")
         ids = (self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)

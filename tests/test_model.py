@@ -100,6 +100,32 @@ def test_total_loss_is_mlm_plus_weighted_disc():
     assert float(out["loss"]) == pytest.approx(expected, rel=1e-5)
 
 
+def test_corrective_lm_adds_its_loss_and_trains_the_discriminator_only():
+    config = small_config(dropout=0.0, corrective_weight=2.0)
+    model = ElectraPretrainer(config, seed=0)
+    assert ElectraPretrainer(small_config(), seed=0).corrective_head is None
+    with tf.GradientTape() as tape:
+        out = model.compute_objective(batch(), training=True)
+        corrective = out["corrective_loss"]
+    # An untrained head spreads its guess over the vocabulary: about log(60).
+    assert float(corrective) == pytest.approx(np.log(60), rel=0.1)
+    expected = float(out["mlm_loss"]) + 50.0 * float(out["disc_loss"]) + 2.0 * float(corrective)
+    assert float(out["loss"]) == pytest.approx(expected, rel=1e-5)
+    grads = dict(
+        zip(
+            [v.path for v in model.trainable_variables],
+            tape.gradient(corrective, model.trainable_variables),
+            strict=True,
+        )
+    )
+    reached = {path.split("/")[0] for path, g in grads.items() if g is not None}
+    # It reads the discriminator's states; the generator's tower gets nothing.
+    assert {"discriminator", "embedding"} <= reached and "generator" not in reached
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    logs = model.train_on_batch(batch(), return_dict=True)
+    assert np.isfinite(logs["corrective_loss"])
+
+
 def test_exact_gelu_in_the_transformer_layers():
     model = ElectraPretrainer(small_config(), seed=0)
     layer = model.discriminator.encoder.transformer_layers[0]

@@ -7,7 +7,8 @@ in inference mode, and logged beside the training metrics:
 
 - ``disc_cosine_0 .. disc_cosine_N``: mean pairwise cosine similarity of the
   ordinary tokens' vectors after the embedding block (0) and after each
-  transformer layer of the discriminator. About 0.1-0.2 at initialization; a
+  transformer layer of the discriminator, on the probe text as the generator
+  corrupts it (the input the discriminator trains on; the clean text for ``mlm``). About 0.1-0.2 at initialization; a
   final layer near 1 means every token has the same vector.
 - ``disc_effective_rank``: the effective rank (exp of the entropy of the
   normalized singular values; Roy and Vetterli, 2007) of the final layer's
@@ -78,6 +79,7 @@ class HealthProbe:
     def __init__(self, model, batch: Mapping[str, np.ndarray], seed: int = PROBE_SEED):
         c = model.config
         self.model = model
+        self._forward = None
         self.ids = np.asarray(batch["input_ids"], np.int32)
         self.mask = np.asarray(batch["input_mask"], np.int32)
         self.segments = np.asarray(batch["segment_ids"], np.int32)
@@ -116,41 +118,58 @@ class HealthProbe:
             )
             self.sample_seed = tf.constant([seed, 3])
 
-    def _inputs(self, token_ids: np.ndarray | tf.Tensor) -> dict:
-        return {"token_ids": token_ids, "segment_ids": self.segments, "padding_mask": self.mask}
-
     def measure(self) -> dict[str, float]:
         """Every health metric of the model's current weights (inference mode)."""
-        model = self.model
+        if self._forward is None:
+            # One graph for all the probe's forward passes: eager layer calls would
+            # cost more than the arithmetic.
+            self._forward = tf.function(self._forward_pass)
+        tensors = {k: v.numpy() for k, v in self._forward().items()}
         out: dict[str, float] = {}
-        hidden = hidden_states(model.discriminator, self._inputs(self.ids))
-        for i, h in enumerate(hidden):
-            out[f"disc_cosine_{i}"] = mean_pairwise_cosine(h.numpy()[self.ordinary])
-        out["disc_effective_rank"] = effective_rank(hidden[-1].numpy()[self.ordinary])
-        table = model.embedding.token_embedding.embeddings.numpy()
-        out["embedding_cosine"] = mean_pairwise_cosine(table[self.top_tokens])
-        if model.discriminator_head is None:
-            return out
-
-        for name, fake in self.corrupted.items():
-            logits = self._disc_logits(fake)
-            out[f"{name}_auc"] = auc((fake != self.ids)[self.ordinary], logits[self.ordinary])
-
-        fake = self._generator_corruption()
-        logits = self._disc_logits(fake)[self.ordinary]
-        labels = (fake != self.ids)[self.ordinary]
-        out["probe_logit_std"] = float(logits.std())
-        out["probe_mean_prob"] = float((1.0 / (1.0 + np.exp(-logits))).mean())
-        out["probe_replaced_fraction"] = float(labels.mean())
-        out["probe_identity_r2"] = identity_r2(fake[self.ordinary], logits)
+        layers = sorted(k for k in tensors if k.startswith("hidden_"))
+        for i, name in enumerate(layers):
+            out[f"disc_cosine_{i}"] = mean_pairwise_cosine(tensors[name][self.ordinary])
+        out["disc_effective_rank"] = effective_rank(tensors[layers[-1]][self.ordinary])
+        out["embedding_cosine"] = mean_pairwise_cosine(tensors["top_embeddings"])
+        if "own_logits" in tensors:
+            for name, fake in self.corrupted.items():
+                logits = tensors[f"{name}_logits"][self.ordinary]
+                out[f"{name}_auc"] = auc((fake != self.ids)[self.ordinary], logits)
+            fake = tensors["own_ids"]
+            logits = tensors["own_logits"][self.ordinary]
+            out["probe_logit_std"] = float(logits.std())
+            out["probe_mean_prob"] = float((1.0 / (1.0 + np.exp(-logits))).mean())
+            out["probe_replaced_fraction"] = float((fake != self.ids)[self.ordinary].mean())
+            out["probe_identity_r2"] = identity_r2(fake[self.ordinary], logits)
         return {k: round(v, 5) for k, v in out.items()}
 
-    def _disc_logits(self, token_ids: np.ndarray) -> np.ndarray:
+    def _inputs(self, token_ids) -> dict:
+        return {"token_ids": token_ids, "segment_ids": self.segments, "padding_mask": self.mask}
+
+    def _forward_pass(self) -> dict[str, tf.Tensor]:
+        model = self.model
+        out = {}
+        token_ids = self.ids
+        if model.discriminator_head is not None:
+            # The representation is measured on what the discriminator trains on.
+            token_ids = out["own_ids"] = self._generator_corruption()
+        states = hidden_states(model.discriminator, self._inputs(token_ids))
+        out.update({f"hidden_{i:03d}": h for i, h in enumerate(states)})
+        table = model.embedding.token_embedding.embeddings
+        out["top_embeddings"] = tf.gather(table, self.top_tokens)
+        if model.discriminator_head is None:
+            return out
+        out["own_logits"] = model.discriminator_head(states[-1])
+        for name, fake in self.corrupted.items():
+            out[f"{name}_logits"] = self._disc_logits(fake)
+        return out
+
+    def _disc_logits(self, token_ids) -> tf.Tensor:
         model = self.model
         sequence = model.discriminator(self._inputs(token_ids), training=False)
-        return model.discriminator_head(sequence).numpy()
+        return model.discriminator_head(sequence)
 
-    def _generator_corruption(self) -> np.ndarray:
+    def _generator_corruption(self) -> tf.Tensor:
         model, masked = self.model, self.masked
         hidden = model.generator(self._inputs(masked.input_ids), training=False)
         logits = model.generator_head(hidden, masked.positions)
@@ -161,7 +180,7 @@ class HealthProbe:
             temperature=model.config.temperature,
             disallow_correct=model.config.disallow_correct,
         )
-        return objective.replace_tokens(self.ids, masked.positions, sampled, masked.weights).numpy()
+        return objective.replace_tokens(self.ids, masked.positions, sampled, masked.weights)
 
 
 def hidden_states(backbone, inputs: dict) -> list[tf.Tensor]:

@@ -128,6 +128,11 @@ class ElectraPretrainer(keras.Model):
                 self.embedding.token_embedding, name="mlm_predictions", **head_args
             )
             self.discriminator_head = None
+        self.corrective_head = None
+        if objective == "electra" and config.corrective_weight > 0:
+            self.corrective_head = GeneratorHead(
+                self.embedding.token_embedding, name="corrective_predictions", **head_args
+            )
         # Masking and sampling use stateless random ops seeded by (seed, a step
         # counter): the counter is a model variable, so checkpoints carry it and a
         # resumed run continues the same random stream.
@@ -159,6 +164,8 @@ class ElectraPretrainer(keras.Model):
                     "replaced_fraction": mean(name="replaced_fraction"),
                 }
             )
+        if self.corrective_head is not None:
+            self._trackers["corrective_loss"] = mean(name="corrective_loss")
         # Training only: the global gradient norm before clipping, whole and per part.
         parts = GRADIENT_PARTS if objective == "electra" else GRADIENT_PARTS[1:]
         for name in ("grad_norm",) + tuple(f"grad_norm_{p}" for p in parts):
@@ -176,6 +183,8 @@ class ElectraPretrainer(keras.Model):
         self.generator_head.build((None, None, self._mlm_tower().hidden_dim))
         if self.discriminator_head is not None:
             self.discriminator_head.build((None, None, self.config.hidden_size))
+        if self.corrective_head is not None:
+            self.corrective_head.build((None, None, self.config.hidden_size))
         self.built = True
 
     def _mlm_tower(self) -> ElectraBackbone:
@@ -218,7 +227,7 @@ class ElectraPretrainer(keras.Model):
     def objective_from(
         self, prepared: dict, totals: tuple[tf.Tensor, tf.Tensor], training: bool = False
     ) -> dict[str, tf.Tensor]:
-        """Steps 2-4 on a prepared batch, or on a slice of one (a micro-batch).
+        """Steps 2-5 on a prepared batch, or on a slice of one (a micro-batch).
 
         ``totals`` are the whole global batch's counts of predicted and of real tokens
         (:func:`loss_totals`); each loss is this slice's share of the mean over them,
@@ -259,13 +268,24 @@ class ElectraPretrainer(keras.Model):
             "segment_ids": prepared["segment_ids"],
             "padding_mask": input_mask,
         }
-        disc_logits = self.discriminator_head(self.discriminator(disc_inputs, training=training))
+        disc_hidden = self.discriminator(disc_inputs, training=training)
+        disc_logits = self.discriminator_head(disc_hidden)
         disc_loss = objective.disc_loss(disc_logits, labels, input_mask)
         disc_loss *= _share(tf.reduce_sum(tf.cast(input_mask, tf.float32)), totals[1])
+        loss = c.mlm_weight * mlm_loss + c.disc_weight * disc_loss
+
+        # 5. Optionally, the discriminator also restores the original tokens at the
+        #    masked positions from the corrupted input (a corrective LM, as in COCO-LM).
+        if self.corrective_head is not None:
+            corrective_logits = self.corrective_head(disc_hidden, masked.positions)
+            corrective_loss = objective.mlm_loss(corrective_logits, masked.labels, masked.weights)
+            corrective_loss *= _share(tf.reduce_sum(masked.weights), totals[0])
+            out["corrective_loss"] = corrective_loss
+            loss += c.corrective_weight * corrective_loss
 
         out.update(
             disc_loss=disc_loss,
-            loss=c.mlm_weight * mlm_loss + c.disc_weight * disc_loss,
+            loss=loss,
             sampled_correct=tf.cast(tf.equal(sampled, masked.labels), tf.float32),
             disc_logits=disc_logits,
             disc_labels=labels,
@@ -489,7 +509,7 @@ class ElectraPretrainer(keras.Model):
     def _update_loss_metrics(self, out: dict) -> None:
         t = self._trackers
         # The losses are this replica's shares; every replica records the global value.
-        for name in ("loss", "mlm_loss", "disc_loss"):
+        for name in ("loss", "mlm_loss", "disc_loss", "corrective_loss"):
             if name in out:
                 t[name].update_state(_global_sum(out[name]))
 
