@@ -90,7 +90,10 @@ def run_recipe(name: str, steps: int, out_root: Path) -> dict:
 
 def table(results: Path) -> str:
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    head = "| recipe | steps | step | disc_auc | recall | context_auc | rarity_auc | cosine | mlm_acc |"
+    head = (
+        "| recipe | steps | step | disc_auc | recall | context_auc | rarity_auc | cosine "
+        "| mlm_acc |"
+    )
     lines = [head, "|" + " --- |" * 9]
     for row in rows:
         for step, m in row["at"].items():

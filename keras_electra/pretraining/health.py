@@ -8,8 +8,9 @@ in inference mode, and logged beside the training metrics:
 - ``disc_cosine_0 .. disc_cosine_N``: mean pairwise cosine similarity of the
   ordinary tokens' vectors after the embedding block (0) and after each
   transformer layer of the discriminator, on the probe text as the generator
-  corrupts it (the input the discriminator trains on; the clean text for ``mlm``). About 0.1-0.2 at initialization; a
-  final layer near 1 means every token has the same vector.
+  corrupts it (the input the discriminator trains on; the clean text for
+  ``mlm``). About 0.1-0.2 at initialization; a final layer near 1 means every
+  token has the same vector.
 - ``disc_effective_rank``: the effective rank (exp of the entropy of the
   normalized singular values; Roy and Vetterli, 2007) of the final layer's
   token vectors.
