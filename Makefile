@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_RUN ?= runs/demo
-DEMO_STEPS ?= 400
+DEMO_STEPS ?= 600
 DEMO_EXPORT ?= saved_models/demo
 
 .PHONY: setup demo test lint clean
@@ -21,11 +21,14 @@ setup: $(VENV)/.installed
 demo: setup
 	rm -rf $(DEMO_RUN) $(DEMO_EXPORT)
 	$(BIN)/keras-electra pretrain --preset tiny --corpus data/sample/shakespeare.txt \
+	  --validation data/sample/shakespeare_valid.txt \
 	  --output $(DEMO_RUN) --steps $(DEMO_STEPS) --log-every 50
+	$(BIN)/keras-electra report $(DEMO_RUN)
 	$(BIN)/keras-electra export --run $(DEMO_RUN) --output $(DEMO_EXPORT)
 	$(BIN)/keras-electra score --model $(DEMO_EXPORT) \
 	  "The king is dead, long live the king." \
-	  "The king is dead, long live the banana."
+	  "The king is dead, long live the banana." \
+	  "My lord, the computer is at the gate."
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "sample" / "shakespeare.txt"
 VALID = REPO / "data" / "sample" / "shakespeare_valid.txt"
-AT_STEPS = (150, 300, 600, 1200, 2400)
+AT_STEPS = (150, 300, 600, 1200, 2400, 4800)
 
 # name -> (pretrain keyword arguments, ElectraConfig overrides)
 RECIPES: dict[str, tuple[dict, dict]] = {
@@ -40,6 +40,14 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "paper-clm1": ({"learning_rate": 5e-4}, {"temperature": 1.0, "corrective_weight": 1.0}),
     "t2-clm1": ({"learning_rate": 5e-4}, {"temperature": 2.0, "corrective_weight": 1.0}),
     "t2-clm5": ({"learning_rate": 5e-4}, {"temperature": 2.0, "corrective_weight": 5.0}),
+    # Pre-LayerNorm towers (keras-hub's normalize_first) plus a final LayerNorm.
+    "paper-prenorm": ({"learning_rate": 5e-4}, {"temperature": 1.0, "normalize_first": True}),
+    "t2-prenorm": ({"learning_rate": 5e-4}, {"temperature": 2.0, "normalize_first": True}),
+    # A deeper, narrower discriminator at about the same compute.
+    "t2-deep4": (
+        {"learning_rate": 5e-4},
+        {"temperature": 2.0, "num_layers": 4, "hidden_size": 96, "intermediate_size": 384},
+    ),
 }
 
 
@@ -64,7 +72,7 @@ def run_recipe(name: str, steps: int, out_root: Path) -> dict:
     history = {r["step"]: r for r in result.history}
     layers = max(int(k.rsplit("_", 1)[1]) for k in result.history[-1] if "disc_cosine_" in k)
     at = {}
-    for step in (s for s in AT_STEPS if s in history):
+    for step in sorted({s for s in AT_STEPS if s in history} | {max(history)}):
         r = history[step]
         at[str(step)] = {
             "disc_auc": r["disc_auc"],

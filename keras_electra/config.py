@@ -56,6 +56,10 @@ class ElectraConfig:
         type_vocab_size: number of segment ids.
         dropout: dropout on embeddings, attention probabilities and layer outputs.
         layer_norm_epsilon: LayerNorm epsilon (1e-12 as in BERT/ELECTRA).
+        normalize_first: pre-LayerNorm transformer layers (LayerNorm before attention
+            and feed-forward, plus a final LayerNorm) in both towers; the paper's
+            post-LayerNorm when False. Hugging Face and keras-hub ELECTRA have no
+            pre-LayerNorm form, so such models do not convert to them.
         initializer_range: standard deviation of the truncated-normal initializer.
         generator_hidden_size: generator hidden size as a fraction of ``hidden_size``.
         generator_layers: generator depth as a fraction of ``num_layers``.
@@ -86,6 +90,7 @@ class ElectraConfig:
     type_vocab_size: int = 2
     dropout: float = 0.1
     layer_norm_epsilon: float = 1e-12
+    normalize_first: bool = False
     initializer_range: float = 0.02
     generator_hidden_size: float = 0.25
     generator_layers: float = 1.0

@@ -41,12 +41,25 @@ PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("Generator (masked LM)", ("mlm_accuracy", "sampled_mlm_accuracy"), False),
     (
         "Detector",
-        ("disc_auc", "disc_precision", "disc_recall", "context_auc", "rarity_auc"),
+        (
+            "disc_auc",
+            "disc_precision",
+            "disc_recall",
+            "disc_accuracy",
+            "context_auc",
+            "rarity_auc",
+        ),
         False,
     ),
     (
         "Detector on the probe",
-        ("probe_logit_std", "probe_mean_prob", "probe_replaced_fraction", "probe_identity_r2"),
+        (
+            "probe_logit_std",
+            "probe_mean_prob",
+            "probe_replaced_fraction",
+            "probe_identity_r2",
+            "replaced_fraction",
+        ),
         False,
     ),
     ("Token-vector cosine (per layer)", ("disc_cosine_*", "embedding_cosine"), False),

@@ -1,11 +1,10 @@
 """The tiny preset learns on the sample corpus in a couple of minutes of CPU time.
 
 What this shows, measured (see the README): the generator's masked-LM accuracy ends
-well above the most-frequent-token baseline, and the discriminator separates
-out-of-context tokens in held-out text. The replaced-token-detection AUC on the
-generator's own samples stays near 0.54 at this budget (the generator learns
-plausible in-context replacements within ~150 steps; detecting those needs far
-longer training), so it is recorded, not asserted against 0.80.
+well above the most-frequent-token baseline; the discriminator separates
+out-of-context tokens in held-out text, and the exported model flags an implanted
+word. What it has learned at this compute is mostly rarity: the health probe's
+``context_auc`` (unigram replacements) stays near 0.5 (README, "Run health").
 
 Each check runs for float32, mixed_bfloat16 and mixed_float16: mixed precision must
 learn as float32 does.
@@ -19,7 +18,10 @@ import tensorflow as tf
 from conftest import SAMPLE_CORPUS, SAMPLE_VALID  # noqa: I001
 
 from keras_electra.data import load_pretraining_data
+from keras_electra.export import export_run
 from keras_electra.pretraining.run import pretrain
+from keras_electra.scoring import rows_from_outputs
+from keras_electra.serving.testing import SignatureRunner
 
 STEPS = 600
 
@@ -119,3 +121,38 @@ def test_training_metrics_are_recorded_and_finite(trained):
         assert 0.0 <= record["disc_auc"] <= 1.0
     # A fifth to a seventh of the real tokens are replaced, as 15% masking implies.
     assert 0.10 <= trained.history[-1]["replaced_fraction"] <= 0.16
+
+
+# Ten sentences in the corpus' register, each with one word implanted that does not
+# belong there (written for this test; none of the words occurs in the plays).
+IMPLANTED = [
+    ("the king is dead long live the {}", "banana"),
+    ("my lord the {} is at the gate", "computer"),
+    ("good morrow to you my sweet {}", "telephone"),
+    ("the queen hath sent a {} for the prince", "helicopter"),
+    ("come let us go to the {} and drink", "internet"),
+    ("what say you to this {} my good lord", "electricity"),
+    ("he is a noble {} and a true friend", "kangaroo"),
+    ("we shall meet again in the {} of the night", "spaceship"),
+    ("thou art a {} and a villain", "smartphone"),
+    ("i will {} thee to the court tomorrow", "email"),
+]
+
+
+def test_the_exported_demo_model_flags_the_implanted_word(trained, tmp_path):
+    corpus = SAMPLE_CORPUS.read_text(encoding="utf-8").lower().split()
+    assert not {word for _, word in IMPLANTED} & set(corpus)
+    export = export_run(trained.run_dir, tmp_path / "demo")
+    texts = np.array([t.format(w).encode() for t, w in IMPLANTED], object)
+    with SignatureRunner(str(export)) as runner:
+        rows = rows_from_outputs(runner.run("serving_default", {"text": texts}))
+    hits = []
+    for (template, word), row in zip(IMPLANTED, rows, strict=True):
+        target = template.split().index("{}")
+        # Word pieces after the first ("##...") continue the word before them.
+        word_index = np.cumsum([not token.startswith("##") for token, _ in row]) - 1
+        probs = np.array([p for _, p in row])
+        implanted = probs[word_index == target].max()
+        others = probs[word_index != target].max()
+        hits.append(implanted > others)
+    assert sum(hits) >= 8, list(zip([w for _, w in IMPLANTED], hits, strict=True))

@@ -236,3 +236,18 @@ def test_discriminator_starts_at_the_prior_replaced_fraction():
     assert abs(probs.mean() - config.mask_prob) < 0.03
     restored = type(model.discriminator_head).from_config(model.discriminator_head.get_config())
     assert restored.output_bias == pytest.approx(prior)
+
+
+def test_pre_layernorm_towers_train_and_round_trip(tmp_path):
+    model = ElectraPretrainer(small_config(normalize_first=True), seed=0)
+    for tower in (model.discriminator, model.generator):
+        assert tower.encoder.final_layer_norm is not None
+        assert all(layer.normalize_first for layer in tower.encoder.transformer_layers)
+    assert ElectraPretrainer(small_config(), seed=0).discriminator.encoder.final_layer_norm is None
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    logs = model.train_on_batch(batch(), return_dict=True)
+    assert np.isfinite(logs["loss"])
+    path = tmp_path / "prenorm.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(restored(batch()), model(batch()), atol=1e-5)

@@ -170,3 +170,43 @@ def test_sampling_has_no_gradient():
     # Gradient only through the explicit logits sum, none through the sample itself.
     grad = tape.gradient(y, logits)
     np.testing.assert_allclose(grad.numpy(), float(tf.reduce_sum(tf.cast(sampled, tf.float32))))
+
+
+def test_inverse_cdf_sampling_is_an_exact_draw_from_the_softmax():
+    # A 50-token distribution with a heavy head, a long tail and an impossible token.
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0.0, 2.0, 50).astype("float32")
+    logits[7] = -1e9
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    n = 200_000
+    batch = np.broadcast_to(logits, (4, n // 4, 50)).copy()
+    labels = np.zeros((4, n // 4), "int32")
+    sampled = objective.sample_tokens(batch, labels, seed=tf.constant([9, 9])).numpy().ravel()
+    counts = np.bincount(sampled, minlength=50)
+    assert counts[7] == 0
+    # Pearson's chi-square over the tokens expected at least 5 times (49 - 1 df at most).
+    expected = probs * n
+    keep = expected >= 5
+    chi2 = (((counts - expected) ** 2)[keep] / expected[keep]).sum()
+    assert chi2 < 85, chi2  # the 99.9th percentile of chi-square with 48 df is 84.0
+    # Given draws, the sample is a pure function of them.
+    u = tf.random.stateless_uniform(labels.shape, seed=[9, 9])
+    again = objective.sample_tokens(batch, labels, uniform=u).numpy().ravel()
+    np.testing.assert_array_equal(again, sampled)
+
+
+def test_masking_from_given_uniform_draws_equals_masking_from_seeds():
+    ids, mask = random_batch(np.random.default_rng(2), batch=6)
+    kw = dict(special_ids=(PAD, CLS, SEP), mask_token_id=MASK, max_predictions=19)
+    s = seeds(3, 4)
+    from_seeds = objective.mask_tokens(ids, mask, seeds=s, **kw)
+    uniforms = (
+        tf.random.stateless_uniform(ids.shape, seed=s[0]),
+        tf.random.stateless_uniform([6, 19], seed=s[1]),
+    )
+    given = objective.mask_tokens(ids, mask, uniforms=uniforms, **kw)
+    for a, b in zip(from_seeds, given, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(ValueError, match="exactly one"):
+        objective.mask_tokens(ids, mask, **kw)

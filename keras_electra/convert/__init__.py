@@ -108,6 +108,11 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
         raise ConfigError(
             f"'{run_dir}' was pretrained with the mlm objective; only ELECTRA models convert."
         )
+    if model.config.normalize_first:
+        raise ConfigError(
+            f"'{run_dir}' has pre-LayerNorm towers (normalize_first), which Hugging Face and "
+            "keras-hub ELECTRA cannot represent; export it with `keras-electra export` instead."
+        )
     tokens = tokenizer.vocab
     if target == "hf":
         return ConvertResult(write_hf(model, tokens, output), [])

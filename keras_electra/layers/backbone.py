@@ -79,6 +79,7 @@ class ElectraBackbone(keras.Model):
             dropout=config.dropout,
             layer_norm_epsilon=config.layer_norm_epsilon,
             initializer_range=config.initializer_range,
+            normalize_first=config.normalize_first,
             dtype=self.dtype_policy,
             name=f"{tower}_encoder",
         )

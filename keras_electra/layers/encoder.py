@@ -10,7 +10,11 @@ from keras_electra.layers.embedding import truncated_normal
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class ElectraEncoder(keras.layers.Layer):
-    """A stack of post-LayerNorm transformer layers with exact (erf) GELU.
+    """A stack of transformer layers with exact (erf) GELU.
+
+    Post-LayerNorm (BERT's and ELECTRA's) by default; with ``normalize_first`` each
+    layer normalizes its inputs instead (pre-LayerNorm) and a final LayerNorm
+    follows the last layer.
 
     When ``embedding_dim != hidden_dim`` a dense layer first projects the shared
     embeddings to this tower's width (``embeddings_project`` in the original code).
@@ -25,6 +29,7 @@ class ElectraEncoder(keras.layers.Layer):
             feed-forward outputs (one rate, as in BERT and ELECTRA).
         layer_norm_epsilon: LayerNorm epsilon.
         initializer_range: stddev of the truncated-normal initializer.
+        normalize_first: pre-LayerNorm layers plus a final LayerNorm.
 
     Example:
         >>> import numpy as np
@@ -44,9 +49,11 @@ class ElectraEncoder(keras.layers.Layer):
         dropout: float = 0.1,
         layer_norm_epsilon: float = 1e-12,
         initializer_range: float = 0.02,
+        normalize_first: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.normalize_first = normalize_first
         self.embedding_dim = embedding_dim
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
@@ -73,11 +80,17 @@ class ElectraEncoder(keras.layers.Layer):
                 activation="gelu",  # keras.activations.gelu: exact (erf) by default
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=truncated_normal(initializer_range),
+                normalize_first=normalize_first,
                 dtype=self.dtype_policy,
                 name=f"transformer_layer_{i}",
             )
             for i in range(num_layers)
         ]
+        self.final_layer_norm = None
+        if normalize_first:
+            self.final_layer_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_layer_norm"
+            )
 
     def build(self, inputs_shape, padding_mask_shape=None):
         shape = tuple(inputs_shape)
@@ -87,6 +100,8 @@ class ElectraEncoder(keras.layers.Layer):
         for layer in self.transformer_layers:
             layer.build(shape)
             _float32_attention_softmax(layer)
+        if self.final_layer_norm is not None:
+            self.final_layer_norm.build(shape)
         self.built = True
 
     def call(self, embeddings, padding_mask, training=None):
@@ -95,6 +110,8 @@ class ElectraEncoder(keras.layers.Layer):
             x = self.projection(x)
         for layer in self.transformer_layers:
             x = layer(x, padding_mask=padding_mask, training=training)
+        if self.final_layer_norm is not None:
+            x = self.final_layer_norm(x)
         return x
 
     def compute_output_shape(self, inputs_shape, padding_mask_shape=None):
@@ -112,6 +129,7 @@ class ElectraEncoder(keras.layers.Layer):
             dropout=self.dropout,
             layer_norm_epsilon=self.layer_norm_epsilon,
             initializer_range=self.initializer_range,
+            normalize_first=self.normalize_first,
         )
         return config
 

@@ -194,6 +194,8 @@ def hidden_states(backbone, inputs: dict) -> list[tf.Tensor]:
     for layer in encoder.transformer_layers:
         x = layer(x, padding_mask=inputs["padding_mask"], training=False)
         states.append(x)
+    if encoder.final_layer_norm is not None:  # pre-LayerNorm towers: the output is normalized
+        states[-1] = encoder.final_layer_norm(x)
     return states
 
 

@@ -8,14 +8,16 @@ once, in the order the pretrainer calls them:
 2. the generator predicts the original tokens at the chosen positions;
    :func:`mlm_loss` scores it.
 3. :func:`sample_tokens`: draw replacements from the generator's softmax
-   (Gumbel-max), without gradient.
+   (inverse CDF: one uniform number per position), without gradient.
 4. :func:`replace_tokens` builds the discriminator input and
    :func:`replaced_labels` its labels: 1 where the token differs from the
    original, so a correct sample counts as original.
 5. :func:`disc_loss`: sigmoid cross-entropy over all non-padding tokens.
 
 All functions take and return TensorFlow tensors and work inside ``tf.function``
-and XLA (no data-dependent shapes).
+and XLA (no data-dependent shapes). The random ones take either a stateless seed
+or the uniform draws themselves, so a caller can draw them for a whole global
+batch at once and give each example its own rows (see ``ElectraPretrainer``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def mask_tokens(
     mask_prob: float = 0.15,
     mask_token_prob: float = 0.85,
     max_predictions: int,
-    seeds: tuple[tf.Tensor, tf.Tensor],
+    seeds: tuple[tf.Tensor, tf.Tensor] | None = None,
+    uniforms: tuple[tf.Tensor, tf.Tensor] | None = None,
 ) -> MaskedBatch:
     """Choose positions to predict and mask them, per sequence.
 
@@ -67,11 +70,21 @@ def mask_tokens(
         mask_token_prob: fraction of chosen positions set to ``[MASK]``.
         max_predictions: ``P``, the most positions per sequence.
         seeds: two stateless seeds (shape ``[2]`` each): choice and mask/keep.
+        uniforms: instead of ``seeds``, the draws in [0, 1) themselves: ``[B, L]``
+            for the choice and ``[B, max_predictions]`` for mask/keep.
 
     Returns:
         A :class:`MaskedBatch`.
     """
     input_ids = tf.convert_to_tensor(input_ids, tf.int32)
+    if (seeds is None) == (uniforms is None):
+        raise ValueError("Pass exactly one of seeds and uniforms.")
+    if uniforms is None:
+        batch = tf.shape(input_ids)[0]
+        uniforms = (
+            tf.random.stateless_uniform(tf.shape(input_ids), seed=seeds[0]),
+            tf.random.stateless_uniform([batch, max_predictions], seed=seeds[1]),
+        )
     candidates = tf.cast(input_mask, tf.bool)
     for token_id in special_ids:
         candidates &= tf.not_equal(input_ids, token_id)
@@ -83,8 +96,7 @@ def mask_tokens(
 
     # A uniform random order of the candidates: top-k of random scores, with
     # non-candidates scored below every candidate.
-    scores = tf.random.stateless_uniform(tf.shape(input_ids), seed=seeds[0])
-    scores = tf.where(candidates, scores, -1.0)
+    scores = tf.where(candidates, tf.cast(uniforms[0], tf.float32), -1.0)
     _, positions = tf.math.top_k(scores, k=max_predictions)
     rank = tf.range(max_predictions)[tf.newaxis, :]
     chosen = (rank < num_to_predict[:, tf.newaxis]) & tf.gather(candidates, positions, batch_dims=1)
@@ -92,7 +104,7 @@ def mask_tokens(
     weights = tf.cast(chosen, tf.float32)
     labels = tf.where(chosen, tf.gather(input_ids, positions, batch_dims=1), 0)
 
-    use_mask = tf.random.stateless_uniform(tf.shape(positions), seed=seeds[1]) < mask_token_prob
+    use_mask = tf.cast(uniforms[1], tf.float32) < mask_token_prob
     masked_ids = scatter_tokens(
         input_ids, positions, tf.fill(tf.shape(positions), mask_token_id), chosen & use_mask
     )
@@ -117,30 +129,42 @@ def sample_tokens(
     logits: tf.Tensor,
     labels: tf.Tensor,
     *,
-    seed: tf.Tensor,
+    seed: tf.Tensor | None = None,
+    uniform: tf.Tensor | None = None,
     temperature: float = 1.0,
     disallow_correct: bool = False,
 ) -> tf.Tensor:
     """Sample one token per position from ``softmax(logits / temperature)``.
 
-    Uses the Gumbel-max trick; no gradient flows through the sample.
+    Inverse-CDF sampling: the token is the first whose cumulative probability
+    exceeds ``u`` times the total, for one uniform ``u`` per position. That is an
+    exact draw from the softmax (the Gumbel-max trick would need one uniform per
+    position and vocabulary entry). No gradient flows through the sample.
 
     Args:
         logits: ``[B, P, V]`` generator logits.
         labels: ``[B, P]`` original tokens (used by ``disallow_correct``).
-        seed: a stateless seed, shape ``[2]``.
+        seed: a stateless seed, shape ``[2]``; or give ``uniform``.
+        uniform: ``[B, P]`` draws in [0, 1), instead of ``seed``.
         temperature: softmax temperature.
         disallow_correct: give the original token zero probability.
 
     Returns:
         ``[B, P]`` int32 sampled token ids.
     """
+    if (seed is None) == (uniform is None):
+        raise ValueError("Pass exactly one of seed and uniform.")
     logits = tf.stop_gradient(tf.cast(logits, tf.float32)) / temperature
+    vocab = tf.shape(logits)[-1]
     if disallow_correct:
-        logits -= 1000.0 * tf.one_hot(labels, tf.shape(logits)[-1], dtype=tf.float32)
-    uniform = tf.random.stateless_uniform(tf.shape(logits), seed=seed, minval=1e-9, maxval=1.0)
-    gumbel = -tf.math.log(-tf.math.log(uniform))
-    return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
+        logits -= 1000.0 * tf.one_hot(labels, vocab, dtype=tf.float32)
+    if uniform is None:
+        uniform = tf.random.stateless_uniform(tf.shape(labels), seed=seed)
+    cdf = tf.math.cumsum(tf.nn.softmax(logits, axis=-1), axis=-1)
+    # Scale by the total (float32 rounding leaves it a little off 1).
+    target = tf.cast(uniform, tf.float32)[..., tf.newaxis] * cdf[..., -1:]
+    chosen = tf.searchsorted(cdf, target, side="right", out_type=tf.int32)[..., 0]
+    return tf.minimum(chosen, vocab - 1)
 
 
 def replace_tokens(

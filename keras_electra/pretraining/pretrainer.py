@@ -205,23 +205,38 @@ class ElectraPretrainer(keras.Model):
         return self.objective_from(prepared, loss_totals(prepared), training=training)
 
     def prepare_batch(self, batch: dict) -> dict:
-        """Step 1, which needs no gradient: draw this step's seeds and mask ~15% of the tokens.
+        """Step 1, which needs no gradient: draw this step's random numbers and mask ~15%.
 
         Returns the batch's int32 ``input_ids``, ``input_mask``, ``segment_ids``, the
         :class:`~keras_electra.pretraining.objective.MaskedBatch` ``masked`` and each
-        example's sampling seed ``sample_seeds``: every tensor has the batch as its
-        first axis, so a slice of examples is a smaller prepared batch.
+        masked position's uniform draw for sampling, ``sample_uniforms``: every
+        tensor has the batch as its first axis, so a slice of examples is a smaller
+        prepared batch.
         """
+        c = self.config
         input_ids = tf.cast(batch["input_ids"], tf.int32)
         input_mask = tf.cast(batch["input_mask"], tf.int32)
-        seeds = self._example_seeds(tf.shape(input_ids)[0], 3)
+        max_predictions = c.max_predictions(input_ids.shape[1])
+        choice, keep, sample = self._example_uniforms(
+            tf.shape(input_ids)[0], (tf.shape(input_ids)[1], max_predictions, max_predictions)
+        )
         # 1. Mask ~15% of the real tokens.
+        masked = objective.mask_tokens(
+            input_ids,
+            input_mask,
+            special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
+            mask_token_id=c.mask_token_id,
+            mask_prob=c.mask_prob,
+            mask_token_prob=c.mask_token_prob,
+            max_predictions=max_predictions,
+            uniforms=(choice, keep),
+        )
         return {
             "input_ids": input_ids,
             "input_mask": input_mask,
             "segment_ids": tf.cast(batch["segment_ids"], tf.int32),
-            "masked": self._mask_tokens(input_ids, input_mask, seeds[:, 0], seeds[:, 1]),
-            "sample_seeds": seeds[:, 2],
+            "masked": masked,
+            "sample_uniforms": sample,
         }
 
     def objective_from(
@@ -258,7 +273,13 @@ class ElectraPretrainer(keras.Model):
             return out
 
         # 3. Sample replacements from the generator (no gradient through the sample).
-        sampled = self._sample_tokens(mlm_logits, masked.labels, prepared["sample_seeds"])
+        sampled = objective.sample_tokens(
+            mlm_logits,
+            masked.labels,
+            uniform=prepared["sample_uniforms"],
+            temperature=c.temperature,
+            disallow_correct=c.disallow_correct,
+        )
         fake_ids = objective.replace_tokens(input_ids, masked.positions, sampled, masked.weights)
         labels = objective.replaced_labels(fake_ids, input_ids, input_mask)
 
@@ -293,13 +314,14 @@ class ElectraPretrainer(keras.Model):
         )
         return out
 
-    def _example_seeds(self, local_batch: tf.Tensor, count: int) -> tf.Tensor:
-        """``[local_batch, count, 2]`` stateless seeds, one set per example.
+    def _example_uniforms(self, local_batch: tf.Tensor, widths: tuple) -> list[tf.Tensor]:
+        """Uniform draws in [0, 1), ``[local_batch, width]`` per width, one row per example.
 
-        Seeds are drawn for the whole global batch from ``(seed, step)`` and this
-        replica takes the rows of its examples (replica ``r`` holds rows
-        ``r * local_batch`` onwards, as ``tf.distribute`` splits a batch), so the
-        masks do not depend on how many replicas share the batch.
+        They are drawn for the whole global batch from ``(seed, step, stream)`` and
+        this replica takes the rows of its examples (replica ``r`` holds rows
+        ``r * local_batch`` onwards, as ``tf.distribute`` splits a batch), so an
+        example's masks and samples do not depend on how many replicas share the
+        batch. One vectorized draw per stream, no per-example loop.
         """
         step = self.random_step.value
         self.random_step.assign_add(1)
@@ -308,67 +330,15 @@ class ElectraPretrainer(keras.Model):
         if replica is not None:
             replica_id = replica.replica_id_in_sync_group
             replicas = replica.num_replicas_in_sync
-        base = tf.stack([tf.constant(self.seed or 0, tf.int32), step])
-        every = tf.random.stateless_uniform(
-            [local_batch * replicas, count, 2],
-            seed=base,
-            minval=None,
-            maxval=None,
-            dtype=tf.int32,
-        )
-        return every[replica_id * local_batch : (replica_id + 1) * local_batch]
-
-    def _mask_tokens(self, input_ids, input_mask, choice_seeds, keep_seeds):
-        """:func:`objective.mask_tokens` with each example's own seeds."""
-        c = self.config
-        max_predictions = c.max_predictions(input_ids.shape[1])
-
-        def one(args):
-            ids, mask, s0, s1 = args
-            m = objective.mask_tokens(
-                ids[tf.newaxis],
-                mask[tf.newaxis],
-                special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
-                mask_token_id=c.mask_token_id,
-                mask_prob=c.mask_prob,
-                mask_token_prob=c.mask_token_prob,
-                max_predictions=max_predictions,
-                seeds=(s0, s1),
+        rows = slice(replica_id * local_batch, (replica_id + 1) * local_batch)
+        seed = tf.constant(self.seed or 0, tf.int32)
+        draws = []
+        for stream, width in enumerate(widths):
+            every = tf.random.stateless_uniform(
+                [local_batch * replicas, width], seed=tf.stack([seed, step * 3 + stream])
             )
-            return tuple(t[0] for t in m)
-
-        spec = tf.TensorSpec([max_predictions], tf.int32)
-        out = tf.map_fn(
-            one,
-            (input_ids, input_mask, choice_seeds, keep_seeds),
-            fn_output_signature=(
-                tf.TensorSpec(input_ids.shape[1:], tf.int32),
-                spec,
-                spec,
-                tf.TensorSpec([max_predictions], tf.float32),
-            ),
-        )
-        return objective.MaskedBatch(*out)
-
-    def _sample_tokens(self, logits, labels, seeds):
-        """:func:`objective.sample_tokens` with each example's own seed."""
-        c = self.config
-
-        def one(args):
-            example_logits, example_labels, seed = args
-            return objective.sample_tokens(
-                example_logits[tf.newaxis],
-                example_labels[tf.newaxis],
-                seed=seed,
-                temperature=c.temperature,
-                disallow_correct=c.disallow_correct,
-            )[0]
-
-        return tf.map_fn(
-            one,
-            (tf.stop_gradient(logits), labels, seeds),
-            fn_output_signature=tf.TensorSpec(labels.shape[1:], tf.int32),
-        )
+            draws.append(every[rows])
+        return draws
 
     # === Training step ===
 
