@@ -147,7 +147,7 @@ def test_the_exported_demo_model_flags_the_implanted_word(trained, tmp_path):
     with SignatureRunner(str(export)) as runner:
         rows = rows_from_outputs(runner.run("serving_default", {"text": texts}))
     hits = []
-    for (template, word), row in zip(IMPLANTED, rows, strict=True):
+    for (template, _), row in zip(IMPLANTED, rows, strict=True):
         target = template.split().index("{}")
         # Word pieces after the first ("##...") continue the word before them.
         word_index = np.cumsum([not token.startswith("##") for token, _ in row]) - 1
