@@ -13,7 +13,8 @@ in inference mode, and logged beside the training metrics:
   normalized singular values; Roy and Vetterli, 2007) of the final layer's
   token vectors.
 - ``embedding_cosine``: mean pairwise cosine of the word-embedding rows of the
-  most frequent tokens of the probe text.
+  most frequent tokens of the probe text, in the table the discriminator reads
+  (for ``embedding_sharing="gdes"`` the folded ``shared + delta``).
 - On the probe text corrupted by the generator (fixed masks and sampling seeds):
   ``probe_logit_std`` (spread of the discriminator's logits over ordinary
   tokens), ``probe_mean_prob`` against ``probe_replaced_fraction``, and
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import tensorflow as tf
 
+from keras_electra.layers.embedding import TABLES
 from keras_electra.pretraining import objective
 
 PROBE_SEED = 1234
@@ -127,7 +129,7 @@ class HealthProbe:
         for i, h in enumerate(hidden):
             out[f"disc_cosine_{i}"] = mean_pairwise_cosine(h.numpy()[self.ordinary])
         out["disc_effective_rank"] = effective_rank(hidden[-1].numpy()[self.ordinary])
-        table = model.embedding.token_embedding.embeddings.numpy()
+        table = model.embedding_tables("discriminator")[TABLES[0]]
         out["embedding_cosine"] = mean_pairwise_cosine(table[self.top_tokens])
         if model.discriminator_head is None:
             return out
