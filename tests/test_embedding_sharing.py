@@ -1,7 +1,9 @@
 """Embedding sharing between the towers: ``all``, ``gdes``, ``word`` and ``none``.
 
 ``all`` is checked everywhere else (every other test uses it); here: the config
-option, where each mode's gradients go and its variables.
+option, where each mode's gradients go, its variables, and a round trip of each
+other mode through save, resume, fine-tuning, export and conversion to Hugging
+Face with the discriminator's outputs unchanged.
 """
 
 import json
@@ -182,3 +184,165 @@ def test_the_health_probe_reads_the_discriminators_effective_word_table():
     assert probe.measure()["embedding_cosine"] == pytest.approx(expected, abs=1e-5)
     shared = mean_pairwise_cosine(model.embedding.tables()[TABLES[0]][probe.top_tokens])
     assert abs(shared - expected) > 1e-3  # the deltas are seen
+
+
+# === Runs: save, resume, fine-tune, export, convert ===
+
+RUN = dict(batch_size=4, max_seq_length=16, log_every=1, progress=False, health=False)
+TEXTS = ["The king is dead, long live the king.", "What light through yonder window breaks?"]
+
+
+@pytest.fixture(scope="module")
+def vocab_file(small_corpus, tmp_path_factory):
+    from keras_electra.data import learn_vocab, save_vocab
+
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    save_vocab(learn_vocab([str(small_corpus)], 300, max_lines=400), str(path))
+    return path
+
+
+SIZES = {"num_layers": 1, "hidden_size": 64, "embedding_size": 32, "intermediate_size": 128}
+
+
+def run_kwargs(mode, vocab_file):
+    return dict(RUN, vocab=str(vocab_file), config_overrides={**SIZES, "embedding_sharing": mode})
+
+
+def write_init_dir(path, mode, vocab_file):
+    """An init directory as `keras-electra convert` writes one: a pretrainer at step 0."""
+    from keras_electra.training.checkpoints import RunCheckpoints
+
+    tokens = vocab_file.read_text().splitlines()
+    config = ElectraConfig.from_preset(
+        "tiny", vocab_size=len(tokens), embedding_sharing=mode, **SIZES
+    )
+    model = ElectraPretrainer(config, seed=5)
+    perturb(model, seed=5)
+    path.mkdir()
+    config.save(path / "config.json")
+    (path / "vocab.txt").write_text(vocab_file.read_text())
+    (path / "run.json").write_text(json.dumps({"preset": "tiny", "objective": "electra"}))
+    RunCheckpoints(path / "checkpoints", model, optimizer=None).save(0)
+    return path
+
+
+def disc_logits(model, inputs):
+    return np.asarray(model(inputs, training=False))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_run_round_trips_through_resume_finetune_export_and_hf(
+    mode, small_corpus, vocab_file, tmp_path
+):
+    import torch
+    import transformers
+
+    from keras_electra.convert import convert, convert_run
+    from keras_electra.encoding import encode_texts
+    from keras_electra.export import export_run
+    from keras_electra.finetuning.source import load_backbone
+    from keras_electra.pretraining.run import load_run, pretrain
+    from keras_electra.serving.testing import SignatureRunner
+
+    # gdes continues from weights shared as "all" (a converted checkpoint, say); the
+    # others start from random weights.
+    init = write_init_dir(tmp_path / "init", "all", vocab_file) if mode == "gdes" else None
+    run_dir, kw = tmp_path / "run", run_kwargs(mode, vocab_file)
+    first = pretrain([str(small_corpus)], run_dir, steps=2, init=init, **kw)
+    settings = json.loads((run_dir / "run.json").read_text())
+    assert settings["embedding_sharing"] == mode
+    assert json.loads((run_dir / "config.json").read_text())["embedding_sharing"] == mode
+    tokenizer = first.tokenizer
+    inputs = {
+        k: v.numpy() for k, v in encode_texts(tokenizer, tf.constant(TEXTS), max_length=16).items()
+    }
+    mask = inputs["padding_mask"].astype(bool)
+    expected = disc_logits(first.model, inputs)
+
+    # Save: the checkpoint restores the trained model exactly.
+    model, _, step = load_run(run_dir)
+    assert step == 2 and model.config.embedding_sharing == mode
+    np.testing.assert_array_equal(disc_logits(model, inputs), expected)
+    hidden = model.discriminator(inputs, training=False).numpy()
+
+    # Resume: another mode is one sentence; the same mode restores model and optimizer
+    # (every variable, strictly) and finds the run finished.
+    with pytest.raises(ConfigError, match="embedding_sharing='" + mode):
+        pretrain([str(small_corpus)], run_dir, steps=2, **run_kwargs("all", vocab_file))
+    resumed = pretrain([str(small_corpus)], run_dir, steps=2, **kw)
+    assert resumed.step == 2 and resumed.history == []
+    assert int(resumed.model.optimizer.iterations.numpy()) == 2
+    np.testing.assert_array_equal(disc_logits(resumed.model, inputs), expected)
+
+    # Fine-tuning starts from a plain backbone with the discriminator's effective tables.
+    backbone, _, _ = load_backbone(run_dir)
+    gap = np.abs(backbone(inputs, training=False).numpy() - hidden).max()
+    assert gap <= TOLERANCE, gap
+
+    # Export: the SavedModel scores what the model scores.
+    exported = export_run(run_dir, tmp_path / "saved")
+    runner = SignatureRunner(str(exported))
+    try:
+        got = runner.run("serving_default", {"text": np.array([t.encode() for t in TEXTS], object)})
+    finally:
+        runner.close()
+    probs = 1.0 / (1.0 + np.exp(-expected.astype("float64")))
+    gap = np.abs(got["replaced_prob"][mask] - probs[mask]).max()
+    assert gap <= TOLERANCE, gap
+
+    # Hugging Face: each tower's directory loads in transformers and computes what ours does.
+    convert_run(run_dir, tmp_path / "hf", "hf")
+    disc = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "hf" / "discriminator")
+    gen = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "hf" / "generator")
+    args = {
+        "input_ids": torch.tensor(inputs["token_ids"], dtype=torch.long),
+        "attention_mask": torch.tensor(inputs["padding_mask"], dtype=torch.long),
+        "token_type_ids": torch.tensor(inputs["segment_ids"], dtype=torch.long),
+    }
+    with torch.no_grad():
+        theirs = disc.eval()(**args).logits.numpy()
+        gen_hidden = gen.eval()(**args, output_hidden_states=True).hidden_states[-1].numpy()
+    gap = np.abs(theirs[mask] - expected[mask]).max()
+    assert gap <= TOLERANCE, gap
+    ours = model.generator(inputs, training=False).numpy()
+    gap = np.abs(gen_hidden[mask] - ours[mask]).max()
+    assert gap <= TOLERANCE, gap
+    # ... and the discriminator converts back (into "all") unchanged.
+    back = convert(tmp_path / "hf" / "discriminator", tmp_path / "back", "hf").output
+    again, _, _ = load_run(back)
+    assert again.config.embedding_sharing == "all"
+    np.testing.assert_array_equal(disc_logits(again, inputs), expected)
+    if mode == "gdes":  # keras-hub holds the discriminator's tower alone, the same way
+        kh = convert_run(run_dir, tmp_path / "kh", "keras-hub").output
+        again, _, _ = load_run(convert(kh, tmp_path / "kh_back", "keras-hub").output)
+        np.testing.assert_array_equal(again.discriminator(inputs, training=False), hidden)
+
+
+def test_init_and_objective_errors_are_one_sentence(small_corpus, vocab_file, tmp_path, capsys):
+    from keras_electra.cli import main
+    from keras_electra.pretraining.run import pretrain
+
+    # A gdes directory cannot start an "all" run: its towers read different tables.
+    init = write_init_dir(tmp_path / "init", "gdes", vocab_file)
+    with pytest.raises(ConfigError, match="can start only runs with the same mode"):
+        pretrain(
+            [str(small_corpus)], tmp_path / "a", steps=1, init=init, **run_kwargs("all", vocab_file)
+        )
+    # The mlm baseline has one tower; nothing is written.
+    code = main(
+        [
+            "pretrain",
+            "--corpus",
+            str(small_corpus),
+            "--output",
+            str(tmp_path / "mlm"),
+            "--vocab",
+            str(vocab_file),
+            "--objective",
+            "mlm",
+            "--embedding-sharing",
+            "gdes",
+        ]
+    )
+    assert code == 2 and "needs --objective electra" in capsys.readouterr().err
+    assert not (tmp_path / "mlm").exists()
