@@ -14,7 +14,7 @@ import sys
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from keras_electra.config import PRESETS  # noqa: E402 - plain Python, no TensorFlow
+from keras_electra.config import EMBEDDING_SHARING, PRESETS  # noqa: E402 - plain Python
 
 PRESET_NAMES = tuple(PRESETS)
 
@@ -52,6 +52,13 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         help="held-back text for the run-health probe (default: a batch of the corpus)",
     )
     p.add_argument("--objective", default="electra", choices=("electra", "mlm"))
+    p.add_argument(
+        "--embedding-sharing",
+        choices=EMBEDDING_SHARING,
+        help="what the generator and the discriminator share: all (the paper's default), "
+        "gdes (gradient-disentangled, DeBERTaV3), word (the word table only) or none "
+        "(default: --init's, else all; a resumed run keeps its own)",
+    )
     p.add_argument("--steps", type=int, help="total training steps (default: per preset)")
     p.add_argument("--batch-size", type=int, help="sequences per step (default: per preset)")
     p.add_argument("--max-seq-length", type=int, help="tokens per sequence (default: per preset)")
@@ -140,6 +147,9 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         steps_per_execution=args.steps_per_execution,
         grad_accumulation=args.grad_accumulation,
         validation=args.validation,
+        config_overrides=(
+            {"embedding_sharing": args.embedding_sharing} if args.embedding_sharing else None
+        ),
     )
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")

@@ -29,6 +29,9 @@ from typing import Any
 
 from keras_electra.errors import ConfigError
 
+# How the generator and the discriminator share embeddings (ElectraConfig.embedding_sharing).
+EMBEDDING_SHARING = ("all", "gdes", "word", "none")
+
 
 @dataclass(frozen=True)
 class EncoderConfig:
@@ -78,6 +81,14 @@ class ElectraConfig:
         pad_token_id / cls_token_id / sep_token_id / mask_token_id: special token
             ids, set from the vocabulary.
         lowercase: whether the tokenizer lower-cases; travels with the vocabulary.
+        embedding_sharing: what the two towers share (objective ``electra`` only):
+            ``all`` one embedding block (word, position and segment tables and
+            LayerNorm; the paper's default); ``word`` only the word table; ``none``
+            nothing (the generator's output stays tied to its own word table);
+            ``gdes`` gradient-disentangled sharing (He et al., 2021): the
+            discriminator reads ``stop_gradient(shared table) + delta`` for the word,
+            position and segment tables, with zero-initialized deltas and its own
+            LayerNorm, so only the generator's loss trains the shared tables.
     """
 
     vocab_size: int = 30522
@@ -106,6 +117,7 @@ class ElectraConfig:
     sep_token_id: int = 3
     mask_token_id: int = 4
     lowercase: bool = True
+    embedding_sharing: str = "all"
 
     def __post_init__(self) -> None:
         positive = (
@@ -143,6 +155,11 @@ class ElectraConfig:
             raise ConfigError("ElectraConfig.corrective_weight must be >= 0.")
         if self.temperature <= 0:
             raise ConfigError("ElectraConfig.temperature must be > 0.")
+        if self.embedding_sharing not in EMBEDDING_SHARING:
+            raise ConfigError(
+                f"ElectraConfig.embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, "
+                f"got {self.embedding_sharing!r}."
+            )
         ids = (self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
         if any(i < 0 or i >= self.vocab_size for i in ids):
             raise ConfigError(

@@ -27,6 +27,7 @@ from keras_electra.convert.names import (
     GENERATOR,
     Weight,
     from_ours,
+    generator_embedding_name,
     to_ours,
     weight_table,
 )
@@ -128,13 +129,28 @@ def load_into(model, converted: Converted) -> list[str]:
 
 
 def read_model(model) -> dict[str, np.ndarray]:
-    """Our pretrainer's weights under canonical names and layout."""
+    """Our pretrainer's weights under canonical names and layout.
+
+    The embeddings (``electra/embeddings/...``) are the ones the discriminator
+    reads, in every ``embedding_sharing`` mode (for ``gdes``, shared + delta
+    folded). When the generator reads others, they are added under
+    :func:`~keras_electra.convert.names.generator_embedding_name`.
+    """
     values = {v.path: v for v in model.variables}
     towers = (DISCRIMINATOR, GENERATOR) if model.generator is not None else (DISCRIMINATOR,)
-    return {
-        w.google: from_ours(w, np.asarray(values[w.ours].numpy()))
-        for w in weight_table(model.config, towers)
-    }
+    tables = model.embedding_tables(DISCRIMINATOR)
+    own = model.config.embedding_sharing != "all" and model.generator is not None
+    generator_tables = model.embedding_tables(GENERATOR) if own else {}
+    weights = {}
+    for w in weight_table(model.config, towers):
+        block, _, name = w.ours.partition("/")
+        if block != "embedding":
+            weights[w.google] = from_ours(w, np.asarray(values[w.ours].numpy()))
+            continue
+        weights[w.google] = from_ours(w, tables[name])
+        if own:
+            weights[generator_embedding_name(w.google)] = from_ours(w, generator_tables[name])
+    return weights
 
 
 def write_init_dir(converted: Converted, output: str | Path) -> tuple[Path, list[str]]:

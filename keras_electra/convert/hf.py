@@ -25,7 +25,14 @@ from keras_electra.convert.core import (
     generator_fractions,
     special_token_ids,
 )
-from keras_electra.convert.names import DISCRIMINATOR, GENERATOR, from_hf, to_hf, weight_table
+from keras_electra.convert.names import (
+    DISCRIMINATOR,
+    GENERATOR,
+    from_hf,
+    generator_embedding_name,
+    to_hf,
+    weight_table,
+)
 from keras_electra.errors import ConfigError
 
 WEIGHTS_FILE = "model.safetensors"
@@ -86,7 +93,13 @@ def read_hf(path: str | Path, generator: str | Path | None = None) -> Converted:
 
 
 def write_hf(model, tokens: list[str], output: str | Path) -> Path:
-    """Write an ``ElectraPretrainer`` as Hugging Face ``discriminator/`` and ``generator/``."""
+    """Write an ``ElectraPretrainer`` as Hugging Face ``discriminator/`` and ``generator/``.
+
+    Each directory holds the embeddings its tower reads: with ``embedding_sharing``
+    other than ``all`` the two differ (the discriminator's are folded for ``gdes``),
+    so each loads alone in transformers but :func:`read_hf` reads back only the
+    discriminator (it converts into ``all``).
+    """
     from safetensors.numpy import save_file
 
     from keras_electra.convert.core import read_model
@@ -98,7 +111,10 @@ def write_hf(model, tokens: list[str], output: str | Path) -> Path:
     states = {t: {} for t in towers}
     for weight in weight_table(config, towers):
         for tower, name in weight.hf:
-            states[tower][name] = to_hf(weight, weights[weight.google])
+            value = weights[weight.google]
+            if tower == GENERATOR:  # its own embeddings when it does not share them all
+                value = weights.get(generator_embedding_name(weight.google), value)
+            states[tower][name] = to_hf(weight, value)
     for tower in towers:
         folder = output / tower
         folder.mkdir(parents=True, exist_ok=True)
@@ -220,8 +236,9 @@ def _check_shared(name: str, values: list[np.ndarray], disc, gen) -> None:
         gap = float(np.max(np.abs(values[0] - values[1])))
         raise ConfigError(
             f"The generator's '{name}' differs from the discriminator's (max |difference| "
-            f"{gap:.3g}), but ELECTRA shares the embeddings: '{gen}' was not trained with "
-            f"'{disc}'; convert the discriminator alone."
+            f"{gap:.3g}), but a converted pair shares one embedding block: '{gen}' was "
+            f"trained apart from '{disc}' or with its own embeddings; convert the "
+            "discriminator alone."
         )
 
 

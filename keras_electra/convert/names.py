@@ -13,6 +13,13 @@ The canonical name and layout are google-research/electra's TF1 checkpoint
 Converters read a format into ``{canonical name: array}`` and write from it, so
 a name is spelled in exactly one place.
 
+The embedding rows are the shared block (``electra/embeddings/...``). A model
+whose generator reads other embeddings than its discriminator
+(``embedding_sharing`` other than ``all``) has them under
+:func:`generator_embedding_name` as well (google-research's names for untied
+generator embeddings); our pretrainer's variables for them are not in the table:
+``read_model`` gives the effective tables of each tower.
+
 Example:
     >>> from keras_electra.config import ElectraConfig
     >>> config = ElectraConfig.from_preset("tiny", num_layers=1)
@@ -109,6 +116,16 @@ def _embedding_rows(towers) -> list[Weight]:
             )
         )
     return rows
+
+
+def generator_embedding_name(google: str) -> str:
+    """The canonical name of the generator's own copy of a shared embedding weight.
+
+    Example:
+        >>> generator_embedding_name("electra/embeddings/word_embeddings")
+        'generator/embeddings/word_embeddings'
+    """
+    return "generator/" + google.removeprefix("electra/")
 
 
 def _tower_rows(config: ElectraConfig, tower: str) -> list[Weight]:

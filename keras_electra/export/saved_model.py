@@ -191,7 +191,9 @@ def export_run(
             f"max_length must be between 4 and {model.config.max_position_embeddings}, "
             f"got {length}."
         )
-    module = ReplacedTokenModule(tokenizer, model.discriminator, model.discriminator_head, length)
+    # A plain backbone with the discriminator's effective embeddings in every sharing mode.
+    discriminator = model.discriminator_backbone()
+    module = ReplacedTokenModule(tokenizer, discriminator, model.discriminator_head, length)
     return export_module(
         module,
         output,

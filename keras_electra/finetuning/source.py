@@ -9,7 +9,9 @@ A source directory holds ``config.json``, ``vocab.txt`` and ``checkpoints/``:
 
 The discriminator's weights are copied into a fresh standalone
 ``ElectraBackbone``, so fine-tuned checkpoints have the same variable paths in
-every process, whatever the source was.
+every process, whatever the source was. Whatever the pretraining run's
+``embedding_sharing``, the backbone gets the embedding tables the discriminator
+read (for ``gdes``, the shared tables plus the discriminator's deltas, folded).
 
 Example:
     >>> backbone, tokenizer, config = load_backbone("runs/demo")  # doctest: +SKIP
@@ -80,17 +82,19 @@ def load_backbone(
             candidates = [run.get("objective", "electra")]
         trained, problems = None, []
         for candidate in candidates:
-            model = (
-                ElectraBackbone(config)
-                if candidate is None
-                else ElectraPretrainer(config, candidate)
-            )
             try:
+                model = (
+                    ElectraBackbone(config)
+                    if candidate is None
+                    else ElectraPretrainer(config, candidate)
+                )
                 _restore(model, source)
             except ConfigError as e:
                 problems.append(str(e))
                 continue
-            trained = model if candidate is None else model.discriminator
+            # A pretrainer's discriminator with its effective embedding tables (shared +
+            # delta folded for embedding_sharing "gdes"): a plain backbone in every mode.
+            trained = model if candidate is None else model.discriminator_backbone()
             break
         if trained is None:
             mismatch = (

@@ -1,7 +1,7 @@
 """Keras layers of the ELECTRA generator and discriminator."""
 
 from keras_electra.layers.backbone import ElectraBackbone
-from keras_electra.layers.embedding import ElectraEmbedding
+from keras_electra.layers.embedding import ElectraEmbedding, GdesEmbedding
 from keras_electra.layers.encoder import ElectraEncoder
 from keras_electra.layers.heads import DiscriminatorHead, GeneratorHead
 
@@ -10,5 +10,6 @@ __all__ = [
     "ElectraBackbone",
     "ElectraEmbedding",
     "ElectraEncoder",
+    "GdesEmbedding",
     "GeneratorHead",
 ]

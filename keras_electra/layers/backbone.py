@@ -13,9 +13,13 @@ from keras_electra.layers.encoder import ElectraEncoder
 class ElectraBackbone(keras.Model):
     """Embeddings followed by one transformer tower; returns the sequence output.
 
-    In pretraining the generator and the discriminator are two backbones called
-    with the same :class:`ElectraEmbedding` instance. For fine-tuning and export
-    the discriminator backbone is used on its own.
+    In pretraining the generator and the discriminator are two backbones whose
+    embedding layers share weights as ``ElectraConfig.embedding_sharing`` says (by
+    default both call the same :class:`ElectraEmbedding` instance). For
+    fine-tuning and export the discriminator is used on its own: a standalone
+    backbone always has one plain :class:`ElectraEmbedding` holding the
+    discriminator's effective tables (see ``ElectraPretrainer.discriminator_backbone``),
+    whatever ``embedding_sharing`` says.
 
     Inputs are a dict of int32 ``[batch, length]`` tensors: ``token_ids``,
     ``segment_ids`` and ``padding_mask`` (1 for real tokens, 0 for padding).
@@ -23,8 +27,10 @@ class ElectraBackbone(keras.Model):
     Args:
         config: the :class:`ElectraConfig`.
         tower: ``"discriminator"`` or ``"generator"``.
-        embedding: an existing embedding layer to share; built from ``config``
-            when omitted.
+        embedding: the embedding layer to call: an existing one to share, or a
+            new one it builds (an :class:`ElectraEmbedding` or
+            :class:`~keras_electra.layers.embedding.GdesEmbedding`); a new
+            :class:`ElectraEmbedding` from ``config`` when omitted.
 
     Example:
         >>> import numpy as np
@@ -41,7 +47,7 @@ class ElectraBackbone(keras.Model):
         self,
         config: ElectraConfig | dict,
         tower: str = "discriminator",
-        embedding: ElectraEmbedding | None = None,
+        embedding: keras.layers.Layer | None = None,
         **kwargs,
     ):
         # A fixed name keeps variable paths (the checkpoint keys) the same in every process.
@@ -90,7 +96,7 @@ class ElectraBackbone(keras.Model):
         if self.built:
             return
         shape = (None, None)
-        if not self.embedding.built:  # the generator and discriminator share it
+        if not self.embedding.built:  # else shared with the other tower and built
             self.embedding.build(shape)
         self.encoder.build(shape + (self.config.embedding_size,))
         self.built = True

@@ -1,9 +1,31 @@
-"""The embedding block that the generator and the discriminator share."""
+"""The embedding blocks of the generator and the discriminator.
+
+:class:`ElectraEmbedding` is one plain block (word, position and segment tables,
+LayerNorm, dropout). Depending on ``ElectraConfig.embedding_sharing`` the two
+towers call one instance (``all``), two instances sharing the word table
+(``word``), two independent instances (``none``), or the generator's instance and
+a :class:`GdesEmbedding` reading it through a stop-gradient (``gdes``).
+
+Every block reports its *effective* weights with ``tables()``: the values a plain
+:class:`ElectraEmbedding` would need to compute the same output, keyed by the
+names in :data:`TABLES`. That is what fine-tuning, export and conversion copy.
+"""
 
 from __future__ import annotations
 
 import keras
 import keras_hub
+import numpy as np
+from keras import ops
+
+# The weights of an embedding block, by their path inside an ElectraEmbedding.
+TABLES = (
+    "token_embedding/embeddings",
+    "position_embedding/embeddings",
+    "segment_embedding/embeddings",
+    "layer_norm/gamma",
+    "layer_norm/beta",
+)
 
 
 def truncated_normal(stddev: float) -> keras.initializers.Initializer:
@@ -22,7 +44,9 @@ class ElectraEmbedding(keras.layers.Layer):
     ELECTRA ties these weights between the generator and the discriminator: one
     instance of this layer is called by both towers, so they update the same
     variables. The word-embedding matrix is also the generator's output
-    projection (see :class:`GeneratorHead`).
+    projection (see :class:`GeneratorHead`). With ``embedding_sharing="word"`` the
+    discriminator has its own instance built around the generator's word table
+    (``token_embedding``).
 
     Args:
         vocabulary_size: number of word pieces.
@@ -32,6 +56,8 @@ class ElectraEmbedding(keras.layers.Layer):
         dropout: dropout rate after the LayerNorm.
         layer_norm_epsilon: LayerNorm epsilon.
         initializer_range: stddev of the truncated-normal initializer.
+        token_embedding: an existing (built) word-embedding layer to use instead
+            of a new one; not serialized.
 
     Example:
         >>> import numpy as np
@@ -50,6 +76,7 @@ class ElectraEmbedding(keras.layers.Layer):
         dropout: float = 0.1,
         layer_norm_epsilon: float = 1e-12,
         initializer_range: float = 0.02,
+        token_embedding: keras_hub.layers.ReversibleEmbedding | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -62,7 +89,7 @@ class ElectraEmbedding(keras.layers.Layer):
         self.initializer_range = initializer_range
 
         # === Layers ===
-        self.token_embedding = keras_hub.layers.ReversibleEmbedding(
+        self.token_embedding = token_embedding or keras_hub.layers.ReversibleEmbedding(
             vocabulary_size,
             embedding_dim,
             embeddings_initializer=truncated_normal(initializer_range),
@@ -88,7 +115,8 @@ class ElectraEmbedding(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, token_ids_shape, segment_ids_shape=None):
-        self.token_embedding.build(token_ids_shape)
+        if not self.token_embedding.built:  # a shared word table is built already
+            self.token_embedding.build(token_ids_shape)
         self.segment_embedding.build(token_ids_shape)
         shape = tuple(token_ids_shape) + (self.embedding_dim,)
         self.position_embedding.build(shape)
@@ -105,6 +133,32 @@ class ElectraEmbedding(keras.layers.Layer):
     def compute_output_shape(self, token_ids_shape, segment_ids_shape=None):
         return tuple(token_ids_shape) + (self.embedding_dim,)
 
+    # === Weights by name ===
+    def table_variables(self) -> dict:
+        """The block's variables keyed by the names in :data:`TABLES`."""
+        return dict(
+            zip(
+                TABLES,
+                (
+                    self.token_embedding.embeddings,
+                    self.position_embedding.position_embeddings,
+                    self.segment_embedding.embeddings,
+                    self.layer_norm.gamma,
+                    self.layer_norm.beta,
+                ),
+                strict=True,
+            )
+        )
+
+    def tables(self) -> dict[str, np.ndarray]:
+        """The block's weights as arrays, keyed by the names in :data:`TABLES`."""
+        return {name: np.asarray(v.numpy()) for name, v in self.table_variables().items()}
+
+    def assign_tables(self, tables: dict[str, np.ndarray]) -> None:
+        """Set every weight of the block from arrays keyed as :meth:`tables` returns them."""
+        for name, variable in self.table_variables().items():
+            variable.assign(tables[name])
+
     # === Config ===
     def get_config(self):
         config = super().get_config()
@@ -118,3 +172,84 @@ class ElectraEmbedding(keras.layers.Layer):
             initializer_range=self.initializer_range,
         )
         return config
+
+
+class GdesEmbedding(keras.layers.Layer):
+    """The discriminator's embeddings under gradient-disentangled sharing (GDES).
+
+    DeBERTaV3 (He et al., 2021): the discriminator reads the generator's word,
+    position and segment tables through a stop-gradient and adds its own delta
+    tables, ``E_D = stop_gradient(E_G) + delta``, so the discriminator's loss trains
+    only the deltas (and its own LayerNorm) while the shared tables follow the
+    generator's loss alone. The deltas start at zero, so at initialization the
+    discriminator reads exactly the shared tables.
+
+    The sums are taken in float32 before the cast to the compute dtype, so the
+    output equals that of a plain :class:`ElectraEmbedding` holding the folded tables
+    ``shared + delta`` (:meth:`tables`), bit for bit.
+
+    Args:
+        shared: the generator's (built) :class:`ElectraEmbedding`; not serialized.
+        dropout: dropout rate after the LayerNorm.
+        layer_norm_epsilon: LayerNorm epsilon.
+    """
+
+    def __init__(
+        self, shared: ElectraEmbedding, dropout: float = 0.1, layer_norm_epsilon=1e-12, **kwargs
+    ):
+        super().__init__(**kwargs)
+        # Variables are read in float32 (the deltas are added before any cast).
+        self.autocast = False
+        self.shared = shared
+        self.vocabulary_size = shared.vocabulary_size
+        self.embedding_dim = shared.embedding_dim
+        self.max_sequence_length = shared.max_sequence_length
+        self.num_segments = shared.num_segments
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, token_ids_shape, segment_ids_shape=None):
+        dim = self.embedding_dim
+        for name, rows in (
+            ("word_delta", self.vocabulary_size),
+            ("position_delta", self.max_sequence_length),
+            ("segment_delta", self.num_segments),
+        ):
+            setattr(self, name, self.add_weight(shape=(rows, dim), initializer="zeros", name=name))
+        self.layer_norm.build(tuple(token_ids_shape) + (dim,))
+        self.built = True
+
+    def call(self, token_ids, segment_ids, training=None):
+        shared = self.shared.table_variables()
+        dtype = self.compute_dtype
+        word = ops.take(ops.stop_gradient(shared[TABLES[0]]), token_ids, axis=0)
+        word = word + ops.take(self.word_delta, token_ids, axis=0)
+        length = ops.shape(token_ids)[-1]
+        size = (length, self.embedding_dim)
+        position = ops.slice(ops.stop_gradient(shared[TABLES[1]]), (0, 0), size)
+        position = position + ops.slice(self.position_delta, (0, 0), size)
+        segment = ops.stop_gradient(shared[TABLES[2]]) + self.segment_delta
+        x = ops.cast(word, dtype)
+        x = x + ops.broadcast_to(ops.cast(position, dtype), ops.shape(x))
+        x = x + ops.cast(ops.take(segment, segment_ids, axis=0), dtype)
+        x = self.layer_norm(x)
+        return self.dropout_layer(x, training=training)
+
+    def compute_output_shape(self, token_ids_shape, segment_ids_shape=None):
+        return tuple(token_ids_shape) + (self.embedding_dim,)
+
+    def tables(self) -> dict[str, np.ndarray]:
+        """The effective tables, ``shared + delta``, and this block's own LayerNorm."""
+        shared = self.shared.tables()
+        deltas = (self.word_delta, self.position_delta, self.segment_delta)
+        out = {
+            name: shared[name] + np.asarray(d.numpy())
+            for name, d in zip(TABLES[:3], deltas, strict=True)
+        }
+        out["layer_norm/gamma"] = np.asarray(self.layer_norm.gamma.numpy())
+        out["layer_norm/beta"] = np.asarray(self.layer_norm.beta.numpy())
+        return out

@@ -15,7 +15,8 @@ in inference mode, and logged beside the training metrics:
   normalized singular values; Roy and Vetterli, 2007) of the final layer's
   token vectors.
 - ``embedding_cosine``: mean pairwise cosine of the word-embedding rows of the
-  most frequent tokens of the probe text.
+  most frequent tokens of the probe text, in the table the discriminator reads
+  (for ``embedding_sharing="gdes"`` the folded ``shared + delta``).
 - On the probe text corrupted by the generator (fixed masks and sampling seeds):
   ``probe_logit_std`` (spread of the discriminator's logits over ordinary
   tokens), ``probe_mean_prob`` against ``probe_replaced_fraction``, and
@@ -43,6 +44,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import tensorflow as tf
 
+from keras_electra.layers.embedding import TABLES
 from keras_electra.pretraining import objective
 
 PROBE_SEED = 1234
@@ -131,7 +133,8 @@ class HealthProbe:
         for i, name in enumerate(layers):
             out[f"disc_cosine_{i}"] = mean_pairwise_cosine(tensors[name][self.ordinary])
         out["disc_effective_rank"] = effective_rank(tensors[layers[-1]][self.ordinary])
-        out["embedding_cosine"] = mean_pairwise_cosine(tensors["top_embeddings"])
+        table = self.model.embedding_tables("discriminator")[TABLES[0]]
+        out["embedding_cosine"] = mean_pairwise_cosine(table[self.top_tokens])
         if "own_logits" in tensors:
             for name, fake in self.corrupted.items():
                 logits = tensors[f"{name}_logits"][self.ordinary]
@@ -156,8 +159,6 @@ class HealthProbe:
             token_ids = out["own_ids"] = self._generator_corruption()
         states = hidden_states(model.discriminator, self._inputs(token_ids))
         out.update({f"hidden_{i:03d}": h for i, h in enumerate(states)})
-        table = model.embedding.token_embedding.embeddings
-        out["top_embeddings"] = tf.gather(table, self.top_tokens)
         if model.discriminator_head is None:
             return out
         out["own_logits"] = model.discriminator_head(states[-1])

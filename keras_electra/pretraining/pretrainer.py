@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_electra.config import ElectraConfig
-from keras_electra.layers import DiscriminatorHead, ElectraBackbone, ElectraEmbedding, GeneratorHead
+from keras_electra.errors import ConfigError
+from keras_electra.layers import (
+    DiscriminatorHead,
+    ElectraBackbone,
+    ElectraEmbedding,
+    GdesEmbedding,
+    GeneratorHead,
+)
 from keras_electra.pretraining import objective
 
 OBJECTIVES = ("electra", "mlm")
@@ -16,7 +24,7 @@ GRADIENT_PARTS = ("generator", "discriminator", "embeddings", "heads")
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class ElectraPretrainer(keras.Model):
-    """ELECTRA pretraining: a generator and a discriminator sharing one embedding block.
+    """ELECTRA pretraining: a generator and a discriminator sharing embeddings.
 
     ``fit`` takes batches of dicts with int32 ``[batch, length]`` tensors
     ``input_ids``, ``input_mask`` and ``segment_ids`` (as produced by
@@ -30,6 +38,16 @@ class ElectraPretrainer(keras.Model):
 
     Calling the model on a batch returns the discriminator's per-token
     "replaced" logits (``objective="electra"``) or its sequence output.
+
+    Embeddings (``config.embedding_sharing``): ``self.embedding`` is the
+    generator's block (variables ``embedding/...``) and its word table is the
+    generator's output projection. The discriminator calls the same block
+    (``all``), its own block around the same word table (``word``), its own block
+    (``none``), or a :class:`~keras_electra.layers.embedding.GdesEmbedding` reading
+    the block through a stop-gradient plus its own zero-initialized deltas
+    (``gdes``); its own weights live under ``discriminator/embedding/...``.
+    :meth:`discriminator_backbone` folds any of them into a plain standalone
+    backbone. The ``mlm`` objective has one tower and needs ``all``.
 
     Args:
         config: the :class:`ElectraConfig`.
@@ -71,6 +89,11 @@ class ElectraPretrainer(keras.Model):
             config = ElectraConfig.from_dict(config)
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
+        if objective == "mlm" and config.embedding_sharing != "all":
+            raise ConfigError(
+                f"embedding_sharing '{config.embedding_sharing}' needs the electra objective: "
+                "the mlm baseline has one tower, so use embedding_sharing 'all'."
+            )
         self.config = config
         self.objective = objective
         self.seed = seed
@@ -95,7 +118,7 @@ class ElectraPretrainer(keras.Model):
         self.discriminator = ElectraBackbone(
             config,
             "discriminator",
-            embedding=self.embedding,
+            embedding=self._discriminator_embedding(),
             dtype=self.dtype_policy,
             name="discriminator",
         )
@@ -186,6 +209,58 @@ class ElectraPretrainer(keras.Model):
         if self.corrective_head is not None:
             self.corrective_head.build((None, None, self.config.hidden_size))
         self.built = True
+
+    def _discriminator_embedding(self) -> keras.layers.Layer | None:
+        """The embedding layer the discriminator calls (None: a new block of its own)."""
+        c, mode = self.config, self.config.embedding_sharing
+        if mode == "all":
+            return self.embedding
+        if mode == "none":
+            return None  # the backbone builds one
+        args = dict(dtype=self.dtype_policy, name="embedding")
+        if mode == "word":
+            return ElectraEmbedding(
+                vocabulary_size=c.vocab_size,
+                embedding_dim=c.embedding_size,
+                max_sequence_length=c.max_position_embeddings,
+                num_segments=c.type_vocab_size,
+                dropout=c.dropout,
+                layer_norm_epsilon=c.layer_norm_epsilon,
+                initializer_range=c.initializer_range,
+                token_embedding=self.embedding.token_embedding,
+                **args,
+            )
+        return GdesEmbedding(
+            self.embedding, dropout=c.dropout, layer_norm_epsilon=c.layer_norm_epsilon, **args
+        )
+
+    def embedding_tables(self, tower: str = "discriminator") -> dict[str, np.ndarray]:
+        """The effective embedding weights a tower reads, keyed as in ``embedding.TABLES``.
+
+        For ``gdes`` the discriminator's word, position and segment tables are the
+        folded ``shared + delta``; the generator's are always ``self.embedding``'s.
+        """
+        if tower == "generator":
+            return self.embedding.tables()
+        if tower != "discriminator":
+            raise ValueError(f"tower must be 'discriminator' or 'generator', got {tower!r}.")
+        return self.discriminator.embedding.tables()
+
+    def discriminator_backbone(self, config: ElectraConfig | None = None) -> ElectraBackbone:
+        """The discriminator as a new standalone ``ElectraBackbone`` with its effective weights.
+
+        Its one plain embedding block holds :meth:`embedding_tables` (``shared +
+        delta`` folded for ``gdes``), so it computes exactly what the discriminator
+        computes in every sharing mode; fine-tuning, export and conversion use it.
+
+        Args:
+            config: the backbone's config (default: the model's), e.g. with another
+                dropout; its sizes must be the model's.
+        """
+        backbone = ElectraBackbone(config or self.config, dtype=self.dtype_policy)
+        backbone.embedding.assign_tables(self.embedding_tables("discriminator"))
+        backbone.encoder.set_weights(self.discriminator.encoder.get_weights())
+        return backbone
 
     def _mlm_tower(self) -> ElectraBackbone:
         return self.generator if self.generator is not None else self.discriminator
@@ -517,19 +592,57 @@ class ElectraPretrainer(keras.Model):
 def gradient_parts(variables) -> list[str]:
     """Which of :data:`GRADIENT_PARTS` each variable belongs to, from its path.
 
-    Paths start with the owning layer: ``embedding/...``, ``generator/...``,
-    ``discriminator/...``, and the heads under the pretrainer's own name.
+    Paths start with the owning layer: ``embedding/...`` (the shared, or the
+    generator's, embedding block), ``generator/...``, ``discriminator/...``, and
+    the heads under the pretrainer's own name. Every embedding weight counts as
+    "embeddings", a tower's own included: the discriminator's own block or GDES
+    deltas and LayerNorm (``discriminator/embedding/...``, when
+    ``embedding_sharing`` is not ``all``). "generator" and "discriminator" are the
+    towers' encoders (projection and transformer layers).
     """
     parts = []
     for v in variables:
-        top = v.path.split("/")[0]
-        if top == "embedding":
+        names = v.path.split("/")
+        if names[0] == "embedding" or names[1:2] == ["embedding"]:
             parts.append("embeddings")
-        elif top in ("generator", "discriminator"):
-            parts.append(top)
+        elif names[0] in ("generator", "discriminator"):
+            parts.append(names[0])
         else:
             parts.append("heads")
     return parts
+
+
+def transfer_weights(source: ElectraPretrainer, target: ElectraPretrainer) -> None:
+    """Copy a pretrainer's weights into one of the same sizes and any ``embedding_sharing``.
+
+    Every variable is copied by path. When the source shares all its embeddings
+    (``all``) and the target does not, the target's discriminator-only embedding
+    weights (``discriminator/embedding/...``) start as copies of the shared ones
+    and GDES deltas at zero, so both towers compute exactly what they computed in
+    the source. Otherwise the two modes must be equal.
+
+    Raises:
+        ConfigError: if the sizes, objectives or sharing modes do not allow it.
+    """
+    mode, wanted = source.config.embedding_sharing, target.config.embedding_sharing
+    if source.config.replace(embedding_sharing=wanted) != target.config:
+        raise ConfigError("The two models differ in more than embedding_sharing.")
+    if source.objective != target.objective or mode not in ("all", wanted):
+        raise ConfigError(
+            f"Weights pretrained with embedding_sharing '{mode}' can start only a model with "
+            f"'{mode}'; only 'all' can start any mode."
+        )
+    values = {v.path: v for v in source.variables}
+    for v in target.variables:
+        if v.name == "seed_generator_state":
+            continue
+        path = v.path
+        if path not in values and path.startswith("discriminator/embedding/"):
+            if path.endswith("_delta"):
+                v.assign(np.zeros(v.shape, "float32"))
+                continue
+            path = path.removeprefix("discriminator/")  # the shared block's copy
+        v.assign(values[path].numpy())
 
 
 def _global_sum(value: tf.Tensor) -> tf.Tensor:

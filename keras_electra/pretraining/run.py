@@ -36,7 +36,7 @@ from keras_electra.data import (
 )
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
-from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer
+from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer, transfer_weights
 from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.optimizer import OPTIMIZERS, create_optimizer
@@ -76,6 +76,8 @@ class RunSettings:
     steps_per_execution: int = 1
     grad_accumulation: int = 1
     validation: list[str] = field(default_factory=list)
+    # A copy of config.json's ElectraConfig.embedding_sharing, for the record.
+    embedding_sharing: str = "all"
 
     # Settings that fix the data order and the model: a resumed run must keep them.
     # (The optimizer too: the checkpoint holds its state.)
@@ -150,7 +152,10 @@ def pretrain(
         log_every: steps per metrics window (one ``metrics.jsonl`` line each).
         checkpoint_every: steps between checkpoints (rounded up to ``log_every``).
         seed: seeds the data order, masking and sampling.
-        config_overrides: ElectraConfig fields to change from the preset.
+        config_overrides: ElectraConfig fields to change from the preset (a new
+            run). Only ``embedding_sharing`` counts when resuming (it must be the
+            run's) or with ``init`` (an init directory that shares ``all``
+            embeddings can start a run in any mode; another mode only its own).
         progress: show a progress bar.
         precision: ``float32``, ``mixed_bfloat16`` or ``mixed_float16`` (with
             dynamic loss scaling); checkpoints hold float32 variables either way.
@@ -173,7 +178,10 @@ def pretrain(
             less memory); must divide the per-replica batch.
         init: start from the weights, config and vocabulary of this directory (a
             run, or one written by ``keras-electra convert``) instead of random
-            weights; the optimizer, step and data order start fresh.
+            weights; the optimizer, step and data order start fresh. With another
+            ``embedding_sharing`` in ``config_overrides`` than the directory's
+            ``all``, the discriminator's own embedding weights start as copies of
+            the shared ones (GDES deltas at zero).
         validation: held-back text files for the run-health probe
             (:mod:`keras_electra.pretraining.health`); without them the probe
             takes a fixed batch of the training text.
@@ -226,6 +234,9 @@ def pretrain(
     _check_positive(settings)
     _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
     _check_speed_options(settings, distribution.num_replicas_in_sync)
+    sharing = (config_overrides or {}).get("embedding_sharing")
+    if sharing is not None:  # checked before anything is written
+        _check_sharing(ElectraConfig(embedding_sharing=sharing), settings.objective)
 
     # Only the chief writes the run directory. The other workers read the chief's
     # files once it has checkpointed (before that they may be half-written) and
@@ -237,8 +248,15 @@ def pretrain(
         resuming = tf.train.latest_checkpoint(str(run_dir / "checkpoints")) is not None
     if resuming:
         config, tokens = _load_run(run_dir, settings)
+        if sharing is not None and sharing != config.embedding_sharing:
+            raise ConfigError(
+                f"Run directory '{run_dir}' was started with embedding_sharing="
+                f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
+                "choose a new --output."
+            )
     elif init is not None:
-        config, tokens = _init_source(init, settings)
+        config, tokens = _init_source(init, settings, sharing)
+        _check_sharing(config, settings.objective)
         if chief:
             run_dir.mkdir(parents=True, exist_ok=True)
             save_vocab(tokens, run_dir / "vocab.txt")
@@ -250,6 +268,7 @@ def pretrain(
             run_dir.mkdir(parents=True, exist_ok=True)
             save_vocab(tokens, run_dir / "vocab.txt")
             config.save(run_dir / "config.json")
+    settings.embedding_sharing = config.embedding_sharing
     if chief:
         _write_json(run_dir / "run.json", asdict(settings))
 
@@ -489,8 +508,13 @@ def _load_run(run_dir: Path, settings: RunSettings | None):
     return config, tokens
 
 
-def _init_source(init: str | Path, settings: RunSettings) -> tuple[ElectraConfig, list[str]]:
-    """The config and vocabulary of an ``--init`` directory, checked against the settings."""
+def _init_source(
+    init: str | Path, settings: RunSettings, sharing: str | None = None
+) -> tuple[ElectraConfig, list[str]]:
+    """The config and vocabulary of an ``--init`` directory, checked against the settings.
+
+    ``sharing``: the run's ``embedding_sharing`` when asked for (default: the directory's).
+    """
     init = Path(init)
     if not (init / "config.json").is_file():
         raise ConfigError(
@@ -503,7 +527,23 @@ def _init_source(init: str | Path, settings: RunSettings) -> tuple[ElectraConfig
             f"--max-seq-length {settings.max_seq_length} exceeds the {init} model's "
             f"{config.max_position_embeddings} positions."
         )
+    if sharing is not None and sharing != config.embedding_sharing:
+        if config.embedding_sharing != "all":
+            raise ConfigError(
+                f"--init '{init}' was pretrained with embedding_sharing "
+                f"'{config.embedding_sharing}', which can start only runs with the same mode "
+                "(one with 'all' can start any mode)."
+            )
+        config = config.replace(embedding_sharing=sharing)
     return config, tokens
+
+
+def _check_sharing(config: ElectraConfig, objective: str) -> None:
+    if objective == "mlm" and config.embedding_sharing != "all":
+        raise ConfigError(
+            f"embedding_sharing '{config.embedding_sharing}' needs --objective electra: the mlm "
+            "baseline has one tower, so nothing to share."
+        )
 
 
 def _init_preset(init: str | Path | None) -> str | None:
@@ -514,11 +554,22 @@ def _init_preset(init: str | Path | None) -> str | None:
 
 
 def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
-    """Load an init directory's weights (generator included) into a fresh model."""
-    checkpoints = RunCheckpoints(init / "checkpoints", model, optimizer=None)
+    """Load an init directory's weights (generator included) into a fresh model.
+
+    An init directory whose embeddings are shared in another mode (``all``) is read
+    into a model of its own mode first, then transferred (see
+    :func:`~keras_electra.pretraining.pretrainer.transfer_weights`).
+    """
+    source = model
+    config = ElectraConfig.load(init / "config.json")
+    if config.embedding_sharing != model.config.embedding_sharing:
+        source = ElectraPretrainer(config, objective=model.objective)
+    checkpoints = RunCheckpoints(init / "checkpoints", source, optimizer=None)
     if checkpoints.latest is None:
         raise ConfigError(f"--init '{init}' has no checkpoint.")
     checkpoints.restore_latest()
+    if source is not model:
+        transfer_weights(source, model)
     model.random_step.assign(0)  # a fresh run starts its own masking stream
 
 
