@@ -1,9 +1,11 @@
 """The tiny preset learns on the sample corpus in a couple of minutes of CPU time.
 
 What this shows, measured (see the README): the generator's masked-LM accuracy ends
-well above the most-frequent-token baseline; the discriminator separates
-out-of-context tokens in held-out text, and the exported model flags an implanted
-word. What it has learned at this compute is mostly rarity: the health probe's
+well above the most-frequent-token baseline; the discriminator still detects the
+generator's replacements at the last window (AUC >= 0.80, recall > 0, final-layer
+cosine <= 0.5, with the tiny preset's temperature-2 sampling and GDES sharing),
+separates out-of-context tokens in held-out text, and the exported model flags an
+implanted word. What it has learned at this compute is mostly rarity: the health probe's
 ``context_auc`` (unigram replacements) stays near 0.5 (README, "Run health").
 
 Each check runs for float32, mixed_bfloat16 and mixed_float16: mixed precision must
@@ -105,6 +107,16 @@ def test_discriminator_detects_out_of_context_tokens_in_held_out_text(trained):
         scores.append(logits[mask == 1])
     probe_auc = auc(np.concatenate(labels).astype(int), np.concatenate(scores))
     assert probe_auc >= 0.80, probe_auc
+
+
+def test_the_detector_still_works_at_the_last_window(trained):
+    # The tiny preset samples at temperature 2 with GDES sharing; at temperature 1
+    # this run collapses by step ~250.
+    last = trained.history[-1]
+    assert last["disc_auc"] >= 0.80, last
+    assert last["disc_recall"] > 0, last
+    assert last["disc_cosine_2"] <= 0.5, last
+    assert not [r for r in trained.history if "warnings" in r]
 
 
 def test_the_health_probe_sees_the_rarity_cue_learned(trained):

@@ -15,6 +15,9 @@ from keras_electra.pretraining import ElectraPretrainer
 
 
 def small_config(**kw):
+    # The paper's full sharing (the tiny preset's own default is GDES, tested in
+    # test_embedding_sharing.py).
+    kw.setdefault("embedding_sharing", "all")
     return ElectraConfig.from_preset("tiny", vocab_size=60, num_layers=1, **kw)
 
 
@@ -209,7 +212,7 @@ def test_every_random_weight_starts_with_its_own_values(objective):
     # Keras 3 fixes an unseeded initializer's seed at creation: one instance shared
     # by two layers gives them the same values (the position table once equalled
     # the first rows of the word table).
-    config = ElectraConfig.from_preset("tiny", vocab_size=60)  # two layers per tower
+    config = ElectraConfig.from_preset("tiny", vocab_size=60, embedding_sharing="all")
     model = ElectraPretrainer(config, objective=objective, seed=0)
     prefixes = {}
     for v in model.weights:

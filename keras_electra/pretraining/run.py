@@ -471,6 +471,10 @@ def _vocabulary(settings: RunSettings, vocab: str | None, vocab_size: int, lower
 
 def _model_config(preset, tokens, lowercase, settings, overrides) -> ElectraConfig:
     ids = {t: i for i, t in enumerate(tokens)}
+    if settings.objective == "mlm":
+        # A preset's sharing mode is an ELECTRA setting: the MLM baseline's one tower
+        # has nothing to share (an explicit other mode is still refused).
+        overrides = {"embedding_sharing": "all", **overrides}
     config = ElectraConfig.from_preset(
         preset,
         vocab_size=len(tokens),
