@@ -418,7 +418,8 @@ class ElectraPretrainer(keras.Model):
         variables = self.trainable_variables
         if steps == 1:
             gradients, out = compute(prepared, totals)
-            self._apply_update(gradients, out["loss"], lambda: self._update_metrics(out))
+            losses = self._global_losses(out)
+            self._apply_update(gradients, losses, lambda: self._update_token_metrics(out))
             return self._metric_results()
 
         # Gradient accumulation: micro-batch 0 fixes which gradients exist (the
@@ -444,33 +445,37 @@ class ElectraPretrainer(keras.Model):
         gradients = [None] * len(variables)
         for i, s in zip(present, sums, strict=True):
             gradients[i] = s
-        self._apply_update(gradients, losses["loss"], lambda: self._update_loss_metrics(losses))
+        self._apply_update(gradients, self._global_losses(losses), lambda: None)
         return self._metric_results()
 
-    def _apply_update(self, gradients: list, loss: tf.Tensor, update_metrics) -> None:
+    def _apply_update(self, gradients: list, losses: dict, update_metrics) -> None:
         """Clip and apply the gradients and record the step's metrics, if the step is finite.
 
-        ``loss`` is this replica's share of the loss. Without an ``on_nan`` policy (or under
-        loss scaling) this is ``optimizer.apply`` plus the metric updates. With one,
-        both run only when the loss and the global gradient norm are finite (every
+        ``losses`` are the global batch's (:meth:`_global_losses`); ``update_metrics``
+        records the per-token metrics. Without an ``on_nan`` policy (or under loss
+        scaling) this is ``optimizer.apply`` plus the metric updates. With one, both
+        run only when the loss and the global gradient norm are finite (every
         replica sees the same all-reduced values, so all take the same branch).
+        Every all-reduce happens before the branch: a replica context may not
+        synchronize inside one.
         """
         shares, norms = self._clip_global_gradient(gradients)
         variables = self.trainable_variables
-        guard = self.on_nan is not None and getattr(self.optimizer, "dynamic_scale", None) is None
-        if not guard:
-            self.optimizer.apply(shares, variables)
-            self._record_gradient_norms(norms)
-            update_metrics()
-            return
-        loss = tf.cast(_global_sum(loss), tf.float32)
-        finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norms["grad_norm"]))
-        _apply_if(finite, lambda: self.optimizer.apply(shares, variables))
 
         def record():
             self._record_gradient_norms(norms)
+            self._record_losses(losses)
             update_metrics()
             return tf.constant(True)
+
+        guard = self.on_nan is not None and getattr(self.optimizer, "dynamic_scale", None) is None
+        if not guard:
+            self.optimizer.apply(shares, variables)
+            record()
+            return
+        loss = tf.cast(losses["loss"], tf.float32)
+        finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norms["grad_norm"]))
+        _apply_if(finite, lambda: self.optimizer.apply(shares, variables))
 
         def nonfinite():
             if self.on_nan == "skip":
@@ -553,15 +558,21 @@ class ElectraPretrainer(keras.Model):
         return {k: v for k, v in logs.items() if not k.startswith(("grad_norm", "skipped"))}
 
     def _update_metrics(self, out: dict) -> None:
-        self._update_loss_metrics(out)
+        self._record_losses(self._global_losses(out))
         self._update_token_metrics(out)
 
-    def _update_loss_metrics(self, out: dict) -> None:
-        t = self._trackers
-        # The losses are this replica's shares; every replica records the global value.
-        for name in ("loss", "mlm_loss", "disc_loss"):
-            if name in out:
-                t[name].update_state(_global_sum(out[name]))
+    def _global_losses(self, out: dict) -> dict[str, tf.Tensor]:
+        """The global batch's losses: the sums of the replicas' shares (all-reduced)."""
+        return {
+            name: _global_sum(out[name])
+            for name in ("loss", "mlm_loss", "disc_loss")
+            if name in out
+        }
+
+    def _record_losses(self, losses: dict) -> None:
+        # Every replica records the global value.
+        for name, value in losses.items():
+            self._trackers[name].update_state(value)
 
     def _update_token_metrics(self, out: dict) -> None:
         """Per-token metrics: their weighted sums add up across micro-batches exactly."""

@@ -54,8 +54,15 @@ class StopRequest:
         self._previous: dict[int, object] = {}
 
     def arm(self) -> None:
-        """From now on a signal only sets the flag; the training loop acts on it."""
+        """From now on a signal only sets the flag; the training loop acts on it.
+
+        The handlers are installed again: TensorFlow's multi-worker runtime puts
+        its own (C++) SIGTERM handler in place when the cluster starts, which
+        would otherwise swallow the signal.
+        """
         self.armed = True
+        for signum in self._previous:
+            signal.signal(signum, self._handle)
 
     @property
     def requested(self) -> bool:
