@@ -19,6 +19,8 @@ Output: one JSON object per line (``trial``, then ``summary``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import random
@@ -183,7 +185,8 @@ def run_trials(
 
     straight = work / "uninterrupted"
     started = time.monotonic()
-    code = main(command(corpus, vocab, straight, steps))
+    with contextlib.redirect_stdout(io.StringIO()):  # the command's summary
+        code = main(command(corpus, vocab, straight, steps))
     uninterrupted_seconds = time.monotonic() - started
     result = {
         "trials": records,

@@ -32,7 +32,8 @@ from keras_electra.data import learn_vocab, save_vocab, write_pretraining_tfreco
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, StorageError, TrainingDiverged
 from keras_electra.pretraining import run as run_module
-from keras_electra.pretraining.run import load_run, plan_windows, pretrain
+from keras_electra.pretraining.run import load_run, pretrain
+from keras_electra.training.callbacks import plan_windows
 
 # A one-layer model on 8 x 32-token batches; no health probe (the SIGTERM trials keep it).
 FAST = dict(
@@ -149,6 +150,49 @@ def test_sigterm_before_training_starts_exits_75_at_once(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
 
 
+def test_sigterm_during_finetune_saves_the_step_and_the_rerun_ends_as_an_uninterrupted_one(
+    base_run, tmp_path, monkeypatch, capsys
+):
+    """`keras-electra finetune` stopped by SIGTERM at step 4 of 6 exits 75 with the step in
+    OUT/resume/; the same command then finishes with an uninterrupted run's weights."""
+    from keras_electra.finetuning import run as finetune_module
+
+    train = tmp_path / "train.csv"
+    rows = [
+        f"{'good' if i % 2 else 'bad'} {w} day,{'pos' if i % 2 else 'neg'}"
+        for i, w in enumerate(["king", "queen", "sword", "horse", "river", "castle"] * 8)
+    ]
+    train.write_text("sentence,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    args = ["finetune", "--run", str(base_run), "--task", "classify", "--train", str(train),
+            "--text-column", "sentence", "--epochs", "2", "--batch-size", "16",
+            "--max-seq-length", "16", "--quiet"]  # fmt: skip
+    assert main([*args, "--output", str(tmp_path / "straight")]) == 0
+
+    class SignalledAtStep4(finetune_module._EpochLog):
+        def on_train_batch_end(self, batch, logs=None):
+            super().on_train_batch_end(batch, logs)
+            if self.step == 4:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    out = tmp_path / "interrupted"
+    monkeypatch.setattr(finetune_module, "_EpochLog", SignalledAtStep4)
+    capsys.readouterr()
+    assert main([*args, "--output", str(out)]) == 75
+    sentence = last_sentence(capsys.readouterr().err)
+    assert "Stopped by SIGTERM at step 4 of 6" in sentence, sentence
+    assert checkpoint_steps(out / "resume") == [4]
+    assert [r["step"] for r in read_metrics(out / "resume")] == [3, 4]
+    monkeypatch.undo()
+
+    assert main([*args, "--output", str(out)]) == 0
+    assert not (out / "resume").exists()
+    assert [r["step"] for r in read_metrics(out)] == [3, 4, 6]
+    straight = finetune_module.load_finetuned(tmp_path / "straight").model
+    resumed = finetune_module.load_finetuned(out).model
+    for a, b in zip(straight.weights, resumed.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.path)
+
+
 def test_windows_after_a_resume_between_window_ends_stay_aligned():
     assert plan_windows(0, 100, 10) == [(0, 10, 10)]
     assert plan_windows(37, 100, 10) == [(37, 3, 1), (40, 10, 6)]
@@ -220,6 +264,26 @@ def test_on_nan_skip_counts_skipped_steps_and_keeps_checkpoints_finite(
     for step in checkpoint_steps(out):
         assert nonfinite_variables(str(out / "checkpoints" / f"ckpt-{step}")) == []
     assert json.loads((out / "run.json").read_text())["on_nan"] == "skip"
+
+
+def test_a_checkpoint_is_never_written_from_weights_that_are_not_finite(base_run, tmp_path):
+    """The last guard (float16 runs have no in-graph check): the previous checkpoint stays."""
+    from keras_electra.training.callbacks import CheckpointEvery
+    from keras_electra.training.checkpoints import RunCheckpoints
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(base_run, run_dir)
+    model, _, step = load_run(run_dir)
+    checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer=None)
+    saver = CheckpointEvery(checkpoints, 2, 6, initial_step=step)
+    saver.set_model(model)
+    kernel = next(v for v in model.trainable_variables if v.path.endswith("query/kernel"))
+    kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+    saver.on_train_batch_end(0)
+    saver.on_train_batch_end(1)
+    with pytest.raises(TrainingDiverged, match=r"not finite at step 6 \(first: .*query/kernel\)"):
+        saver.on_epoch_end(0)
+    assert checkpoint_steps(run_dir) == [2, 4]
 
 
 # === Storage ===
@@ -340,6 +404,16 @@ def test_checkpoint_directory_removed_during_the_run_is_one_sentence(
     with pytest.raises(StorageError, match="was removed during the run") as caught:
         pretrain([str(small_corpus)], run_dir, steps=6, **kwargs)
     assert "step 4" in str(caught.value)
+
+
+def test_a_corrupt_checkpoint_file_is_one_sentence_naming_it(base_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(base_run, run_dir)
+    data = next((run_dir / "checkpoints").glob("ckpt-4.data-*"))
+    data.write_bytes(data.read_bytes()[:1000])  # cut short, as a full disk or bad copy leaves it
+    with pytest.raises(StorageError, match=r"Checkpoint '.*ckpt-4' cannot be read") as caught:
+        load_run(run_dir)
+    assert "\n" not in str(caught.value)
 
 
 # === Data, vocabulary, metrics log ===

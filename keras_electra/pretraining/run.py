@@ -61,7 +61,12 @@ from keras_electra.pretraining.pretrainer import (
     ON_NAN,
     ElectraPretrainer,
 )
-from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
+from keras_electra.training.callbacks import (
+    CheckpointEvery,
+    MetricsLogger,
+    plan_windows,
+    truncate_metrics_log,
+)
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.optimizer import OPTIMIZERS, create_optimizer
 from keras_electra.training.per_step import PerStepCallbacks
@@ -468,35 +473,6 @@ def _train(
             signal_name=stop.signal_name,
         )
     return RunResult(run_dir, settings.steps, logger.history, model, tokenizer)
-
-
-def plan_windows(start: int, steps: int, log_every: int) -> list[tuple[int, int, int]]:
-    """The ``fit`` calls that train steps ``start+1 .. steps`` in logging windows.
-
-    Windows end at multiples of ``log_every`` (and at ``steps``), whatever the
-    start: a run resumed from a step between two window ends (a checkpoint saved
-    on a signal) first trains a shorter window up to the next multiple. Each
-    call is ``(first_step, steps_per_window, windows)``.
-
-    Example:
-        >>> plan_windows(0, 25, 10)
-        [(0, 10, 2), (20, 5, 1)]
-        >>> plan_windows(47, 125, 10)
-        [(47, 3, 1), (50, 10, 7), (120, 5, 1)]
-    """
-    plan = []
-    step = start
-    if step % log_every and step < steps:
-        head = min(log_every - step % log_every, steps - step)
-        plan.append((step, head, 1))
-        step += head
-    full = (steps - step) // log_every
-    if full > 0:
-        plan.append((step, log_every, full))
-        step += full * log_every
-    if step < steps:
-        plan.append((step, steps - step, 1))
-    return plan
 
 
 def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, int]:

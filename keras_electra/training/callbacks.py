@@ -49,6 +49,35 @@ def truncate_metrics_log(path: str | Path, last_step: int) -> None:
         ) from None
 
 
+def plan_windows(start: int, steps: int, log_every: int) -> list[tuple[int, int, int]]:
+    """The ``fit`` calls that train steps ``start+1 .. steps`` in logging windows.
+
+    Windows end at multiples of ``log_every`` (and at ``steps``), whatever the
+    start: a run resumed from a step between two window ends (a checkpoint saved
+    on a signal) first trains a shorter window up to the next multiple. Each
+    call is ``(first_step, steps_per_window, windows)``.
+
+    Example:
+        >>> plan_windows(0, 25, 10)
+        [(0, 10, 2), (20, 5, 1)]
+        >>> plan_windows(47, 125, 10)
+        [(47, 3, 1), (50, 10, 7), (120, 5, 1)]
+    """
+    plan = []
+    step = start
+    if step % log_every and step < steps:
+        head = min(log_every - step % log_every, steps - step)
+        plan.append((step, head, 1))
+        step += head
+    full = (steps - step) // log_every
+    if full > 0:
+        plan.append((step, log_every, full))
+        step += full * log_every
+    if step < steps:
+        plan.append((step, steps - step, 1))
+    return plan
+
+
 class MetricsLogger(keras.callbacks.Callback):
     """Writes one JSON object per logging window and mirrors it to TensorBoard.
 
@@ -197,7 +226,7 @@ class CheckpointEvery(keras.callbacks.Callback):
 
     Args:
         checkpoints: the run's :class:`RunCheckpoints`.
-        every: steps between checkpoints.
+        every: steps between checkpoints (None: only at the end and on a stop).
         final_step: the run's last step (always saved).
         initial_step: the step the run starts (or resumes) from.
         stopping: returns True once the run has been asked to stop (a signal).
@@ -206,7 +235,7 @@ class CheckpointEvery(keras.callbacks.Callback):
     def __init__(
         self,
         checkpoints: RunCheckpoints,
-        every: int,
+        every: int | None,
         final_step: int,
         initial_step: int = 0,
         stopping: Callable[[], bool] | None = None,
@@ -223,7 +252,8 @@ class CheckpointEvery(keras.callbacks.Callback):
         self.step += 1
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.step % self.every == 0 or self.step >= self.final_step or self.stopping():
+        every = self.every is not None and self.step % self.every == 0
+        if every or self.step >= self.final_step or self.stopping():
             self.save()
 
     def save(self) -> None:

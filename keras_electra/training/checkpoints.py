@@ -159,7 +159,7 @@ class RunCheckpoints:
             return 0
         try:
             keys = _checkpoint_keys(path, "")
-        except tf.errors.OpError as e:
+        except (tf.errors.OpError, IndexError, OSError) as e:
             raise StorageError(
                 f"Checkpoint '{path}' cannot be read ({storage_reason(e)}); restore its files, "
                 "or edit the 'checkpoint' file beside it to name an earlier one."
@@ -185,7 +185,7 @@ class RunCheckpoints:
                 f"Checkpoint '{path}' does not match the model configuration ({detail}); "
                 "restore the run's original config.json or start a new output directory."
             ) from None
-        except tf.errors.OpError as e:
+        except (tf.errors.OpError, IndexError, OSError) as e:  # a file cut short or damaged
             raise StorageError(
                 f"Checkpoint '{path}' cannot be read ({storage_reason(e)}); restore its files, "
                 "or edit the 'checkpoint' file beside it to name an earlier one."
