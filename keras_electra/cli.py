@@ -3,6 +3,12 @@
 No logic lives only here: every subcommand is a thin wrapper over a library
 function that the tests call too. Errors a user can cause print one sentence
 and exit with status 2.
+
+Exit statuses: 0 done; 2 an error a user can fix (one sentence on stderr,
+including a failed write: no space, permissions, a removed directory); 75
+(``INTERRUPTED_EXIT_CODE``) ``pretrain`` or ``finetune`` stopped by SIGTERM or
+SIGINT after saving a checkpoint at the step reached: run the same command again
+to resume there; 130 interrupted before anything could be saved (a second Ctrl-C).
 """
 
 from __future__ import annotations
@@ -108,6 +114,13 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="split each batch into K micro-batches, one optimizer update",
     )
+    p.add_argument(
+        "--on-nan",
+        default="stop",
+        choices=("stop", "skip"),
+        help="a step with a NaN/Inf loss or gradient norm: stop the run (default; weights and "
+        "checkpoints untouched) or skip its update and count it (skipped_steps)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument(
         "--sample",
@@ -150,6 +163,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         config_overrides=(
             {"embedding_sharing": args.embedding_sharing} if args.embedding_sharing else None
         ),
+        on_nan=args.on_nan,
     )
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")
@@ -515,12 +529,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from keras_electra.errors import ElectraError
+    from keras_electra.errors import (
+        INTERRUPTED_EXIT_CODE,
+        ElectraError,
+        TrainingInterrupted,
+        storage_reason,
+    )
 
     try:
         return args.func(args)
     except ElectraError as e:
         print(f"keras-electra {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as e:
+        print(f"keras-electra {args.command}: {e}", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
+    except OSError as e:  # a write the library does not wrap: one sentence, not a traceback
+        where = f" '{e.filename}'" if e.filename else ""
+        print(
+            f"keras-electra {args.command}: error: could not access{where} "
+            f"({storage_reason(e)}); free space or fix the path, then run the command again.",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"keras-electra {args.command}: interrupted", file=sys.stderr)

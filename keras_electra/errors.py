@@ -4,7 +4,21 @@ Every error a user can cause (a bad path, bad text, a wrong config) is raised as
 an :class:`ElectraError` whose message is one sentence naming the problem and the
 fix. The command line prints that sentence and exits with status 2 instead of a
 traceback.
+
+A run stopped by SIGTERM or SIGINT is not an error: it raises
+:class:`TrainingInterrupted` after saving a checkpoint, and the command line
+exits with :data:`INTERRUPTED_EXIT_CODE`.
 """
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+# Exit status of a run stopped by SIGTERM/SIGINT after saving a checkpoint (EX_TEMPFAIL:
+# "try again later"); running the same command again resumes at the saved step.
+INTERRUPTED_EXIT_CODE = 75
 
 
 class ElectraError(Exception):
@@ -17,3 +31,73 @@ class InputDataError(ElectraError):
 
 class ConfigError(ElectraError):
     """A configuration is invalid or does not match a checkpoint."""
+
+
+class StorageError(ElectraError):
+    """A file of a run could not be written or read (no space, permissions, removed)."""
+
+
+class TrainingDiverged(ElectraError):
+    """A training step's loss or gradient norm was not finite."""
+
+
+class TrainingInterrupted(Exception):  # noqa: N818 - a stop, not a failure
+    """A run stopped on SIGTERM or SIGINT after saving a checkpoint at ``step``.
+
+    Not an :class:`ElectraError`: nothing is wrong, and the same call resumes.
+    """
+
+    def __init__(self, message: str, step: int, signal_name: str):
+        super().__init__(message)
+        self.step = step
+        self.signal_name = signal_name
+
+
+_REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOENT: "the directory was removed",
+}
+
+
+def storage_reason(error: BaseException) -> str:
+    """A short reason for an ``OSError`` or a TensorFlow file error ("no space left ...")."""
+    if isinstance(error, OSError) and error.errno in _REASONS:
+        return _REASONS[error.errno]
+    text = str(error).lower()
+    for marker, reason in (
+        ("no space left", _REASONS[errno.ENOSPC]),
+        ("quota", _REASONS[errno.EDQUOT]),
+        ("read-only", _REASONS[errno.EROFS]),
+        ("permission denied", _REASONS[errno.EACCES]),
+        ("not found", _REASONS[errno.ENOENT]),
+        ("no such file", _REASONS[errno.ENOENT]),
+    ):
+        if marker in text:
+            return reason
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[:1].lower() + error.strerror[1:]
+    return str(error).strip().splitlines()[-1][:200] if str(error).strip() else type(error).__name__
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Free bytes on the file system holding ``path`` (or its nearest existing parent)."""
+    path = os.path.abspath(os.fspath(path))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def format_bytes(size: float) -> str:
+    """``1536`` -> ``'1.5 KB'``: sizes in messages."""
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TB"

@@ -25,20 +25,29 @@ TIMEOUT = 180  # seconds per cluster launch; a healthy one takes well under a mi
 WORKER = r"""
 import json, os, signal, sys
 import numpy as np
+from keras_electra.errors import INTERRUPTED_EXIT_CODE, TrainingInterrupted
 from keras_electra.pretraining import run
 
 args = json.loads(sys.argv[1])
 kill_at = args.pop("kill_at", None)
-if kill_at is not None:
+term_at = args.pop("term_at", None)
+if kill_at is not None or term_at is not None:
     class Dying(run.CheckpointEvery):
-        # SIGKILL this worker right after step `kill_at`: no cleanup, like a lost machine.
+        # SIGKILL this worker right after step `kill_at`: no cleanup, like a lost machine;
+        # SIGTERM it after step `term_at`, like a preempted one.
         def on_train_batch_end(self, batch, logs=None):
             super().on_train_batch_end(batch, logs)
             if self.step == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.step == term_at:
+                os.kill(os.getpid(), signal.SIGTERM)
     run.CheckpointEvery = Dying
 weights = args.pop("weights")
-result = run.pretrain(**args)
+try:
+    result = run.pretrain(**args)
+except TrainingInterrupted as e:
+    print(json.dumps({"interrupted": e.step}))
+    sys.exit(INTERRUPTED_EXIT_CODE)
 np.savez(weights, **{v.path: np.asarray(v.numpy()) for v in result.model.weights})
 print(json.dumps({"history": result.history, "step": result.step}))
 """
@@ -250,3 +259,55 @@ def test_a_killed_worker_restarted_with_its_cluster_resumes_from_the_last_backup
     # The lines the chief logged after its backup (step 6) were replaced on resume.
     steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
     assert steps == [2, 4, 6, 8, 10, 12]
+
+
+def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_resumes(
+    corpus_and_vocab, tmp_path
+):
+    """Worker 1 (not the chief) is preempted: both agree on a step, save there, exit 75;
+    the restarted cluster resumes there and ends as one device trained without a stop."""
+    corpus, vocab = corpus_and_vocab
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = tmp_path / "run"
+    # No health probe: the steps are short, and the workers notice a signal within ~1 s.
+    args = _run_args(
+        corpus, str(run_dir), vocab=vocab, steps=40, log_every=4, checkpoint_every=8, health=False
+    )
+    weights = [str(tmp_path / f"w{i}.npz") for i in range(2)]
+    workers = _start_cluster(
+        [dict(args, weights=weights[0]), dict(args, weights=weights[1], term_at=5)], logs
+    )
+    outputs = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        for process in workers:
+            out, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            outputs.append((process.returncode, out))
+    finally:
+        _kill(workers)
+    assert [code for code, _ in outputs] == [75, 75], _log_tails(logs)
+    stopped = [json.loads(out.strip().splitlines()[-1])["interrupted"] for _, out in outputs]
+    assert stopped[0] == stopped[1] and 5 < stopped[0] < 40, stopped
+    stopped = stopped[0]
+    assert _latest_checkpoint_step(run_dir / "checkpoints") == stopped
+    lines = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
+    assert lines[-1] == stopped
+
+    workers = _start_cluster([dict(args, weights=w) for w in weights], logs)
+    try:
+        from keras_electra.pretraining import run
+
+        single = run.pretrain(
+            **dict(args, output_dir=str(tmp_path / "single"), strategy="one_device")
+        )
+        np.savez(
+            tmp_path / "single.npz", **{v.path: np.asarray(v.numpy()) for v in single.model.weights}
+        )
+    finally:
+        results = _finish(workers, logs)
+    assert [r["step"] for r in results] == [40, 40]
+    assert _max_difference(*weights) == 0.0
+    assert _max_difference(weights[0], tmp_path / "single.npz") < 1e-5
+    steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
+    assert steps == sorted(set(range(4, 41, 4)) | {stopped})

@@ -193,6 +193,27 @@ def _first_record_length(files: Sequence[str]) -> tuple[str, int] | None:
     return None
 
 
+def unreadable_tfrecord(paths: PathsLike) -> tuple[str, str] | None:
+    """The first TFRecord file that cannot be read to its end, with the reader's complaint.
+
+    Reads every record of every file (checking each record's CRCs), so it is meant
+    for after a read failed: a training pipeline interleaves and shuffles its files,
+    and TensorFlow's error does not say which one is truncated or corrupt.
+
+    Returns:
+        ``(path, detail)`` such as ``("pretraining-00001-of-00008.tfrecord",
+        "truncated record at 8192")``, or None when every file reads.
+    """
+    for path in resolve_tfrecord_files(paths):
+        try:
+            for _ in tf.data.TFRecordDataset(path).batch(1024):
+                pass
+        except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
+            detail = e.message.strip().splitlines()[0] if e.message else type(e).__name__
+            return path, detail
+    return None
+
+
 def tfrecord_dataset(
     file_pattern_or_list: PathsLike,
     *,

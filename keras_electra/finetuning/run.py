@@ -11,6 +11,15 @@ export:
 - ``eval_metrics.json``: metric name -> value on the ``--eval`` file;
 - ``metrics.jsonl``: the training loss and metrics of each epoch.
 
+SIGTERM or SIGINT during training finishes the step, writes the metrics line of
+the epoch so far and a checkpoint (model, optimizer, dropout generators, step) to
+``OUTPUT_DIR/resume/``, and raises
+:class:`~keras_electra.errors.TrainingInterrupted` (the command exits 75). The
+same call again resumes at that step, with the same batch order (a seeded
+permutation per epoch) and random streams, and ends as an uninterrupted run does;
+``resume/`` is removed once the directory is complete. Another call with other
+settings or other training data on that directory is refused.
+
 Example:
     >>> result = finetune("runs/demo", "classify", "train.tsv", "dev.tsv",
     ...                   "runs/sst2", text_column="sentence")  # doctest: +SKIP
@@ -20,17 +29,20 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import keras
+import numpy as np
+import tensorflow as tf
 
 from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.settings import (
     FINETUNE_FILE,
@@ -43,7 +55,12 @@ from keras_electra.finetuning.settings import (
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import Task, get_task
 from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.training.callbacks import CheckpointEvery, plan_windows, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
+from keras_electra.training.preemption import StopOnSignal, StopRequest
+
+# OUTPUT_DIR/resume: the checkpoint and metrics of an interrupted fine-tuning.
+RESUME_DIR = "resume"
 
 
 @dataclass
@@ -58,6 +75,8 @@ class FinetunedModel:
     output_dir: Path | None = None
     metrics: dict = field(default_factory=dict)
     history: dict = field(default_factory=dict)
+    # One record per epoch (and per stretch of one cut by a stop): step, epoch, metrics.
+    records: list = field(default_factory=list)
 
     def predict_examples(self, examples: list, batch_size: int = 64) -> list[dict]:
         """Predictions for examples read with ``self.task.read(..., labelled=False)``."""
@@ -106,6 +125,7 @@ def finetune(
     max_answer_length: int = 30,
     seed: int = 0,
     progress: bool = True,
+    stop_on_signals: bool = True,
 ) -> FinetunedModel:
     """Fine-tune a pretrained discriminator on a task; evaluate and save it.
 
@@ -128,6 +148,11 @@ def finetune(
         doc_stride, max_query_length, max_answer_length: QA settings.
         seed: seeds the head's initial weights, dropout and the data order.
         progress: print one line per epoch.
+        stop_on_signals: with an ``output_dir``, SIGTERM and SIGINT finish the
+            step and save it to ``output_dir/resume/`` (see the module docstring).
+
+    Raises:
+        TrainingInterrupted: stopped by SIGTERM/SIGINT; the same call resumes.
 
     Returns:
         A :class:`FinetunedModel` with the trained model and ``metrics``.
@@ -200,27 +225,200 @@ def finetune(
         weight_decay=hyper["weight_decay"],
     )
     model.compile(optimizer=optimizer, loss=handler.loss(settings), jit_compile=False)
-    history = model.fit(
-        x,
-        y,
-        batch_size=hyper["batch_size"],
-        epochs=hyper["epochs"],
-        shuffle=True,
-        verbose=2 if progress else 0,
-    )
+    steps_per_epoch = math.ceil(num_rows / hyper["batch_size"])
+    batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
+    resume = None
+    if output_dir is not None:
+        resume = _Resume(Path(output_dir) / RESUME_DIR, _fingerprint(settings, source, x, y))
+    if resume is None or not stop_on_signals:
+        stop = StopRequest()
+        records = _train(model, optimizer, batches, steps, steps_per_epoch, resume, stop, progress)
+    else:
+        with StopRequest() as stop:
+            records = _train(
+                model, optimizer, batches, steps, steps_per_epoch, resume, stop, progress
+            )
+    history: dict[str, list[float]] = {}
+    for record in records:
+        for k, v in record.items():
+            if k not in ("step", "epoch"):
+                history.setdefault(k, []).append(v)
     result = FinetunedModel(
-        model,
-        tokenizer,
-        settings,
-        handler,
-        config,
-        history={k: [float(v) for v in values] for k, values in history.history.items()},
+        model, tokenizer, settings, handler, config, history=history, records=records
     )
     if eval_examples is not None:
         result.metrics = handler.evaluate(model, eval_examples, tokenizer, settings)
     if output_dir is not None:
         result.output_dir = save_finetuned(result, output_dir, steps)
+        if resume is not None:
+            shutil.rmtree(resume.directory, ignore_errors=True)
     return result
+
+
+def training_batches(x, y, batch_size: int, epochs: int, seed: int) -> tf.data.Dataset:
+    """``(x, y)`` batches of every epoch in a row, in a seeded order per epoch.
+
+    Epoch ``e`` visits the rows in ``numpy.random.default_rng([seed, e])``'s
+    permutation (its last batch may be smaller), so ``skip(n)`` resumes at step
+    ``n`` and the order does not depend on any global random state.
+    """
+    rows = len(next(iter(tf.nest.flatten(x))))
+    order = np.stack([np.random.default_rng([seed, e]).permutation(rows) for e in range(epochs)])
+    order = tf.constant(order, tf.int64)
+    data = tf.nest.map_structure(tf.constant, (x, y))
+
+    def epoch_batches(epoch):
+        return tf.data.Dataset.from_tensor_slices(tf.gather(order, epoch)).batch(batch_size)
+
+    def gather(indices):
+        return tf.nest.map_structure(lambda t: tf.gather(t, indices), data)
+
+    return tf.data.Dataset.range(epochs).flat_map(epoch_batches).map(gather).prefetch(2)
+
+
+def _train(
+    model: keras.Model,
+    optimizer,
+    batches: tf.data.Dataset,
+    steps: int,
+    steps_per_epoch: int,
+    resume: _Resume | None,
+    stop: StopRequest,
+    progress: bool,
+) -> list[dict]:
+    """Fit from the resumed step (0 without one) to ``steps``; return the epoch records."""
+    start, records = 0, []
+    checkpoints = None
+    if resume is not None:
+        optimizer.build(model.trainable_variables)  # its slots must exist to be checkpointed
+        checkpoints = resume.open(model, optimizer)
+        start = checkpoints.restore_latest()
+        records = resume.records(start)
+    stopper = StopOnSignal(stop)
+    logger = _EpochLog(records, steps_per_epoch, start, resume, show=progress)
+    callbacks: list = [logger]
+    if checkpoints is not None:
+        saver = CheckpointEvery(
+            checkpoints, None, steps + 1, start, stopping=lambda: stopper.stopping
+        )
+        callbacks.append(saver)
+    callbacks.append(stopper)
+    stop.arm()
+    for first, window, count in plan_windows(start, steps, steps_per_epoch):
+        if stopper.stopping and logger.step > start:
+            break
+        model.fit(
+            batches.skip(first),
+            epochs=count,
+            steps_per_epoch=window,
+            callbacks=callbacks,
+            shuffle=False,  # the batches come in their seeded order
+            verbose=0,
+        )
+    if stopper.stopping and logger.step < steps:
+        if checkpoints is None:
+            raise TrainingInterrupted(
+                f"Stopped by {stop.signal_name} at step {logger.step} of {steps}; nothing was "
+                "saved (no output directory).",
+                step=logger.step,
+                signal_name=stop.signal_name,
+            )
+        saver.save()
+        raise TrainingInterrupted(
+            f"Stopped by {stop.signal_name} at step {logger.step} of {steps}: checkpoint "
+            f"saved in '{checkpoints.directory}'; run the same command again to resume from "
+            f"step {logger.step}.",
+            step=logger.step,
+            signal_name=stop.signal_name,
+        )
+    return records
+
+
+class _EpochLog(keras.callbacks.Callback):
+    """One record per epoch end (or per stop): step, epoch (a fraction when cut), metrics."""
+
+    def __init__(
+        self,
+        records: list,
+        steps_per_epoch: int,
+        start: int,
+        resume: _Resume | None,
+        show: bool = False,
+    ):
+        super().__init__()
+        self.records = records
+        self.steps_per_epoch = steps_per_epoch
+        self.step = start
+        self.resume = resume
+        self.show = show
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        epoch_number = self.step / self.steps_per_epoch
+        record = {
+            "step": self.step,
+            "epoch": int(epoch_number) if epoch_number.is_integer() else round(epoch_number, 4),
+        }
+        record.update({k: float(v) for k, v in (logs or {}).items()})
+        self.records.append(record)
+        if self.resume is not None:
+            self.resume.append(record)
+        if self.show:
+            shown = ", ".join(
+                f"{k}={v:.4g}" for k, v in record.items() if k not in ("step", "epoch")
+            )
+            print(f"epoch {record['epoch']} (step {self.step}): {shown}", flush=True)
+
+
+class _Resume:
+    """``OUTPUT_DIR/resume/``: an interrupted fine-tuning's checkpoint, records and identity."""
+
+    def __init__(self, directory: Path, fingerprint: str):
+        self.directory = directory
+        self.fingerprint = fingerprint
+        state = directory / "state.json"
+        if not (directory / "checkpoints" / "checkpoint").exists():
+            shutil.rmtree(directory, ignore_errors=True)  # nothing saved: nothing to resume
+        elif state.exists():
+            stored = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
+            if stored != fingerprint:
+                raise ConfigError(
+                    f"'{directory.parent}' holds a fine-tuning interrupted with other settings "
+                    "or training data; rerun that command to finish it, delete "
+                    f"'{directory}', or choose a new --output."
+                )
+
+    def open(self, model: keras.Model, optimizer) -> RunCheckpoints:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        state = self.directory / "state.json"
+        tmp = state.with_name(state.name + ".tmp")
+        tmp.write_text(json.dumps({"fingerprint": self.fingerprint}) + "\n", encoding="utf-8")
+        tmp.replace(state)
+        return RunCheckpoints(self.directory / "checkpoints", model, optimizer, max_to_keep=1)
+
+    def records(self, start: int) -> list[dict]:
+        path = self.directory / "metrics.jsonl"
+        truncate_metrics_log(path, start)
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+    def append(self, record: dict) -> None:
+        with (self.directory / "metrics.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _fingerprint(settings: FinetuneSettings, source: Path, x, y) -> str:
+    """What makes a fine-tuning resumable: its settings, source and encoded training data."""
+    digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode("utf-8"))
+    digest.update(str(source.resolve()).encode("utf-8"))
+    for array in tf.nest.flatten((x, y)):
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
 
 
 def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:
@@ -240,7 +438,7 @@ def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0
     )
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     RunCheckpoints(out / "checkpoints", result.model, optimizer=None).save(step)
-    _write_history(out / "metrics.jsonl", result.history, step)
+    _write_history(out / "metrics.jsonl", result.history, step, result.records)
     metrics_path = out / "eval_metrics.json"
     tmp = metrics_path.with_name(metrics_path.name + ".tmp")
     tmp.write_text(json.dumps(result.metrics, indent=2) + "\n", encoding="utf-8")
@@ -249,10 +447,16 @@ def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0
     return out
 
 
-def _write_history(path: Path, history: dict[str, list[float]], steps: int) -> None:
-    """One ``metrics.jsonl`` line per epoch (``keras-electra report`` draws them)."""
-    epochs = max((len(v) for v in history.values()), default=0)
-    lines = []
+def _write_history(
+    path: Path, history: dict[str, list[float]], steps: int, records: list | None = None
+) -> None:
+    """One ``metrics.jsonl`` line per epoch (``keras-electra report`` draws them).
+
+    ``records`` (step, epoch and metrics each) are written as they are; without
+    them the lines are made from ``history`` (a list of values per metric).
+    """
+    lines = [json.dumps(record) + "\n" for record in records or []]
+    epochs = max((len(v) for v in history.values()), default=0) if not records else 0
     for epoch in range(epochs):
         record = {"step": round(steps * (epoch + 1) / epochs), "epoch": epoch + 1}
         record.update({k: v[epoch] for k, v in history.items() if epoch < len(v)})

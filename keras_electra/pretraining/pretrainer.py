@@ -18,6 +18,10 @@ from keras_electra.layers import (
 from keras_electra.pretraining import objective
 
 OBJECTIVES = ("electra", "mlm")
+# What a training step does when its loss or gradient norm is not finite (configure_step).
+ON_NAN = ("stop", "skip")
+# In the message of the error a step raises under on_nan="stop" (see configure_step).
+NONFINITE_MESSAGE = "keras-electra: the loss or gradient norm of this step is not finite"
 # The parts whose gradient norms are logged: "generator" is the generator's tower.
 GRADIENT_PARTS = ("generator", "discriminator", "embeddings", "heads")
 
@@ -100,6 +104,7 @@ class ElectraPretrainer(keras.Model):
         # Options of the training step, set by configure_step().
         self.gradient_accumulation = 1
         self.xla_gradients = False
+        self.on_nan = None
         self._compiled_gradients = None
 
         # === Layers ===
@@ -193,11 +198,14 @@ class ElectraPretrainer(keras.Model):
         parts = GRADIENT_PARTS if objective == "electra" else GRADIENT_PARTS[1:]
         for name in ("grad_norm",) + tuple(f"grad_norm_{p}" for p in parts):
             self._trackers[name] = mean(name=name)
+        # Steps left out under configure_step(on_nan="skip"); reported only then.
+        self._skipped = keras.metrics.Sum(name="skipped_steps")
         self.build()
 
     @property
     def metrics(self):
-        return list(self._trackers.values())
+        skipped = [self._skipped] if self.on_nan == "skip" else []
+        return list(self._trackers.values()) + skipped
 
     def build(self, input_shape=None):
         if self.built:
@@ -418,7 +426,11 @@ class ElectraPretrainer(keras.Model):
     # === Training step ===
 
     def configure_step(
-        self, *, gradient_accumulation: int = 1, xla_gradients: bool = False
+        self,
+        *,
+        gradient_accumulation: int = 1,
+        xla_gradients: bool = False,
+        on_nan: str | None = None,
     ) -> None:
         """Options of the training step (call after or before ``compile``).
 
@@ -437,12 +449,26 @@ class ElectraPretrainer(keras.Model):
                 whole step (``compile(jit_compile=True)``) fails on the shared
                 variables. XLA's stateless random ops draw another stream than
                 TensorFlow's kernels, so samples and dropout differ from a step
-                without it (equally seeded and deterministic).
+                without it (equally deterministic).
+            on_nan: what a step whose loss or global gradient norm (before
+                clipping, summed over the replicas) is NaN or infinite does, checked
+                in the graph: ``"stop"`` raises ``tf.errors.InvalidArgumentError``
+                (its message holds :data:`NONFINITE_MESSAGE`) before the update, so
+                the weights and optimizer stay as they were; ``"skip"`` leaves out
+                the update and that step's metrics and counts it in the
+                ``skipped_steps`` metric (a sum per epoch). Either way the step's
+                batch and random draws are used up. ``None`` (the default) applies
+                every update. Steps with finite values are unchanged. Ignored under
+                float16 loss scaling, whose optimizer already skips (and rescales)
+                steps with non-finite gradients.
         """
         if gradient_accumulation < 1:
             raise ValueError(f"gradient_accumulation must be >= 1, got {gradient_accumulation}.")
+        if on_nan is not None and on_nan not in ON_NAN:
+            raise ValueError(f"on_nan must be one of {ON_NAN} or None, got {on_nan!r}.")
         self.gradient_accumulation = int(gradient_accumulation)
         self.xla_gradients = bool(xla_gradients)
+        self.on_nan = on_nan
         self._compiled_gradients = (
             tf.function(self._loss_and_gradients, jit_compile=True) if xla_gradients else None
         )
@@ -457,8 +483,9 @@ class ElectraPretrainer(keras.Model):
         variables = self.trainable_variables
         if steps == 1:
             gradients, out = compute(prepared, totals)
-            self.optimizer.apply(self._clip_global_gradient(gradients), variables)
-            return self._update_metrics(out)
+            losses = self._global_losses(out)
+            self._apply_update(gradients, losses, lambda: self._update_token_metrics(out))
+            return self._metric_results()
 
         # Gradient accumulation: micro-batch 0 fixes which gradients exist (the
         # loop carries only those), then a loop adds micro-batches 1..steps-1.
@@ -483,11 +510,53 @@ class ElectraPretrainer(keras.Model):
         gradients = [None] * len(variables)
         for i, s in zip(present, sums, strict=True):
             gradients[i] = s
-        self.optimizer.apply(self._clip_global_gradient(gradients), variables)
-        self._update_loss_metrics(losses)
+        self._apply_update(gradients, self._global_losses(losses), lambda: None)
         return self._metric_results()
 
-    def _clip_global_gradient(self, gradients: list) -> list:
+    def _apply_update(self, gradients: list, losses: dict, update_metrics) -> None:
+        """Clip and apply the gradients and record the step's metrics, if the step is finite.
+
+        ``losses`` are the global batch's (:meth:`_global_losses`); ``update_metrics``
+        records the per-token metrics. Without an ``on_nan`` policy (or under loss
+        scaling) this is ``optimizer.apply`` plus the metric updates. With one, both
+        run only when the loss and the global gradient norm are finite (every
+        replica sees the same all-reduced values, so all take the same branch).
+        Every all-reduce happens before the branch: a replica context may not
+        synchronize inside one.
+        """
+        shares, norms = self._clip_global_gradient(gradients)
+        variables = self.trainable_variables
+
+        def record():
+            self._record_gradient_norms(norms)
+            self._record_losses(losses)
+            update_metrics()
+            return tf.constant(True)
+
+        guard = self.on_nan is not None and getattr(self.optimizer, "dynamic_scale", None) is None
+        if not guard:
+            self.optimizer.apply(shares, variables)
+            record()
+            return
+        loss = tf.cast(losses["loss"], tf.float32)
+        finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norms["grad_norm"]))
+        _apply_if(finite, lambda: self.optimizer.apply(shares, variables))
+
+        def nonfinite():
+            if self.on_nan == "skip":
+                # Each replica adds its share: the metric sums over the replicas.
+                replica = tf.distribute.get_replica_context()
+                replicas = replica.num_replicas_in_sync if replica is not None else 1
+                self._skipped.update_state(1.0 / replicas)
+                return tf.constant(False)
+            with tf.control_dependencies(
+                [tf.debugging.Assert(finite, [NONFINITE_MESSAGE, loss, norms["grad_norm"]])]
+            ):
+                return tf.constant(False)
+
+        tf.cond(finite, record, nonfinite)
+
+    def _clip_global_gradient(self, gradients: list) -> tuple[list, dict]:
         """Clip the replicas' summed, dense gradient, not each replica's share of it.
 
         Keras optimizers apply ``global_clipnorm`` to each replica's gradient
@@ -497,8 +566,9 @@ class ElectraPretrainer(keras.Model):
         summed over the replicas, clipped to the optimizer's ``global_clipnorm``
         (times the loss scale when the loss is scaled), and each replica gets an
         equal 1/N share: the optimizer's own sum restores the clipped total, and
-        its own clipping leaves it unchanged. The summed gradient's norms, before
-        clipping, go to the ``grad_norm*`` metrics.
+        its own clipping leaves it unchanged. Returns the shares and the summed
+        gradient's norms before clipping (``grad_norm`` and ``grad_norm_PART``,
+        unscaled), for the ``grad_norm*`` metrics.
         """
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         clip = getattr(inner, "global_clipnorm", None)
@@ -510,29 +580,34 @@ class ElectraPretrainer(keras.Model):
             total = replica.all_reduce(tf.distribute.ReduceOp.SUM, total)
         scale = getattr(self.optimizer, "dynamic_scale", None)
         loss_scale = tf.cast(scale, tf.float32) if scale is not None else 1.0
-        self._update_gradient_norms(present, total, loss_scale)
+        norms = self._gradient_norms(present, total, loss_scale)
         if clip is None:
-            return gradients
+            return gradients, norms
         clipped, _ = tf.clip_by_global_norm(total, clip * loss_scale)
         shares = list(gradients)
         for i, g in zip(present, clipped, strict=True):
             shares[i] = g / replicas if replicas > 1 else g
-        return shares
+        return shares, norms
 
-    def _update_gradient_norms(self, present: list[int], total: list, loss_scale) -> None:
-        """Window means of the global gradient norm and of each part's norm."""
+    def _gradient_norms(self, present: list[int], total: list, loss_scale) -> dict:
+        """The global gradient norm and each logged part's norm, by metric name."""
         parts = gradient_parts(self.trainable_variables)
         squares = {name: [] for name in GRADIENT_PARTS}
         for i, g in zip(present, total, strict=True):
             squares[parts[i]].append(tf.reduce_sum(tf.square(tf.cast(g, tf.float32))))
-        every = []
+        every, norms = [], {}
         for name, terms in squares.items():
-            tracker = self._trackers.get(f"grad_norm_{name}")
-            if tracker is None:
+            if f"grad_norm_{name}" not in self._trackers:
                 continue
             every += terms
-            tracker.update_state(tf.sqrt(tf.add_n(terms) if terms else 0.0) / loss_scale)
-        self._trackers["grad_norm"].update_state(tf.sqrt(tf.add_n(every)) / loss_scale)
+            norms[f"grad_norm_{name}"] = tf.sqrt(tf.add_n(terms) if terms else 0.0) / loss_scale
+        norms["grad_norm"] = tf.sqrt(tf.add_n(every)) / loss_scale
+        return norms
+
+    def _record_gradient_norms(self, norms: dict) -> None:
+        """Window means of the global gradient norm and of each part's norm."""
+        for name, value in norms.items():
+            self._trackers[name].update_state(value)
 
     def _loss_and_gradients(self, prepared: dict, totals: tuple) -> tuple[list, dict]:
         """The objective on a prepared (micro-)batch and the gradients of its loss share."""
@@ -543,20 +618,26 @@ class ElectraPretrainer(keras.Model):
 
     def test_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        logs = self._update_metrics(self.compute_objective(batch, training=False))
-        return {k: v for k, v in logs.items() if not k.startswith("grad_norm")}
+        self._update_metrics(self.compute_objective(batch, training=False))
+        logs = self._metric_results()
+        return {k: v for k, v in logs.items() if not k.startswith(("grad_norm", "skipped"))}
 
-    def _update_metrics(self, out: dict) -> dict[str, tf.Tensor]:
-        self._update_loss_metrics(out)
+    def _update_metrics(self, out: dict) -> None:
+        self._record_losses(self._global_losses(out))
         self._update_token_metrics(out)
-        return self._metric_results()
 
-    def _update_loss_metrics(self, out: dict) -> None:
-        t = self._trackers
-        # The losses are this replica's shares; every replica records the global value.
-        for name in ("loss", "mlm_loss", "disc_loss", "corrective_loss"):
-            if name in out:
-                t[name].update_state(_global_sum(out[name]))
+    def _global_losses(self, out: dict) -> dict[str, tf.Tensor]:
+        """The global batch's losses: the sums of the replicas' shares (all-reduced)."""
+        return {
+            name: _global_sum(out[name])
+            for name in ("loss", "mlm_loss", "disc_loss", "corrective_loss")
+            if name in out
+        }
+
+    def _record_losses(self, losses: dict) -> None:
+        # Every replica records the global value.
+        for name, value in losses.items():
+            self._trackers[name].update_state(value)
 
     def _update_token_metrics(self, out: dict) -> None:
         """Per-token metrics: their weighted sums add up across micro-batches exactly."""
@@ -576,7 +657,7 @@ class ElectraPretrainer(keras.Model):
             t["replaced_fraction"].update_state(labels, sample_weight=mask)
 
     def _metric_results(self) -> dict[str, tf.Tensor]:
-        return {name: m.result() for name, m in self._trackers.items()}
+        return {m.name: m.result() for m in self.metrics}
 
     # === Config ===
     def get_config(self):
@@ -643,6 +724,31 @@ def transfer_weights(source: ElectraPretrainer, target: ElectraPretrainer) -> No
                 continue
             path = path.removeprefix("discriminator/")  # the shared block's copy
         v.assign(values[path].numpy())
+
+
+def _apply_if(condition: tf.Tensor, apply) -> None:
+    """Run ``apply`` (an optimizer update) only where ``condition`` holds, on every replica.
+
+    As Keras' ``LossScaleOptimizer`` does: strategies that update without
+    ``merge_call`` (one device, ``MirroredStrategy``, multi-worker) branch in the
+    replica context; the others (TPU) branch in the cross-replica context, since
+    a branch may not call ``merge_call``. ``condition`` must be the same on
+    every replica.
+    """
+    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        tf.cond(condition, lambda: (apply(), tf.constant(True))[1], lambda: tf.constant(False))
+        return
+
+    def cross_replica(distribution, condition):
+        first = distribution.experimental_local_results(condition)[0]
+
+        def apply_everywhere():
+            distribution.extended.call_for_each_replica(apply)
+            return tf.constant(True)
+
+        tf.cond(first, apply_everywhere, lambda: tf.constant(False))
+
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition,))
 
 
 def _global_sum(value: tf.Tensor) -> tf.Tensor:

@@ -9,14 +9,25 @@
 - ``logs/``: TensorBoard summaries; ``metrics.jsonl``: one JSON line per window.
 
 Calling :func:`pretrain` again on the same directory resumes from the latest
-checkpoint: same step, optimizer state, masking random stream and data position
-(the deterministic input pipeline is advanced past the batches already seen).
+checkpoint: same step, optimizer state, masking and dropout random streams and
+data position (the deterministic input pipeline is advanced past the batches
+already seen).
+
+Faults (the README's "Reliability" section lists them with their tests): SIGTERM
+or SIGINT finishes the step, saves a checkpoint at it and raises
+:class:`~keras_electra.errors.TrainingInterrupted`; a step whose loss or gradient
+norm is not finite stops the run or is skipped (``on_nan``); a failed write
+raises :class:`~keras_electra.errors.StorageError` and keeps the previous
+checkpoint; an unreadable TFRecord shard or a changed vocabulary is named in one
+sentence.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,14 +45,34 @@ from keras_electra.data import (
     resolve_corpus_files,
     save_vocab,
 )
-from keras_electra.errors import ConfigError
+from keras_electra.data.tfrecords import unreadable_tfrecord
+from keras_electra.errors import (
+    ConfigError,
+    InputDataError,
+    StorageError,
+    TrainingDiverged,
+    TrainingInterrupted,
+    storage_reason,
+)
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
-from keras_electra.pretraining.pretrainer import OBJECTIVES, ElectraPretrainer, transfer_weights
-from keras_electra.training.callbacks import CheckpointEvery, MetricsLogger, truncate_metrics_log
+from keras_electra.pretraining.pretrainer import (
+    NONFINITE_MESSAGE,
+    OBJECTIVES,
+    ON_NAN,
+    ElectraPretrainer,
+    transfer_weights,
+)
+from keras_electra.training.callbacks import (
+    CheckpointEvery,
+    MetricsLogger,
+    plan_windows,
+    truncate_metrics_log,
+)
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.optimizer import OPTIMIZERS, create_optimizer
 from keras_electra.training.per_step import PerStepCallbacks
 from keras_electra.training.precision import dtype_policy, needs_loss_scaling
+from keras_electra.training.preemption import ClusterStopOnSignal, StopOnSignal, StopRequest
 from keras_electra.training.strategy import (
     check_workers_agree,
     is_chief,
@@ -78,6 +109,9 @@ class RunSettings:
     validation: list[str] = field(default_factory=list)
     # A copy of config.json's ElectraConfig.embedding_sharing, for the record.
     embedding_sharing: str = "all"
+    on_nan: str = "stop"
+    # A checksum of the vocabulary: a run refuses to resume on a changed one.
+    vocab_sha256: str = ""
 
     # Settings that fix the data order and the model: a resumed run must keep them.
     # (The optimizer too: the checkpoint holds its state.)
@@ -133,6 +167,8 @@ def pretrain(
     grad_accumulation: int = 1,
     validation: list[str] | None = None,
     health: bool = True,
+    on_nan: str = "stop",
+    stop_on_signals: bool = True,
 ) -> RunResult:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
 
@@ -187,17 +223,75 @@ def pretrain(
             takes a fixed batch of the training text.
         health: measure run health every window (``metrics.jsonl`` gets the
             probe's metrics and collapse warnings).
+        on_nan: a step whose loss or global gradient norm is NaN or infinite
+            (checked in the graph, before the update) ``stop``s the run with
+            :class:`~keras_electra.errors.TrainingDiverged` naming the step, the
+            weights and last checkpoint untouched; or is ``skip``ped (no update,
+            counted in the window's ``skipped_steps`` metric; a window of only
+            skipped steps stops the run). Under float16 the loss scaler skips such
+            steps instead.
+        stop_on_signals: while training, SIGTERM and SIGINT finish the current
+            step, write its (partial) window's metrics line and a checkpoint at that
+            step, and raise :class:`~keras_electra.errors.TrainingInterrupted`;
+            calling again resumes there. Needs the main thread.
 
     Returns:
         A :class:`RunResult` with the trained model and the metrics history.
+
+    Raises:
+        TrainingInterrupted: stopped by SIGTERM/SIGINT (a checkpoint is saved).
+        TrainingDiverged: a non-finite step under ``on_nan="stop"``.
+        StorageError: a checkpoint, log or metrics write failed (no space,
+            permissions, the directory removed); the previous checkpoint is kept.
+        InputDataError, ConfigError: unusable data, vocabulary or settings.
 
     Example:
         >>> result = pretrain(["data/sample/shakespeare.txt"], "runs/demo",
         ...                   steps=200)  # doctest: +SKIP
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
     """
+    arguments = {k: v for k, v in locals().items() if k != "stop_on_signals"}  # the parameters
+    if not stop_on_signals:
+        return _pretrain(StopRequest(), **arguments)
+    with StopRequest() as stop:
+        return _pretrain(stop, **arguments)
+
+
+def _pretrain(
+    stop: StopRequest,
+    corpus,
+    output_dir,
+    *,
+    preset,
+    objective,
+    steps,
+    batch_size,
+    max_seq_length,
+    learning_rate,
+    warmup_steps,
+    vocab,
+    vocab_size,
+    lowercase,
+    log_every,
+    checkpoint_every,
+    seed,
+    config_overrides,
+    progress,
+    precision,
+    strategy,
+    init,
+    optimizer,
+    xla,
+    steps_per_execution,
+    grad_accumulation,
+    validation,
+    health,
+    on_nan,
+) -> RunResult:
     run_dir = Path(output_dir)
     preset = preset or _init_preset(init) or "tiny"
+    if on_nan not in ON_NAN:
+        raise ConfigError(f"Unknown --on-nan '{on_nan}'; choose one of: {', '.join(ON_NAN)}.")
     if objective not in OBJECTIVES:
         raise ConfigError(
             f"Unknown objective '{objective}'; choose one of: {', '.join(OBJECTIVES)}."
@@ -209,6 +303,8 @@ def pretrain(
     defaults = TRAINING_DEFAULTS[preset]
     policy = dtype_policy(precision)
     distribution = resolve_strategy(strategy)
+    if is_multi_worker(distribution):
+        stop.arm()  # the workers stop together, at a step they agree on, once training starts
     settings = RunSettings(
         preset=preset,
         objective=objective,
@@ -227,6 +323,7 @@ def pretrain(
         steps_per_execution=steps_per_execution,
         grad_accumulation=grad_accumulation,
         validation=[str(p) for p in validation or []],
+        on_nan=on_nan,
     )
     settings.checkpoint_every = _round_up(
         checkpoint_every or max(settings.log_every, 500), settings.log_every
@@ -254,23 +351,25 @@ def pretrain(
                 f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
                 "choose a new --output."
             )
-    elif init is not None:
-        config, tokens = _init_source(init, settings, sharing)
-        _check_sharing(config, settings.objective)
-        if chief:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            save_vocab(tokens, run_dir / "vocab.txt")
-            config.save(run_dir / "config.json")
+        _check_same_vocab(run_dir, tokens, vocab)
     else:
-        tokens = _vocabulary(settings, vocab, vocab_size or _preset_vocab_size(preset), lowercase)
-        config = _model_config(preset, tokens, lowercase, settings, config_overrides or {})
+        if init is not None:
+            config, tokens = _init_source(init, settings, sharing)
+            _check_sharing(config, settings.objective)
+        else:
+            vocab_size = vocab_size or _preset_vocab_size(preset)
+            tokens = _vocabulary(settings, vocab, vocab_size, lowercase)
+            config = _model_config(preset, tokens, lowercase, settings, config_overrides or {})
         if chief:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            save_vocab(tokens, run_dir / "vocab.txt")
-            config.save(run_dir / "config.json")
+            with _writing(run_dir):
+                run_dir.mkdir(parents=True, exist_ok=True)
+                save_vocab(tokens, run_dir / "vocab.txt")
+                config.save(run_dir / "config.json")
     settings.embedding_sharing = config.embedding_sharing
+    settings.vocab_sha256 = vocab_checksum(tokens)
     if chief:
-        _write_json(run_dir / "run.json", asdict(settings))
+        with _writing(run_dir):
+            _write_json(run_dir / "run.json", asdict(settings))
 
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
     keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
@@ -291,6 +390,39 @@ def pretrain(
     if chief:
         truncate_metrics_log(run_dir / "metrics.jsonl", start)
 
+    stop.arm()  # from here a signal saves a checkpoint at the step reached
+    try:
+        return _train(
+            stop,
+            run_dir,
+            settings,
+            model,
+            tokenizer,
+            checkpoints,
+            start,
+            distribution,
+            health=health,
+            progress=progress,
+        )
+    except tf.errors.DataLossError as e:
+        raise _data_loss(settings, e) from None
+
+
+def _train(
+    stop: StopRequest,
+    run_dir: Path,
+    settings: RunSettings,
+    model: ElectraPretrainer,
+    tokenizer: ElectraTokenizer,
+    checkpoints: RunCheckpoints,
+    start: int,
+    distribution: tf.distribute.Strategy,
+    *,
+    health: bool,
+    progress: bool,
+) -> RunResult:
+    """Train from step ``start`` to ``settings.steps`` in logging windows, as resumable fits."""
+    chief = is_chief(distribution)
     dataset = load_pretraining_data(
         settings.corpus,
         tokenizer,
@@ -315,36 +447,51 @@ def pretrain(
         measure=probe.measure if probe is not None else None,
         warnings=collapse_warnings,
     )
-    saver = CheckpointEvery(checkpoints, settings.checkpoint_every, settings.steps, start)
+    if is_multi_worker(distribution):
+        stopper = ClusterStopOnSignal(stop, distribution)
+    else:
+        stopper = StopOnSignal(stop)
+    saver = CheckpointEvery(
+        checkpoints,
+        settings.checkpoint_every,
+        settings.steps,
+        start,
+        stopping=lambda: stopper.stopping,
+    )
     callbacks = [logger, saver]
     if settings.steps_per_execution > 1:  # Keras calls batch hooks once per execution
         callbacks = [PerStepCallbacks(callbacks)]
-    # Each epoch of fit is one logging window, so metrics reset every window.
-    windows_done, windows = start // settings.log_every, settings.steps // settings.log_every
-    if windows_done < windows:
-        model.fit(
-            dataset,
-            epochs=windows,
-            initial_epoch=windows_done,
-            steps_per_epoch=settings.log_every,
-            callbacks=callbacks,
-            shuffle=False,  # the pipeline shuffles, deterministically per seed
-            verbose=0,
+    callbacks.append(stopper)  # after the step counters
+    try:
+        # Each epoch of fit is one logging window, so metrics reset every window.
+        for first, window, count in plan_windows(start, settings.steps, settings.log_every):
+            if stopper.stopping and saver.step > start:
+                break  # stopped between two fits (a signal before the first step trains one)
+            try:
+                model.fit(
+                    dataset.skip(first - start),  # a fresh iterator for each fit
+                    epochs=count,
+                    steps_per_epoch=window,
+                    callbacks=callbacks,
+                    shuffle=False,  # the pipeline shuffles, deterministically per seed
+                    verbose=0,
+                )
+            except tf.errors.InvalidArgumentError as e:
+                if NONFINITE_MESSAGE not in str(e):
+                    raise
+                raise _diverged(settings, saver.step + 1, checkpoints) from None
+    finally:
+        stopper.close()
+        logger.close()
+    if stopper.stopping and saver.step < settings.steps:
+        saver.save()  # done at the window's end, unless the stop came between two fits
+        raise TrainingInterrupted(
+            f"Stopped by {stop.signal_name} at step {saver.step} of {settings.steps}: "
+            f"checkpoint saved in '{checkpoints.directory}'; run the same command again to "
+            f"resume from step {saver.step}.",
+            step=saver.step,
+            signal_name=stop.signal_name,
         )
-    # When log_every does not divide steps, one shorter window ends the run; its
-    # fresh iterator skips the batches the full windows consumed.
-    remainder = settings.steps - max(start, windows * settings.log_every)
-    if remainder > 0:
-        consumed = max(0, windows * settings.log_every - start)
-        model.fit(
-            dataset.skip(consumed),
-            epochs=1,
-            steps_per_epoch=remainder,
-            callbacks=callbacks,
-            shuffle=False,
-            verbose=0,
-        )
-    logger.close()
     return RunResult(run_dir, settings.steps, logger.history, model, tokenizer)
 
 
@@ -371,6 +518,65 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
 
 
 # === Helpers ===
+
+
+def vocab_checksum(tokens: list[str]) -> str:
+    """A short SHA-256 of a vocabulary (its tokens in id order), kept in ``run.json``."""
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()[:16]
+
+
+def _check_same_vocab(run_dir: Path, tokens: list[str], vocab: str | None) -> None:
+    """A resumed run keeps its vocabulary: a ``--vocab`` that differs from it is refused."""
+    if not vocab:
+        return
+    given = load_vocab(vocab)
+    if given != tokens:
+        raise ConfigError(
+            f"--vocab '{vocab}' differs from the vocabulary run '{run_dir}' started with "
+            f"({run_dir / 'vocab.txt'}, {len(tokens)} tokens); the checkpoints only fit that one, "
+            "so pass the original file (and data tokenized with it) or start a new --output."
+        )
+
+
+def _diverged(settings: RunSettings, step: int, checkpoints: RunCheckpoints) -> TrainingDiverged:
+    """The one-sentence error of a non-finite step under ``on_nan="stop"``."""
+    latest = checkpoints.latest
+    kept = (
+        f"the last checkpoint (step {latest.rsplit('-', 1)[-1]}) is untouched"
+        if latest
+        else "no checkpoint was written"
+    )
+    steps = f"step {step}"
+    if settings.steps_per_execution > 1:
+        steps = f"one of steps {step}-{step + settings.steps_per_execution - 1}"
+    precision = (
+        ""
+        if settings.precision == "float32"
+        else f" or --precision float32 (now {settings.precision})"
+    )
+    return TrainingDiverged(
+        f"Training diverged at {steps}: the loss or gradient norm was NaN or infinite, so "
+        f"the update was not applied and {kept}; lower --learning-rate (now "
+        f"{settings.learning_rate:g}){precision}, or pass --on-nan skip to skip such steps, "
+        "then rerun the same command to resume."
+    )
+
+
+def _data_loss(settings: RunSettings, error: tf.errors.DataLossError) -> InputDataError:
+    """The one-sentence error of a truncated or corrupt TFRecord shard, naming it."""
+    if is_tfrecord_input(settings.corpus):
+        found = unreadable_tfrecord(settings.corpus)
+        if found is not None:
+            path, detail = found
+            return InputDataError(
+                f"TFRecord shard '{path}' is truncated or corrupt ({detail}); write it again "
+                "with `keras-electra prepare` (or restore it) and rerun the same command to "
+                "resume from the last checkpoint."
+            )
+    return InputDataError(
+        f"The training data could not be read ({storage_reason(error)}); check the files of "
+        "--corpus and rerun the same command to resume from the last checkpoint."
+    )
 
 
 def _health_probe(
@@ -405,7 +611,9 @@ def _build_model(config: ElectraConfig, settings: RunSettings, policy: keras.DTy
         optimizer=optimizer, jit_compile=False, steps_per_execution=settings.steps_per_execution
     )
     model.configure_step(
-        gradient_accumulation=settings.grad_accumulation, xla_gradients=settings.xla
+        gradient_accumulation=settings.grad_accumulation,
+        xla_gradients=settings.xla,
+        on_nan=settings.on_nan,
     )
     optimizer.build(model.trainable_variables)
     return model, optimizer
@@ -499,8 +707,17 @@ def _load_run(run_dir: Path, settings: RunSettings | None):
             f"{config.vocab_size}; restore the run's original files."
         )
     previous_path = run_dir / "run.json"
-    if settings is not None and previous_path.exists():
+    previous = {}
+    if previous_path.exists():
         previous = json.loads(previous_path.read_text(encoding="utf-8"))
+    stored = previous.get("vocab_sha256")
+    if stored and stored != vocab_checksum(tokens):
+        raise ConfigError(
+            f"{run_dir}/vocab.txt has changed since the run started (its checksum is not the "
+            f"one in run.json); restore the original vocabulary, which the checkpoints were "
+            "trained with."
+        )
+    if settings is not None and previous:
         for name in RunSettings.FIXED:
             # Runs from before a setting existed used its default.
             if previous.get(name, getattr(RunSettings, name)) != getattr(settings, name):
@@ -575,6 +792,19 @@ def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
     if source is not model:
         transfer_weights(source, model)
     model.random_step.assign(0)  # a fresh run starts its own masking stream
+
+
+@contextmanager
+def _writing(run_dir: Path):
+    """Turn a failed write of the run's files into one sentence naming the directory."""
+    try:
+        yield
+    except OSError as e:
+        where = e.filename or run_dir
+        raise StorageError(
+            f"Could not write '{where}' ({storage_reason(e)}); free space or fix the "
+            f"permissions of '{run_dir}', then run the same command again."
+        ) from None
 
 
 def _write_json(path: Path, value: dict) -> None:

@@ -14,25 +14,68 @@ import keras
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from keras_electra.errors import ElectraError
+from keras_electra.errors import StorageError, TrainingDiverged, storage_reason
 from keras_electra.training.checkpoints import RunCheckpoints
 
 
 def truncate_metrics_log(path: str | Path, last_step: int) -> None:
-    """Drop log lines past ``last_step`` (written after the checkpoint a run resumes from)."""
+    """Drop log lines past ``last_step`` (written after the checkpoint a run resumes from).
+
+    Lines that are not complete JSON objects with a ``step`` (one cut short by a
+    crash or a full disk) are dropped too. The file is rewritten atomically.
+
+    Raises:
+        StorageError: if the file cannot be rewritten.
+    """
     path = Path(path)
     if not path.exists():
         return
     kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             if json.loads(line)["step"] <= last_step:
                 kept.append(line)
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             continue  # a line cut short by a kill
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(
+            f"Could not rewrite '{path}' ({storage_reason(e)}); free space or fix the "
+            "permissions of the run directory, then rerun the same command."
+        ) from None
+
+
+def plan_windows(start: int, steps: int, log_every: int) -> list[tuple[int, int, int]]:
+    """The ``fit`` calls that train steps ``start+1 .. steps`` in logging windows.
+
+    Windows end at multiples of ``log_every`` (and at ``steps``), whatever the
+    start: a run resumed from a step between two window ends (a checkpoint saved
+    on a signal) first trains a shorter window up to the next multiple. Each
+    call is ``(first_step, steps_per_window, windows)``.
+
+    Example:
+        >>> plan_windows(0, 25, 10)
+        [(0, 10, 2), (20, 5, 1)]
+        >>> plan_windows(47, 125, 10)
+        [(47, 3, 1), (50, 10, 7), (120, 5, 1)]
+    """
+    plan = []
+    step = start
+    if step % log_every and step < steps:
+        head = min(log_every - step % log_every, steps - step)
+        plan.append((step, head, 1))
+        step += head
+    full = (steps - step) // log_every
+    if full > 0:
+        plan.append((step, log_every, full))
+        step += full * log_every
+    if step < steps:
+        plan.append((step, steps - step, 1))
+    return plan
 
 
 class MetricsLogger(keras.callbacks.Callback):
@@ -76,6 +119,7 @@ class MetricsLogger(keras.callbacks.Callback):
         self.path = Path(path) if path is not None else None
         self.tokens_per_step = tokens_per_step
         self.writer = None
+        self.tensorboard_dir = tensorboard_dir
         if tensorboard_dir:
             self.writer = tf.summary.create_file_writer(str(tensorboard_dir))
         self.step = initial_step
@@ -112,9 +156,17 @@ class MetricsLogger(keras.callbacks.Callback):
             record["health_seconds"] = round(time.perf_counter() - start, 4)
             record["window_seconds"] = round(elapsed, 4)
         if not math.isfinite(record.get("loss", 0.0)):
-            raise ElectraError(
-                f"Training diverged at step {self.step} (loss is {record['loss']}); "
-                "lower --learning-rate or resume from the last checkpoint."
+            raise TrainingDiverged(
+                f"Training diverged in the window ending at step {self.step} (its mean loss is "
+                f"{record['loss']}), so no checkpoint was written; lower --learning-rate or "
+                "use --precision float32, then rerun to resume from the last checkpoint."
+            )
+        if record.get("skipped_steps", 0) >= self._window_steps:
+            raise TrainingDiverged(
+                f"Training diverged: every step of the window ending at step {self.step} had a "
+                "non-finite loss or gradient norm and was skipped, so no checkpoint was "
+                "written; lower --learning-rate or use --precision float32, then rerun to "
+                "resume from the last checkpoint."
             )
         if self.warnings is not None:
             raised = [w for w in self.warnings(self.history + [record]) if w["step"] == self.step]
@@ -123,44 +175,101 @@ class MetricsLogger(keras.callbacks.Callback):
                 for w in raised:
                     self._bar.write(f"WARNING (step {self.step}): {w['message']}", file=sys.stderr)
         if self.path is not None:
+            self._append(record)
+        if self.writer is not None:
+            try:
+                with self.writer.as_default():
+                    for name, value in record.items():
+                        if name != "step" and isinstance(value, float | int):
+                            tf.summary.scalar(name, value, step=self.step)
+                self.writer.flush()
+            except tf.errors.OpError as e:
+                raise StorageError(
+                    f"Could not write the TensorBoard summaries of step {self.step} to "
+                    f"'{self.tensorboard_dir}' ({storage_reason(e)}); free space or fix the "
+                    "permissions there, then rerun the same command to resume from the last "
+                    "checkpoint."
+                ) from None
+        self.history.append(record)
+        shown = {k: f"{record[k]:.3f}" for k in ("loss", "disc_auc", "mlm_accuracy") if k in record}
+        self._bar.set_postfix(shown, refresh=False)
+
+    def _append(self, record: dict) -> None:
+        """Append one line and sync it; a line cut short (full disk, crash) is dropped on resume."""
+        try:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-        if self.writer is not None:
-            with self.writer.as_default():
-                for name, value in record.items():
-                    if name != "step" and isinstance(value, float | int):
-                        tf.summary.scalar(name, value, step=self.step)
-            self.writer.flush()
-        self.history.append(record)
-        shown = {k: f"{record[k]:.3f}" for k in ("loss", "disc_auc", "mlm_accuracy") if k in record}
-        self._bar.set_postfix(shown, refresh=False)
+        except OSError as e:
+            raise StorageError(
+                f"Could not append the metrics of step {self.step} to '{self.path}' "
+                f"({storage_reason(e)}); free space or fix the permissions there, then rerun "
+                "the same command to resume from the last checkpoint."
+            ) from None
 
     def close(self) -> None:
         self._bar.close()
 
 
 class CheckpointEvery(keras.callbacks.Callback):
-    """Saves a checkpoint every ``every`` steps (checked at window ends) and at the end.
+    """Saves a checkpoint every ``every`` steps (checked at window ends), at the end,
+    and at the end of a window cut short by a stop request.
 
     Steps are counted as batches trained, not optimizer updates: with float16 loss
     scaling an overflowing step is skipped by the optimizer but still consumes its
     batch, and a resumed run must continue after it.
+
+    A checkpoint is never written from weights that are not finite: that stops
+    the run with :class:`~keras_electra.errors.TrainingDiverged` and keeps the
+    previous checkpoint.
+
+    Args:
+        checkpoints: the run's :class:`RunCheckpoints`.
+        every: steps between checkpoints (None: only at the end and on a stop).
+        final_step: the run's last step (always saved).
+        initial_step: the step the run starts (or resumes) from.
+        stopping: returns True once the run has been asked to stop (a signal).
     """
 
     def __init__(
-        self, checkpoints: RunCheckpoints, every: int, final_step: int, initial_step: int = 0
+        self,
+        checkpoints: RunCheckpoints,
+        every: int | None,
+        final_step: int,
+        initial_step: int = 0,
+        stopping: Callable[[], bool] | None = None,
     ):
         super().__init__()
         self.checkpoints = checkpoints
         self.every = every
         self.final_step = final_step
         self.step = initial_step
+        self.saved_step = initial_step
+        self.stopping = stopping or (lambda: False)
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.step % self.every == 0 or self.step >= self.final_step:
-            self.checkpoints.save(self.step)
+        every = self.every is not None and self.step % self.every == 0
+        if every or self.step >= self.final_step or self.stopping():
+            self.save()
+
+    def save(self) -> None:
+        """Save at the current step (once)."""
+        if self.saved_step == self.step and self.checkpoints.latest is not None:
+            return
+        bad = [
+            v.path
+            for v in self.model.variables
+            if v.dtype.startswith("float") and not bool(tf.reduce_all(tf.math.is_finite(v)))
+        ]
+        if bad:
+            raise TrainingDiverged(
+                f"The weights are not finite at step {self.step} (first: {bad[0]}), so no "
+                "checkpoint was written and the last one is kept; lower --learning-rate or use "
+                "--precision float32, then rerun to resume from it."
+            )
+        self.checkpoints.save(self.step)
+        self.saved_step = self.step

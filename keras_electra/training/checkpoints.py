@@ -5,6 +5,15 @@ first; only then is the small ``checkpoint`` state file replaced (write to a
 temporary name, then rename). A run killed while saving therefore still points
 at its previous complete checkpoint.
 
+A save that fails (no space, permission denied, the directory removed) leaves
+the previous checkpoint as the latest one, removes its own partial files and
+raises a :class:`~keras_electra.errors.StorageError` naming the directory and
+the space a checkpoint needs.
+
+Training checkpoints (with an optimizer) also hold the states of the model's
+dropout random generators, so a resumed run draws the same dropout masks as an
+uninterrupted one.
+
 With several workers every worker saves (saving may read variables through
 collective ops), but only the chief writes to the run directory; the others
 write to a temporary directory that is deleted at once. Every worker restores
@@ -19,9 +28,19 @@ import tempfile
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from keras_electra.errors import ConfigError
+from keras_electra.errors import (
+    ConfigError,
+    StorageError,
+    format_bytes,
+    free_bytes,
+    storage_reason,
+)
+
+# Variables of Keras' random seed generators (dropout's).
+SEED_STATE = "seed_generator_state"
 
 
 class VariablesByPath(tf.Module):
@@ -38,7 +57,7 @@ class VariablesByPath(tf.Module):
         super().__init__()
         by_path = {}
         for v in variables:
-            if v.name == "seed_generator_state":
+            if v.name == SEED_STATE:
                 continue  # dropout RNG state: globally numbered, and not a weight
             # An optimizer's paths start with its auto-numbered name ("adam_w_1/...").
             path = v.path.split("/", 1)[-1] if strip_root else v.path
@@ -46,6 +65,20 @@ class VariablesByPath(tf.Module):
                 raise ValueError(f"Two variables share the path '{path}'.")
             by_path[path] = v.value
         self.by_path = by_path
+
+
+class RandomStates(tf.Module):
+    """The model's seed-generator states (dropout), keyed by their order in the model.
+
+    Their paths are numbered globally per process (``seed_generator_12``), so they
+    are keyed ``dropout_000``, ``dropout_001``, ... in ``model.variables`` order,
+    which the architecture fixes.
+    """
+
+    def __init__(self, model: keras.Model):
+        super().__init__()
+        states = [v for v in model.variables if v.name == SEED_STATE]
+        self.by_order = {f"dropout_{i:03d}": v.value for i, v in enumerate(states)}
 
 
 def _checkpoint_keys(path: str, prefix: str) -> set[str]:
@@ -99,10 +132,15 @@ class RunCheckpoints:
         tracked = {"model": self.model_variables}
         if optimizer is not None:
             tracked.update(_optimizer_variables(optimizer))
+            random = RandomStates(model)
+            if random.by_order:
+                tracked["random"] = random
+        self._tracked = tracked
         self.checkpoint = tf.train.Checkpoint(**tracked)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, str(self.directory), max_to_keep=max_to_keep
         )
+        self.max_to_keep = max_to_keep
         self.optimizer = optimizer
         self.chief = chief
 
@@ -119,10 +157,23 @@ class RunCheckpoints:
         path = self.latest
         if path is None:
             return 0
-        expected = set(self.model_variables.by_path)
-        stored = len(_checkpoint_keys(path, "model/"))
         try:
-            status = self.checkpoint.restore(path).expect_partial()
+            keys = _checkpoint_keys(path, "")
+        except (tf.errors.OpError, IndexError, OSError) as e:
+            raise StorageError(
+                f"Checkpoint '{path}' cannot be read ({storage_reason(e)}); restore its files, "
+                "or edit the 'checkpoint' file beside it to name an earlier one."
+            ) from None
+        expected = set(self.model_variables.by_path)
+        stored = len({k for k in keys if k.startswith("model/")})
+        checkpoint = self.checkpoint
+        if "random" in self._tracked and not any(k.startswith("random/") for k in keys):
+            # Written before checkpoints held the dropout generators: restore the rest.
+            checkpoint = tf.train.Checkpoint(
+                **{k: v for k, v in self._tracked.items() if k != "random"}
+            )
+        try:
+            status = checkpoint.restore(path).expect_partial()
             status.assert_existing_objects_matched()
             if stored != len(expected):
                 raise ValueError(
@@ -134,15 +185,93 @@ class RunCheckpoints:
                 f"Checkpoint '{path}' does not match the model configuration ({detail}); "
                 "restore the run's original config.json or start a new output directory."
             ) from None
-        return int(path.rsplit("-", 1)[-1])
+        except (tf.errors.OpError, IndexError, OSError) as e:  # a file cut short or damaged
+            raise StorageError(
+                f"Checkpoint '{path}' cannot be read ({storage_reason(e)}); restore its files, "
+                "or edit the 'checkpoint' file beside it to name an earlier one."
+            ) from None
+        return _step_of(path)
 
     def save(self, step: int) -> str:
-        """Write checkpoint ``step``; return its path (a deleted one on a non-chief worker)."""
-        if self.chief:
-            return self.manager.save(checkpoint_number=step)
-        scratch = tempfile.mkdtemp(prefix="keras-electra-worker-")
+        """Write checkpoint ``step``; return its path (a deleted one on a non-chief worker).
+
+        Raises:
+            StorageError: when the write fails; the previous checkpoint stays the
+                latest one and this one's partial files are removed.
+        """
+        if not self.chief:
+            scratch = tempfile.mkdtemp(prefix="keras-electra-worker-")
+            try:
+                manager = tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1)
+                return manager.save(checkpoint_number=step)
+            except (tf.errors.OpError, OSError) as e:
+                raise StorageError(
+                    f"Could not write this worker's copy of checkpoint {step} to '{scratch}' "
+                    f"({storage_reason(e)}); free space in the temporary directory (TMPDIR)."
+                ) from None
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        previous = self.latest
+        if previous is not None and not self.directory.is_dir():
+            raise StorageError(
+                f"The checkpoint directory '{self.directory}' was removed during the run "
+                f"(it held step {_step_of(previous)}); put it back and rerun the same command "
+                "to resume, or start a new --output."
+            )
         try:
-            manager = tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1)
-            return manager.save(checkpoint_number=step)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            return self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as e:
+            self._remove_partial(step, previous)
+            message = self._failure(step, previous, e)
+            # The manager may have noted the failed checkpoint; read the state file again.
+            try:
+                self.manager = tf.train.CheckpointManager(
+                    self.checkpoint, str(self.directory), max_to_keep=self.max_to_keep
+                )
+            except (tf.errors.OpError, OSError):
+                pass
+            raise StorageError(message) from None
+
+    def size_bytes(self) -> int:
+        """Bytes of variable data in one checkpoint (the files add a little more)."""
+        total = 0
+        for variable in tf.nest.flatten(
+            [getattr(v, "by_path", getattr(v, "by_order", {})) for v in self._tracked.values()]
+        ):
+            total += int(np.prod(variable.shape)) * variable.dtype.size
+        return total
+
+    def _failure(self, step: int, previous: str | None, error: BaseException) -> str:
+        needed = self.size_bytes()
+        free = free_bytes(self.directory)
+        space = f"a checkpoint needs about {format_bytes(needed)}"
+        if free is not None:
+            space += f" and {format_bytes(free)} is free there"
+        resume = (
+            f"the previous checkpoint (step {_step_of(previous)}) is intact, so rerunning the "
+            f"same command resumes from it"
+            if previous is not None
+            else "no earlier checkpoint exists, so a rerun starts again"
+        )
+        return (
+            f"Could not write checkpoint {step} to '{self.directory}' "
+            f"({storage_reason(error)}): {space}; {resume} once the directory is writable "
+            "and has room."
+        )
+
+    def _remove_partial(self, step: int, previous: str | None) -> None:
+        """Delete what a failed save of ``step`` left behind (never a complete checkpoint)."""
+        if previous is not None and _step_of(previous) == step:
+            return
+        for leftover in self.directory.glob(f"ckpt-{step}[._]*"):
+            try:
+                if leftover.is_dir():
+                    shutil.rmtree(leftover, ignore_errors=True)
+                else:
+                    leftover.unlink()
+            except OSError:
+                pass
+
+
+def _step_of(path: str) -> int:
+    return int(path.rsplit("-", 1)[-1])
