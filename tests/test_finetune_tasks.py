@@ -317,7 +317,7 @@ def test_qa_learns_the_word_after_a_marker_with_unanswerable_questions(tiny_run,
         dev,
         tmp_path / "qa",
         version_2=True,
-        epochs=10,
+        epochs=14,  # 10 ended at EM 69.5 / F1 69.8 with today's initial weights
         max_query_length=8,
         doc_stride=16,
         **FAST,
