@@ -332,6 +332,12 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weight-decay", type=float, help="decoupled weight decay (default: 0.01)")
     p.add_argument("--warmup-fraction", type=float, help="fraction of warm-up steps (default 0.1)")
     p.add_argument("--dropout", type=float, help="dropout (default: 0.1)")
+    p.add_argument(
+        "--pooling",
+        choices=("cls", "mean"),
+        default="cls",
+        help="classify/regress: read the [CLS] vector (default) or the mean of the tokens",
+    )
     p.add_argument("--max-seq-length", type=int, default=128, help="tokens per example")
     p.add_argument("--squad-v2", action="store_true", help="qa: questions may be unanswerable")
     p.add_argument("--doc-stride", type=int, default=128, help="qa: tokens between windows")
@@ -364,6 +370,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay,
         warmup_fraction=args.warmup_fraction,
         dropout=args.dropout,
+        pooling=args.pooling,
         version_2=args.squad_v2,
         doc_stride=args.doc_stride,
         max_query_length=args.max_query_length,

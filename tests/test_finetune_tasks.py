@@ -254,8 +254,17 @@ def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path)
 
     train, dev = write(tmp_path / "train.jsonl", 256, 4), write(tmp_path / "dev.jsonl", 128, 5)
     result = finetune(
-        tiny_run, "regress", train, dev, tmp_path / "sts", label_column="score", epochs=4, **FAST
+        tiny_run,
+        "regress",
+        train,
+        dev,
+        tmp_path / "sts",
+        label_column="score",
+        epochs=4,
+        pooling="mean",  # the mean-pooled head through save, load and export
+        **FAST,
     )
+    assert result.settings.pooling == "mean"
     assert result.metrics["pearson"] >= 0.8 and result.metrics["spearman"] >= 0.8, result.metrics
 
     export = export_run(tmp_path / "sts", tmp_path / "saved" / "sts")

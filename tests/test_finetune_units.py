@@ -241,3 +241,28 @@ def test_weight_decay_scales_with_the_layer_factor():
     optimizer = LayerwiseAdamW({v.path: 0.5}, learning_rate=0.1, weight_decay=0.2, epsilon=1e-12)
     optimizer.apply_gradients([(np.zeros(2, "float32"), v)])
     np.testing.assert_allclose(v.numpy(), 10.0 - 10.0 * 0.2 * 0.1 * 0.5, rtol=1e-6)
+
+
+def test_mean_pooling_reads_only_unpadded_tokens_and_survives_a_save():
+    from keras_electra.finetuning import ElectraClassifier
+
+    config = ElectraConfig.from_preset("tiny", vocab_size=50, num_layers=1, dropout=0.0)
+    keras.utils.set_random_seed(3)
+    model = ElectraClassifier(ElectraBackbone(config), num_classes=3, pooling="mean")
+    ids = np.array([[2, 7, 9, 3, 0, 0], [2, 11, 3, 0, 0, 0]], "int32")
+    mask = (ids > 0).astype("int32")
+    inputs = {"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": mask}
+    logits = np.asarray(model(inputs))
+    # The head on the hand-computed mean of the unpadded vectors.
+    sequence = np.asarray(model.backbone(inputs))
+    mean = (sequence * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    np.testing.assert_allclose(logits, np.asarray(model.head(mean)), rtol=1e-5, atol=1e-5)
+    # Tokens under padding change nothing.
+    other = dict(inputs, token_ids=np.where(mask == 1, ids, 17).astype("int32"))
+    np.testing.assert_allclose(np.asarray(model(other)), logits, rtol=1e-5, atol=1e-5)
+    # cls pooling differs from mean pooling on the same weights.
+    assert not np.allclose(np.asarray(model.head(sequence[:, 0, :])), logits, atol=1e-4)
+    restored = ElectraClassifier.from_config(model.get_config())
+    assert restored.pooling == "mean"
+    with pytest.raises(ValueError, match="pooling must be one of cls, mean"):
+        ElectraClassifier(ElectraBackbone(config), num_classes=3, pooling="max")

@@ -44,6 +44,7 @@ from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
+from keras_electra.finetuning.models import POOLINGS
 from keras_electra.finetuning.settings import (
     FINETUNE_FILE,
     TASK_EPOCHS,
@@ -119,6 +120,7 @@ def finetune(
     weight_decay: float | None = None,
     warmup_fraction: float | None = None,
     dropout: float | None = None,
+    pooling: str = "cls",
     version_2: bool = False,
     doc_stride: int = 128,
     max_query_length: int = 64,
@@ -143,6 +145,8 @@ def finetune(
         text_column, text_pair_column, label_column: table columns (names or indexes).
         epochs, batch_size, learning_rate, layer_decay, weight_decay,
             warmup_fraction, dropout: training hyperparameters.
+        pooling: classify/regress: ``"cls"`` (the ``[CLS]`` vector, the paper's head)
+            or ``"mean"`` (the mean of the token vectors).
         max_seq_length: tokens per example, ``[CLS]``/``[SEP]`` included.
         version_2: QA with unanswerable questions (SQuAD 2.0).
         doc_stride, max_query_length, max_answer_length: QA settings.
@@ -181,6 +185,8 @@ def finetune(
     dropout = defaults["dropout"] if dropout is None else dropout
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"--dropout must be in [0, 1), got {dropout}.")
+    if pooling not in POOLINGS:
+        raise ConfigError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}.")
     if not 8 <= max_seq_length <= config.max_position_embeddings:
         raise ConfigError(
             f"--max-seq-length must be between 8 and {config.max_position_embeddings} (the "
@@ -193,6 +199,7 @@ def finetune(
         text_pair_column=text_pair_column,
         label_column=label_column,
         dropout=dropout,
+        pooling=pooling,
         version_2=version_2,
         doc_stride=doc_stride,
         max_query_length=max_query_length,

@@ -100,6 +100,8 @@ class FinetuneSettings:
         max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
         text_column / text_pair_column / label_column: the input columns.
         dropout: dropout of the backbone and the head.
+        pooling: classify/regress: the head reads the ``[CLS]`` vector (``"cls"``) or
+            the mean of the token vectors (``"mean"``).
         version_2: QA with unanswerable questions (SQuAD 2.0).
         doc_stride / max_query_length / max_answer_length: QA windowing and decoding.
         training: the optimizer settings used (for the record).
@@ -113,6 +115,7 @@ class FinetuneSettings:
     text_pair_column: str | None = None
     label_column: str = "label"
     dropout: float = 0.1
+    pooling: str = "cls"
     version_2: bool = False
     doc_stride: int = 128
     max_query_length: int = 64

@@ -158,7 +158,9 @@ class ClassifyTask(_SequenceTask):
         return self.inputs(examples, tokenizer, settings), y, None
 
     def build_model(self, backbone, settings):
-        return ElectraClassifier(backbone, len(settings.labels), dropout=settings.dropout)
+        return ElectraClassifier(
+            backbone, len(settings.labels), dropout=settings.dropout, pooling=settings.pooling
+        )
 
     def loss(self, settings):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -215,7 +217,7 @@ class RegressTask(_SequenceTask):
         return self.inputs(examples, tokenizer, settings), y, None
 
     def build_model(self, backbone, settings):
-        return ElectraRegressor(backbone, dropout=settings.dropout)
+        return ElectraRegressor(backbone, dropout=settings.dropout, pooling=settings.pooling)
 
     def loss(self, settings):
         return keras.losses.MeanSquaredError()
