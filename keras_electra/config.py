@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from keras_electra.atomic import write_atomic
 from keras_electra.errors import ConfigError
 
 # How the generator and the discriminator share embeddings (ElectraConfig.embedding_sharing).
@@ -237,10 +238,7 @@ class ElectraConfig:
         return cls.from_json(path.read_text(encoding="utf-8"))
 
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, self.to_json() + "\n")
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ElectraConfig:

@@ -40,6 +40,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_electra.atomic import write_atomic, write_json
 from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError, TrainingInterrupted
@@ -399,10 +400,7 @@ class _Resume:
 
     def open(self, model: keras.Model, optimizer) -> RunCheckpoints:
         self.directory.mkdir(parents=True, exist_ok=True)
-        state = self.directory / "state.json"
-        tmp = state.with_name(state.name + ".tmp")
-        tmp.write_text(json.dumps({"fingerprint": self.fingerprint}) + "\n", encoding="utf-8")
-        tmp.replace(state)
+        write_json(self.directory / "state.json", {"fingerprint": self.fingerprint}, indent=None)
         return RunCheckpoints(self.directory / "checkpoints", model, optimizer, max_to_keep=1)
 
     def records(self, start: int) -> list[dict]:
@@ -446,10 +444,7 @@ def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     RunCheckpoints(out / "checkpoints", result.model, optimizer=None).save(step)
     _write_history(out / "metrics.jsonl", result.history, step, result.records)
-    metrics_path = out / "eval_metrics.json"
-    tmp = metrics_path.with_name(metrics_path.name + ".tmp")
-    tmp.write_text(json.dumps(result.metrics, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(metrics_path)
+    write_json(out / "eval_metrics.json", result.metrics)
     result.settings.save(out / FINETUNE_FILE)  # last: its presence marks a complete directory
     return out
 
@@ -468,9 +463,7 @@ def _write_history(
         record = {"step": round(steps * (epoch + 1) / epochs), "epoch": epoch + 1}
         record.update({k: v[epoch] for k, v in history.items() if epoch < len(v)})
         lines.append(json.dumps(record) + "\n")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, "".join(lines))
 
 
 def is_finetuned_dir(path: str | Path) -> bool:

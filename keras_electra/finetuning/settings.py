@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keras_electra.atomic import write_json
 from keras_electra.config import PRESETS, ElectraConfig
 from keras_electra.errors import ConfigError
 
@@ -124,10 +125,7 @@ class FinetuneSettings:
     source: str = ""
 
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_json(path, asdict(self))
 
     @classmethod
     def load(cls, path: str | Path) -> FinetuneSettings:

@@ -34,6 +34,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from keras_electra.atomic import write_json
 from keras_electra.config import TRAINING_DEFAULTS, ElectraConfig
 from keras_electra.data import (
     ElectraTokenizer,
@@ -369,7 +370,7 @@ def _pretrain(
     settings.vocab_sha256 = vocab_checksum(tokens)
     if chief:
         with _writing(run_dir):
-            _write_json(run_dir / "run.json", asdict(settings))
+            write_json(run_dir / "run.json", asdict(settings))
 
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
     keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
@@ -805,9 +806,3 @@ def _writing(run_dir: Path):
             f"Could not write '{where}' ({storage_reason(e)}); free space or fix the "
             f"permissions of '{run_dir}', then run the same command again."
         ) from None
-
-
-def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)

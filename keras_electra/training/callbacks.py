@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 from tqdm.auto import tqdm
 
+from keras_electra.atomic import write_atomic
 from keras_electra.errors import StorageError, TrainingDiverged, storage_reason
 from keras_electra.training.checkpoints import RunCheckpoints
 
@@ -37,12 +38,9 @@ def truncate_metrics_log(path: str | Path, last_step: int) -> None:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
             continue  # a line cut short by a kill
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, "".join(k + "\n" for k in kept))
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise StorageError(
             f"Could not rewrite '{path}' ({storage_reason(e)}); free space or fix the "
             "permissions of the run directory, then rerun the same command."

@@ -1,0 +1,57 @@
+"""Smoke runs of the benchmark scripts: their real code paths on small data."""
+
+import importlib.util
+import json
+import pathlib
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_electra_vs_mlm_smoke_builds_the_table_at_equal_compute_and_resumes(tmp_path, capsys):
+    import matplotlib.image
+
+    from keras_electra.config import ElectraConfig
+    from keras_electra.pretraining.flops import equal_compute_steps
+
+    bench = load_benchmark("electra_vs_mlm")
+    results = tmp_path / "results.jsonl"
+    argv = ["--smoke", "--work", str(tmp_path / "work"), "--results", str(results)]
+    assert bench.main(argv) == 0
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["objective"] for r in rows] == ["electra", "mlm", "none"]
+    electra, mlm, none = rows
+    # Equal compute: MLM's steps cost what ELECTRA's 20 steps cost, to within one step.
+    config = ElectraConfig.load(tmp_path / "work" / "electra-seed0" / "run" / "config.json")
+    assert mlm["steps"] == equal_compute_steps(config, 32, 32, 20) > 20
+    budget = electra["points"][-1]["flops"]
+    assert abs(mlm["points"][-1]["flops"] - budget) <= mlm["step_flops"] / 2
+    # Fine-tuned at half the budget (a window end) and at the end; "none" at zero compute.
+    assert [p["step"] for p in electra["points"]] == [10, 20]
+    assert [p["step"] for p in none["points"]] == [0] and none["points"][0]["flops"] == 0
+    for row in rows:
+        for point in row["points"]:
+            assert list(point["tasks"]) == ["tweet_sentiment"]  # one task in a smoke run
+            assert 0.0 <= point["tasks"]["tweet_sentiment"]["accuracy"] <= 1.0
+            assert point["tasks"]["tweet_sentiment"]["num_examples"] == 64
+    assert 0.0 <= electra["pretrain"]["disc_auc"] <= 1.0 and "mlm_accuracy" in mlm["pretrain"]
+    assert [c["step"] for c in electra["curve"]] == [10, 20]
+    out = capsys.readouterr().out
+    table = json.loads(out[out.index('{"benchmark"') :].splitlines()[0])["table"]
+    assert set(table) == {"electra", "mlm", "none"}
+    accuracy = none["points"][0]["tasks"]["tweet_sentiment"]["accuracy"]
+    assert table["none"]["tweet_sentiment"] == {"mean": accuracy, "std": 0.0, "n": 1}
+    image = matplotlib.image.imread(results.with_suffix(".png"))
+    assert image.shape[1] > 4 * image.shape[0] / 2 and np.ptp(image) > 0
+    # A rerun finds every cell done and appends nothing.
+    assert bench.main(argv) == 0
+    assert len(results.read_text().splitlines()) == 3
+    assert "cell " not in capsys.readouterr().out
