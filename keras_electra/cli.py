@@ -57,6 +57,11 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="held-back text for the run-health probe (default: a batch of the corpus)",
     )
+    p.add_argument(
+        "--no-health",
+        action="store_true",
+        help="skip the run-health probe (it costs about 1.5%% of the training time)",
+    )
     p.add_argument("--objective", default="electra", choices=("electra", "mlm"))
     p.add_argument(
         "--embedding-sharing",
@@ -160,6 +165,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         steps_per_execution=args.steps_per_execution,
         grad_accumulation=args.grad_accumulation,
         validation=args.validation,
+        health=not args.no_health,
         config_overrides=(
             {"embedding_sharing": args.embedding_sharing} if args.embedding_sharing else None
         ),

@@ -234,6 +234,14 @@ def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
     )
 
 
+def test_no_health_skips_the_probe(small_corpus, tmp_path):
+    out = tmp_path / "quiet"
+    assert run_cli("--corpus", str(small_corpus), "--output", str(out), "--no-health") == 0
+    record = read_metrics(out)[-1]
+    assert record["step"] == 2 and "disc_auc" in record
+    assert not {"context_auc", "disc_cosine_0", "health_seconds"} & set(record)
+
+
 def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, capsys):
     data = tmp_path / "records"
     assert (
