@@ -95,23 +95,11 @@ def read_results(path: Path) -> list[dict]:
 
 def base_config(preset: str, vocab_file: Path, max_seq_length: int):
     """The discriminator's config as ``pretrain`` builds it for this vocabulary."""
-    from keras_electra.config import ElectraConfig
     from keras_electra.data import load_vocab
+    from keras_electra.pretraining.run import RunSettings, model_config
 
-    tokens = load_vocab(vocab_file)
-    ids = {t: i for i, t in enumerate(tokens)}
-    config = ElectraConfig.from_preset(
-        preset,
-        vocab_size=len(tokens),
-        pad_token_id=ids["[PAD]"],
-        cls_token_id=ids["[CLS]"],
-        sep_token_id=ids["[SEP]"],
-        mask_token_id=ids["[MASK]"],
-        lowercase=True,
-    )
-    return config.replace(
-        max_position_embeddings=max(config.max_position_embeddings, max_seq_length)
-    )
+    settings = RunSettings(preset=preset, max_seq_length=max_seq_length)
+    return model_config(preset, load_vocab(vocab_file), True, settings, {})
 
 
 def write_random_source(directory: Path, config, vocab_file: Path, seed: int) -> Path:

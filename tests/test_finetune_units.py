@@ -266,3 +266,16 @@ def test_mean_pooling_reads_only_unpadded_tokens_and_survives_a_save():
     assert restored.pooling == "mean"
     with pytest.raises(ValueError, match="pooling must be one of cls, mean"):
         ElectraClassifier(ElectraBackbone(config), num_classes=3, pooling="max")
+
+
+def test_a_vocabulary_that_disagrees_with_the_config_is_one_sentence(tmp_path):
+    from keras_electra.data import save_vocab
+    from keras_electra.data.vocab import SPECIAL_TOKENS
+    from keras_electra.finetuning.source import read_source
+
+    ElectraConfig.from_preset("tiny", vocab_size=50).save(tmp_path / "config.json")
+    save_vocab(list(SPECIAL_TOKENS) + ["the", "a"], tmp_path / "vocab.txt")
+    with pytest.raises(
+        ConfigError, match=r"vocab.txt has 7 tokens but config.json says vocab_size 50"
+    ):
+        read_source(tmp_path)

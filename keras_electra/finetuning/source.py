@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from keras_electra.config import ElectraConfig
-from keras_electra.data import ElectraTokenizer, load_vocab
+from keras_electra.data import ElectraTokenizer, load_config_and_vocab
 from keras_electra.errors import ConfigError
 from keras_electra.finetuning.settings import FINETUNE_FILE
 from keras_electra.layers.backbone import ElectraBackbone
@@ -38,13 +38,7 @@ def read_source(source: str | Path) -> tuple[ElectraConfig, ElectraTokenizer]:
             f"'{source}' is not a run or init directory (it needs config.json and vocab.txt); "
             "pass the --output of `keras-electra pretrain`."
         )
-    config = ElectraConfig.load(source / "config.json")
-    tokens = load_vocab(source / "vocab.txt")
-    if len(tokens) != config.vocab_size:
-        raise ConfigError(
-            f"{source}/vocab.txt has {len(tokens)} tokens but config.json says vocab_size "
-            f"{config.vocab_size}; restore the directory's original files."
-        )
+    config, tokens = load_config_and_vocab(source)
     return config, ElectraTokenizer(tokens, lowercase=config.lowercase)
 
 

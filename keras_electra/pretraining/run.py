@@ -41,6 +41,7 @@ from keras_electra.data import (
     check_corpus_has_text,
     is_tfrecord_input,
     learn_vocab,
+    load_config_and_vocab,
     load_pretraining_data,
     load_vocab,
     resolve_corpus_files,
@@ -360,7 +361,7 @@ def _pretrain(
         else:
             vocab_size = vocab_size or _preset_vocab_size(preset)
             tokens = _vocabulary(settings, vocab, vocab_size, lowercase)
-            config = _model_config(preset, tokens, lowercase, settings, config_overrides or {})
+            config = model_config(preset, tokens, lowercase, settings, config_overrides or {})
         if chief:
             with _writing(run_dir):
                 run_dir.mkdir(parents=True, exist_ok=True)
@@ -678,7 +679,12 @@ def _vocabulary(settings: RunSettings, vocab: str | None, vocab_size: int, lower
     return learn_vocab(settings.corpus, vocab_size, lowercase=lowercase)
 
 
-def _model_config(preset, tokens, lowercase, settings, overrides) -> ElectraConfig:
+def model_config(
+    preset: str, tokens: list[str], lowercase: bool, settings: RunSettings, overrides: dict
+) -> ElectraConfig:
+    """The config ``pretrain`` builds for a new run: the preset's sizes, the vocabulary's
+    special-token ids, the MLM objective's single-tower sharing, and a position table
+    at least ``settings.max_seq_length`` long."""
     ids = {t: i for i, t in enumerate(tokens)}
     if settings.objective == "mlm":
         # A preset's sharing mode is an ELECTRA setting: the MLM baseline's one tower
@@ -700,13 +706,7 @@ def _model_config(preset, tokens, lowercase, settings, overrides) -> ElectraConf
 
 
 def _load_run(run_dir: Path, settings: RunSettings | None):
-    config = ElectraConfig.load(run_dir / "config.json")
-    tokens = load_vocab(run_dir / "vocab.txt")
-    if len(tokens) != config.vocab_size:
-        raise ConfigError(
-            f"{run_dir}/vocab.txt has {len(tokens)} tokens but config.json says vocab_size "
-            f"{config.vocab_size}; restore the run's original files."
-        )
+    config, tokens = load_config_and_vocab(run_dir)
     previous_path = run_dir / "run.json"
     previous = {}
     if previous_path.exists():
