@@ -40,48 +40,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 DISC_WEIGHT = 50.0
 
 
-# === FLOPs of one step ===
-
-
-def tower_flops(tokens: int, length: int, hidden: int, layers: int, ff: int, emb: int) -> float:
-    """Forward matmul FLOPs of one transformer tower over ``tokens`` tokens.
-
-    Example:
-        >>> tower_flops(1, 1, 1, 1, 1, 1)
-        16.0
-    """
-    projection = 2.0 * tokens * emb * hidden if emb != hidden else 0.0
-    dense = 2.0 * tokens * (4 * hidden * hidden + 2 * hidden * ff)
-    attention = 2.0 * 2.0 * tokens * length * hidden  # scores and weighted values
-    return projection + layers * (dense + attention)
-
-
-def step_flops(config, batch: int, length: int) -> float:
-    """Training FLOPs of one ELECTRA step (3 x forward: backward costs two forwards).
-
-    Args:
-        config: an :class:`~keras_electra.config.ElectraConfig`.
-        batch: sequences per step.
-        length: tokens per sequence.
-
-    Example:
-        >>> from keras_electra.config import ElectraConfig
-        >>> round(step_flops(ElectraConfig.from_preset("small"), 32, 128) / 1e9)
-        327
-    """
-    tokens, predictions = batch * length, batch * config.max_predictions(length)
-    gen, disc, emb = config.generator_config(), config.discriminator_config(), config.embedding_size
-    forward = tower_flops(
-        tokens, length, gen.hidden_size, gen.num_layers, gen.intermediate_size, emb
-    )
-    forward += tower_flops(
-        tokens, length, disc.hidden_size, disc.num_layers, disc.intermediate_size, emb
-    )
-    forward += 2.0 * predictions * (gen.hidden_size * emb + emb * config.vocab_size)  # MLM head
-    forward += 2.0 * tokens * (disc.hidden_size * disc.hidden_size + disc.hidden_size)  # RTD head
-    return 3.0 * forward
-
-
 # === Matmul peak ===
 
 
@@ -325,6 +283,8 @@ def child(args) -> None:
     if args.engine == "input":
         print(json.dumps(run_input(args)), flush=True)
         return
+    from keras_electra.pretraining.flops import step_flops
+
     out = run_keras(args) if args.engine == "keras" else run_torch(args)
     config = out.pop("config")
     tokens = args.batch * args.length
@@ -343,7 +303,7 @@ def child(args) -> None:
         "threads": args.threads or None,
         "seconds_per_step": round(out["seconds_per_step"], 4),
         "tokens_per_sec": round(tokens / out["seconds_per_step"], 1),
-        "step_gflops": round(step_flops(config, args.batch, args.length) / 1e9, 2),
+        "step_gflops": round(step_flops(config, args.batch, args.length, "electra") / 1e9, 2),
         "loss": round(out["loss"], 4),
     }
     print(json.dumps(record), flush=True)
