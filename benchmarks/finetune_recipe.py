@@ -9,7 +9,11 @@ appends one JSON line per (source, recipe) to ``benchmarks/results/finetune_reci
   (3 epochs, learning rate 1e-3, layer-wise decay 0.8, the ``[CLS]`` vector);
 - ``long-cls``: 10 epochs, no layer-wise decay, the ``[CLS]`` vector;
 - ``long-mean``: 10 epochs, no layer-wise decay, the mean of the token vectors
-  (the benchmark's recipe).
+  (the benchmark's recipe);
+- ``long-mean-lr3e-4``: the same at a third of the learning rate (is the pretrained
+  tower overwritten?);
+- ``top-only``: the same with layer-wise decay 1e-3 (the lower layer and the
+  embeddings barely move: how good are the pretrained features as they are?).
 
 Usage:
     python benchmarks/finetune_recipe.py --task bbc_topic \\
@@ -36,6 +40,13 @@ RECIPES = {
     "paper": {},
     "long-cls": {"epochs": 10, "layer_decay": 1.0, "pooling": "cls"},
     "long-mean": {"epochs": 10, "layer_decay": 1.0, "pooling": "mean"},
+    "long-mean-lr3e-4": {
+        "epochs": 10,
+        "layer_decay": 1.0,
+        "pooling": "mean",
+        "learning_rate": 3e-4,
+    },
+    "top-only": {"epochs": 10, "layer_decay": 1e-3, "pooling": "mean"},
 }
 
 
