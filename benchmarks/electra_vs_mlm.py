@@ -273,7 +273,19 @@ def _mean_std(values: list[float]) -> dict:
     return {"mean": round(statistics.mean(values), 4), "std": round(std, 4), "n": len(values)}
 
 
-def plot(rows: list[dict], tasks: list[str], path: Path) -> None:
+def most_frequent_token_share(text_file: str, vocab_file: str, lines: int = 5000) -> float:
+    """The masked-LM accuracy of always guessing the most frequent word piece, on the
+    first ``lines`` non-empty lines of ``text_file``: the bar a learning tower clears."""
+    from keras_electra.data import ElectraTokenizer, load_vocab
+
+    with open(text_file, encoding="utf-8") as f:
+        sample = [line for line in f if line.strip()][:lines]
+    tokenizer = ElectraTokenizer(load_vocab(vocab_file), lowercase=True)
+    ids = tokenizer.tokenize(sample).flat_values.numpy()
+    return round(float(collections.Counter(ids.tolist()).most_common(1)[0][1] / len(ids)), 4)
+
+
+def plot(rows: list[dict], tasks: list[str], path: Path, mlm_baseline: float | None = None) -> None:
     """Accuracy against pretraining compute per task, and the pretraining curves."""
     import matplotlib
 
@@ -334,6 +346,8 @@ def plot(rows: list[dict], tasks: list[str], path: Path) -> None:
                         alpha=0.7,
                         label=objective if i == 0 else None,
                     )
+        if metric == "mlm_accuracy" and mlm_baseline is not None:
+            ax.axhline(mlm_baseline, ls=":", color="black", label="most frequent piece")
         ax.set_title(
             "masked-LM accuracy (ELECTRA: its generator)"
             if metric == "mlm_accuracy"
@@ -420,14 +434,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
     table = summarize(done, args.tasks)
     figure = args.results.with_suffix(".png")
+    valid = next(c["file"] for c in manifest["corpus"] if c["role"] == "valid")
+    baseline = most_frequent_token_share(valid, manifest["vocab"]["file"])
     if done:
-        plot(done, args.tasks, figure)
+        plot(done, args.tasks, figure, baseline)
     print(
         json.dumps(
             {
                 "benchmark": "electra_vs_mlm",
                 "settings": settings,
                 "table": table,
+                "mlm_most_frequent_piece_baseline": baseline,
                 "figure": str(figure) if done else None,
             }
         )
