@@ -1,10 +1,13 @@
 """Serving throughput: the exported SavedModel vs the Keras model, side by side.
 
 The export runs the way TF Serving runs it (TF1 loader, session, SignatureDef
-tensor names; tokenization inside the graph). The Keras side tokenizes with the
-same in-graph encoder and calls the model in process. Both score the same
-sentences at batch 1 and 32. Prints one JSON object per (engine, batch) and a
-summary line, all machine-readable.
+tensor names; tokenization inside the graph), through ``SignatureRunner`` from
+the tests' TF Serving stand-in (``tests/tfserving_standin``, not part of the
+library; this script puts the repository's ``tests/`` directory on
+``sys.path`` to import it). The Keras side tokenizes with the same in-graph
+encoder and calls the model in process. Both score the same sentences at batch
+1 and 32. Prints one JSON object per (engine, batch) and a summary line, all
+machine-readable.
 
     python benchmarks/serving_throughput.py [--run RUN_DIR] [--preset tiny|small]
 """
@@ -16,6 +19,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +31,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # for tfserving_standin (the tests' TF Serving stand-in)
 
 
 def sentences(n: int) -> list[str]:
@@ -77,10 +82,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="time per measurement")
     args = parser.parse_args()
 
+    from tfserving_standin import SignatureRunner
+
     from keras_electra.encoding import encode_texts
     from keras_electra.export import export_run
     from keras_electra.pretraining.run import load_run
-    from keras_electra.serving.testing import SignatureRunner
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

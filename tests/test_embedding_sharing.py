@@ -236,13 +236,13 @@ def test_a_run_round_trips_through_resume_finetune_export_and_hf(
 ):
     import torch
     import transformers
+    from tfserving_standin import SignatureRunner
 
     from keras_electra.convert import convert, convert_run
     from keras_electra.encoding import encode_texts
     from keras_electra.export import export_run
     from keras_electra.finetuning.source import load_backbone
     from keras_electra.pretraining.run import load_run, pretrain
-    from keras_electra.serving.testing import SignatureRunner
 
     # gdes continues from weights shared as "all" (a converted checkpoint, say); the
     # others start from random weights.

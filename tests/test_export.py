@@ -7,12 +7,12 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ElectraError
 from keras_electra.export import export_run, next_version
 from keras_electra.pretraining.run import load_run
-from keras_electra.serving.testing import ModelServer, SignatureRunner, replay_warmup
 
 L = 32  # the tiny run's max_seq_length
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import marker_squad
+from tfserving_standin import SignatureRunner, replay_warmup
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError
@@ -25,7 +26,6 @@ from keras_electra.finetuning import finetune, load_finetuned, save_finetuned
 from keras_electra.finetuning.readers import QAExample, TaggedSentence
 from keras_electra.finetuning.tagging import align_words
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.testing import SignatureRunner, replay_warmup
 
 L = 32
 FAST = dict(batch_size=16, max_seq_length=L, progress=False)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import marker_squad
+from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
@@ -26,7 +27,6 @@ from keras_electra.finetuning import (
     predict_file,
 )
 from keras_electra.serving.signatures import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
-from keras_electra.serving.testing import ModelServer, SignatureRunner, replay_warmup
 
 L = 32
 PERSONS, PLACES = ["king", "queen", "duke", "lord"], ["london", "rome", "france", "england"]

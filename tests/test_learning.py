@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SAMPLE_CORPUS, SAMPLE_VALID  # noqa: I001
+from tfserving_standin import SignatureRunner
 
 from keras_electra.data import load_pretraining_data
 from keras_electra.export import export_run
 from keras_electra.pretraining.run import pretrain
 from keras_electra.scoring import rows_from_outputs
-from keras_electra.serving.testing import SignatureRunner
 
 STEPS = 600
 

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tfserving_standin import SignatureRunner
 
 from keras_electra.config import ElectraConfig
 from keras_electra.encoding import encode_texts
@@ -13,7 +14,6 @@ from keras_electra.errors import ConfigError
 from keras_electra.export import export_run
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.pretraining.run import load_run, pretrain
-from keras_electra.serving.testing import SignatureRunner
 
 FAST = dict(
     steps=4,

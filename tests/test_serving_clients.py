@@ -2,9 +2,9 @@
 
 Everything runs on 127.0.0.1: small SavedModels built here (with the exact
 signature names and outputs of keras-electra's exports) are served by
-``keras_electra.serving.testing.ModelServer`` over real gRPC and HTTP, and the
-clients' results are compared with ``SignatureRunner`` (TF Serving's loader
-semantics) and with ``tf.saved_model.load``. Golden REST bodies in
+``tfserving_standin.ModelServer`` (``tests/tfserving_standin``) over real gRPC
+and HTTP, and the clients' results are compared with ``SignatureRunner`` (TF
+Serving's loader semantics) and with ``tf.saved_model.load``. Golden REST bodies in
 ``tests/golden`` come from https://www.tensorflow.org/tfx/serving/api_rest
 (see ``tests/golden/README.md``).
 """
@@ -28,6 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from tfserving_standin import ModelServer, SignatureRunner, replay_warmup  # noqa: E402
 
 from keras_electra.serving.errors import ServingError  # noqa: E402
 from keras_electra.serving.grpc_client import GrpcClient  # noqa: E402
@@ -39,7 +40,6 @@ from keras_electra.serving.signatures import (  # noqa: E402
     set_signature_method_name,
 )
 from keras_electra.serving.tensors import make_example  # noqa: E402
-from keras_electra.serving.testing import ModelServer, SignatureRunner, replay_warmup  # noqa: E402
 from keras_electra.serving.warmup import predict_log, write_warmup_requests  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"

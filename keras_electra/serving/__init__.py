@@ -1,12 +1,14 @@
-"""Clients and test tools for keras-electra models served by TensorFlow Serving.
+"""Clients and export helpers for keras-electra models served by TensorFlow Serving.
 
 - :class:`GrpcClient` (port 8500) and :class:`RestClient` (port 8501) call a
   running ``tensorflow_model_server``; both raise :class:`ServingError`.
-- :mod:`keras_electra.serving.testing` runs SavedModels the way the server
-  does (:class:`~keras_electra.serving.testing.SignatureRunner`,
-  :class:`~keras_electra.serving.testing.ModelServer`, ``replay_warmup``).
+- :func:`predict_log` and :func:`write_warmup_requests` write an export's
+  warmup file (``assets.extra/tf_serving_warmup_requests``).
 - :func:`set_signature_method_name` marks a TF2-saved signature as a
   ``tensorflow/serving/classify`` signature.
+
+The in-process TF Serving stand-in the tests serve exports with is test code
+(``tests/tfserving_standin`` in the repository), not part of this package.
 
 Names are imported lazily: ``RestClient`` does not import TensorFlow.
 

@@ -1,4 +1,4 @@
-"""gRPC servicers of the in-process TF Serving stand-in (see ``testing.py``)."""
+"""gRPC servicers of the in-process TF Serving stand-in (see ``server.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import grpc
 from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.servable import ServedModel
+
+from .servable import ServedModel
 
 T = TypeVar("T")
 

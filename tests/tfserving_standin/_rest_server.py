@@ -1,8 +1,8 @@
-"""REST side of the in-process TF Serving stand-in (see ``testing.py``).
+"""REST side of the in-process TF Serving stand-in (see ``server.py``).
 
 Requests are routed like ``tensorflow_model_server`` routes them
 (``/v1/models/NAME[/versions/N|/labels/L]:verb`` and ``GET .../metadata``),
-converted to protos (:mod:`keras_electra.serving._rest_codec`), answered by
+converted to protos (:mod:`._rest_codec`), answered by
 :class:`ServedModel`, and failures returned as ``{"error": ...}`` with TF
 Serving's status-to-HTTP mapping.
 """
@@ -17,7 +17,9 @@ from urllib.parse import unquote
 
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 
-from keras_electra.serving._rest_codec import (
+from keras_electra.serving.errors import ServingError
+
+from ._rest_codec import (
     classification_request_from_json,
     classification_response_to_json,
     metadata_response_to_json,
@@ -25,8 +27,7 @@ from keras_electra.serving._rest_codec import (
     predict_response_to_json,
     status_response_to_json,
 )
-from keras_electra.serving.errors import ServingError
-from keras_electra.serving.servable import SIGNATURE_DEF_FIELD, ServedModel
+from .servable import SIGNATURE_DEF_FIELD, ServedModel
 
 _PREDICTION_PATH = re.compile(
     r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",

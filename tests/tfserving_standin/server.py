@@ -1,4 +1,4 @@
-"""An in-process stand-in for TensorFlow Serving, for tests.
+"""The stand-in server: TF Serving's gRPC and REST APIs on 127.0.0.1, and warmup replay.
 
 The TF Serving binary is not needed: :class:`ModelServer` loads SavedModels
 with TF Serving's loader semantics (:class:`SignatureRunner`) and serves TF
@@ -24,12 +24,13 @@ import grpc
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
-from keras_electra.serving._server_grpc import add_servicers
-from keras_electra.serving._server_rest import make_handler
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.runner import SignatureRunner
-from keras_electra.serving.servable import ServedModel, find_versions
 from keras_electra.serving.warmup import MAX_WARMUP_RECORDS, WARMUP_FILE
+
+from ._grpc_server import add_servicers
+from ._rest_server import make_handler
+from .runner import SignatureRunner
+from .servable import ServedModel, find_versions
 
 __all__ = ["ModelServer", "SignatureRunner", "replay_warmup"]
 

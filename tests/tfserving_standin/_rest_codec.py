@@ -26,7 +26,6 @@ from tensorflow_serving.apis import (
 
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.json_codec import NUMPY_DTYPES
-from keras_electra.serving.servable import SIGNATURE_DEF_FIELD, ServedModel
 from keras_electra.serving.signatures import DEFAULT_SIGNATURE
 from keras_electra.serving.tensors import (
     dtype_name,
@@ -34,6 +33,8 @@ from keras_electra.serving.tensors import (
     ndarray_to_tensor_proto,
     tensor_proto_to_ndarray,
 )
+
+from .servable import SIGNATURE_DEF_FIELD, ServedModel
 
 
 def _invalid(message: str) -> ServingError:

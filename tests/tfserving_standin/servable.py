@@ -5,7 +5,7 @@
 ``GetModelStatusRequest``) the way ``tensorflow_model_server`` does: the same
 model-spec resolution, the same validation and the same error codes and
 messages (in substance). The in-process gRPC and REST servers and the warmup
-replay in :mod:`keras_electra.serving.testing` all go through it.
+replay in :mod:`.server` all go through it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from tensorflow_serving.apis import (
 )
 
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.runner import SignatureRunner
 from keras_electra.serving.signatures import (
     CLASSIFY_INPUTS,
     CLASSIFY_METHOD_NAME,
@@ -35,6 +34,8 @@ from keras_electra.serving.signatures import (
     DEFAULT_SIGNATURE,
 )
 from keras_electra.serving.tensors import ndarray_to_tensor_proto, tensor_proto_to_ndarray
+
+from .runner import SignatureRunner
 
 SIGNATURE_DEF_FIELD = "signature_def"
 
