@@ -268,6 +268,33 @@ def summarize(rows: list[dict], tasks: list[str]) -> dict:
     return table
 
 
+def markdown_table(rows: list[dict], tasks: list[str]) -> str:
+    """The README's table: test accuracy mean ± std over seeds per objective × task at
+    half and at the full budget, and the pretraining figures at the end."""
+    by_objective = collections.defaultdict(list)
+    for row in rows:
+        by_objective[row["objective"]].append(row)
+    header = ["objective", "seeds", "pretraining TFLOPs"] + tasks
+    header += ["disc_auc", "context_auc", "MLM accuracy"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for objective in OBJECTIVES:
+        cells = by_objective.get(objective, [])
+        for index in range(len(cells[0]["points"]) if cells else 0):
+            flops = cells[0]["points"][index]["flops"] / 1e12
+            accs = []
+            for task in tasks:
+                stats = _mean_std([c["points"][index]["tasks"][task]["accuracy"] for c in cells])
+                accs.append(f"{stats['mean']:.3f} ± {stats['std']:.3f}")
+            last = index == len(cells[0]["points"]) - 1
+            extra = []
+            for metric in ("disc_auc", "context_auc", "mlm_accuracy"):
+                values = [c["pretrain"][metric] for c in cells if metric in c.get("pretrain", {})]
+                extra.append(f"{_mean_std(values)['mean']:.3f}" if values and last else "")
+            row = [objective, str(len(cells)), f"{flops:.1f}", *accs, *extra]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def _mean_std(values: list[float]) -> dict:
     std = statistics.stdev(values) if len(values) > 1 else 0.0
     return {"mean": round(statistics.mean(values), 4), "std": round(std, 4), "n": len(values)}
@@ -384,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--cache", type=Path, help="the data cache (default: benchmarks/cache)")
     parser.add_argument("--table-only", action="store_true", help="only print the table and PNG")
+    parser.add_argument("--markdown", action="store_true", help="also print the README's table")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -449,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     )
+    if args.markdown and done:
+        print(markdown_table(done, args.tasks))
     for objective, entry in table.items():
         cells = "  ".join(f"{t} {entry[t]['mean']:.3f} ± {entry[t]['std']:.3f}" for t in args.tasks)
         print(f"{objective:8s} n={len(entry['seeds'])}  {cells}", file=sys.stderr)
