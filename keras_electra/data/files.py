@@ -11,6 +11,27 @@ from keras_electra.errors import InputDataError
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
 
 
+MAX_LINE_CHARS = 100_000
+"""Longest line read from a corpus, in characters; longer lines are cut (any file trains)."""
+
+
+def clean_lines(batch):
+    """A batch of raw ``tf.string`` lines cut to :data:`MAX_LINE_CHARS` characters, with
+    invalid UTF-8 replaced by U+FFFD: what the vocabulary learner and the pretraining
+    pipeline both read.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> clean_lines(tf.constant([b"caf\\xe9"])).numpy()[0].decode("utf-8")
+        'caf\ufffd'
+    """
+    import tensorflow as tf
+
+    batch = tf.strings.substr(batch, 0, 4 * MAX_LINE_CHARS)  # bytes first: cheap
+    batch = tf.strings.unicode_transcode(batch, "UTF-8", "UTF-8", errors="replace")
+    return tf.strings.substr(batch, 0, MAX_LINE_CHARS, unit="UTF8_CHAR")
+
+
 def is_remote(path: str) -> bool:
     """Whether ``path`` is a URL (``gs://bucket/...``) read through ``tf.io.gfile``.
 

@@ -21,11 +21,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_electra.data.files import PathsLike, check_corpus_has_text, resolve_corpus_files
+from keras_electra.data.files import (
+    MAX_LINE_CHARS,
+    PathsLike,
+    check_corpus_has_text,
+    clean_lines,
+    resolve_corpus_files,
+)
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
 
-MAX_LINE_CHARS = 100_000
 """Lines are cut to this many characters before tokenization."""
 
 SINGLE_SEGMENT_PROB = 0.1
@@ -124,9 +129,7 @@ def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.da
     """
 
     def tokenize(batch: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
-        batch = tf.strings.substr(batch, 0, 4 * MAX_LINE_CHARS)
-        batch = tf.strings.unicode_transcode(batch, "UTF-8", "UTF-8", errors="replace")
-        batch = tf.strings.substr(batch, 0, MAX_LINE_CHARS, unit="UTF8_CHAR")
+        batch = clean_lines(batch)
         blank = tf.equal(tf.strings.length(tf.strings.strip(batch)), 0)
         return tokenizer.tokenize(batch), blank
 

@@ -12,14 +12,11 @@ import collections
 import os
 from collections.abc import Iterable, Sequence
 
-from keras_electra.data.files import is_remote, resolve_corpus_files
+from keras_electra.data.files import clean_lines, is_remote, resolve_corpus_files
 from keras_electra.errors import ConfigError, InputDataError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """The tokens ELECTRA needs, in the order learned vocabularies use (``[PAD]`` is id 0)."""
-
-# Lines longer than this many characters are cut before word counting.
-_MAX_LINE_CHARS = 100_000
 
 
 def validate_vocab(tokens: Sequence[str], source: str = "The vocabulary") -> None:
@@ -186,10 +183,7 @@ def count_words(
         lines = lines.take(max_lines)
 
     def split(batch: tf.Tensor) -> tf.Tensor:
-        batch = tf.strings.substr(batch, 0, 4 * _MAX_LINE_CHARS)
-        batch = tf.strings.unicode_transcode(batch, "UTF-8", "UTF-8", errors="replace")
-        batch = tf.strings.substr(batch, 0, _MAX_LINE_CHARS, unit="UTF8_CHAR")
-        return splitter.tokenize(batch).flat_values
+        return splitter.tokenize(clean_lines(batch)).flat_values
 
     words = lines.batch(1024).map(split, num_parallel_calls=tf.data.AUTOTUNE)
     counts: collections.Counter = collections.Counter()
