@@ -425,7 +425,7 @@ def test_ours_to_keras_hub_round_trips(tmp_path):
 
 
 def test_converted_directory_pretrains_finetunes_and_exports(tmp_path, small_corpus):
-    from keras_electra.export.saved_model import export_run
+    from keras_electra.export.saved_model import export_pretraining_run as export_run
     from keras_electra.pretraining.run import pretrain
 
     disc, gen = build_hf_pair(SIZES["projected"], seed=10)

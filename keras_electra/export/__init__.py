@@ -11,6 +11,7 @@ from keras_electra.export.qa import QuestionAnsweringModule
 from keras_electra.export.saved_model import (
     SIGNATURE_NAMES,
     ReplacedTokenModule,
+    export_pretraining_run,
     next_version,
 )
 from keras_electra.export.tagger import TextTaggerModule
@@ -23,6 +24,7 @@ __all__ = [
     "TextClassifierModule",
     "TextTaggerModule",
     "export_finetuned",
+    "export_pretraining_run",
     "export_run",
     "finetuned_module",
     "next_version",

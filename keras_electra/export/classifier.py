@@ -47,8 +47,7 @@ from tensorflow_serving.apis import (
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
 from keras_electra.export.qa import QuestionAnsweringModule
-from keras_electra.export.saved_model import export_module
-from keras_electra.export.saved_model import export_run as export_pretraining_run
+from keras_electra.export.saved_model import export_module, export_pretraining_run
 from keras_electra.export.tagger import TextTaggerModule
 from keras_electra.finetuning.run import FinetunedModel, is_finetuned_dir, load_finetuned
 from keras_electra.finetuning.settings import FINETUNE_FILE
@@ -235,7 +234,7 @@ def export_run(
 
     A directory with ``finetune.json`` exports with its task's signatures
     (:func:`export_finetuned`); any other with replaced-token-detection ones
-    (:func:`keras_electra.export.saved_model.export_run`).
+    (:func:`keras_electra.export.saved_model.export_pretraining_run`).
 
     Example:
         >>> export_run("runs/sst2", "saved_models/sst2")  # doctest: +SKIP

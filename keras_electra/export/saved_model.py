@@ -154,7 +154,7 @@ def export_module(
     return final
 
 
-def export_run(
+def export_pretraining_run(
     run_dir: str | Path,
     output: str | Path,
     *,
@@ -174,7 +174,7 @@ def export_run(
         The written version folder.
 
     Example:
-        >>> export_run("runs/demo", "saved_models/electra")  # doctest: +SKIP
+        >>> export_pretraining_run("runs/demo", "saved_models/electra")  # doctest: +SKIP
         PosixPath('saved_models/electra/1')
     """
     run_dir = Path(run_dir)
