@@ -21,6 +21,14 @@ line (``peak``, ``result`` or ``skipped``) and a final ``summary`` line.
 
     python benchmarks/pretrain_throughput.py [--preset small] [--steps 10] [--no-torch]
 
+``--baseline REF`` also runs our default step from another commit of this repository
+(its ``keras_electra/`` extracted with ``git archive`` into a temporary directory and put
+first on the child's ``PYTHONPATH``), ``--rounds N`` times alternating with today's, so
+load noise hits both: "is the step slower than before this change?"
+
+    python benchmarks/pretrain_throughput.py --baseline 1f9706d --no-torch --no-xla \
+        --spe-row 0 --no-input --rounds 3 --steps 20
+
 PyTorch is not a dependency of keras-electra; for the comparison install
 ``torch==2.13.0 transformers safetensors`` (the ``benchmarks`` extra).
 """
@@ -30,8 +38,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -274,6 +284,20 @@ def make_torch_step(model, optimizer, config, args, torch):
 # === Driver ===
 
 
+def load_package_from(directory: str) -> None:
+    """Import ``keras_electra`` from ``directory`` (an editable install's import hook
+    would otherwise win over ``PYTHONPATH``)."""
+    import importlib.util
+
+    root = os.path.join(directory, "keras_electra")
+    spec = importlib.util.spec_from_file_location(
+        "keras_electra", os.path.join(root, "__init__.py"), submodule_search_locations=[root]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["keras_electra"] = module
+    spec.loader.exec_module(module)
+
+
 def child(args) -> None:
     """Run one configuration; print its ``result`` JSON line."""
     if args.engine == "peak":
@@ -283,10 +307,10 @@ def child(args) -> None:
     if args.engine == "input":
         print(json.dumps(run_input(args)), flush=True)
         return
-    from keras_electra.pretraining.flops import step_flops
-
+    if args.source:  # a --baseline row: that commit's keras_electra, not the installed one
+        load_package_from(args.source)
     out = run_keras(args) if args.engine == "keras" else run_torch(args)
-    config = out.pop("config")
+    out.pop("config")
     tokens = args.batch * args.length
     record = {
         "kind": "result",
@@ -303,15 +327,19 @@ def child(args) -> None:
         "threads": args.threads or None,
         "seconds_per_step": round(out["seconds_per_step"], 4),
         "tokens_per_sec": round(tokens / out["seconds_per_step"], 1),
-        "step_gflops": round(step_flops(config, args.batch, args.length, "electra") / 1e9, 2),
         "loss": round(out["loss"], 4),
     }
+    record["package"] = os.path.dirname(sys.modules["keras_electra"].__file__)
     print(json.dumps(record), flush=True)
 
 
-def spawn(args, **overrides) -> list[dict]:
+def spawn(args, source: str | None = None, **overrides) -> list[dict]:
+    """Run one configuration in a child process; ``source`` is a directory holding
+    another checkout's ``keras_electra`` (a ``--baseline`` row)."""
     argv = [sys.executable, __file__, "--child"]
     settings = {**vars(args), **overrides}
+    if source is not None:
+        argv += ["--source", source]
     for name in (
         "engine",
         "preset",
@@ -341,8 +369,32 @@ def spawn(args, **overrides) -> list[dict]:
             }
         ]
     for line in lines:
+        line["source"] = args.baseline if source is not None else "HEAD"
+        if line["kind"] == "result":
+            line["step_gflops"] = round(step_gflops(settings), 2)
         print(json.dumps(line), flush=True)
     return lines
+
+
+def step_gflops(settings: dict) -> float:
+    """Matmul GFLOPs of one ELECTRA step of the configuration (today's FLOP count)."""
+    from keras_electra.config import ElectraConfig
+    from keras_electra.pretraining.flops import step_flops
+
+    config = ElectraConfig.from_preset(
+        settings["preset"], max_position_embeddings=settings["length"]
+    )
+    return step_flops(config, settings["batch"], settings["length"], "electra") / 1e9
+
+
+def extract(ref: str, directory: str) -> str:
+    """``keras_electra/`` of commit ``ref`` written under ``directory``; return it."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    archive = subprocess.run(
+        ["git", "-C", repo, "archive", ref, "keras_electra"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", directory], input=archive, check=True)
+    return directory
 
 
 def configurations(args) -> list[dict]:
@@ -388,6 +440,22 @@ def summarize(peaks: dict, results: list[dict], inputs: list[dict]) -> dict:
         summary["input_over_best_step"] = round(
             inputs[0]["tokens_per_sec"] / best["keras"]["tokens_per_sec"], 1
         )
+    by_row: dict = {}
+    for r in results:
+        default_step = not (r["xla"] or r["jit_compile"] or r["grad_accumulation"] > 1)
+        if r["engine"] == "keras" and default_step and r["steps_per_execution"] == 1:
+            by_row.setdefault((r["source"], r["precision"]), []).append(r["seconds_per_step"])
+    if any(source != "HEAD" for source, _ in by_row):
+        summary["median_seconds_per_step"] = {
+            f"{source}/{precision}": round(statistics.median(v), 4)
+            for (source, precision), v in by_row.items()
+        }
+        for (source, precision), v in by_row.items():
+            if source != "HEAD" and ("HEAD", precision) in by_row:
+                head = statistics.median(by_row[("HEAD", precision)])
+                summary[f"head_over_{source}_{precision}_speed"] = round(
+                    statistics.median(v) / head, 3
+                )
     if "keras" in best and "torch" in best:
         summary["ours_over_torch"] = round(
             best["keras"]["tokens_per_sec"] / best["torch"]["tokens_per_sec"], 2
@@ -424,6 +492,8 @@ def parse_args(argv=None):
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--try-levers", action="store_true", help="also XLA and torch.compile")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per configuration")
+    p.add_argument("--baseline", metavar="REF", help="also run our default step at commit REF")
+    p.add_argument("--rounds", type=int, default=1, help="repeat every configuration N times")
     # Internal: one configuration in a subprocess.
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -434,6 +504,7 @@ def parse_args(argv=None):
     p.add_argument("--steps-per-execution", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--grad-accumulation", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--torch-compile", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--source", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -447,16 +518,22 @@ def main(argv=None) -> None:
         [] if args.no_input else [r for r in spawn(args, engine="input") if r["kind"] == "input"]
     )
     results = []
-    for overrides in configurations(args):
-        defaults = {
-            "jit_compile": False,
-            "torch_compile": False,
-            "xla": False,
-            "steps_per_execution": 1,
-            "grad_accumulation": 1,
-        }
-        lines = spawn(args, **{**defaults, **overrides})
-        results += [r for r in lines if r["kind"] == "result"]
+    defaults = {
+        "jit_compile": False,
+        "torch_compile": False,
+        "xla": False,
+        "steps_per_execution": 1,
+        "grad_accumulation": 1,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = extract(args.baseline, tmp) if args.baseline else None
+        for _ in range(args.rounds):
+            for overrides in configurations(args):
+                lines = spawn(args, **{**defaults, **overrides})
+                results += [r for r in lines if r["kind"] == "result"]
+                if baseline and overrides["engine"] == "keras" and len(overrides) == 2:
+                    lines = spawn(args, source=baseline, **{**defaults, **overrides})
+                    results += [r for r in lines if r["kind"] == "result"]
     print(json.dumps(summarize(peaks, results, inputs)))
 
 
