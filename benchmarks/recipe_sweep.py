@@ -48,6 +48,14 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     # Pre-LayerNorm towers (keras-hub's normalize_first) plus a final LayerNorm.
     "paper-prenorm": ({"learning_rate": 5e-4}, {"temperature": 1.0, "normalize_first": True}),
     "t2-prenorm": ({"learning_rate": 5e-4}, {"temperature": 2.0, "normalize_first": True}),
+    # The tiny default learning language faster per CPU minute: a 4x learning rate; and
+    # 64-token sequences with a 4,000-piece vocabulary at twice the learning rate (run it
+    # with twice the steps for the same compute).
+    "gdes-t2-lr2e-3": ({"learning_rate": 2e-3}, {"temperature": 2.0, "embedding_sharing": "gdes"}),
+    "gdes-t2-short-v4k": (
+        {"learning_rate": 1e-3, "max_seq_length": 64, "vocab_size": 4000},
+        {"temperature": 2.0, "embedding_sharing": "gdes"},
+    ),
     # A deeper, narrower discriminator at about the same compute.
     "t2-deep4": (
         {"learning_rate": 5e-4},
