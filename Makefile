@@ -39,8 +39,10 @@ demo: setup
 	  "The king is dead, long live the banana." \
 	  "My lord, the computer is at the gate."
 
+# Two workers, one test file each at a time (files share their module fixtures): 20 min
+# on a 2-core machine against about 35 in one process.
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The ELECTRA-vs-MLM benchmark (README, "ELECTRA vs MLM"): its data from Debian and PyPI
 # packages (the SWORD modules need root: see benchmarks/data.py), then its cells (hours:

@@ -142,7 +142,8 @@ class HealthProbe:
             fake = tensors["own_ids"]
             logits = tensors["own_logits"][self.ordinary]
             out["probe_logit_std"] = float(logits.std())
-            out["probe_mean_prob"] = float((1.0 / (1.0 + np.exp(-logits))).mean())
+            # sigmoid via tanh: no overflow warning for logits far below zero
+            out["probe_mean_prob"] = float((0.5 + 0.5 * np.tanh(0.5 * logits)).mean())
             out["probe_replaced_fraction"] = float((fake != self.ids)[self.ordinary].mean())
             out["probe_identity_r2"] = identity_r2(fake[self.ordinary], logits)
         return {k: round(v, 5) for k, v in out.items()}
