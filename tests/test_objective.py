@@ -196,6 +196,40 @@ def test_inverse_cdf_sampling_is_an_exact_draw_from_the_softmax():
     np.testing.assert_array_equal(again, sampled)
 
 
+@pytest.mark.parametrize("block", [8, 50, 128])
+def test_two_level_inverse_cdf_picks_the_index_a_single_cumulative_sum_picks(block):
+    # 50 entries: blocks of 8 leave a padded last block, 50 is one full block, 128 pads one.
+    rng = np.random.default_rng(1)
+    probs = rng.dirichlet(np.full(50, 0.3), size=2000).astype("float32")
+    probs[:, 7] = 0.0  # an impossible entry inside a block
+    probs[:, 48:] = 0.0  # and at the end: never chosen, however close u is to 1
+    u = rng.random(2000).astype("float32")
+    u[:5] = [0.0, 1e-9, 0.5, 1 - 1e-7, np.nextafter(np.float32(1), np.float32(0))]
+    got = objective.inverse_cdf(tf.constant(probs), tf.constant(u), block=block).numpy()
+    cdf = np.cumsum(probs.astype("float64"), axis=1)
+    want = np.array([np.searchsorted(c, x * c[-1], side="right") for c, x in zip(cdf, u)])
+    # float32 rounding may move a draw that falls within ~1e-7 of a boundary.
+    assert (got == want).mean() > 0.999, (got != want).sum()
+    assert not np.isin(got, [7, 48, 49]).any()
+    assert got[0] == 0 and got[4] == 47
+
+
+def test_two_level_sampling_is_an_exact_draw_with_a_padded_last_block():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0.0, 2.0, 50).astype("float32")
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    n = 200_000
+    batch = np.broadcast_to(logits, (4, n // 4, 50)).copy()
+    labels = np.zeros((4, n // 4), "int32")
+    sampled = objective.sample_tokens(batch, labels, seed=tf.constant([5, 6]), block=8)
+    counts = np.bincount(sampled.numpy().ravel(), minlength=50)
+    expected = probs * n
+    keep = expected >= 5
+    chi2 = (((counts - expected) ** 2)[keep] / expected[keep]).sum()
+    assert chi2 < 85.4, chi2  # the 99.9th percentile of chi-square with 49 df
+
+
 def test_masking_from_given_uniform_draws_equals_masking_from_seeds():
     ids, mask = random_batch(np.random.default_rng(2), batch=6)
     kw = dict(special_ids=(PAD, CLS, SEP), mask_token_id=MASK, max_predictions=19)

@@ -18,6 +18,8 @@ import keras_hub
 import numpy as np
 from keras import ops
 
+from keras_electra.layers.dropout import Dropout
+
 # The weights of an embedding block, by their path inside an ElectraEmbedding.
 TABLES = (
     "token_embedding/embeddings",
@@ -112,7 +114,7 @@ class ElectraEmbedding(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, token_ids_shape, segment_ids_shape=None):
         if not self.token_embedding.built:  # a shared word table is built already
@@ -210,7 +212,7 @@ class GdesEmbedding(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, token_ids_shape, segment_ids_shape=None):
         dim = self.embedding_dim

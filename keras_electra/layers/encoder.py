@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import keras_hub
 
+from keras_electra.layers.dropout import use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
 
 
@@ -100,6 +101,7 @@ class ElectraEncoder(keras.layers.Layer):
         for layer in self.transformer_layers:
             layer.build(shape)
             _float32_attention_softmax(layer)
+            use_fast_dropout(layer)
         if self.final_layer_norm is not None:
             self.final_layer_norm.build(shape)
         self.built = True

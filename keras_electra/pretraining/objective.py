@@ -133,6 +133,7 @@ def sample_tokens(
     uniform: tf.Tensor | None = None,
     temperature: float = 1.0,
     disallow_correct: bool = False,
+    block: int = 128,
 ) -> tf.Tensor:
     """Sample one token per position from ``softmax(logits / temperature)``.
 
@@ -148,6 +149,8 @@ def sample_tokens(
         uniform: ``[B, P]`` draws in [0, 1), instead of ``seed``.
         temperature: softmax temperature.
         disallow_correct: give the original token zero probability.
+        block: vocabulary entries per block of the two-level search
+            (:func:`inverse_cdf`).
 
     Returns:
         ``[B, P]`` int32 sampled token ids.
@@ -160,11 +163,51 @@ def sample_tokens(
         logits -= 1000.0 * tf.one_hot(labels, vocab, dtype=tf.float32)
     if uniform is None:
         uniform = tf.random.stateless_uniform(tf.shape(labels), seed=seed)
-    cdf = tf.math.cumsum(tf.nn.softmax(logits, axis=-1), axis=-1)
-    # Scale by the total (float32 rounding leaves it a little off 1).
-    target = tf.cast(uniform, tf.float32)[..., tf.newaxis] * cdf[..., -1:]
-    chosen = tf.searchsorted(cdf, target, side="right", out_type=tf.int32)[..., 0]
-    return tf.minimum(chosen, vocab - 1)
+    probs = tf.nn.softmax(logits, axis=-1)
+    return inverse_cdf(probs, tf.cast(uniform, tf.float32), block=block)
+
+
+def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf.Tensor:
+    """The first index whose cumulative probability exceeds ``uniform`` times the total.
+
+    Two levels, so no cumulative sum runs over the whole vocabulary: the vocabulary
+    is cut into blocks of ``block`` entries (the last one padded with zeros), a
+    cumulative sum over the block totals finds the block, and one over that block's
+    entries finds the index. The result is the same index a single cumulative sum
+    would give, up to float32 rounding.
+
+    Args:
+        probs: ``[..., V]`` non-negative weights (need not sum to exactly 1).
+        uniform: ``[...]`` draws in [0, 1).
+        block: entries per block.
+
+    Returns:
+        ``[...]`` int32 indices in ``[0, V)``.
+    """
+    vocab = tf.shape(probs)[-1]
+    lead = tf.shape(probs)[:-1]
+    rows = tf.reshape(probs, [-1, vocab])
+    num_blocks = (vocab + block - 1) // block
+    rows = tf.pad(rows, [[0, 0], [0, num_blocks * block - vocab]])
+    blocks = tf.reshape(rows, [-1, num_blocks, block])
+    totals = tf.reduce_sum(blocks, axis=-1)  # [N, num_blocks]
+    block_cdf = tf.math.cumsum(totals, axis=-1)
+    # Scale by the total (float32 rounding leaves it a little off 1). A target kept
+    # below each total can never land past the last entry with probability > 0.
+    target = tf.reshape(uniform, [-1, 1]) * block_cdf[:, -1:]
+    target = tf.minimum(target, _below(block_cdf[:, -1:]))
+    which = tf.searchsorted(block_cdf, target, side="right", out_type=tf.int32)  # [N, 1]
+    # What is left of the target after the blocks before the chosen one.
+    before = tf.gather(block_cdf, which, batch_dims=1) - tf.gather(totals, which, batch_dims=1)
+    inner_cdf = tf.math.cumsum(tf.gather(blocks, which[:, 0], batch_dims=1), axis=-1)
+    rest = tf.minimum(tf.maximum(target - before, 0.0), _below(inner_cdf[:, -1:]))
+    inner = tf.searchsorted(inner_cdf, rest, side="right", out_type=tf.int32)
+    return tf.reshape(which * block + inner, lead)
+
+
+def _below(total: tf.Tensor) -> tf.Tensor:
+    """The largest float32 below ``total``."""
+    return tf.math.nextafter(total, tf.zeros_like(total))
 
 
 def replace_tokens(
