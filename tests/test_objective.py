@@ -207,7 +207,9 @@ def test_two_level_inverse_cdf_picks_the_index_a_single_cumulative_sum_picks(blo
     u[:5] = [0.0, 1e-9, 0.5, 1 - 1e-7, np.nextafter(np.float32(1), np.float32(0))]
     got = objective.inverse_cdf(tf.constant(probs), tf.constant(u), block=block).numpy()
     cdf = np.cumsum(probs.astype("float64"), axis=1)
-    want = np.array([np.searchsorted(c, x * c[-1], side="right") for c, x in zip(cdf, u)])
+    want = np.array(
+        [np.searchsorted(c, x * c[-1], side="right") for c, x in zip(cdf, u, strict=True)]
+    )
     # float32 rounding may move a draw that falls within ~1e-7 of a boundary.
     assert (got == want).mean() > 0.999, (got != want).sum()
     assert not np.isin(got, [7, 48, 49]).any()
