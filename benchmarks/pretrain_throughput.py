@@ -1,7 +1,7 @@
 """Pretraining throughput: the full ELECTRA step, ours (Keras/TF) vs Hugging Face (PyTorch).
 
 One step is what pretraining runs: mask 15% of the tokens, generator forward at
-the masked positions, Gumbel sampling, discriminator forward, MLM + 50 x
+the masked positions, sampling (inverse CDF), discriminator forward, MLM + 50 x
 replaced-token-detection loss, backward through both towers (shared
 embeddings), gradient clipping and AdamW. Reported per engine and precision:
 tokens/s, seconds/step and MFU, the model FLOP/s (analytic matmul FLOPs of the
@@ -258,9 +258,11 @@ def make_torch_step(model, optimizer, config, args, torch):
         )
         mlm = (per_position * weights.reshape(-1)).sum()
         mlm = mlm / (weights.sum() + 1e-6)
-        with torch.no_grad():
-            uniform = torch.rand(logits.shape).clamp_(1e-9, 1.0)
-            sampled = (logits - torch.log(-torch.log(uniform))).argmax(-1)
+        with torch.no_grad():  # inverse CDF, one uniform per position (as ours)
+            cdf = torch.softmax(logits, -1).cumsum_(-1)
+            target = torch.rand(cdf.shape[:-1] + (1,)) * cdf[..., -1:]
+            sampled = torch.searchsorted(cdf, target, right=True)[..., 0]
+            sampled = sampled.clamp_(max=cdf.shape[-1] - 1)
         fake = ids.scatter(1, positions, torch.where(weights > 0, sampled, labels))
         disc_logits = disc(input_ids=fake).logits.float()
         rtd = F.binary_cross_entropy_with_logits(disc_logits, (fake != ids).float())
@@ -333,6 +335,15 @@ def child(args) -> None:
     print(json.dumps(record), flush=True)
 
 
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (``/proc/stat``'s first line; empty elsewhere)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return []
+
+
 def spawn(args, source: str | None = None, **overrides) -> list[dict]:
     """Run one configuration in a child process; ``source`` is a directory holding
     another checkout's ``keras_electra`` (a ``--baseline`` row)."""
@@ -357,7 +368,19 @@ def spawn(args, source: str | None = None, **overrides) -> list[dict]:
     for flag in ("jit_compile", "torch_compile", "xla"):
         if settings[flag]:
             argv.append(f"--{flag.replace('_', '-')}")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
+    env = dict(os.environ)
+    if settings["engine"] == "torch":
+        # PyTorch's best setting here: glibc keeps freed activations instead of
+        # returning them to the kernel (a fresh mmap per large tensor per step
+        # otherwise page-faults every step).
+        env.update(
+            MALLOC_MMAP_THRESHOLD_="33554432",
+            MALLOC_TRIM_THRESHOLD_="4294967296",
+            MALLOC_TOP_PAD_="1073741824",
+        )
+    before = cpu_times()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout, env=env)
+    after = cpu_times()
     lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     if done.returncode != 0 or not lines:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -368,8 +391,13 @@ def spawn(args, source: str | None = None, **overrides) -> list[dict]:
                 "reason": reason,
             }
         ]
+    # The hypervisor's share of this machine's CPU time while the child ran: a
+    # throttled VM shows here, not in the child's own numbers.
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    steal = round(spent[7] / max(sum(spent), 1), 4) if len(spent) > 7 else None
     for line in lines:
-        line["source"] = args.baseline if source is not None else "HEAD"
+        line["source"] = args.baseline if source is not None else "current"
+        line["steal_share"] = steal
         if line["kind"] == "result":
             line["step_gflops"] = round(step_gflops(settings), 2)
         print(json.dumps(line), flush=True)
@@ -445,16 +473,16 @@ def summarize(peaks: dict, results: list[dict], inputs: list[dict]) -> dict:
         default_step = not (r["xla"] or r["jit_compile"] or r["grad_accumulation"] > 1)
         if r["engine"] == "keras" and default_step and r["steps_per_execution"] == 1:
             by_row.setdefault((r["source"], r["precision"]), []).append(r["seconds_per_step"])
-    if any(source != "HEAD" for source, _ in by_row):
+    if any(source != "current" for source, _ in by_row):
         summary["median_seconds_per_step"] = {
             f"{source}/{precision}": round(statistics.median(v), 4)
             for (source, precision), v in by_row.items()
         }
         for (source, precision), v in by_row.items():
-            if source != "HEAD" and ("HEAD", precision) in by_row:
-                head = statistics.median(by_row[("HEAD", precision)])
-                summary[f"head_over_{source}_{precision}_speed"] = round(
-                    statistics.median(v) / head, 3
+            if source != "current" and ("current", precision) in by_row:
+                current = statistics.median(by_row[("current", precision)])
+                summary[f"current_over_{source}_{precision}_speed"] = round(
+                    statistics.median(v) / current, 3
                 )
     if "keras" in best and "torch" in best:
         summary["ours_over_torch"] = round(
