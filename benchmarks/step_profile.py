@@ -8,6 +8,7 @@ TensorFlow's compute threads. Op time is summed per category (by name scope firs
 the random draws, multiplies and selects of dropout count as dropout) and per op type.
 
     python benchmarks/step_profile.py [--preset small] [--precision mixed_bfloat16]
+        [--baseline REF]   # the same for commit REF's keras_electra
 
 Output: one JSON object per line (``category`` rows, then the top ``op`` types, then a
 ``summary`` with the wall time per step), or ``--markdown`` for the README's table.
@@ -113,7 +114,12 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--top", type=int, default=15, help="op types listed")
     p.add_argument("--markdown", action="store_true", help="print the README's table")
+    p.add_argument("--baseline", metavar="REF", help="profile commit REF's keras_electra instead")
     args = p.parse_args(argv)
+    if args.baseline:  # that commit's package, extracted (as pretrain_throughput does)
+        from pretrain_throughput import extract, load_package_from
+
+        load_package_from(extract(args.baseline, tempfile.mkdtemp(prefix="step_profile_src_")))
 
     import tensorflow as tf
 
@@ -134,7 +140,12 @@ def main(argv=None) -> None:
     for (name, op_type), seconds in times.items():
         by_category[category(name, op_type)] += seconds
         by_type[op_type] += seconds
-    base = {"preset": args.preset, "precision": args.precision, "batch": args.batch}
+    base = {
+        "preset": args.preset,
+        "precision": args.precision,
+        "batch": args.batch,
+        "source": args.baseline or "current",
+    }
     rows = [
         {
             **base,
