@@ -75,6 +75,20 @@ def matmul_peak(dtype: str, size: int = 2048, repeats: int = 10) -> float:
     return 8 * 2.0 * size**3 / best
 
 
+def calibrate(size: int = 768, repeats: int = 5) -> float:
+    """The best FLOP/s of a fixed NumPy float32 matmul: the same work in every row."""
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ a
+        best = min(best, time.perf_counter() - start)
+    return 4 * 2.0 * size**3 / best
+
+
 # === Synthetic batches (the same for both engines) ===
 
 
@@ -311,7 +325,9 @@ def child(args) -> None:
         return
     if args.source:  # a --baseline row: that commit's keras_electra, not the installed one
         load_package_from(args.source)
+    before = calibrate()
     out = run_keras(args) if args.engine == "keras" else run_torch(args)
+    after = calibrate()
     out.pop("config")
     tokens = args.batch * args.length
     record = {
@@ -332,6 +348,8 @@ def child(args) -> None:
         "loss": round(out["loss"], 4),
     }
     record["package"] = os.path.dirname(sys.modules["keras_electra"].__file__)
+    # The machine's speed around this row: a slow spell shows as a low figure here.
+    record["calibration_gflops"] = [round(before / 1e9, 1), round(after / 1e9, 1)]
     print(json.dumps(record), flush=True)
 
 
