@@ -318,7 +318,10 @@ def test_qa_learns_the_word_after_a_marker_with_unanswerable_questions(tiny_run,
         path.write_text(json.dumps(marker_squad(words, n, seed)), encoding="utf-8")
         return path
 
-    train, dev = write(tmp_path / "train.json", 512, 8), write(tmp_path / "dev.json", 128, 9)
+    # 512 questions were too few: 14 epochs of them ended between EM 44 and 62 over seeds
+    # 0-2 (a 1-layer model overfits them). 2,048 questions for 6 epochs (768 steps, ~15 s)
+    # ended at EM 99.2, 99.2, 92.2, 99.2, 96.9 and 97.7 for seeds 0-5.
+    train, dev = write(tmp_path / "train.json", 2048, 8), write(tmp_path / "dev.json", 128, 9)
     result = finetune(
         tiny_run,
         "qa",
@@ -326,13 +329,13 @@ def test_qa_learns_the_word_after_a_marker_with_unanswerable_questions(tiny_run,
         dev,
         tmp_path / "qa",
         version_2=True,
-        epochs=14,  # 10 ended at EM 69.5 / F1 69.8 with today's initial weights
+        epochs=6,
         max_query_length=8,
         doc_stride=16,
         **FAST,
     )
     # Always answering "" scores about 33; windows of 20 context pieces split long contexts.
-    assert result.metrics["f1"] >= 70.0 and result.metrics["exact_match"] >= 70.0, result.metrics
+    assert result.metrics["f1"] >= 85.0 and result.metrics["exact_match"] >= 85.0, result.metrics
     rows = predict_file(tmp_path / "qa", dev)
     assert set(rows[0]) == {"id", "question", "answer"}
 
