@@ -4,9 +4,12 @@ One step is what pretraining runs: mask 15% of the tokens, generator forward at
 the masked positions, sampling (inverse CDF), discriminator forward, MLM + 50 x
 replaced-token-detection loss, backward through both towers (shared
 embeddings), gradient clipping and AdamW. Reported per engine and precision:
-tokens/s, seconds/step and MFU, the model FLOP/s (analytic matmul FLOPs of the
-step, backward counted as twice the forward) over this machine's matmul peak,
-measured here for float32 and bfloat16.
+tokens/s, seconds/step with the spread of the timed steps (fastest, median,
+slowest), the child process's peak resident memory, and MFU, the model FLOP/s
+(analytic matmul FLOPs of the step, backward counted as twice the forward) over
+this machine's matmul peak, measured here for float32 and bfloat16. A fixed NumPy
+matmul timed before and after each row (``calibration_gflops``) shows whether the
+machine slowed down while the row ran.
 
 Ours runs per precision as the default step, with ``--xla`` (forward + backward
 compiled by XLA inside the step) and with ``steps_per_execution``; with
@@ -19,7 +22,7 @@ Each configuration runs in its own subprocess (TensorFlow and PyTorch would
 otherwise share and fight over the thread pools). Output: one JSON object per
 line (``peak``, ``result`` or ``skipped``) and a final ``summary`` line.
 
-    python benchmarks/pretrain_throughput.py [--preset small] [--steps 10] [--no-torch]
+    python benchmarks/pretrain_throughput.py [--preset small] [--steps 20] [--no-torch]
 
 ``--baseline REF`` also runs our default step from another commit of this repository
 (its ``keras_electra/`` extracted with ``git archive`` into a temporary directory and put
@@ -38,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -133,10 +137,37 @@ def run_keras(args) -> dict:
     model.fit(data, epochs=1, steps_per_epoch=args.warmup * spe, verbose=0)  # trace + warm up
 
     steps = max(spe, args.steps // spe * spe)
+    clock = StepClock()
     start = time.perf_counter()
-    history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0).history
+    history = model.fit(
+        data, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[clock.callback]
+    )
     seconds = (time.perf_counter() - start) / steps
-    return {"config": config, "seconds_per_step": seconds, "loss": history["loss"][-1]}
+    return {
+        "config": config,
+        "seconds_per_step": seconds,
+        "step_seconds": clock.times(start, spe),
+        "loss": history.history["loss"][-1],
+    }
+
+
+class StepClock:
+    """A Keras callback noting when each step (or execution of several) ends."""
+
+    def __init__(self):
+        import keras
+
+        class Clock(keras.callbacks.Callback):
+            def on_train_batch_end(inner, batch, logs=None):  # noqa: N805
+                self.ends.append(time.perf_counter())
+
+        self.ends: list[float] = []
+        self.callback = Clock()
+
+    def times(self, start: float, per_call: int = 1) -> list[float]:
+        """Seconds per step of each call, from the fit's start."""
+        marks = [start, *self.ends]
+        return [(b - a) / per_call for a, b in zip(marks, marks[1:], strict=False)]
 
 
 # === The input pipeline alone ===
@@ -198,11 +229,19 @@ def run_torch(args) -> dict:
     ids = torch.from_numpy(make_batches(4, args.batch, args.length, config.vocab_size)).long()
     for i in range(args.warmup):
         step(ids[i % 4])
+    ends = []
     start = time.perf_counter()
     for i in range(args.steps):
         loss = step(ids[i % 4])
+        ends.append(time.perf_counter())
     seconds = (time.perf_counter() - start) / args.steps
-    return {"config": config, "seconds_per_step": seconds, "loss": float(loss)}
+    step_seconds = [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
+    return {
+        "config": config,
+        "seconds_per_step": seconds,
+        "step_seconds": step_seconds,
+        "loss": float(loss),
+    }
 
 
 def TorchElectra(config, transformers):  # noqa: N802 (builds a torch.nn.Module)
@@ -329,6 +368,7 @@ def child(args) -> None:
     out = run_keras(args) if args.engine == "keras" else run_torch(args)
     after = calibrate()
     out.pop("config")
+    times = sorted(out["step_seconds"])
     tokens = args.batch * args.length
     record = {
         "kind": "result",
@@ -346,6 +386,15 @@ def child(args) -> None:
         "seconds_per_step": round(out["seconds_per_step"], 4),
         "tokens_per_sec": round(tokens / out["seconds_per_step"], 1),
         "loss": round(out["loss"], 4),
+        "timed_steps": len(times),
+        # Step-time spread: fastest, median and slowest timed step.
+        "step_seconds_min_median_max": [
+            round(times[0], 3),
+            round(statistics.median(times), 3),
+            round(times[-1], 3),
+        ],
+        # The child's peak resident memory (model, optimizer, activations, runtime).
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     record["package"] = os.path.dirname(sys.modules["keras_electra"].__file__)
     # The machine's speed around this row: a slow spell shows as a low figure here.
@@ -515,7 +564,7 @@ def parse_args(argv=None):
     p.add_argument("--precisions", default="float32,mixed_bfloat16")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--length", type=int, default=128)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument(
         "--spe-row",

@@ -213,6 +213,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
         save_vocab,
         write_pretraining_tfrecords,
     )
+    from keras_electra.run_directory import RunDirectory
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -222,7 +223,8 @@ def _run_prepare(args: argparse.Namespace) -> int:
         if args.vocab
         else learn_vocab(args.corpus, args.vocab_size, lowercase=lowercase)
     )
-    save_vocab(tokens, str(out / "vocab.txt"))
+    vocab_file = out / RunDirectory.VOCAB  # named as in a run directory
+    save_vocab(tokens, str(vocab_file))
     files = write_pretraining_tfrecords(
         args.corpus,
         ElectraTokenizer(tokens, lowercase=lowercase),
@@ -231,9 +233,9 @@ def _run_prepare(args: argparse.Namespace) -> int:
         num_shards=args.num_shards,
         seed=args.seed,
     )
-    print(f"Wrote {len(files)} shards and vocab.txt to {out}")
+    print(f"Wrote {len(files)} shards and {vocab_file.name} to {out}")
     print(
-        f"Pretrain with: keras-electra pretrain --corpus {out} --vocab {out / 'vocab.txt'} "
+        f"Pretrain with: keras-electra pretrain --corpus {out} --vocab {vocab_file} "
         f"--max-seq-length {args.max_seq_length} --output RUN_DIR"
     )
     return 0

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.health import collapse_warnings
+from keras_electra.run_directory import RunDirectory
 
 # (title, metric-name patterns, y axis on a log scale)
 PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
@@ -73,10 +74,10 @@ NOT_DRAWN = {"step", "epoch", "health_seconds", "window_seconds", "warnings"}
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of ``RUN_DIR/metrics.jsonl``; a line cut short by a crash is skipped."""
-    path = Path(run_dir) / "metrics.jsonl"
+    path = RunDirectory(run_dir).metrics_file
     if not path.is_file():
         raise ConfigError(
-            f"'{run_dir}' has no metrics.jsonl; pass a `keras-electra pretrain` or "
+            f"'{run_dir}' has no {path.name}; pass a `keras-electra pretrain` or "
             "`finetune` output directory."
         )
     records = []
@@ -266,11 +267,8 @@ def _html(summary: dict, png: bytes) -> str:
 
 
 def _eval_metrics(run_dir: str) -> dict:
-    path = Path(run_dir) / "eval_metrics.json"
-    if not path.is_file():
-        return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return RunDirectory(run_dir).eval_metrics() or {}
     except ValueError:
         return {}
 

@@ -15,12 +15,12 @@ accept:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from keras_electra.atomic import write_json
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.names import (
     DISCRIMINATOR,
@@ -32,8 +32,9 @@ from keras_electra.convert.names import (
     weight_table,
 )
 from keras_electra.errors import ConfigError
+from keras_electra.run_directory import RunDirectory
 
-CONVERT_FILE = "convert.json"
+CONVERT_FILE = RunDirectory.CONVERT
 
 
 @dataclass
@@ -159,13 +160,11 @@ def write_init_dir(converted: Converted, output: str | Path) -> tuple[Path, list
     Returns:
         The directory and the conversion's notes (also written to ``convert.json``).
     """
-    from keras_electra.data import save_vocab
     from keras_electra.finetuning.settings import infer_preset
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
-    from keras_electra.training.checkpoints import RunCheckpoints
 
-    output = Path(output)
-    if (output / "config.json").exists():
+    run = RunDirectory(output)
+    if run.has_config():
         raise ConfigError(f"'{output}' already holds a model; choose a new --output directory.")
     config = converted.config
     if len(converted.tokens) != config.vocab_size:
@@ -175,20 +174,17 @@ def write_init_dir(converted: Converted, output: str | Path) -> tuple[Path, list
         )
     model = ElectraPretrainer(config, objective="electra")
     notes = load_into(model, converted)
-    output.mkdir(parents=True, exist_ok=True)
-    config.save(output / "config.json")
-    save_vocab(converted.tokens, output / "vocab.txt")
-    run = {"preset": infer_preset(config), "objective": "electra"}
-    (output / "run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
-    RunCheckpoints(output / "checkpoints", model, optimizer=None).save(0)
+    run.write_model_files(config, converted.tokens)
+    run.write_settings({"preset": infer_preset(config), "objective": "electra"})
+    run.checkpoints(model).save(0)
     record = {
         "source": converted.source,
         "format": converted.source_format,
         "parts": list(converted.parts()),
         "notes": notes,
     }
-    (output / CONVERT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return output, notes
+    write_json(run.path / run.CONVERT, record)
+    return run.path, notes
 
 
 def special_token_ids(tokens: list[str], source: str) -> dict[str, int]:

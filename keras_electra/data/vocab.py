@@ -55,26 +55,6 @@ def validate_vocab(tokens: Sequence[str], source: str = "The vocabulary") -> Non
             )
 
 
-def load_config_and_vocab(directory) -> tuple:
-    """A run, init or fine-tuned directory's ``config.json`` and ``vocab.txt`` tokens,
-    checked against each other (one sentence naming the directory when they disagree).
-
-    Returns:
-        ``(ElectraConfig, tokens)``.
-    """
-    from keras_electra.config import ElectraConfig
-
-    directory = os.fspath(directory)
-    config = ElectraConfig.load(os.path.join(directory, "config.json"))
-    tokens = load_vocab(os.path.join(directory, "vocab.txt"))
-    if len(tokens) != config.vocab_size:
-        raise ConfigError(
-            f"{directory}/vocab.txt has {len(tokens)} tokens but config.json says vocab_size "
-            f"{config.vocab_size}; restore the directory's original files."
-        )
-    return config, tokens
-
-
 def load_vocab(path: str) -> list[str]:
     """Loads a BERT-format vocabulary file (UTF-8, one token per line, id = line number).
 

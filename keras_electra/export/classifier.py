@@ -50,7 +50,7 @@ from keras_electra.export.qa import QuestionAnsweringModule
 from keras_electra.export.saved_model import export_module, export_pretraining_run
 from keras_electra.export.tagger import TextTaggerModule
 from keras_electra.finetuning.run import FinetunedModel, is_finetuned_dir, load_finetuned
-from keras_electra.finetuning.settings import FINETUNE_FILE
+from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.signatures import (
     CLASSIFY_METHOD_NAME,
     REGRESS_METHOD_NAME,
@@ -218,8 +218,10 @@ def export_finetuned(
         for name, method in module.method_names().items():
             set_signature_method_name(saved, name, method)
 
-    extra = {name: model_dir / name for name in ("config.json", "vocab.txt", FINETUNE_FILE)}
-    extra["labels.txt"] = model_dir / "labels.txt"
+    run = RunDirectory(model_dir)
+    extra = run.model_files()
+    for path in (run.finetune_file, run.labels_file):
+        extra[path.name] = path
     return export_module(module, output, version=version, extra_files=extra, after_save=set_methods)
 
 

@@ -20,7 +20,6 @@ at the end, because TF Serving loads any numeric folder it sees.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -31,6 +30,7 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError
 from keras_electra.pretraining.run import load_run
+from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.warmup import predict_log, write_warmup_requests
 
 SIGNATURE_NAMES = ("serving_default", "score_pair")
@@ -184,7 +184,7 @@ def export_pretraining_run(
             f"Run '{run_dir}' was trained with --objective mlm and has no replaced-token "
             "head to export; fine-tune it or pretrain with --objective electra."
         )
-    settings = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    settings = RunDirectory(run_dir).settings()
     length = max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
     if not 4 <= length <= model.config.max_position_embeddings:
         raise ConfigError(
@@ -198,5 +198,5 @@ def export_pretraining_run(
         module,
         output,
         version=version,
-        extra_files={"config.json": run_dir / "config.json", "vocab.txt": run_dir / "vocab.txt"},
+        extra_files=RunDirectory(run_dir).model_files(),
     )

@@ -47,7 +47,6 @@ from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.models import POOLINGS
 from keras_electra.finetuning.settings import (
-    FINETUNE_FILE,
     TASK_EPOCHS,
     FinetuneSettings,
     check_task,
@@ -57,12 +56,10 @@ from keras_electra.finetuning.settings import (
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import Task, get_task
 from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.run_directory import RunDirectory
 from keras_electra.training.callbacks import CheckpointEvery, plan_windows, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.preemption import StopOnSignal, StopRequest
-
-# OUTPUT_DIR/resume: the checkpoint and metrics of an interrupted fine-tuning.
-RESUME_DIR = "resume"
 
 
 @dataclass
@@ -86,16 +83,11 @@ class FinetunedModel:
 
 
 def _source_preset(source: Path, config: ElectraConfig) -> str:
-    run = source / "run.json"
-    if run.is_file():
-        preset = json.loads(run.read_text(encoding="utf-8")).get("preset")
-        if preset:
-            return preset
-    if (source / FINETUNE_FILE).is_file():
-        preset = FinetuneSettings.load(source / FINETUNE_FILE).training.get("preset")
-        if preset:
-            return preset
-    return infer_preset(config)
+    run = RunDirectory(source)
+    preset = run.settings().get("preset")
+    if not preset and run.is_finetuned():
+        preset = FinetuneSettings.load(run.finetune_file).training.get("preset")
+    return preset or infer_preset(config)
 
 
 def _positive(name: str, value: float) -> None:
@@ -237,7 +229,7 @@ def finetune(
     batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
     resume = None
     if output_dir is not None:
-        resume = _Resume(Path(output_dir) / RESUME_DIR, _fingerprint(settings, source, x, y))
+        resume = _Resume(RunDirectory(output_dir).resume_dir, _fingerprint(settings, source, x, y))
     if resume is None or not stop_on_signals:
         stop = StopRequest()
         records = _train(model, optimizer, batches, steps, steps_per_epoch, resume, stop, progress)
@@ -383,11 +375,12 @@ class _EpochLog(keras.callbacks.Callback):
 class _Resume:
     """``OUTPUT_DIR/resume/``: an interrupted fine-tuning's checkpoint, records and identity."""
 
-    def __init__(self, directory: Path, fingerprint: str):
-        self.directory = directory
+    def __init__(self, run: RunDirectory, fingerprint: str):
+        self.run, self.directory = run, run.path
         self.fingerprint = fingerprint
+        directory = run.path
         state = directory / "state.json"
-        if not (directory / "checkpoints" / "checkpoint").exists():
+        if not run.has_checkpoint():
             shutil.rmtree(directory, ignore_errors=True)  # nothing saved: nothing to resume
         elif state.exists():
             stored = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
@@ -401,17 +394,17 @@ class _Resume:
     def open(self, model: keras.Model, optimizer) -> RunCheckpoints:
         self.directory.mkdir(parents=True, exist_ok=True)
         write_json(self.directory / "state.json", {"fingerprint": self.fingerprint}, indent=None)
-        return RunCheckpoints(self.directory / "checkpoints", model, optimizer, max_to_keep=1)
+        return self.run.checkpoints(model, optimizer, max_to_keep=1)
 
     def records(self, start: int) -> list[dict]:
-        path = self.directory / "metrics.jsonl"
+        path = self.run.metrics_file
         truncate_metrics_log(path, start)
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
     def append(self, record: dict) -> None:
-        with (self.directory / "metrics.jsonl").open("a", encoding="utf-8") as f:
+        with self.run.metrics_file.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
 
@@ -428,25 +421,19 @@ def _fingerprint(settings: FinetuneSettings, source: Path, x, y) -> str:
 
 def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:
     """Write a fine-tuned model's directory (see the module docstring); return it."""
-    out = Path(output_dir)
-    if (out / "config.json").exists() and not (out / FINETUNE_FILE).exists():
+    run = RunDirectory(output_dir)
+    if run.has_config() and not run.is_finetuned():
         raise ConfigError(
-            f"'{out}' holds a pretraining run; choose a new --output for the fine-tuned model."
+            f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
         )
-    out.mkdir(parents=True, exist_ok=True)
-    result.config.save(out / "config.json")
-    (out / "vocab.txt").write_text(
-        "".join(t + "\n" for t in result.tokenizer.vocab), encoding="utf-8"
-    )
-    (out / "labels.txt").write_text(
-        "".join(x + "\n" for x in result.settings.labels), encoding="utf-8"
-    )
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    RunCheckpoints(out / "checkpoints", result.model, optimizer=None).save(step)
-    _write_history(out / "metrics.jsonl", result.history, step, result.records)
-    write_json(out / "eval_metrics.json", result.metrics)
-    result.settings.save(out / FINETUNE_FILE)  # last: its presence marks a complete directory
-    return out
+    run.write_model_files(result.config, result.tokenizer.vocab)
+    write_atomic(run.labels_file, "".join(x + "\n" for x in result.settings.labels))
+    shutil.rmtree(run.checkpoint_dir, ignore_errors=True)
+    run.checkpoints(result.model).save(step)
+    _write_history(run.metrics_file, result.history, step, result.records)
+    run.write_eval_metrics(result.metrics)
+    result.settings.save(run.finetune_file)  # last: its presence marks a complete directory
+    return run.path
 
 
 def _write_history(
@@ -468,7 +455,7 @@ def _write_history(
 
 def is_finetuned_dir(path: str | Path) -> bool:
     """Whether ``path`` is a directory written by :func:`finetune`."""
-    return (Path(path) / FINETUNE_FILE).is_file()
+    return RunDirectory(path).is_finetuned()
 
 
 def load_finetuned(output_dir: str | Path) -> FinetunedModel:
@@ -479,24 +466,22 @@ def load_finetuned(output_dir: str | Path) -> FinetunedModel:
         >>> loaded.settings.labels  # doctest: +SKIP
         ['0', '1']
     """
-    out = Path(output_dir)
-    if not is_finetuned_dir(out):
+    run = RunDirectory(output_dir)
+    if not run.is_finetuned():
         raise ConfigError(
-            f"'{out}' is not a fine-tuned model directory (no {FINETUNE_FILE}); pass the "
+            f"'{run.path}' is not a fine-tuned model directory (no {run.FINETUNE}); pass the "
             "--output of `keras-electra finetune`."
         )
-    settings = FinetuneSettings.load(out / FINETUNE_FILE)
-    config, tokenizer = read_source(out)
+    settings = FinetuneSettings.load(run.finetune_file)
+    config, tokenizer = read_source(run.path)
     handler = get_task(settings.task)
     model = handler.build_model(ElectraBackbone(config), settings)
-    checkpoints = RunCheckpoints(out / "checkpoints", model, optimizer=None)
+    checkpoints = run.checkpoints(model)
     if checkpoints.latest is None:
-        raise ConfigError(f"'{out}' has no checkpoint; fine-tune again to write one.")
+        raise ConfigError(f"'{run.path}' has no checkpoint; fine-tune again to write one.")
     checkpoints.restore_latest()
-    metrics = {}
-    if (out / "eval_metrics.json").is_file():
-        metrics = json.loads((out / "eval_metrics.json").read_text(encoding="utf-8"))
-    return FinetunedModel(model, tokenizer, settings, handler, config, out, metrics)
+    metrics = run.eval_metrics() or {}
+    return FinetunedModel(model, tokenizer, settings, handler, config, run.path, metrics)
 
 
 def predict_file(

@@ -28,9 +28,6 @@ from keras_electra.errors import ConfigError
 TASKS = ("classify", "regress", "tag", "qa")
 """Sequence classification, sequence regression, token tagging, extractive QA."""
 
-FINETUNE_FILE = "finetune.json"
-"""Written to every fine-tuned output directory; its presence marks one."""
-
 RECIPE: dict[str, dict[str, float]] = {
     "tiny": {"learning_rate": 1e-3, "layer_decay": 0.8},
     "small": {"learning_rate": 3e-4, "layer_decay": 0.8},

@@ -19,34 +19,25 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from keras_electra.config import ElectraConfig
-from keras_electra.data import ElectraTokenizer, load_config_and_vocab
+from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError
-from keras_electra.finetuning.settings import FINETUNE_FILE
 from keras_electra.layers.backbone import ElectraBackbone
-from keras_electra.training.checkpoints import RunCheckpoints
+from keras_electra.run_directory import RunDirectory
 
 
 def read_source(source: str | Path) -> tuple[ElectraConfig, ElectraTokenizer]:
     """The config and tokenizer of a source directory, checked against each other."""
-    source = Path(source)
-    if not (source / "config.json").is_file() or not (source / "vocab.txt").is_file():
+    run = RunDirectory(source)
+    if not run.has_model_files():
         raise ConfigError(
-            f"'{source}' is not a run or init directory (it needs config.json and vocab.txt); "
+            f"'{source}' is not a run or init directory (it needs {run.CONFIG} and {run.VOCAB}); "
             "pass the --output of `keras-electra pretrain`."
         )
-    config, tokens = load_config_and_vocab(source)
+    config, tokens = run.config_and_vocab()
     return config, ElectraTokenizer(tokens, lowercase=config.lowercase)
-
-
-def _restore(model, directory: Path) -> None:
-    checkpoints = RunCheckpoints(directory / "checkpoints", model, optimizer=None)
-    if checkpoints.latest is None:
-        raise ConfigError(f"'{directory}' has no checkpoint yet; pretrain it first.")
-    checkpoints.restore_latest()
 
 
 def load_backbone(
@@ -60,20 +51,19 @@ def load_backbone(
     """
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
 
-    source = Path(source)
+    run = RunDirectory(source)
     config, tokenizer = read_source(source)
     if dropout is not None:
         config = config.replace(dropout=dropout)
     backbone = ElectraBackbone(config)
-    if (source / FINETUNE_FILE).is_file():
+    if run.is_finetuned():
         from keras_electra.finetuning.run import load_finetuned
 
         trained = load_finetuned(source).model.backbone
     else:
         candidates: list[str | None] = [None, "electra", "mlm"]  # None: backbone only
-        if (source / "run.json").is_file():
-            run = json.loads((source / "run.json").read_text(encoding="utf-8"))
-            candidates = [run.get("objective", "electra")]
+        if run.settings_file.is_file():
+            candidates = [run.settings().get("objective", "electra")]
         trained, problems = None, []
         for candidate in candidates:
             try:
@@ -82,7 +72,7 @@ def load_backbone(
                     if candidate is None
                     else ElectraPretrainer(config, candidate)
                 )
-                _restore(model, source)
+                run.restore_latest(model, "source directory")
             except ConfigError as e:
                 problems.append(str(e))
                 continue
@@ -92,7 +82,7 @@ def load_backbone(
             break
         if trained is None:
             mismatch = (
-                f"No checkpoint in '{source}/checkpoints' matches its config.json as a "
+                f"No checkpoint in '{run.checkpoint_dir}' matches its {run.CONFIG} as a "
                 "pretrainer or a discriminator; restore the directory's original files."
             )
             raise ConfigError(problems[-1] if len(set(problems)) == 1 else mismatch)

@@ -25,7 +25,6 @@ sentence.
 from __future__ import annotations
 
 import hashlib
-import json
 import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -34,18 +33,15 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_electra.atomic import write_json
 from keras_electra.config import TRAINING_DEFAULTS, ElectraConfig
 from keras_electra.data import (
     ElectraTokenizer,
     check_corpus_has_text,
     is_tfrecord_input,
     learn_vocab,
-    load_config_and_vocab,
     load_pretraining_data,
     load_vocab,
     resolve_corpus_files,
-    save_vocab,
 )
 from keras_electra.data.tfrecords import unreadable_tfrecord
 from keras_electra.errors import (
@@ -64,6 +60,7 @@ from keras_electra.pretraining.pretrainer import (
     ElectraPretrainer,
     transfer_weights,
 )
+from keras_electra.run_directory import RunDirectory
 from keras_electra.training.callbacks import (
     CheckpointEvery,
     MetricsLogger,
@@ -291,6 +288,7 @@ def _pretrain(
     on_nan,
 ) -> RunResult:
     run_dir = Path(output_dir)
+    run = RunDirectory(run_dir)
     preset = preset or _init_preset(init) or "tiny"
     if on_nan not in ON_NAN:
         raise ConfigError(f"Unknown --on-nan '{on_nan}'; choose one of: {', '.join(ON_NAN)}.")
@@ -342,18 +340,18 @@ def _pretrain(
     # otherwise derive the same vocabulary and config from the same arguments.
     chief = is_chief(distribution)
     if chief:
-        resuming = (run_dir / "config.json").exists()
+        resuming = run.config_file.exists()
     else:
-        resuming = tf.train.latest_checkpoint(str(run_dir / "checkpoints")) is not None
+        resuming = run.has_checkpoint()
     if resuming:
-        config, tokens = _load_run(run_dir, settings)
+        config, tokens = _load_run(run, settings)
         if sharing is not None and sharing != config.embedding_sharing:
             raise ConfigError(
                 f"Run directory '{run_dir}' was started with embedding_sharing="
                 f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
                 "choose a new --output."
             )
-        _check_same_vocab(run_dir, tokens, vocab)
+        _check_same_vocab(run, tokens, vocab)
     else:
         if init is not None:
             config, tokens = _init_source(init, settings, sharing)
@@ -364,20 +362,18 @@ def _pretrain(
             config = model_config(preset, tokens, lowercase, settings, config_overrides or {})
         if chief:
             with _writing(run_dir):
-                run_dir.mkdir(parents=True, exist_ok=True)
-                save_vocab(tokens, run_dir / "vocab.txt")
-                config.save(run_dir / "config.json")
+                run.write_model_files(config, tokens)
     settings.embedding_sharing = config.embedding_sharing
     settings.vocab_sha256 = vocab_checksum(tokens)
     if chief:
         with _writing(run_dir):
-            write_json(run_dir / "run.json", asdict(settings))
+            run.write_settings(asdict(settings))
 
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
     keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
     with distribution.scope():
         model, optimizer = _build_model(config, settings, policy)
-    checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer, chief=chief)
+    checkpoints = run.checkpoints(model, optimizer, chief=chief)
     start = checkpoints.restore_latest()
     if init is not None and start == 0:
         _load_init_weights(model, Path(init))
@@ -390,7 +386,7 @@ def _pretrain(
             parameters=model.count_params(),
         )
     if chief:
-        truncate_metrics_log(run_dir / "metrics.jsonl", start)
+        truncate_metrics_log(run.metrics_file, start)
 
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
@@ -440,8 +436,8 @@ def _train(
 
     probe = _health_probe(model, tokenizer, settings) if health and chief else None
     logger = MetricsLogger(
-        run_dir / "metrics.jsonl" if chief else None,
-        run_dir / "logs" if chief else None,
+        RunDirectory(run_dir).metrics_file if chief else None,
+        RunDirectory(run_dir).logs_dir if chief else None,
         tokens_per_step=settings.batch_size * settings.max_seq_length,
         total_steps=settings.steps,
         initial_step=start,
@@ -503,19 +499,15 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
     Raises:
         ConfigError: if the directory holds no run or no checkpoint, or they disagree.
     """
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
+    run = RunDirectory(run_dir)
+    if not run.has_config():
         raise ConfigError(
-            f"'{run_dir}' is not a run directory (no config.json); pass the --output of "
+            f"'{run_dir}' is not a run directory (no {run.CONFIG}); pass the --output of "
             "`keras-electra pretrain`."
         )
-    config, tokens = _load_run(run_dir, None)
-    settings = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    model = ElectraPretrainer(config, objective=settings.get("objective", "electra"))
-    checkpoints = RunCheckpoints(run_dir / "checkpoints", model, optimizer=None)
-    if checkpoints.latest is None:
-        raise ConfigError(f"Run directory '{run_dir}' has no checkpoint yet; pretrain it first.")
-    step = checkpoints.restore_latest()
+    config, tokens = _load_run(run, None)
+    model = ElectraPretrainer(config, objective=run.settings().get("objective", "electra"))
+    step = run.restore_latest(model)
     return model, ElectraTokenizer(tokens, lowercase=config.lowercase), step
 
 
@@ -527,15 +519,15 @@ def vocab_checksum(tokens: list[str]) -> str:
     return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()[:16]
 
 
-def _check_same_vocab(run_dir: Path, tokens: list[str], vocab: str | None) -> None:
+def _check_same_vocab(run: RunDirectory, tokens: list[str], vocab: str | None) -> None:
     """A resumed run keeps its vocabulary: a ``--vocab`` that differs from it is refused."""
     if not vocab:
         return
     given = load_vocab(vocab)
     if given != tokens:
         raise ConfigError(
-            f"--vocab '{vocab}' differs from the vocabulary run '{run_dir}' started with "
-            f"({run_dir / 'vocab.txt'}, {len(tokens)} tokens); the checkpoints only fit that one, "
+            f"--vocab '{vocab}' differs from the vocabulary run '{run.path}' started with "
+            f"({run.vocab_file}, {len(tokens)} tokens); the checkpoints only fit that one, "
             "so pass the original file (and data tokenized with it) or start a new --output."
         )
 
@@ -705,17 +697,14 @@ def model_config(
     return config
 
 
-def _load_run(run_dir: Path, settings: RunSettings | None):
-    config, tokens = load_config_and_vocab(run_dir)
-    previous_path = run_dir / "run.json"
-    previous = {}
-    if previous_path.exists():
-        previous = json.loads(previous_path.read_text(encoding="utf-8"))
+def _load_run(run: RunDirectory, settings: RunSettings | None):
+    config, tokens = run.config_and_vocab()
+    previous = run.settings()
     stored = previous.get("vocab_sha256")
     if stored and stored != vocab_checksum(tokens):
         raise ConfigError(
-            f"{run_dir}/vocab.txt has changed since the run started (its checksum is not the "
-            f"one in run.json); restore the original vocabulary, which the checkpoints were "
+            f"{run.vocab_file} has changed since the run started (its checksum is not the "
+            f"one in {run.SETTINGS}); restore the original vocabulary, which the checkpoints were "
             "trained with."
         )
     if settings is not None and previous:
@@ -723,7 +712,7 @@ def _load_run(run_dir: Path, settings: RunSettings | None):
             # Runs from before a setting existed used its default.
             if previous.get(name, getattr(RunSettings, name)) != getattr(settings, name):
                 raise ConfigError(
-                    f"Run directory '{run_dir}' was started with {name}={previous.get(name)!r}, "
+                    f"Run directory '{run.path}' was started with {name}={previous.get(name)!r}, "
                     f"not {getattr(settings, name)!r}; resume with the same value or choose "
                     "a new --output."
                 )
@@ -737,13 +726,13 @@ def _init_source(
 
     ``sharing``: the run's ``embedding_sharing`` when asked for (default: the directory's).
     """
-    init = Path(init)
-    if not (init / "config.json").is_file():
+    source = RunDirectory(init)
+    if not source.has_config():
         raise ConfigError(
-            f"--init '{init}' is not a run or converted directory (no config.json); pass the "
-            "--output of `keras-electra pretrain` or `keras-electra convert`."
+            f"--init '{init}' is not a run or converted directory (no {source.CONFIG}); pass "
+            "the --output of `keras-electra pretrain` or `keras-electra convert`."
         )
-    config, tokens = _load_run(init, None)
+    config, tokens = _load_run(source, None)
     if settings.max_seq_length > config.max_position_embeddings:
         raise ConfigError(
             f"--max-seq-length {settings.max_seq_length} exceeds the {init} model's "
@@ -769,10 +758,7 @@ def _check_sharing(config: ElectraConfig, objective: str) -> None:
 
 
 def _init_preset(init: str | Path | None) -> str | None:
-    run = Path(init) / "run.json" if init is not None else None
-    if run is None or not run.is_file():
-        return None
-    return json.loads(run.read_text(encoding="utf-8")).get("preset")
+    return None if init is None else RunDirectory(init).settings().get("preset")
 
 
 def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
@@ -782,11 +768,11 @@ def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
     into a model of its own mode first, then transferred (see
     :func:`~keras_electra.pretraining.pretrainer.transfer_weights`).
     """
-    source = model
-    config = ElectraConfig.load(init / "config.json")
+    source, directory = model, RunDirectory(init)
+    config = ElectraConfig.load(directory.config_file)
     if config.embedding_sharing != model.config.embedding_sharing:
         source = ElectraPretrainer(config, objective=model.objective)
-    checkpoints = RunCheckpoints(init / "checkpoints", source, optimizer=None)
+    checkpoints = directory.checkpoints(source)
     if checkpoints.latest is None:
         raise ConfigError(f"--init '{init}' has no checkpoint.")
     checkpoints.restore_latest()

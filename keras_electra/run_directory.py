@@ -1,0 +1,181 @@
+"""The layout of a run directory, owned in one place.
+
+Pretraining (``keras-electra pretrain --output``), fine-tuning, ``convert`` and the
+exports all read and write the same kind of directory::
+
+    config.json         the ElectraConfig
+    vocab.txt           the WordPiece vocabulary (ids = line numbers)
+    run.json            pretraining settings (preset, objective, seed, vocab_sha256, ...)
+    finetune.json       fine-tuned directories only: the task, labels and settings
+    labels.txt          fine-tuned directories: the label names, one per line
+    checkpoints/        model (+ optimizer) checkpoints, see training/checkpoints.py
+    metrics.jsonl       one JSON object per logging window (or epoch)
+    eval_metrics.json   fine-tuned directories: the evaluation set's metrics
+    logs/               TensorBoard summaries
+    resume/             an interrupted fine-tuning: its own checkpoints/ and metrics.jsonl
+    convert.json        directories written by ``keras-electra convert``: source and notes
+
+:class:`RunDirectory` names these files, writes the ones other code reads back
+atomically (a kill leaves the old file or the new one, never a prefix), checks that
+``config.json`` and ``vocab.txt`` belong together, and opens the checkpoints. No
+other module spells a run-directory file name.
+
+Example:
+    >>> import tempfile
+    >>> run = RunDirectory(tempfile.mkdtemp())
+    >>> run.has_model_files()
+    False
+    >>> run.write_settings({"preset": "tiny"}).name
+    'run.json'
+    >>> run.settings()
+    {'preset': 'tiny'}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_electra.atomic import write_json
+from keras_electra.config import ElectraConfig
+from keras_electra.data.vocab import load_vocab, save_vocab
+from keras_electra.errors import ConfigError
+from keras_electra.training.checkpoints import RunCheckpoints
+
+
+class _Entry:
+    """A file or directory inside a run directory, read as an attribute of one."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, run: RunDirectory | None, owner=None) -> Path:
+        return self if run is None else run.path / self.name
+
+
+class RunDirectory:
+    """One run, init or fine-tuned directory.
+
+    Args:
+        path: the directory (it need not exist yet).
+    """
+
+    CONFIG = "config.json"
+    VOCAB = "vocab.txt"
+    SETTINGS = "run.json"
+    FINETUNE = "finetune.json"
+    LABELS = "labels.txt"
+    METRICS = "metrics.jsonl"
+    EVAL_METRICS = "eval_metrics.json"
+    CHECKPOINTS = "checkpoints"
+    LOGS = "logs"
+    RESUME = "resume"
+    CONVERT = "convert.json"
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDirectory('{self.path}')"
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    # --- where things are: run.config_file is run.path / "config.json", and so on ---
+
+    config_file = _Entry(CONFIG)
+    vocab_file = _Entry(VOCAB)
+    settings_file = _Entry(SETTINGS)
+    finetune_file = _Entry(FINETUNE)
+    labels_file = _Entry(LABELS)
+    metrics_file = _Entry(METRICS)
+    eval_metrics_file = _Entry(EVAL_METRICS)
+    checkpoint_dir = _Entry(CHECKPOINTS)
+    logs_dir = _Entry(LOGS)
+
+    @property
+    def resume_dir(self) -> RunDirectory:
+        """``resume/``: an interrupted fine-tuning's checkpoints and metrics."""
+        return RunDirectory(self.path / self.RESUME)
+
+    def model_files(self) -> dict[str, Path]:
+        """``config.json`` and ``vocab.txt`` by name (what an export carries along)."""
+        return {self.CONFIG: self.config_file, self.VOCAB: self.vocab_file}
+
+    # --- what is there ---
+
+    def has_config(self) -> bool:
+        return self.config_file.is_file()
+
+    def has_model_files(self) -> bool:
+        """Both ``config.json`` and ``vocab.txt`` exist."""
+        return self.has_config() and self.vocab_file.is_file()
+
+    def is_finetuned(self) -> bool:
+        return self.finetune_file.is_file()
+
+    def has_checkpoint(self) -> bool:
+        return tf.train.latest_checkpoint(str(self.checkpoint_dir)) is not None
+
+    # --- reading ---
+
+    def config_and_vocab(self) -> tuple[ElectraConfig, list[str]]:
+        """``config.json`` and the ``vocab.txt`` tokens, checked against each other.
+
+        Raises:
+            ConfigError: when they disagree (one sentence naming the directory).
+        """
+        config = ElectraConfig.load(self.config_file)
+        tokens = load_vocab(str(self.vocab_file))
+        if len(tokens) != config.vocab_size:
+            raise ConfigError(
+                f"{self.vocab_file} has {len(tokens)} tokens but {self.CONFIG} says vocab_size "
+                f"{config.vocab_size}; restore the directory's original files."
+            )
+        return config, tokens
+
+    def settings(self) -> dict:
+        """``run.json`` as a dict ({} when the directory has none)."""
+        if not self.settings_file.is_file():
+            return {}
+        return json.loads(self.settings_file.read_text(encoding="utf-8"))
+
+    def eval_metrics(self) -> dict | None:
+        """``eval_metrics.json`` (None when there is none)."""
+        if not self.eval_metrics_file.is_file():
+            return None
+        return json.loads(self.eval_metrics_file.read_text(encoding="utf-8"))
+
+    # --- writing (atomically, the files other code reads back) ---
+
+    def write_model_files(self, config: ElectraConfig, tokens: list[str]) -> None:
+        """Create the directory and write ``vocab.txt`` and ``config.json``."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        save_vocab(tokens, self.vocab_file)
+        config.save(self.config_file)
+
+    def write_settings(self, settings: dict) -> Path:
+        return write_json(self.settings_file, settings)
+
+    def write_eval_metrics(self, metrics: dict) -> Path:
+        return write_json(self.eval_metrics_file, metrics)
+
+    # --- checkpoints ---
+
+    def checkpoints(self, model, optimizer=None, **kwargs) -> RunCheckpoints:
+        """A :class:`~keras_electra.training.checkpoints.RunCheckpoints` on ``checkpoints/``."""
+        return RunCheckpoints(self.checkpoint_dir, model, optimizer, **kwargs)
+
+    def restore_latest(self, model, what: str = "run directory") -> int:
+        """Restore the latest checkpoint into ``model`` (no optimizer); return its step.
+
+        Raises:
+            ConfigError: when there is no checkpoint yet, or it does not match ``model``.
+        """
+        checkpoints = self.checkpoints(model)
+        if checkpoints.latest is None:
+            raise ConfigError(f"The {what} '{self.path}' has no checkpoint yet; pretrain it first.")
+        return checkpoints.restore_latest()

@@ -1,0 +1,90 @@
+"""RunDirectory: the one owner of a run directory's layout, writes and checks."""
+
+import ast
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+
+from keras_electra.config import ElectraConfig
+from keras_electra.data.vocab import SPECIAL_TOKENS
+from keras_electra.errors import ConfigError
+from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.run_directory import RunDirectory
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_electra"
+TOKENS = list(SPECIAL_TOKENS) + [f"w{i}" for i in range(27)]
+
+
+def tiny_config(**overrides) -> ElectraConfig:
+    values = dict(vocab_size=len(TOKENS), hidden_size=16, num_layers=1, num_heads=2)
+    values.update(overrides)
+    return ElectraConfig.from_preset("tiny", **values)
+
+
+def test_model_files_round_trip_and_settings_default_to_empty(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    assert not run.has_model_files() and run.settings() == {} and run.eval_metrics() is None
+    config = tiny_config()
+    run.write_model_files(config, TOKENS)
+    run.write_settings({"preset": "tiny", "seed": 3})
+    run.write_eval_metrics({"accuracy": 0.5})
+    loaded, tokens = run.config_and_vocab()
+    assert loaded == config and tokens == TOKENS
+    assert run.settings() == {"preset": "tiny", "seed": 3}
+    assert run.eval_metrics() == {"accuracy": 0.5}
+    # Written by rename: no temporary file is left behind.
+    assert sorted(p.name for p in run.path.iterdir()) == sorted(
+        [run.CONFIG, run.VOCAB, run.SETTINGS, run.EVAL_METRICS]
+    )
+    assert set(run.model_files()) == {run.CONFIG, run.VOCAB}
+
+
+def test_a_vocabulary_that_does_not_match_the_config_is_one_sentence(tmp_path):
+    run = RunDirectory(tmp_path)
+    run.write_model_files(tiny_config(vocab_size=len(TOKENS) + 1), TOKENS)
+    mismatch = r"vocab.txt has 32 tokens but config.json says vocab_size 33;"
+    with pytest.raises(ConfigError, match=mismatch):
+        run.config_and_vocab()
+
+
+def test_checkpoints_restore_into_a_fresh_model_and_a_missing_one_is_one_sentence(tmp_path):
+    run = RunDirectory(tmp_path)
+    keras.utils.set_random_seed(0)
+    saved = ElectraBackbone(tiny_config())
+    with pytest.raises(ConfigError, match="has no checkpoint yet"):
+        run.restore_latest(saved)
+    assert not run.has_checkpoint()
+    run.checkpoints(saved).save(7)
+    assert run.has_checkpoint()
+    keras.utils.set_random_seed(1)
+    fresh = ElectraBackbone(tiny_config())
+    assert run.restore_latest(fresh) == 7
+    for a, b in zip(saved.get_weights(), fresh.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_resume_directory_is_a_run_directory_inside_the_output(tmp_path):
+    run = RunDirectory(tmp_path)
+    assert run.resume_dir.path == tmp_path / run.RESUME
+    assert run.resume_dir.metrics_file == tmp_path / run.RESUME / run.METRICS
+
+
+def test_no_other_library_module_spells_a_run_directory_file_name():
+    """The layout lives in run_directory.py (directories of other formats excepted)."""
+    names = {
+        value
+        for key, value in vars(RunDirectory).items()
+        if key.isupper() and isinstance(value, str)
+    }
+    # Hugging Face, google-research and keras-hub directories have their own layouts.
+    other_formats = {"hf.py", "google.py", "keras_hub.py"}
+    spelled = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "run_directory.py" or path.name in other_formats:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
+    assert spelled == [], spelled
