@@ -509,7 +509,7 @@ def configurations(args) -> list[dict]:
         # OpenMP threads that spin-wait are pathological on a busy machine: try each count.
         for threads in (int(t) for t in args.torch_threads.split(",")):
             runs.append(dict(engine="torch", precision=precision, threads=threads))
-            if args.try_levers:
+            if args.try_levers or args.torch_compile_rows:
                 runs.append(
                     dict(engine="torch", precision=precision, threads=threads, torch_compile=True)
                 )
@@ -586,6 +586,9 @@ def parse_args(argv=None):
     )
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--try-levers", action="store_true", help="also XLA and torch.compile")
+    p.add_argument(
+        "--torch-compile-rows", action="store_true", help="also PyTorch with torch.compile"
+    )
     p.add_argument("--timeout", type=int, default=1800, help="seconds per configuration")
     p.add_argument("--baseline", metavar="REF", help="also run our default step at commit REF")
     p.add_argument("--rounds", type=int, default=1, help="repeat every configuration N times")

@@ -20,7 +20,8 @@ import sys
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from keras_electra.config import EMBEDDING_SHARING, PRESETS  # noqa: E402 - plain Python
+from keras_electra.config import PRESETS  # noqa: E402 - plain Python
+from keras_electra.settings import PretrainSettings, add_arguments, from_arguments  # noqa: E402
 
 PRESET_NAMES = tuple(PRESETS)
 
@@ -33,100 +34,9 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         "between documents) or TFRecords from `keras-electra prepare`. Run again with the same "
         "--output to resume from the latest checkpoint.",
     )
-    p.add_argument(
-        "--preset",
-        choices=PRESET_NAMES,
-        help="model size and training defaults (default: --init's, else tiny)",
-    )
-    p.add_argument(
-        "--init",
-        metavar="DIR",
-        help="start from this run's or `keras-electra convert` output's weights",
-    )
-    p.add_argument(
-        "--corpus",
-        nargs="+",
-        required=True,
-        metavar="PATH",
-        help="text files, directories of *.txt, or TFRecord files",
-    )
     p.add_argument("--output", required=True, metavar="RUN_DIR", help="run directory")
-    p.add_argument(
-        "--validation",
-        nargs="+",
-        metavar="PATH",
-        help="held-back text for the run-health probe (default: a batch of the corpus)",
-    )
-    p.add_argument(
-        "--no-health",
-        action="store_true",
-        help="skip the run-health probe (it costs about 1.5%% of the training time)",
-    )
-    p.add_argument("--objective", default="electra", choices=("electra", "mlm"))
-    p.add_argument(
-        "--embedding-sharing",
-        choices=EMBEDDING_SHARING,
-        help="what the generator and the discriminator share: all (the paper's default), "
-        "gdes (gradient-disentangled, DeBERTaV3), word (the word table only) or none "
-        "(default: --init's, else all; a resumed run keeps its own)",
-    )
-    p.add_argument("--steps", type=int, help="total training steps (default: per preset)")
-    p.add_argument("--batch-size", type=int, help="sequences per step (default: per preset)")
-    p.add_argument("--max-seq-length", type=int, help="tokens per sequence (default: per preset)")
-    p.add_argument("--learning-rate", type=float, help="peak learning rate (default: per preset)")
-    p.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default: per preset)")
-    p.add_argument("--vocab", metavar="FILE", help="BERT-format vocab.txt (default: learn one)")
-    p.add_argument("--vocab-size", type=int, help="size of a learned vocabulary")
-    p.add_argument("--cased", action="store_true", help="keep case (learned vocabularies)")
-    p.add_argument("--log-every", type=int, default=50, help="steps per metrics.jsonl line")
-    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--precision",
-        default="float32",
-        choices=("float32", "mixed_bfloat16", "mixed_float16"),
-        help="compute precision (variables stay float32)",
-    )
-    p.add_argument(
-        "--strategy",
-        default="auto",
-        choices=("auto", "tpu", "mirrored", "multi_worker", "one_device"),
-        help="distribution strategy; --batch-size is the global batch",
-    )
-    p.add_argument(
-        "--optimizer",
-        default="adamw",
-        choices=("adamw", "lamb"),
-        help="AdamW, or LAMB for very large batches (same schedule and decay)",
-    )
-    p.add_argument(
-        "--xla",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="compile the forward + backward pass with XLA (default: off, slower on CPU)",
-    )
-    p.add_argument(
-        "--steps-per-execution",
-        type=int,
-        default=1,
-        metavar="N",
-        help="training steps per compiled call (divides --log-every and --steps)",
-    )
-    p.add_argument(
-        "--grad-accumulation",
-        type=int,
-        default=1,
-        metavar="K",
-        help="split each batch into K micro-batches, one optimizer update",
-    )
-    p.add_argument(
-        "--on-nan",
-        default="stop",
-        choices=("stop", "skip"),
-        help="a step with a NaN/Inf loss or gradient norm: stop the run (default; weights and "
-        "checkpoints untouched) or skip its update and count it (skipped_steps)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    # One flag per PretrainSettings field: --batch-size for batch_size, and so on.
+    add_arguments(p, PretrainSettings)
     p.add_argument(
         "--sample",
         metavar="TEXT",
@@ -140,37 +50,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     from keras_electra.pretraining.run import pretrain
     from keras_electra.scoring import format_scores, score_texts
 
-    result = pretrain(
-        args.corpus,
-        args.output,
-        preset=args.preset,
-        objective=args.objective,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        max_seq_length=args.max_seq_length,
-        learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps,
-        vocab=args.vocab,
-        vocab_size=args.vocab_size,
-        lowercase=not args.cased,
-        log_every=args.log_every,
-        checkpoint_every=args.checkpoint_every,
-        seed=args.seed,
-        progress=not args.no_progress,
-        precision=args.precision,
-        strategy=args.strategy,
-        init=args.init,
-        optimizer=args.optimizer,
-        xla=args.xla,
-        steps_per_execution=args.steps_per_execution,
-        grad_accumulation=args.grad_accumulation,
-        validation=args.validation,
-        health=not args.no_health,
-        config_overrides=(
-            {"embedding_sharing": args.embedding_sharing} if args.embedding_sharing else None
-        ),
-        on_nan=args.on_nan,
-    )
+    result = pretrain(args.corpus, args.output, settings=from_arguments(args, PretrainSettings))
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")
     if metrics:

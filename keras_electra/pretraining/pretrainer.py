@@ -16,10 +16,8 @@ from keras_electra.layers import (
     GeneratorHead,
 )
 from keras_electra.pretraining import objective
+from keras_electra.settings import OBJECTIVES, ON_NAN  # the objectives; on_nan's choices
 
-OBJECTIVES = ("electra", "mlm")
-# What a training step does when its loss or gradient norm is not finite (configure_step).
-ON_NAN = ("stop", "skip")
 # In the message of the error a step raises under on_nan="stop" (see configure_step).
 NONFINITE_MESSAGE = "keras-electra: the loss or gradient norm of this step is not finite"
 # The parts whose gradient norms are logged: "generator" is the generator's tower.

@@ -24,16 +24,17 @@ sentence.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import zlib
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
-from keras_electra.config import TRAINING_DEFAULTS, ElectraConfig
+from keras_electra.config import ElectraConfig
 from keras_electra.data import (
     ElectraTokenizer,
     check_corpus_has_text,
@@ -55,12 +56,11 @@ from keras_electra.errors import (
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.pretrainer import (
     NONFINITE_MESSAGE,
-    OBJECTIVES,
-    ON_NAN,
     ElectraPretrainer,
     transfer_weights,
 )
 from keras_electra.run_directory import RunDirectory
+from keras_electra.settings import PretrainSettings
 from keras_electra.training.callbacks import (
     CheckpointEvery,
     MetricsLogger,
@@ -68,7 +68,7 @@ from keras_electra.training.callbacks import (
     truncate_metrics_log,
 )
 from keras_electra.training.checkpoints import RunCheckpoints
-from keras_electra.training.optimizer import OPTIMIZERS, create_optimizer
+from keras_electra.training.optimizer import create_optimizer
 from keras_electra.training.per_step import PerStepCallbacks
 from keras_electra.training.precision import dtype_policy, needs_loss_scaling
 from keras_electra.training.preemption import ClusterStopOnSignal, StopOnSignal, StopRequest
@@ -84,45 +84,8 @@ from keras_electra.training.strategy import (
 PROBE_SEQUENCES = 32
 
 
-@dataclass
-class RunSettings:
-    """Training settings of a run, saved as ``run.json``."""
-
-    preset: str = "tiny"
-    objective: str = "electra"
-    corpus: list[str] = field(default_factory=list)
-    steps: int = 1000
-    batch_size: int = 32
-    max_seq_length: int = 128
-    learning_rate: float = 1e-3
-    warmup_steps: int = 100
-    seed: int = 0
-    log_every: int = 50
-    checkpoint_every: int = 500
-    precision: str = "float32"
-    strategy: str = "auto"
-    optimizer: str = "adamw"
-    xla: bool = False
-    steps_per_execution: int = 1
-    grad_accumulation: int = 1
-    validation: list[str] = field(default_factory=list)
-    # A copy of config.json's ElectraConfig.embedding_sharing, for the record.
-    embedding_sharing: str = "all"
-    on_nan: str = "stop"
-    # A checksum of the vocabulary: a run refuses to resume on a changed one.
-    vocab_sha256: str = ""
-
-    # Settings that fix the data order and the model: a resumed run must keep them.
-    # (The optimizer too: the checkpoint holds its state.)
-    FIXED = (
-        "preset",
-        "objective",
-        "batch_size",
-        "max_seq_length",
-        "seed",
-        "precision",
-        "optimizer",
-    )
+# The settings of a run (saved as ``run.json``): kept under this name for callers.
+RunSettings = PretrainSettings
 
 
 @dataclass
@@ -142,97 +105,33 @@ def pretrain(
     corpus: list[str],
     output_dir: str | Path,
     *,
-    preset: str | None = None,
-    objective: str = "electra",
-    steps: int | None = None,
-    batch_size: int | None = None,
-    max_seq_length: int | None = None,
-    learning_rate: float | None = None,
-    warmup_steps: int | None = None,
-    vocab: str | None = None,
-    vocab_size: int | None = None,
-    lowercase: bool = True,
-    log_every: int = 50,
-    checkpoint_every: int | None = None,
-    seed: int = 0,
-    config_overrides: dict | None = None,
-    progress: bool = True,
-    precision: str = "float32",
-    strategy: str = "auto",
-    init: str | Path | None = None,
-    optimizer: str = "adamw",
-    xla: bool = False,
-    steps_per_execution: int = 1,
-    grad_accumulation: int = 1,
-    validation: list[str] | None = None,
-    health: bool = True,
-    on_nan: str = "stop",
+    settings: PretrainSettings | None = None,
     stop_on_signals: bool = True,
+    **options,
 ) -> RunResult:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
+
+    Every option is a field of :class:`~keras_electra.settings.PretrainSettings`
+    (the same as the command's flags, documented there): pass them as keywords,
+    or as one ``settings`` object (keywords then override its fields).
 
     Args:
         corpus: text files (one sentence per line, blank line between
             documents), directories of ``*.txt`` files, or TFRecords written by
             ``keras-electra prepare``.
-        output_dir: the run directory; resumed when it already holds a run.
-        preset: model size (``tiny``, ``small``, ``small++``, ``base``, ``large``) and
-            its training defaults; default: the ``init`` directory's, else ``tiny``.
-        objective: ``electra`` (replaced-token detection) or ``mlm``.
-        steps: total training steps (defaults per preset).
-        batch_size, max_seq_length, learning_rate, warmup_steps: defaults per preset.
-        vocab: a BERT-format ``vocab.txt``; learned from the corpus when omitted.
-        vocab_size: size of the learned vocabulary (default: the preset's).
-        lowercase: lower-case text before tokenizing (learned vocabularies only).
-        log_every: steps per metrics window (one ``metrics.jsonl`` line each).
-        checkpoint_every: steps between checkpoints (rounded up to ``log_every``).
-        seed: seeds the data order, masking and sampling.
-        config_overrides: ElectraConfig fields to change from the preset (a new
-            run). Only ``embedding_sharing`` counts when resuming (it must be the
-            run's) or with ``init`` (an init directory that shares ``all``
-            embeddings can start a run in any mode; another mode only its own).
-        progress: show a progress bar.
-        precision: ``float32``, ``mixed_bfloat16`` or ``mixed_float16`` (with
-            dynamic loss scaling); checkpoints hold float32 variables either way.
-        strategy: ``auto``, ``tpu``, ``mirrored``, ``multi_worker`` or
-            ``one_device``; ``batch_size`` is the global batch, split across replicas.
-            With ``multi_worker`` (``TF_CONFIG`` on every worker) every worker calls
-            this with the same arguments and ``output_dir`` on storage they share;
-            only the chief writes the run directory, and a restarted cluster
-            resumes from the chief's latest checkpoint.
-        optimizer: ``adamw`` or ``lamb`` (for very large batches); same schedule,
-            clipping and weight-decay exclusions.
-        xla: compile each step's forward and backward pass with XLA (the
-            optimizer update stays outside, so this works with every strategy).
-            Under XLA the seeded random ops draw another (equally deterministic)
-            stream, so samples and dropout differ from a run without it.
-        steps_per_execution: training steps per call of the compiled train
-            function; must divide ``log_every`` and ``steps``.
-        grad_accumulation: split each batch of ``batch_size`` into this many
-            micro-batches and sum their gradients into one update (same result,
-            less memory); must divide the per-replica batch.
-        init: start from the weights, config and vocabulary of this directory (a
-            run, or one written by ``keras-electra convert``) instead of random
-            weights; the optimizer, step and data order start fresh. With another
-            ``embedding_sharing`` in ``config_overrides`` than the directory's
-            ``all``, the discriminator's own embedding weights start as copies of
-            the shared ones (GDES deltas at zero).
-        validation: held-back text files for the run-health probe
-            (:mod:`keras_electra.pretraining.health`); without them the probe
-            takes a fixed batch of the training text.
-        health: measure run health every window (``metrics.jsonl`` gets the
-            probe's metrics and collapse warnings).
-        on_nan: a step whose loss or global gradient norm is NaN or infinite
-            (checked in the graph, before the update) ``stop``s the run with
-            :class:`~keras_electra.errors.TrainingDiverged` naming the step, the
-            weights and last checkpoint untouched; or is ``skip``ped (no update,
-            counted in the window's ``skipped_steps`` metric; a window of only
-            skipped steps stops the run). Under float16 the loss scaler skips such
-            steps instead.
+        output_dir: the run directory; resumed when it already holds a run (the
+            settings that fix the data order or the model must then be the same).
+        settings: the options as one object.
         stop_on_signals: while training, SIGTERM and SIGINT finish the current
             step, write its (partial) window's metrics line and a checkpoint at that
             step, and raise :class:`~keras_electra.errors.TrainingInterrupted`;
             calling again resumes there. Needs the main thread.
+        **options: fields of :class:`~keras_electra.settings.PretrainSettings`:
+            ``preset``, ``steps``, ``batch_size``, ``learning_rate``, ``precision``,
+            ``strategy``, ``init``, ``validation``, ``on_nan``, ``config_overrides``, ...
+            With ``strategy="multi_worker"`` (``TF_CONFIG`` on every worker) every
+            worker calls this with the same arguments and ``output_dir`` on storage
+            they share; only the chief writes the run directory.
 
     Returns:
         A :class:`RunResult` with the trained model and the metrics history.
@@ -243,98 +142,44 @@ def pretrain(
         StorageError: a checkpoint, log or metrics write failed (no space,
             permissions, the directory removed); the previous checkpoint is kept.
         InputDataError, ConfigError: unusable data, vocabulary or settings.
+        TypeError: a keyword that is not a setting.
 
     Example:
         >>> result = pretrain(["data/sample/shakespeare.txt"], "runs/demo",
         ...                   steps=200)  # doctest: +SKIP
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
     """
-    arguments = {k: v for k, v in locals().items() if k != "stop_on_signals"}  # the parameters
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(PretrainSettings)})
+    if unknown:
+        raise TypeError(
+            f"pretrain() has no setting {', '.join(unknown)}; see "
+            "keras_electra.settings.PretrainSettings for the options."
+        )
+    corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
+    settings = dataclasses.replace(settings or PretrainSettings(), corpus=corpus, **options)
     if not stop_on_signals:
-        return _pretrain(StopRequest(), **arguments)
+        return _pretrain(StopRequest(), Path(output_dir), settings)
     with StopRequest() as stop:
-        return _pretrain(stop, **arguments)
+        return _pretrain(stop, Path(output_dir), settings)
 
 
-def _pretrain(
-    stop: StopRequest,
-    corpus,
-    output_dir,
-    *,
-    preset,
-    objective,
-    steps,
-    batch_size,
-    max_seq_length,
-    learning_rate,
-    warmup_steps,
-    vocab,
-    vocab_size,
-    lowercase,
-    log_every,
-    checkpoint_every,
-    seed,
-    config_overrides,
-    progress,
-    precision,
-    strategy,
-    init,
-    optimizer,
-    xla,
-    steps_per_execution,
-    grad_accumulation,
-    validation,
-    health,
-    on_nan,
-) -> RunResult:
-    run_dir = Path(output_dir)
+def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> RunResult:
+    """Resolve the settings, prepare the run directory and the model, then train."""
     run = RunDirectory(run_dir)
-    preset = preset or _init_preset(init) or "tiny"
-    if on_nan not in ON_NAN:
-        raise ConfigError(f"Unknown --on-nan '{on_nan}'; choose one of: {', '.join(ON_NAN)}.")
-    if objective not in OBJECTIVES:
-        raise ConfigError(
-            f"Unknown objective '{objective}'; choose one of: {', '.join(OBJECTIVES)}."
-        )
-    if preset not in TRAINING_DEFAULTS:
-        raise ConfigError(
-            f"Unknown preset '{preset}'; choose one of: {', '.join(sorted(TRAINING_DEFAULTS))}."
-        )
-    defaults = TRAINING_DEFAULTS[preset]
-    policy = dtype_policy(precision)
-    distribution = resolve_strategy(strategy)
+    settings = requested.resolved(_init_preset(requested.init))
+    init = settings.init
+    policy = dtype_policy(settings.precision)
+    distribution = resolve_strategy(settings.strategy)
     if is_multi_worker(distribution):
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
-    settings = RunSettings(
-        preset=preset,
-        objective=objective,
-        corpus=[str(p) for p in corpus],
-        steps=steps or defaults["steps"],
-        batch_size=batch_size or defaults["batch_size"],
-        max_seq_length=max_seq_length or defaults["max_seq_length"],
-        learning_rate=learning_rate or defaults["learning_rate"],
-        warmup_steps=defaults["warmup_steps"] if warmup_steps is None else warmup_steps,
-        seed=seed,
-        log_every=max(1, min(log_every, steps or defaults["steps"])),
-        precision=precision,
-        strategy=strategy,
-        optimizer=optimizer,
-        xla=bool(xla),
-        steps_per_execution=steps_per_execution,
-        grad_accumulation=grad_accumulation,
-        validation=[str(p) for p in validation or []],
-        on_nan=on_nan,
-    )
-    settings.checkpoint_every = _round_up(
-        checkpoint_every or max(settings.log_every, 500), settings.log_every
-    )
-    _check_positive(settings)
     _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
     _check_speed_options(settings, distribution.num_replicas_in_sync)
-    sharing = (config_overrides or {}).get("embedding_sharing")
+    overrides = dict(settings.config_overrides)
+    if settings.embedding_sharing is not None:
+        overrides["embedding_sharing"] = settings.embedding_sharing
+    sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
         _check_sharing(ElectraConfig(embedding_sharing=sharing), settings.objective)
-
     # Only the chief writes the run directory. The other workers read the chief's
     # files once it has checkpointed (before that they may be half-written) and
     # otherwise derive the same vocabulary and config from the same arguments.
@@ -351,15 +196,14 @@ def _pretrain(
                 f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
                 "choose a new --output."
             )
-        _check_same_vocab(run, tokens, vocab)
+        _check_same_vocab(run, tokens, settings.vocab)
     else:
         if init is not None:
             config, tokens = _init_source(init, settings, sharing)
             _check_sharing(config, settings.objective)
         else:
-            vocab_size = vocab_size or _preset_vocab_size(preset)
-            tokens = _vocabulary(settings, vocab, vocab_size, lowercase)
-            config = model_config(preset, tokens, lowercase, settings, config_overrides or {})
+            tokens = _vocabulary(settings)
+            config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
         if chief:
             with _writing(run_dir):
                 run.write_model_files(config, tokens)
@@ -367,13 +211,15 @@ def _pretrain(
     settings.vocab_sha256 = vocab_checksum(tokens)
     if chief:
         with _writing(run_dir):
-            run.write_settings(asdict(settings))
+            run.write_settings(settings.record())
 
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
     keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
     with distribution.scope():
         model, optimizer = _build_model(config, settings, policy)
-    checkpoints = run.checkpoints(model, optimizer, chief=chief)
+    checkpoints = run.checkpoints(
+        model, optimizer, chief=chief, max_to_keep=settings.keep_checkpoints
+    )
     start = checkpoints.restore_latest()
     if init is not None and start == 0:
         _load_init_weights(model, Path(init))
@@ -399,8 +245,8 @@ def _pretrain(
             checkpoints,
             start,
             distribution,
-            health=health,
-            progress=progress,
+            health=settings.health,
+            progress=settings.progress,
         )
     except tf.errors.DataLossError as e:
         raise _data_loss(settings, e) from None
@@ -614,10 +460,6 @@ def _build_model(config: ElectraConfig, settings: RunSettings, policy: keras.DTy
 
 
 def _check_speed_options(settings: RunSettings, replicas: int) -> None:
-    if settings.optimizer not in OPTIMIZERS:
-        raise ConfigError(
-            f"Unknown optimizer '{settings.optimizer}'; choose one of: {', '.join(OPTIMIZERS)}."
-        )
     spe, k = settings.steps_per_execution, settings.grad_accumulation
     if spe < 1 or settings.log_every % spe or settings.steps % spe:
         raise ConfigError(
@@ -639,36 +481,20 @@ def _check_divisible(batch_size: int, replicas: int) -> None:
         )
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-def _preset_vocab_size(preset: str) -> int:
-    return ElectraConfig.from_preset(preset).vocab_size
-
-
-def _check_positive(settings: RunSettings) -> None:
-    for name in ("steps", "batch_size", "max_seq_length"):
-        if getattr(settings, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer.")
-    if settings.learning_rate <= 0:
-        raise ConfigError("--learning-rate must be positive.")
-    if settings.max_seq_length < 8:
-        raise ConfigError("--max-seq-length must be at least 8.")
-
-
-def _vocabulary(settings: RunSettings, vocab: str | None, vocab_size: int, lowercase: bool):
+def _vocabulary(settings: RunSettings) -> list[str]:
+    """The ``--vocab`` file's tokens, or a vocabulary learned from the corpus."""
     if is_tfrecord_input(settings.corpus):
-        if not vocab:
+        if not settings.vocab:
             raise ConfigError(
                 "TFRecord input needs the vocabulary it was prepared with; pass --vocab "
                 "(keras-electra prepare writes vocab.txt next to the records)."
             )
     else:
         check_corpus_has_text(resolve_corpus_files(settings.corpus))
-    if vocab:
-        return load_vocab(vocab)
-    return learn_vocab(settings.corpus, vocab_size, lowercase=lowercase)
+    if settings.vocab:
+        return load_vocab(settings.vocab)
+    size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
+    return learn_vocab(settings.corpus, size, lowercase=settings.lowercase)
 
 
 def model_config(
@@ -708,7 +534,7 @@ def _load_run(run: RunDirectory, settings: RunSettings | None):
             "trained with."
         )
     if settings is not None and previous:
-        for name in RunSettings.FIXED:
+        for name in RunSettings.fixed_names():
             # Runs from before a setting existed used its default.
             if previous.get(name, getattr(RunSettings, name)) != getattr(settings, name):
                 raise ConfigError(

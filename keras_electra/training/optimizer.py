@@ -6,9 +6,8 @@ import keras
 from keras import ops
 
 from keras_electra.errors import ConfigError
+from keras_electra.settings import OPTIMIZERS
 from keras_electra.training.lamb import Lamb
-
-OPTIMIZERS = ("adamw", "lamb")
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_electra.errors import ConfigError
-
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+from keras_electra.settings import PRECISIONS
 
 
 def dtype_policy(precision: str) -> keras.DTypePolicy:

@@ -8,8 +8,7 @@ import os
 import tensorflow as tf
 
 from keras_electra.errors import ConfigError
-
-STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device")
+from keras_electra.settings import STRATEGIES
 
 
 def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:

@@ -1,0 +1,284 @@
+"""Every pretraining option, written once: the API, ``run.json`` and the command's flags.
+
+:class:`PretrainSettings` is what :func:`~keras_electra.pretraining.run.pretrain`
+takes (as keywords or as one object); each field carries its help text and its
+command-line form, and ``keras-electra pretrain``'s flags, help and choices are
+generated from the fields (:func:`add_arguments`). The resolved settings (preset
+defaults filled in) are what ``run.json`` records. Per-preset defaults live in one
+table, :data:`keras_electra.config.TRAINING_DEFAULTS`: a field left ``None`` takes
+its preset's value.
+
+Adding an option is one field here (name, type, default, help) plus the code that
+uses it; the flag ``--the-name``, its help and its entry in ``run.json`` follow.
+
+This module is plain Python (no TensorFlow), so the command's ``--help`` stays fast.
+
+Example:
+    >>> settings = PretrainSettings(corpus=["a.txt"], steps=300).resolved()
+    >>> settings.preset, settings.steps, settings.batch_size, settings.learning_rate
+    ('tiny', 300, 32, 0.0005)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from keras_electra.config import EMBEDDING_SHARING, PRESETS, TRAINING_DEFAULTS
+from keras_electra.errors import ConfigError
+
+# The choices of the options below; the modules that act on them import them from here.
+OBJECTIVES = ("electra", "mlm")
+ON_NAN = ("stop", "skip")
+OPTIMIZERS = ("adamw", "lamb")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device")
+
+
+def option(
+    default: Any,
+    help: str,  # noqa: A002 - argparse's word
+    *,
+    choices: tuple | None = None,
+    metavar: str | None = None,
+    negated: str | None = None,
+    required: bool = False,
+    fixed: bool = False,
+    record: bool = True,
+    cli: bool = True,
+) -> Any:
+    """A settings field with its command-line form.
+
+    Args:
+        default: the default (a list or dict is copied per instance; ``None`` for a
+            per-preset default).
+        help: the flag's help text (and the field's documentation).
+        choices: the allowed values.
+        metavar: the flag's value name in ``--help``.
+        negated: for a boolean that defaults to True, the flag that turns it off
+            (``--no-health``, ``--cased``).
+        required: the command needs the flag.
+        fixed: a resumed run must keep the value (it fixes the data order or the model).
+        record: written to ``run.json``.
+        cli: has a flag (False: Python callers only, or filled in by the run).
+    """
+    metadata = dict(
+        help=help,
+        choices=choices,
+        metavar=metavar,
+        negated=negated,
+        required=required,
+        fixed=fixed,
+        record=record,
+        cli=cli,
+    )
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+PER_PRESET = "(default: per preset)"
+
+
+@dataclass
+class PretrainSettings:
+    """The options of a pretraining run (see the module docstring)."""
+
+    corpus: list[str] = option(
+        [],
+        "text files, directories of *.txt, or TFRecord files",
+        metavar="PATH",
+        required=True,
+    )
+    preset: str | None = option(
+        None,
+        "model size and training defaults (default: --init's, else tiny)",
+        choices=tuple(PRESETS),
+        fixed=True,
+    )
+    init: str | None = option(
+        None,
+        "start from this run's or `keras-electra convert` output's weights",
+        metavar="DIR",
+        record=False,
+    )
+    validation: list[str] = option(
+        [],
+        "held-back text for the run-health probe (default: a batch of the corpus)",
+        metavar="PATH",
+    )
+    health: bool = option(
+        True,
+        "skip the run-health probe (it costs about 1.5%% of the training time)",
+        negated="--no-health",
+        record=False,
+    )
+    objective: str = option("electra", "the pretraining objective", choices=OBJECTIVES, fixed=True)
+    embedding_sharing: str | None = option(
+        None,
+        "what the generator and the discriminator share: all (the paper's default), gdes "
+        "(gradient-disentangled, DeBERTaV3), word (the word table only) or none (default: "
+        "--init's, else the preset's; a resumed run keeps its own)",
+        choices=EMBEDDING_SHARING,
+    )
+    steps: int | None = option(None, f"total training steps {PER_PRESET}")
+    batch_size: int | None = option(
+        None, f"sequences per step, the global batch {PER_PRESET}", fixed=True
+    )
+    max_seq_length: int | None = option(None, f"tokens per sequence {PER_PRESET}", fixed=True)
+    learning_rate: float | None = option(None, f"peak learning rate {PER_PRESET}")
+    warmup_steps: int | None = option(None, f"linear warm-up steps {PER_PRESET}")
+    vocab: str | None = option(
+        None, "BERT-format vocab.txt (default: learn one)", metavar="FILE", record=False
+    )
+    vocab_size: int | None = option(
+        None, "size of a learned vocabulary (default: the preset's)", record=False
+    )
+    lowercase: bool = option(
+        True, "keep case (learned vocabularies)", negated="--cased", record=False
+    )
+    log_every: int = option(50, "steps per metrics.jsonl line")
+    checkpoint_every: int | None = option(
+        None, "steps between checkpoints (default: 500, rounded up to --log-every)"
+    )
+    keep_checkpoints: int = option(
+        3, "how many recent checkpoints the run directory keeps", metavar="N"
+    )
+    seed: int = option(0, "seeds the data order, masking, sampling and dropout", fixed=True)
+    precision: str = option(
+        "float32", "compute precision (variables stay float32)", choices=PRECISIONS, fixed=True
+    )
+    strategy: str = option(
+        "auto", "distribution strategy; --batch-size is the global batch", choices=STRATEGIES
+    )
+    optimizer: str = option(
+        "adamw",
+        "AdamW, or LAMB for very large batches (same schedule and decay)",
+        choices=OPTIMIZERS,
+        fixed=True,
+    )
+    xla: bool = option(
+        False, "compile the forward + backward pass with XLA (default: off, slower on CPU)"
+    )
+    steps_per_execution: int = option(
+        1, "training steps per compiled call (divides --log-every and --steps)", metavar="N"
+    )
+    grad_accumulation: int = option(
+        1, "split each batch into K micro-batches, one optimizer update", metavar="K"
+    )
+    on_nan: str = option(
+        "stop",
+        "a step with a NaN/Inf loss or gradient norm: stop the run (default; weights and "
+        "checkpoints untouched) or skip its update and count it (skipped_steps)",
+        choices=ON_NAN,
+    )
+    progress: bool = option(True, "hide the progress bar", negated="--no-progress", record=False)
+    config_overrides: dict = option(
+        {}, "ElectraConfig fields to change from the preset", cli=False, record=False
+    )
+    # Filled in by the run: a checksum of the vocabulary (a run refuses to resume on a
+    # changed one).
+    vocab_sha256: str = option("", "the vocabulary's checksum", cli=False)
+
+    # --- derived views ---
+
+    @classmethod
+    def fixed_names(cls) -> tuple[str, ...]:
+        """Settings a resumed run must keep (they fix the data order or the model)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata["fixed"])
+
+    def record(self) -> dict:
+        """What ``run.json`` holds."""
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["record"]
+        }
+
+    def resolved(self, preset: str | None = None) -> PretrainSettings:
+        """A copy with the preset (default: ``preset``, else ``tiny``) and its defaults
+        filled in, values checked; one sentence names a bad one."""
+        chosen = self.preset or preset or "tiny"
+        for name in ("preset", "objective", "precision", "strategy", "optimizer", "on_nan"):
+            choices = _field(name).metadata["choices"]
+            value = chosen if name == "preset" else getattr(self, name)
+            if value not in choices:
+                label = "--on-nan" if name == "on_nan" else name
+                raise ConfigError(
+                    f"Unknown {label} '{value}'; choose one of: {', '.join(choices)}."
+                )
+        defaults = TRAINING_DEFAULTS[chosen]
+        values = {name: getattr(self, name) for name in defaults}
+        filled = {k: defaults[k] if v is None else v for k, v in values.items()}
+        out = dataclasses.replace(
+            self,
+            preset=chosen,
+            corpus=[str(p) for p in self.corpus],
+            validation=[str(p) for p in self.validation or []],
+            xla=bool(self.xla),
+            **filled,
+        )
+        out.log_every = max(1, min(out.log_every, out.steps))
+        every = out.checkpoint_every or max(out.log_every, 500)
+        out.checkpoint_every = -(-every // out.log_every) * out.log_every
+        out.check()
+        return out
+
+    def check(self) -> None:
+        """Raise a one-sentence ConfigError for a value no run can use."""
+        for name in ("steps", "batch_size", "max_seq_length"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer.")
+        if self.learning_rate <= 0:
+            raise ConfigError("--learning-rate must be positive.")
+        if self.max_seq_length < 8:
+            raise ConfigError("--max-seq-length must be at least 8.")
+        if self.keep_checkpoints < 1:
+            raise ConfigError("--keep-checkpoints must be at least 1.")
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(PretrainSettings) if f.name == name)
+
+
+def add_arguments(parser: argparse.ArgumentParser, settings=PretrainSettings) -> None:
+    """Add one flag per field of ``settings`` (``--batch-size`` for ``batch_size``)."""
+    for f in dataclasses.fields(settings):
+        meta = f.metadata
+        if not meta["cli"]:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        if meta["negated"]:
+            parser.add_argument(meta["negated"], action="store_false", **kwargs)
+            continue
+        if f.type in ("bool", bool):
+            kwargs.update(action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            default = None if f.default is dataclasses.MISSING else f.default
+            kwargs.update(type=_value_type(f.type), default=default)
+            if "list" in str(f.type):
+                kwargs.update(nargs="+", default=None)
+            for key in ("choices", "metavar", "required"):
+                if meta[key]:
+                    kwargs[key] = meta[key]
+        parser.add_argument(flag, **kwargs)
+
+
+def _value_type(annotation) -> type:
+    """``int`` for ``int | None`` (as a string or a type), and so on; else ``str``."""
+    text = annotation if isinstance(annotation, str) else str(annotation)
+    text = getattr(annotation, "__name__", text) if isinstance(annotation, type) else text
+    for name, kind in (("int", int), ("float", float)):
+        if text.startswith(name):
+            return kind
+    return str
+
+
+def from_arguments(args: argparse.Namespace, settings=PretrainSettings, **extra):
+    """The settings the parsed flags give (flags left out keep the fields' defaults)."""
+    values = {}
+    for f in dataclasses.fields(settings):
+        if f.metadata["cli"] and getattr(args, f.name, None) is not None:
+            values[f.name] = getattr(args, f.name)
+    return settings(**values, **extra)

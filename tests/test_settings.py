@@ -1,0 +1,172 @@
+"""PretrainSettings: one source for pretrain()'s options, the command's flags and run.json."""
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+
+from keras_electra.cli import build_parser
+from keras_electra.config import TRAINING_DEFAULTS
+from keras_electra.errors import ConfigError
+from keras_electra.pretraining.run import pretrain
+from keras_electra.settings import PretrainSettings, add_arguments, from_arguments
+
+FIELDS = {f.name: f for f in dataclasses.fields(PretrainSettings)}
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["pretrain", "--output", "out", "--corpus", "a.txt", *argv])
+
+
+def test_every_field_with_a_flag_reaches_the_settings_from_the_command_line():
+    # One non-default value per field, given as its generated flag.
+    given = {
+        "preset": ("small", "--preset", "small"),
+        "init": ("d", "--init", "d"),
+        "validation": (["v1", "v2"], "--validation", "v1", "v2"),
+        "health": (False, "--no-health"),
+        "objective": ("mlm", "--objective", "mlm"),
+        "embedding_sharing": ("gdes", "--embedding-sharing", "gdes"),
+        "steps": (7, "--steps", "7"),
+        "batch_size": (8, "--batch-size", "8"),
+        "max_seq_length": (64, "--max-seq-length", "64"),
+        "learning_rate": (0.002, "--learning-rate", "2e-3"),
+        "warmup_steps": (5, "--warmup-steps", "5"),
+        "vocab": ("v.txt", "--vocab", "v.txt"),
+        "vocab_size": (900, "--vocab-size", "900"),
+        "lowercase": (False, "--cased"),
+        "log_every": (3, "--log-every", "3"),
+        "checkpoint_every": (9, "--checkpoint-every", "9"),
+        "keep_checkpoints": (1, "--keep-checkpoints", "1"),
+        "seed": (4, "--seed", "4"),
+        "precision": ("mixed_bfloat16", "--precision", "mixed_bfloat16"),
+        "strategy": ("one_device", "--strategy", "one_device"),
+        "optimizer": ("lamb", "--optimizer", "lamb"),
+        "xla": (True, "--xla"),
+        "steps_per_execution": (3, "--steps-per-execution", "3"),
+        "grad_accumulation": (2, "--grad-accumulation", "2"),
+        "on_nan": ("skip", "--on-nan", "skip"),
+        "progress": (False, "--no-progress"),
+    }
+    with_flags = {name for name, f in FIELDS.items() if f.metadata["cli"]}
+    assert with_flags == set(given) | {"corpus"}, "a new option needs a case here"
+    argv = [token for _, *flag in given.values() for token in flag]
+    settings = from_arguments(parse(*argv), PretrainSettings)
+    for name, (value, *_) in given.items():
+        assert getattr(settings, name) == value, name
+        assert value != FIELDS[name].default, f"{name}: pick a value other than the default"
+    assert settings.corpus == ["a.txt"]
+
+
+def test_flags_left_out_keep_the_fields_defaults():
+    settings = from_arguments(parse(), PretrainSettings)
+    assert settings == PretrainSettings(corpus=["a.txt"])
+
+
+def test_preset_defaults_come_from_the_one_table_and_explicit_values_win():
+    for preset, defaults in TRAINING_DEFAULTS.items():
+        resolved = PretrainSettings(corpus=["a"], preset=preset).resolved()
+        for name, value in defaults.items():
+            assert getattr(resolved, name) == value, (preset, name)
+    mine = PretrainSettings(corpus=["a"], preset="small", steps=10, learning_rate=1e-2).resolved()
+    assert (mine.steps, mine.learning_rate, mine.batch_size) == (10, 1e-2, 128)
+    # No preset: the init directory's (passed in), else tiny.
+    assert PretrainSettings(corpus=["a"]).resolved("base").preset == "base"
+    assert PretrainSettings(corpus=["a"]).resolved().preset == "tiny"
+    # Windows and checkpoints fit the run: log_every <= steps, checkpoints on window ends.
+    short = PretrainSettings(corpus=["a"], steps=20, log_every=50).resolved()
+    assert (short.log_every, short.checkpoint_every) == (20, 500)
+    odd = PretrainSettings(corpus=["a"], log_every=30, checkpoint_every=100).resolved()
+    assert odd.checkpoint_every == 120
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (dict(preset="huge"), "Unknown preset 'huge'; choose one of: tiny, small"),
+        (dict(objective="bert"), "Unknown objective 'bert'; choose one of: electra, mlm"),
+        (dict(on_nan="ignore"), "Unknown --on-nan 'ignore'; choose one of: stop, skip"),
+        (dict(steps=0), "--steps must be a positive integer"),
+        (dict(learning_rate=-1.0), "--learning-rate must be positive"),
+        (dict(max_seq_length=4), "--max-seq-length must be at least 8"),
+        (dict(keep_checkpoints=0), "--keep-checkpoints must be at least 1"),
+    ],
+)
+def test_a_bad_value_is_one_sentence(values, message):
+    with pytest.raises(ConfigError, match=message):
+        PretrainSettings(corpus=["a"], **values).resolved()
+
+
+def test_run_json_records_what_fixes_the_run_and_not_the_per_invocation_options():
+    record = PretrainSettings(corpus=["a"], vocab="v.txt", progress=False).resolved().record()
+    assert {"preset", "steps", "batch_size", "seed", "keep_checkpoints", "vocab_sha256"} <= set(
+        record
+    )
+    assert not {"vocab", "progress", "health", "init", "lowercase", "config_overrides"} & set(
+        record
+    )
+    json.dumps(record)  # JSON as it is
+    assert set(PretrainSettings.fixed_names()) == {
+        "preset",
+        "objective",
+        "batch_size",
+        "max_seq_length",
+        "seed",
+        "precision",
+        "optimizer",
+    }
+
+
+def test_a_new_option_is_one_field(tmp_path):
+    """What adding an option takes: the field; its flag, help and record follow."""
+
+    @dataclasses.dataclass
+    class WithTemperature(PretrainSettings):
+        sampling_temperature: float = dataclasses.field(
+            default=1.0,
+            metadata=dict(
+                help="generator sampling temperature",
+                choices=None,
+                metavar="T",
+                negated=None,
+                required=False,
+                fixed=False,
+                record=True,
+                cli=True,
+            ),
+        )
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, WithTemperature)
+    assert "--sampling-temperature T" in parser.format_help()
+    args = parser.parse_args(["--corpus", "a", "--sampling-temperature", "2"])
+    settings = from_arguments(args, WithTemperature)
+    assert settings.sampling_temperature == 2.0
+    assert settings.resolved().record()["sampling_temperature"] == 2.0
+
+
+def test_pretrain_refuses_a_keyword_that_is_not_a_setting(tmp_path):
+    with pytest.raises(TypeError, match="pretrain\\(\\) has no setting stepz"):
+        pretrain(["a.txt"], tmp_path, stepz=3)
+
+
+def test_keep_checkpoints_keeps_that_many(small_corpus, tmp_path):
+    out = tmp_path / "run"
+    pretrain(
+        [str(small_corpus)],
+        out,
+        steps=6,
+        batch_size=4,
+        max_seq_length=32,
+        vocab_size=300,
+        log_every=1,
+        checkpoint_every=1,
+        keep_checkpoints=2,
+        health=False,
+        progress=False,
+        config_overrides={"num_layers": 1, "hidden_size": 32, "num_heads": 2},
+    )
+    kept = sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index"))
+    assert kept == ["ckpt-5.index", "ckpt-6.index"]
+    assert json.loads((out / "run.json").read_text())["keep_checkpoints"] == 2
