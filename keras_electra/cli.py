@@ -21,7 +21,13 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from keras_electra.config import PRESETS  # noqa: E402 - plain Python
-from keras_electra.settings import PretrainSettings, add_arguments, from_arguments  # noqa: E402
+from keras_electra.settings import (  # noqa: E402 - plain Python
+    TASKS,
+    FinetuneOptions,
+    PretrainSettings,
+    add_arguments,
+    from_arguments,
+)
 
 PRESET_NAMES = tuple(PRESETS)
 
@@ -206,33 +212,13 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
     source.add_argument(
         "--init", metavar="DIR", help="a directory with config.json, vocab.txt and checkpoints/"
     )
-    p.add_argument("--task", required=True, metavar="TASK", help="classify, regress, tag or qa")
+    # Checked by the library, whose error names the choices in one sentence.
+    p.add_argument("--task", required=True, metavar="TASK", help=" | ".join(TASKS))
     p.add_argument("--train", required=True, metavar="FILE", help="training data")
     p.add_argument("--eval", metavar="FILE", help="evaluation data (metrics to eval_metrics.json)")
     p.add_argument("--output", required=True, metavar="OUT_DIR", help="fine-tuned model directory")
-    p.add_argument("--text-column", default="text", help="text column name or 0-based index")
-    p.add_argument("--text-pair-column", help="second text column, for sentence pairs")
-    p.add_argument("--label-column", default="label", help="label column name or index")
-    p.add_argument("--epochs", type=int, help="passes over the data (default: 3; 10 for regress)")
-    p.add_argument("--batch-size", type=int, help="examples per step (default: 32)")
-    p.add_argument("--learning-rate", type=float, help="peak rate of the head (default: per size)")
-    p.add_argument("--layer-decay", type=float, help="layer-wise rate decay (default: per size)")
-    p.add_argument("--weight-decay", type=float, help="decoupled weight decay (default: 0.01)")
-    p.add_argument("--warmup-fraction", type=float, help="fraction of warm-up steps (default 0.1)")
-    p.add_argument("--dropout", type=float, help="dropout (default: 0.1)")
-    p.add_argument(
-        "--pooling",
-        choices=("cls", "mean"),
-        default="cls",
-        help="classify/regress: read the [CLS] vector (default) or the mean of the tokens",
-    )
-    p.add_argument("--max-seq-length", type=int, default=128, help="tokens per example")
-    p.add_argument("--squad-v2", action="store_true", help="qa: questions may be unanswerable")
-    p.add_argument("--doc-stride", type=int, default=128, help="qa: tokens between windows")
-    p.add_argument("--max-query-length", type=int, default=64, help="qa: question tokens kept")
-    p.add_argument("--max-answer-length", type=int, default=30, help="qa: longest answer")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    # One flag per FinetuneOptions field: --text-column for text_column, and so on.
+    add_arguments(p, FinetuneOptions)
     p.set_defaults(func=_run_finetune)
 
 
@@ -247,24 +233,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         args.train,
         args.eval,
         args.output,
-        text_column=args.text_column,
-        text_pair_column=args.text_pair_column,
-        label_column=args.label_column,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        max_seq_length=args.max_seq_length,
-        layer_decay=args.layer_decay,
-        weight_decay=args.weight_decay,
-        warmup_fraction=args.warmup_fraction,
-        dropout=args.dropout,
-        pooling=args.pooling,
-        version_2=args.squad_v2,
-        doc_stride=args.doc_stride,
-        max_query_length=args.max_query_length,
-        max_answer_length=args.max_answer_length,
-        seed=args.seed,
-        progress=not args.quiet,
+        options=from_arguments(args, FinetuneOptions),
     )
     print(f"Fine-tuned model: {result.output_dir}")
     if result.metrics:

@@ -1,4 +1,4 @@
-"""Every pretraining option, written once: the API, ``run.json`` and the command's flags.
+"""Every run option, written once: the API, ``run.json`` and the command's flags.
 
 :class:`PretrainSettings` is what :func:`~keras_electra.pretraining.run.pretrain`
 takes (as keywords or as one object); each field carries its help text and its
@@ -10,6 +10,10 @@ its preset's value.
 
 Adding an option is one field here (name, type, default, help) plus the code that
 uses it; the flag ``--the-name``, its help and its entry in ``run.json`` follow.
+
+:class:`FinetuneOptions` does the same for ``finetune()`` and ``keras-electra
+finetune``, with the paper's fine-tuning recipe per model size
+(:data:`FINETUNE_RECIPE`).
 
 This module is plain Python (no TensorFlow), so the command's ``--help`` stays fast.
 
@@ -44,6 +48,7 @@ def option(
     choices: tuple | None = None,
     metavar: str | None = None,
     negated: str | None = None,
+    flag: str | None = None,
     required: bool = False,
     fixed: bool = False,
     record: bool = True,
@@ -59,6 +64,7 @@ def option(
         metavar: the flag's value name in ``--help``.
         negated: for a boolean that defaults to True, the flag that turns it off
             (``--no-health``, ``--cased``).
+        flag: the flag, where it is not the field's name (``--squad-v2``).
         required: the command needs the flag.
         fixed: a resumed run must keep the value (it fixes the data order or the model).
         record: written to ``run.json``.
@@ -69,6 +75,7 @@ def option(
         choices=choices,
         metavar=metavar,
         negated=negated,
+        flag=flag,
         required=required,
         fixed=fixed,
         record=record,
@@ -237,17 +244,142 @@ class PretrainSettings:
             raise ConfigError("--keep-checkpoints must be at least 1.")
 
 
-def _field(name: str) -> dataclasses.Field:
-    return next(f for f in dataclasses.fields(PretrainSettings) if f.name == name)
+# --- fine-tuning ---
+
+TASKS = ("classify", "regress", "tag", "qa")
+"""Sequence classification, sequence regression, token tagging, extractive QA."""
+POOLINGS = ("cls", "mean")
+
+# The paper's fine-tuning recipe (Clark et al., 2020, appendix) per model size; ``tiny``
+# is this project's test size, with a larger learning rate.
+FINETUNE_RECIPE: dict[str, dict[str, float]] = {
+    "tiny": {"learning_rate": 1e-3, "layer_decay": 0.8},
+    "small": {"learning_rate": 3e-4, "layer_decay": 0.8},
+    "small++": {"learning_rate": 3e-4, "layer_decay": 0.8},
+    "base": {"learning_rate": 1e-4, "layer_decay": 0.8},
+    "large": {"learning_rate": 5e-5, "layer_decay": 0.9},
+}
+FINETUNE_COMMON: dict[str, float] = {
+    "batch_size": 32,
+    "epochs": 3,
+    "dropout": 0.1,
+    "weight_decay": 0.01,
+    "warmup_fraction": 0.1,
+}
+TASK_EPOCHS: dict[str, int] = {"regress": 10}
+"""The paper trains STS (regression) for 10 epochs; pass ``epochs=10`` for RTE too."""
 
 
-def add_arguments(parser: argparse.ArgumentParser, settings=PretrainSettings) -> None:
+def check_task(task: str) -> str:
+    """Return ``task`` if it is a known task name, else raise :class:`ConfigError`."""
+    if task not in TASKS:
+        raise ConfigError(f"Unknown task '{task}'; choose one of: {', '.join(TASKS)}.")
+    return task
+
+
+def recipe_defaults(preset: str) -> dict[str, float]:
+    """The paper's fine-tuning hyperparameters for a model size.
+
+    Example:
+        >>> recipe_defaults("large")["layer_decay"]
+        0.9
+    """
+    if preset not in FINETUNE_RECIPE:
+        raise ConfigError(
+            f"Unknown preset '{preset}'; choose one of: {', '.join(FINETUNE_RECIPE)}."
+        )
+    return {**FINETUNE_COMMON, **FINETUNE_RECIPE[preset]}
+
+
+RECIPE_DEFAULT = "(default: the paper's for the model size)"
+
+
+@dataclass
+class FinetuneOptions:
+    """The options of a fine-tuning run: ``finetune()``'s keywords and the command's flags.
+
+    A hyperparameter left ``None`` takes the paper's value for the source's model size
+    (:func:`recipe_defaults`); :meth:`resolved` fills them in and checks every value.
+    """
+
+    text_column: str = option("text", "text column name or 0-based index")
+    text_pair_column: str | None = option(None, "second text column, for sentence pairs")
+    label_column: str = option("label", "label column name or index")
+    epochs: int | None = option(None, "passes over the data (default: 3; 10 for regress)")
+    batch_size: int | None = option(None, "examples per step (default: 32)")
+    learning_rate: float | None = option(None, f"peak rate of the head {RECIPE_DEFAULT}")
+    layer_decay: float | None = option(None, f"layer-wise rate decay {RECIPE_DEFAULT}")
+    weight_decay: float | None = option(None, "decoupled weight decay (default: 0.01)")
+    warmup_fraction: float | None = option(None, "fraction of warm-up steps (default: 0.1)")
+    dropout: float | None = option(None, "dropout of the backbone and the head (default: 0.1)")
+    pooling: str = option(
+        "cls",
+        "classify/regress: read the [CLS] vector (default) or the mean of the tokens",
+        choices=POOLINGS,
+    )
+    max_seq_length: int = option(128, "tokens per example, [CLS] and [SEP] included")
+    version_2: bool = option(
+        False, "qa: questions may be unanswerable (SQuAD 2.0)", flag="--squad-v2"
+    )
+    doc_stride: int = option(128, "qa: tokens between windows")
+    max_query_length: int = option(64, "qa: question tokens kept")
+    max_answer_length: int = option(30, "qa: longest answer")
+    seed: int = option(0, "seeds the head's initial weights, dropout and the data order")
+    progress: bool = option(True, "no per-epoch lines", negated="--quiet")
+
+    HYPERPARAMETERS = (
+        "epochs",
+        "batch_size",
+        "learning_rate",
+        "layer_decay",
+        "weight_decay",
+        "warmup_fraction",
+    )
+
+    def resolved(self, preset: str, task: str, max_positions: int) -> FinetuneOptions:
+        """A copy with the recipe's values filled in for ``preset`` and ``task``, checked
+        against a model with ``max_positions`` positions; one sentence names a bad value."""
+        check_task(task)
+        defaults = {**recipe_defaults(preset)}
+        defaults["epochs"] = TASK_EPOCHS.get(task, int(defaults["epochs"]))
+        defaults["batch_size"] = int(defaults["batch_size"])
+        names = (*self.HYPERPARAMETERS, "dropout")
+        filled = {n: defaults[n] if getattr(self, n) is None else getattr(self, n) for n in names}
+        out = dataclasses.replace(self, **filled)
+        for name in ("epochs", "batch_size", "learning_rate", "layer_decay"):
+            if getattr(out, name) <= 0:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be positive, got {getattr(out, name)}."
+                )
+        if not 0.0 <= out.dropout < 1.0:
+            raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
+        if out.pooling not in POOLINGS:
+            raise ConfigError(
+                f"--pooling must be one of {', '.join(POOLINGS)}, got {out.pooling!r}."
+            )
+        if not 8 <= out.max_seq_length <= max_positions:
+            raise ConfigError(
+                f"--max-seq-length must be between 8 and {max_positions} (the model's "
+                f"position table), got {out.max_seq_length}."
+            )
+        return out
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The optimizer's settings (after :meth:`resolved`), as ``finetune.json`` records."""
+        return {name: getattr(self, name) for name in self.HYPERPARAMETERS}
+
+
+def _field(name: str, settings: type = PretrainSettings) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(settings) if f.name == name)
+
+
+def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSettings) -> None:
     """Add one flag per field of ``settings`` (``--batch-size`` for ``batch_size``)."""
     for f in dataclasses.fields(settings):
         meta = f.metadata
         if not meta["cli"]:
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = meta["flag"] or "--" + f.name.replace("_", "-")
         kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
         if meta["negated"]:
             parser.add_argument(meta["negated"], action="store_false", **kwargs)
@@ -275,7 +407,7 @@ def _value_type(annotation) -> type:
     return str
 
 
-def from_arguments(args: argparse.Namespace, settings=PretrainSettings, **extra):
+def from_arguments(args: argparse.Namespace, settings: type = PretrainSettings, **extra):
     """The settings the parsed flags give (flags left out keep the fields' defaults)."""
     values = {}
     for f in dataclasses.fields(settings):

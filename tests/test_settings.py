@@ -1,4 +1,4 @@
-"""PretrainSettings: one source for pretrain()'s options, the command's flags and run.json."""
+"""PretrainSettings and FinetuneOptions: one source for the options, the flags and run.json."""
 
 import argparse
 import dataclasses
@@ -9,8 +9,16 @@ import pytest
 from keras_electra.cli import build_parser
 from keras_electra.config import TRAINING_DEFAULTS
 from keras_electra.errors import ConfigError
+from keras_electra.finetuning import finetune
 from keras_electra.pretraining.run import pretrain
-from keras_electra.settings import PretrainSettings, add_arguments, from_arguments
+from keras_electra.settings import (
+    FinetuneOptions,
+    PretrainSettings,
+    add_arguments,
+    from_arguments,
+    option,
+    recipe_defaults,
+)
 
 FIELDS = {f.name: f for f in dataclasses.fields(PretrainSettings)}
 
@@ -123,19 +131,7 @@ def test_a_new_option_is_one_field(tmp_path):
 
     @dataclasses.dataclass
     class WithTemperature(PretrainSettings):
-        sampling_temperature: float = dataclasses.field(
-            default=1.0,
-            metadata=dict(
-                help="generator sampling temperature",
-                choices=None,
-                metavar="T",
-                negated=None,
-                required=False,
-                fixed=False,
-                record=True,
-                cli=True,
-            ),
-        )
+        sampling_temperature: float = option(1.0, "generator sampling temperature", metavar="T")
 
     parser = argparse.ArgumentParser()
     add_arguments(parser, WithTemperature)
@@ -170,3 +166,78 @@ def test_keep_checkpoints_keeps_that_many(small_corpus, tmp_path):
     kept = sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index"))
     assert kept == ["ckpt-5.index", "ckpt-6.index"]
     assert json.loads((out / "run.json").read_text())["keep_checkpoints"] == 2
+
+
+# --- FinetuneOptions: finetune()'s keywords and `keras-electra finetune`'s flags ---
+
+FT_FIELDS = {f.name: f for f in dataclasses.fields(FinetuneOptions)}
+
+
+def parse_finetune(*argv: str) -> argparse.Namespace:
+    base = ["finetune", "--run", "r", "--task", "qa", "--train", "t", "--output", "o"]
+    return build_parser().parse_args([*base, *argv])
+
+
+def test_every_finetune_option_reaches_the_options_from_the_command_line():
+    given = {
+        "text_column": ("sentence", "--text-column", "sentence"),
+        "text_pair_column": ("second", "--text-pair-column", "second"),
+        "label_column": ("2", "--label-column", "2"),
+        "epochs": (4, "--epochs", "4"),
+        "batch_size": (8, "--batch-size", "8"),
+        "learning_rate": (2e-5, "--learning-rate", "2e-5"),
+        "layer_decay": (0.7, "--layer-decay", "0.7"),
+        "weight_decay": (0.0, "--weight-decay", "0"),
+        "warmup_fraction": (0.2, "--warmup-fraction", "0.2"),
+        "dropout": (0.0, "--dropout", "0"),
+        "pooling": ("mean", "--pooling", "mean"),
+        "max_seq_length": (64, "--max-seq-length", "64"),
+        "version_2": (True, "--squad-v2"),
+        "doc_stride": (32, "--doc-stride", "32"),
+        "max_query_length": (16, "--max-query-length", "16"),
+        "max_answer_length": (10, "--max-answer-length", "10"),
+        "seed": (3, "--seed", "3"),
+        "progress": (False, "--quiet"),
+    }
+    assert set(FT_FIELDS) == set(given), "a new option needs a case here"
+    argv = [token for _, *flag in given.values() for token in flag]
+    options = from_arguments(parse_finetune(*argv), FinetuneOptions)
+    for name, (value, *_) in given.items():
+        assert getattr(options, name) == value, name
+        assert value != FT_FIELDS[name].default, f"{name}: pick a value other than the default"
+    assert from_arguments(parse_finetune(), FinetuneOptions) == FinetuneOptions()
+
+
+def test_finetune_defaults_follow_the_papers_recipe_per_size_and_task():
+    for preset in ("tiny", "small", "base", "large"):
+        expected = recipe_defaults(preset)
+        options = FinetuneOptions().resolved(preset, "classify", 512)
+        for name in (*FinetuneOptions.HYPERPARAMETERS, "dropout"):
+            assert getattr(options, name) == expected[name], (preset, name)
+    assert FinetuneOptions().resolved("large", "tag", 512).layer_decay == 0.9
+    assert FinetuneOptions().resolved("base", "regress", 512).epochs == 10  # the paper's STS
+    mine = FinetuneOptions(epochs=2, dropout=0.0).resolved("base", "regress", 512)
+    assert (mine.epochs, mine.dropout, mine.learning_rate) == (2, 0.0, 1e-4)
+    assert list(mine.hyperparameters()) == list(FinetuneOptions.HYPERPARAMETERS)
+
+
+@pytest.mark.parametrize(
+    ("values", "task", "message"),
+    [
+        ({}, "ner", "Unknown task 'ner'; choose one of: classify, regress, tag, qa."),
+        ({"epochs": 0}, "qa", "--epochs must be positive, got 0."),
+        ({"learning_rate": -1.0}, "qa", "--learning-rate must be positive, got -1.0."),
+        ({"dropout": 1.0}, "qa", "--dropout must be in [0, 1), got 1.0."),
+        ({"pooling": "max"}, "classify", "--pooling must be one of cls, mean, got 'max'."),
+        ({"max_seq_length": 600}, "qa", "--max-seq-length must be between 8 and 512 (the"),
+    ],
+)
+def test_a_bad_finetune_value_is_one_sentence(values, task, message):
+    with pytest.raises(ConfigError) as error:
+        FinetuneOptions(**values).resolved("small", task, 512)
+    assert str(error.value).startswith(message)
+
+
+def test_finetune_refuses_a_keyword_that_is_not_an_option(tmp_path):
+    with pytest.raises(TypeError, match="finetune\\(\\) has no option 'epoch'"):
+        finetune(tmp_path, "classify", tmp_path / "t.csv", epoch=3)

@@ -30,8 +30,8 @@ from keras import ops
 
 from keras_electra.layers.backbone import ElectraBackbone
 from keras_electra.layers.embedding import truncated_normal
+from keras_electra.settings import POOLINGS
 
-POOLINGS = ("cls", "mean")
 """How a sequence head reads the encoder: the ``[CLS]`` vector or the token mean."""
 
 

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -45,18 +46,12 @@ from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
-from keras_electra.finetuning.models import POOLINGS
-from keras_electra.finetuning.settings import (
-    TASK_EPOCHS,
-    FinetuneSettings,
-    check_task,
-    infer_preset,
-    recipe_defaults,
-)
+from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import Task, get_task
 from keras_electra.layers.backbone import ElectraBackbone
 from keras_electra.run_directory import RunDirectory
+from keras_electra.settings import FinetuneOptions, check_task
 from keras_electra.training.callbacks import CheckpointEvery, plan_windows, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.preemption import StopOnSignal, StopRequest
@@ -90,9 +85,15 @@ def _source_preset(source: Path, config: ElectraConfig) -> str:
     return preset or infer_preset(config)
 
 
-def _positive(name: str, value: float) -> None:
-    if value is None or value <= 0:
-        raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}.")
+def _options(options: FinetuneOptions | None, keywords: dict) -> FinetuneOptions:
+    known = {f.name for f in dataclasses.fields(FinetuneOptions)}
+    unknown = sorted(set(keywords) - known)
+    if unknown:
+        raise TypeError(
+            f"finetune() has no option {unknown[0]!r}; the options are the fields of "
+            "keras_electra.settings.FinetuneOptions."
+        )
+    return dataclasses.replace(options or FinetuneOptions(), **keywords)
 
 
 def finetune(
@@ -102,30 +103,16 @@ def finetune(
     eval: str | Path | None = None,  # noqa: A002 - the command's flag name
     output_dir: str | Path | None = None,
     *,
-    text_column: str = "text",
-    text_pair_column: str | None = None,
-    label_column: str = "label",
-    epochs: int | None = None,
-    batch_size: int | None = None,
-    learning_rate: float | None = None,
-    max_seq_length: int = 128,
-    layer_decay: float | None = None,
-    weight_decay: float | None = None,
-    warmup_fraction: float | None = None,
-    dropout: float | None = None,
-    pooling: str = "cls",
-    version_2: bool = False,
-    doc_stride: int = 128,
-    max_query_length: int = 64,
-    max_answer_length: int = 30,
-    seed: int = 0,
-    progress: bool = True,
+    options: FinetuneOptions | None = None,
     stop_on_signals: bool = True,
+    **keywords,
 ) -> FinetunedModel:
     """Fine-tune a pretrained discriminator on a task; evaluate and save it.
 
-    Unset hyperparameters take the paper's defaults for the source's model size
-    (see :mod:`keras_electra.finetuning.settings`).
+    The options are the fields of :class:`~keras_electra.settings.FinetuneOptions`,
+    given as keywords or as one ``options`` object (``keras-electra finetune``'s flags
+    are generated from it). Unset hyperparameters take the paper's defaults for the
+    source's model size (:func:`~keras_electra.settings.recipe_defaults`).
 
     Args:
         source: a pretraining run (or init) directory.
@@ -135,18 +122,11 @@ def finetune(
         eval: evaluation file in the same format; its metrics go to
             ``eval_metrics.json``.
         output_dir: where to write the fine-tuned model (None: do not save).
-        text_column, text_pair_column, label_column: table columns (names or indexes).
-        epochs, batch_size, learning_rate, layer_decay, weight_decay,
-            warmup_fraction, dropout: training hyperparameters.
-        pooling: classify/regress: ``"cls"`` (the ``[CLS]`` vector, the paper's head)
-            or ``"mean"`` (the mean of the token vectors).
-        max_seq_length: tokens per example, ``[CLS]``/``[SEP]`` included.
-        version_2: QA with unanswerable questions (SQuAD 2.0).
-        doc_stride, max_query_length, max_answer_length: QA settings.
-        seed: seeds the head's initial weights, dropout and the data order.
-        progress: print one line per epoch.
+        options: the run's options (default: ``FinetuneOptions(**keywords)``).
         stop_on_signals: with an ``output_dir``, SIGTERM and SIGINT finish the
             step and save it to ``output_dir/resume/`` (see the module docstring).
+        **keywords: options by name (``epochs=3``, ``text_column="sentence"``, ...);
+            with ``options``, they replace its fields.
 
     Raises:
         TrainingInterrupted: stopped by SIGTERM/SIGINT; the same call resumes.
@@ -158,45 +138,26 @@ def finetune(
         >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv", "runs/cls",
         ...                   epochs=3)  # doctest: +SKIP
     """
+    options = _options(options, keywords)
     check_task(task)
     source = Path(source)
     config, tokenizer = read_source(source)
     preset = _source_preset(source, config)
-    defaults = recipe_defaults(preset)
-    hyper = {
-        "epochs": epochs or TASK_EPOCHS.get(task, int(defaults["epochs"])),
-        "batch_size": batch_size or int(defaults["batch_size"]),
-        "learning_rate": learning_rate or defaults["learning_rate"],
-        "layer_decay": defaults["layer_decay"] if layer_decay is None else layer_decay,
-        "weight_decay": defaults["weight_decay"] if weight_decay is None else weight_decay,
-        "warmup_fraction": defaults["warmup_fraction"]
-        if warmup_fraction is None
-        else warmup_fraction,
-    }
-    for name in ("epochs", "batch_size", "learning_rate", "layer_decay"):
-        _positive(name, hyper[name])
-    dropout = defaults["dropout"] if dropout is None else dropout
-    if not 0.0 <= dropout < 1.0:
-        raise ConfigError(f"--dropout must be in [0, 1), got {dropout}.")
-    if pooling not in POOLINGS:
-        raise ConfigError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}.")
-    if not 8 <= max_seq_length <= config.max_position_embeddings:
-        raise ConfigError(
-            f"--max-seq-length must be between 8 and {config.max_position_embeddings} (the "
-            f"model's position table), got {max_seq_length}."
-        )
+    options = options.resolved(preset, task, config.max_position_embeddings)
+    hyper = options.hyperparameters()
+    seed, dropout = options.seed, options.dropout
     settings = FinetuneSettings(
         task=task,
-        max_seq_length=max_seq_length,
-        text_column=text_column,
-        text_pair_column=text_pair_column,
-        label_column=label_column,
+        max_seq_length=options.max_seq_length,
+        text_column=options.text_column,
+        text_pair_column=options.text_pair_column,
+        label_column=options.label_column,
         dropout=dropout,
-        pooling=pooling,
-        version_2=version_2,
-        doc_stride=doc_stride,
-        max_query_length=max_query_length,
-        max_answer_length=max_answer_length,
+        pooling=options.pooling,
+        version_2=options.version_2,
+        doc_stride=options.doc_stride,
+        max_query_length=options.max_query_length,
+        max_answer_length=options.max_answer_length,
         training={**hyper, "preset": preset, "seed": seed},
         source=str(source),
     )
@@ -232,11 +193,13 @@ def finetune(
         resume = _Resume(RunDirectory(output_dir).resume_dir, _fingerprint(settings, source, x, y))
     if resume is None or not stop_on_signals:
         stop = StopRequest()
-        records = _train(model, optimizer, batches, steps, steps_per_epoch, resume, stop, progress)
+        records = _train(
+            model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
+        )
     else:
         with StopRequest() as stop:
             records = _train(
-                model, optimizer, batches, steps, steps_per_epoch, resume, stop, progress
+                model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
             )
     history: dict[str, list[float]] = {}
     for record in records:

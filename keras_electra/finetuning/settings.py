@@ -1,6 +1,8 @@
-"""Fine-tuning tasks and the paper's fine-tuning recipe.
+"""What a fine-tuned model is (``finetune.json``), and the paper's fine-tuning recipe.
 
-Defaults follow the fine-tuning hyperparameter table of Clark et al. (2020,
+The recipe and the fine-tuning options live in :mod:`keras_electra.settings`
+(:class:`~keras_electra.settings.FinetuneOptions`); they are named here too. Defaults
+follow the fine-tuning hyperparameter table of Clark et al. (2020,
 appendix): learning rate 3e-4 (Small), 1e-4 (Base), 5e-5 (Large); layer-wise
 learning-rate decay 0.8 (Small, Base), 0.9 (Large); batch 32; 3 epochs (10 for
 RTE and STS); dropout 0.1; weight decay 0.01; 10% linear warm-up then linear
@@ -24,50 +26,12 @@ from typing import Any
 from keras_electra.atomic import write_json
 from keras_electra.config import PRESETS, ElectraConfig
 from keras_electra.errors import ConfigError
-
-TASKS = ("classify", "regress", "tag", "qa")
-"""Sequence classification, sequence regression, token tagging, extractive QA."""
-
-RECIPE: dict[str, dict[str, float]] = {
-    "tiny": {"learning_rate": 1e-3, "layer_decay": 0.8},
-    "small": {"learning_rate": 3e-4, "layer_decay": 0.8},
-    "small++": {"learning_rate": 3e-4, "layer_decay": 0.8},
-    "base": {"learning_rate": 1e-4, "layer_decay": 0.8},
-    "large": {"learning_rate": 5e-5, "layer_decay": 0.9},
-}
-COMMON_DEFAULTS: dict[str, float] = {
-    "batch_size": 32,
-    "epochs": 3,
-    "dropout": 0.1,
-    "weight_decay": 0.01,
-    "warmup_fraction": 0.1,
-}
-
-
-TASK_EPOCHS: dict[str, int] = {"regress": 10}
-"""The paper trains STS (regression) for 10 epochs; pass ``epochs=10`` for RTE too."""
-
-
-def check_task(task: str) -> str:
-    """Return ``task`` if it is a known task name, else raise :class:`ConfigError`."""
-    if task not in TASKS:
-        raise ConfigError(f"Unknown task '{task}'; choose one of: {', '.join(TASKS)}.")
-    return task
-
-
-def recipe_defaults(preset: str) -> dict[str, float]:
-    """The paper's fine-tuning hyperparameters for a model size.
-
-    Args:
-        preset: ``tiny``, ``small``, ``base`` or ``large``.
-
-    Example:
-        >>> recipe_defaults("large")["layer_decay"]
-        0.9
-    """
-    if preset not in RECIPE:
-        raise ConfigError(f"Unknown preset '{preset}'; choose one of: {', '.join(RECIPE)}.")
-    return {**COMMON_DEFAULTS, **RECIPE[preset]}
+from keras_electra.settings import (  # noqa: F401 - the fine-tuning API names them here too
+    TASK_EPOCHS,
+    TASKS,
+    check_task,
+    recipe_defaults,
+)
 
 
 def infer_preset(config: ElectraConfig) -> str:
