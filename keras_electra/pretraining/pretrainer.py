@@ -17,6 +17,13 @@ from keras_electra.layers import (
 )
 from keras_electra.pretraining import objective
 from keras_electra.settings import OBJECTIVES, ON_NAN  # the objectives; on_nan's choices
+from keras_electra.training.step import (
+    accumulate_gradients,
+    apply_if,
+    clip_summed_gradient,
+    global_sum,
+    replicas_in_sync,
+)
 
 # In the message of the error a step raises under on_nan="stop" (see configure_step).
 NONFINITE_MESSAGE = "keras-electra: the loss or gradient norm of this step is not finite"
@@ -476,39 +483,14 @@ class ElectraPretrainer(keras.Model):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         prepared = self.prepare_batch(batch)
         totals = loss_totals(prepared)
-        steps = self.gradient_accumulation
         compute = self._compiled_gradients or self._loss_and_gradients
-        variables = self.trainable_variables
-        if steps == 1:
-            gradients, out = compute(prepared, totals)
-            losses = self._global_losses(out)
-            self._apply_update(gradients, losses, lambda: self._update_token_metrics(out))
-            return self._metric_results()
-
-        # Gradient accumulation: micro-batch 0 fixes which gradients exist (the
-        # loop carries only those), then a loop adds micro-batches 1..steps-1.
-        micro = _split(prepared, steps)
-        gradients, out = compute(_take(micro, 0), totals)
-        present = [i for i, g in enumerate(gradients) if g is not None]
-        sums = [tf.convert_to_tensor(gradients[i]) for i in present]
-        losses = {k: v for k, v in out.items() if k.endswith("loss")}
-        self._update_token_metrics(out)
-
-        def body(step, sums, losses):
-            gradients, out = compute(_take(micro, step), totals)
-            sums = [
-                s + tf.convert_to_tensor(gradients[i]) for s, i in zip(sums, present, strict=True)
-            ]
-            self._update_token_metrics(out)
-            return step + 1, sums, {k: v + out[k] for k, v in losses.items()}
-
-        _, sums, losses = tf.while_loop(
-            lambda step, *_: step < steps, body, (tf.constant(1), sums, losses)
+        gradients, losses, record_tokens = accumulate_gradients(
+            lambda micro: compute(micro, totals),
+            prepared,
+            self.gradient_accumulation,
+            self._update_token_metrics,
         )
-        gradients = [None] * len(variables)
-        for i, s in zip(present, sums, strict=True):
-            gradients[i] = s
-        self._apply_update(gradients, self._global_losses(losses), lambda: None)
+        self._apply_update(gradients, self._global_losses(losses), record_tokens)
         return self._metric_results()
 
     def _apply_update(self, gradients: list, losses: dict, update_metrics) -> None:
@@ -522,7 +504,7 @@ class ElectraPretrainer(keras.Model):
         Every all-reduce happens before the branch: a replica context may not
         synchronize inside one.
         """
-        shares, norms = self._clip_global_gradient(gradients)
+        shares, norms = clip_summed_gradient(self.optimizer, gradients, self._gradient_norms)
         variables = self.trainable_variables
 
         def record():
@@ -538,14 +520,12 @@ class ElectraPretrainer(keras.Model):
             return
         loss = tf.cast(losses["loss"], tf.float32)
         finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norms["grad_norm"]))
-        _apply_if(finite, lambda: self.optimizer.apply(shares, variables))
+        apply_if(finite, lambda: self.optimizer.apply(shares, variables))
 
         def nonfinite():
             if self.on_nan == "skip":
                 # Each replica adds its share: the metric sums over the replicas.
-                replica = tf.distribute.get_replica_context()
-                replicas = replica.num_replicas_in_sync if replica is not None else 1
-                self._skipped.update_state(1.0 / replicas)
+                self._skipped.update_state(1.0 / replicas_in_sync())
                 return tf.constant(False)
             with tf.control_dependencies(
                 [tf.debugging.Assert(finite, [NONFINITE_MESSAGE, loss, norms["grad_norm"]])]
@@ -553,39 +533,6 @@ class ElectraPretrainer(keras.Model):
                 return tf.constant(False)
 
         tf.cond(finite, record, nonfinite)
-
-    def _clip_global_gradient(self, gradients: list) -> tuple[list, dict]:
-        """Clip the replicas' summed, dense gradient, not each replica's share of it.
-
-        Keras optimizers apply ``global_clipnorm`` to each replica's gradient
-        before summing across replicas, and measure a sparse (embedding)
-        gradient by its rows, repeated tokens counted apart, so N replicas would
-        take a different step than one device. Here the gradient is made dense,
-        summed over the replicas, clipped to the optimizer's ``global_clipnorm``
-        (times the loss scale when the loss is scaled), and each replica gets an
-        equal 1/N share: the optimizer's own sum restores the clipped total, and
-        its own clipping leaves it unchanged. Returns the shares and the summed
-        gradient's norms before clipping (``grad_norm`` and ``grad_norm_PART``,
-        unscaled), for the ``grad_norm*`` metrics.
-        """
-        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
-        clip = getattr(inner, "global_clipnorm", None)
-        replica = tf.distribute.get_replica_context()
-        replicas = replica.num_replicas_in_sync if replica is not None else 1
-        present = [i for i, g in enumerate(gradients) if g is not None]
-        total = [tf.convert_to_tensor(gradients[i]) for i in present]
-        if replicas > 1:
-            total = replica.all_reduce(tf.distribute.ReduceOp.SUM, total)
-        scale = getattr(self.optimizer, "dynamic_scale", None)
-        loss_scale = tf.cast(scale, tf.float32) if scale is not None else 1.0
-        norms = self._gradient_norms(present, total, loss_scale)
-        if clip is None:
-            return gradients, norms
-        clipped, _ = tf.clip_by_global_norm(total, clip * loss_scale)
-        shares = list(gradients)
-        for i, g in zip(present, clipped, strict=True):
-            shares[i] = g / replicas if replicas > 1 else g
-        return shares, norms
 
     def _gradient_norms(self, present: list[int], total: list, loss_scale) -> dict:
         """The global gradient norm and each logged part's norm, by metric name."""
@@ -627,7 +574,7 @@ class ElectraPretrainer(keras.Model):
     def _global_losses(self, out: dict) -> dict[str, tf.Tensor]:
         """The global batch's losses: the sums of the replicas' shares (all-reduced)."""
         return {
-            name: _global_sum(out[name])
+            name: global_sum(out[name])
             for name in ("loss", "mlm_loss", "disc_loss", "corrective_loss")
             if name in out
         }
@@ -724,39 +671,6 @@ def transfer_weights(source: ElectraPretrainer, target: ElectraPretrainer) -> No
         v.assign(values[path].numpy())
 
 
-def _apply_if(condition: tf.Tensor, apply) -> None:
-    """Run ``apply`` (an optimizer update) only where ``condition`` holds, on every replica.
-
-    As Keras' ``LossScaleOptimizer`` does: strategies that update without
-    ``merge_call`` (one device, ``MirroredStrategy``, multi-worker) branch in the
-    replica context; the others (TPU) branch in the cross-replica context, since
-    a branch may not call ``merge_call``. ``condition`` must be the same on
-    every replica.
-    """
-    if tf.__internal__.distribute.strategy_supports_no_merge_call():
-        tf.cond(condition, lambda: (apply(), tf.constant(True))[1], lambda: tf.constant(False))
-        return
-
-    def cross_replica(distribution, condition):
-        first = distribution.experimental_local_results(condition)[0]
-
-        def apply_everywhere():
-            distribution.extended.call_for_each_replica(apply)
-            return tf.constant(True)
-
-        tf.cond(first, apply_everywhere, lambda: tf.constant(False))
-
-    tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition,))
-
-
-def _global_sum(value: tf.Tensor) -> tf.Tensor:
-    """The sum of ``value`` over the replicas in sync (``value`` itself on one device)."""
-    replica = tf.distribute.get_replica_context()
-    if replica is None or replica.num_replicas_in_sync == 1:
-        return value
-    return replica.all_reduce(tf.distribute.ReduceOp.SUM, value)
-
-
 def loss_totals(prepared: dict) -> tuple[tf.Tensor, tf.Tensor]:
     """The global batch's number of predicted tokens and of real tokens.
 
@@ -765,7 +679,7 @@ def loss_totals(prepared: dict) -> tuple[tf.Tensor, tf.Tensor]:
     """
     predicted = tf.reduce_sum(prepared["masked"].weights)
     real = tf.reduce_sum(tf.cast(prepared["input_mask"], tf.float32))
-    return _global_sum(predicted), _global_sum(real)
+    return global_sum(predicted), global_sum(real)
 
 
 def _share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
@@ -776,28 +690,6 @@ def _share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
     micro-batches (as gradients are) that is exactly the one-device, one-batch loss.
     """
     return tf.stop_gradient(weight) / tf.maximum(tf.stop_gradient(total), 1e-6)
-
-
-def _split(prepared: dict, parts: int) -> dict:
-    """Reshape each ``[batch, ...]`` tensor of a prepared batch to ``[parts, batch/parts, ...]``."""
-
-    def split(t):
-        batch = t.shape[0]
-        if batch is None:
-            return tf.reshape(t, tf.concat([[parts, -1], tf.shape(t)[1:]], 0))
-        if batch % parts:
-            raise ValueError(
-                f"A batch of {batch} examples (per replica) does not split into {parts} "
-                "equal micro-batches; choose a batch size divisible by the accumulation steps."
-            )
-        return tf.reshape(t, [parts, batch // parts, *t.shape[1:]])
-
-    return tf.nest.map_structure(split, prepared)
-
-
-def _take(micro: dict, index) -> dict:
-    """Micro-batch ``index`` of a :func:`_split` batch (static shapes kept)."""
-    return tf.nest.map_structure(lambda t: tf.gather(t, index), micro)
 
 
 def _backbone_inputs(batch: dict) -> dict:

@@ -164,76 +164,14 @@ def pretrain(
 
 
 def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> RunResult:
-    """Resolve the settings, prepare the run directory and the model, then train."""
+    """Resolve the settings, prepare the run directory, build the model, then train."""
     run = RunDirectory(run_dir)
     settings = requested.resolved(_init_preset(requested.init))
-    init = settings.init
-    policy = dtype_policy(settings.precision)
-    distribution = resolve_strategy(settings.strategy)
-    if is_multi_worker(distribution):
-        stop.arm()  # the workers stop together, at a step they agree on, once training starts
-    _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
-    _check_speed_options(settings, distribution.num_replicas_in_sync)
-    overrides = dict(settings.config_overrides)
-    if settings.embedding_sharing is not None:
-        overrides["embedding_sharing"] = settings.embedding_sharing
-    sharing = overrides.get("embedding_sharing")
-    if sharing is not None:  # checked before anything is written
-        _check_sharing(ElectraConfig(embedding_sharing=sharing), settings.objective)
-    # Only the chief writes the run directory. The other workers read the chief's
-    # files once it has checkpointed (before that they may be half-written) and
-    # otherwise derive the same vocabulary and config from the same arguments.
+    distribution = _distribution(settings, stop)
     chief = is_chief(distribution)
-    if chief:
-        resuming = run.config_file.exists()
-    else:
-        resuming = run.has_checkpoint()
-    if resuming:
-        config, tokens = _load_run(run, settings)
-        if sharing is not None and sharing != config.embedding_sharing:
-            raise ConfigError(
-                f"Run directory '{run_dir}' was started with embedding_sharing="
-                f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
-                "choose a new --output."
-            )
-        _check_same_vocab(run, tokens, settings.vocab)
-    else:
-        if init is not None:
-            config, tokens = _init_source(init, settings, sharing)
-            _check_sharing(config, settings.objective)
-        else:
-            tokens = _vocabulary(settings)
-            config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
-        if chief:
-            with _writing(run_dir):
-                run.write_model_files(config, tokens)
-    settings.embedding_sharing = config.embedding_sharing
-    settings.vocab_sha256 = vocab_checksum(tokens)
-    if chief:
-        with _writing(run_dir):
-            run.write_settings(settings.record())
-
+    config, tokens = _prepare_run_directory(run, settings, chief)
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
-    keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
-    with distribution.scope():
-        model, optimizer = _build_model(config, settings, policy)
-    checkpoints = run.checkpoints(
-        model, optimizer, chief=chief, max_to_keep=settings.keep_checkpoints
-    )
-    start = checkpoints.restore_latest()
-    if init is not None and start == 0:
-        _load_init_weights(model, Path(init))
-    if is_multi_worker(distribution):
-        prepare_multi_worker_fit(model)
-        check_workers_agree(
-            distribution,
-            step=start,
-            vocabulary=zlib.crc32("\n".join(tokens).encode("utf-8")),
-            parameters=model.count_params(),
-        )
-    if chief:
-        truncate_metrics_log(run.metrics_file, start)
-
+    model, checkpoints, start = _build(run, settings, config, tokens, distribution, chief)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
         return _train(
@@ -250,6 +188,92 @@ def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> 
         )
     except tf.errors.DataLossError as e:
         raise _data_loss(settings, e) from None
+
+
+def _distribution(settings: PretrainSettings, stop: StopRequest) -> tf.distribute.Strategy:
+    """The run's tf.distribute strategy, with the batch and speed options checked for it."""
+    distribution = resolve_strategy(settings.strategy)
+    if is_multi_worker(distribution):
+        stop.arm()  # the workers stop together, at a step they agree on, once training starts
+    _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
+    _check_speed_options(settings, distribution.num_replicas_in_sync)
+    return distribution
+
+
+def _prepare_run_directory(
+    run: RunDirectory, settings: PretrainSettings, chief: bool
+) -> tuple[ElectraConfig, list[str]]:
+    """The run's model config and vocabulary: the run directory's own when it is resumed,
+    else from ``--init`` or the preset and the corpus, written there; and ``run.json``.
+
+    Only the chief writes the run directory. The other workers read the chief's files
+    once it has checkpointed (before that they may be half-written) and otherwise
+    derive the same vocabulary and config from the same arguments.
+    """
+    overrides = dict(settings.config_overrides)
+    if settings.embedding_sharing is not None:
+        overrides["embedding_sharing"] = settings.embedding_sharing
+    sharing = overrides.get("embedding_sharing")
+    if sharing is not None:  # checked before anything is written
+        _check_sharing(ElectraConfig(embedding_sharing=sharing), settings.objective)
+    resuming = run.config_file.exists() if chief else run.has_checkpoint()
+    if resuming:
+        config, tokens = _load_run(run, settings)
+        if sharing is not None and sharing != config.embedding_sharing:
+            raise ConfigError(
+                f"Run directory '{run.path}' was started with embedding_sharing="
+                f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
+                "choose a new --output."
+            )
+        _check_same_vocab(run, tokens, settings.vocab)
+    else:
+        if settings.init is not None:
+            config, tokens = _init_source(settings.init, settings, sharing)
+            _check_sharing(config, settings.objective)
+        else:
+            tokens = _vocabulary(settings)
+            config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
+        if chief:
+            with _writing(run.path):
+                run.write_model_files(config, tokens)
+    settings.embedding_sharing = config.embedding_sharing
+    settings.vocab_sha256 = vocab_checksum(tokens)
+    if chief:
+        with _writing(run.path):
+            run.write_settings(settings.record())
+    return config, tokens
+
+
+def _build(
+    run: RunDirectory,
+    settings: PretrainSettings,
+    config: ElectraConfig,
+    tokens: list[str],
+    distribution: tf.distribute.Strategy,
+    chief: bool,
+) -> tuple[ElectraPretrainer, RunCheckpoints, int]:
+    """The model and optimizer under the strategy, restored to the latest checkpoint (or
+    ``--init``'s weights); returns them with the checkpoint manager and the step reached."""
+    keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
+    with distribution.scope():
+        model, optimizer = _build_model(config, settings, dtype_policy(settings.precision))
+    checkpoints = run.checkpoints(
+        model, optimizer, chief=chief, max_to_keep=settings.keep_checkpoints
+    )
+    start = checkpoints.restore_latest()
+    if settings.init is not None and start == 0:
+        _load_init_weights(model, Path(settings.init))
+    if is_multi_worker(distribution):
+        prepare_multi_worker_fit(model)
+        check_workers_agree(
+            distribution,
+            step=start,
+            vocabulary=zlib.crc32("\n".join(tokens).encode("utf-8")),
+            parameters=model.count_params(),
+        )
+    if chief:
+        truncate_metrics_log(run.metrics_file, start)
+    return model, checkpoints, start
 
 
 def _train(

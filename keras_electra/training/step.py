@@ -1,0 +1,178 @@
+"""One optimizer update from a batch, the same on one device and on N replicas.
+
+The pieces of a custom ``train_step`` that do not depend on the model:
+
+- :func:`accumulate_gradients`: the gradients of a batch taken as K micro-batches
+  (one forward and backward pass each, the sum applied once);
+- :func:`clip_summed_gradient`: ``global_clipnorm`` applied to the replicas' summed,
+  dense gradient (Keras clips each replica's share, so N replicas would not take the
+  one-device step);
+- :func:`apply_if`: an optimizer update applied only where a condition holds, on
+  every replica;
+- :func:`global_sum`: a value summed over the replicas in sync.
+
+Every function works in a ``tf.distribute`` replica context or outside any.
+
+Example:
+    >>> import tensorflow as tf
+    >>> float(global_sum(tf.constant(3.0)))  # one device: the value itself
+    3.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tensorflow as tf
+
+
+def replicas_in_sync() -> int:
+    """How many replicas run this step together (1 outside a strategy)."""
+    replica = tf.distribute.get_replica_context()
+    return replica.num_replicas_in_sync if replica is not None else 1
+
+
+def global_sum(value: tf.Tensor) -> tf.Tensor:
+    """The sum of ``value`` over the replicas in sync (``value`` itself on one device)."""
+    if replicas_in_sync() == 1:
+        return value
+    return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def accumulate_gradients(
+    compute: Callable[[dict], tuple[list, dict]],
+    batch: dict,
+    steps: int,
+    record: Callable[[dict], None],
+) -> tuple[list, dict, Callable[[], None]]:
+    """The gradients and losses of ``batch`` taken as ``steps`` equal micro-batches.
+
+    Args:
+        compute: ``micro_batch -> (gradients, out)``; ``out``'s entries whose names end
+            in ``loss`` are summed (each micro-batch's loss is its share of the batch's).
+        batch: tensors with the batch on axis 0.
+        steps: micro-batches (1: the batch in one pass).
+        record: records one micro-batch's per-example metrics from its ``out``.
+
+    Returns:
+        The summed gradients (``None`` where a variable has none), the summed losses,
+        and the metric recording still to do: for one pass it is deferred (the caller
+        runs it only for a step it applies); with micro-batches it ran in the loop.
+    """
+    if steps == 1:
+        gradients, out = compute(batch)
+        return gradients, _losses(out), lambda: record(out)
+    # Micro-batch 0 fixes which gradients exist (the loop carries only those), then a
+    # loop adds micro-batches 1..steps-1.
+    micro = split_batch(batch, steps)
+    gradients, out = compute(_take(micro, 0))
+    present = [i for i, g in enumerate(gradients) if g is not None]
+    sums = [tf.convert_to_tensor(gradients[i]) for i in present]
+    record(out)
+
+    def body(step, sums, losses):
+        gradients, out = compute(_take(micro, step))
+        sums = [s + tf.convert_to_tensor(gradients[i]) for s, i in zip(sums, present, strict=True)]
+        record(out)
+        return step + 1, sums, {k: v + out[k] for k, v in losses.items()}
+
+    _, sums, losses = tf.while_loop(
+        lambda step, *_: step < steps, body, (tf.constant(1), sums, _losses(out))
+    )
+    summed: list = [None] * len(gradients)
+    for i, s in zip(present, sums, strict=True):
+        summed[i] = s
+    return summed, losses, lambda: None
+
+
+def clip_summed_gradient(
+    optimizer, gradients: list, norms_of: Callable[[list[int], list, tf.Tensor], dict]
+) -> tuple[list, dict]:
+    """Clip the replicas' summed, dense gradient, not each replica's share of it.
+
+    Keras optimizers apply ``global_clipnorm`` to each replica's gradient before
+    summing across replicas, and measure a sparse (embedding) gradient by its rows,
+    repeated tokens counted apart, so N replicas would take a different step than one
+    device. Here the gradient is made dense, summed over the replicas, clipped to the
+    optimizer's ``global_clipnorm`` (times the loss scale when the loss is scaled),
+    and each replica gets an equal 1/N share: the optimizer's own sum restores the
+    clipped total, and its own clipping leaves it unchanged.
+
+    Args:
+        optimizer: a Keras optimizer, or a ``LossScaleOptimizer`` around one.
+        gradients: one per trainable variable (``None`` where it has none).
+        norms_of: ``(indexes of the present gradients, their summed values, loss
+            scale) -> {name: norm}``, the norms to log (unscaled).
+
+    Returns:
+        The shares to hand to ``optimizer.apply`` and ``norms_of``'s norms of the
+        summed gradient before clipping.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    clip = getattr(inner, "global_clipnorm", None)
+    replicas = replicas_in_sync()
+    present = [i for i, g in enumerate(gradients) if g is not None]
+    total = [tf.convert_to_tensor(gradients[i]) for i in present]
+    if replicas > 1:
+        total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, total)
+    scale = getattr(optimizer, "dynamic_scale", None)
+    loss_scale = tf.cast(scale, tf.float32) if scale is not None else 1.0
+    norms = norms_of(present, total, loss_scale)
+    if clip is None:
+        return gradients, norms
+    clipped, _ = tf.clip_by_global_norm(total, clip * loss_scale)
+    shares = list(gradients)
+    for i, g in zip(present, clipped, strict=True):
+        shares[i] = g / replicas if replicas > 1 else g
+    return shares, norms
+
+
+def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
+    """Run ``apply`` (an optimizer update) only where ``condition`` holds, on every replica.
+
+    As Keras' ``LossScaleOptimizer`` does: strategies that update without
+    ``merge_call`` (one device, ``MirroredStrategy``, multi-worker) branch in the
+    replica context; the others (TPU) branch in the cross-replica context, since
+    a branch may not call ``merge_call``. ``condition`` must be the same on
+    every replica.
+    """
+    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        tf.cond(condition, lambda: (apply(), tf.constant(True))[1], lambda: tf.constant(False))
+        return
+
+    def cross_replica(distribution, condition):
+        first = distribution.experimental_local_results(condition)[0]
+
+        def apply_everywhere():
+            distribution.extended.call_for_each_replica(apply)
+            return tf.constant(True)
+
+        tf.cond(first, apply_everywhere, lambda: tf.constant(False))
+
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition,))
+
+
+def split_batch(batch: dict, parts: int) -> dict:
+    """Reshape each ``[batch, ...]`` tensor to ``[parts, batch/parts, ...]``."""
+
+    def split(t):
+        size = t.shape[0]
+        if size is None:
+            return tf.reshape(t, tf.concat([[parts, -1], tf.shape(t)[1:]], 0))
+        if size % parts:
+            raise ValueError(
+                f"A batch of {size} examples (per replica) does not split into {parts} "
+                "equal micro-batches; choose a batch size divisible by the accumulation steps."
+            )
+        return tf.reshape(t, [parts, size // parts, *t.shape[1:]])
+
+    return tf.nest.map_structure(split, batch)
+
+
+def _take(micro: dict, index) -> dict:
+    """Micro-batch ``index`` of a :func:`split_batch` batch (static shapes kept)."""
+    return tf.nest.map_structure(lambda t: tf.gather(t, index), micro)
+
+
+def _losses(out: dict) -> dict:
+    return {k: v for k, v in out.items() if k.endswith("loss")}
