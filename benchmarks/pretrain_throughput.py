@@ -133,6 +133,12 @@ def run_keras(args) -> dict:
     data = tf.data.Dataset.from_tensor_slices(
         {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
     ).repeat()
+    # As keras_electra.data.fit_options(), which pretrain()'s pipeline uses (inlined so a
+    # --baseline commit gets it too): without tf.data autotuning, whose thread the end of
+    # fit otherwise waits for (up to 60 s; 15 s in some rows of an earlier run).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    data = data.with_options(options)
     spe = args.steps_per_execution
     model.fit(data, epochs=1, steps_per_epoch=args.warmup * spe, verbose=0)  # trace + warm up
 

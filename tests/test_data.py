@@ -12,6 +12,7 @@ from keras_electra.data import (
     SPECIAL_TOKENS,
     ElectraTokenizer,
     corpus_stats,
+    fit_options,
     learn_vocab,
     load_pretraining_data,
     load_vocab,
@@ -432,3 +433,29 @@ def test_sample_corpus_vocab_has_few_unknowns_and_packs_densely():
     assert stats["unk_rate"] < 0.02
     assert stats["fill_rate"] > 0.85
     assert stats["examples"] > 300
+
+
+def test_datasets_for_fit_keep_their_order_and_turn_tf_data_autotuning_off(
+    corpus, tokenizer, tmp_path
+):
+    # With autotuning on, the end of every fit waits for the autotuner's next wake-up
+    # (up to 60 s); the library's training pipelines turn it off (see fit_options).
+    from keras_electra.finetuning.run import training_batches
+
+    write_pretraining_tfrecords(
+        corpus, tokenizer, str(tmp_path / "r"), max_seq_length=32, num_shards=1, progress=False
+    )
+    made = {
+        "text": load_pretraining_data(corpus, tokenizer, batch_size=4, max_seq_length=32),
+        "tfrecords": load_pretraining_data(
+            [str(tmp_path / "r")], tokenizer, batch_size=4, max_seq_length=32
+        ),
+        "fine-tuning": training_batches(
+            {"x": np.arange(10)}, np.arange(10), batch_size=4, epochs=2, seed=0
+        ),
+    }
+    for name, dataset in made.items():
+        options = dataset.options()
+        assert options.autotune.enabled is False, name
+        assert options.deterministic is True, name
+    assert fit_options().autotune.enabled is False

@@ -12,6 +12,7 @@ from keras_electra.data.files import check_corpus_has_text, resolve_corpus_files
 from keras_electra.data.pretraining import (
     MAX_LINE_CHARS,
     corpus_stats,
+    fit_options,
     line_dataset,
     pack_examples,
     pretraining_dataset,
@@ -42,6 +43,7 @@ __all__ = [
     "check_corpus_has_text",
     "corpus_stats",
     "count_words",
+    "fit_options",
     "is_tfrecord_input",
     "learn_vocab",
     "line_dataset",

@@ -431,9 +431,30 @@ def finish_batches(
     batches = examples.batch(batch_size, drop_remainder=True).map(
         fix, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
+    return batches.with_options(fit_options()).prefetch(tf.data.AUTOTUNE)
+
+
+def fit_options() -> tf.data.Options:
+    """tf.data options for a dataset handed to ``model.fit``: deterministic order, and
+    tf.data's autotuning off.
+
+    With autotuning on, destroying an iterator waits for the autotuning thread's next
+    wake-up, and that thread sleeps 10 ms, 20 ms, 40 ms, ... up to 60 s: a ``fit``
+    call (which makes an iterator and destroys it at its end) measured on this CPU
+    ended only at 10 ms × (2^k − 1) after it started, 20.47 s or 40.96 s for fits
+    of 19 or 25 s of steps. These pipelines are far faster than the training step
+    without autotuning (the sample corpus: 345,000 tokens/s with it off, 261,000
+    with it on), so it is off. Apply it to your own datasets too:
+    ``dataset.with_options(fit_options())``.
+
+    Example:
+        >>> fit_options().autotune.enabled
+        False
+    """
     options = tf.data.Options()
     options.deterministic = True
-    return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
+    options.autotune.enabled = False
+    return options
 
 
 def pretraining_dataset(

@@ -43,7 +43,7 @@ import tensorflow as tf
 
 from keras_electra.atomic import write_atomic, write_json
 from keras_electra.config import ElectraConfig
-from keras_electra.data import ElectraTokenizer
+from keras_electra.data import ElectraTokenizer, fit_options
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
@@ -236,7 +236,8 @@ def training_batches(x, y, batch_size: int, epochs: int, seed: int) -> tf.data.D
     def gather(indices):
         return tf.nest.map_structure(lambda t: tf.gather(t, indices), data)
 
-    return tf.data.Dataset.range(epochs).flat_map(epoch_batches).map(gather).prefetch(2)
+    batches = tf.data.Dataset.range(epochs).flat_map(epoch_batches).map(gather).prefetch(2)
+    return batches.with_options(fit_options())  # no wait for tf.data's autotuner at the end
 
 
 def _train(
