@@ -561,6 +561,27 @@ def summarize(peaks: dict, results: list[dict], inputs: list[dict]) -> dict:
         summary["ours_over_torch"] = round(
             best["keras"]["tokens_per_sec"] / best["torch"]["tokens_per_sec"], 2
         )
+    # The same from each configuration's median step (less exposed to one slow step),
+    # and our mixed_bfloat16 step against our float32 one.
+    medians: dict = {}
+    for r in results:
+        if r["engine"] == "keras" and r["source"] != "current":
+            continue
+        key = (r["engine"], r["precision"], r["xla"], r["jit_compile"], r["torch_compile"])
+        medians.setdefault(key, []).append(r["step_seconds_min_median_max"][1])
+    fastest = {}
+    for (engine, precision, *levers), v in medians.items():
+        seconds = statistics.median(v)
+        if not any(levers) or engine == "torch":
+            fastest[engine] = min(fastest.get(engine, seconds), seconds)
+        if engine == "keras" and not any(levers):
+            summary[f"keras_median_step_seconds_{precision}"] = round(seconds, 4)
+    if "keras" in fastest and "torch" in fastest:
+        summary["ours_over_torch_by_median_step"] = round(fastest["torch"] / fastest["keras"], 2)
+    f32 = summary.get("keras_median_step_seconds_float32")
+    bf16 = summary.get("keras_median_step_seconds_mixed_bfloat16")
+    if f32 and bf16:
+        summary["keras_bf16_over_f32_by_median_step"] = round(f32 / bf16, 2)
     return summary
 
 
