@@ -369,8 +369,13 @@ class FinetuneOptions:
         return {name: getattr(self, name) for name in self.HYPERPARAMETERS}
 
 
-def _field(name: str, settings: type = PretrainSettings) -> dataclasses.Field:
-    return next(f for f in dataclasses.fields(settings) if f.name == name)
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(PretrainSettings) if f.name == name)
+
+
+def unknown_fields(settings: type, keywords: dict) -> list[str]:
+    """The names in ``keywords`` that are not fields of ``settings``, sorted."""
+    return sorted(set(keywords) - {f.name for f in dataclasses.fields(settings)})
 
 
 def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSettings) -> None:

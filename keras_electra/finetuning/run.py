@@ -51,7 +51,7 @@ from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import Task, get_task
 from keras_electra.layers.backbone import ElectraBackbone
 from keras_electra.run_directory import RunDirectory
-from keras_electra.settings import FinetuneOptions, check_task
+from keras_electra.settings import FinetuneOptions, check_task, unknown_fields
 from keras_electra.training.callbacks import CheckpointEvery, plan_windows, truncate_metrics_log
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.preemption import StopOnSignal, StopRequest
@@ -86,8 +86,7 @@ def _source_preset(source: Path, config: ElectraConfig) -> str:
 
 
 def _options(options: FinetuneOptions | None, keywords: dict) -> FinetuneOptions:
-    known = {f.name for f in dataclasses.fields(FinetuneOptions)}
-    unknown = sorted(set(keywords) - known)
+    unknown = unknown_fields(FinetuneOptions, keywords)
     if unknown:
         raise TypeError(
             f"finetune() has no option {unknown[0]!r}; the options are the fields of "

@@ -60,7 +60,7 @@ from keras_electra.pretraining.pretrainer import (
     transfer_weights,
 )
 from keras_electra.run_directory import RunDirectory
-from keras_electra.settings import PretrainSettings
+from keras_electra.settings import PretrainSettings, unknown_fields
 from keras_electra.training.callbacks import (
     CheckpointEvery,
     MetricsLogger,
@@ -149,7 +149,7 @@ def pretrain(
         ...                   steps=200)  # doctest: +SKIP
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
     """
-    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(PretrainSettings)})
+    unknown = unknown_fields(PretrainSettings, options)
     if unknown:
         raise TypeError(
             f"pretrain() has no setting {', '.join(unknown)}; see "
@@ -279,7 +279,7 @@ def _build(
 def _train(
     stop: StopRequest,
     run_dir: Path,
-    settings: RunSettings,
+    settings: PretrainSettings,
     model: ElectraPretrainer,
     tokenizer: ElectraTokenizer,
     checkpoints: RunCheckpoints,
@@ -402,7 +402,9 @@ def _check_same_vocab(run: RunDirectory, tokens: list[str], vocab: str | None) -
         )
 
 
-def _diverged(settings: RunSettings, step: int, checkpoints: RunCheckpoints) -> TrainingDiverged:
+def _diverged(
+    settings: PretrainSettings, step: int, checkpoints: RunCheckpoints
+) -> TrainingDiverged:
     """The one-sentence error of a non-finite step under ``on_nan="stop"``."""
     latest = checkpoints.latest
     kept = (
@@ -426,7 +428,7 @@ def _diverged(settings: RunSettings, step: int, checkpoints: RunCheckpoints) -> 
     )
 
 
-def _data_loss(settings: RunSettings, error: tf.errors.DataLossError) -> InputDataError:
+def _data_loss(settings: PretrainSettings, error: tf.errors.DataLossError) -> InputDataError:
     """The one-sentence error of a truncated or corrupt TFRecord shard, naming it."""
     if is_tfrecord_input(settings.corpus):
         found = unreadable_tfrecord(settings.corpus)
@@ -444,7 +446,7 @@ def _data_loss(settings: RunSettings, error: tf.errors.DataLossError) -> InputDa
 
 
 def _health_probe(
-    model: ElectraPretrainer, tokenizer: ElectraTokenizer, settings: RunSettings
+    model: ElectraPretrainer, tokenizer: ElectraTokenizer, settings: PretrainSettings
 ) -> HealthProbe:
     """The run's fixed probe: the first batch of the validation text (else of the corpus)."""
     data = load_pretraining_data(
@@ -458,7 +460,7 @@ def _health_probe(
     return HealthProbe(model, {k: v.numpy() for k, v in batch.items()}, seed=settings.seed)
 
 
-def _build_model(config: ElectraConfig, settings: RunSettings, policy: keras.DTypePolicy):
+def _build_model(config: ElectraConfig, settings: PretrainSettings, policy: keras.DTypePolicy):
     """The pretrainer and its optimizer, compiled and built (call under a strategy scope)."""
     model = ElectraPretrainer(
         config, objective=settings.objective, seed=settings.seed, dtype=policy
@@ -483,7 +485,7 @@ def _build_model(config: ElectraConfig, settings: RunSettings, policy: keras.DTy
     return model, optimizer
 
 
-def _check_speed_options(settings: RunSettings, replicas: int) -> None:
+def _check_speed_options(settings: PretrainSettings, replicas: int) -> None:
     spe, k = settings.steps_per_execution, settings.grad_accumulation
     if spe < 1 or settings.log_every % spe or settings.steps % spe:
         raise ConfigError(
@@ -505,7 +507,7 @@ def _check_divisible(batch_size: int, replicas: int) -> None:
         )
 
 
-def _vocabulary(settings: RunSettings) -> list[str]:
+def _vocabulary(settings: PretrainSettings) -> list[str]:
     """The ``--vocab`` file's tokens, or a vocabulary learned from the corpus."""
     if is_tfrecord_input(settings.corpus):
         if not settings.vocab:
@@ -522,7 +524,7 @@ def _vocabulary(settings: RunSettings) -> list[str]:
 
 
 def model_config(
-    preset: str, tokens: list[str], lowercase: bool, settings: RunSettings, overrides: dict
+    preset: str, tokens: list[str], lowercase: bool, settings: PretrainSettings, overrides: dict
 ) -> ElectraConfig:
     """The config ``pretrain`` builds for a new run: the preset's sizes, the vocabulary's
     special-token ids, the MLM objective's single-tower sharing, and a position table
@@ -547,7 +549,7 @@ def model_config(
     return config
 
 
-def _load_run(run: RunDirectory, settings: RunSettings | None):
+def _load_run(run: RunDirectory, settings: PretrainSettings | None):
     config, tokens = run.config_and_vocab()
     previous = run.settings()
     stored = previous.get("vocab_sha256")
@@ -558,9 +560,9 @@ def _load_run(run: RunDirectory, settings: RunSettings | None):
             "trained with."
         )
     if settings is not None and previous:
-        for name in RunSettings.fixed_names():
+        for name in PretrainSettings.fixed_names():
             # Runs from before a setting existed used its default.
-            if previous.get(name, getattr(RunSettings, name)) != getattr(settings, name):
+            if previous.get(name, getattr(PretrainSettings, name)) != getattr(settings, name):
                 raise ConfigError(
                     f"Run directory '{run.path}' was started with {name}={previous.get(name)!r}, "
                     f"not {getattr(settings, name)!r}; resume with the same value or choose "
@@ -570,7 +572,7 @@ def _load_run(run: RunDirectory, settings: RunSettings | None):
 
 
 def _init_source(
-    init: str | Path, settings: RunSettings, sharing: str | None = None
+    init: str | Path, settings: PretrainSettings, sharing: str | None = None
 ) -> tuple[ElectraConfig, list[str]]:
     """The config and vocabulary of an ``--init`` directory, checked against the settings.
 
