@@ -105,6 +105,8 @@ class PretrainSettings:
         choices=tuple(PRESETS),
         fixed=True,
     )
+    # Weights, config and vocabulary come from the directory (a run, or what
+    # `keras-electra convert` wrote); the optimizer, the step and the data order start fresh.
     init: str | None = option(
         None,
         "start from this run's or `keras-electra convert` output's weights",
@@ -166,6 +168,9 @@ class PretrainSettings:
         choices=OPTIMIZERS,
         fixed=True,
     )
+    # Only the forward and backward pass is compiled; the optimizer update stays outside,
+    # so this works with every strategy. Under XLA the seeded random ops draw another
+    # (equally deterministic) stream: samples and dropout differ from a run without it.
     xla: bool = option(
         False, "compile the forward + backward pass with XLA (default: off, slower on CPU)"
     )
@@ -182,6 +187,11 @@ class PretrainSettings:
         choices=ON_NAN,
     )
     progress: bool = option(True, "hide the progress bar", negated="--no-progress", record=False)
+    # ElectraConfig fields to change, for a new run. When resuming, and with --init, only
+    # embedding_sharing counts: a resumed run must keep its own mode, and an init
+    # directory that shares "all" can start a run in any mode (the discriminator's own
+    # tables start as copies of the shared ones, GDES deltas at zero), another mode
+    # only its own.
     config_overrides: dict = option(
         {}, "ElectraConfig fields to change from the preset", cli=False, record=False
     )
@@ -206,14 +216,8 @@ class PretrainSettings:
         """A copy with the preset (default: ``preset``, else ``tiny``) and its defaults
         filled in, values checked; one sentence names a bad one."""
         chosen = self.preset or preset or "tiny"
-        for name in ("preset", "objective", "precision", "strategy", "optimizer", "on_nan"):
-            choices = _field(name).metadata["choices"]
-            value = chosen if name == "preset" else getattr(self, name)
-            if value not in choices:
-                label = "--on-nan" if name == "on_nan" else name
-                raise ConfigError(
-                    f"Unknown {label} '{value}'; choose one of: {', '.join(choices)}."
-                )
+        check_choices(self, ("objective", "precision", "strategy", "optimizer", "on_nan"))
+        check_choices(self, ("preset",), {"preset": chosen})
         defaults = TRAINING_DEFAULTS[chosen]
         values = {name: getattr(self, name) for name in defaults}
         filled = {k: defaults[k] if v is None else v for k, v in values.items()}
@@ -353,10 +357,7 @@ class FinetuneOptions:
                 )
         if not 0.0 <= out.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
-        if out.pooling not in POOLINGS:
-            raise ConfigError(
-                f"--pooling must be one of {', '.join(POOLINGS)}, got {out.pooling!r}."
-            )
+        check_choices(out, ("pooling",))
         if not 8 <= out.max_seq_length <= max_positions:
             raise ConfigError(
                 f"--max-seq-length must be between 8 and {max_positions} (the model's "
@@ -369,8 +370,16 @@ class FinetuneOptions:
         return {name: getattr(self, name) for name in self.HYPERPARAMETERS}
 
 
-def _field(name: str) -> dataclasses.Field:
-    return next(f for f in dataclasses.fields(PretrainSettings) if f.name == name)
+def check_choices(settings: Any, names: tuple[str, ...], values: dict | None = None) -> None:
+    """Raise :class:`ConfigError` naming the first of ``names`` whose value (from
+    ``values``, else the field of ``settings``) is not one of its field's choices."""
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    for name in names:
+        choices = fields[name].metadata["choices"]
+        value = (values or {}).get(name, getattr(settings, name))
+        if value not in choices:
+            label = name if "_" not in name else "--" + name.replace("_", "-")
+            raise ConfigError(f"Unknown {label} '{value}'; choose one of: {', '.join(choices)}.")
 
 
 def unknown_fields(settings: type, keywords: dict) -> list[str]:

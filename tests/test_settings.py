@@ -228,7 +228,7 @@ def test_finetune_defaults_follow_the_papers_recipe_per_size_and_task():
         ({"epochs": 0}, "qa", "--epochs must be positive, got 0."),
         ({"learning_rate": -1.0}, "qa", "--learning-rate must be positive, got -1.0."),
         ({"dropout": 1.0}, "qa", "--dropout must be in [0, 1), got 1.0."),
-        ({"pooling": "max"}, "classify", "--pooling must be one of cls, mean, got 'max'."),
+        ({"pooling": "max"}, "classify", "Unknown pooling 'max'; choose one of: cls, mean."),
         ({"max_seq_length": 600}, "qa", "--max-seq-length must be between 8 and 512 (the"),
     ],
 )

@@ -65,16 +65,8 @@ class ElectraBackbone(keras.Model):
         self.hidden_dim = sizes.hidden_size
 
         # === Layers ===
-        self.embedding = embedding or ElectraEmbedding(
-            vocabulary_size=config.vocab_size,
-            embedding_dim=config.embedding_size,
-            max_sequence_length=config.max_position_embeddings,
-            num_segments=config.type_vocab_size,
-            dropout=config.dropout,
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            initializer_range=config.initializer_range,
-            dtype=self.dtype_policy,
-            name="embedding",
+        self.embedding = embedding or ElectraEmbedding.for_model(
+            config, dtype=self.dtype_policy, name="embedding"
         )
         self.encoder = ElectraEncoder(
             embedding_dim=config.embedding_size,

@@ -116,6 +116,24 @@ class ElectraEmbedding(keras.layers.Layer):
         )
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
+    @classmethod
+    def for_model(cls, config, token_embedding=None, **kwargs) -> ElectraEmbedding:
+        """The block an ``ElectraConfig`` describes (sizes, dropout, epsilon, initializer).
+
+        ``token_embedding`` and ``kwargs`` (``dtype``, ``name``) go to the constructor.
+        """
+        return cls(
+            vocabulary_size=config.vocab_size,
+            embedding_dim=config.embedding_size,
+            max_sequence_length=config.max_position_embeddings,
+            num_segments=config.type_vocab_size,
+            dropout=config.dropout,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            initializer_range=config.initializer_range,
+            token_embedding=token_embedding,
+            **kwargs,
+        )
+
     def build(self, token_ids_shape, segment_ids_shape=None):
         if not self.token_embedding.built:  # a shared word table is built already
             self.token_embedding.build(token_ids_shape)

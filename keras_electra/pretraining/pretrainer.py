@@ -113,16 +113,8 @@ class ElectraPretrainer(keras.Model):
         self._compiled_gradients = None
 
         # === Layers ===
-        self.embedding = ElectraEmbedding(
-            vocabulary_size=config.vocab_size,
-            embedding_dim=config.embedding_size,
-            max_sequence_length=config.max_position_embeddings,
-            num_segments=config.type_vocab_size,
-            dropout=config.dropout,
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            initializer_range=config.initializer_range,
-            dtype=self.dtype_policy,
-            name="embedding",
+        self.embedding = ElectraEmbedding.for_model(
+            config, dtype=self.dtype_policy, name="embedding"
         )
         self.embedding.build((None, None))
         self.discriminator = ElectraBackbone(
@@ -232,17 +224,7 @@ class ElectraPretrainer(keras.Model):
             return None  # the backbone builds one
         args = dict(dtype=self.dtype_policy, name="embedding")
         if mode == "word":
-            return ElectraEmbedding(
-                vocabulary_size=c.vocab_size,
-                embedding_dim=c.embedding_size,
-                max_sequence_length=c.max_position_embeddings,
-                num_segments=c.type_vocab_size,
-                dropout=c.dropout,
-                layer_norm_epsilon=c.layer_norm_epsilon,
-                initializer_range=c.initializer_range,
-                token_embedding=self.embedding.token_embedding,
-                **args,
-            )
+            return ElectraEmbedding.for_model(c, self.embedding.token_embedding, **args)
         return GdesEmbedding(
             self.embedding, dropout=c.dropout, layer_norm_epsilon=c.layer_norm_epsilon, **args
         )
