@@ -131,7 +131,14 @@ def run_keras(args) -> dict:
     model.configure_step(xla_gradients=args.xla, gradient_accumulation=args.grad_accumulation)
     ids = make_batches(4, args.batch, args.length, config.vocab_size)
     data = tf.data.Dataset.from_tensor_slices(
-        {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+        {
+            "token_ids": ids,
+            "padding_mask": np.ones_like(ids),
+            "segment_ids": np.zeros_like(ids),
+            # The names a --baseline commit before the one feature naming reads.
+            "input_ids": ids,
+            "input_mask": np.ones_like(ids),
+        }
     ).repeat()
     # As keras_electra.data.fit_options(), which pretrain()'s pipeline uses (inlined so a
     # --baseline commit gets it too): without tf.data autotuning, whose thread the end of

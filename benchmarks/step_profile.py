@@ -100,7 +100,7 @@ def build(args):
     model.compile(optimizer=optimizer)
     ids = make_batches(4, args.batch, args.length, config.vocab_size)
     data = tf.data.Dataset.from_tensor_slices(
-        {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+        {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
     ).repeat()
     return model, data
 

@@ -75,7 +75,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare",
         help="tokenize and pack a corpus into sharded TFRecords",
-        description="Write pretraining examples (input_ids, input_mask, segment_ids) as sharded "
+        description="Write pretraining examples (token ids, padding mask, segment ids) as sharded "
         "TFRecords, for corpora too large to tokenize on the fly.",
     )
     p.add_argument("--corpus", nargs="+", required=True, metavar="PATH")

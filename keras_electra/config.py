@@ -32,6 +32,9 @@ from keras_electra.errors import ConfigError
 
 # How the generator and the discriminator share embeddings (ElectraConfig.embedding_sharing).
 EMBEDDING_SHARING = ("all", "gdes", "word", "none")
+# The model's inputs, and the features of a pretraining batch: int [batch, length]
+# token ids, segment (token type) ids, and 1 for real tokens / 0 for padding.
+FEATURES = ("token_ids", "segment_ids", "padding_mask")
 
 
 @dataclass(frozen=True)

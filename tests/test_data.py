@@ -197,13 +197,13 @@ def test_packing_segments_exact():
     examples = pack(lines, max_seq_length=16)
     assert examples == [
         {
-            "input_ids": [CLS, 10, 11, 12, 13, 14, 15, SEP, 16, 17, 18, SEP, 0, 0, 0, 0],
-            "input_mask": [1] * 12 + [0] * 4,
+            "token_ids": [CLS, 10, 11, 12, 13, 14, 15, SEP, 16, 17, 18, SEP, 0, 0, 0, 0],
+            "padding_mask": [1] * 12 + [0] * 4,
             "segment_ids": [0] * 8 + [1] * 4 + [0] * 4,
         },
         {
-            "input_ids": [CLS, 20, 21, 22, 23, SEP] + [0] * 10,
-            "input_mask": [1] * 6 + [0] * 10,
+            "token_ids": [CLS, 20, 21, 22, 23, SEP] + [0] * 10,
+            "padding_mask": [1] * 6 + [0] * 10,
             "segment_ids": [0] * 16,
         },
     ]
@@ -213,25 +213,25 @@ def test_packing_flushes_at_target_and_trims():
     # 10 + 4 tokens reach target 12: first segment gets the 10 (trimmed to 12 - 2 = 10),
     # second segment gets max(0, 12 - 10 - 3) = 0 tokens. Then [20, 21] waits for the blank.
     examples = pack([list(range(30, 40)), [40, 41, 42, 43], [20, 21], []], max_seq_length=12)
-    assert [ex["input_ids"] for ex in examples] == [
+    assert [ex["token_ids"] for ex in examples] == [
         [CLS, *range(30, 40), SEP],
         [CLS, 20, 21, SEP] + [PAD] * 8,
     ]
     assert examples[0]["segment_ids"] == [0] * 12
-    assert examples[1]["input_mask"] == [1] * 4 + [0] * 8
+    assert examples[1]["padding_mask"] == [1] * 4 + [0] * 8
 
 
 def test_packing_long_sentence_and_empty_lines():
     # Blank lines with nothing pending do nothing; a 50-token sentence is cut to 6 tokens.
     examples = pack([[], [], list(range(100, 150)), [], []], max_seq_length=8)
-    assert [ex["input_ids"] for ex in examples] == [[CLS, 100, 101, 102, 103, 104, 105, SEP]]
+    assert [ex["token_ids"] for ex in examples] == [[CLS, 100, 101, 102, 103, 104, 105, SEP]]
 
 
 def test_packing_single_segment_probability_one():
     examples = pack(
         [[10, 11, 12], [13, 14], [15, 16], []], max_seq_length=16, single_segment_prob=1
     )
-    assert examples[0]["input_ids"][:9] == [CLS, 10, 11, 12, 13, 14, 15, 16, SEP]
+    assert examples[0]["token_ids"][:9] == [CLS, 10, 11, 12, 13, 14, 15, 16, SEP]
     assert set(examples[0]["segment_ids"]) == {0}
 
 
@@ -248,7 +248,7 @@ def test_packing_coin_flip_is_seeded_and_takes_both_branches():
 def test_packing_random_lengths_stay_in_bounds():
     lines = [[7] * 9 for _ in range(200)]
     examples = pack(lines, max_seq_length=32, random_length_prob=1.0)
-    lengths = [sum(ex["input_mask"]) for ex in examples]
+    lengths = [sum(ex["padding_mask"]) for ex in examples]
     assert max(lengths) <= 32 and min(lengths) >= 5
     assert len(set(lengths)) > 3
 
@@ -261,7 +261,7 @@ def test_pretraining_dataset_shapes_dtypes_and_structure(corpus, tokenizer):
     for name, spec in ds.element_spec.items():
         assert spec.shape.as_list() == [4, 32] and spec.dtype == tf.int32, name
     batch = next(iter(ds))
-    ids, mask, seg = (batch[k].numpy() for k in ("input_ids", "input_mask", "segment_ids"))
+    ids, mask, seg = (batch[k].numpy() for k in ("token_ids", "padding_mask", "segment_ids"))
     assert (ids[:, 0] == CLS).all()
     assert ((ids == PAD) == (mask == 0)).all()
     assert (seg <= mask).all()
@@ -288,10 +288,10 @@ def test_skip_reproduces_position(corpus, tokenizer):
 def test_each_pass_is_packed_and_shuffled_anew(corpus, tokenizer):
     n = sum(1 for _ in pretraining_examples(corpus, tokenizer, max_seq_length=32))
     ds = pretraining_dataset(corpus, tokenizer, batch_size=1, max_seq_length=32, shuffle=False)
-    ids = [b["input_ids"][0].tolist() for b in first_batches(ds, 2 * n)]
+    ids = [b["token_ids"][0].tolist() for b in first_batches(ds, 2 * n)]
     assert ids[:n] != ids[n:]  # packing randomness depends on the pass
     shuffled = pretraining_dataset(corpus, tokenizer, batch_size=1, max_seq_length=32)
-    shuffled_ids = [b["input_ids"][0].tolist() for b in first_batches(shuffled, n)]
+    shuffled_ids = [b["token_ids"][0].tolist() for b in first_batches(shuffled, n)]
     assert shuffled_ids != ids[:n]
 
 
@@ -327,7 +327,7 @@ def test_directory_of_text_files_is_read_in_shuffled_file_order(corpus, tokenize
         ds = pretraining_dataset(
             str(tmp_path), tokenizer, batch_size=2, max_seq_length=32, seed=seed, shuffle=shuffle
         )
-        return [b["input_ids"].tolist() for b in first_batches(ds, 8)]
+        return [b["token_ids"].tolist() for b in first_batches(ds, 8)]
 
     assert first_ids(0, True) == first_ids(0, True)
     assert first_ids(0, True) != first_ids(1, True) != first_ids(0, False)
@@ -344,7 +344,7 @@ def test_non_utf8_file_gives_batches(tmp_path, tokenizer):
     path = tmp_path / "latin1.txt"
     path.write_bytes("The café sat on the mat.\n\nThe dog ran \xff\xfe far.\n".encode("latin-1"))
     batch = next(iter(pretraining_dataset(str(path), tokenizer, batch_size=2, max_seq_length=16)))
-    tokens = tokenizer.detokenize_ids(batch["input_ids"]).numpy()
+    tokens = tokenizer.detokenize_ids(batch["token_ids"]).numpy()
     assert b"[UNK]" in tokens and b"dog" in tokens
 
 
@@ -353,8 +353,8 @@ def test_one_megabyte_line_gives_batches(tmp_path, tokenizer):
     path.write_text("the cat " * 131072 + "\n", encoding="utf-8")  # 1 MiB, one line
     ds = pretraining_dataset(str(path), tokenizer, batch_size=2, max_seq_length=16)
     batch = next(iter(ds))
-    assert batch["input_mask"].numpy().sum() == 32
-    assert batch["input_ids"].numpy()[0, 1:4].tolist() == [ID["the"], ID["cat"], ID["the"]]
+    assert batch["padding_mask"].numpy().sum() == 32
+    assert batch["token_ids"].numpy()[0, 1:4].tolist() == [ID["the"], ID["cat"], ID["the"]]
 
 
 # --- TFRecords --------------------------------------------------------------------------------
@@ -380,7 +380,12 @@ def test_tfrecords_round_trip_equals_streamed_examples(corpus, tokenizer, tmp_pa
     shuffled = tfrecord_dataset(out, batch_size=4, max_seq_length=32, seed=3)
     again = tfrecord_dataset(paths, batch_size=4, max_seq_length=32, seed=3)
     assert same_batches(first_batches(shuffled), first_batches(again))
-    assert shuffled.element_spec["input_ids"].shape.as_list() == [4, 32]
+    assert shuffled.element_spec["token_ids"].shape.as_list() == [4, 32]
+    # On disk the records keep the original ELECTRA's feature names.
+    record = next(iter(tf.data.TFRecordDataset(paths[0]))).numpy()
+    stored = tf.train.Example.FromString(record).features.feature
+    assert sorted(stored) == ["input_ids", "input_mask", "segment_ids"]
+    assert list(stored["input_ids"].int64_list.value) == streamed[0]["token_ids"].numpy().tolist()
 
 
 def test_tfrecord_errors(corpus, tokenizer, tmp_path):

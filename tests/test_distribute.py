@@ -34,7 +34,7 @@ mask = np.ones_like(ids)
 mask[:3, 20:] = 0  # uneven padding: the replicas predict different numbers of tokens
 ids[:, 0], ids = 2, ids * mask
 data = tf.data.Dataset.from_tensors(
-    {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)})
+    {"token_ids": ids, "padding_mask": mask, "segment_ids": np.zeros_like(ids)})
 
 def train(strategy):
     keras.utils.set_random_seed(0)

@@ -79,7 +79,7 @@ def test_generator_beats_the_most_frequent_token_baseline(trained):
     trained = whole_run(trained)
     counts, total = Counter(), 0
     for batch in held_out_batches(trained.tokenizer):
-        ids, mask = batch["input_ids"].numpy(), batch["input_mask"].numpy().astype(bool)
+        ids, mask = batch["token_ids"].numpy(), batch["padding_mask"].numpy().astype(bool)
         real = ids[mask & (ids > 4)]
         counts.update(real.tolist())
         total += real.size
@@ -93,7 +93,7 @@ def test_generator_beats_the_most_frequent_token_baseline(trained):
         tf.data.Dataset.from_tensor_slices(
             {
                 k: tf.concat([b[k] for b in held_out_batches(trained.tokenizer)], 0)
-                for k in ("input_ids", "input_mask", "segment_ids")
+                for k in ("token_ids", "padding_mask", "segment_ids")
             }
         ).batch(32),
         return_dict=True,
@@ -107,7 +107,7 @@ def test_discriminator_detects_out_of_context_tokens_in_held_out_text(trained):
     rng = np.random.default_rng(0)
     labels, scores = [], []
     for batch in held_out_batches(trained.tokenizer):
-        ids, mask = batch["input_ids"].numpy(), batch["input_mask"].numpy()
+        ids, mask = batch["token_ids"].numpy(), batch["padding_mask"].numpy()
         chosen = (rng.random(ids.shape) < 0.15) & (mask == 1) & (ids > 4)
         fake = ids.copy()
         fake[chosen] = rng.integers(5, trained.tokenizer.vocab_size, chosen.sum())

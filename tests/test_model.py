@@ -25,7 +25,19 @@ def batch(seed=0, b=4, length=16, vocab=60):
     ids = np.random.default_rng(seed).integers(5, vocab, (b, length)).astype("int32")
     ids[:, 0] = 2
     ids[:, -1] = 3
-    return {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+    return {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+
+
+def test_a_batch_under_the_old_feature_names_gets_one_sentence():
+    model = ElectraPretrainer(small_config(), seed=0)
+    old = batch()
+    old["input_ids"], old["input_mask"] = old.pop("token_ids"), old.pop("padding_mask")
+    with pytest.raises(ValueError) as caught:
+        model.compute_objective(old)
+    assert str(caught.value) == (
+        "A pretraining batch holds token_ids, segment_ids, padding_mask; this one has no "
+        "token_ids, padding_mask (earlier versions named them input_ids and input_mask)."
+    )
 
 
 def test_config_json_round_trip(tmp_path):
@@ -91,7 +103,7 @@ def test_embeddings_get_gradients_from_both_losses():
     data = batch()
     for loss_name in ("mlm_loss", "disc_loss"):
         with tf.GradientTape() as tape:
-            loss = model.compute_objective(data, training=True)[loss_name]
+            loss = getattr(model.compute_objective(data, training=True).losses, loss_name)
         grad = tape.gradient(loss, word)
         assert grad is not None and float(tf.norm(tf.convert_to_tensor(grad))) > 0
 
@@ -99,8 +111,8 @@ def test_embeddings_get_gradients_from_both_losses():
 def test_total_loss_is_mlm_plus_weighted_disc():
     model = ElectraPretrainer(small_config(dropout=0.0, disc_weight=50.0), seed=0)
     out = model.compute_objective(batch(), training=False)
-    expected = float(out["mlm_loss"]) + 50.0 * float(out["disc_loss"])
-    assert float(out["loss"]) == pytest.approx(expected, rel=1e-5)
+    expected = float(out.losses.mlm_loss) + 50.0 * float(out.losses.disc_loss)
+    assert float(out.losses.loss) == pytest.approx(expected, rel=1e-5)
 
 
 def test_corrective_lm_adds_its_loss_and_trains_the_discriminator_only():
@@ -109,11 +121,13 @@ def test_corrective_lm_adds_its_loss_and_trains_the_discriminator_only():
     assert ElectraPretrainer(small_config(), seed=0).corrective_head is None
     with tf.GradientTape() as tape:
         out = model.compute_objective(batch(), training=True)
-        corrective = out["corrective_loss"]
+        corrective = out.losses.corrective_loss
     # An untrained head spreads its guess over the vocabulary: about log(60).
     assert float(corrective) == pytest.approx(np.log(60), rel=0.1)
-    expected = float(out["mlm_loss"]) + 50.0 * float(out["disc_loss"]) + 2.0 * float(corrective)
-    assert float(out["loss"]) == pytest.approx(expected, rel=1e-5)
+    expected = (
+        float(out.losses.mlm_loss) + 50.0 * float(out.losses.disc_loss) + 2.0 * float(corrective)
+    )
+    assert float(out.losses.loss) == pytest.approx(expected, rel=1e-5)
     grads = dict(
         zip(
             [v.path for v in model.trainable_variables],

@@ -45,7 +45,7 @@ def test_masking_rates_on_a_large_batch():
     # Chosen positions are distinct within each row.
     for row, w in zip(positions, weights, strict=True):
         assert len(set(row[w > 0])) == int(w.sum())
-    masked = out.input_ids.numpy()
+    masked = out.token_ids.numpy()
     became_mask = np.take_along_axis(masked, positions, axis=1)[weights > 0] == MASK
     assert abs(became_mask.mean() - 0.85) <= 0.02, became_mask.mean()
     # Unchosen tokens are untouched; chosen ones are [MASK] or their original.
@@ -75,7 +75,7 @@ def test_masking_small_fixed_example():
     np.testing.assert_array_equal(out.labels.numpy()[0, :2], ids[0, chosen])
     expected = ids.copy()
     expected[0, chosen] = MASK
-    np.testing.assert_array_equal(out.input_ids.numpy(), expected)
+    np.testing.assert_array_equal(out.token_ids.numpy(), expected)
 
 
 def test_masking_caps_and_empty_sequences():
@@ -92,7 +92,7 @@ def test_masking_caps_and_empty_sequences():
         seeds=seeds(),
     )
     np.testing.assert_array_equal(out.weights.numpy(), [[0, 0], [1, 1]])
-    np.testing.assert_array_equal(out.input_ids.numpy()[0], ids[0])
+    np.testing.assert_array_equal(out.token_ids.numpy()[0], ids[0])
 
 
 def test_masking_is_deterministic_per_seed():

@@ -68,9 +68,9 @@ def test_layer_norm_softmax_and_logits_stay_float32():
     assert layer._self_attention_layer._softmax.compute_dtype == "float32"
     ids = np.random.default_rng(0).integers(5, 100, (2, 16)).astype("int32")
     out = model.compute_objective(
-        {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": 0 * ids}
+        {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": 0 * ids}
     )
-    assert out["disc_logits"].dtype == tf.float32 and out["loss"].dtype == tf.float32
+    assert out.disc_logits.dtype == tf.float32 and out.losses.loss.dtype == tf.float32
 
 
 def test_unknown_precision_is_one_sentence(small_corpus, tmp_path):

@@ -28,7 +28,7 @@ def make_batch():
     mask = np.ones_like(ids)
     mask[:3, 20:] = 0  # uneven padding: micro-batches predict different numbers of tokens
     ids[:, 0], ids = 2, ids * mask
-    return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
+    return {"token_ids": ids, "padding_mask": mask, "segment_ids": np.zeros_like(ids)}
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from keras_electra.config import FEATURES
 from keras_electra.data.files import (
     MAX_LINE_CHARS,
     PathsLike,
@@ -40,7 +41,6 @@ RANDOM_LENGTH_PROB = 0.05
 """Chance that the next example's target length is drawn from ``randint(5, max_seq_length)``."""
 
 _TOKENIZE_BATCH = 256
-_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 # Sub-streams of randomness derived from (seed, epoch).
 _FILE_ORDER, _PACKING, _SHUFFLE = 1, 2, 3
@@ -173,14 +173,14 @@ def pack_examples(
         max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
         cls_id: id of ``[CLS]``.
         sep_id: id of ``[SEP]``.
-        pad_id: id of ``[PAD]``, used to pad ``input_ids``.
+        pad_id: id of ``[PAD]``, used to pad ``token_ids``.
         seed: an int64 scalar or a shape ``[2]`` stateless seed; fixes every random choice.
         single_segment_prob: see above (0 makes every example two-segment when possible).
         random_length_prob: see above (0 keeps every target at ``max_seq_length``).
 
     Returns:
-        A dataset of dicts of int32 ``[max_seq_length]`` tensors: ``input_ids``,
-        ``input_mask`` (1 for tokens, 0 for padding) and ``segment_ids`` (0 for
+        A dataset of dicts of int32 ``[max_seq_length]`` tensors: ``token_ids``,
+        ``padding_mask`` (1 for tokens, 0 for padding) and ``segment_ids`` (0 for
         ``[CLS] A [SEP]``, 1 for ``B [SEP]``).
 
     Example:
@@ -188,7 +188,7 @@ def pack_examples(
         ...     (tf.ragged.constant([[5, 6], [7], []]), [False, False, True]))
         >>> ex = next(iter(pack_examples(lines, max_seq_length=8, cls_id=2, sep_id=3,
         ...     pad_id=0, single_segment_prob=0.0, random_length_prob=0.0)))
-        >>> ex["input_ids"].numpy().tolist(), ex["segment_ids"].numpy().tolist()
+        >>> ex["token_ids"].numpy().tolist(), ex["segment_ids"].numpy().tolist()
         ([2, 5, 6, 3, 7, 3, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0])
     """
     check_shapes(None, max_seq_length)
@@ -235,12 +235,12 @@ def pack_examples(
         )
         padding = [[0, length - tf.size(ids)]]
         return {
-            "input_ids": tf.reshape(tf.pad(ids, padding, constant_values=pad_id), [length]),
-            "input_mask": tf.reshape(tf.pad(tf.ones_like(ids), padding), [length]),
+            "token_ids": tf.reshape(tf.pad(ids, padding, constant_values=pad_id), [length]),
+            "padding_mask": tf.reshape(tf.pad(tf.ones_like(ids), padding), [length]),
             "segment_ids": tf.reshape(tf.pad(segments, padding), [length]),
         }
 
-    empty_example = {name: tf.zeros([length], tf.int32) for name in _FEATURES}
+    empty_example = {name: tf.zeros([length], tf.int32) for name in FEATURES}
     zero = tf.constant(0, tf.int64)
     initial_state = (
         tf.zeros([0], tf.int32),  # first-segment tokens, cut to length - 2
@@ -335,7 +335,7 @@ def pretraining_examples(
         >>> _ = open(path, "w").write("hi hi.\\n")
         >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
         >>> ex = next(iter(pretraining_examples(path, t, max_seq_length=6)))
-        >>> ex["input_ids"].numpy().tolist()
+        >>> ex["token_ids"].numpy().tolist()
         [2, 5, 5, 6, 3, 0]
     """
     paths = resolve_corpus_files(files)
@@ -417,8 +417,8 @@ def finish_batches(
         The batched dataset of int32 dicts, options set for deterministic order.
 
     Example:
-        >>> ds = tf.data.Dataset.from_tensors({"input_ids": tf.zeros([4], tf.int32)}).repeat(3)
-        >>> finish_batches(ds, 2, 4).element_spec["input_ids"].shape
+        >>> ds = tf.data.Dataset.from_tensors({"token_ids": tf.zeros([4], tf.int32)}).repeat(3)
+        >>> finish_batches(ds, 2, 4).element_spec["token_ids"].shape
         TensorShape([2, 4])
     """
     shape = [batch_size, max_seq_length]
@@ -488,7 +488,7 @@ def pretraining_dataset(
         shuffle_buffer: examples shuffled together.
 
     Returns:
-        A dataset of dicts ``{"input_ids", "input_mask", "segment_ids"}`` of int32
+        A dataset of dicts ``{"token_ids", "padding_mask", "segment_ids"}`` of int32
         tensors of static shape ``[batch_size, max_seq_length]``.
 
     Raises:
@@ -502,7 +502,7 @@ def pretraining_dataset(
         >>> _ = open(path, "w").write("hi hi.\\n\\nhi.\\n")
         >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
         >>> ds = pretraining_dataset(path, t, batch_size=2, max_seq_length=8)
-        >>> next(iter(ds))["input_ids"].shape
+        >>> next(iter(ds))["token_ids"].shape
         TensorShape([2, 8])
     """
     check_shapes(batch_size, max_seq_length)
@@ -597,7 +597,7 @@ def corpus_stats(
     specials = tf.constant([tokenizer.cls_id, tokenizer.sep_id], tf.int32)
 
     def add(totals, example):
-        ids, mask = example["input_ids"], example["input_mask"]
+        ids, mask = example["token_ids"], example["padding_mask"]
         real = tf.cast(mask, tf.bool)
         is_special = tf.reduce_any(tf.equal(ids[:, None], specials[None, :]), axis=1) & real
         return totals + tf.stack(

@@ -2,7 +2,9 @@
 
 Writing packs the text once (:func:`write_pretraining_tfrecords`), so training skips
 tokenization and packing. Each record is a ``tf.train.Example`` with int64 features
-``input_ids``, ``input_mask`` and ``segment_ids`` of length ``max_seq_length``.
+``input_ids``, ``input_mask`` and ``segment_ids`` of length ``max_seq_length`` (the
+original ELECTRA's feature names, so its files and ours read alike); reading renames
+them to the pipeline's ``token_ids``, ``padding_mask`` and ``segment_ids``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import tensorflow as tf
 
 from keras_electra.data.files import PathsLike, _as_list, is_remote, resolve_files
 from keras_electra.data.pretraining import (
-    _FEATURES,
     block_shuffle,
     check_shapes,
     finish_batches,
@@ -30,6 +31,13 @@ from keras_electra.errors import InputDataError
 TFRECORD_SUFFIX = ".tfrecord"
 SHARD_PREFIX = "pretraining"
 METADATA_FILE = "metadata.json"
+
+# The pipeline's feature names and the names records store them under.
+RECORD_FEATURES = {
+    "token_ids": "input_ids",
+    "padding_mask": "input_mask",
+    "segment_ids": "segment_ids",
+}
 
 # Readers kept open at once when reading shards in order (shuffle=False).
 _MAX_ORDERED_READERS = 64
@@ -48,8 +56,8 @@ def shard_name(index: int, num_shards: int) -> str:
 
 def _serialize(example: dict[str, Any]) -> bytes:
     features = {
-        name: tf.train.Feature(int64_list=tf.train.Int64List(value=example[name].tolist()))
-        for name in _FEATURES
+        stored: tf.train.Feature(int64_list=tf.train.Int64List(value=example[name].tolist()))
+        for name, stored in RECORD_FEATURES.items()
     }
     return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
 
@@ -172,19 +180,19 @@ check the path and the wildcard.
 
 
 def _first_record_length(files: Sequence[str]) -> tuple[str, int] | None:
-    """The file and ``input_ids`` length of the first record, or None if all are empty."""
+    """The file and token-id length of the first record, or None if all are empty."""
     for path in files:
         try:
             for record in tf.data.TFRecordDataset(path).take(1).as_numpy_iterator():
                 example = tf.train.Example.FromString(record)
                 feature = example.features.feature
-                missing = [name for name in _FEATURES if name not in feature]
+                missing = [name for name in RECORD_FEATURES.values() if name not in feature]
                 if missing:
                     raise InputDataError(
                         f"TFRecord file '{path}' has no {missing[0]} feature; write it with "
                         "write_pretraining_tfrecords (keras-electra prepare)."
                     )
-                return path, len(feature["input_ids"].int64_list.value)
+                return path, len(feature[RECORD_FEATURES["token_ids"]].int64_list.value)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             raise InputDataError(
                 f"'{path}' is not a readable TFRecord file ({e.message.splitlines()[0]}); "
@@ -240,7 +248,7 @@ def tfrecord_dataset(
         shuffle_buffer: records shuffled together.
 
     Returns:
-        A dataset of dicts ``{"input_ids", "input_mask", "segment_ids"}`` of int32
+        A dataset of dicts ``{"token_ids", "padding_mask", "segment_ids"}`` of int32
         tensors of static shape ``[batch_size, max_seq_length]``.
 
     Raises:
@@ -256,7 +264,7 @@ def tfrecord_dataset(
         >>> _ = write_pretraining_tfrecords(os.path.join(d, "a.txt"), t, d, max_seq_length=8,
         ...     num_shards=1, progress=False)
         >>> ds = tfrecord_dataset(d, batch_size=2, max_seq_length=8)
-        >>> next(iter(ds))["input_ids"].shape
+        >>> next(iter(ds))["token_ids"].shape
         TensorShape([2, 8])
     """
     check_shapes(batch_size, max_seq_length)
@@ -299,10 +307,14 @@ def tfrecord_dataset(
 
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
     records = epochs.flat_map(one_pass)
-    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in _FEATURES}
+    spec = {
+        stored: tf.io.FixedLenFeature([max_seq_length], tf.int64)
+        for stored in RECORD_FEATURES.values()
+    }
 
     def parse(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        return tf.io.parse_example(batch["record"], spec)
+        parsed = tf.io.parse_example(batch["record"], spec)
+        return {name: parsed[stored] for name, stored in RECORD_FEATURES.items()}
 
     return finish_batches(records, batch_size, max_seq_length, parse=parse)
 
@@ -369,7 +381,7 @@ def load_pretraining_data(
         >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
         >>> ds = load_pretraining_data(path, t, batch_size=2, max_seq_length=8)
         >>> sorted(ds.element_spec)
-        ['input_ids', 'input_mask', 'segment_ids']
+        ['padding_mask', 'segment_ids', 'token_ids']
     """
     if not is_tfrecord_input(paths):
         return pretraining_dataset(paths, tokenizer, **kwargs)

@@ -63,7 +63,7 @@ class HealthProbe:
 
     Args:
         model: the :class:`~keras_electra.pretraining.ElectraPretrainer`.
-        batch: a dict of int ``[N, L]`` arrays ``input_ids``, ``input_mask``,
+        batch: a dict of int ``[N, L]`` arrays ``token_ids``, ``padding_mask``,
             ``segment_ids`` (held-back text; 32-64 sequences are plenty).
         seed: seed of the probe's masks, samples and corruptions.
 
@@ -73,7 +73,7 @@ class HealthProbe:
         >>> from keras_electra.pretraining import ElectraPretrainer
         >>> model = ElectraPretrainer(ElectraConfig.from_preset("tiny", vocab_size=64), seed=0)
         >>> ids = np.random.default_rng(0).integers(5, 64, (4, 16)).astype("int32")
-        >>> probe = HealthProbe(model, {"input_ids": ids, "input_mask": np.ones_like(ids),
+        >>> probe = HealthProbe(model, {"token_ids": ids, "padding_mask": np.ones_like(ids),
         ...                             "segment_ids": np.zeros_like(ids)})
         >>> sorted(probe.measure())[:3]
         ['context_auc', 'disc_cosine_0', 'disc_cosine_1']
@@ -83,8 +83,8 @@ class HealthProbe:
         c = model.config
         self.model = model
         self._forward = None
-        self.ids = np.asarray(batch["input_ids"], np.int32)
-        self.mask = np.asarray(batch["input_mask"], np.int32)
+        self.ids = np.asarray(batch["token_ids"], np.int32)
+        self.mask = np.asarray(batch["padding_mask"], np.int32)
         self.segments = np.asarray(batch["segment_ids"], np.int32)
         special = (c.pad_token_id, c.cls_token_id, c.sep_token_id, c.mask_token_id)
         self.ordinary = (self.mask == 1) & ~np.isin(self.ids, special)
@@ -174,7 +174,7 @@ class HealthProbe:
 
     def _generator_corruption(self) -> tf.Tensor:
         model, masked = self.model, self.masked
-        hidden = model.generator(self._inputs(masked.input_ids), training=False)
+        hidden = model.generator(self._inputs(masked.token_ids), training=False)
         logits = model.generator_head(hidden, masked.positions)
         sampled = objective.sample_tokens(
             logits,

@@ -31,21 +31,21 @@ class MaskedBatch(NamedTuple):
     """The output of :func:`mask_tokens`.
 
     Attributes:
-        input_ids: ``[B, L]`` the generator's input, ``[MASK]`` at most chosen positions.
+        token_ids: ``[B, L]`` the generator's input, ``[MASK]`` at most chosen positions.
         positions: ``[B, P]`` int32 chosen positions; 0 where ``weights`` is 0.
         labels: ``[B, P]`` int32 original token ids at ``positions``; 0 where unused.
         weights: ``[B, P]`` float32, 1 for a chosen position, 0 for padding of ``P``.
     """
 
-    input_ids: tf.Tensor
+    token_ids: tf.Tensor
     positions: tf.Tensor
     labels: tf.Tensor
     weights: tf.Tensor
 
 
 def mask_tokens(
-    input_ids: tf.Tensor,
-    input_mask: tf.Tensor,
+    token_ids: tf.Tensor,
+    padding_mask: tf.Tensor,
     *,
     special_ids: tuple[int, ...],
     mask_token_id: int,
@@ -62,8 +62,8 @@ def mask_tokens(
     uniformly without replacement (capped at ``n``).
 
     Args:
-        input_ids: ``[B, L]`` int32 token ids.
-        input_mask: ``[B, L]`` 1 for real tokens, 0 for padding.
+        token_ids: ``[B, L]`` int32 token ids.
+        padding_mask: ``[B, L]`` 1 for real tokens, 0 for padding.
         special_ids: ids never chosen (``[CLS]``, ``[SEP]``, ``[PAD]``, ...).
         mask_token_id: id of ``[MASK]``.
         mask_prob: fraction of candidates to choose.
@@ -76,18 +76,18 @@ def mask_tokens(
     Returns:
         A :class:`MaskedBatch`.
     """
-    input_ids = tf.convert_to_tensor(input_ids, tf.int32)
+    token_ids = tf.convert_to_tensor(token_ids, tf.int32)
     if (seeds is None) == (uniforms is None):
         raise ValueError("Pass exactly one of seeds and uniforms.")
     if uniforms is None:
-        batch = tf.shape(input_ids)[0]
+        batch = tf.shape(token_ids)[0]
         uniforms = (
-            tf.random.stateless_uniform(tf.shape(input_ids), seed=seeds[0]),
+            tf.random.stateless_uniform(tf.shape(token_ids), seed=seeds[0]),
             tf.random.stateless_uniform([batch, max_predictions], seed=seeds[1]),
         )
-    candidates = tf.cast(input_mask, tf.bool)
+    candidates = tf.cast(padding_mask, tf.bool)
     for token_id in special_ids:
-        candidates &= tf.not_equal(input_ids, token_id)
+        candidates &= tf.not_equal(token_ids, token_id)
 
     num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1)
     num_to_predict = tf.cast(tf.round(tf.cast(num_candidates, tf.float32) * mask_prob), tf.int32)
@@ -102,27 +102,27 @@ def mask_tokens(
     chosen = (rank < num_to_predict[:, tf.newaxis]) & tf.gather(candidates, positions, batch_dims=1)
     positions = tf.where(chosen, positions, 0)
     weights = tf.cast(chosen, tf.float32)
-    labels = tf.where(chosen, tf.gather(input_ids, positions, batch_dims=1), 0)
+    labels = tf.where(chosen, tf.gather(token_ids, positions, batch_dims=1), 0)
 
     use_mask = tf.cast(uniforms[1], tf.float32) < mask_token_prob
     masked_ids = scatter_tokens(
-        input_ids, positions, tf.fill(tf.shape(positions), mask_token_id), chosen & use_mask
+        token_ids, positions, tf.fill(tf.shape(positions), mask_token_id), chosen & use_mask
     )
     return MaskedBatch(masked_ids, positions, labels, weights)
 
 
 def scatter_tokens(
-    input_ids: tf.Tensor, positions: tf.Tensor, tokens: tf.Tensor, where: tf.Tensor
+    token_ids: tf.Tensor, positions: tf.Tensor, tokens: tf.Tensor, where: tf.Tensor
 ) -> tf.Tensor:
-    """Write ``tokens[b, p]`` at ``input_ids[b, positions[b, p]]`` where ``where[b, p]``.
+    """Write ``tokens[b, p]`` at ``token_ids[b, positions[b, p]]`` where ``where[b, p]``.
 
     Positions written must be distinct per row (as :func:`mask_tokens` makes them).
     """
-    length = tf.shape(input_ids)[1]
+    length = tf.shape(token_ids)[1]
     onehot = tf.one_hot(positions, length, dtype=tf.int32) * tf.cast(where, tf.int32)[..., None]
     written = tf.reduce_max(onehot, axis=1) > 0
     values = tf.reduce_sum(onehot * tf.cast(tokens, tf.int32)[..., None], axis=1)
-    return tf.where(written, values, input_ids)
+    return tf.where(written, values, token_ids)
 
 
 def sample_tokens(
@@ -211,16 +211,18 @@ def _below(total: tf.Tensor) -> tf.Tensor:
 
 
 def replace_tokens(
-    input_ids: tf.Tensor, positions: tf.Tensor, sampled: tf.Tensor, weights: tf.Tensor
+    token_ids: tf.Tensor, positions: tf.Tensor, sampled: tf.Tensor, weights: tf.Tensor
 ) -> tf.Tensor:
     """The discriminator's input: the original ids with samples at the chosen positions."""
-    return scatter_tokens(input_ids, positions, sampled, weights > 0)
+    return scatter_tokens(token_ids, positions, sampled, weights > 0)
 
 
-def replaced_labels(fake_ids: tf.Tensor, input_ids: tf.Tensor, input_mask: tf.Tensor) -> tf.Tensor:
+def replaced_labels(
+    fake_ids: tf.Tensor, token_ids: tf.Tensor, padding_mask: tf.Tensor
+) -> tf.Tensor:
     """1.0 where the discriminator input differs from the original, on real tokens."""
-    differs = tf.not_equal(fake_ids, tf.cast(input_ids, fake_ids.dtype))
-    return tf.cast(differs, tf.float32) * tf.cast(input_mask, tf.float32)
+    differs = tf.not_equal(fake_ids, tf.cast(token_ids, fake_ids.dtype))
+    return tf.cast(differs, tf.float32) * tf.cast(padding_mask, tf.float32)
 
 
 def mlm_loss(logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
@@ -231,9 +233,9 @@ def mlm_loss(logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor) -> tf.Ten
     return tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)
 
 
-def disc_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> tf.Tensor:
+def disc_loss(logits: tf.Tensor, labels: tf.Tensor, padding_mask: tf.Tensor) -> tf.Tensor:
     """Mean sigmoid cross-entropy of the discriminator over all non-padding tokens."""
-    weights = tf.cast(input_mask, tf.float32)
+    weights = tf.cast(padding_mask, tf.float32)
     per_token = tf.nn.sigmoid_cross_entropy_with_logits(
         labels=labels, logits=tf.cast(logits, tf.float32)
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_electra.config import ElectraConfig
+from keras_electra.config import FEATURES, ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.layers import (
     DiscriminatorHead,
@@ -31,12 +33,59 @@ NONFINITE_MESSAGE = "keras-electra: the loss or gradient norm of this step is no
 GRADIENT_PARTS = ("generator", "discriminator", "embeddings", "heads")
 
 
+class PreparedBatch(NamedTuple):
+    """A batch after step 1 (:meth:`ElectraPretrainer.prepare_batch`).
+
+    Every tensor has the batch as its first axis, so a slice of examples is a
+    smaller prepared batch (a micro-batch).
+    """
+
+    token_ids: tf.Tensor  # [B, L] int32
+    segment_ids: tf.Tensor  # [B, L] int32
+    padding_mask: tf.Tensor  # [B, L] int32, 1 for real tokens
+    masked: objective.MaskedBatch
+    sample_uniforms: tf.Tensor  # [B, P] one uniform draw per masked position, for sampling
+
+
+class LossTotals(NamedTuple):
+    """The global batch's counts that normalize the losses (:func:`loss_totals`)."""
+
+    predicted: tf.Tensor  # masked positions the MLM predicts
+    real: tf.Tensor  # real (non-padding) tokens the discriminator labels
+
+
+class Losses(NamedTuple):
+    """A (micro-)batch's share of each loss; ``None`` where the objective has none."""
+
+    loss: tf.Tensor  # the weighted sum that is minimized
+    mlm_loss: tf.Tensor
+    disc_loss: tf.Tensor | None = None
+    corrective_loss: tf.Tensor | None = None
+
+    def present(self) -> dict[str, tf.Tensor]:
+        """The losses this objective has, by metric name."""
+        return {name: value for name, value in self._asdict().items() if value is not None}
+
+
+class ObjectiveOutput(NamedTuple):
+    """What :meth:`ElectraPretrainer.objective_from` computes; the token-level fields
+    feed the metrics. The discriminator's fields are ``None`` for ``objective="mlm"``."""
+
+    losses: Losses
+    masked: objective.MaskedBatch
+    mlm_correct: tf.Tensor  # [B, P] 1.0 where the MLM's argmax is the original token
+    sampled_correct: tf.Tensor | None = None  # [B, P] 1.0 where the sample is the original
+    disc_logits: tf.Tensor | None = None  # [B, L] float32 "replaced" logits
+    disc_labels: tf.Tensor | None = None  # [B, L] 1.0 where the token was replaced
+    padding_mask: tf.Tensor | None = None  # [B, L] float32
+
+
 @keras.saving.register_keras_serializable(package="keras_electra")
 class ElectraPretrainer(keras.Model):
     """ELECTRA pretraining: a generator and a discriminator sharing embeddings.
 
     ``fit`` takes batches of dicts with int32 ``[batch, length]`` tensors
-    ``input_ids``, ``input_mask`` and ``segment_ids`` (as produced by
+    ``token_ids``, ``padding_mask`` and ``segment_ids`` (as produced by
     :mod:`keras_electra.data`); masking happens in the graph, so every epoch sees
     fresh masks.
 
@@ -77,7 +126,7 @@ class ElectraPretrainer(keras.Model):
         >>> model = ElectraPretrainer(config, seed=0)
         >>> model.compile(optimizer=keras.optimizers.AdamW(1e-3))
         >>> ids = np.random.default_rng(0).integers(5, 64, (4, 16)).astype("int32")
-        >>> batch = {"input_ids": ids, "input_mask": np.ones_like(ids),
+        >>> batch = {"token_ids": ids, "padding_mask": np.ones_like(ids),
         ...          "segment_ids": np.zeros_like(ids)}
         >>> logs = model.train_on_batch(batch, return_dict=True)
         >>> sorted(logs)[:3]
@@ -262,38 +311,32 @@ class ElectraPretrainer(keras.Model):
 
     def call(self, inputs, training=False):
         """Discriminator logits (``electra``) or sequence output (``mlm``) for a batch."""
-        sequence = self.discriminator(_backbone_inputs(inputs), training=training)
+        sequence = self.discriminator(_features(inputs), training=training)
         if self.discriminator_head is None:
             return sequence
         return self.discriminator_head(sequence)
 
     # === The objective, top-down ===
 
-    def compute_objective(self, batch: dict, training: bool = False) -> dict[str, tf.Tensor]:
+    def compute_objective(self, batch: dict, training: bool = False) -> ObjectiveOutput:
         """Mask, run the generator, sample, run the discriminator, compute losses."""
         prepared = self.prepare_batch(batch)
         return self.objective_from(prepared, loss_totals(prepared), training=training)
 
-    def prepare_batch(self, batch: dict) -> dict:
-        """Step 1, which needs no gradient: draw this step's random numbers and mask ~15%.
-
-        Returns the batch's int32 ``input_ids``, ``input_mask``, ``segment_ids``, the
-        :class:`~keras_electra.pretraining.objective.MaskedBatch` ``masked`` and each
-        masked position's uniform draw for sampling, ``sample_uniforms``: every
-        tensor has the batch as its first axis, so a slice of examples is a smaller
-        prepared batch.
-        """
+    def prepare_batch(self, batch: dict) -> PreparedBatch:
+        """Step 1, which needs no gradient: draw this step's random numbers and mask ~15%."""
         c = self.config
-        input_ids = tf.cast(batch["input_ids"], tf.int32)
-        input_mask = tf.cast(batch["input_mask"], tf.int32)
-        max_predictions = c.max_predictions(input_ids.shape[1])
+        batch = _features(batch)
+        token_ids = tf.cast(batch["token_ids"], tf.int32)
+        padding_mask = tf.cast(batch["padding_mask"], tf.int32)
+        max_predictions = c.max_predictions(token_ids.shape[1])
         choice, keep, sample = self._example_uniforms(
-            tf.shape(input_ids)[0], (tf.shape(input_ids)[1], max_predictions, max_predictions)
+            tf.shape(token_ids)[0], (tf.shape(token_ids)[1], max_predictions, max_predictions)
         )
         # 1. Mask ~15% of the real tokens.
         masked = objective.mask_tokens(
-            input_ids,
-            input_mask,
+            token_ids,
+            padding_mask,
             special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
             mask_token_id=c.mask_token_id,
             mask_prob=c.mask_prob,
@@ -301,17 +344,13 @@ class ElectraPretrainer(keras.Model):
             max_predictions=max_predictions,
             uniforms=(choice, keep),
         )
-        return {
-            "input_ids": input_ids,
-            "input_mask": input_mask,
-            "segment_ids": tf.cast(batch["segment_ids"], tf.int32),
-            "masked": masked,
-            "sample_uniforms": sample,
-        }
+        return PreparedBatch(
+            token_ids, tf.cast(batch["segment_ids"], tf.int32), padding_mask, masked, sample
+        )
 
     def objective_from(
-        self, prepared: dict, totals: tuple[tf.Tensor, tf.Tensor], training: bool = False
-    ) -> dict[str, tf.Tensor]:
+        self, prepared: PreparedBatch, totals: LossTotals, training: bool = False
+    ) -> ObjectiveOutput:
         """Steps 2-5 on a prepared batch, or on a slice of one (a micro-batch).
 
         ``totals`` are the whole global batch's counts of predicted and of real tokens
@@ -319,70 +358,64 @@ class ElectraPretrainer(keras.Model):
         so the shares of all slices and replicas add up to the one-device loss.
         """
         c = self.config
-        input_ids, input_mask = prepared["input_ids"], prepared["input_mask"]
-        masked = prepared["masked"]
+        token_ids, padding_mask, masked = prepared.token_ids, prepared.padding_mask, prepared.masked
 
         # 2. The generator (or, for the MLM baseline, the discriminator) predicts them.
         tower_inputs = {
-            "token_ids": masked.input_ids,
-            "segment_ids": prepared["segment_ids"],
-            "padding_mask": input_mask,
+            "token_ids": masked.token_ids,
+            "segment_ids": prepared.segment_ids,
+            "padding_mask": padding_mask,
         }
         hidden = self._mlm_tower()(tower_inputs, training=training)
         mlm_logits = self.generator_head(hidden, masked.positions)
         mlm_loss = objective.mlm_loss(mlm_logits, masked.labels, masked.weights)
-        mlm_loss *= _share(tf.reduce_sum(masked.weights), totals[0])
+        mlm_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
         predicted = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
-        out = {
-            "mlm_loss": mlm_loss,
-            "loss": c.mlm_weight * mlm_loss,
-            "masked": masked,
-            "mlm_correct": tf.cast(tf.equal(predicted, masked.labels), tf.float32),
-        }
+        mlm_correct = tf.cast(tf.equal(predicted, masked.labels), tf.float32)
         if self.generator is None:
-            return out
+            return ObjectiveOutput(Losses(c.mlm_weight * mlm_loss, mlm_loss), masked, mlm_correct)
 
         # 3. Sample replacements from the generator (no gradient through the sample).
         sampled = objective.sample_tokens(
             mlm_logits,
             masked.labels,
-            uniform=prepared["sample_uniforms"],
+            uniform=prepared.sample_uniforms,
             temperature=c.temperature,
             disallow_correct=c.disallow_correct,
         )
-        fake_ids = objective.replace_tokens(input_ids, masked.positions, sampled, masked.weights)
-        labels = objective.replaced_labels(fake_ids, input_ids, input_mask)
+        fake_ids = objective.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
+        labels = objective.replaced_labels(fake_ids, token_ids, padding_mask)
 
         # 4. The discriminator spots the replaced tokens.
         disc_inputs = {
             "token_ids": fake_ids,
-            "segment_ids": prepared["segment_ids"],
-            "padding_mask": input_mask,
+            "segment_ids": prepared.segment_ids,
+            "padding_mask": padding_mask,
         }
         disc_hidden = self.discriminator(disc_inputs, training=training)
         disc_logits = self.discriminator_head(disc_hidden)
-        disc_loss = objective.disc_loss(disc_logits, labels, input_mask)
-        disc_loss *= _share(tf.reduce_sum(tf.cast(input_mask, tf.float32)), totals[1])
+        disc_loss = objective.disc_loss(disc_logits, labels, padding_mask)
+        disc_loss *= _share(tf.reduce_sum(tf.cast(padding_mask, tf.float32)), totals.real)
         loss = c.mlm_weight * mlm_loss + c.disc_weight * disc_loss
 
         # 5. Optionally, the discriminator also restores the original tokens at the
         #    masked positions from the corrupted input (a corrective LM, as in COCO-LM).
+        corrective_loss = None
         if self.corrective_head is not None:
             corrective_logits = self.corrective_head(disc_hidden, masked.positions)
             corrective_loss = objective.mlm_loss(corrective_logits, masked.labels, masked.weights)
-            corrective_loss *= _share(tf.reduce_sum(masked.weights), totals[0])
-            out["corrective_loss"] = corrective_loss
+            corrective_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
             loss += c.corrective_weight * corrective_loss
 
-        out.update(
-            disc_loss=disc_loss,
-            loss=loss,
+        return ObjectiveOutput(
+            Losses(loss, mlm_loss, disc_loss, corrective_loss),
+            masked,
+            mlm_correct,
             sampled_correct=tf.cast(tf.equal(sampled, masked.labels), tf.float32),
             disc_logits=disc_logits,
             disc_labels=labels,
-            input_mask=tf.cast(input_mask, tf.float32),
+            padding_mask=tf.cast(padding_mask, tf.float32),
         )
-        return out
 
     def _example_uniforms(self, local_batch: tf.Tensor, widths: tuple) -> list[tf.Tensor]:
         """Uniform draws in [0, 1), ``[local_batch, width]`` per width, one row per example.
@@ -536,12 +569,15 @@ class ElectraPretrainer(keras.Model):
         for name, value in norms.items():
             self._trackers[name].update_state(value)
 
-    def _loss_and_gradients(self, prepared: dict, totals: tuple) -> tuple[list, dict]:
-        """The objective on a prepared (micro-)batch and the gradients of its loss share."""
+    def _loss_and_gradients(
+        self, prepared: PreparedBatch, totals: LossTotals
+    ) -> tuple[list, dict, ObjectiveOutput]:
+        """The objective on a prepared (micro-)batch, the gradients of its loss share
+        and its losses by name."""
         with tf.GradientTape() as tape:
             out = self.objective_from(prepared, totals, training=True)
-            loss = self.optimizer.scale_loss(out["loss"])
-        return tape.gradient(loss, self.trainable_variables), out
+            loss = self.optimizer.scale_loss(out.losses.loss)
+        return tape.gradient(loss, self.trainable_variables), out.losses.present(), out
 
     def test_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
@@ -549,34 +585,30 @@ class ElectraPretrainer(keras.Model):
         logs = self._metric_results()
         return {k: v for k, v in logs.items() if not k.startswith(("grad_norm", "skipped"))}
 
-    def _update_metrics(self, out: dict) -> None:
-        self._record_losses(self._global_losses(out))
+    def _update_metrics(self, out: ObjectiveOutput) -> None:
+        self._record_losses(self._global_losses(out.losses.present()))
         self._update_token_metrics(out)
 
-    def _global_losses(self, out: dict) -> dict[str, tf.Tensor]:
+    def _global_losses(self, losses: dict) -> dict[str, tf.Tensor]:
         """The global batch's losses: the sums of the replicas' shares (all-reduced)."""
-        return {
-            name: global_sum(out[name])
-            for name in ("loss", "mlm_loss", "disc_loss", "corrective_loss")
-            if name in out
-        }
+        return {name: global_sum(value) for name, value in losses.items()}
 
     def _record_losses(self, losses: dict) -> None:
         # Every replica records the global value.
         for name, value in losses.items():
             self._trackers[name].update_state(value)
 
-    def _update_token_metrics(self, out: dict) -> None:
+    def _update_token_metrics(self, out: ObjectiveOutput) -> None:
         """Per-token metrics: their weighted sums add up across micro-batches exactly."""
         t = self._trackers
-        weights = out["masked"].weights
-        t["mlm_accuracy"].update_state(out["mlm_correct"], sample_weight=weights)
+        weights = out.masked.weights
+        t["mlm_accuracy"].update_state(out.mlm_correct, sample_weight=weights)
         if self.generator is not None:
-            mask = tf.reshape(out["input_mask"], [-1])
-            labels = tf.reshape(out["disc_labels"], [-1])
-            probs = tf.sigmoid(tf.reshape(out["disc_logits"], [-1]))
+            mask = tf.reshape(out.padding_mask, [-1])
+            labels = tf.reshape(out.disc_labels, [-1])
+            probs = tf.sigmoid(tf.reshape(out.disc_logits, [-1]))
             correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
-            t["sampled_mlm_accuracy"].update_state(out["sampled_correct"], sample_weight=weights)
+            t["sampled_mlm_accuracy"].update_state(out.sampled_correct, sample_weight=weights)
             t["disc_accuracy"].update_state(correct, sample_weight=mask)
             t["disc_precision"].update_state(labels, probs, sample_weight=mask)
             t["disc_recall"].update_state(labels, probs, sample_weight=mask)
@@ -653,15 +685,15 @@ def transfer_weights(source: ElectraPretrainer, target: ElectraPretrainer) -> No
         v.assign(values[path].numpy())
 
 
-def loss_totals(prepared: dict) -> tuple[tf.Tensor, tf.Tensor]:
+def loss_totals(prepared: PreparedBatch) -> LossTotals:
     """The global batch's number of predicted tokens and of real tokens.
 
     They normalize the MLM and discriminator losses; summed over the replicas in
     sync, so every replica (and every micro-batch) divides by the same counts.
     """
-    predicted = tf.reduce_sum(prepared["masked"].weights)
-    real = tf.reduce_sum(tf.cast(prepared["input_mask"], tf.float32))
-    return global_sum(predicted), global_sum(real)
+    predicted = tf.reduce_sum(prepared.masked.weights)
+    real = tf.reduce_sum(tf.cast(prepared.padding_mask, tf.float32))
+    return LossTotals(global_sum(predicted), global_sum(real))
 
 
 def _share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
@@ -674,12 +706,17 @@ def _share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
     return tf.stop_gradient(weight) / tf.maximum(tf.stop_gradient(total), 1e-6)
 
 
-def _backbone_inputs(batch: dict) -> dict:
-    """Map the data pipeline's feature names to the backbone's input names."""
-    if "token_ids" in batch:
-        return batch
-    return {
-        "token_ids": batch["input_ids"],
-        "segment_ids": batch["segment_ids"],
-        "padding_mask": batch["input_mask"],
-    }
+def _features(batch: dict) -> dict:
+    """The batch's :data:`FEATURES`, or one sentence naming what is missing."""
+    missing = [name for name in FEATURES if name not in batch]
+    if missing:
+        renamed = (
+            " (earlier versions named them input_ids and input_mask)"
+            if "input_ids" in batch
+            else ""
+        )
+        raise ValueError(
+            f"A pretraining batch holds {', '.join(FEATURES)}; this one has no "
+            f"{', '.join(missing)}{renamed}."
+        )
+    return {name: batch[name] for name in FEATURES}

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -40,17 +41,17 @@ def global_sum(value: tf.Tensor) -> tf.Tensor:
 
 
 def accumulate_gradients(
-    compute: Callable[[dict], tuple[list, dict]],
-    batch: dict,
+    compute: Callable[[Any], tuple[list, dict, Any]],
+    batch: Any,
     steps: int,
-    record: Callable[[dict], None],
+    record: Callable[[Any], None],
 ) -> tuple[list, dict, Callable[[], None]]:
     """The gradients and losses of ``batch`` taken as ``steps`` equal micro-batches.
 
     Args:
-        compute: ``micro_batch -> (gradients, out)``; ``out``'s entries whose names end
-            in ``loss`` are summed (each micro-batch's loss is its share of the batch's).
-        batch: tensors with the batch on axis 0.
+        compute: ``micro_batch -> (gradients, losses, out)``; the ``losses`` (a dict of
+            scalars, each micro-batch's share of the batch's loss) are summed.
+        batch: a structure of tensors with the batch on axis 0.
         steps: micro-batches (1: the batch in one pass).
         record: records one micro-batch's per-example metrics from its ``out``.
 
@@ -60,24 +61,24 @@ def accumulate_gradients(
         runs it only for a step it applies); with micro-batches it ran in the loop.
     """
     if steps == 1:
-        gradients, out = compute(batch)
-        return gradients, _losses(out), lambda: record(out)
+        gradients, losses, out = compute(batch)
+        return gradients, losses, lambda: record(out)
     # Micro-batch 0 fixes which gradients exist (the loop carries only those), then a
     # loop adds micro-batches 1..steps-1.
     micro = split_batch(batch, steps)
-    gradients, out = compute(_take(micro, 0))
+    gradients, first_losses, out = compute(_take(micro, 0))
     present = [i for i, g in enumerate(gradients) if g is not None]
     sums = [tf.convert_to_tensor(gradients[i]) for i in present]
     record(out)
 
     def body(step, sums, losses):
-        gradients, out = compute(_take(micro, step))
+        gradients, more, out = compute(_take(micro, step))
         sums = [s + tf.convert_to_tensor(gradients[i]) for s, i in zip(sums, present, strict=True)]
         record(out)
-        return step + 1, sums, {k: v + out[k] for k, v in losses.items()}
+        return step + 1, sums, {k: v + more[k] for k, v in losses.items()}
 
     _, sums, losses = tf.while_loop(
-        lambda step, *_: step < steps, body, (tf.constant(1), sums, _losses(out))
+        lambda step, *_: step < steps, body, (tf.constant(1), sums, first_losses)
     )
     summed: list = [None] * len(gradients)
     for i, s in zip(present, sums, strict=True):
@@ -152,7 +153,7 @@ def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
     tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition,))
 
 
-def split_batch(batch: dict, parts: int) -> dict:
+def split_batch(batch: Any, parts: int) -> Any:
     """Reshape each ``[batch, ...]`` tensor to ``[parts, batch/parts, ...]``."""
 
     def split(t):
@@ -169,10 +170,6 @@ def split_batch(batch: dict, parts: int) -> dict:
     return tf.nest.map_structure(split, batch)
 
 
-def _take(micro: dict, index) -> dict:
+def _take(micro: Any, index) -> Any:
     """Micro-batch ``index`` of a :func:`split_batch` batch (static shapes kept)."""
     return tf.nest.map_structure(lambda t: tf.gather(t, index), micro)
-
-
-def _losses(out: dict) -> dict:
-    return {k: v for k, v in out.items() if k.endswith("loss")}
