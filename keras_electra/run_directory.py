@@ -43,7 +43,7 @@ from keras_electra.atomic import write_json
 from keras_electra.config import ElectraConfig
 from keras_electra.data.vocab import load_vocab, save_vocab
 from keras_electra.errors import ConfigError
-from keras_electra.training.checkpoints import RunCheckpoints
+from keras_electra.training.checkpoints import RunCheckpoints, stored_layers
 
 
 class _Entry:
@@ -168,6 +168,28 @@ class RunDirectory:
     def checkpoints(self, model, optimizer=None, **kwargs) -> RunCheckpoints:
         """A :class:`~keras_electra.training.checkpoints.RunCheckpoints` on ``checkpoints/``."""
         return RunCheckpoints(self.checkpoint_dir, model, optimizer, **kwargs)
+
+    def stored_objective(self) -> str | None:
+        """What the latest checkpoint holds: a pretrainer of that objective (``electra``,
+        ``mlm``), or ``None`` for the discriminator backbone alone. ``run.json`` says it;
+        without one, the checkpoint's variable names do (the generator's tower only
+        an ``electra`` pretrainer has, the heads under the pretrainer's name ``mlm`` too).
+
+        Raises:
+            ConfigError: when there is no checkpoint yet.
+        """
+        objective = self.settings().get("objective")
+        if objective is not None:
+            return objective
+        latest = tf.train.latest_checkpoint(str(self.checkpoint_dir))
+        if latest is None:
+            raise ConfigError(
+                f"The directory '{self.path}' has no checkpoint yet; pretrain it first."
+            )
+        layers = stored_layers(latest)
+        if "generator" in layers:
+            return "electra"
+        return "mlm" if "electra_pretrainer" in layers else None
 
     def restore_latest(self, model, what: str = "run directory") -> int:
         """Restore the latest checkpoint into ``model`` (no optimizer); return its step.

@@ -65,6 +65,30 @@ def test_checkpoints_restore_into_a_fresh_model_and_a_missing_one_is_one_sentenc
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize(
+    "objective, sharing",
+    [(None, "all"), (None, "gdes"), ("electra", "all"), ("electra", "gdes"), ("mlm", "all")],
+)
+def test_what_a_checkpoint_holds_is_read_from_it_without_run_json(tmp_path, objective, sharing):
+    from keras_electra.finetuning.source import load_backbone
+    from keras_electra.pretraining.pretrainer import ElectraPretrainer
+
+    config = tiny_config(embedding_sharing=sharing)
+    run = RunDirectory(tmp_path)
+    run.write_model_files(config, TOKENS)
+    with pytest.raises(ConfigError, match="has no checkpoint yet"):
+        run.stored_objective()
+    model = ElectraBackbone(config) if objective is None else ElectraPretrainer(config, objective)
+    run.checkpoints(model).save(3)
+    assert run.stored_objective() == objective
+    backbone, _, _ = load_backbone(tmp_path)
+    expected = model if objective is None else model.discriminator_backbone()
+    for a, b in zip(expected.get_weights(), backbone.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    run.write_settings({"objective": "mlm"})  # run.json, when there is one, says it
+    assert run.stored_objective() == "mlm"
+
+
 def test_the_resume_directory_is_a_run_directory_inside_the_output(tmp_path):
     run = RunDirectory(tmp_path)
     assert run.resume_dir.path == tmp_path / run.RESUME

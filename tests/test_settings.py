@@ -241,3 +241,35 @@ def test_a_bad_finetune_value_is_one_sentence(values, task, message):
 def test_finetune_refuses_a_keyword_that_is_not_an_option(tmp_path):
     with pytest.raises(TypeError, match="finetune\\(\\) has no option 'epoch'"):
         finetune(tmp_path, "classify", tmp_path / "t.csv", epoch=3)
+
+
+def test_finetune_json_takes_the_options_it_shares_by_name():
+    from keras_electra.finetuning.settings import FinetuneSettings
+
+    shared = [
+        f
+        for f in dataclasses.fields(FinetuneSettings)
+        if f.name in {o.name for o in dataclasses.fields(FinetuneOptions)}
+    ]
+    assert {f.name for f in shared} >= {"max_seq_length", "pooling", "doc_stride", "dropout"}
+    # Its defaults are the options' (dropout: the recipe's, as the options leave it None).
+    for f in shared:
+        option_default = FinetuneOptions.__dataclass_fields__[f.name].default
+        assert f.default == (0.1 if f.name == "dropout" else option_default), f.name
+    options = FinetuneOptions(
+        max_seq_length=64,
+        text_column="sentence",
+        text_pair_column="other",
+        label_column="gold",
+        dropout=0.2,
+        pooling="mean",
+        version_2=True,
+        doc_stride=32,
+        max_query_length=16,
+        max_answer_length=7,
+    )
+    settings = FinetuneSettings.from_options("qa", options, source="runs/x", labels=["a"])
+    for f in shared:
+        assert getattr(settings, f.name) == getattr(options, f.name), f.name
+        assert getattr(settings, f.name) != f.default, f"{f.name} has no case here"
+    assert (settings.task, settings.source, settings.labels) == ("qa", "runs/x", ["a"])

@@ -145,18 +145,9 @@ def finetune(
     options = options.resolved(preset, task, config.max_position_embeddings)
     hyper = options.hyperparameters()
     seed, dropout = options.seed, options.dropout
-    settings = FinetuneSettings(
-        task=task,
-        max_seq_length=options.max_seq_length,
-        text_column=options.text_column,
-        text_pair_column=options.text_pair_column,
-        label_column=options.label_column,
-        dropout=dropout,
-        pooling=options.pooling,
-        version_2=options.version_2,
-        doc_stride=options.doc_stride,
-        max_query_length=options.max_query_length,
-        max_answer_length=options.max_answer_length,
+    settings = FinetuneSettings.from_options(
+        task,
+        options,
         training={**hyper, "preset": preset, "seed": seed},
         source=str(source),
     )

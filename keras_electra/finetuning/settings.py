@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from keras_electra.errors import ConfigError
 from keras_electra.settings import (  # noqa: F401 - the fine-tuning API names them here too
     TASK_EPOCHS,
     TASKS,
+    FinetuneOptions,
     check_task,
     recipe_defaults,
 )
@@ -52,9 +54,17 @@ def infer_preset(config: ElectraConfig) -> str:
     )
 
 
+def _as_option(name: str) -> Any:
+    """A field with the default of the :class:`FinetuneOptions` field of that name."""
+    return field(default=FinetuneOptions.__dataclass_fields__[name].default)
+
+
 @dataclass
 class FinetuneSettings:
     """Everything that defines a fine-tuned model, saved as ``finetune.json``.
+
+    The fields it shares with :class:`FinetuneOptions` (by name) take their defaults
+    from there; :meth:`from_options` copies their values.
 
     Args:
         task: one of :data:`TASKS`.
@@ -72,18 +82,29 @@ class FinetuneSettings:
 
     task: str
     labels: list[str] = field(default_factory=list)
-    max_seq_length: int = 128
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    dropout: float = 0.1
-    pooling: str = "cls"
-    version_2: bool = False
-    doc_stride: int = 128
-    max_query_length: int = 64
-    max_answer_length: int = 30
+    max_seq_length: int = _as_option("max_seq_length")
+    text_column: str = _as_option("text_column")
+    text_pair_column: str | None = _as_option("text_pair_column")
+    label_column: str = _as_option("label_column")
+    dropout: float = 0.1  # the recipe's (FinetuneOptions leaves it None until resolved)
+    pooling: str = _as_option("pooling")
+    version_2: bool = _as_option("version_2")
+    doc_stride: int = _as_option("doc_stride")
+    max_query_length: int = _as_option("max_query_length")
+    max_answer_length: int = _as_option("max_answer_length")
     training: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+
+    @classmethod
+    def from_options(cls, task: str, options: FinetuneOptions, **values: Any) -> FinetuneSettings:
+        """The settings of a model fine-tuned with resolved ``options``; ``values`` gives
+        the rest (``training``, ``source``, ``labels``)."""
+        shared = {
+            f.name: getattr(options, f.name)
+            for f in dataclasses.fields(cls)
+            if f.name in FinetuneOptions.__dataclass_fields__
+        }
+        return cls(task=task, **{**shared, **values})
 
     def save(self, path: str | Path) -> None:
         write_json(path, asdict(self))

@@ -25,6 +25,7 @@ from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError
 from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.run_directory import RunDirectory
 
 
@@ -49,42 +50,24 @@ def load_backbone(
         source: a pretraining run, init or fine-tuned directory.
         dropout: the backbone's dropout (default: the config's).
     """
-    from keras_electra.pretraining.pretrainer import ElectraPretrainer
-
     run = RunDirectory(source)
     config, tokenizer = read_source(source)
     if dropout is not None:
         config = config.replace(dropout=dropout)
     backbone = ElectraBackbone(config)
     if run.is_finetuned():
-        from keras_electra.finetuning.run import load_finetuned
+        from keras_electra.finetuning.run import load_finetuned  # it loads sources with this module
 
         trained = load_finetuned(source).model.backbone
     else:
-        candidates: list[str | None] = [None, "electra", "mlm"]  # None: backbone only
-        if run.settings_file.is_file():
-            candidates = [run.settings().get("objective", "electra")]
-        trained, problems = None, []
-        for candidate in candidates:
-            try:
-                model = (
-                    ElectraBackbone(config)
-                    if candidate is None
-                    else ElectraPretrainer(config, candidate)
-                )
-                run.restore_latest(model, "source directory")
-            except ConfigError as e:
-                problems.append(str(e))
-                continue
-            # A pretrainer's discriminator with its effective embedding tables (shared +
-            # delta folded for embedding_sharing "gdes"): a plain backbone in every mode.
-            trained = model if candidate is None else model.discriminator_backbone()
-            break
-        if trained is None:
-            mismatch = (
-                f"No checkpoint in '{run.checkpoint_dir}' matches its {run.CONFIG} as a "
-                "pretrainer or a discriminator; restore the directory's original files."
-            )
-            raise ConfigError(problems[-1] if len(set(problems)) == 1 else mismatch)
+        objective = run.stored_objective()
+        trained = (
+            ElectraBackbone(config) if objective is None else ElectraPretrainer(config, objective)
+        )
+        run.restore_latest(trained, "source directory")
+        if objective is not None:
+            # The discriminator with its effective embedding tables (shared + delta
+            # folded for embedding_sharing "gdes"): a plain backbone in every mode.
+            trained = trained.discriminator_backbone()
     backbone.set_weights(trained.get_weights())
     return backbone, tokenizer, config

@@ -89,6 +89,14 @@ def _checkpoint_keys(path: str, prefix: str) -> set[str]:
     }
 
 
+def stored_layers(path: str) -> set[str]:
+    """The top-level layers whose variables the checkpoint at ``path`` holds (the first
+    part of each model variable's path: ``discriminator``, ``embedding``, ...)."""
+    names = _checkpoint_keys(path, "model/")
+    # Keys read "model/by_path/<path, '/' escaped as '.S'>/.ATTRIBUTES/VARIABLE_VALUE".
+    return {name.split("/")[2].split(".S")[0] for name in names if name.count("/") >= 2}
+
+
 def _optimizer_variables(optimizer) -> dict[str, VariablesByPath]:
     """The optimizer's variables; a loss-scale wrapper's own ones under their own key.
 
