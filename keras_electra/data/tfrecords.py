@@ -248,8 +248,7 @@ def tfrecord_dataset(
         shuffle_buffer: records shuffled together.
 
     Returns:
-        A dataset of dicts ``{"token_ids", "padding_mask", "segment_ids"}`` of int32
-        tensors of static shape ``[batch_size, max_seq_length]``.
+        Batches as :func:`~keras_electra.data.pretraining.pretraining_dataset` gives them.
 
     Raises:
         InputDataError: if no file matches, a file is not a TFRecord of pretraining

@@ -1,4 +1,5 @@
-"""Bounded retry with exponential backoff, shared by the clients (stdlib only)."""
+"""What the two clients share: the model they address and bounded retry with exponential
+backoff (stdlib only)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,29 @@ def call_with_retries(
                 raise RetriesExhausted(err, attempts) from err
             time.sleep(backoff * (2**attempt))
     raise AssertionError("unreachable")
+
+
+class ModelClient:
+    """The model a client addresses (name, then a version or a label) and its retry policy.
+
+    Raises:
+        ValueError: when both a version and a version label are given.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        version: int | None,
+        version_label: str | None,
+        timeout: float,
+        retries: int,
+        backoff: float,
+    ) -> None:
+        if version is not None and version_label is not None:
+            raise ValueError("give a model version or a version label, not both")
+        self.model_name = model_name
+        self.version = version
+        self.version_label = version_label
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff

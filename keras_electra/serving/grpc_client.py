@@ -27,7 +27,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from keras_electra.serving._retry import RetriesExhausted, call_with_retries
+from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.metadata import signature_defs_to_dict
 from keras_electra.serving.tensors import (
@@ -39,7 +39,7 @@ from keras_electra.serving.tensors import (
 ExampleDict = Mapping[str, Any]
 
 
-class GrpcClient:
+class GrpcClient(ModelClient):
     """Talks to one model on a TF Serving gRPC endpoint.
 
     Args:
@@ -72,15 +72,8 @@ class GrpcClient:
         max_message_mb: int = 256,
         backoff: float = 0.5,
     ) -> None:
-        if version is not None and version_label is not None:
-            raise ValueError("give a model version or a version label, not both")
+        super().__init__(model_name, version, version_label, timeout, retries, backoff)
         self.target = target
-        self.model_name = model_name
-        self.version = version
-        self.version_label = version_label
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
         limit = max_message_mb * 1024 * 1024
         self._channel = grpc.insecure_channel(
             target,

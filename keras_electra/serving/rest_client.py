@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from keras_electra.serving._retry import RetriesExhausted, call_with_retries
+from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.json_codec import as_array, decode_tensor, encode_tensor
 from keras_electra.serving.metadata import metadata_to_dict
@@ -126,7 +126,7 @@ def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | N
     return body
 
 
-class RestClient:
+class RestClient(ModelClient):
     """Talks to one model on a TF Serving REST endpoint.
 
     Args:
@@ -162,17 +162,10 @@ class RestClient:
         backoff: float = 0.5,
         typed_outputs: bool = True,
     ) -> None:
-        if version is not None and version_label is not None:
-            raise ValueError("give a model version or a version label, not both")
+        super().__init__(model_name, version, version_label, timeout, retries, backoff)
         if "://" not in base_url:
             base_url = "http://" + base_url
         self.base_url = base_url.rstrip("/")
-        self.model_name = model_name
-        self.version = version
-        self.version_label = version_label
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
         self.typed_outputs = typed_outputs
         self._metadata: dict[str, Any] | None = None
 
@@ -325,22 +318,9 @@ class RestClient:
     def classify(
         self, examples: Sequence[Mapping[str, Any]], signature_name: str | None = "classify"
     ) -> list[list[tuple[str, float]]]:
-        """Classifies examples through ``:classify``.
-
-        Args:
-            examples: One dict per example (see :func:`classify_body`).
-            signature_name: A signature following the Classify contract.
-
-        Returns:
-            Per example, the ``(label, score)`` pairs in the model's class order.
-
-        Raises:
-            ServingError: If the server rejects the request or cannot be reached.
-
-        Example:
-            >>> client.classify([{"text": "a wonderful film"}])
-            [[('negative', 0.03), ('positive', 0.97)]]
-        """
+        """Classifies examples through ``:classify``; the examples (see
+        :func:`classify_body`), the result and the errors are those of
+        :meth:`~keras_electra.serving.grpc_client.GrpcClient.classify`."""
         response = self._request(
             f"{self.model_url}:classify", classify_body(examples, signature_name)
         )
@@ -367,16 +347,8 @@ class RestClient:
         return metadata_to_dict(self._request(f"{self.model_url}/metadata"))
 
     def status(self) -> list[dict[str, Any]]:
-        """Returns the state of the model's versions via ``GET /v1/models/NAME``.
-
-        Returns:
-            One dict per version: ``version``, ``state``, ``error_code``,
-            ``error_message``.
-
-        Example:
-            >>> client.status()
-            [{'version': 1, 'state': 'AVAILABLE', 'error_code': 'OK', 'error_message': ''}]
-        """
+        """The state of the model's versions via ``GET /v1/models/NAME``, as
+        :meth:`~keras_electra.serving.grpc_client.GrpcClient.status` gives it."""
         response = self._request(self.model_url)
         return [
             {
