@@ -268,3 +268,31 @@ def test_pre_layernorm_towers_train_and_round_trip(tmp_path):
     model.save(path)
     restored = keras.models.load_model(path)
     np.testing.assert_allclose(restored(batch()), model(batch()), atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, np.inf], ids=["below", "above", "infinite"])
+def test_the_summed_gradient_is_clipped_as_tf_clip_by_global_norm_clips_it(scale):
+    from keras_electra.training.step import clip_summed_gradient
+
+    rng = np.random.default_rng(0)
+    values = [rng.normal(size=(4, 3)), rng.normal(size=(5,))]
+    norm = np.sqrt(sum((v**2).sum() for v in values))
+    grads = [tf.constant(values[0] * scale / norm, tf.float32), None]
+    grads.append(tf.constant(values[1] * scale / norm, tf.float32))
+
+    def norms_of(present, total, loss_scale):
+        assert present == [0, 2]
+        return {"grad_norm": tf.linalg.global_norm(total) / loss_scale}
+
+    optimizer = keras.optimizers.SGD(1.0, global_clipnorm=1.0)
+    shares, norms = clip_summed_gradient(optimizer, grads, norms_of)
+    want, _ = tf.clip_by_global_norm([grads[0], grads[2]], 1.0)
+    assert shares[1] is None
+    for got, expected in zip([shares[0], shares[2]], want, strict=True):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
+    if np.isfinite(scale):
+        clipped = np.sqrt(sum(float(tf.reduce_sum(s**2)) for s in (shares[0], shares[2])))
+        assert clipped == pytest.approx(min(scale, 1.0), rel=1e-5)
+        assert float(norms["grad_norm"]) == pytest.approx(scale, rel=1e-5)
+    else:
+        assert np.isnan(shares[0].numpy()).all() and np.isnan(shares[2].numpy()).all()

@@ -121,6 +121,43 @@ def test_lamb_matches_a_hand_written_update_for_several_steps():
     assert np.max(np.abs(want_kernel - adam)) > 1e-3
 
 
+def _compiled_apply(optimizer, variables):
+    import tensorflow as tf
+
+    @tf.function
+    def step(gradients):
+        optimizer.apply(gradients, variables)
+
+    return step
+
+
+def test_fused_adamw_takes_keras_adamws_steps_in_one_kernel_per_variable():
+
+    from keras_electra.training.optimizer import AdamW
+
+    rng = np.random.default_rng(2)
+    start = [rng.normal(size=(7, 5)).astype("float32"), rng.normal(size=(5,)).astype("float32")]
+    grads = [[rng.normal(size=w.shape).astype("float32") for w in start] for _ in range(5)]
+    states, graphs = [], []
+    for cls in (keras.optimizers.AdamW, AdamW):
+        variables = [keras.Variable(w) for w in start]
+        optimizer = cls(learning_rate=1e-2, weight_decay=0.01, epsilon=1e-6)
+        optimizer.exclude_from_weight_decay(var_list=[variables[1]])
+        optimizer.build(variables)
+        step = _compiled_apply(optimizer, variables)
+        graphs.append(step.get_concrete_function(grads[0]).graph)
+        for g in grads:
+            step(g)
+        moments = [m.numpy() for m in optimizer._momentums + optimizer._velocities]
+        states.append([v.numpy() for v in variables] + moments)
+    for keras_value, fused_value in zip(*states, strict=True):
+        np.testing.assert_allclose(fused_value, keras_value, rtol=1e-5, atol=1e-6)
+    assert np.abs(states[1][0] - start[0]).max() > 1e-2  # the steps moved the weights
+    fused_ops = [op.type for op in graphs[1].get_operations()]
+    assert fused_ops.count("ResourceApplyAdam") == 2
+    assert len(fused_ops) < len(graphs[0].get_operations()) - 20
+
+
 def test_create_optimizer_lamb_keeps_electras_exclusions_and_schedule():
     model = ElectraPretrainer(CONFIG, seed=0)
     optimizer = create_optimizer(

@@ -23,6 +23,7 @@ from keras_electra.training.step import (
     accumulate_gradients,
     apply_if,
     clip_summed_gradient,
+    clipped_already,
     global_sum,
     replicas_in_sync,
 )
@@ -530,12 +531,14 @@ class ElectraPretrainer(keras.Model):
 
         guard = self.on_nan is not None and getattr(self.optimizer, "dynamic_scale", None) is None
         if not guard:
-            self.optimizer.apply(shares, variables)
+            with clipped_already(self.optimizer):
+                self.optimizer.apply(shares, variables)
             record()
             return
         loss = tf.cast(losses["loss"], tf.float32)
         finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norms["grad_norm"]))
-        apply_if(finite, lambda: self.optimizer.apply(shares, variables))
+        with clipped_already(self.optimizer):
+            apply_if(finite, lambda: self.optimizer.apply(shares, variables))
 
         def nonfinite():
             if self.on_nan == "skip":

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import tensorflow as tf
@@ -103,7 +104,8 @@ def clip_summed_gradient(
         optimizer: a Keras optimizer, or a ``LossScaleOptimizer`` around one.
         gradients: one per trainable variable (``None`` where it has none).
         norms_of: ``(indexes of the present gradients, their summed values, loss
-            scale) -> {name: norm}``, the norms to log (unscaled).
+            scale) -> {name: norm}``, the norms to log (unscaled); ``"grad_norm"``, the
+            global norm, is the one clipping reads (so it is computed once).
 
     Returns:
         The shares to hand to ``optimizer.apply`` and ``norms_of``'s norms of the
@@ -121,11 +123,30 @@ def clip_summed_gradient(
     norms = norms_of(present, total, loss_scale)
     if clip is None:
         return gradients, norms
-    clipped, _ = tf.clip_by_global_norm(total, clip * loss_scale)
+    # As tf.clip_by_global_norm, from the norm already taken: a factor of at most 1, and
+    # NaN everywhere when the norm is not finite.
+    limit = clip * loss_scale
+    norm = norms["grad_norm"] * loss_scale
+    factor = limit / tf.maximum(norm, limit)
+    factor = tf.where(tf.math.is_finite(norm), factor, float("nan")) / replicas
     shares = list(gradients)
-    for i, g in zip(present, clipped, strict=True):
-        shares[i] = g / replicas if replicas > 1 else g
+    for i, g in zip(present, total, strict=True):
+        shares[i] = g * tf.cast(factor, g.dtype)
     return shares, norms
+
+
+@contextmanager
+def clipped_already(optimizer):
+    """Within: the optimizer applies gradients without clipping them again (to its
+    ``global_clipnorm``), for gradients :func:`clip_summed_gradient` clipped. A trace-time
+    switch: the update traced inside it has no clipping ops."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    clip = inner.global_clipnorm
+    inner.global_clipnorm = None
+    try:
+        yield
+    finally:
+        inner.global_clipnorm = clip
 
 
 def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
