@@ -574,10 +574,12 @@ def summarize(peaks: dict, results: list[dict], inputs: list[dict]) -> dict:
     for r in results:
         if r["engine"] == "keras" and r["source"] != "current":
             continue
-        key = (r["engine"], r["precision"], r["xla"], r["jit_compile"], r["torch_compile"])
+        # One configuration per thread count too: PyTorch's 1- and 2-thread rows differ.
+        key = (r["engine"], r["precision"], r.get("threads"))
+        key += (r["xla"], r["jit_compile"], r["torch_compile"])
         medians.setdefault(key, []).append(r["step_seconds_min_median_max"][1])
     fastest = {}
-    for (engine, precision, *levers), v in medians.items():
+    for (engine, precision, _threads, *levers), v in medians.items():
         seconds = statistics.median(v)
         if not any(levers) or engine == "torch":
             fastest[engine] = min(fastest.get(engine, seconds), seconds)

@@ -32,7 +32,7 @@ import keras
 from keras import ops
 
 from keras_electra.layers.backbone import ElectraBackbone
-from keras_electra.training.optimizer import adamw_arguments, no_decay_variables
+from keras_electra.training.optimizer import AdamW, adamw_arguments, no_decay_variables
 
 
 def layer_factor(depth: int, num_layers: int, decay: float) -> float:
@@ -70,13 +70,14 @@ def layerwise_factors(backbone: ElectraBackbone, decay: float) -> dict[str, floa
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class LayerwiseAdamW(keras.optimizers.AdamW):
+class LayerwiseAdamW(AdamW):
     """AdamW whose learning rate (and weight decay) is scaled per variable.
 
     Args:
         factors: variable path -> learning-rate factor (see :func:`layerwise_factors`);
             other variables use factor 1.
-        **kwargs: :class:`keras.optimizers.AdamW` arguments.
+        **kwargs: :class:`keras.optimizers.AdamW` arguments (the update is the fused
+            :class:`~keras_electra.training.optimizer.AdamW`'s).
 
     Example:
         >>> import numpy as np

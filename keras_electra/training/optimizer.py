@@ -62,9 +62,6 @@ class AdamW(keras.optimizers.AdamW):
         'adamw'
     """
 
-    def __init__(self, *args, name: str = "adamw", **kwargs):
-        super().__init__(*args, name=name, **kwargs)
-
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
