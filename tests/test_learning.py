@@ -149,8 +149,12 @@ def test_training_metrics_are_recorded_and_finite(trained):
     assert 0.10 <= trained.history[-1]["replaced_fraction"] <= 0.16
 
 
-# Ten sentences in the corpus' register, each with one word implanted that does not
-# belong there (written for this test; none of the words occurs in the plays).
+# Twenty sentences in the corpus' register, each with one word implanted that does not
+# belong there (written for this test; none of the words occurs in the plays). The bar
+# is 14 of 20: the 600-step run is not bitwise reproducible across processes (weights
+# differ by ~1e-9 after 20 steps, and 600 steps amplify it), and four runs of the same
+# code flagged 15, 17, 17 and 17 (float32 in the suite, float32 twice alone, bf16); the
+# first ten sentences alone gave 7 to 9, so the earlier 8-of-10 bar failed at random.
 IMPLANTED = [
     ("the king is dead long live the {}", "banana"),
     ("my lord the {} is at the gate", "computer"),
@@ -162,6 +166,16 @@ IMPLANTED = [
     ("we shall meet again in the {} of the night", "spaceship"),
     ("thou art a {} and a villain", "smartphone"),
     ("i will {} thee to the court tomorrow", "email"),
+    ("the duke hath bought a new {} for his horse", "tractor"),
+    ("bring me my {} and my sword", "laptop"),
+    ("she doth love the {} above all things", "pizza"),
+    ("o heavens the {} hath fallen on the town", "satellite"),
+    ("give me thy hand and thy {} good sir", "password"),
+    ("the soldiers march upon the {} at dawn", "supermarket"),
+    ("my father sent me a {} from rome", "selfie"),
+    ("let the {} speak for the dead", "robot"),
+    ("fair lady thy {} is most sweet", "microwave"),
+    ("we must to the {} ere the sun be set", "airport"),
 ]
 
 
@@ -182,4 +196,4 @@ def test_the_exported_demo_model_flags_the_implanted_word(trained, tmp_path):
         implanted = probs[word_index == target].max()
         others = probs[word_index != target].max()
         hits.append(implanted > others)
-    assert sum(hits) >= 8, list(zip([w for _, w in IMPLANTED], hits, strict=True))
+    assert sum(hits) >= 14, list(zip([w for _, w in IMPLANTED], hits, strict=True))
