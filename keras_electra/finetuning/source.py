@@ -61,13 +61,13 @@ def load_backbone(
         trained = load_finetuned(source).model.backbone
     else:
         objective = run.stored_objective()
-        trained = (
-            ElectraBackbone(config) if objective is None else ElectraPretrainer(config, objective)
-        )
+        if objective is None:  # the discriminator backbone alone: restore it in place
+            run.restore_latest(backbone, "source directory")
+            return backbone, tokenizer, config
+        trained = ElectraPretrainer(config, objective)
         run.restore_latest(trained, "source directory")
-        if objective is not None:
-            # The discriminator with its effective embedding tables (shared + delta
-            # folded for embedding_sharing "gdes"): a plain backbone in every mode.
-            trained = trained.discriminator_backbone()
+        # The discriminator with its effective embedding tables (shared + delta folded
+        # for embedding_sharing "gdes"): a plain backbone in every mode.
+        trained = trained.discriminator_backbone()
     backbone.set_weights(trained.get_weights())
     return backbone, tokenizer, config

@@ -98,7 +98,7 @@ def clip_summed_gradient(
     device. Here the gradient is made dense, summed over the replicas, clipped to the
     optimizer's ``global_clipnorm`` (times the loss scale when the loss is scaled),
     and each replica gets an equal 1/N share: the optimizer's own sum restores the
-    clipped total, and its own clipping leaves it unchanged.
+    clipped total (apply it inside :func:`clipped_already`, so it does not clip again).
 
     Args:
         optimizer: a Keras optimizer, or a ``LossScaleOptimizer`` around one.
