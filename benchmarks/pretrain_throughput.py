@@ -192,10 +192,10 @@ def run_input(args) -> dict:
     A pass is timed whole (its first batch waits for the shuffle block, which on
     the sample corpus is the whole pass), so this is the pipeline's sustained rate.
     """
-    from keras_electra.data import ElectraTokenizer, learn_vocab, load_pretraining_data
+    from keras_electra.data import ElectraTokenizer, learn_vocab, pretraining_dataset
 
     tokenizer = ElectraTokenizer(learn_vocab([args.corpus], 8000))
-    one_pass = load_pretraining_data(
+    one_pass = pretraining_dataset(
         [args.corpus],
         tokenizer,
         batch_size=args.batch,

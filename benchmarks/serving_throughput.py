@@ -85,15 +85,15 @@ def main() -> None:
     from tfserving_standin import SignatureRunner
 
     from keras_electra.encoding import encode_texts
-    from keras_electra.export import export_run
+    from keras_electra.export import export
     from keras_electra.pretraining.run import load_run
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         run = Path(args.run) if args.run else make_run(args.preset, tmp, args.max_seq_length)
-        export = export_run(run, tmp / "saved" / "electra", max_length=args.max_seq_length)
+        exported = export(run, tmp / "saved" / "electra", max_length=args.max_seq_length)
         model, tokenizer, _ = load_run(run)
-        runner = SignatureRunner(str(export))
+        runner = SignatureRunner(str(exported))
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def keras_score(text):

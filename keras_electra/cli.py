@@ -150,9 +150,9 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from keras_electra.export import export_run
+    from keras_electra.export import export
 
-    path = export_run(args.run, args.output, version=args.version, max_length=args.max_length)
+    path = export(args.run, args.output, version=args.version, max_length=args.max_length)
     print(f"Exported {path}")
     return 0
 

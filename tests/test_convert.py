@@ -425,7 +425,7 @@ def test_ours_to_keras_hub_round_trips(tmp_path):
 
 
 def test_converted_directory_pretrains_finetunes_and_exports(tmp_path, small_corpus):
-    from keras_electra.export.saved_model import export_pretraining_run as export_run
+    from keras_electra.export import export
     from keras_electra.pretraining.run import pretrain
 
     disc, gen = build_hf_pair(SIZES["projected"], seed=10)
@@ -444,7 +444,7 @@ def test_converted_directory_pretrains_finetunes_and_exports(tmp_path, small_cor
     )
     assert result.step == 2
     assert load_run(tmp_path / "run")[0].config == load_run(init)[0].config
-    exported = export_run(init, tmp_path / "saved")
+    exported = export(init, tmp_path / "saved")
     assert (exported / "saved_model.pb").is_file()
     # Fine-tune from it (the command's --init).
     rows = "\n".join(f"w{i % 50} w{(i * 7) % 50},{i % 2}" for i in range(16))

@@ -14,14 +14,12 @@ from keras_electra.data import (
     corpus_stats,
     fit_options,
     learn_vocab,
-    load_pretraining_data,
     load_vocab,
     pack_examples,
     pretraining_dataset,
     pretraining_examples,
     resolve_corpus_files,
     save_vocab,
-    tfrecord_dataset,
     write_pretraining_tfrecords,
 )
 from keras_electra.errors import ConfigError, InputDataError
@@ -370,15 +368,15 @@ def test_tfrecords_round_trip_equals_streamed_examples(corpus, tokenizer, tmp_pa
     with open(os.path.join(out, "metadata.json"), encoding="utf-8") as f:
         metadata = json.load(f)
     assert metadata["num_examples"] == len(streamed) and metadata["vocab_size"] == len(VOCAB)
-    read = tfrecord_dataset(out, batch_size=1, max_seq_length=32, shuffle=False, repeat=False)
+    read = pretraining_dataset(out, batch_size=1, max_seq_length=32, shuffle=False, repeat=False)
     read = list(read)
     assert len(read) == len(streamed)
     for got, want in zip(read, streamed, strict=True):
         for key in want:
             assert got[key].dtype == tf.int32
             assert got[key].numpy()[0].tolist() == want[key].numpy().tolist()
-    shuffled = tfrecord_dataset(out, batch_size=4, max_seq_length=32, seed=3)
-    again = tfrecord_dataset(paths, batch_size=4, max_seq_length=32, seed=3)
+    shuffled = pretraining_dataset(out, batch_size=4, max_seq_length=32, seed=3)
+    again = pretraining_dataset(paths, batch_size=4, max_seq_length=32, seed=3)
     assert same_batches(first_batches(shuffled), first_batches(again))
     assert shuffled.element_spec["token_ids"].shape.as_list() == [4, 32]
     # On disk the records keep the original ELECTRA's feature names.
@@ -394,29 +392,31 @@ def test_tfrecord_errors(corpus, tokenizer, tmp_path):
         corpus, tokenizer, out, max_seq_length=32, num_shards=1, progress=False
     )
     with pytest.raises(InputDataError, match="length 32, not max_seq_length=64"):
-        tfrecord_dataset(out, batch_size=2, max_seq_length=64)
+        pretraining_dataset(out, batch_size=2, max_seq_length=64)
     with pytest.raises(InputDataError, match="matches no file"):
-        tfrecord_dataset(str(tmp_path / "none" / "*.tfrecord"), batch_size=2, max_seq_length=32)
+        pretraining_dataset(str(tmp_path / "none" / "*.tfrecord"), batch_size=2, max_seq_length=32)
     bogus = tmp_path / "bogus.tfrecord"
     bogus.write_bytes(b"this is not a record file at all")
     with pytest.raises(InputDataError, match="not a readable TFRecord"):
-        tfrecord_dataset(str(bogus), batch_size=2, max_seq_length=32)
+        pretraining_dataset(str(bogus), batch_size=2, max_seq_length=32)
 
 
-def test_load_pretraining_data_dispatches(corpus, tokenizer, tmp_path):
+def test_pretraining_dataset_dispatches(corpus, tokenizer, tmp_path):
     out = str(tmp_path / "records")
     write_pretraining_tfrecords(
         corpus, tokenizer, out, max_seq_length=32, num_shards=2, progress=False
     )
     kw = {"batch_size": 2, "max_seq_length": 32, "shuffle": False, "repeat": False}
-    from_records = first_batches(load_pretraining_data(out, tokenizer, **kw), 2)
-    from_text = first_batches(load_pretraining_data([corpus], tokenizer, **kw), 2)
+    from_records = first_batches(pretraining_dataset(out, tokenizer, **kw), 2)
+    from_text = first_batches(pretraining_dataset([corpus], tokenizer, **kw), 2)
     assert same_batches(from_records, from_text)
     other = ElectraTokenizer(VOCAB + ["extra"])
     with pytest.raises(InputDataError, match="vocabulary but the tokenizer has"):
-        load_pretraining_data(out, other, **kw)
+        pretraining_dataset(out, other, **kw)
     with pytest.raises(InputDataError, match="mix TFRecord and text"):
-        load_pretraining_data([out, corpus], tokenizer, **kw)
+        pretraining_dataset([out, corpus], tokenizer, **kw)
+    with pytest.raises(ConfigError, match="Text data needs a tokenizer"):
+        pretraining_dataset(corpus, **kw)
 
 
 # --- the sample corpus ------------------------------------------------------------------------
@@ -451,8 +451,8 @@ def test_datasets_for_fit_keep_their_order_and_turn_tf_data_autotuning_off(
         corpus, tokenizer, str(tmp_path / "r"), max_seq_length=32, num_shards=1, progress=False
     )
     made = {
-        "text": load_pretraining_data(corpus, tokenizer, batch_size=4, max_seq_length=32),
-        "tfrecords": load_pretraining_data(
+        "text": pretraining_dataset(corpus, tokenizer, batch_size=4, max_seq_length=32),
+        "tfrecords": pretraining_dataset(
             [str(tmp_path / "r")], tokenizer, batch_size=4, max_seq_length=32
         ),
         "fine-tuning": training_batches(

@@ -240,7 +240,7 @@ def test_a_run_round_trips_through_resume_finetune_export_and_hf(
 
     from keras_electra.convert import convert, convert_run
     from keras_electra.encoding import encode_texts
-    from keras_electra.export import export_run
+    from keras_electra.export import export
     from keras_electra.finetuning.source import load_backbone
     from keras_electra.pretraining.run import load_run, pretrain
 
@@ -280,7 +280,7 @@ def test_a_run_round_trips_through_resume_finetune_export_and_hf(
     assert gap <= TOLERANCE, gap
 
     # Export: the SavedModel scores what the model scores.
-    exported = export_run(run_dir, tmp_path / "saved")
+    exported = export(run_dir, tmp_path / "saved")
     runner = SignatureRunner(str(exported))
     try:
         got = runner.run("serving_default", {"text": np.array([t.encode() for t in TEXTS], object)})

@@ -11,7 +11,7 @@ from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ElectraError
-from keras_electra.export import export_run, next_version
+from keras_electra.export import export, next_version
 from keras_electra.pretraining.run import load_run
 
 L = 32  # the tiny run's max_seq_length
@@ -20,7 +20,7 @@ L = 32  # the tiny run's max_seq_length
 @pytest.fixture(scope="module")
 def export_dir(tiny_run, tmp_path_factory):
     base = tmp_path_factory.mktemp("saved_models") / "electra"
-    return export_run(tiny_run, base)
+    return export(tiny_run, base)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_export_writes_a_numbered_version_atomically(export_dir):
 
 def test_export_refuses_to_overwrite_a_version(tiny_run, export_dir):
     with pytest.raises(ElectraError, match="already exists"):
-        export_run(tiny_run, export_dir.parent, version=1)
+        export(tiny_run, export_dir.parent, version=1)
 
 
 AUDIT = r"""

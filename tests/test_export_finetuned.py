@@ -161,7 +161,7 @@ def test_tagger_export_keeps_assets_warms_up_and_uses_serving_ops(tagger_export)
 
 
 def test_classifier_module_refuses_other_tasks(tagger):
-    with pytest.raises(ConfigError, match="use export_finetuned"):
+    with pytest.raises(ConfigError, match=r"use export\(\)"):
         TextClassifierModule(tagger)
 
 

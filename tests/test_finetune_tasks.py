@@ -18,7 +18,7 @@ from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
-from keras_electra.export import export_run
+from keras_electra.export import export
 from keras_electra.finetuning import (
     encode_pairs,
     finetune,
@@ -83,7 +83,7 @@ def classifier(tiny_run, classify_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def classifier_export(classifier, tmp_path_factory):
-    return export_run(classifier.output_dir, tmp_path_factory.mktemp("saved") / "keyword")
+    return export(classifier.output_dir, tmp_path_factory.mktemp("saved") / "keyword")
 
 
 def keras_scores(finetuned, sentences, pairs=None):
@@ -267,11 +267,11 @@ def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path)
     assert result.settings.pooling == "mean"
     assert result.metrics["pearson"] >= 0.8 and result.metrics["spearman"] >= 0.8, result.metrics
 
-    export = export_run(tmp_path / "sts", tmp_path / "saved" / "sts")
+    exported = export(tmp_path / "sts", tmp_path / "saved" / "sts")
     sentences = ["good good good", "nothing at all", "one good"]
     expected = keras_scores(result, sentences)
     assert expected.shape == (3, 1)
-    with SignatureRunner(str(export)) as runner:
+    with SignatureRunner(str(exported)) as runner:
         assert runner.signatures["regress"].method_name == REGRESS_METHOD_NAME
         out = runner.signatures["serving_default"].outputs["scores"]
         assert [d.size for d in out.tensor_shape.dim] == [-1, 1]

@@ -7,7 +7,7 @@ import pytest
 from conftest import SAMPLE_VALID  # noqa: I001
 
 from keras_electra.config import ElectraConfig
-from keras_electra.data import ElectraTokenizer, learn_vocab, load_pretraining_data
+from keras_electra.data import ElectraTokenizer, learn_vocab, pretraining_dataset
 from keras_electra.pretraining import ElectraPretrainer
 from keras_electra.pretraining.health import (
     HealthProbe,
@@ -98,7 +98,7 @@ def fresh_probe():
     tokenizer = ElectraTokenizer(vocab)
     config = ElectraConfig.from_preset("tiny", vocab_size=len(vocab))
     model = ElectraPretrainer(config, seed=0)
-    data = load_pretraining_data(
+    data = pretraining_dataset(
         [str(SAMPLE_VALID)], tokenizer, batch_size=32, max_seq_length=128, seed=1
     )
     batch = {k: v.numpy() for k, v in next(iter(data)).items()}

@@ -24,8 +24,8 @@ import tensorflow as tf
 from conftest import SAMPLE_CORPUS, SAMPLE_VALID  # noqa: I001
 from tfserving_standin import SignatureRunner
 
-from keras_electra.data import load_pretraining_data
-from keras_electra.export import export_run
+from keras_electra.data import pretraining_dataset
+from keras_electra.export import export
 from keras_electra.pretraining.run import pretrain
 from keras_electra.scoring import rows_from_outputs
 
@@ -69,7 +69,7 @@ def whole_run(trained):
 
 
 def held_out_batches(tokenizer, n=4):
-    data = load_pretraining_data(
+    data = pretraining_dataset(
         [str(SAMPLE_VALID)], tokenizer, batch_size=32, max_seq_length=128, seed=1
     )
     return list(data.take(n))
@@ -183,9 +183,9 @@ def test_the_exported_demo_model_flags_the_implanted_word(trained, tmp_path):
     trained = whole_run(trained)
     corpus = SAMPLE_CORPUS.read_text(encoding="utf-8").lower().split()
     assert not {word for _, word in IMPLANTED} & set(corpus)
-    export = export_run(trained.run_dir, tmp_path / "demo")
+    exported = export(trained.run_dir, tmp_path / "demo")
     texts = np.array([t.format(w).encode() for t, w in IMPLANTED], object)
-    with SignatureRunner(str(export)) as runner:
+    with SignatureRunner(str(exported)) as runner:
         rows = rows_from_outputs(runner.run("serving_default", {"text": texts}))
     hits = []
     for (template, _), row in zip(IMPLANTED, rows, strict=True):

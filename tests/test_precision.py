@@ -11,7 +11,7 @@ from tfserving_standin import SignatureRunner
 from keras_electra.config import ElectraConfig
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
-from keras_electra.export import export_run
+from keras_electra.export import export
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.pretraining.run import load_run, pretrain
 
@@ -89,7 +89,7 @@ def test_bfloat16_run_restores_and_exports_in_float32(runs, tmp_path):
     assert step == 4 and model.compute_dtype == "float32"
     for a, b in zip(result.model.trainable_variables, model.trainable_variables, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    export_dir = export_run(result.run_dir, tmp_path / "saved")
+    export_dir = export(result.run_dir, tmp_path / "saved")
     runner = SignatureRunner(str(export_dir))
     try:
         sentences = ["The king is dead, long live the king."]

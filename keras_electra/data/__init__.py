@@ -9,21 +9,18 @@ Example:
 """
 
 from keras_electra.data.files import check_corpus_has_text, resolve_corpus_files
+from keras_electra.data.pipeline import fit_options, pretraining_dataset
 from keras_electra.data.pretraining import (
     MAX_LINE_CHARS,
     corpus_stats,
-    fit_options,
     line_dataset,
     pack_examples,
-    pretraining_dataset,
     pretraining_examples,
     tokenize_lines,
 )
 from keras_electra.data.tfrecords import (
     is_tfrecord_input,
-    load_pretraining_data,
     resolve_tfrecord_files,
-    tfrecord_dataset,
     write_pretraining_tfrecords,
 )
 from keras_electra.data.tokenizer import ElectraTokenizer
@@ -47,7 +44,6 @@ __all__ = [
     "is_tfrecord_input",
     "learn_vocab",
     "line_dataset",
-    "load_pretraining_data",
     "load_vocab",
     "pack_examples",
     "pretraining_dataset",
@@ -55,7 +51,6 @@ __all__ = [
     "resolve_corpus_files",
     "resolve_tfrecord_files",
     "save_vocab",
-    "tfrecord_dataset",
     "tokenize_lines",
     "validate_vocab",
     "write_pretraining_tfrecords",

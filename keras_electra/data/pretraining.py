@@ -16,7 +16,6 @@ depend on TensorFlow's global seed), so ``dataset.skip(n)`` reproduces a positio
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -362,162 +361,32 @@ def _epoch_examples(
     )
 
 
-def block_shuffle(
-    dataset: tf.data.Dataset, block_size: int, seed: int, epoch: int | tf.Tensor = 0
-) -> tf.data.Dataset:
-    """Shuffles examples within consecutive blocks of ``block_size``, statelessly.
-
-    Unlike ``Dataset.shuffle``, the order depends only on ``seed`` and ``epoch`` (not on
-    TensorFlow's global seed), so a pipeline rebuilt in another process yields the same
-    sequence. A last, shorter block is shuffled too.
-
-    Args:
-        dataset: a finite dataset (one pass) of dicts of tensors.
-        block_size: examples per block (the shuffle buffer).
-        seed: the seed.
-        epoch: the pass number (an int or int64 tensor); each pass shuffles differently.
-
-    Returns:
-        The shuffled dataset.
-
-    Example:
-        >>> ds = tf.data.Dataset.range(6).map(lambda i: {"x": i})
-        >>> sorted(int(e["x"]) for e in block_shuffle(ds, 3, seed=0))
-        [0, 1, 2, 3, 4, 5]
-    """
-    if block_size <= 1:
-        return dataset
-    pass_seed = _stream_seed(seed, epoch, _SHUFFLE)
-
-    def shuffle_block(index, block):
-        size = tf.shape(tf.nest.flatten(block)[0])[0]
-        key = tf.random.experimental.stateless_fold_in(pass_seed, index)
-        order = tf.argsort(tf.random.stateless_uniform([size], seed=key))
-        return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
-
-    return dataset.batch(block_size).enumerate().map(shuffle_block).unbatch()
-
-
-def finish_batches(
-    examples: tf.data.Dataset,
-    batch_size: int,
-    max_seq_length: int,
-    parse: Callable[[Any], dict[str, tf.Tensor]] | None = None,
-) -> tf.data.Dataset:
-    """Batches examples with static shapes ``[batch_size, max_seq_length]`` and prefetches.
-
-    Args:
-        examples: a dataset of dicts of int ``[max_seq_length]`` tensors (or of
-            elements that ``parse`` turns into such dicts once batched).
-        batch_size: examples per batch; a last partial batch is dropped.
-        max_seq_length: tokens per example.
-        parse: optional function applied to each batch before the shapes are fixed.
-
-    Returns:
-        The batched dataset of int32 dicts, options set for deterministic order.
-
-    Example:
-        >>> ds = tf.data.Dataset.from_tensors({"token_ids": tf.zeros([4], tf.int32)}).repeat(3)
-        >>> finish_batches(ds, 2, 4).element_spec["token_ids"].shape
-        TensorShape([2, 4])
-    """
-    shape = [batch_size, max_seq_length]
-
-    def fix(batch: Any) -> dict[str, tf.Tensor]:
-        if parse is not None:
-            batch = parse(batch)
-        return {k: tf.ensure_shape(tf.cast(v, tf.int32), shape) for k, v in batch.items()}
-
-    batches = examples.batch(batch_size, drop_remainder=True).map(
-        fix, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-    )
-    return batches.with_options(fit_options()).prefetch(tf.data.AUTOTUNE)
-
-
-def fit_options() -> tf.data.Options:
-    """tf.data options for a dataset handed to ``model.fit``: deterministic order, and
-    tf.data's autotuning off.
-
-    With autotuning on, destroying an iterator waits for the autotuning thread's next
-    wake-up, and that thread sleeps 10 ms, 20 ms, 40 ms, ... up to 60 s: a ``fit``
-    call (which makes an iterator and destroys it at its end) measured on this CPU
-    ended only at 10 ms × (2^k − 1) after it started, 20.47 s or 40.96 s for fits
-    of 19 or 25 s of steps. These pipelines are far faster than the training step
-    without autotuning (the sample corpus: 345,000 tokens/s with it off, 261,000
-    with it on), so it is off. Apply it to your own datasets too:
-    ``dataset.with_options(fit_options())``.
-
-    Example:
-        >>> fit_options().autotune.enabled
-        False
-    """
-    options = tf.data.Options()
-    options.deterministic = True
-    options.autotune.enabled = False
-    return options
-
-
-def pretraining_dataset(
+def text_passes(
     files: PathsLike,
     tokenizer: ElectraTokenizer,
     *,
-    batch_size: int,
+    seed: int,
     max_seq_length: int,
-    seed: int = 0,
-    shuffle: bool = True,
-    repeat: bool = True,
-    shuffle_buffer: int = 10000,
-) -> tf.data.Dataset:
-    """Streams batches of ELECTRA pretraining examples from raw text files.
+    shuffle_files: bool,
+    batch_size: int,
+    repeat: bool,
+) -> Callable[[tf.Tensor], tf.data.Dataset]:
+    """Checks a text corpus once and returns ``epoch -> that pass's packed examples``.
 
-    Each pass over the corpus (epoch ``e``) packs with seed ``(seed, e)``; with
-    ``shuffle`` the file order is permuted per pass and each pass's examples are
-    shuffled within blocks of ``shuffle_buffer`` (the first batch waits for one block,
-    or one pass if that is shorter). The sequence of batches depends only on the files,
-    the tokenizer and these arguments, so ``dataset.skip(n)`` resumes at batch ``n``.
-
-    Args:
-        files: text files, directories of ``*.txt`` files, or glob patterns; one sentence
-            per line, blank lines between documents.
-        tokenizer: the tokenizer.
-        batch_size: examples per batch (a last partial batch is dropped).
-        max_seq_length: tokens per example.
-        seed: the seed for packing and shuffling.
-        shuffle: shuffle files and examples.
-        repeat: loop over the corpus forever (each pass packed and shuffled anew).
-        shuffle_buffer: examples shuffled together.
-
-    Returns:
-        A dataset of dicts ``{"token_ids", "padding_mask", "segment_ids"}`` of int32
-        tensors of static shape ``[batch_size, max_seq_length]``.
+    The reader :func:`keras_electra.data.pipeline.pretraining_dataset` uses for text.
 
     Raises:
         InputDataError: if a file is missing, the corpus has no text or no tokens, or
             (without ``repeat``) it gives fewer than ``batch_size`` examples.
-        ConfigError: if ``batch_size`` or ``max_seq_length`` is invalid.
-
-    Example:
-        >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
-        >>> _ = open(path, "w").write("hi hi.\\n\\nhi.\\n")
-        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
-        >>> ds = pretraining_dataset(path, t, batch_size=2, max_seq_length=8)
-        >>> next(iter(ds))["token_ids"].shape
-        TensorShape([2, 8])
     """
-    check_shapes(batch_size, max_seq_length)
     paths = resolve_corpus_files(files)
     check_corpus_has_text(paths)
     _check_gives_examples(paths, tokenizer, seed, max_seq_length, batch_size, repeat)
 
-    def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
-        examples = _epoch_examples(paths, tokenizer, epoch, seed, max_seq_length, shuffle)
-        if shuffle:
-            examples = block_shuffle(examples, shuffle_buffer, seed, epoch)
-        return examples
+    def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+        return _epoch_examples(paths, tokenizer, epoch, seed, max_seq_length, shuffle_files)
 
-    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
-    return finish_batches(epochs.flat_map(one_pass), batch_size, max_seq_length)
+    return read_pass
 
 
 def _has_tokens(paths: list[str], tokenizer: ElectraTokenizer) -> bool:

@@ -12,19 +12,13 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
 from keras_electra.data.files import PathsLike, _as_list, is_remote, resolve_files
-from keras_electra.data.pretraining import (
-    block_shuffle,
-    check_shapes,
-    finish_batches,
-    pretraining_dataset,
-    pretraining_examples,
-)
+from keras_electra.data.pretraining import check_shapes, pretraining_examples
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import InputDataError
 
@@ -76,8 +70,8 @@ def write_pretraining_tfrecords(
 
     The examples are those of :func:`pretraining_examples` (one pass, packed with
     ``seed``, files in the order given), dealt round-robin to the shards: reading the
-    shards interleaved in order (:func:`tfrecord_dataset` with ``shuffle=False``) gives
-    them back in the same order. Each shard is written to a temporary name and renamed
+    shards interleaved in order (``pretraining_dataset(..., shuffle=False)``) gives them
+    back in the same order. Each shard is written to a temporary name and renamed
     when complete; old ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed.
     A ``metadata.json`` records the number of examples, ``max_seq_length``, the
     vocabulary size, ``lowercase``, the seed and the shard names.
@@ -222,52 +216,30 @@ def unreadable_tfrecord(paths: PathsLike) -> tuple[str, str] | None:
     return None
 
 
-def tfrecord_dataset(
-    file_pattern_or_list: PathsLike,
+def record_passes(
+    paths: PathsLike,
+    tokenizer: ElectraTokenizer | None,
     *,
-    batch_size: int,
+    seed: int,
     max_seq_length: int,
-    seed: int = 0,
-    shuffle: bool = True,
-    repeat: bool = True,
-    shuffle_buffer: int = 10000,
-) -> tf.data.Dataset:
-    """Reads batches of pretraining examples from TFRecord files.
+    shuffle_files: bool,
+) -> tuple[Callable[[tf.Tensor], tf.data.Dataset], Callable[[Any], dict[str, tf.Tensor]]]:
+    """Checks TFRecord files once and returns how to read a pass and parse its batches.
 
-    With ``shuffle`` each pass reads the files in a new seeded order, interleaved, and
-    shuffles its records within blocks of ``shuffle_buffer``; the sequence depends only on
-    the files and the arguments, so ``dataset.skip(n)`` resumes at batch ``n``.
-
-    Args:
-        file_pattern_or_list: TFRecord files, directories of ``*.tfrecord`` files, or globs.
-        batch_size: examples per batch (a last partial batch is dropped).
-        max_seq_length: tokens per example; must match the records.
-        seed: the shuffling seed.
-        shuffle: shuffle files and records.
-        repeat: loop over the files forever.
-        shuffle_buffer: records shuffled together.
-
-    Returns:
-        Batches as :func:`~keras_electra.data.pretraining.pretraining_dataset` gives them.
+    The reader :func:`keras_electra.data.pipeline.pretraining_dataset` uses for
+    TFRecords: ``read_pass(epoch)`` gives the pass's serialized records (with
+    ``shuffle_files``, the files in a new seeded order, interleaved), and
+    ``parse(batch)`` turns a batch of them into the pipeline's feature names. If a
+    directory has a ``metadata.json``, its vocabulary size must match the tokenizer's.
 
     Raises:
         InputDataError: if no file matches, a file is not a TFRecord of pretraining
-            examples, the files hold no example, or their length is not ``max_seq_length``.
-        ConfigError: if ``batch_size`` or ``max_seq_length`` is invalid.
-
-    Example:
-        >>> import tempfile, os
-        >>> d = tempfile.mkdtemp()
-        >>> _ = open(os.path.join(d, "a.txt"), "w").write("hi hi.\\n\\nhi.\\n")
-        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
-        >>> _ = write_pretraining_tfrecords(os.path.join(d, "a.txt"), t, d, max_seq_length=8,
-        ...     num_shards=1, progress=False)
-        >>> ds = tfrecord_dataset(d, batch_size=2, max_seq_length=8)
-        >>> next(iter(ds))["token_ids"].shape
-        TensorShape([2, 8])
+            examples, the files hold no example, their length is not
+            ``max_seq_length``, or they were written with another vocabulary.
     """
-    check_shapes(batch_size, max_seq_length)
-    files = resolve_tfrecord_files(file_pattern_or_list)
+    files = resolve_tfrecord_files(paths)
+    if tokenizer is not None:
+        _check_vocab_size(files, tokenizer)
     first = _first_record_length(files)
     if first is None:
         raise InputDataError(
@@ -282,11 +254,11 @@ def tfrecord_dataset(
             "records again with this length."
         )
     names = tf.constant(files, tf.string)
-    cycle = min(len(files), _MAX_SHUFFLED_READERS if shuffle else _MAX_ORDERED_READERS)
+    cycle = min(len(files), _MAX_SHUFFLED_READERS if shuffle_files else _MAX_ORDERED_READERS)
 
-    def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+    def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
         order = names
-        if shuffle and len(files) > 1:
+        if shuffle_files and len(files) > 1:
             key = tf.random.experimental.stateless_fold_in(
                 tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)]),
                 tf.constant(1, tf.int64),
@@ -299,13 +271,8 @@ def tfrecord_dataset(
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        records = records.map(lambda record: {"record": record})
-        if shuffle:
-            records = block_shuffle(records, shuffle_buffer, seed, epoch)
-        return records
+        return records.map(lambda record: {"record": record})
 
-    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
-    records = epochs.flat_map(one_pass)
     spec = {
         stored: tf.io.FixedLenFeature([max_seq_length], tf.int64)
         for stored in RECORD_FEATURES.values()
@@ -315,7 +282,23 @@ def tfrecord_dataset(
         parsed = tf.io.parse_example(batch["record"], spec)
         return {name: parsed[stored] for name, stored in RECORD_FEATURES.items()}
 
-    return finish_batches(records, batch_size, max_seq_length, parse=parse)
+    return read_pass, parse
+
+
+def _check_vocab_size(files: Sequence[str], tokenizer: ElectraTokenizer) -> None:
+    """Raises if a directory's ``metadata.json`` names another vocabulary size."""
+    for directory in {os.path.dirname(p) for p in files}:
+        metadata_path = os.path.join(directory, METADATA_FILE)
+        if not tf.io.gfile.exists(metadata_path):  # local or a URL such as gs://
+            continue
+        with tf.io.gfile.GFile(metadata_path, "r") as f:
+            vocab_size = json.load(f).get("vocab_size")
+        if vocab_size is not None and vocab_size != tokenizer.vocab_size:
+            raise InputDataError(
+                f"The TFRecords in '{directory}' were written with a {vocab_size}-token "
+                f"vocabulary but the tokenizer has {tokenizer.vocab_size} tokens; write them "
+                "again with this vocabulary."
+            )
 
 
 def is_tfrecord_input(paths: PathsLike) -> bool:
@@ -349,51 +332,3 @@ def is_tfrecord_input(paths: PathsLike) -> bool:
             "The data paths mix TFRecord and text files; pass only one kind of data."
         )
     return kinds == {True}
-
-
-def load_pretraining_data(
-    paths: PathsLike, tokenizer: ElectraTokenizer, **kwargs: Any
-) -> tf.data.Dataset:
-    """Opens pretraining data, TFRecords or text, as batches.
-
-    TFRecord files (``*.tfrecord``, or a directory holding them) are read with
-    :func:`tfrecord_dataset`; anything else is read as text with
-    :func:`pretraining_dataset`. If a TFRecord directory has a ``metadata.json``, its
-    vocabulary size must match the tokenizer's.
-
-    Args:
-        paths: files, directories or glob patterns.
-        tokenizer: the tokenizer (used to tokenize text, or to check TFRecords).
-        **kwargs: ``batch_size``, ``max_seq_length``, ``seed``, ``shuffle``, ``repeat``,
-            ``shuffle_buffer``.
-
-    Returns:
-        A dataset of dicts of int32 ``[batch_size, max_seq_length]`` tensors.
-
-    Raises:
-        InputDataError: see :func:`tfrecord_dataset` and :func:`pretraining_dataset`.
-
-    Example:
-        >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
-        >>> _ = open(path, "w").write("hi hi.\\n\\nhi.\\n")
-        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
-        >>> ds = load_pretraining_data(path, t, batch_size=2, max_seq_length=8)
-        >>> sorted(ds.element_spec)
-        ['padding_mask', 'segment_ids', 'token_ids']
-    """
-    if not is_tfrecord_input(paths):
-        return pretraining_dataset(paths, tokenizer, **kwargs)
-    for directory in {os.path.dirname(p) for p in resolve_tfrecord_files(paths)}:
-        metadata_path = os.path.join(directory, METADATA_FILE)
-        if not tf.io.gfile.exists(metadata_path):  # local or a URL such as gs://
-            continue
-        with tf.io.gfile.GFile(metadata_path, "r") as f:
-            vocab_size = json.load(f).get("vocab_size")
-        if vocab_size is not None and vocab_size != tokenizer.vocab_size:
-            raise InputDataError(
-                f"The TFRecords in '{directory}' were written with a {vocab_size}-token "
-                f"vocabulary but the tokenizer has {tokenizer.vocab_size} tokens; write them "
-                "again with this vocabulary."
-            )
-    return tfrecord_dataset(paths, **kwargs)

@@ -1,17 +1,15 @@
-"""Export trained models as SavedModels that TF Serving answers."""
+"""Export trained models as SavedModels that TF Serving answers: :func:`export`."""
 
 from keras_electra.export.classifier import (
     EXPORTABLE_TASKS,
     TextClassifierModule,
-    export_finetuned,
-    export_run,
     finetuned_module,
 )
 from keras_electra.export.qa import QuestionAnsweringModule
+from keras_electra.export.run import export
 from keras_electra.export.saved_model import (
     SIGNATURE_NAMES,
     ReplacedTokenModule,
-    export_pretraining_run,
     next_version,
 )
 from keras_electra.export.tagger import TextTaggerModule
@@ -23,9 +21,7 @@ __all__ = [
     "ReplacedTokenModule",
     "TextClassifierModule",
     "TextTaggerModule",
-    "export_finetuned",
-    "export_pretraining_run",
-    "export_run",
+    "export",
     "finetuned_module",
     "next_version",
 ]

@@ -2,7 +2,7 @@
 
 A fine-tuned output directory (``keras-electra finetune --output``, marked by
 ``finetune.json``) of any task exports with an in-graph tokenizer, like
-pretraining runs: :func:`export_finetuned` picks the module for its task.
+pretraining runs: :func:`keras_electra.export.export` picks the module for its task.
 Taggers (``tag``) export as :class:`~keras_electra.export.tagger.TextTaggerModule`
 and QA models (``qa``) as :class:`~keras_electra.export.qa.QuestionAnsweringModule`
 (see those modules for their signatures).
@@ -28,13 +28,11 @@ Regression:
 ``labels.txt`` and the warmup requests (for every task).
 
 Example:
-    >>> export_finetuned("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
+    >>> export("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
     PosixPath('saved_models/sst2/1')
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import tensorflow as tf
 from tensorflow_serving.apis import (
@@ -47,14 +45,11 @@ from tensorflow_serving.apis import (
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
 from keras_electra.export.qa import QuestionAnsweringModule
-from keras_electra.export.saved_model import export_module, export_pretraining_run
 from keras_electra.export.tagger import TextTaggerModule
-from keras_electra.finetuning.run import FinetunedModel, is_finetuned_dir, load_finetuned
-from keras_electra.run_directory import RunDirectory
+from keras_electra.finetuning.run import FinetunedModel
 from keras_electra.serving.signatures import (
     CLASSIFY_METHOD_NAME,
     REGRESS_METHOD_NAME,
-    set_signature_method_name,
 )
 from keras_electra.serving.tensors import make_example
 from keras_electra.serving.warmup import predict_log
@@ -83,7 +78,7 @@ class TextClassifierModule(tf.Module):
         if settings.task not in CLASSIFIER_TASKS:
             raise ConfigError(
                 f"TextClassifierModule exports classify and regress models, not "
-                f"'{settings.task}'; use export_finetuned, which picks the module for the task."
+                f"'{settings.task}'; use export(), which picks the module for the task."
             )
         self.task = settings.task
         self.pair = settings.text_pair_column is not None
@@ -186,62 +181,3 @@ def finetuned_module(finetuned: FinetunedModel, max_length: int | None = None) -
     if task == "qa":
         return QuestionAnsweringModule(finetuned, max_length)
     return TextClassifierModule(finetuned, max_length)
-
-
-def export_finetuned(
-    model_dir: str | Path,
-    output: str | Path,
-    *,
-    version: int | None = None,
-    max_length: int | None = None,
-) -> Path:
-    """Export a fine-tuned model of any task as ``output/VERSION``.
-
-    Args:
-        model_dir: a directory written by ``keras-electra finetune``.
-        output: the model's base folder, e.g. ``saved_models/sst2``.
-        version: the version number (default: one more than the highest present).
-        max_length: the fixed sequence length (default: the fine-tuning one).
-
-    Example:
-        >>> export_finetuned("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
-        PosixPath('saved_models/sst2/1')
-    """
-    model_dir = Path(model_dir)
-    finetuned = load_finetuned(model_dir)
-    limit = finetuned.config.max_position_embeddings
-    if max_length is not None and not 4 <= max_length <= limit:
-        raise ConfigError(f"max_length must be between 4 and {limit}, got {max_length}.")
-    module = finetuned_module(finetuned, max_length)
-
-    def set_methods(saved: Path) -> None:
-        for name, method in module.method_names().items():
-            set_signature_method_name(saved, name, method)
-
-    run = RunDirectory(model_dir)
-    extra = run.model_files()
-    for path in (run.finetune_file, run.labels_file):
-        extra[path.name] = path
-    return export_module(module, output, version=version, extra_files=extra, after_save=set_methods)
-
-
-def export_run(
-    run_dir: str | Path,
-    output: str | Path,
-    *,
-    version: int | None = None,
-    max_length: int | None = None,
-) -> Path:
-    """Export a pretraining run or a fine-tuned model directory, whichever ``run_dir`` is.
-
-    A directory with ``finetune.json`` exports with its task's signatures
-    (:func:`export_finetuned`); any other with replaced-token-detection ones
-    (:func:`keras_electra.export.saved_model.export_pretraining_run`).
-
-    Example:
-        >>> export_run("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
-        PosixPath('saved_models/sst2/1')
-    """
-    if is_finetuned_dir(run_dir):
-        return export_finetuned(run_dir, output, version=version, max_length=max_length)
-    return export_pretraining_run(run_dir, output, version=version, max_length=max_length)

@@ -31,6 +31,7 @@ from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError
 from keras_electra.pretraining.run import load_run
 from keras_electra.run_directory import RunDirectory
+from keras_electra.serving.signatures import set_signature_method_name
 from keras_electra.serving.warmup import predict_log, write_warmup_requests
 
 SIGNATURE_NAMES = ("serving_default", "score_pair")
@@ -94,6 +95,32 @@ class ReplacedTokenModule(tf.Module):
         )
         return self._score(encode_texts(self.tokenizer, text_a, text_b, max_length=self.max_length))
 
+    @classmethod
+    def from_run(cls, run_dir: str | Path, max_length: int | None = None) -> ReplacedTokenModule:
+        """The module for a pretraining run's discriminator (latest checkpoint).
+
+        Args:
+            run_dir: a directory written by ``keras-electra pretrain`` (or an init
+                directory from ``keras-electra convert``).
+            max_length: ``L`` (default: the run's ``max_seq_length``).
+
+        Raises:
+            ConfigError: if the run has no replaced-token head (``--objective mlm``).
+        """
+        model, tokenizer, _ = load_run(run_dir)
+        if model.discriminator_head is None:
+            raise ConfigError(
+                f"Run '{run_dir}' was trained with --objective mlm and has no replaced-token "
+                "head to export; fine-tune it or pretrain with --objective electra."
+            )
+        settings = RunDirectory(run_dir).settings()
+        length = (
+            max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
+        )
+        # A plain backbone with the discriminator's effective embeddings in every sharing mode.
+        discriminator = model.discriminator_backbone()
+        return cls(tokenizer, discriminator, model.discriminator_head, length)
+
     def signatures(self) -> dict:
         return {"serving_default": self.serve, "score_pair": self.score_pair}
 
@@ -123,11 +150,14 @@ def export_module(
     *,
     version: int | None = None,
     extra_files: dict[str, str | Path] | None = None,
-    after_save=None,
 ) -> Path:
     """Save ``module`` (with ``signatures()``/``warmup_records()``) as ``output/VERSION``.
 
-    Returns the version folder. Raises :class:`ElectraError` if it already exists.
+    Signatures the module lists in ``method_names()`` get those TF Serving method names
+    (``tf.saved_model.save`` writes predict only). Returns the version folder.
+
+    Raises:
+        ElectraError: if the version folder already exists.
     """
     base = Path(output)
     version = next_version(base) if version is None else int(version)
@@ -143,8 +173,8 @@ def export_module(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tf.saved_model.save(module, str(tmp), signatures=module.signatures())
-        if after_save is not None:
-            after_save(tmp)
+        for name, method in getattr(module, "method_names", dict)().items():
+            set_signature_method_name(tmp, name, method)
         write_warmup_requests(tmp, module.warmup_records())
         for name, path in (extra_files or {}).items():
             shutil.copy(path, tmp / "assets.extra" / name)
@@ -152,51 +182,3 @@ def export_module(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
-
-
-def export_pretraining_run(
-    run_dir: str | Path,
-    output: str | Path,
-    *,
-    version: int | None = None,
-    max_length: int | None = None,
-) -> Path:
-    """Export a pretraining run's discriminator for replaced-token detection.
-
-    Args:
-        run_dir: a directory written by ``keras-electra pretrain``.
-        output: the model's base folder, e.g. ``saved_models/electra``.
-        version: the version number (default: one more than the highest present).
-        max_length: ``L``, the fixed sequence length (default: the run's
-            ``max_seq_length``).
-
-    Returns:
-        The written version folder.
-
-    Example:
-        >>> export_pretraining_run("runs/demo", "saved_models/electra")  # doctest: +SKIP
-        PosixPath('saved_models/electra/1')
-    """
-    run_dir = Path(run_dir)
-    model, tokenizer, _ = load_run(run_dir)
-    if model.discriminator_head is None:
-        raise ConfigError(
-            f"Run '{run_dir}' was trained with --objective mlm and has no replaced-token "
-            "head to export; fine-tune it or pretrain with --objective electra."
-        )
-    settings = RunDirectory(run_dir).settings()
-    length = max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
-    if not 4 <= length <= model.config.max_position_embeddings:
-        raise ConfigError(
-            f"max_length must be between 4 and {model.config.max_position_embeddings}, "
-            f"got {length}."
-        )
-    # A plain backbone with the discriminator's effective embeddings in every sharing mode.
-    discriminator = model.discriminator_backbone()
-    module = ReplacedTokenModule(tokenizer, discriminator, model.discriminator_head, length)
-    return export_module(
-        module,
-        output,
-        version=version,
-        extra_files=RunDirectory(run_dir).model_files(),
-    )

@@ -40,8 +40,8 @@ from keras_electra.data import (
     check_corpus_has_text,
     is_tfrecord_input,
     learn_vocab,
-    load_pretraining_data,
     load_vocab,
+    pretraining_dataset,
     resolve_corpus_files,
 )
 from keras_electra.data.tfrecords import unreadable_tfrecord
@@ -291,7 +291,7 @@ def _train(
 ) -> RunResult:
     """Train from step ``start`` to ``settings.steps`` in logging windows, as resumable fits."""
     chief = is_chief(distribution)
-    dataset = load_pretraining_data(
+    dataset = pretraining_dataset(
         settings.corpus,
         tokenizer,
         batch_size=settings.batch_size,
@@ -449,7 +449,7 @@ def _health_probe(
     model: ElectraPretrainer, tokenizer: ElectraTokenizer, settings: PretrainSettings
 ) -> HealthProbe:
     """The run's fixed probe: the first batch of the validation text (else of the corpus)."""
-    data = load_pretraining_data(
+    data = pretraining_dataset(
         settings.validation or settings.corpus,
         tokenizer,
         batch_size=PROBE_SEQUENCES,
