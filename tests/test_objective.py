@@ -216,6 +216,18 @@ def test_two_level_inverse_cdf_picks_the_index_a_single_cumulative_sum_picks(blo
     assert got[0] == 0 and got[4] == 47
 
 
+def test_sampling_from_non_finite_logits_gives_ids_in_range():
+    # A diverged step's logits must reach the on-NaN guard (a NaN loss), not crash a gather.
+    logits = np.zeros((2, 3, 50), "float32")
+    logits[0, 0, :] = np.nan
+    logits[0, 1, 4] = np.inf
+    logits[1, 2, :] = -np.inf
+    labels = np.zeros((2, 3), "int32")
+    for block in (8, 50, 128):
+        sampled = objective.sample_tokens(logits, labels, seed=tf.constant([1, 2]), block=block)
+        assert ((sampled.numpy() >= 0) & (sampled.numpy() < 50)).all()
+
+
 def test_two_level_sampling_is_an_exact_draw_with_a_padded_last_block():
     rng = np.random.default_rng(0)
     logits = rng.normal(0.0, 2.0, 50).astype("float32")

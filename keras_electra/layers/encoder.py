@@ -4,9 +4,66 @@ from __future__ import annotations
 
 import keras
 import keras_hub
+from keras.src.backend import AutocastScope
+from keras_hub.src.layers.modeling.transformer_layer_utils import (
+    merge_padding_and_attention_mask,
+)
 
 from keras_electra.layers.dropout import use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
+from keras_electra.layers.fused import add_layer_norm, bias_gelu
+
+_GELU = keras.activations.get("gelu")
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class TransformerLayer(keras_hub.layers.TransformerEncoder):
+    """keras-hub's ``TransformerEncoder`` (same weights and config), faster in training.
+
+    In training, a post-LayerNorm layer with exact GELU runs its two residual adds +
+    LayerNorms and its feed-forward bias + GELU as fused kernels
+    (:mod:`keras_electra.layers.fused`); the matmuls, attention and dropout are
+    keras-hub's. Inference, pre-LayerNorm layers and other activations take keras-hub's
+    ``call`` unchanged.
+    """
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
+        if not training or self.normalize_first or return_attention_scores:
+            return super().call(
+                inputs,
+                padding_mask=padding_mask,
+                attention_mask=attention_mask,
+                training=training,
+                return_attention_scores=return_attention_scores,
+            )
+        mask = merge_padding_and_attention_mask(inputs, padding_mask, attention_mask)
+        x = self._self_attention_layer(
+            query=inputs, value=inputs, attention_mask=mask, training=training
+        )
+        x = self._self_attention_dropout(x, training=training)
+        x = self._add_norm(x, inputs, self._self_attention_layer_norm)
+        intermediate = self._feedforward_intermediate_dense
+        if intermediate.activation is _GELU and intermediate.use_bias:
+            h = keras.ops.matmul(x, intermediate.kernel)  # in the compute dtype
+            with AutocastScope(None):  # the float32 bias; its gradient summed in float32
+                h = bias_gelu(h, intermediate.bias)
+        else:
+            h = intermediate(x)
+        y = self._feedforward_output_dense(h)
+        y = self._feedforward_dropout(y, training=training)
+        return self._add_norm(y, x, self._feedforward_layer_norm)
+
+    @staticmethod
+    def _add_norm(x, residual, norm: keras.layers.LayerNormalization):
+        with AutocastScope(None):  # LayerNorm's float32 scale and offset, as Keras reads them
+            return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon)
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -74,7 +131,7 @@ class ElectraEncoder(keras.layers.Layer):
                 name="projection",
             )
         self.transformer_layers = [
-            keras_hub.layers.TransformerEncoder(
+            TransformerLayer(
                 intermediate_dim=intermediate_dim,
                 num_heads=num_heads,
                 dropout=dropout,

@@ -197,12 +197,15 @@ def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf
     target = tf.reshape(uniform, [-1, 1]) * block_cdf[:, -1:]
     target = tf.minimum(target, _below(block_cdf[:, -1:]))
     which = tf.searchsorted(block_cdf, target, side="right", out_type=tf.int32)  # [N, 1]
+    # Non-finite weights (a diverged step, which the on-NaN guard then skips) would
+    # search past the end; keep every index in range so the step reaches that guard.
+    which = tf.minimum(which, num_blocks - 1)
     # What is left of the target after the blocks before the chosen one.
     before = tf.gather(block_cdf, which, batch_dims=1) - tf.gather(totals, which, batch_dims=1)
     inner_cdf = tf.math.cumsum(tf.gather(blocks, which[:, 0], batch_dims=1), axis=-1)
     rest = tf.minimum(tf.maximum(target - before, 0.0), _below(inner_cdf[:, -1:]))
     inner = tf.searchsorted(inner_cdf, rest, side="right", out_type=tf.int32)
-    return tf.reshape(which * block + inner, lead)
+    return tf.reshape(tf.minimum(which * block + inner, vocab - 1), lead)
 
 
 def _below(total: tf.Tensor) -> tf.Tensor:

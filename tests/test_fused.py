@@ -1,0 +1,123 @@
+"""The fused training kernels (layers/fused.py) against Keras' own ops, values and gradients."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.layers import encoder as encoder_module
+from keras_electra.layers.encoder import ElectraEncoder
+from keras_electra.layers.fused import add_layer_norm, bias_gelu
+
+
+def _float64_bias_gelu(h, b):
+    z = h.astype(np.float64) + b.astype(np.float64)
+    erf = tf.math.erf(z / np.sqrt(2)).numpy()  # in float64
+    y = 0.5 * z * (1 + erf)
+    dz = 0.5 * (1 + erf) + z * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
+    return y, dz
+
+
+@pytest.mark.parametrize("shape", [(6, 40), (2, 3, 40)])
+def test_bias_gelu_matches_keras_dense_gelu_forward_and_backward(shape):
+    rng = np.random.default_rng(0)
+    h = tf.constant(rng.normal(0, 2, shape), tf.float32)
+    b = tf.Variable(rng.normal(0, 1, shape[-1:]), dtype=tf.float32)
+    upstream = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    results = []
+    for fn in (bias_gelu, lambda x, bias: keras.activations.gelu(x + bias)):
+        with tf.GradientTape() as tape:
+            tape.watch(h)
+            y = fn(h, b)
+            loss = tf.reduce_sum(y * upstream)
+        results.append((y, *tape.gradient(loss, [h, b])))
+    for fused, reference in zip(*results, strict=True):
+        np.testing.assert_allclose(fused.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
+    assert results[0][0].shape == shape
+
+
+def test_bias_gelu_in_bfloat16_is_no_worse_than_keras():
+    rng = np.random.default_rng(1)
+    h32 = rng.normal(0, 2, (512, 64)).astype(np.float32)
+    b = tf.constant(rng.normal(0, 1, 64), tf.float32)
+    up32 = rng.normal(0, 1, (512, 64)).astype(np.float32)
+    h = tf.constant(h32, tf.bfloat16)
+    exact_y, exact_dz = _float64_bias_gelu(h.numpy().astype(np.float32), b.numpy())
+    exact_db = (tf.cast(tf.constant(up32, tf.bfloat16), tf.float64).numpy() * exact_dz).sum(0)
+    errors = []
+    for fn in (bias_gelu, lambda x, bias: keras.activations.gelu(x + tf.cast(bias, x.dtype))):
+        with tf.GradientTape() as tape:
+            tape.watch([h, b])
+            y = fn(h, b)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * tf.cast(up32, tf.bfloat16).numpy())
+        _, db = tape.gradient(loss, [h, b])
+        assert y.dtype == tf.bfloat16
+        y_err = np.abs(tf.cast(y, tf.float64).numpy() - exact_y).max()
+        db_err = np.abs(tf.cast(db, tf.float64).numpy() - exact_db).max()
+        errors.append((y_err, db_err))
+    (fused_y, fused_db), (keras_y, keras_db) = errors
+    assert fused_y <= keras_y * 1.01 and fused_db <= keras_db
+    assert fused_y < 0.05
+
+
+@pytest.mark.parametrize("shape", [(5, 16), (2, 7, 16)])
+def test_add_layer_norm_matches_keras_layer_norm_forward_and_backward(shape):
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.normal(3, 2, shape), tf.float32)
+    r = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    upstream = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    norm = keras.layers.LayerNormalization(epsilon=1e-12)
+    norm.build(shape)
+    norm.gamma.assign(rng.normal(1, 0.1, shape[-1:]))
+    norm.beta.assign(rng.normal(0, 0.1, shape[-1:]))
+    results = []
+    for fn in (
+        lambda a, b: add_layer_norm(a, b, norm.gamma, norm.beta, norm.epsilon),
+        lambda a, b: norm(a + b),
+    ):
+        with tf.GradientTape() as tape:
+            tape.watch([x, r])
+            loss = tf.reduce_sum(fn(x, r) * upstream)
+        results.append(tape.gradient(loss, [x, r, norm.gamma, norm.beta]) + [fn(x, r)])
+    for fused, reference in zip(*results, strict=True):
+        np.testing.assert_allclose(fused.numpy(), reference.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_the_encoder_trains_through_the_fused_path_with_keras_values(normalize_first, monkeypatch):
+    # With dropout 0, training (fused kernels) and inference (Keras' ops) compute the
+    # same function: outputs and every weight's gradient agree.
+    encoder = ElectraEncoder(
+        16,
+        32,
+        num_layers=2,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
+        normalize_first=normalize_first,
+    )
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(0, 1, (3, 9, 16)), tf.float32)
+    mask = tf.constant(np.arange(9)[None, :] < np.array([[9], [5], [1]]))
+    encoder.build(x.shape)
+    upstream = tf.constant(rng.normal(0, 1, (3, 9, 32)), tf.float32)
+    calls = []
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return add_layer_norm(*args)
+
+    monkeypatch.setattr(encoder_module, "add_layer_norm", counted)
+    results = []
+    for training in (True, False):
+        with tf.GradientTape() as tape:
+            y = encoder(x, mask, training=training)
+            loss = tf.reduce_sum(y * upstream)
+        grads = tape.gradient(loss, encoder.trainable_variables)
+        results.append([y, *grads])
+    assert len(results[0]) == 1 + len(encoder.trainable_variables) > 20
+    # Post-LayerNorm training took the fused kernels (two per layer), inference did not;
+    # pre-LayerNorm layers keep keras-hub's path.
+    assert len(calls) == (0 if normalize_first else 4)
+    for fused, reference in zip(*results, strict=True):
+        np.testing.assert_allclose(fused.numpy(), reference.numpy(), rtol=2e-4, atol=2e-5)
