@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_electra.layers import encoder as encoder_module
 from keras_electra.layers.encoder import ElectraEncoder
-from keras_electra.layers.fused import add_layer_norm, bias_gelu
+from keras_electra.layers.fused import add_layer_norm, bias_gelu, masked_softmax
 
 
 def _float64_bias_gelu(h, b):
@@ -83,17 +83,46 @@ def test_add_layer_norm_matches_keras_layer_norm_forward_and_backward(shape):
         np.testing.assert_allclose(fused.numpy(), reference.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_masked_softmax_matches_keras_softmax_forward_and_backward(dtype):
+    rng = np.random.default_rng(4)
+    scores = tf.constant(rng.normal(0, 3, (2, 3, 5, 7)), dtype)
+    mask = np.ones((2, 1, 5, 7), bool)
+    mask[0, 0, :, 4:] = False  # padding
+    mask[1, 0, 2, :] = False  # a row with nothing to attend to: all zeros
+    mask = tf.constant(mask)
+    upstream = tf.constant(rng.normal(0, 1, (2, 3, 5, 7)), tf.float32)
+    keras_softmax = keras.layers.Softmax(axis=-1, dtype="float32")
+    results = []
+    for fn in (masked_softmax, lambda s, m: keras_softmax(tf.cast(s, tf.float32), mask=m)):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            probs = fn(scores, mask)
+            loss = tf.reduce_sum(tf.cast(probs, tf.float32) * upstream)
+        grad = tape.gradient(loss, scores)
+        assert grad.dtype == scores.dtype
+        results.append((tf.cast(probs, tf.float32).numpy(), tf.cast(grad, tf.float32).numpy()))
+    (fused_p, fused_g), (keras_p, keras_g) = results
+    tolerance = 1e-6 if dtype == "float32" else 8e-3  # bfloat16 rounds the probabilities
+    np.testing.assert_allclose(fused_p, keras_p, atol=tolerance)
+    np.testing.assert_allclose(fused_g, keras_g, atol=tolerance * 10)
+    assert (fused_p[0, :, :, 4:] == 0).all() and (fused_p[1, :, 2] == 0).all()
+    np.testing.assert_allclose(fused_p[0, :, :, :4].sum(-1), 1.0, atol=tolerance * 4)
+
+
 @pytest.mark.parametrize("normalize_first", [False, True])
 def test_the_encoder_trains_through_the_fused_path_with_keras_values(normalize_first, monkeypatch):
-    # With dropout 0, training (fused kernels) and inference (Keras' ops) compute the
-    # same function: outputs and every weight's gradient agree.
+    # Dropout 1e-9 keeps every element (its 16-bit threshold rounds to 0, its scale to
+    # 1.0) but, being > 0, keeps Keras' attention on its explicit softmax: training
+    # (fused kernels) and inference (Keras' ops) compute the same function, and the
+    # outputs and every weight's gradient agree.
     encoder = ElectraEncoder(
         16,
         32,
         num_layers=2,
         num_heads=2,
         intermediate_dim=64,
-        dropout=0.0,
+        dropout=1e-9,
         normalize_first=normalize_first,
     )
     rng = np.random.default_rng(3)
@@ -108,6 +137,14 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(normalize_f
         return add_layer_norm(*args)
 
     monkeypatch.setattr(encoder_module, "add_layer_norm", counted)
+    softmax_calls = 0
+
+    def counted_softmax(*args):
+        nonlocal softmax_calls
+        softmax_calls += 1
+        return masked_softmax(*args)
+
+    monkeypatch.setattr(encoder_module, "masked_softmax", counted_softmax)
     results = []
     for training in (True, False):
         with tf.GradientTape() as tape:
@@ -119,5 +156,6 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(normalize_f
     # Post-LayerNorm training took the fused kernels (two per layer), inference did not;
     # pre-LayerNorm layers keep keras-hub's path.
     assert len(calls) == (0 if normalize_first else 4)
+    assert softmax_calls == (0 if normalize_first else 2)
     for fused, reference in zip(*results, strict=True):
         np.testing.assert_allclose(fused.numpy(), reference.numpy(), rtol=2e-4, atol=2e-5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 import keras_hub
+import numpy as np
 from keras.src.backend import AutocastScope
 from keras_hub.src.layers.modeling.transformer_layer_utils import (
     merge_padding_and_attention_mask,
@@ -11,7 +12,13 @@ from keras_hub.src.layers.modeling.transformer_layer_utils import (
 
 from keras_electra.layers.dropout import use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
-from keras_electra.layers.fused import add_layer_norm, bias_gelu
+from keras_electra.layers.fused import (
+    add_layer_norm,
+    bias_gelu,
+    in_training_kernels,
+    masked_softmax,
+    training_kernels,
+)
 
 _GELU = keras.activations.get("gelu")
 
@@ -20,11 +27,10 @@ _GELU = keras.activations.get("gelu")
 class TransformerLayer(keras_hub.layers.TransformerEncoder):
     """keras-hub's ``TransformerEncoder`` (same weights and config), faster in training.
 
-    In training, a post-LayerNorm layer with exact GELU runs its two residual adds +
-    LayerNorms and its feed-forward bias + GELU as fused kernels
-    (:mod:`keras_electra.layers.fused`); the matmuls, attention and dropout are
-    keras-hub's. Inference, pre-LayerNorm layers and other activations take keras-hub's
-    ``call`` unchanged.
+    In training, a post-LayerNorm layer runs its attention softmax, its two residual
+    adds + LayerNorms and its feed-forward bias + GELU as fused kernels
+    (:mod:`keras_electra.layers.fused`); the matmuls and dropout are keras-hub's.
+    Inference and pre-LayerNorm layers take keras-hub's ``call`` unchanged.
     """
 
     def call(
@@ -44,9 +50,10 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                 return_attention_scores=return_attention_scores,
             )
         mask = merge_padding_and_attention_mask(inputs, padding_mask, attention_mask)
-        x = self._self_attention_layer(
-            query=inputs, value=inputs, attention_mask=mask, training=training
-        )
+        with training_kernels():  # the attention's softmax (AttentionSoftmax) reads it
+            x = self._self_attention_layer(
+                query=inputs, value=inputs, attention_mask=mask, training=training
+            )
         x = self._self_attention_dropout(x, training=training)
         x = self._add_norm(x, inputs, self._self_attention_layer_norm)
         intermediate = self._feedforward_intermediate_dense
@@ -193,19 +200,37 @@ class ElectraEncoder(keras.layers.Layer):
         return config
 
 
-def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
-    """Make a built transformer layer's attention softmax run in float32.
+class AttentionSoftmax(keras.layers.Softmax):
+    """The attention's masked softmax, computed in float32 (its policy), returned in the
+    scores' dtype.
 
     Under a mixed policy Keras' ``MultiHeadAttention`` computes its softmax in the
-    compute dtype (bfloat16 keeps 8 mantissa bits); a float32 ``Softmax`` (no
-    weights) keeps the attention probabilities accurate, and the following dropout
-    casts them back. Only the explicit-softmax path (``dropout > 0``) needs this:
-    the fused path already computes its softmax in float32.
+    compute dtype (bfloat16 keeps 8 mantissa bits); this one computes it in float32
+    and rounds only the probabilities, which the following dropout would round anyway.
+    In :func:`~keras_electra.layers.fused.training_kernels` it is one XLA kernel each
+    way (:func:`~keras_electra.layers.fused.masked_softmax`).
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(axis=-1, **kwargs)
+        self._convert_input_args = False  # the scores stay in the compute dtype
+
+    def call(self, inputs, mask=None):
+        if in_training_kernels():
+            return masked_softmax(inputs, mask)
+        probs = super().call(keras.ops.cast(inputs, "float32"), mask=mask)
+        return keras.ops.cast(probs, inputs.dtype)
+
+
+def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
+    """Give a built transformer layer's attention an :class:`AttentionSoftmax`.
+
+    Only the explicit-softmax path (``dropout > 0``) calls it: the fused path already
+    computes its softmax in float32.
     """
     attention = getattr(layer, "_self_attention_layer", None)
     softmax = getattr(attention, "_softmax", None)
-    if softmax is None or layer.compute_dtype == "float32":
+    if softmax is None or tuple(np.atleast_1d(softmax.axis)) not in ((-1,), (3,)):
         return
     # The softmax holds no state; setting it untracked keeps the built layer locked.
-    float32_softmax = keras.layers.Softmax(axis=softmax.axis, dtype="float32")
-    object.__setattr__(attention, "_softmax", float32_softmax)
+    object.__setattr__(attention, "_softmax", AttentionSoftmax(dtype="float32"))

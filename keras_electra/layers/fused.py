@@ -22,6 +22,9 @@ SavedModel.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import tensorflow as tf
 
 _SQRT_HALF = 0.7071067811865476
@@ -34,6 +37,27 @@ def _gelu(z: tf.Tensor) -> tf.Tensor:
 
 def _gelu_derivative(z: tf.Tensor) -> tf.Tensor:
     return 0.5 * (1.0 + tf.math.erf(z * _SQRT_HALF)) + z * tf.exp(-0.5 * z * z) * _INV_SQRT_2PI
+
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def training_kernels():
+    """Within this context (read when a layer is traced), layers that can take these
+    kernels do: :class:`keras_electra.layers.encoder.TransformerLayer` enters it for
+    its attention in training, where the attention's softmax reads it."""
+    before = getattr(_state, "active", False)
+    _state.active = True
+    try:
+        yield
+    finally:
+        _state.active = before
+
+
+def in_training_kernels() -> bool:
+    """Whether the current thread is inside :func:`training_kernels`."""
+    return getattr(_state, "active", False)
 
 
 def _rows(x: tf.Tensor) -> tf.Tensor:
@@ -74,8 +98,9 @@ def bias_gelu(h: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
         >>> float(bias_gelu(tf.constant([[1.0]]), tf.constant([0.5]))[0, 0])  # doctest: +ELLIPSIS
         1.399...
     """
-    # Variables are read out here, so the custom gradient sees tensors only.
-    return tf.reshape(_bias_gelu_rows(_rows(h), tf.convert_to_tensor(bias)), tf.shape(h))
+    with tf.name_scope("fused_gelu"):  # the scope names the kernels in a profile
+        # Variables are read out here, so the custom gradient sees tensors only.
+        return tf.reshape(_bias_gelu_rows(_rows(h), tf.convert_to_tensor(bias)), tf.shape(h))
 
 
 def _normalize(s, gamma, beta, epsilon):
@@ -145,5 +170,56 @@ def add_layer_norm(
 
         return y, grad
 
-    out = rows(_rows(x), _rows(residual), tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta))
-    return tf.reshape(out, tf.shape(x))
+    with tf.name_scope("fused_layer_norm"):
+        gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
+        return tf.reshape(rows(_rows(x), _rows(residual), gamma, beta), tf.shape(x))
+
+
+_MASKED = -1e9  # Keras' Softmax puts this at masked positions (float32 here)
+
+
+def _masked_probs(scores, keep):
+    z = tf.where(keep, tf.cast(scores, tf.float32), _MASKED)
+    return tf.where(keep, tf.nn.softmax(z, axis=-1), 0.0)
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _softmax_forward(scores, keep):
+    return tf.cast(_masked_probs(scores, keep), scores.dtype)
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _softmax_backward(scores, keep, upstream):
+    probs = _masked_probs(scores, keep)  # recomputed: nothing float32 is kept alive
+    dp = tf.cast(upstream, tf.float32)
+    ds = probs * (dp - tf.reduce_sum(dp * probs, axis=-1, keepdims=True))
+    return tf.cast(ds, scores.dtype)
+
+
+@tf.custom_gradient
+def _masked_softmax_rows(scores, keep):
+    def grad(upstream):
+        return _softmax_backward(scores, keep, upstream), None
+
+    return _softmax_forward(scores, keep), grad
+
+
+def masked_softmax(scores: tf.Tensor, mask: tf.Tensor | None) -> tf.Tensor:
+    """Keras' masked ``Softmax`` over the last axis, in float32, returned in ``scores``' dtype.
+
+    Masked positions get probability 0 (a row masked entirely gives zeros), as
+    ``keras.layers.Softmax(axis=-1)(scores, mask=mask)`` does.
+
+    Args:
+        scores: ``[..., S]`` attention scores.
+        mask: boolean, broadcastable to ``scores`` (True: attend), or None.
+
+    Example:
+        >>> p = masked_softmax(tf.zeros([1, 3]), tf.constant([[True, True, False]]))
+        >>> [round(float(v), 2) for v in p[0]]
+        [0.5, 0.5, 0.0]
+    """
+    with tf.name_scope("fused_softmax"):
+        keep = tf.ones_like(scores, tf.bool) if mask is None else tf.cast(mask, tf.bool)
+        keep = tf.broadcast_to(keep, tf.shape(scores))
+        return tf.reshape(_masked_softmax_rows(_rows(scores), _rows(keep)), tf.shape(scores))
