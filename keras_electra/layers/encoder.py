@@ -207,8 +207,9 @@ class AttentionSoftmax(keras.layers.Softmax):
     Under a mixed policy Keras' ``MultiHeadAttention`` computes its softmax in the
     compute dtype (bfloat16 keeps 8 mantissa bits); this one computes it in float32
     and rounds only the probabilities, which the following dropout would round anyway.
-    In :func:`~keras_electra.layers.fused.training_kernels` it is one XLA kernel each
-    way (:func:`~keras_electra.layers.fused.masked_softmax`).
+    In :func:`~keras_electra.layers.fused.training_kernels`, with 16-bit scores, it is
+    one XLA kernel each way (:func:`~keras_electra.layers.fused.masked_softmax`); float32
+    scores keep TensorFlow's softmax kernel, which is faster than XLA's here.
     """
 
     def __init__(self, **kwargs):
@@ -216,7 +217,9 @@ class AttentionSoftmax(keras.layers.Softmax):
         self._convert_input_args = False  # the scores stay in the compute dtype
 
     def call(self, inputs, mask=None):
-        if in_training_kernels():
+        # Fused only for 16-bit scores: fwd + bwd on [32, 4, 128, 128] took 3.0 ms fused
+        # against 4.2 ms in bfloat16, but 6.2 ms against TensorFlow's 3.8 ms in float32.
+        if in_training_kernels() and inputs.dtype != "float32":
             return masked_softmax(inputs, mask)
         probs = super().call(keras.ops.cast(inputs, "float32"), mask=mask)
         return keras.ops.cast(probs, inputs.dtype)
