@@ -39,6 +39,7 @@ CATEGORIES = (
     ("layer norm", lambda name: "layer_norm" in name or "layernorm" in name, None),
     ("gelu", lambda name: "gelu" in name, None),
     ("masking and sampling", lambda name: "sample" in name or "mask_tokens" in name, None),
+    ("fused XLA kernels (gelu, layer norm, softmax)", None, lambda t: t == XLA_KEY[1]),
     ("optimizer", lambda name: "adam" in name or "optimizer" in name or "clip" in name, None),
     ("embedding gather/scatter", None, lambda t: "Gather" in t or "Scatter" in t or "Segment" in t),
     ("cast", None, lambda t: t == "Cast"),
@@ -47,6 +48,17 @@ CATEGORIES = (
 )
 # Events that are not ops doing work: function calls wrap other ops' time.
 WRAPPERS = ("PartitionedCall", "StatefulPartitionedCall", "While", "If", "StatelessIf")
+# Events without an op type that are not XLA kernels: the executor's and the profiler's own.
+NOT_XLA = (
+    "ExecutorState",
+    "ExecutorDone",
+    "ThreadpoolListener",
+    "Memory",
+    "Eager",
+    "TFE_",
+    "ParallelFor",  # also inside TF ops; XLA's own run inside its thunks
+)
+XLA_KEY = ("xla", "XLA kernels")
 
 
 def category(name: str, op_type: str) -> str:
@@ -71,15 +83,35 @@ def op_times(xplane_path: str) -> dict[tuple[str, str], float]:
         for line in plane.lines:
             if not line.name.startswith("tf_Compute"):
                 continue
+            xla_spans = []
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
+                if ":" not in name and not name.startswith(NOT_XLA):
+                    # An XLA kernel's thunk (HLO names such as add_multiply_fusion, call,
+                    # ParallelFor): no TF op event carries its time (the fused kernels
+                    # of keras_electra/layers/fused.py run this way).
+                    xla_spans.append((event.offset_ps, event.offset_ps + event.duration_ps))
                 if ":" not in name or "::" in name:  # executor bookkeeping, not ops
                     continue
                 op_name, op_type = name.rsplit(":", 1)
                 if op_type in WRAPPERS:
                     continue
                 times[(op_name, op_type)] += event.duration_ps * 1e-12
+            times[XLA_KEY] += _covered(xla_spans) * 1e-12
     return times
+
+
+def _covered(spans: list[tuple[int, int]]) -> int:
+    """The length of the union of intervals (XLA thunks nest inside one another)."""
+    total, end = 0, None
+    for start, stop in sorted(spans):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
 
 
 def build(args):
