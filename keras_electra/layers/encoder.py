@@ -42,12 +42,14 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         return_attention_scores=False,
     ):
         if not training or self.normalize_first or return_attention_scores:
+            # return_attention_scores is passed only when asked for.
+            extra = {"return_attention_scores": True} if return_attention_scores else {}
             return super().call(
                 inputs,
                 padding_mask=padding_mask,
                 attention_mask=attention_mask,
                 training=training,
-                return_attention_scores=return_attention_scores,
+                **extra,
             )
         mask = merge_padding_and_attention_mask(inputs, padding_mask, attention_mask)
         with training_kernels():  # the attention's softmax (AttentionSoftmax) reads it
