@@ -73,6 +73,19 @@ def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
         )
 
 
+def file_order(names: tf.Tensor, seed: int, epoch: int | tf.Tensor) -> tf.Tensor:
+    """The files (a 1-D tensor of names) in pass ``epoch``'s seeded order.
+
+    Text and TFRecord pipelines share it, so both permute their files alike.
+    """
+    if names.shape[0] <= 1:
+        return names
+    keys = tf.random.stateless_uniform(
+        [names.shape[0]], seed=_stream_seed(seed, epoch, _FILE_ORDER)
+    )
+    return tf.gather(names, tf.argsort(keys))
+
+
 def line_dataset(
     files: Sequence[str], *, seed: int = 0, epoch: int | tf.Tensor = 0, shuffle_files: bool = False
 ) -> tf.data.Dataset:
@@ -95,11 +108,8 @@ def line_dataset(
         [b'One.', b'Two.', b'']
     """
     names = tf.constant(list(files), dtype=tf.string)
-    if shuffle_files and len(files) > 1:
-        keys = tf.random.stateless_uniform(
-            [len(files)], seed=_stream_seed(seed, epoch, _FILE_ORDER)
-        )
-        names = tf.gather(names, tf.argsort(keys))
+    if shuffle_files:
+        names = file_order(names, seed, epoch)
     end_of_file = tf.data.Dataset.from_tensors(tf.constant("", tf.string))
     return tf.data.Dataset.from_tensor_slices(names).flat_map(
         lambda name: tf.data.TextLineDataset(name).concatenate(end_of_file)

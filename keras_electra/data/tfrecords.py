@@ -18,7 +18,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_electra.data.files import PathsLike, _as_list, is_remote, resolve_files
-from keras_electra.data.pretraining import check_shapes, pretraining_examples
+from keras_electra.data.pretraining import check_shapes, file_order, pretraining_examples
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import InputDataError
 
@@ -257,13 +257,7 @@ def record_passes(
     cycle = min(len(files), _MAX_SHUFFLED_READERS if shuffle_files else _MAX_ORDERED_READERS)
 
     def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
-        order = names
-        if shuffle_files and len(files) > 1:
-            key = tf.random.experimental.stateless_fold_in(
-                tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)]),
-                tf.constant(1, tf.int64),
-            )
-            order = tf.gather(names, tf.argsort(tf.random.stateless_uniform([len(files)], key)))
+        order = file_order(names, seed, epoch) if shuffle_files else names
         records = tf.data.Dataset.from_tensor_slices(order).interleave(
             tf.data.TFRecordDataset,
             cycle_length=cycle,
