@@ -1,13 +1,20 @@
 """The fused training kernels (layers/fused.py) against Keras' own ops, values and gradients."""
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_electra.layers import encoder as encoder_module
+from keras_electra.layers.dropout import DropoutDraw, dropout_bits
 from keras_electra.layers.encoder import ElectraEncoder
-from keras_electra.layers.fused import add_layer_norm, bias_gelu, masked_softmax
+from keras_electra.layers.fused import (
+    add_layer_norm,
+    bias_gelu,
+    masked_softmax,
+    sparse_cross_entropy,
+)
 
 
 def _float64_bias_gelu(h, b):
@@ -174,3 +181,171 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
         else:
             scale = np.abs(reference).max() + 1e-6
             assert np.abs(fused - reference).max() <= 0.05 * scale + 1e-4
+
+
+def _draw(shape, rate, seed):
+    return DropoutDraw(dropout_bits(shape, tf.constant(seed, tf.int64)), rate)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout_inside_add_layer_norm_is_the_mask_of_its_bits(dtype):
+    # The fused dropout keeps the elements the same bits keep in Dropout's own mask and
+    # scales them by 1 / (1 - rate) (in float32: the bfloat16 mask rounds the scale).
+    rng = np.random.default_rng(5)
+    shape = (3, 7, 32)
+    x = tf.constant(rng.normal(0, 2, shape), dtype)
+    r = tf.constant(rng.normal(0, 1, shape), dtype)
+    gamma = tf.constant(rng.normal(1, 0.1, 32), tf.float32)
+    beta = tf.constant(rng.normal(0, 0.1, 32), tf.float32)
+    upstream = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    draw = _draw(shape, 0.25, [5, 6])
+    mask = draw.mask(tf.float32)
+    results = []
+    for fn in (
+        lambda a, b: add_layer_norm(a, b, gamma, beta, 1e-12, draw),
+        lambda a, b: add_layer_norm(
+            tf.cast(tf.cast(a, tf.float32) * mask, tf.float32),
+            tf.cast(b, tf.float32),
+            gamma,
+            beta,
+            1e-12,
+        ),
+    ):
+        with tf.GradientTape() as tape:
+            tape.watch([x, r])
+            y = fn(x, r)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
+        results.append([tf.cast(t, tf.float32).numpy() for t in (y, *tape.gradient(loss, [x, r]))])
+    assert results[0][0].dtype == np.float32 and y.dtype == tf.float32
+    tolerance = 1e-5 if dtype == "float32" else 2e-2
+    for fused, reference in zip(*results, strict=True):
+        np.testing.assert_allclose(fused, reference, rtol=tolerance, atol=tolerance)
+    # Dropped elements pass no gradient to x; the residual's gradient is everyone's.
+    dx = results[0][1]
+    dropped = mask.numpy() == 0
+    assert 0.15 < dropped.mean() < 0.35 and (dx[dropped] == 0).all() and (dx[~dropped] != 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout_inside_the_softmax_is_the_mask_of_its_bits(dtype):
+    rng = np.random.default_rng(6)
+    shape = (2, 3, 5, 9)
+    scores = tf.constant(rng.normal(0, 3, shape), dtype)
+    mask = np.ones((2, 1, 5, 9), bool)
+    mask[0, 0, :, 6:] = False
+    mask = tf.constant(mask)
+    upstream = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    draw = _draw(shape, 0.1, [7, 8])
+    keep_scale = draw.mask(tf.float32)
+    keras_softmax = keras.layers.Softmax(axis=-1, dtype="float32")
+    results = []
+    for fn in (
+        lambda s: masked_softmax(s, mask, draw),
+        lambda s: keras_softmax(tf.cast(s, tf.float32), mask=mask) * keep_scale,
+    ):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            probs = fn(scores)
+            loss = tf.reduce_sum(tf.cast(probs, tf.float32) * upstream)
+        grad = tape.gradient(loss, scores)
+        assert grad.dtype == scores.dtype
+        results.append((tf.cast(probs, tf.float32).numpy(), tf.cast(grad, tf.float32).numpy()))
+    (fused_p, fused_g), (keras_p, keras_g) = results
+    tolerance = 1e-6 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(fused_p, keras_p, atol=tolerance)
+    np.testing.assert_allclose(fused_g, keras_g, atol=tolerance * 10)
+    dropped = keep_scale.numpy() == 0
+    assert dropped.any() and (fused_p[dropped] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, monkeypatch):
+    # Real dropout (0.3): the fused training path and keras-hub's own training path
+    # (with the same Dropout layers, from the same seed states) drop the same elements,
+    # so their outputs and every gradient agree.
+    encoder = ElectraEncoder(
+        16, 32, num_layers=2, num_heads=2, intermediate_dim=64, dropout=0.3, dtype=dtype
+    )
+    rng = np.random.default_rng(7)
+    x = tf.constant(rng.normal(0, 1, (3, 9, 16)), tf.float32)
+    mask = tf.constant(np.arange(9)[None, :] < np.array([[9], [5], [2]]))
+    encoder.build(x.shape)
+    upstream = tf.constant(rng.normal(0, 1, (3, 9, 32)), tf.float32)
+    seeds = [v for v in encoder.variables if "seed_generator" in v.path]
+    start = [v.numpy() for v in seeds]
+    fused_calls = []
+    monkeypatch.setattr(
+        encoder_module,
+        "masked_softmax",
+        lambda *a: fused_calls.append(a[2] is not None) or masked_softmax(*a),
+    )
+
+    def run():
+        for v, value in zip(seeds, start, strict=True):
+            v.assign(value)
+        with tf.GradientTape() as tape:
+            y = tf.cast(encoder(x, mask, training=True), tf.float32)
+            loss = tf.reduce_sum(y * upstream)
+        return [y, *tape.gradient(loss, encoder.trainable_variables)]
+
+    fused = run()
+    with monkeypatch.context() as m:  # keras-hub's training path, unfused
+        m.setattr(
+            encoder_module.TransformerLayer,
+            "call",
+            lambda self, inputs, padding_mask=None, training=None: (
+                keras_hub.layers.TransformerEncoder.call(
+                    self, inputs, padding_mask=padding_mask, training=training
+                )
+            ),
+        )
+        reference = run()
+    assert fused_calls == ([True, True] if dtype == "mixed_bfloat16" else [])
+    dropped = [
+        (layer._feedforward_dropout, layer._self_attention_dropout)
+        for layer in encoder.transformer_layers
+    ]
+    assert all(d.rate == 0.3 for pair in dropped for d in pair)
+    for a, b in zip(fused, reference, strict=True):
+        a, b = a.numpy(), b.numpy()
+        if dtype == "float32":
+            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+        else:
+            scale = np.abs(b).max() + 1e-6
+            assert np.abs(a - b).max() <= 0.05 * scale + 1e-4
+    # Dropout is on: without it the gradients differ by far more than the tolerances.
+    with tf.GradientTape() as tape:
+        y = tf.cast(encoder(x, mask, training=False), tf.float32)
+        loss = tf.reduce_sum(y * upstream)
+    plain = tape.gradient(loss, encoder.trainable_variables)
+    gaps = [
+        np.abs(a.numpy() - b.numpy()).max() / (np.abs(b.numpy()).max() + 1e-6)
+        for a, b in zip(fused[1:], plain, strict=True)
+    ]
+    assert max(gaps) > 0.3, gaps
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sparse_cross_entropy_matches_tensorflows_loss_gradient_and_argmax(dtype):
+    rng = np.random.default_rng(8)
+    logits = tf.constant(rng.normal(0, 4, (3, 4, 97)), dtype)
+    labels = tf.constant(rng.integers(0, 97, (3, 4)), tf.int32)
+    upstream = tf.constant(rng.normal(0, 1, (3, 4)), tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        loss, best = sparse_cross_entropy(logits, labels)
+        reference = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.cast(logits, tf.float32)
+        )
+        total, reference_total = tf.reduce_sum(loss * upstream), tf.reduce_sum(reference * upstream)
+    grad, reference_grad = tape.gradient(total, logits), tape.gradient(reference_total, logits)
+    assert loss.dtype == tf.float32 and loss.shape == (3, 4) and grad.dtype == logits.dtype
+    np.testing.assert_allclose(loss.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
+    # The same float32 math; the 16-bit gradient is rounded from it, as TF's cast is.
+    np.testing.assert_allclose(
+        tf.cast(grad, tf.float32).numpy(), tf.cast(reference_grad, tf.float32).numpy(), atol=1e-6
+    )
+    np.testing.assert_array_equal(best.numpy(), tf.argmax(logits, -1, tf.int32).numpy())
+    # Large logits do not overflow (the maximum is taken out before the exponential).
+    big, _ = sparse_cross_entropy(tf.constant([[1000.0, 0.0]], dtype), tf.constant([1]))
+    np.testing.assert_allclose(big.numpy(), [1000.0], rtol=1e-3)

@@ -16,8 +16,53 @@ the dropout slots of a built keras-hub ``TransformerEncoder``.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import keras
 import tensorflow as tf
+
+from keras_electra.layers.fused import fuses_attention_softmax
+
+
+class DropoutDraw(NamedTuple):
+    """One dropout call's random bits, for a kernel that applies the dropout itself.
+
+    An element is kept where ``bits >= threshold`` and then scaled by ``scale``:
+    :func:`dropout_mask` is ``where(keep, scale, 0)`` of the same bits.
+    """
+
+    bits: tf.Tensor  # uint16, the shape of the tensor dropped
+    rate: float
+
+    @property
+    def threshold(self) -> tf.Tensor:
+        """The uint16 threshold: a 16-bit draw below it drops its element."""
+        return tf.constant(round(self.rate * 65536), tf.uint16)
+
+    @property
+    def scale(self) -> float:
+        """What a kept element is multiplied by."""
+        return 1.0 / (1.0 - self.rate)
+
+    def mask(self, dtype) -> tf.Tensor:
+        """``scale`` where kept, 0 where dropped, in ``dtype``."""
+        return tf.where(
+            self.bits >= self.threshold, tf.constant(self.scale, dtype), tf.zeros((), dtype)
+        )
+
+
+def dropout_bits(shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """Uniform 16-bit draws of ``shape``, two from each 32-bit draw.
+
+    Args:
+        shape: the shape (a 1-D int tensor or a list).
+        seed: a stateless seed, shape ``[2]``, int32 or int64.
+    """
+    size = tf.reduce_prod(shape)
+    bits = tf.random.stateless_uniform(
+        [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
+    )
+    return tf.reshape(tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size], shape)
 
 
 def dropout_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor, dtype) -> tf.Tensor:
@@ -29,14 +74,7 @@ def dropout_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor, dtype) -> tf.Te
         seed: a stateless seed, shape ``[2]``, int32 or int64.
         dtype: the mask's dtype.
     """
-    size = tf.reduce_prod(shape)
-    bits = tf.random.stateless_uniform(
-        [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
-    )
-    halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-    keep = tf.reshape(halves, shape) >= tf.constant(round(rate * 65536), tf.uint16)
-    scale = tf.constant(1.0 / (1.0 - rate), dtype)
-    return tf.where(keep, scale, tf.zeros((), dtype))
+    return DropoutDraw(dropout_bits(shape, seed), rate).mask(dtype)
 
 
 @tf.custom_gradient
@@ -66,11 +104,35 @@ class Dropout(keras.layers.Dropout):
         return fast
 
     def call(self, inputs, training=False):
-        if not training or self.rate == 0 or self.noise_shape is not None:
+        if not training or not self.drawable:
             return super().call(inputs, training=training)
+        return _apply_mask(inputs, self.draw(tf.shape(inputs)).mask(inputs.dtype))
+
+    @property
+    def drawable(self) -> bool:
+        """Whether :meth:`draw` gives bits: a rate above 0 and no ``noise_shape``."""
+        return self.rate > 0 and self.noise_shape is None
+
+    def draw(self, shape: tf.Tensor) -> DropoutDraw | None:
+        """This call's random bits (the same :meth:`call` would draw, taking the same
+        seed), for a kernel that applies the dropout itself; None if this layer drops
+        nothing (rate 0) or needs Keras' own implementation (a ``noise_shape``)."""
+        if not self.drawable:
+            return None
         seed = tf.cast(self.seed_generator.next(), tf.int64)
-        mask = dropout_mask(tf.shape(inputs), self.rate, seed, inputs.dtype)
-        return _apply_mask(inputs, mask)
+        return DropoutDraw(dropout_bits(shape, seed), self.rate)
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class AttentionDropout(Dropout):
+    """The attention probabilities' dropout, which the attention's fused softmax applies
+    in training (:class:`keras_electra.layers.encoder.AttentionSoftmax` draws its bits
+    from this layer); elsewhere a :class:`Dropout`."""
+
+    def call(self, inputs, training=False):
+        if training and self.drawable and fuses_attention_softmax(inputs.dtype):
+            return inputs  # already dropped by the softmax
+        return super().call(inputs, training=training)
 
 
 def use_fast_dropout(layer: keras.layers.Layer) -> None:
@@ -82,11 +144,11 @@ def use_fast_dropout(layer: keras.layers.Layer) -> None:
     set untracked, as ``_float32_attention_softmax`` sets the softmax.
     """
     attention = getattr(layer, "_self_attention_layer", None)
-    for owner, slot in (
-        (layer, "_self_attention_dropout"),
-        (layer, "_feedforward_dropout"),
-        (attention, "_dropout_layer"),
+    for owner, slot, kind in (
+        (layer, "_self_attention_dropout", Dropout),
+        (layer, "_feedforward_dropout", Dropout),
+        (attention, "_dropout_layer", AttentionDropout),
     ):
         old = getattr(owner, slot, None)
         if isinstance(old, keras.layers.Dropout) and not isinstance(old, Dropout):
-            object.__setattr__(owner, slot, Dropout.replacing(old))
+            object.__setattr__(owner, slot, kind.replacing(old))

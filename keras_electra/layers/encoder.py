@@ -10,12 +10,12 @@ from keras_hub.src.layers.modeling.transformer_layer_utils import (
     merge_padding_and_attention_mask,
 )
 
-from keras_electra.layers.dropout import use_fast_dropout
+from keras_electra.layers.dropout import AttentionDropout, Dropout, use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import (
     add_layer_norm,
     bias_gelu,
-    in_training_kernels,
+    fuses_attention_softmax,
     masked_softmax,
     training_kernels,
 )
@@ -27,10 +27,12 @@ _GELU = keras.activations.get("gelu")
 class TransformerLayer(keras_hub.layers.TransformerEncoder):
     """keras-hub's ``TransformerEncoder`` (same weights and config), faster in training.
 
-    In training, a post-LayerNorm layer runs its attention softmax, its two residual
-    adds + LayerNorms and its feed-forward bias + GELU as fused kernels
-    (:mod:`keras_electra.layers.fused`); the matmuls and dropout are keras-hub's.
-    Inference and pre-LayerNorm layers take keras-hub's ``call`` unchanged.
+    In training, a post-LayerNorm layer runs its attention softmax with the dropout
+    on its probabilities, its two residual dropouts + adds + LayerNorms and its
+    feed-forward bias + GELU as fused kernels (:mod:`keras_electra.layers.fused`);
+    the matmuls are keras-hub's. The dropouts' random bits are drawn by the same
+    layers, from the same seeds, as outside the kernels. Inference and pre-LayerNorm
+    layers take keras-hub's ``call`` unchanged.
     """
 
     def call(
@@ -56,8 +58,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
             x = self._self_attention_layer(
                 query=inputs, value=inputs, attention_mask=mask, training=training
             )
-        x = self._self_attention_dropout(x, training=training)
-        x = self._add_norm(x, inputs, self._self_attention_layer_norm)
+        x = self._add_norm(x, inputs, self._self_attention_layer_norm, self._self_attention_dropout)
         intermediate = self._feedforward_intermediate_dense
         if intermediate.activation is _GELU and intermediate.use_bias:
             h = keras.ops.matmul(x, intermediate.kernel)  # in the compute dtype
@@ -66,13 +67,18 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         else:
             h = intermediate(x)
         y = self._feedforward_output_dense(h)
-        y = self._feedforward_dropout(y, training=training)
-        return self._add_norm(y, x, self._feedforward_layer_norm)
+        return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
 
     @staticmethod
-    def _add_norm(x, residual, norm: keras.layers.LayerNormalization):
+    def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout):
+        """``norm(dropout(x) + residual)``, the dropout inside the kernels when it can be."""
+        draw = None
+        if isinstance(dropout, Dropout):
+            draw = dropout.draw(keras.ops.shape(x))
+        if draw is None:  # a rate of 0 (the layer returns x) or a noise_shape
+            x = dropout(x, training=True)
         with AutocastScope(None):  # LayerNorm's float32 scale and offset, as Keras reads them
-            return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon)
+            return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon, draw)
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -166,8 +172,8 @@ class ElectraEncoder(keras.layers.Layer):
             shape = shape[:-1] + (self.hidden_dim,)
         for layer in self.transformer_layers:
             layer.build(shape)
-            _float32_attention_softmax(layer)
             use_fast_dropout(layer)
+            _float32_attention_softmax(layer)
         if self.final_layer_norm is not None:
             self.final_layer_norm.build(shape)
         self.built = True
@@ -209,20 +215,28 @@ class AttentionSoftmax(keras.layers.Softmax):
     Under a mixed policy Keras' ``MultiHeadAttention`` computes its softmax in the
     compute dtype (bfloat16 keeps 8 mantissa bits); this one computes it in float32
     and rounds only the probabilities, which the following dropout would round anyway.
-    In :func:`~keras_electra.layers.fused.training_kernels`, with 16-bit scores, it is
-    one XLA kernel each way (:func:`~keras_electra.layers.fused.masked_softmax`); float32
-    scores keep TensorFlow's softmax kernel, which is faster than XLA's here.
+    Where :func:`~keras_electra.layers.fused.fuses_attention_softmax` (training, 16-bit
+    scores), it is one XLA kernel each way
+    (:func:`~keras_electra.layers.fused.masked_softmax`) that also applies ``dropout``,
+    the attention's :class:`~keras_electra.layers.dropout.AttentionDropout`, which then
+    passes the probabilities through; float32 scores keep TensorFlow's softmax kernel,
+    which is faster than XLA's here, and the dropout layer drops.
+
+    Args:
+        dropout: the attention's dropout layer, or None.
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, dropout: Dropout | None = None, **kwargs):
         super().__init__(axis=-1, **kwargs)
         self._convert_input_args = False  # the scores stay in the compute dtype
+        # Untracked: its seed state is the attention's, which checkpoints already hold.
+        object.__setattr__(self, "_attention_dropout", dropout)
 
     def call(self, inputs, mask=None):
-        # Fused only for 16-bit scores: fwd + bwd on [32, 4, 128, 128] took 3.0 ms fused
-        # against 4.2 ms in bfloat16, but 6.2 ms against TensorFlow's 3.8 ms in float32.
-        if in_training_kernels() and inputs.dtype != "float32":
-            return masked_softmax(inputs, mask)
+        if fuses_attention_softmax(inputs.dtype):
+            dropout = self._attention_dropout
+            draw = dropout.draw(keras.ops.shape(inputs)) if dropout is not None else None
+            return masked_softmax(inputs, mask, draw)
         probs = super().call(keras.ops.cast(inputs, "float32"), mask=mask)
         return keras.ops.cast(probs, inputs.dtype)
 
@@ -237,5 +251,8 @@ def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
     softmax = getattr(attention, "_softmax", None)
     if softmax is None or tuple(np.atleast_1d(softmax.axis)) not in ((-1,), (3,)):
         return
-    # The softmax holds no state; setting it untracked keeps the built layer locked.
-    object.__setattr__(attention, "_softmax", AttentionSoftmax(dtype="float32"))
+    # The softmax holds no state (its dropout's seed is tracked by the attention);
+    # setting it untracked keeps the built layer locked.
+    dropout = getattr(attention, "_dropout_layer", None)
+    dropout = dropout if isinstance(dropout, AttentionDropout) else None
+    object.__setattr__(attention, "_softmax", AttentionSoftmax(dropout, dtype="float32"))
