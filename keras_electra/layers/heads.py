@@ -15,7 +15,8 @@ class GeneratorHead(keras_hub.layers.MaskedLMHead):
 
     Computed only at the masked positions. The output projection is the shared
     word-embedding matrix (``token_embedding``), so the head owns only the dense
-    layer, the LayerNorm and the output bias. Logits are returned in float32.
+    layer, the LayerNorm and the output bias. Logits are returned in float32 unless
+    asked for in the compute dtype.
 
     Args:
         token_embedding: the shared ``ReversibleEmbedding``.
@@ -51,8 +52,12 @@ class GeneratorHead(keras_hub.layers.MaskedLMHead):
         )
         self.initializer_range = initializer_range
 
-    def call(self, inputs, mask_positions):
-        return ops.cast(super().call(inputs, mask_positions), "float32")
+    def call(self, inputs, mask_positions, float32_logits=True):
+        """Logits ``[B, P, V]`` at ``mask_positions``: float32, or with
+        ``float32_logits=False`` in the compute dtype (for a consumer that computes in
+        float32 itself, saving a float32 copy of a ``[B, P, V]`` tensor and its gradient)."""
+        logits = super().call(inputs, mask_positions)
+        return ops.cast(logits, "float32") if float32_logits else logits
 
     def get_config(self):
         config = super().get_config()

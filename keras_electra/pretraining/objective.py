@@ -26,6 +26,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from keras_electra.layers.fused import sparse_cross_entropy
+
 
 class MaskedBatch(NamedTuple):
     """The output of :func:`mask_tokens`.
@@ -230,10 +232,20 @@ def replaced_labels(
 
 def mlm_loss(logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
     """Mean cross-entropy of the masked-LM logits over the chosen positions."""
-    per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=tf.cast(logits, tf.float32)
-    )
-    return tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)
+    return mlm_loss_and_predictions(logits, labels, weights)[0]
+
+
+def mlm_loss_and_predictions(
+    logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``).
+
+    One fused kernel each way (:func:`keras_electra.layers.fused.sparse_cross_entropy`):
+    float32 math on logits of any float dtype, whose gradient keeps their dtype.
+    """
+    per_position, predicted = sparse_cross_entropy(logits, labels)
+    loss = tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)
+    return loss, predicted
 
 
 def disc_loss(logits: tf.Tensor, labels: tf.Tensor, padding_mask: tf.Tensor) -> tf.Tensor:

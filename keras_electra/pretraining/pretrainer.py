@@ -368,10 +368,12 @@ class ElectraPretrainer(keras.Model):
             "padding_mask": padding_mask,
         }
         hidden = self._mlm_tower()(tower_inputs, training=training)
-        mlm_logits = self.generator_head(hidden, masked.positions)
-        mlm_loss = objective.mlm_loss(mlm_logits, masked.labels, masked.weights)
+        # Logits in the compute dtype: the loss kernel and the sampler work in float32.
+        mlm_logits = self.generator_head(hidden, masked.positions, float32_logits=False)
+        mlm_loss, predicted = objective.mlm_loss_and_predictions(
+            mlm_logits, masked.labels, masked.weights
+        )
         mlm_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
-        predicted = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
         mlm_correct = tf.cast(tf.equal(predicted, masked.labels), tf.float32)
         if self.generator is None:
             return ObjectiveOutput(Losses(c.mlm_weight * mlm_loss, mlm_loss), masked, mlm_correct)
