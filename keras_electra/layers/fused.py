@@ -1,5 +1,5 @@
-"""Training kernels: bias + GELU, dropout + residual + LayerNorm, the attention's masked
-softmax + dropout and the masked-LM cross-entropy, each one XLA kernel per direction.
+"""Training kernels: bias + GELU, dropout + residual + LayerNorm and the attention's
+masked softmax + dropout, each one XLA kernel per direction; the masked-LM cross-entropy.
 
 TensorFlow runs the exact GELU as about six element-wise ops forward and more backward,
 each a pass over a ``[tokens, intermediate]`` tensor, and LayerNorm and the residual
@@ -23,7 +23,7 @@ against 5.2 ms in float32. XLA's CPU loops ran about 3x slower on 3-D tensors th
 Used by :class:`keras_electra.layers.encoder.TransformerLayer` when ``training`` is
 true; inference (export, scoring, evaluation) keeps Keras' ops, so no XLA op reaches a
 SavedModel. The pretraining objective's masked-LM loss takes
-:func:`sparse_cross_entropy` (no exported model holds it).
+:func:`sparse_cross_entropy`, whose oneDNN softmax was faster than XLA's loops here.
 """
 
 from __future__ import annotations
@@ -274,31 +274,18 @@ def masked_softmax(
         return tf.reshape(rows(_rows(scores), _rows(keep)), tf.shape(scores))
 
 
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _cross_entropy_forward(logits, labels):
-    z = tf.cast(logits, tf.float32)
-    top = tf.reduce_max(z, axis=-1)
-    log_total = top + tf.math.log(tf.reduce_sum(tf.exp(z - top[:, None]), axis=-1))
-    picked = tf.gather(z, labels[:, None], batch_dims=1)[:, 0]
-    return log_total - picked, log_total, tf.argmax(z, axis=-1, output_type=tf.int32)
-
-
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _cross_entropy_backward(logits, labels, log_total, upstream):
-    z = tf.cast(logits, tf.float32)
-    probs = tf.exp(z - log_total[:, None])
-    onehot = tf.one_hot(labels, tf.shape(z)[-1], dtype=tf.float32)
-    return tf.cast((probs - onehot) * upstream[:, None], logits.dtype)
-
-
 def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Softmax cross-entropy against integer labels, and the most likely class.
 
     ``tf.nn.sparse_softmax_cross_entropy_with_logits`` with ``tf.argmax`` beside it,
-    as one XLA kernel forward and one backward, the math in float32 whatever the
-    logits' dtype: 16-bit logits need no float32 copy, and their gradient comes back
-    in their dtype. The backward pass recomputes the softmax from the logits and the
-    log of the forward's total instead of keeping a float32 ``[N, V]`` tensor.
+    from one softmax (oneDNN's kernel) whose float32 probabilities the backward pass
+    reuses: the loss is ``z[best] - z[label] - log(p[best])`` (``p[best]`` is at
+    least ``1 / V``, so its logarithm is as exact as the log-sum-exp) and the
+    gradient ``(p - onehot(label)) * upstream``, returned in the logits' dtype (16-bit
+    logits need no float32 gradient copy). On ELECTRA-Small's generator output
+    (``[608, 30522]``, bfloat16, fwd + bwd, 2-core Xeon with AMX): 66 ms, against
+    105 ms for the same math as XLA kernels and 116 ms for TensorFlow's loss op with
+    a float32 cast and an argmax.
 
     Args:
         logits: ``[..., V]``, float32 or 16-bit.
@@ -316,14 +303,23 @@ def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tenso
 
     @tf.custom_gradient
     def rows(logits):
-        loss, log_total, best = _cross_entropy_forward(logits, flat_labels)
+        z = tf.cast(logits, tf.float32)
+        probs = tf.nn.softmax(z, axis=-1)
+        best = tf.argmax(z, axis=-1, output_type=tf.int32)
+
+        def at(values, index):
+            return tf.gather(values, index[:, None], batch_dims=1)[:, 0]
+
+        loss = at(z, best) - at(z, flat_labels) - tf.math.log(at(probs, best))
 
         def grad(upstream, _):
-            return _cross_entropy_backward(logits, flat_labels, log_total, upstream)
+            where = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], axis=1)
+            dz = tf.tensor_scatter_nd_sub(probs * upstream[:, None], where, upstream)
+            return tf.cast(dz, logits.dtype)
 
         return (loss, best), grad
 
-    with tf.name_scope("fused_cross_entropy"):
+    with tf.name_scope("cross_entropy"):
         flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
         loss, best = rows(_rows(logits))
         lead = tf.shape(labels)
