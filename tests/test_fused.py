@@ -171,16 +171,21 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
     assert len(calls) == (0 if normalize_first else 4)
     # The softmax is fused for bfloat16 scores; float32 ones keep TensorFlow's kernel.
     assert softmax_calls == (2 if dtype == "mixed_bfloat16" else 0)
-    # In bfloat16 the two paths round differently (the fused ones add and normalize in
-    # float32); each tensor is compared at its own scale, with a floor for those that
-    # are zero but for rounding (the key bias's gradient: softmax ignores a shift).
-    for fused, reference in zip(*results, strict=True):
-        fused, reference = fused.numpy(), reference.numpy()
+    _assert_same_training(*results, dtype)
+
+
+def _assert_same_training(fused: list, reference: list, dtype: str) -> None:
+    """Outputs and gradients of two training paths agree: closely in float32; in
+    bfloat16, where the paths round differently (the fused ones add and normalize in
+    float32), each tensor at its own scale, with a floor for those that are zero but
+    for rounding (the key bias's gradient: softmax ignores a shift)."""
+    for a, b in zip(fused, reference, strict=True):
+        a, b = a.numpy(), b.numpy()
         if dtype == "float32":
-            np.testing.assert_allclose(fused, reference, rtol=2e-4, atol=2e-5)
+            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
         else:
-            scale = np.abs(reference).max() + 1e-6
-            assert np.abs(fused - reference).max() <= 0.05 * scale + 1e-4
+            scale = np.abs(b).max() + 1e-6
+            assert np.abs(a - b).max() <= 0.05 * scale + 1e-4
 
 
 def _draw(shape, rate, seed):
@@ -306,13 +311,7 @@ def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, monkeypa
         for layer in encoder.transformer_layers
     ]
     assert all(d.rate == 0.3 for pair in dropped for d in pair)
-    for a, b in zip(fused, reference, strict=True):
-        a, b = a.numpy(), b.numpy()
-        if dtype == "float32":
-            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
-        else:
-            scale = np.abs(b).max() + 1e-6
-            assert np.abs(a - b).max() <= 0.05 * scale + 1e-4
+    _assert_same_training(fused, reference, dtype)
     # Dropout is on: without it the gradients differ by far more than the tolerances.
     with tf.GradientTape() as tape:
         y = tf.cast(encoder(x, mask, training=False), tf.float32)
