@@ -242,10 +242,12 @@ class AttentionSoftmax(keras.layers.Softmax):
 
 
 def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
-    """Give a built transformer layer's attention an :class:`AttentionSoftmax`.
+    """Give a built transformer layer's attention an :class:`AttentionSoftmax`, which
+    applies the attention's :class:`~keras_electra.layers.dropout.AttentionDropout`
+    where it fuses the two.
 
-    Only the explicit-softmax path (``dropout > 0``) calls it: the fused path already
-    computes its softmax in float32.
+    Keras' attention calls its softmax only on its explicit-softmax path (``dropout >
+    0``); without dropout it takes ``ops.dot_product_attention`` instead.
     """
     attention = getattr(layer, "_self_attention_layer", None)
     softmax = getattr(attention, "_softmax", None)

@@ -240,7 +240,7 @@ def mlm_loss_and_predictions(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``).
 
-    One fused kernel each way (:func:`keras_electra.layers.fused.sparse_cross_entropy`):
+    Both come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`):
     float32 math on logits of any float dtype, whose gradient keeps their dtype.
     """
     per_position, predicted = sparse_cross_entropy(logits, labels)
