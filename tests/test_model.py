@@ -12,6 +12,7 @@ from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.layers import ElectraBackbone
 from keras_electra.pretraining import ElectraPretrainer
+from keras_electra.pretraining.pretrainer import gradient_parts
 
 
 def small_config(**kw):
@@ -164,6 +165,21 @@ def test_train_step_reports_every_metric():
     parts = sum(logs[name] ** 2 for name in GRADIENT_NORMS - {"grad_norm"})
     assert logs["grad_norm"] == pytest.approx(np.sqrt(parts), rel=1e-5)
     assert all(logs[name] > 0 for name in GRADIENT_NORMS)
+
+
+def test_gradient_norms_are_euclidean_norms_unscaled():
+    model = ElectraPretrainer(small_config(), seed=0)
+    model.build()
+    rng = np.random.default_rng(0)
+    total = [rng.normal(size=v.shape).astype("float32") for v in model.trainable_variables]
+    present = list(range(len(total)))
+    norms = model._gradient_norms(present, [tf.constant(g) for g in total], 2.0)
+    want = np.sqrt(sum(float(np.sum(g.astype("float64") ** 2)) for g in total)) / 2.0
+    assert float(norms["grad_norm"]) == pytest.approx(want, rel=1e-5)
+    parts = gradient_parts(model.trainable_variables)
+    heads = [g for g, part in zip(total, parts, strict=True) if part == "heads"]
+    want_heads = np.sqrt(sum(float(np.sum(g.astype("float64") ** 2)) for g in heads)) / 2.0
+    assert float(norms["grad_norm_heads"]) == pytest.approx(want_heads, rel=1e-5)
 
 
 def test_mlm_objective_uses_the_same_path_without_a_generator():

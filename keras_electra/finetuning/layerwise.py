@@ -29,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from keras_electra.layers.backbone import ElectraBackbone
 from keras_electra.training.optimizer import AdamW, adamw_arguments, no_decay_variables
@@ -83,7 +82,7 @@ class LayerwiseAdamW(AdamW):
         >>> import numpy as np
         >>> v = keras.Variable(np.ones(2, "float32"), name="w")
         >>> opt = LayerwiseAdamW({v.path: 0.5}, learning_rate=0.1, weight_decay=0.0)
-        >>> opt.apply_gradients([(np.ones(2, "float32"), v)])
+        >>> _ = opt.apply_gradients([(np.ones(2, "float32"), v)])
         >>> [round(float(x), 4) for x in v.numpy()]  # one Adam step moves lr * 0.5
         [0.95, 0.95]
     """
@@ -97,24 +96,10 @@ class LayerwiseAdamW(AdamW):
         super().build(var_list)
         self._factor_list = [self.factors.get(v.path, 1.0) for v in var_list]
 
-    def _factor(self, variable) -> float:
+    def _rate_factor(self, variable) -> float:
+        # Scales the variable's Adam step and its decoupled weight decay
+        # (variable -= v * wd * lr * factor).
         return self._factor_list[self._get_variable_index(variable)]
-
-    def update_step(self, gradient, variable, learning_rate):
-        factor = self._factor(variable)
-        if factor != 1.0:
-            learning_rate = ops.multiply(ops.cast(learning_rate, variable.dtype), factor)
-        super().update_step(gradient, variable, learning_rate)
-
-    def _apply_weight_decay(self, variables):
-        # Decoupled weight decay at each variable's own rate: variable -= v * wd * lr * factor.
-        if self.weight_decay is None:
-            return
-        for variable in variables:
-            if self._use_weight_decay(variable):
-                value = variable.value if isinstance(variable, keras.Variable) else variable
-                lr = ops.cast(self.learning_rate, value.dtype) * self._factor(variable)
-                value.assign_sub(value * ops.cast(self.weight_decay, value.dtype) * lr)
 
     def get_config(self):
         return {**super().get_config(), "factors": self.factors}

@@ -557,16 +557,17 @@ class ElectraPretrainer(keras.Model):
     def _gradient_norms(self, present: list[int], total: list, loss_scale) -> dict:
         """The global gradient norm and each logged part's norm, by metric name."""
         parts = gradient_parts(self.trainable_variables)
-        squares = {name: [] for name in GRADIENT_PARTS}
+        halves = {name: [] for name in GRADIENT_PARTS}  # half sums of squares: one op each
         for i, g in zip(present, total, strict=True):
-            squares[parts[i]].append(tf.reduce_sum(tf.square(tf.cast(g, tf.float32))))
+            halves[parts[i]].append(tf.nn.l2_loss(tf.cast(g, tf.float32)))
         every, norms = [], {}
-        for name, terms in squares.items():
+        for name, terms in halves.items():
             if f"grad_norm_{name}" not in self._trackers:
                 continue
             every += terms
-            norms[f"grad_norm_{name}"] = tf.sqrt(tf.add_n(terms) if terms else 0.0) / loss_scale
-        norms["grad_norm"] = tf.sqrt(tf.add_n(every)) / loss_scale
+            total_half = tf.add_n(terms) if terms else 0.0
+            norms[f"grad_norm_{name}"] = tf.sqrt(2.0 * total_half) / loss_scale
+        norms["grad_norm"] = tf.sqrt(2.0 * tf.add_n(every)) / loss_scale
         return norms
 
     def _record_gradient_norms(self, norms: dict) -> None:
