@@ -311,3 +311,38 @@ def test_xla_gradients_and_accumulation_work_under_the_mirrored_strategy():
     assert result["max_abs_diff"] < 1e-4, result
     for name in ("loss", "mlm_loss", "disc_loss", "mlm_accuracy", "disc_auc"):
         assert result["two"][name] == pytest.approx(result["one"][name], rel=1e-4, abs=1e-5), name
+
+
+def _fit_two_epochs(initial_weights, keras_function: bool):
+    import tensorflow as tf
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    keras.utils.set_random_seed(0)
+    model = ElectraPretrainer(CONFIG, seed=7)
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=2)
+    )
+    model.set_weights(initial_weights)
+    if keras_function:
+        TensorFlowTrainer.make_train_function(model)  # Keras' own: fit keeps it
+    data = tf.data.Dataset.from_tensor_slices(make_batch()).batch(4)  # 2 batches, no repeat
+    history = model.fit(data, epochs=2, verbose=0)
+    return model, history
+
+
+def test_one_graph_train_function_takes_keras_steps_and_ends_epochs_at_the_data_end(
+    initial_weights,
+):
+    import tensorflow as tf
+
+    ours, history = _fit_two_epochs(initial_weights, keras_function=False)
+    theirs, their_history = _fit_two_epochs(initial_weights, keras_function=True)
+    assert int(ours.optimizer.iterations) == 4  # 2 batches x 2 epochs: OutOfRange ends each
+    assert max_diff(ours.get_weights(), initial_weights) > 1e-4
+    assert max_diff(ours.get_weights(), theirs.get_weights()) < 1e-6
+    assert history.history["loss"] == pytest.approx(their_history.history["loss"], rel=1e-6)
+    # One graph: the update's ops sit in the traced function itself, not in a callee.
+    iterator = iter(tf.data.Dataset.from_tensor_slices(make_batch()).batch(4))
+    concrete = ours.train_function.on_iterator.get_concrete_function(iterator)
+    ops = {op.type for op in concrete.graph.get_operations()}
+    assert "ResourceApplyAdam" in ops and "IteratorGetNext" in ops

@@ -25,6 +25,7 @@ from keras_electra.training.step import (
     clip_summed_gradient,
     clipped_already,
     global_sum,
+    one_graph_train_function,
     replicas_in_sync,
 )
 
@@ -496,6 +497,14 @@ class ElectraPretrainer(keras.Model):
             tf.function(self._loss_and_gradients, jit_compile=True) if xla_gradients else None
         )
         self.train_function = None  # traced again with these options
+
+    def make_train_function(self, force=False):
+        if self.train_function is not None and not force:
+            return self.train_function
+        self.train_function = one_graph_train_function(self)
+        if self.train_function is None:
+            super().make_train_function(force=force)
+        return self.train_function
 
     def train_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
