@@ -23,6 +23,7 @@ import collections
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -146,6 +147,12 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--top", type=int, default=15, help="op types listed")
     p.add_argument("--markdown", action="store_true", help="print the README's table")
+    p.add_argument(
+        "--names",
+        type=int,
+        default=0,
+        help="also list the N costliest ops by name (layer numbers folded together)",
+    )
     p.add_argument("--baseline", metavar="REF", help="profile commit REF's keras_electra instead")
     args = p.parse_args(argv)
     if args.baseline:  # that commit's package, extracted (as pretrain_throughput does)
@@ -191,6 +198,13 @@ def main(argv=None) -> None:
     ops = [
         {**base, "kind": "op", "name": t, "ms_per_step": 1e3 * s / args.steps, "share": s / total}
         for t, s in by_type.most_common(args.top)
+    ]
+    by_name: dict[tuple[str, str], float] = collections.Counter()
+    for (name, op_type), seconds in times.items():
+        by_name[(re.sub(r"\d+", "N", name), op_type)] += seconds
+    ops += [
+        {**base, "kind": "name", "name": f"{n} ({t})", "ms_per_step": 1e3 * s / args.steps}
+        for (n, t), s in by_name.most_common(args.names)
     ]
     summary = {
         **base,
