@@ -263,13 +263,14 @@ def test_dropout_inside_the_softmax_is_the_mask_of_its_bits(dtype):
     assert dropped.any() and (fused_p[dropped] == 0).all()
 
 
+@pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
-def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, monkeypatch):
+def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, heads, monkeypatch):
     # Real dropout (0.3): the fused training path and keras-hub's own training path
     # (with the same Dropout layers, from the same seed states) drop the same elements,
     # so their outputs and every gradient agree.
     encoder = ElectraEncoder(
-        16, 32, num_layers=2, num_heads=2, intermediate_dim=64, dropout=0.3, dtype=dtype
+        16, 32, num_layers=2, num_heads=heads, intermediate_dim=64, dropout=0.3, dtype=dtype
     )
     rng = np.random.default_rng(7)
     x = tf.constant(rng.normal(0, 1, (3, 9, 16)), tf.float32)
@@ -348,3 +349,25 @@ def test_sparse_cross_entropy_matches_tensorflows_loss_gradient_and_argmax(dtype
     # Large logits do not overflow (the maximum is taken out before the exponential).
     big, _ = sparse_cross_entropy(tf.constant([[1000.0, 0.0]], dtype), tf.constant([1]))
     np.testing.assert_allclose(big.numpy(), [1000.0], rtol=1e-3)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_one_head_attention_trains_without_transposes(heads):
+    # One head's [batch, length, 1, dim] projections are [batch, length, dim] tensors:
+    # the training path multiplies them as they are (each transpose is a pass over them).
+    encoder = ElectraEncoder(
+        16, 32, num_layers=1, num_heads=heads, intermediate_dim=64, dtype="mixed_bfloat16"
+    )
+    x = tf.zeros((2, 9, 16))
+    mask = tf.ones((2, 9), tf.bool)
+    encoder.build(x.shape)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.cast(encoder(x, mask, training=True), tf.float32))
+        return tape.gradient(loss, encoder.trainable_variables)
+
+    ops = [op.type for op in step.get_concrete_function(x).graph.get_operations()]
+    assert ops.count("BatchMatMulV2") >= 2
+    assert (ops.count("Transpose") == 0) == (heads == 1), ops.count("Transpose")

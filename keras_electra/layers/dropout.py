@@ -21,8 +21,6 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from keras_electra.layers.fused import fuses_attention_softmax
-
 
 class DropoutDraw(NamedTuple):
     """One dropout call's random bits, for a kernel that applies the dropout itself.
@@ -123,18 +121,6 @@ class Dropout(keras.layers.Dropout):
         return DropoutDraw(dropout_bits(shape, seed), self.rate)
 
 
-@keras.saving.register_keras_serializable(package="keras_electra")
-class AttentionDropout(Dropout):
-    """The attention probabilities' dropout, which the attention's fused softmax applies
-    in training (:class:`keras_electra.layers.encoder.AttentionSoftmax` draws its bits
-    from this layer); elsewhere a :class:`Dropout`."""
-
-    def call(self, inputs, training=False):
-        if training and self.drawable and fuses_attention_softmax(inputs.dtype):
-            return inputs  # already dropped by the softmax
-        return super().call(inputs, training=training)
-
-
 def use_fast_dropout(layer: keras.layers.Layer) -> None:
     """Give a built keras-hub ``TransformerEncoder`` :class:`Dropout` in its three slots.
 
@@ -144,11 +130,11 @@ def use_fast_dropout(layer: keras.layers.Layer) -> None:
     set untracked, as ``_float32_attention_softmax`` sets the softmax.
     """
     attention = getattr(layer, "_self_attention_layer", None)
-    for owner, slot, kind in (
-        (layer, "_self_attention_dropout", Dropout),
-        (layer, "_feedforward_dropout", Dropout),
-        (attention, "_dropout_layer", AttentionDropout),
+    for owner, slot in (
+        (layer, "_self_attention_dropout"),
+        (layer, "_feedforward_dropout"),
+        (attention, "_dropout_layer"),
     ):
         old = getattr(owner, slot, None)
         if isinstance(old, keras.layers.Dropout) and not isinstance(old, Dropout):
-            object.__setattr__(owner, slot, kind.replacing(old))
+            object.__setattr__(owner, slot, Dropout.replacing(old))

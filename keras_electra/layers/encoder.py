@@ -5,12 +5,13 @@ from __future__ import annotations
 import keras
 import keras_hub
 import numpy as np
+import tensorflow as tf
 from keras.src.backend import AutocastScope
 from keras_hub.src.layers.modeling.transformer_layer_utils import (
     merge_padding_and_attention_mask,
 )
 
-from keras_electra.layers.dropout import AttentionDropout, Dropout, use_fast_dropout
+from keras_electra.layers.dropout import Dropout, use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import (
     add_layer_norm,
@@ -28,11 +29,11 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
     """keras-hub's ``TransformerEncoder`` (same weights and config), faster in training.
 
     In training, a post-LayerNorm layer runs its attention softmax with the dropout
-    on its probabilities, its two residual dropouts + adds + LayerNorms and its
-    feed-forward bias + GELU as fused kernels (:mod:`keras_electra.layers.fused`);
-    the matmuls are keras-hub's. The dropouts' random bits are drawn by the same
-    layers, from the same seeds, as outside the kernels. Inference and pre-LayerNorm
-    layers take keras-hub's ``call`` unchanged.
+    on its probabilities (:func:`_fused_attention`), its two residual dropouts + adds
+    + LayerNorms and its feed-forward bias + GELU as fused kernels
+    (:mod:`keras_electra.layers.fused`); the matmuls are keras-hub's. The dropouts'
+    random bits are drawn by the same layers, from the same seeds, as outside the
+    kernels. Inference and pre-LayerNorm layers take keras-hub's ``call`` unchanged.
     """
 
     def call(
@@ -54,7 +55,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                 **extra,
             )
         mask = merge_padding_and_attention_mask(inputs, padding_mask, attention_mask)
-        with training_kernels():  # the attention's softmax (AttentionSoftmax) reads it
+        with training_kernels():  # the attention's _compute_attention reads it
             x = self._self_attention_layer(
                 query=inputs, value=inputs, attention_mask=mask, training=training
             )
@@ -174,6 +175,7 @@ class ElectraEncoder(keras.layers.Layer):
             layer.build(shape)
             use_fast_dropout(layer)
             _float32_attention_softmax(layer)
+            _fused_attention(layer)
         if self.final_layer_norm is not None:
             self.final_layer_norm.build(shape)
         self.built = True
@@ -215,36 +217,21 @@ class AttentionSoftmax(keras.layers.Softmax):
     Under a mixed policy Keras' ``MultiHeadAttention`` computes its softmax in the
     compute dtype (bfloat16 keeps 8 mantissa bits); this one computes it in float32
     and rounds only the probabilities, which the following dropout would round anyway.
-    Where :func:`~keras_electra.layers.fused.fuses_attention_softmax` (training, 16-bit
-    scores), it is one XLA kernel each way
-    (:func:`~keras_electra.layers.fused.masked_softmax`) that also applies ``dropout``,
-    the attention's :class:`~keras_electra.layers.dropout.AttentionDropout`, which then
-    passes the probabilities through; float32 scores keep TensorFlow's softmax kernel,
-    which is faster than XLA's here, and the dropout layer drops.
-
-    Args:
-        dropout: the attention's dropout layer, or None.
+    In training with 16-bit scores the attention takes :func:`_fused_attention`
+    instead, which never calls this layer.
     """
 
-    def __init__(self, dropout: Dropout | None = None, **kwargs):
+    def __init__(self, **kwargs):
         super().__init__(axis=-1, **kwargs)
         self._convert_input_args = False  # the scores stay in the compute dtype
-        # Untracked: its seed state is the attention's, which checkpoints already hold.
-        object.__setattr__(self, "_attention_dropout", dropout)
 
     def call(self, inputs, mask=None):
-        if fuses_attention_softmax(inputs.dtype):
-            dropout = self._attention_dropout
-            draw = dropout.draw(keras.ops.shape(inputs)) if dropout is not None else None
-            return masked_softmax(inputs, mask, draw)
         probs = super().call(keras.ops.cast(inputs, "float32"), mask=mask)
         return keras.ops.cast(probs, inputs.dtype)
 
 
 def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
-    """Give a built transformer layer's attention an :class:`AttentionSoftmax`, which
-    applies the attention's :class:`~keras_electra.layers.dropout.AttentionDropout`
-    where it fuses the two.
+    """Give a built transformer layer's attention an :class:`AttentionSoftmax`.
 
     Keras' attention calls its softmax only on its explicit-softmax path (``dropout >
     0``); without dropout it takes ``ops.dot_product_attention`` instead.
@@ -253,8 +240,72 @@ def _float32_attention_softmax(layer: keras.layers.Layer) -> None:
     softmax = getattr(attention, "_softmax", None)
     if softmax is None or tuple(np.atleast_1d(softmax.axis)) not in ((-1,), (3,)):
         return
-    # The softmax holds no state (its dropout's seed is tracked by the attention);
-    # setting it untracked keeps the built layer locked.
-    dropout = getattr(attention, "_dropout_layer", None)
-    dropout = dropout if isinstance(dropout, AttentionDropout) else None
-    object.__setattr__(attention, "_softmax", AttentionSoftmax(dropout, dtype="float32"))
+    # The softmax holds no state; setting it untracked keeps the built layer locked.
+    object.__setattr__(attention, "_softmax", AttentionSoftmax(dtype="float32"))
+
+
+def _fused_attention(layer: keras.layers.Layer) -> None:
+    """Give a built transformer layer's attention a training path with fewer passes.
+
+    Where :func:`~keras_electra.layers.fused.fuses_attention_softmax` (training, in
+    :func:`~keras_electra.layers.fused.training_kernels`, 16-bit scores), the
+    attention's ``_compute_attention`` (Keras' documented override point) becomes
+    :func:`_attend`: the ``1 / sqrt(key_dim)`` scale, the masked softmax and the
+    dropout on the probabilities are one kernel each way
+    (:func:`~keras_electra.layers.fused.masked_softmax`), the dropout's bits drawn by
+    the attention's own dropout layer from its seed; one head multiplies
+    ``[batch, length, dim]`` tensors without the transposes einsum makes. Elsewhere
+    (inference, float32, returned scores, a causal mask, a dropout with a
+    ``noise_shape``) it is Keras' own.
+    """
+    attention = getattr(layer, "_self_attention_layer", None)
+    if attention is None or not hasattr(attention, "_compute_attention"):
+        return
+    keras_compute = attention._compute_attention
+
+    def compute_attention(
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        **kwargs,
+    ):
+        dropout = attention._dropout_layer if attention._dropout > 0 else None
+        if (
+            training
+            and fuses_attention_softmax(query.dtype)
+            and not return_attention_scores
+            and not kwargs.get("use_causal_mask")
+            and len(query.shape) == 4
+            and (dropout is None or (isinstance(dropout, Dropout) and dropout.drawable))
+        ):
+            return _attend(attention, query, key, value, attention_mask, dropout)
+        return keras_compute(
+            query, key, value, attention_mask, training, return_attention_scores, **kwargs
+        )
+
+    # Untracked, as the softmax: the attention's weights and config are unchanged.
+    object.__setattr__(attention, "_compute_attention", compute_attention)
+
+
+def _attend(attention, query, key, value, mask, dropout: Dropout | None):
+    """Keras' explicit-softmax attention on ``[batch, length, heads, dim]`` projections,
+    the scale, mask and dropout inside the fused softmax; returns the output and the
+    (dropped) probabilities."""
+    scale = attention._inverse_sqrt_key_dim
+    if mask is not None:
+        mask = keras.ops.cast(mask, "bool")
+    if query.shape[2] == 1:  # one head: [B, T, 1, D] holds [B, T, D], no transposes
+        q, k, v = (tf.squeeze(t, 2) for t in (query, key, value))
+        scores = tf.matmul(q, k, transpose_b=True)  # [B, T, S]
+    else:
+        scores = keras.ops.einsum(attention._dot_product_equation, key, query)  # [B, N, T, S]
+    while mask is not None and len(mask.shape) < len(scores.shape):
+        mask = tf.expand_dims(mask, -3)  # over the heads, as Keras' _masked_softmax
+    draw = dropout.draw(tf.shape(scores)) if dropout is not None else None
+    probs = masked_softmax(scores, mask, draw, scale)
+    if query.shape[2] == 1:
+        return tf.expand_dims(tf.matmul(probs, v), 2), tf.expand_dims(probs, 1)
+    return keras.ops.einsum(attention._combine_equation, probs, value), probs

@@ -213,21 +213,21 @@ def add_layer_norm(
 _MASKED = -1e9  # Keras' Softmax puts this at masked positions (float32 here)
 
 
-def _masked_probs(scores, keep):
-    z = tf.where(keep, tf.cast(scores, tf.float32), _MASKED)
+def _masked_probs(scores, keep, scale):
+    z = tf.where(keep, tf.cast(scores, tf.float32) * scale, _MASKED)
     return tf.where(keep, tf.nn.softmax(z, axis=-1), 0.0)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
-def _softmax_forward(scores, keep, drop):
-    return tf.cast(_dropped(_masked_probs(scores, keep), drop), scores.dtype)
+def _softmax_forward(scores, keep, drop, scale):
+    return tf.cast(_dropped(_masked_probs(scores, keep, scale), drop), scores.dtype)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
-def _softmax_backward(scores, keep, upstream, drop):
-    probs = _masked_probs(scores, keep)  # recomputed: nothing float32 is kept alive
+def _softmax_backward(scores, keep, upstream, drop, scale):
+    probs = _masked_probs(scores, keep, scale)  # recomputed: nothing float32 is kept alive
     dp = _dropped(tf.cast(upstream, tf.float32), drop)
-    ds = probs * (dp - tf.reduce_sum(dp * probs, axis=-1, keepdims=True))
+    ds = scale * probs * (dp - tf.reduce_sum(dp * probs, axis=-1, keepdims=True))
     return tf.cast(ds, scores.dtype)
 
 
@@ -240,12 +240,18 @@ def fuses_attention_softmax(dtype) -> bool:
 
 
 def masked_softmax(
-    scores: tf.Tensor, mask: tf.Tensor | None, dropout: DropoutDraw | None = None
+    scores: tf.Tensor,
+    mask: tf.Tensor | None,
+    dropout: DropoutDraw | None = None,
+    scale: float = 1.0,
 ) -> tf.Tensor:
-    """Keras' masked ``Softmax`` over the last axis, in float32, returned in ``scores``' dtype.
+    """Keras' masked ``Softmax`` of ``scale * scores`` over the last axis, in float32,
+    returned in ``scores``' dtype.
 
     Masked positions get probability 0 (a row masked entirely gives zeros), as
-    ``keras.layers.Softmax(axis=-1)(scores, mask=mask)`` does.
+    ``keras.layers.Softmax(axis=-1)(scale * scores, mask=mask)`` does. The scale is
+    applied in float32 inside the kernels (the attention's ``1 / sqrt(key_dim)``,
+    which Keras multiplies into the queries, a pass of its own each way).
 
     Args:
         scores: ``[..., S]`` attention scores.
@@ -253,6 +259,7 @@ def masked_softmax(
         dropout: the random bits of a dropout on the probabilities
             (:meth:`keras_electra.layers.dropout.Dropout.draw`), applied inside the
             kernels, or None.
+        scale: multiplies the scores.
 
     Example:
         >>> p = masked_softmax(tf.zeros([1, 3]), tf.constant([[True, True, False]]))
@@ -263,10 +270,11 @@ def masked_softmax(
     @tf.custom_gradient
     def rows(scores, keep):
         def grad(upstream):
-            return _softmax_backward(scores, keep, upstream, drop), None
+            return _softmax_backward(scores, keep, upstream, drop, scale), None
 
-        return _softmax_forward(scores, keep, drop), grad
+        return _softmax_forward(scores, keep, drop, scale), grad
 
+    scale = float(scale)  # a constant of the kernels
     with tf.name_scope("fused_softmax"):
         drop = _kernel_dropout(dropout)
         keep = tf.ones_like(scores, tf.bool) if mask is None else tf.cast(mask, tf.bool)
