@@ -501,6 +501,12 @@ class ElectraPretrainer(keras.Model):
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
             return self.train_function
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            # Variables made inside the first trace make tf.function trace the step
+            # again without them: two graphs of the whole step held for the run.
+            with self.distribute_strategy.scope():
+                optimizer.build(self.trainable_variables)
         self.train_function = one_graph_train_function(self)
         if self.train_function is None:
             super().make_train_function(force=force)
