@@ -175,14 +175,17 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
 
 
 def _assert_same_training(fused: list, reference: list, dtype: str) -> None:
-    """Outputs and gradients of two training paths agree: closely in float32; in
-    bfloat16, where the paths round differently (the fused ones add and normalize in
-    float32), each tensor at its own scale, with a floor for those that are zero but
-    for rounding (the key bias's gradient: softmax ignores a shift)."""
+    """Outputs and gradients of two training paths agree: closely in float32 (up to
+    rounding at each tensor's scale); in bfloat16, where the paths round differently
+    (the fused ones add and normalize in float32), each tensor at its own scale, with a
+    floor for those that are zero but for rounding (the key bias's gradient: softmax
+    ignores a shift)."""
     for a, b in zip(fused, reference, strict=True):
         a, b = a.numpy(), b.numpy()
         if dtype == "float32":
-            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+            # Rounding is relative to the tensor's scale: an element 1,000x smaller
+            # than its tensor's largest carries the same absolute rounding.
+            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5 + 1e-6 * np.abs(b).max())
         else:
             scale = np.abs(b).max() + 1e-6
             assert np.abs(a - b).max() <= 0.05 * scale + 1e-4

@@ -297,7 +297,8 @@ def _attend(attention, query, key, value, mask, dropout: Dropout | None):
     scale = attention._inverse_sqrt_key_dim
     if mask is not None:
         mask = keras.ops.cast(mask, "bool")
-    if query.shape[2] == 1:  # one head: [B, T, 1, D] holds [B, T, D], no transposes
+    one_head = query.shape[2] == 1  # [B, T, 1, D] holds [B, T, D]: no transposes
+    if one_head:
         q, k, v = (tf.squeeze(t, 2) for t in (query, key, value))
         scores = tf.matmul(q, k, transpose_b=True)  # [B, T, S]
     else:
@@ -306,6 +307,6 @@ def _attend(attention, query, key, value, mask, dropout: Dropout | None):
         mask = tf.expand_dims(mask, -3)  # over the heads, as Keras' _masked_softmax
     draw = dropout.draw(tf.shape(scores)) if dropout is not None else None
     probs = masked_softmax(scores, mask, draw, scale)
-    if query.shape[2] == 1:
+    if one_head:
         return tf.expand_dims(tf.matmul(probs, v), 2), tf.expand_dims(probs, 1)
     return keras.ops.einsum(attention._combine_equation, probs, value), probs
