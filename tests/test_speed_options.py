@@ -349,3 +349,41 @@ def test_one_graph_train_function_takes_keras_steps_and_ends_epochs_at_the_data_
     concrete = ours.train_function.on_iterator.get_concrete_function(iterator)
     ops = {op.type for op in concrete.graph.get_operations()}
     assert "ResourceApplyAdam" in ops and "IteratorGetNext" in ops
+
+
+def _fit_classifier(keras_function: bool):
+    import tensorflow as tf
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    from keras_electra.finetuning import ElectraClassifier
+    from keras_electra.layers import ElectraBackbone
+
+    keras.utils.set_random_seed(3)
+    model = ElectraClassifier(ElectraBackbone(CONFIG), num_classes=3)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    if keras_function:
+        TensorFlowTrainer.make_train_function(model)
+    rng = np.random.default_rng(0)
+    features = {
+        "token_ids": rng.integers(5, CONFIG.vocab_size, (8, 16)).astype("int32"),
+        "segment_ids": np.zeros((8, 16), "int32"),
+        "padding_mask": np.ones((8, 16), "int32"),
+    }
+    labels = rng.integers(0, 3, 8).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(4)
+    history = model.fit(data, epochs=2, verbose=0, shuffle=False)
+    return model, history
+
+
+def test_fine_tuning_models_train_through_one_graph_traced_once():
+    """The heads' models take the same path as the pretrainer: one graph, one trace,
+    Keras' own steps (the same weights and losses as Keras' nested function)."""
+    ours, history = _fit_classifier(keras_function=False)
+    theirs, their_history = _fit_classifier(keras_function=True)
+    assert int(ours.optimizer.iterations) == 4
+    assert ours.train_function.on_iterator.experimental_get_tracing_count() == 1
+    assert max_diff(ours.get_weights(), theirs.get_weights()) < 1e-6
+    assert history.history["loss"] == pytest.approx(their_history.history["loss"], rel=1e-6)

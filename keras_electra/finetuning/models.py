@@ -29,8 +29,10 @@ import keras
 from keras import ops
 
 from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.layers.dense import use_fast_dense
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.settings import POOLINGS
+from keras_electra.training.step import OneGraphTraining
 
 """How a sequence head reads the encoder: the ``[CLS]`` vector or the token mean."""
 
@@ -59,8 +61,9 @@ def pool_sequence(sequence, padding_mask, pooling: str):
     return total / ops.maximum(ops.sum(mask, axis=1), ops.cast(1.0, sequence.dtype))
 
 
-class _HeadModel(keras.Model):
-    """A backbone plus dropout and one dense layer (the task head)."""
+class _HeadModel(OneGraphTraining, keras.Model):
+    """A backbone plus dropout and one dense layer (the task head); ``fit`` trains it
+    through one traced graph (:class:`~keras_electra.training.step.OneGraphTraining`)."""
 
     def __init__(self, backbone: ElectraBackbone, units: int, dropout: float = 0.1, **kwargs):
         super().__init__(**kwargs)
@@ -74,6 +77,7 @@ class _HeadModel(keras.Model):
             name="head",
         )
         self.head.build((None, backbone.hidden_dim))
+        use_fast_dense(self.head)
 
     def _project(self, x, training):
         return ops.cast(self.head(self.head_dropout(x, training=training)), "float32")

@@ -11,6 +11,7 @@ from keras_hub.src.layers.modeling.transformer_layer_utils import (
     merge_padding_and_attention_mask,
 )
 
+from keras_electra.layers.dense import use_fast_dense_in
 from keras_electra.layers.dropout import Dropout, use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import (
@@ -178,6 +179,7 @@ class ElectraEncoder(keras.layers.Layer):
             _fused_attention(layer)
         if self.final_layer_norm is not None:
             self.final_layer_norm.build(shape)
+        use_fast_dense_in(self)
         self.built = True
 
     def call(self, embeddings, padding_mask, training=None):

@@ -6,6 +6,7 @@ import keras
 import keras_hub
 from keras import ops
 
+from keras_electra.layers.dense import use_fast_dense_in
 from keras_electra.layers.embedding import truncated_normal
 
 
@@ -51,6 +52,10 @@ class GeneratorHead(keras_hub.layers.MaskedLMHead):
             **kwargs,
         )
         self.initializer_range = initializer_range
+
+    def build(self, inputs_shape, mask_positions_shape=None):
+        super().build(inputs_shape, mask_positions_shape)
+        use_fast_dense_in(self)
 
     def call(self, inputs, mask_positions, float32_logits=True):
         """Logits ``[B, P, V]`` at ``mask_positions``: float32, or with
@@ -119,6 +124,7 @@ class DiscriminatorHead(keras.layers.Layer):
     def build(self, inputs_shape):
         self.dense.build(inputs_shape)
         self.logits.build(tuple(inputs_shape)[:-1] + (self.hidden_dim,))
+        use_fast_dense_in(self)
         self.built = True
 
     def call(self, sequence_output):

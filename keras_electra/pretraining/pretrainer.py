@@ -20,12 +20,12 @@ from keras_electra.layers import (
 from keras_electra.pretraining import objective
 from keras_electra.settings import OBJECTIVES, ON_NAN  # the objectives; on_nan's choices
 from keras_electra.training.step import (
+    OneGraphTraining,
     accumulate_gradients,
     apply_if,
     clip_summed_gradient,
     clipped_already,
     global_sum,
-    one_graph_train_function,
     replicas_in_sync,
 )
 
@@ -83,7 +83,7 @@ class ObjectiveOutput(NamedTuple):
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class ElectraPretrainer(keras.Model):
+class ElectraPretrainer(OneGraphTraining, keras.Model):
     """ELECTRA pretraining: a generator and a discriminator sharing embeddings.
 
     ``fit`` takes batches of dicts with int32 ``[batch, length]`` tensors
@@ -370,7 +370,9 @@ class ElectraPretrainer(keras.Model):
         }
         hidden = self._mlm_tower()(tower_inputs, training=training)
         # Logits in the compute dtype: the loss kernel and the sampler work in float32.
-        mlm_logits = self.generator_head(hidden, masked.positions, float32_logits=False)
+        mlm_logits = self.generator_head(
+            hidden, masked.positions, float32_logits=False, training=training
+        )
         mlm_loss, predicted = objective.mlm_loss_and_predictions(
             mlm_logits, masked.labels, masked.weights
         )
@@ -397,7 +399,7 @@ class ElectraPretrainer(keras.Model):
             "padding_mask": padding_mask,
         }
         disc_hidden = self.discriminator(disc_inputs, training=training)
-        disc_logits = self.discriminator_head(disc_hidden)
+        disc_logits = self.discriminator_head(disc_hidden, training=training)
         disc_loss = objective.disc_loss(disc_logits, labels, padding_mask)
         disc_loss *= _share(tf.reduce_sum(tf.cast(padding_mask, tf.float32)), totals.real)
         loss = c.mlm_weight * mlm_loss + c.disc_weight * disc_loss
@@ -406,7 +408,9 @@ class ElectraPretrainer(keras.Model):
         #    masked positions from the corrupted input (a corrective LM, as in COCO-LM).
         corrective_loss = None
         if self.corrective_head is not None:
-            corrective_logits = self.corrective_head(disc_hidden, masked.positions)
+            corrective_logits = self.corrective_head(
+                disc_hidden, masked.positions, training=training
+            )
             corrective_loss = objective.mlm_loss(corrective_logits, masked.labels, masked.weights)
             corrective_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
             loss += c.corrective_weight * corrective_loss
@@ -497,20 +501,6 @@ class ElectraPretrainer(keras.Model):
             tf.function(self._loss_and_gradients, jit_compile=True) if xla_gradients else None
         )
         self.train_function = None  # traced again with these options
-
-    def make_train_function(self, force=False):
-        if self.train_function is not None and not force:
-            return self.train_function
-        optimizer = getattr(self, "optimizer", None)
-        if optimizer is not None and not optimizer.built:
-            # Variables made inside the first trace make tf.function trace the step
-            # again without them: two graphs of the whole step held for the run.
-            with self.distribute_strategy.scope():
-                optimizer.build(self.trainable_variables)
-        self.train_function = one_graph_train_function(self)
-        if self.train_function is None:
-            super().make_train_function(force=force)
-        return self.train_function
 
     def train_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)

@@ -11,6 +11,8 @@ The pieces of a custom ``train_step`` that do not depend on the model:
   every replica;
 - :func:`global_sum`: a value summed over the replicas in sync;
 - :func:`one_graph_train_function`: ``fit``'s train function as one traced graph.
+- :class:`OneGraphTraining`: the mixin that gives a ``keras.Model`` that function, its
+  optimizer built before the trace.
 
 Every function works in a ``tf.distribute`` replica context or outside any.
 
@@ -237,3 +239,30 @@ def one_graph_train_function(model) -> Callable | None:
 
     function.on_iterator = on_iterator  # the traced step, for a look at its graph
     return function
+
+
+class OneGraphTraining:
+    """Mixin for a ``keras.Model``: ``fit`` trains through :func:`one_graph_train_function`,
+    with the optimizer's variables built before the step is traced.
+
+    Variables made inside the first trace (Keras builds the optimizer lazily, on the
+    first ``apply``) make ``tf.function`` trace the whole step a second time without
+    them and hold both graphs for the run. Where :func:`one_graph_train_function`
+    declines (``run_eagerly``, ``jit_compile``, ``steps_per_execution > 1``), Keras'
+    own train function is used.
+
+    Example:
+        >>> class Model(OneGraphTraining, keras.Model): ...  # doctest: +SKIP
+    """
+
+    def make_train_function(self, force=False):
+        if self.train_function is not None and not force:
+            return self.train_function
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            with self.distribute_strategy.scope():
+                optimizer.build(self.trainable_variables)
+        self.train_function = one_graph_train_function(self)
+        if self.train_function is None:
+            super().make_train_function(force=force)
+        return self.train_function

@@ -1,0 +1,124 @@
+"""Dense layers' training path: bias gradients summed in float32, projections as 2-D matmuls.
+
+Two things Keras' ``Dense`` and ``EinsumDense`` do on TensorFlow cost accuracy or time
+in training:
+
+- **Bias gradients under a 16-bit policy.** Keras adds a vector bias with
+  ``tf.nn.bias_add``, whose gradient, ``BiasAddGrad``, accumulates a bfloat16
+  gradient in bfloat16: summed over 4,096 rows of a ``N(0.01, 1)`` gradient it is
+  10% off the exact sum, and a constant 0.001 sums to 0.5 instead of 4.1
+  (``tf.reduce_sum`` of the same bfloat16 tensor accumulates in float32 and is off
+  only by the final rounding). :func:`bias_add` keeps ``BiasAdd`` forward (oneDNN
+  fuses it into the matmul) and sums its gradient with ``tf.reduce_sum``.
+- **The attention's projections.** ``EinsumDense("abc,cde->abde")`` multiplies a
+  ``[batch, length, width]`` tensor by the kernel as a broadcast batch matmul, whose
+  kernel gradient is one ``[width, heads * dim]`` product per sequence, then summed
+  over the batch. As a ``[batch * length, width]`` matmul (reshapes, no copies) the
+  kernel gradient is one product: fwd + bwd of ELECTRA-Small's ``[32, 128, 256]``
+  projection in bfloat16 went from 2.3 to 1.9 ms.
+
+:func:`use_fast_dense` gives a built ``Dense`` or ``EinsumDense`` this path in
+training (``training=True``, which Keras passes down from the model's call).
+Inference keeps Keras' own ``call``, so exported SavedModels are unchanged. Weights,
+config and checkpoints are unchanged.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+# EinsumDense equations taken as 2-D matmuls: the input's last 1 or 2 axes are
+# contracted with the kernel's first ones, the kernel's remaining axes are the output's.
+_EQUATIONS = {"abc,cde->abde": 1, "abcd,cde->abe": 2, "abc,cd->abd": 1, "ab,bc->ac": 1}
+
+
+@tf.custom_gradient
+def bias_add(x: tf.Tensor, bias: tf.Tensor):
+    """``tf.nn.bias_add(x, bias)`` over the last axis, the bias gradient accumulated in
+    float32 (``tf.reduce_sum``) whatever ``x``'s dtype; ``BiasAddGrad`` accumulates a
+    bfloat16 gradient in bfloat16.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> x = tf.zeros([4096, 2], tf.bfloat16)
+        >>> b = tf.zeros([2], tf.bfloat16)
+        >>> with tf.GradientTape() as tape:
+        ...     tape.watch(b)
+        ...     y = tf.reduce_sum(tf.cast(bias_add(x, b), tf.float32) * 0.001)
+        >>> [round(float(g), 2) for g in tape.gradient(y, b)]
+        [4.09, 4.09]
+    """
+
+    def grad(upstream):
+        axes = list(range(len(upstream.shape) - 1)) if upstream.shape.rank else None
+        if axes is None:  # unknown rank
+            axes = tf.range(tf.rank(upstream) - 1)
+        return upstream, tf.reduce_sum(upstream, axes)
+
+    return tf.nn.bias_add(x, bias), grad
+
+
+def _two_d_call(layer: keras.layers.Layer, contracted: int):
+    """``layer``'s affine map as ``[rows, in] x [in, out]`` plus :func:`bias_add`."""
+
+    def call(inputs):
+        kernel = layer.kernel
+        in_shape = kernel.shape[:contracted]
+        out_shape = kernel.shape[contracted:]
+        width = 1
+        for d in in_shape:
+            width *= int(d)
+        units = 1
+        for d in out_shape:
+            units *= int(d)
+        lead = tf.shape(inputs)[: len(inputs.shape) - contracted]
+        rows = tf.reshape(inputs, [-1, width])
+        y = tf.matmul(rows, tf.reshape(kernel, [width, units]))
+        if layer.bias is not None:
+            y = bias_add(y, tf.reshape(layer.bias, [units]))
+        y = tf.reshape(y, tf.concat([lead, [int(d) for d in out_shape]], 0))
+        if getattr(layer, "activation", None) is not None:
+            y = layer.activation(y)
+        return y
+
+    return call
+
+
+def use_fast_dense(layer: keras.layers.Layer) -> None:
+    """Give a built ``Dense`` or ``EinsumDense`` the training path of this module.
+
+    Leaves layers it cannot take as they are: quantized ones, an ``EinsumDense``
+    whose equation is not one of a 2-D matmul's, or a bias not over the output axes.
+    """
+    if not layer.built or getattr(layer, "quantization_mode", None) is not None:
+        return
+    if isinstance(layer, keras.layers.EinsumDense):
+        contracted = _EQUATIONS.get(layer.equation)
+        if contracted is None:
+            return
+        if layer.bias is not None and tuple(layer.bias.shape) != tuple(
+            layer.kernel.shape[contracted:]
+        ):
+            return
+    elif isinstance(layer, keras.layers.Dense):
+        contracted = 1
+    else:
+        return
+    keras_call = layer.call
+    fast = _two_d_call(layer, contracted)
+
+    def call(inputs, training=None):
+        if training:
+            return fast(inputs)
+        return keras_call(inputs, training=training)
+
+    # Untracked: the layer's weights and config are unchanged.
+    object.__setattr__(layer, "call", call)
+
+
+def use_fast_dense_in(root: keras.layers.Layer) -> None:
+    """:func:`use_fast_dense` on every built ``Dense`` and ``EinsumDense`` in ``root``
+    (``root`` included)."""
+    for layer in root._flatten_layers(include_self=True, recursive=True):
+        use_fast_dense(layer)

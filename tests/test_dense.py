@@ -1,0 +1,116 @@
+"""The dense layers' training path (layers/dense.py) against Keras' own call."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.config import ElectraConfig
+from keras_electra.layers.dense import bias_add, use_fast_dense
+from keras_electra.pretraining.pretrainer import ElectraPretrainer
+from keras_electra.training.optimizer import create_optimizer
+
+
+def _dense(kind: str, dtype: str):
+    if kind == "dense":
+        layer = keras.layers.Dense(24, activation="gelu", dtype=dtype)
+        layer.build((None, None, 16))
+        shape = (3, 5, 16)
+    elif kind == "query":  # the attention's q/k/v projections
+        layer = keras.layers.EinsumDense("abc,cde->abde", (None, 3, 8), bias_axes="de", dtype=dtype)
+        layer.build((None, 5, 16))
+        shape = (3, 5, 16)
+    else:  # the attention's output projection
+        layer = keras.layers.EinsumDense("abcd,cde->abe", (None, 16), bias_axes="e", dtype=dtype)
+        layer.build((None, 5, 3, 8))
+        shape = (3, 5, 3, 8)
+    layer.bias.assign(np.random.default_rng(1).normal(0, 1, layer.bias.shape))
+    return layer, shape
+
+
+def _value_and_gradients(layer, x, upstream, training):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=training)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
+    return (y, *tape.gradient(loss, [x, layer.kernel, layer.bias]))
+
+
+@pytest.mark.parametrize("kind", ["dense", "query", "output"])
+def test_fast_dense_takes_keras_values_and_gradients_in_float32(kind):
+    layer, shape = _dense(kind, "float32")
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    keras_result = _value_and_gradients(layer, x, 1.0, training=True)
+    upstream = tf.constant(rng.normal(0, 1, keras_result[0].shape), tf.float32)
+    keras_result = _value_and_gradients(layer, x, upstream, training=True)
+    use_fast_dense(layer)
+    ours = _value_and_gradients(layer, x, upstream, training=True)
+    for a, b in zip(ours, keras_result, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_bias_gradient_of_a_bfloat16_dense_is_summed_in_float32():
+    """4,096 rows of bfloat16 gradient: the bias gradient is the exact sum up to its
+    final rounding (Keras' BiasAddGrad accumulates in bfloat16: about 10% off here)."""
+    layer = keras.layers.Dense(64, dtype="mixed_bfloat16")
+    layer.build((None, 32))
+    use_fast_dense(layer)
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(0, 1, (4096, 32)), tf.float32)
+    upstream = tf.cast(tf.constant(rng.normal(0.01, 1, (4096, 64)), tf.float32), tf.bfloat16)
+    with tf.GradientTape() as tape:
+        y = layer(x, training=True)
+        loss = tf.reduce_sum(tf.cast(y * upstream, tf.float32))
+    assert y.dtype == tf.bfloat16
+    bias_gradient = tape.gradient(loss, layer.bias).numpy().astype(np.float64)
+    exact = tf.cast(upstream, tf.float64).numpy().sum(0)
+    assert np.max(np.abs(bias_gradient - exact)) <= 2**-7 * np.max(np.abs(exact))
+
+
+def test_bias_add_sums_a_constant_gradient_exactly_enough():
+    x = tf.zeros([4096, 2], tf.bfloat16)
+    bias = tf.zeros([2], tf.bfloat16)
+    with tf.GradientTape() as tape:
+        tape.watch(bias)
+        loss = tf.reduce_sum(tf.cast(bias_add(x, bias), tf.float32) * 0.001)
+    # 4,096 x bfloat16(0.001) = 4.098; accumulated in bfloat16 it stops at 0.5.
+    np.testing.assert_allclose(tape.gradient(loss, bias).numpy().astype(float), 4.098, rtol=1e-2)
+
+
+def test_pretraining_step_has_no_bfloat16_bias_add_grad_or_broadcast_projection():
+    """Every bias gradient of the mixed_bfloat16 step is summed in float32, and the
+    attention's projections are 2-D matmuls (no kernel gradient summed over the batch)."""
+    config = ElectraConfig.from_preset(
+        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
+    )
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = ElectraPretrainer(config, seed=1)
+        model.compile(
+            optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=2)
+        )
+        ids = np.random.default_rng(0).integers(5, 300, (4, 32)).astype("int32")
+        batch = {
+            "token_ids": ids,
+            "padding_mask": np.ones_like(ids),
+            "segment_ids": np.zeros_like(ids),
+        }
+        iterator = iter(tf.data.Dataset.from_tensors(batch))
+        graph = model.make_train_function().on_iterator.get_concrete_function(iterator).graph
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    ops = list(graph.get_operations())
+    for function in graph._functions.values():  # the custom gradients' and kernels' bodies
+        ops.extend(function.graph.get_operations() if hasattr(function, "graph") else [])
+    bias_grads = [op for op in ops if op.type == "BiasAddGrad"]
+    assert not [op.name for op in bias_grads if op.get_attr("T") == tf.bfloat16]
+    batch_matmuls = [op for op in ops if op.type == "BatchMatMulV2"]
+    projections = [
+        op.name
+        for op in batch_matmuls
+        if "_dense" in op.name or "query" in op.name or "key" in op.name
+    ]
+    assert not projections, projections[:5]
+    assert any(op.type == "BiasAdd" for op in ops)  # the fast path was traced at all
