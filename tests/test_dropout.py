@@ -66,3 +66,34 @@ def test_every_dropout_of_the_backbone_is_fast_and_the_seed_state_is_unchanged()
     # One seed state per dropout, as with Keras' layers: no state added or lost.
     seeds = [v for v in model.variables if "seed_generator" in v.path]
     assert len(seeds) == len(seen), [v.path for v in seeds]
+
+
+def _chi_square(counts: np.ndarray) -> float:
+    expected = counts.sum() / counts.size
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_hashed_draws_are_uniform_and_independent_of_neighbours_and_keys():
+    """The keyed hash's 16-bit draws, 2^20 of them per key: uniform in their high and
+    low bytes (chi-square, 255 degrees of freedom: 390 is p = 1e-6), uncorrelated with
+    the next element's and the next row's, and two seeds' masks agree only as
+    independent draws do."""
+    from keras_electra.layers.dropout import dropout_bits
+
+    n = 1 << 20
+    first = dropout_bits([n], tf.constant([3, 4], tf.int64)).numpy().astype(np.int64)
+    second = dropout_bits([n], tf.constant([3, 5], tf.int64)).numpy().astype(np.int64)
+    assert first.min() >= 0 and first.max() < 65536
+    for draws in (first, second):
+        assert _chi_square(np.bincount(draws >> 8, minlength=256)) < 390
+        assert _chi_square(np.bincount(draws & 255, minlength=256)) < 390
+        centred = draws - draws.mean()
+        for lag in (1, 2, 128, 1024):  # the next element, the next row of [., 128] ...
+            corr = (centred[:-lag] * centred[lag:]).mean() / centred.var()
+            assert abs(corr) < 5 / np.sqrt(n), (lag, corr)
+    # Rate 0.1: both seeds drop an element with probability 0.01 if independent.
+    both = ((first < 6554) & (second < 6554)).mean()
+    assert abs(both - 0.01) < 5 * np.sqrt(0.01 * 0.99 / n), both
+    # Every column of a [8192, 128] view drops its share (no column pattern).
+    kept = (first < 6554).reshape(-1, 128).sum(0)
+    assert _chi_square(kept.astype(float)) < 127 + 6 * np.sqrt(2 * 127)

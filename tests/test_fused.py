@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_electra.layers import encoder as encoder_module
-from keras_electra.layers.dropout import DropoutDraw, dropout_bits
+from keras_electra.layers.dropout import DropoutDraw, dropout_key
 from keras_electra.layers.encoder import ElectraEncoder
 from keras_electra.layers.fused import (
     add_layer_norm,
@@ -192,7 +192,7 @@ def _assert_same_training(fused: list, reference: list, dtype: str) -> None:
 
 
 def _draw(shape, rate, seed):
-    return DropoutDraw(dropout_bits(shape, tf.constant(seed, tf.int64)), rate)
+    return DropoutDraw(dropout_key(tf.constant(seed, tf.int64)), shape, rate)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -1,13 +1,21 @@
-"""Dropout that draws half the random bits and keeps its mask for the backward pass.
+"""Dropout whose random bits are a keyed hash of each element's index.
 
 ``keras.layers.Dropout`` on TensorFlow draws one float per element (in the compute
 dtype: under ``mixed_bfloat16`` a bfloat16 uniform, so a rate of 0.1 drops 10.2%),
-then multiplies and selects, and its gradient selects again. Here one 32-bit draw
-gives two 16-bit thresholds (the rate exact to 1/65,536), the kept elements' scale
-``1 / (1 - rate)`` becomes one mask tensor, and the gradient is that same mask times
-the incoming gradient. Fwd + bwd of a ``[32, 4, 128, 128]`` bfloat16 attention
-dropout takes 0.4-0.7x the time of Keras' (``benchmarks/step_profile.py`` shows the
-share of the step).
+then multiplies and selects, and its gradient selects again. Here each element's
+16-bit draw is a hash of its flat index and a 64-bit key (:func:`hash_bits`), the key
+drawn once per call from the layer's seed, so the rate is exact to 1/65,536 and the
+bits never need to be stored: a fused kernel recomputes them from the key, forward
+and backward (:mod:`keras_electra.layers.fused`), where TensorFlow's Philox kernel
+wrote them to memory for the kernels to read back (1M 32-bit draws in 2-3 ms on a
+2-core Xeon). Outside the kernels, the kept elements' scale ``1 / (1 - rate)`` is one
+mask tensor, and the gradient is that same mask times the incoming gradient.
+
+The hash: the index times the 32-bit golden ratio plus the key's first word, XOR its
+second word, then MurmurHash3's 32-bit finalizer (a bijection with full avalanche);
+the draw is the top 16 bits. One key's draws are a permutation of distinct 32-bit
+values, and two keys' sequences are not shifts of each other (the XOR breaks the
+arithmetic progression).
 
 :class:`Dropout` is a ``keras.layers.Dropout`` (same config, same ``seed_generator``
 attribute, so checkpoints keep their layout); :func:`use_fast_dropout` swaps it into
@@ -21,26 +29,72 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
+_U32 = tf.uint32
+_GOLDEN = 0x9E3779B9  # 2^32 / golden ratio, odd
+
+
+def _fmix32(x: tf.Tensor) -> tf.Tensor:
+    """MurmurHash3's 32-bit finalizer (uint32 in, uint32 out)."""
+    shift = tf.bitwise.right_shift
+    x = tf.bitwise.bitwise_xor(x, shift(x, tf.constant(16, _U32)))
+    x = x * tf.constant(0x85EBCA6B, _U32)
+    x = tf.bitwise.bitwise_xor(x, shift(x, tf.constant(13, _U32)))
+    x = x * tf.constant(0xC2B2AE35, _U32)
+    return tf.bitwise.bitwise_xor(x, shift(x, tf.constant(16, _U32)))
+
+
+def hash_bits(index: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
+    """The 16-bit draws (uint32 in ``[0, 65536)``) of the elements at flat ``index``
+    (uint32) under ``key`` (``[2]`` uint32). Element-wise: inside an XLA kernel it
+    fuses into the loop that uses it.
+
+    Example:
+        >>> key = tf.constant([1, 2], tf.uint32)
+        >>> bits = hash_bits(tf.range(100_000, dtype=tf.int32), key)
+        >>> 0.49 < float(tf.reduce_mean(tf.cast(bits, tf.float32))) / 65536 < 0.51
+        True
+    """
+    index = tf.cast(index, _U32)
+    x = tf.bitwise.bitwise_xor(index * tf.constant(_GOLDEN, _U32) + key[0], key[1])
+    return tf.bitwise.right_shift(_fmix32(x), tf.constant(16, _U32))
+
+
+def dropout_key(seed: tf.Tensor) -> tf.Tensor:
+    """A ``[2]`` uint32 key from a stateless seed (``[2]``, int32 or int64): one
+    Philox draw, so nearby seeds give unrelated keys."""
+    return tf.random.stateless_uniform(
+        [2], seed=tf.cast(seed, tf.int64), minval=None, maxval=None, dtype=_U32
+    )
+
 
 class DropoutDraw(NamedTuple):
-    """One dropout call's random bits, for a kernel that applies the dropout itself.
+    """One dropout call's random key, for a kernel that applies the dropout itself.
 
-    An element is kept where ``bits >= threshold`` and then scaled by ``scale``:
-    :func:`dropout_mask` is ``where(keep, scale, 0)`` of the same bits.
+    An element is kept where its draw ``hash_bits(flat index, key) >= threshold`` and
+    then scaled by ``scale``: :func:`dropout_mask` is ``where(keep, scale, 0)`` of the
+    same draws (:attr:`bits`).
     """
 
-    bits: tf.Tensor  # uint16, the shape of the tensor dropped
+    key: tf.Tensor  # [2] uint32
+    shape: tf.Tensor  # the shape of the tensor dropped
     rate: float
 
     @property
     def threshold(self) -> tf.Tensor:
-        """The uint16 threshold: a 16-bit draw below it drops its element."""
-        return tf.constant(round(self.rate * 65536), tf.uint16)
+        """A draw below it (uint32, of 65,536) drops its element."""
+        return tf.constant(round(self.rate * 65536), _U32)
 
     @property
     def scale(self) -> float:
         """What a kept element is multiplied by."""
         return 1.0 / (1.0 - self.rate)
+
+    @property
+    def bits(self) -> tf.Tensor:
+        """The draws of every element, uint32 of ``shape`` (computed, never stored by
+        the kernels)."""
+        size = tf.reduce_prod(self.shape)
+        return tf.reshape(hash_bits(tf.range(size), self.key), self.shape)
 
     def mask(self, dtype) -> tf.Tensor:
         """``scale`` where kept, 0 where dropped, in ``dtype``."""
@@ -50,17 +104,13 @@ class DropoutDraw(NamedTuple):
 
 
 def dropout_bits(shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """Uniform 16-bit draws of ``shape``, two from each 32-bit draw.
+    """Uniform 16-bit draws (uint32 in ``[0, 65536)``) of ``shape`` from a stateless seed.
 
     Args:
         shape: the shape (a 1-D int tensor or a list).
         seed: a stateless seed, shape ``[2]``, int32 or int64.
     """
-    size = tf.reduce_prod(shape)
-    bits = tf.random.stateless_uniform(
-        [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
-    )
-    return tf.reshape(tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size], shape)
+    return DropoutDraw(dropout_key(seed), shape, 0.0).bits
 
 
 def dropout_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor, dtype) -> tf.Tensor:
@@ -72,7 +122,7 @@ def dropout_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor, dtype) -> tf.Te
         seed: a stateless seed, shape ``[2]``, int32 or int64.
         dtype: the mask's dtype.
     """
-    return DropoutDraw(dropout_bits(shape, seed), rate).mask(dtype)
+    return DropoutDraw(dropout_key(seed), shape, rate).mask(dtype)
 
 
 @tf.custom_gradient
@@ -112,13 +162,13 @@ class Dropout(keras.layers.Dropout):
         return self.rate > 0 and self.noise_shape is None
 
     def draw(self, shape: tf.Tensor) -> DropoutDraw | None:
-        """This call's random bits (the same :meth:`call` would draw, taking the same
+        """This call's random key (the same :meth:`call` would draw, taking the same
         seed), for a kernel that applies the dropout itself; None if this layer drops
         nothing (rate 0) or needs Keras' own implementation (a ``noise_shape``)."""
         if not self.drawable:
             return None
         seed = tf.cast(self.seed_generator.next(), tf.int64)
-        return DropoutDraw(dropout_bits(shape, seed), self.rate)
+        return DropoutDraw(dropout_key(seed), shape, self.rate)
 
 
 def use_fast_dropout(layer: keras.layers.Layer) -> None:

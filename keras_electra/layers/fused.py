@@ -8,10 +8,12 @@ selects and multiplies forward and multiplies backward. Here each chain is a sma
 ``tf.function(jit_compile=True)`` (forward) with a hand-written gradient that is one
 more (backward). XLA fuses the element-wise work into one loop, while the matmuls
 around them stay on TensorFlow's oneDNN kernels (whole-step XLA is slower on this CPU
-because its matmuls are). A dropout inside a kernel takes the 16-bit random draws of
-:meth:`keras_electra.layers.dropout.Dropout.draw` (TensorFlow's Philox kernel made 1M
-32-bit draws in 2.0 ms, XLA's generator in 8.5 ms, on a 2-core Xeon with AMX) and the
-backward pass recomputes its mask from them. The math is done in float32 and the
+because its matmuls are). A dropout inside a kernel takes the key of
+:meth:`keras_electra.layers.dropout.Dropout.draw` and hashes each element's 16-bit draw
+from it and the element's index in the loop that uses it, forward and backward: no
+random bits are drawn into memory or kept for the backward pass (TensorFlow's Philox
+kernel wrote 1M 32-bit draws in 2-3 ms, XLA's generator in 8.5 ms, on a 2-core Xeon
+with AMX). The math is done in float32 and the
 result returned in the input's dtype, so under a mixed policy the bias gradient is summed
 in float32 too.
 
@@ -33,6 +35,8 @@ import threading
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
+
+from keras_electra.layers.dropout import hash_bits
 
 if TYPE_CHECKING:
     from keras_electra.layers.dropout import DropoutDraw
@@ -122,19 +126,23 @@ def _normalize(s, gamma, beta, epsilon):
 
 
 def _dropped(v, drop):
-    """``v`` (float32) with a dropout applied: ``drop`` is ``(bits, threshold, scale)``
-    (:class:`keras_electra.layers.dropout.DropoutDraw`'s), or None for no dropout."""
+    """``v`` (float32, the 2-D rows view of the dropped tensor) with a dropout applied:
+    ``drop`` is ``(key, threshold, scale)`` (:class:`keras_electra.layers.dropout.DropoutDraw`'s),
+    or None for no dropout. The draws are hashed from the elements' flat indices here,
+    inside the kernel, as :attr:`DropoutDraw.bits` computes them."""
     if drop is None:
         return v
-    bits, threshold, scale = drop
-    return tf.where(bits >= threshold, v * scale, 0.0)
+    key, threshold, scale = drop
+    rows, width = tf.unstack(tf.shape(v))  # static to XLA, which compiles per shape
+    index = tf.range(rows)[:, None] * width + tf.range(width)[None, :]
+    return tf.where(hash_bits(index, key) >= threshold, v * scale, 0.0)
 
 
 def _kernel_dropout(draw) -> tuple | None:
     """A :class:`~keras_electra.layers.dropout.DropoutDraw` as the kernels take it."""
     if draw is None:
         return None
-    return _rows(draw.bits), draw.threshold, tf.constant(draw.scale, tf.float32)
+    return draw.key, draw.threshold, tf.constant(draw.scale, tf.float32)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
@@ -181,9 +189,9 @@ def add_layer_norm(
         gamma: the LayerNorm scale, ``[width]``.
         beta: the LayerNorm offset, ``[width]``.
         epsilon: added to the variance.
-        dropout: the random bits of a dropout on ``x``
+        dropout: the random key of a dropout on ``x``
             (:meth:`keras_electra.layers.dropout.Dropout.draw`), applied inside the
-            kernels (its mask is recomputed from the bits in the backward pass), or None.
+            kernels (its mask is recomputed from the key in the backward pass), or None.
 
     Returns:
         A tensor of ``x``'s shape and dtype.
@@ -256,7 +264,7 @@ def masked_softmax(
     Args:
         scores: ``[..., S]`` attention scores.
         mask: boolean, broadcastable to ``scores`` (True: attend), or None.
-        dropout: the random bits of a dropout on the probabilities
+        dropout: the random key of a dropout on the probabilities
             (:meth:`keras_electra.layers.dropout.Dropout.draw`), applied inside the
             kernels, or None.
         scale: multiplies the scores.
