@@ -374,3 +374,29 @@ def test_one_head_attention_trains_without_transposes(heads):
     ops = [op.type for op in step.get_concrete_function(x).graph.get_operations()]
     assert ops.count("BatchMatMulV2") >= 2
     assert (ops.count("Transpose") == 0) == (heads == 1), ops.count("Transpose")
+
+
+def test_masked_softmax_takes_the_mask_unbroadcast():
+    """A [B, 1, T, S] mask reaches the kernels as it is: no [B, H, T, S] boolean
+    tensor is written out (or kept for the backward pass), and heads still share it."""
+
+    @tf.function
+    def probs_and_gradient(scores, mask):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            probs = masked_softmax(scores, mask, None, 0.5)
+        return probs, tape.gradient(tf.reduce_sum(probs * scores), scores)
+
+    scores = tf.constant(np.random.default_rng(3).normal(0, 1, (2, 3, 4, 5)), tf.float32)
+    mask = tf.constant(np.random.default_rng(4).random((2, 1, 4, 5)) > 0.3)
+    graph = probs_and_gradient.get_concrete_function(scores, mask).graph
+    full = [
+        op.name
+        for op in graph.get_operations()
+        for t in op.outputs
+        if t.dtype == tf.bool and t.shape.num_elements() == scores.shape.num_elements()
+    ]
+    assert not full, full
+    probs, _ = probs_and_gradient(scores, mask)
+    expected = keras.layers.Softmax(axis=-1)(0.5 * scores, mask=tf.broadcast_to(mask, scores.shape))
+    np.testing.assert_allclose(probs.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)

@@ -221,6 +221,14 @@ def add_layer_norm(
 _MASKED = -1e9  # Keras' Softmax puts this at masked positions (float32 here)
 
 
+def _score_rows(scores, keep):
+    """Inside a kernel: ``[..., S]`` scores as ``[rows, S]``, and the mask (of the
+    scores' rank, broadcastable: ``[B, 1, T, S]`` over the heads) broadcast to them
+    in the kernel's loop, never written out at the scores' size."""
+    keep = tf.broadcast_to(keep, tf.shape(scores))
+    return _rows(scores), _rows(keep)
+
+
 def _masked_probs(scores, keep, scale):
     z = tf.where(keep, tf.cast(scores, tf.float32) * scale, _MASKED)
     return tf.where(keep, tf.nn.softmax(z, axis=-1), 0.0)
@@ -228,11 +236,14 @@ def _masked_probs(scores, keep, scale):
 
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _softmax_forward(scores, keep, drop, scale):
+    scores, keep = _score_rows(scores, keep)
     return tf.cast(_dropped(_masked_probs(scores, keep, scale), drop), scores.dtype)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _softmax_backward(scores, keep, upstream, drop, scale):
+    scores, keep = _score_rows(scores, keep)
+    upstream = tf.reshape(upstream, tf.shape(scores))
     probs = _masked_probs(scores, keep, scale)  # recomputed: nothing float32 is kept alive
     dp = _dropped(tf.cast(upstream, tf.float32), drop)
     ds = scale * probs * (dp - tf.reduce_sum(dp * probs, axis=-1, keepdims=True))
@@ -278,16 +289,23 @@ def masked_softmax(
     @tf.custom_gradient
     def rows(scores, keep):
         def grad(upstream):
-            return _softmax_backward(scores, keep, upstream, drop, scale), None
+            ds = _softmax_backward(scores, keep, upstream, drop, scale)
+            return tf.reshape(ds, tf.shape(scores)), None
 
-        return _softmax_forward(scores, keep, drop, scale), grad
+        return tf.reshape(_softmax_forward(scores, keep, drop, scale), tf.shape(scores)), grad
 
     scale = float(scale)  # a constant of the kernels
     with tf.name_scope("fused_softmax"):
         drop = _kernel_dropout(dropout)
-        keep = tf.ones_like(scores, tf.bool) if mask is None else tf.cast(mask, tf.bool)
-        keep = tf.broadcast_to(keep, tf.shape(scores))
-        return tf.reshape(rows(_rows(scores), _rows(keep)), tf.shape(scores))
+        rank = len(scores.shape)
+        if mask is None:
+            keep = tf.ones([1] * rank, tf.bool)
+        else:
+            keep = tf.cast(mask, tf.bool)
+            while len(keep.shape) < rank:
+                keep = keep[None]
+        # The kernels return (and take) the scores' own shape; the mask stays small.
+        return rows(scores, keep)
 
 
 def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
