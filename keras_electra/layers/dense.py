@@ -8,8 +8,8 @@ in training:
   gradient in bfloat16: summed over 4,096 rows of a ``N(0.01, 1)`` gradient it is
   10% off the exact sum, and a constant 0.001 sums to 0.5 instead of 4.1
   (``tf.reduce_sum`` of the same bfloat16 tensor accumulates in float32 and is off
-  only by the final rounding). :func:`bias_add` keeps ``BiasAdd`` forward (oneDNN
-  fuses it into the matmul) and sums its gradient with ``tf.reduce_sum``.
+  only by the final rounding). :func:`bias_add` adds the bias and sums its gradient
+  with ``tf.reduce_sum``.
 - **The attention's projections.** ``EinsumDense("abc,cde->abde")`` multiplies a
   ``[batch, length, width]`` tensor by the kernel as a broadcast batch matmul, whose
   kernel gradient is one ``[width, heads * dim]`` product per sequence, then summed
@@ -35,9 +35,9 @@ _EQUATIONS = {"abc,cde->abde": 1, "abcd,cde->abe": 2, "abc,cd->abd": 1, "ab,bc->
 
 @tf.custom_gradient
 def bias_add(x: tf.Tensor, bias: tf.Tensor):
-    """``tf.nn.bias_add(x, bias)`` over the last axis, the bias gradient accumulated in
-    float32 (``tf.reduce_sum``) whatever ``x``'s dtype; ``BiasAddGrad`` accumulates a
-    bfloat16 gradient in bfloat16.
+    """``x + bias``, ``bias`` over ``x``'s trailing axes, the bias gradient accumulated
+    in float32 (``tf.reduce_sum``) whatever ``x``'s dtype; ``BiasAddGrad`` accumulates
+    a bfloat16 gradient in bfloat16.
 
     Example:
         >>> import tensorflow as tf
@@ -51,33 +51,38 @@ def bias_add(x: tf.Tensor, bias: tf.Tensor):
     """
 
     def grad(upstream):
-        axes = list(range(len(upstream.shape) - 1)) if upstream.shape.rank else None
-        if axes is None:  # unknown rank
-            axes = tf.range(tf.rank(upstream) - 1)
-        return upstream, tf.reduce_sum(upstream, axes)
+        lead = tf.rank(upstream) - tf.rank(bias)
+        return upstream, tf.reduce_sum(upstream, tf.range(lead))
 
-    return tf.nn.bias_add(x, bias), grad
+    return x + bias, grad
 
 
 def _two_d_call(layer: keras.layers.Layer, contracted: int):
-    """``layer``'s affine map as ``[rows, in] x [in, out]`` plus :func:`bias_add`."""
+    """``layer``'s affine map as ``[rows, in] x [in, out]``, reshaped to the output's
+    axes, plus :func:`bias_add`.
+
+    The reshape stands between the matmul and the bias, as in Keras' ``Dense`` on 3-D
+    inputs (``tensordot``): Grappler fuses a matmul followed by a bias into one
+    ``_FusedMatMul``, whose float16 kernel on this CPU took 473 ms where the two ops
+    took 0.9 ms each (``[2048, 128] x [128, 128]``).
+    """
 
     def call(inputs):
         kernel = layer.kernel
         in_shape = kernel.shape[:contracted]
-        out_shape = kernel.shape[contracted:]
+        out_shape = [int(d) for d in kernel.shape[contracted:]]
         width = 1
         for d in in_shape:
             width *= int(d)
         units = 1
         for d in out_shape:
-            units *= int(d)
+            units *= d
         lead = tf.shape(inputs)[: len(inputs.shape) - contracted]
         rows = tf.reshape(inputs, [-1, width])
         y = tf.matmul(rows, tf.reshape(kernel, [width, units]))
+        y = tf.reshape(y, tf.concat([lead, out_shape], 0))
         if layer.bias is not None:
-            y = bias_add(y, tf.reshape(layer.bias, [units]))
-        y = tf.reshape(y, tf.concat([lead, [int(d) for d in out_shape]], 0))
+            y = bias_add(y, tf.identity(layer.bias))  # a tensor, autocast
         if getattr(layer, "activation", None) is not None:
             y = layer.activation(y)
         return y
@@ -109,7 +114,10 @@ def use_fast_dense(layer: keras.layers.Layer) -> None:
     fast = _two_d_call(layer, contracted)
 
     def call(inputs, training=None):
-        if training:
+        # A 2-D input's reshape is no reshape: in float16 its matmul and bias would be
+        # fused (see _two_d_call), so it keeps Keras' call.
+        half_rows = len(inputs.shape) == 2 and inputs.dtype == tf.float16
+        if training and not half_rows:
             return fast(inputs)
         return keras_call(inputs, training=training)
 
