@@ -25,6 +25,8 @@ config and checkpoints are unchanged.
 
 from __future__ import annotations
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -69,14 +71,9 @@ def _two_d_call(layer: keras.layers.Layer, contracted: int):
 
     def call(inputs):
         kernel = layer.kernel
-        in_shape = kernel.shape[:contracted]
         out_shape = [int(d) for d in kernel.shape[contracted:]]
-        width = 1
-        for d in in_shape:
-            width *= int(d)
-        units = 1
-        for d in out_shape:
-            units *= d
+        width = math.prod(int(d) for d in kernel.shape[:contracted])
+        units = math.prod(out_shape)
         lead = tf.shape(inputs)[: len(inputs.shape) - contracted]
         rows = tf.reshape(inputs, [-1, width])
         y = tf.matmul(rows, tf.reshape(kernel, [width, units]))
