@@ -30,6 +30,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_electra.training.heap import trim_before_reading
+
 
 def replicas_in_sync() -> int:
     """How many replicas run this step together (1 outside a strategy)."""
@@ -209,7 +211,9 @@ def one_graph_train_function(model) -> Callable | None:
     ``get_next`` and the step are one graph. ELECTRA-Small's step has about 17,000
     nodes, and each copy of a graph costs memory whatever the batch. The values,
     and the end of the data (``OutOfRangeError``, which ``fit`` ends the epoch on),
-    are Keras'.
+    are Keras'. On its first calls the function also hands the C heap's freed pages
+    (the trace's and graph optimization's garbage) back to the kernel before the batch
+    is read (:mod:`keras_electra.training.heap`).
 
     Args:
         model: a compiled Keras model on the TensorFlow backend.
@@ -226,7 +230,15 @@ def one_graph_train_function(model) -> Callable | None:
         return reduce_per_replica(outputs, strategy, reduction="auto")
 
     step = model._autoconvert_optionals(step)  # Keras' inputs: an Optional leaf is None
-    on_iterator = tf.function(lambda iterator: step(iterator.get_next()), reduce_retracing=True)
+    trim = trim_before_reading(strategy)
+
+    def read(iterator):
+        if trim is None:
+            return iterator.get_next()
+        with tf.control_dependencies([trim.op()]):
+            return iterator.get_next()
+
+    on_iterator = tf.function(lambda iterator: step(read(iterator)), reduce_retracing=True)
     on_data = tf.function(step, reduce_retracing=True)
 
     def function(iterator):
@@ -238,6 +250,7 @@ def one_graph_train_function(model) -> Callable | None:
         return outputs
 
     function.on_iterator = on_iterator  # the traced step, for a look at its graph
+    function.trim = trim  # the heap trim of the first calls (None where there is none)
     return function
 
 
