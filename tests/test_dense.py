@@ -136,3 +136,27 @@ def test_no_float16_matmul_feeds_a_bias_directly():
     ]
     assert not fused_later, fused_later[:5]
     assert any(op.type == "MatMul" and op.outputs[0].dtype == tf.float16 for op in ops)
+
+
+def test_the_backward_pass_waits_for_the_bias_gradient():
+    """The gradient passed on below a bias comes after the bias's own sum, so the sum
+    runs while its input is fresh instead of keeping it alive from a queue."""
+
+    @tf.function
+    def grads(x, b):
+        with tf.GradientTape() as tape:
+            tape.watch([x, b])
+            y = tf.reduce_sum(tf.sin(bias_add(x, b)))
+        return tape.gradient(y, [x, b])
+
+    x, b = tf.ones([4, 3]), tf.zeros([3])
+    graph = grads.get_concrete_function(x, b).graph
+    waiting = [
+        op
+        for op in graph.get_operations()
+        if op.type == "Identity" and [c.type for c in op.control_inputs] == ["Sum"]
+    ]
+    assert len(waiting) == 1
+    dx, db = grads(x, b)
+    np.testing.assert_allclose(dx.numpy(), np.cos(np.ones([4, 3])), rtol=1e-6)
+    np.testing.assert_allclose(db.numpy(), 4 * np.cos(np.ones(3)), rtol=1e-6)

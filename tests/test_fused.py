@@ -12,6 +12,7 @@ from keras_electra.layers.encoder import ElectraEncoder
 from keras_electra.layers.fused import (
     add_layer_norm,
     bias_gelu,
+    bias_gelu_matmul,
     masked_softmax,
     sparse_cross_entropy,
 )
@@ -400,3 +401,74 @@ def test_masked_softmax_takes_the_mask_unbroadcast():
     probs, _ = probs_and_gradient(scores, mask)
     expected = keras.layers.Softmax(axis=-1)(0.5 * scores, mask=tf.broadcast_to(mask, scores.shape))
     np.testing.assert_allclose(probs.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _calls(graph, function: str) -> list:
+    """The ops of ``graph`` calling the traced function named ``function``."""
+    found = []
+    for op in graph.get_operations():
+        try:
+            name = op.get_attr("f").name
+        except (ValueError, AttributeError):
+            continue
+        if function in name:
+            found.append(op)
+    return found
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(dtype):
+    """Values and gradients of ``bias_gelu`` then a matmul; the GELU output is used by
+    the forward matmul only, and the backward pass's recompute waits for its gradient
+    (else the graph would run it in the forward pass and keep its output after all)."""
+    rng = np.random.default_rng(5)
+    h = tf.constant(rng.normal(0, 2, (3, 4, 40)), dtype)
+    b = tf.constant(rng.normal(0, 1, 40), tf.float32)
+    k = tf.constant(rng.normal(0, 0.2, (40, 24)), dtype)
+    upstream = tf.constant(rng.normal(0, 1, (3, 4, 24)), tf.float32)
+
+    @tf.function
+    def run(fn, h, b, k):
+        with tf.GradientTape() as tape:
+            tape.watch([h, b, k])
+            y = fn(h, b, k)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
+        return (y, *tape.gradient(loss, [h, b, k]))
+
+    ours = run(bias_gelu_matmul, h, b, k)
+    reference = run(lambda h, b, k: tf.einsum("btf,fu->btu", bias_gelu(h, b), k), h, b, k)
+    for a, r in zip(ours, reference, strict=True):
+        assert a.dtype == r.dtype and a.shape == r.shape
+        a, r = tf.cast(a, tf.float32).numpy(), tf.cast(r, tf.float32).numpy()
+        if dtype == tf.float32:
+            np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
+        else:  # the same math and roundings, summed in another order
+            assert np.abs(a - r).max() <= 0.02 * np.abs(r).max()
+    graph = run.get_concrete_function(bias_gelu_matmul, h, b, k).graph
+    calls = _calls(graph, "bias_gelu_forward")
+    forward, recompute = sorted(calls, key=lambda op: len(op.control_inputs))
+    assert not forward.control_inputs and recompute.control_inputs
+    assert [c.type for c in forward.outputs[0].consumers()] == ["MatMul"]
+
+
+def test_the_loss_gathers_run_before_the_backward_pass_takes_the_probabilities():
+    """The per-position loss's gathers (which nothing else waits for) come before the
+    gradient's use of the float32 probabilities, so neither those nor the float32
+    logits are left alive in a queue."""
+
+    @tf.function
+    def run(logits, labels):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss, _ = sparse_cross_entropy(logits, labels)
+            total = tf.reduce_sum(loss)
+        return tape.gradient(total, logits)
+
+    logits, labels = tf.zeros([4, 7], tf.bfloat16), tf.constant([0, 1, 2, 3])
+    graph = run.get_concrete_function(logits, labels).graph
+    (softmax,) = [op for op in graph.get_operations() if op.type == "Softmax"]
+    (held,) = [c for c in softmax.outputs[0].consumers() if c.type == "Identity"]
+    assert held.control_inputs, "the gradient's probabilities do not wait for the loss"
+    grad = run(logits, labels).numpy().astype(np.float32)
+    expected = np.full([4, 7], 1 / 7, np.float32) - np.eye(4, 7, dtype=np.float32)
+    np.testing.assert_allclose(grad, expected, atol=4e-3)

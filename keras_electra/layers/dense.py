@@ -54,7 +54,12 @@ def bias_add(x: tf.Tensor, bias: tf.Tensor):
 
     def grad(upstream):
         lead = tf.rank(upstream) - tf.rank(bias)
-        return upstream, tf.reduce_sum(upstream, tf.range(lead))
+        dbias = tf.reduce_sum(upstream, tf.range(lead))
+        # The rest of the backward pass waits for the bias gradient: off the critical
+        # path, a graph's executor can leave that sum queued for the rest of the
+        # pass, keeping the whole upstream gradient alive until it runs.
+        with tf.control_dependencies([dbias]):
+            return tf.identity(upstream), dbias
 
     return x + bias, grad
 

@@ -11,18 +11,29 @@ from keras_hub.src.layers.modeling.transformer_layer_utils import (
     merge_padding_and_attention_mask,
 )
 
-from keras_electra.layers.dense import use_fast_dense_in
+from keras_electra.layers.dense import bias_add, use_fast_dense_in
 from keras_electra.layers.dropout import Dropout, use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import (
     add_layer_norm,
     bias_gelu,
+    bias_gelu_matmul,
     fuses_attention_softmax,
     masked_softmax,
     training_kernels,
 )
 
 _GELU = keras.activations.get("gelu")
+
+
+def _plain_dense(layer) -> bool:
+    """A ``Dense`` computing ``x @ kernel (+ bias)`` and nothing more."""
+    return (
+        type(layer) is keras.layers.Dense
+        and layer.activation in (None, keras.activations.linear)
+        and getattr(layer, "quantization_mode", None) is None
+        and layer.lora_rank is None
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -62,13 +73,20 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
             )
         x = self._add_norm(x, inputs, self._self_attention_layer_norm, self._self_attention_dropout)
         intermediate = self._feedforward_intermediate_dense
+        output = self._feedforward_output_dense
         if intermediate.activation is _GELU and intermediate.use_bias:
             h = keras.ops.matmul(x, intermediate.kernel)  # in the compute dtype
+            if _plain_dense(output):
+                kernel = tf.identity(output.kernel)  # autocast: the compute dtype
+                with AutocastScope(None):  # the float32 bias; its gradient summed in float32
+                    y = bias_gelu_matmul(h, intermediate.bias, kernel)
+                y = bias_add(y, tf.identity(output.bias)) if output.use_bias else y
+                return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
             with AutocastScope(None):  # the float32 bias; its gradient summed in float32
                 h = bias_gelu(h, intermediate.bias)
         else:
             h = intermediate(x)
-        y = self._feedforward_output_dense(h)
+        y = output(h)
         return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
 
     @staticmethod

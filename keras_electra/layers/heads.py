@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import keras
 import keras_hub
+import tensorflow as tf
 from keras import ops
 
-from keras_electra.layers.dense import use_fast_dense_in
+from keras_electra.layers.dense import bias_add, use_fast_dense_in
 from keras_electra.layers.embedding import truncated_normal
 
 
@@ -61,8 +62,28 @@ class GeneratorHead(keras_hub.layers.MaskedLMHead):
         """Logits ``[B, P, V]`` at ``mask_positions``: float32, or with
         ``float32_logits=False`` in the compute dtype (for a consumer that computes in
         float32 itself, saving a float32 copy of a ``[B, P, V]`` tensor and its gradient)."""
-        logits = super().call(inputs, mask_positions)
+        if self.token_embedding is None:
+            logits = super().call(inputs, mask_positions)
+        else:
+            x = ops.take_along_axis(inputs, ops.expand_dims(mask_positions, -1), axis=1)
+            x = self._intermediate_layer_norm(self._intermediate_dense(x))
+            logits = bias_add(self._tied_logits(x), ops.cast(self._bias, self.compute_dtype))
         return ops.cast(logits, "float32") if float32_logits else logits
+
+    def _tied_logits(self, x):
+        """``x @ embeddings^T`` in the compute dtype.
+
+        keras-hub's ``MaskedLMHead`` reads the shared table in float32 (an
+        ``Embedding``'s variable is not autocast), so under a mixed policy its
+        projection is a float32 matmul with a float32 ``[positions, vocabulary]``
+        output (and gradient) that the head then rounds to the compute dtype. Here the
+        table is cast once and the product taken in the compute dtype; the transposed
+        table is never written out.
+        """
+        table = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
+        rows = tf.reshape(x, [-1, tf.shape(x)[-1]])
+        logits = tf.matmul(rows, table, transpose_b=True)
+        return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], tf.shape(table)[:1]], 0))
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,61 @@
+"""The towers' output heads (layers/heads.py)."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras.src.backend import AutocastScope
+
+from keras_electra.layers.heads import GeneratorHead
+
+
+def _head(dtype: str):
+    rng = np.random.default_rng(0)
+    embedding = keras_hub.layers.ReversibleEmbedding(97, 8, dtype=dtype)
+    embedding.build((None,))
+    embedding.embeddings.assign(rng.normal(0, 1, (97, 8)))
+    head = GeneratorHead(embedding, dtype=dtype)
+    x = tf.constant(rng.normal(0, 1, (2, 6, 4)), tf.float32)
+    positions = tf.constant([[0, 2, 5], [1, 1, 3]])
+    head(x, positions)
+    head._bias.assign(rng.normal(0, 1, 97))
+    return head, x, positions
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_generator_head_takes_keras_hubs_values_and_projects_in_the_compute_dtype(dtype):
+    ours, x, positions = _head(dtype)
+    a = ours(x, positions).numpy()
+    # keras-hub's own call on the same layer and weights.
+    with AutocastScope(ours.compute_dtype):  # as the layer's __call__ reads its weights
+        b = tf.cast(keras_hub.layers.MaskedLMHead.call(ours, x, positions), tf.float32).numpy()
+    if dtype == "float32":
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    else:  # keras-hub multiplies in float32 and rounds; we multiply bfloat16 values
+        assert np.abs(a - b).max() <= 0.02 * np.abs(b).max()
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            logits = ours(x, positions, float32_logits=False)
+            loss = tf.reduce_sum(tf.cast(logits, tf.float32) ** 2)
+        return tape.gradient(loss, ours.trainable_variables + [ours.token_embedding.embeddings])
+
+    graph = step.get_concrete_function(x).graph
+    wide_float32 = [
+        op.name
+        for op in graph.get_operations()
+        for t in op.outputs
+        if "generator_head" in op.name  # the head's ops, forward and backward
+        and t.dtype == tf.float32
+        and t.shape.rank
+        and t.shape.rank >= 2
+        and t.shape[-1] == 97
+    ]
+    # Under the mixed policy no float32 [positions, vocabulary] tensor is written:
+    # keras-hub's projection writes the logits and their gradient in float32.
+    assert (not wide_float32) == (dtype == "mixed_bfloat16"), wide_float32
+    grads = step(x)
+    assert all(np.isfinite(tf.cast(g, tf.float32).numpy()).all() for g in grads)
+    assert keras.backend.standardize_dtype(grads[-1].dtype) == "float32"
