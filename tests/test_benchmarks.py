@@ -58,3 +58,21 @@ def test_electra_vs_mlm_smoke_builds_the_table_at_equal_compute_and_resumes(tmp_
     assert "cell " not in out
     assert f"| none | 1 | 0.0 | {accuracy:.3f} ± 0.000 |" in out
     assert out.count("| electra | 1 |") == 2  # half and full budget
+
+
+def test_memory_timeline_replays_the_allocator_to_its_peak(capsys):
+    """The real trace of a tiny step: the peak is found, the tensors alive at it are
+    named by the ops that made them, and none of them is counted twice."""
+    bench = load_benchmark("memory_timeline")
+    bench.main(["--preset", "tiny", "--batch", "16", "--length", "128", "--large", "1"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    (peak,) = [r for r in rows if r["kind"] == "peak"]
+    live = [r for r in rows if r["kind"] == "live"]
+    large = [r for r in rows if r["kind"] == "large"]
+    timeline = [r for r in rows if r["kind"] == "timeline"]
+    assert peak["mb_in_use"] > 0 and 0 <= peak["seconds_into_step"]
+    # What was allocated in the step and alive at the peak fits in the peak.
+    assert 0 < sum(r["mb"] for r in live) <= peak["mb_in_use"]
+    assert any(r["group"].startswith("cross_entropy") for r in live)  # the tiny peak's
+    assert large and all(r["to_s"] is None or r["to_s"] >= r["from_s"] for r in large)
+    assert max(r["mb_in_use"] for r in timeline) <= peak["mb_in_use"]
