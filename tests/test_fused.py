@@ -472,3 +472,27 @@ def test_the_loss_gathers_run_before_the_backward_pass_takes_the_probabilities()
     grad = run(logits, labels).numpy().astype(np.float32)
     expected = np.full([4, 7], 1 / 7, np.float32) - np.eye(4, 7, dtype=np.float32)
     np.testing.assert_allclose(grad, expected, atol=4e-3)
+
+
+def test_attention_scores_are_multiplied_in_place_not_transposed():
+    """Keras' einsum multiplies key by query and transposes the [B, N, S, T] product;
+    the training path multiplies query by key^T: no [B, N, T, S] transpose either way."""
+    encoder = ElectraEncoder(
+        16, 32, num_layers=1, num_heads=2, intermediate_dim=64, dtype="mixed_bfloat16"
+    )
+    x = tf.zeros((2, 9, 16))
+    mask = tf.ones((2, 9), tf.bool)
+    encoder.build(x.shape)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.cast(encoder(x, mask, training=True), tf.float32))
+        return tape.gradient(loss, encoder.trainable_variables)
+
+    graph = step.get_concrete_function(x).graph
+    transposed = [
+        op.outputs[0].shape.as_list() for op in graph.get_operations() if op.type == "Transpose"
+    ]
+    assert [2, 2, 9, 16] in transposed  # the heads' projections still are
+    assert [2, 2, 9, 9] not in transposed, transposed

@@ -24,6 +24,7 @@ from keras_electra.layers.fused import (
 )
 
 _GELU = keras.activations.get("gelu")
+_SCORES = "aecd,abcd->acbe"  # Keras' attention scores for [B, T, N, D] projections
 
 
 def _plain_dense(layer) -> bool:
@@ -321,6 +322,11 @@ def _attend(attention, query, key, value, mask, dropout: Dropout | None):
     if one_head:
         q, k, v = (tf.squeeze(t, 2) for t in (query, key, value))
         scores = tf.matmul(q, k, transpose_b=True)  # [B, T, S]
+    elif attention._dot_product_equation == _SCORES:
+        # Keras' einsum multiplies key by query and transposes the [B, N, S, T] product;
+        # query by key^T is the scores as they are, one pass over them less each way.
+        q, k = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key))  # [B, N, T|S, D]
+        scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S]
     else:
         scores = keras.ops.einsum(attention._dot_product_equation, key, query)  # [B, N, T, S]
     while mask is not None and len(mask.shape) < len(scores.shape):

@@ -293,6 +293,16 @@ def _softmax_backward(scores, keep, upstream, drop, scale):
     return tf.cast(ds, scores.dtype)
 
 
+def _keep(mask: tf.Tensor | None, rank: int) -> tf.Tensor:
+    """A boolean mask of ``rank`` dimensions (leading ones added), all True for None."""
+    if mask is None:
+        return tf.ones([1] * rank, tf.bool)
+    keep = tf.cast(mask, tf.bool)
+    while len(keep.shape) < rank:
+        keep = keep[None]
+    return keep
+
+
 def fuses_attention_softmax(dtype) -> bool:
     """Whether an attention softmax (and the dropout after it) on scores of ``dtype``
     runs as :func:`masked_softmax` here: in :func:`training_kernels`, for 16-bit
@@ -340,15 +350,8 @@ def masked_softmax(
     scale = float(scale)  # a constant of the kernels
     with tf.name_scope("fused_softmax"):
         drop = _kernel_dropout(dropout)
-        rank = len(scores.shape)
-        if mask is None:
-            keep = tf.ones([1] * rank, tf.bool)
-        else:
-            keep = tf.cast(mask, tf.bool)
-            while len(keep.shape) < rank:
-                keep = keep[None]
         # The kernels return (and take) the scores' own shape; the mask stays small.
-        return rows(scores, keep)
+        return rows(scores, _keep(mask, len(scores.shape)))
 
 
 def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
