@@ -408,11 +408,29 @@ def child(args) -> None:
         ],
         # The child's peak resident memory (model, optimizer, activations, runtime).
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        # What is resident after the timed steps: private (anonymous) pages, and pages of
+        # mapped files (the engines' shared libraries, shared between processes).
+        **resident_split(),
     }
     record["package"] = os.path.dirname(sys.modules["keras_electra"].__file__)
     # The machine's speed around this row: a slow spell shows as a low figure here.
     record["calibration_gflops"] = [round(before / 1e9, 1), round(after / 1e9, 1)]
     print(json.dumps(record), flush=True)
+
+
+def resident_split() -> dict[str, float | None]:
+    """``rss_anon_mb`` and ``rss_file_mb`` from ``/proc/self/status`` (None elsewhere)."""
+    fields = {"RssAnon": "rss_anon_mb", "RssFile": "rss_file_mb"}
+    split: dict[str, float | None] = dict.fromkeys(fields.values())
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in fields:
+                    split[fields[name]] = round(int(value.split()[0]) / 1024, 1)
+    except OSError:
+        pass
+    return split
 
 
 def cpu_times() -> list[int]:
