@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import json
 import os
 import re
@@ -151,17 +150,9 @@ def main(argv=None) -> None:
 
         load_package_from(extract(args.baseline, tempfile.mkdtemp(prefix="memory_timeline_src_")))
 
-    import tensorflow as tf
-    from step_profile import build
+    from step_profile import profile_steps
 
-    model, data = build(args)
-    model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)  # trace and warm up
-    logdir = tempfile.mkdtemp(prefix="memory_timeline_")
-    options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=3)
-    tf.profiler.experimental.start(logdir, options=options)
-    model.fit(data, epochs=1, steps_per_epoch=1, verbose=0)
-    tf.profiler.experimental.stop()
-    (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    path, _ = profile_steps(args, 1, host_tracer_level=3)
     events = allocator_events(path)
     if not events:
         raise SystemExit("The trace has no allocator events (TensorFlow wrote none at level 3).")

@@ -138,6 +138,24 @@ def build(args):
     return model, data
 
 
+def profile_steps(args, steps: int, host_tracer_level: int = 2) -> tuple[str, float]:
+    """Build, warm up (3 steps) and profile ``steps`` steps: the trace's ``.xplane.pb``
+    path and the wall seconds per profiled step. ``args`` as :func:`build` reads it."""
+    import tensorflow as tf
+
+    model, data = build(args)
+    model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)  # trace and warm up
+    logdir = tempfile.mkdtemp(prefix="step_profile_")
+    options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=host_tracer_level)
+    tf.profiler.experimental.start(logdir, options=options)
+    start = time.perf_counter()
+    model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
+    wall = (time.perf_counter() - start) / steps
+    tf.profiler.experimental.stop()
+    (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    return path, wall
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="small")
@@ -160,17 +178,7 @@ def main(argv=None) -> None:
 
         load_package_from(extract(args.baseline, tempfile.mkdtemp(prefix="step_profile_src_")))
 
-    import tensorflow as tf
-
-    model, data = build(args)
-    model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)  # trace and warm up
-    logdir = tempfile.mkdtemp(prefix="step_profile_")
-    tf.profiler.experimental.start(logdir)
-    start = time.perf_counter()
-    model.fit(data, epochs=1, steps_per_epoch=args.steps, verbose=0)
-    wall = (time.perf_counter() - start) / args.steps
-    tf.profiler.experimental.stop()
-    (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    path, wall = profile_steps(args, args.steps)
     times = op_times(path)
 
     total = sum(times.values())

@@ -23,7 +23,7 @@ def _head(dtype: str):
     return head, x, positions
 
 
-@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16", "mixed_float16"])
 def test_generator_head_takes_keras_hubs_values_and_projects_in_the_compute_dtype(dtype):
     ours, x, positions = _head(dtype)
     a = ours(x, positions).numpy()
@@ -53,8 +53,9 @@ def test_generator_head_takes_keras_hubs_values_and_projects_in_the_compute_dtyp
         and t.shape.rank >= 2
         and t.shape[-1] == 97
     ]
-    # Under the mixed policy no float32 [positions, vocabulary] tensor is written:
-    # keras-hub's projection writes the logits and their gradient in float32.
+    # Under mixed_bfloat16 no float32 [positions, vocabulary] tensor is written:
+    # keras-hub's projection writes the logits and their gradient in float32, which
+    # float16 (whose range is not float32's) keeps.
     assert (not wide_float32) == (dtype == "mixed_bfloat16"), wide_float32
     grads = step(x)
     assert all(np.isfinite(tf.cast(g, tf.float32).numpy()).all() for g in grads)

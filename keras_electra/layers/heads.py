@@ -62,7 +62,8 @@ class GeneratorHead(keras_hub.layers.MaskedLMHead):
         """Logits ``[B, P, V]`` at ``mask_positions``: float32, or with
         ``float32_logits=False`` in the compute dtype (for a consumer that computes in
         float32 itself, saving a float32 copy of a ``[B, P, V]`` tensor and its gradient)."""
-        if self.token_embedding is None:
+        # float16's range is not float32's: its logits keep keras-hub's float32 product.
+        if self.token_embedding is None or self.compute_dtype == "float16":
             logits = super().call(inputs, mask_positions)
         else:
             x = ops.take_along_axis(inputs, ops.expand_dims(mask_positions, -1), axis=1)
