@@ -137,11 +137,10 @@ def analyse(events, large_mb: float, samples: int = 40) -> list[dict]:
 
 
 def main(argv=None) -> None:
+    from step_profile import add_model_arguments, profile_steps
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--preset", default="small")
-    p.add_argument("--precision", default="mixed_bfloat16")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--length", type=int, default=128)
+    add_model_arguments(p)
     p.add_argument("--large", type=float, default=30.0, help="MB: list tensors this large")
     p.add_argument("--baseline", metavar="REF", help="trace commit REF's keras_electra instead")
     args = p.parse_args(argv)
@@ -149,8 +148,6 @@ def main(argv=None) -> None:
         from pretrain_throughput import extract, load_package_from
 
         load_package_from(extract(args.baseline, tempfile.mkdtemp(prefix="memory_timeline_src_")))
-
-    from step_profile import profile_steps
 
     path, _ = profile_steps(args, 1, host_tracer_level=3)
     events = allocator_events(path)

@@ -156,12 +156,17 @@ def profile_steps(args, steps: int, host_tracer_level: int = 2) -> tuple[str, fl
     return path, wall
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The options :func:`build` reads: preset, precision, batch and length."""
     p.add_argument("--preset", default="small")
     p.add_argument("--precision", default="mixed_bfloat16")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--length", type=int, default=128)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_model_arguments(p)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--top", type=int, default=15, help="op types listed")
     p.add_argument("--markdown", action="store_true", help="print the README's table")
