@@ -50,8 +50,9 @@ class FirstCallsTrim:
     """An op that releases the free heap on its first ``calls`` runs, then does nothing.
 
     Args:
-        calls: how many runs of the op trim (the first builds the function; a second
-            covers a retrace).
+        calls: how many runs of the op trim (the first runs after the function is
+            built; the second after the first step, whose XLA kernels compile as
+            they first run).
     """
 
     def __init__(self, calls: int = 2):
