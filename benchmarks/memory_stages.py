@@ -3,8 +3,9 @@
 One child process per batch size: importing TensorFlow and Keras, building the model
 and optimizer, the first ``fit`` step (tracing, graph optimization, the first
 activations) and a few more steps, each as resident (``VmRSS``) and peak
-(``VmHWM``) MB from ``/proc/self/status``. The difference between two batch sizes
-is what the batch costs (activations kept for the backward pass, and their
+(``VmHWM``) MB from ``/proc/self/status``, the resident part split into private
+pages (``anon_mb``) and pages of mapped files (``file_mb``). The difference between
+two batch sizes is what the batch costs (activations kept for the backward pass, and their
 gradients); what a batch of one costs above the built model is the traced step's
 graph and runtime. After the measurements the child also counts the traced step's
 graph nodes, each of which costs memory whatever the batch.
@@ -22,16 +23,20 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(__file__))
+from pretrain_throughput import make_batches, status_mb  # noqa: E402  (stdlib imports only)
+
 
 def rss_mb() -> dict[str, float]:
-    """This process's resident and peak resident memory, MB."""
-    fields = {}
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                fields[name] = round(int(value.split()[0]) / 1024, 1)
-    return {"rss_mb": fields["VmRSS"], "peak_mb": fields["VmHWM"]}
+    """This process's resident and peak resident memory, MB, and the resident split
+    into private pages and pages of mapped files (TensorFlow's shared libraries)."""
+    now = status_mb()
+    return {
+        "rss_mb": now["rss"],
+        "peak_mb": now["peak"],
+        "anon_mb": now["anon"],
+        "file_mb": now["file"],
+    }
 
 
 def child(args) -> None:
@@ -44,9 +49,6 @@ def child(args) -> None:
     import tensorflow as tf
 
     stage("import tensorflow and keras")
-    sys.path.insert(0, os.path.dirname(__file__))
-    from pretrain_throughput import make_batches
-
     from keras_electra.config import ElectraConfig
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer

@@ -418,19 +418,30 @@ def child(args) -> None:
     print(json.dumps(record), flush=True)
 
 
-def resident_split() -> dict[str, float | None]:
-    """``rss_anon_mb`` and ``rss_file_mb`` from ``/proc/self/status`` (None elsewhere)."""
-    fields = {"RssAnon": "rss_anon_mb", "RssFile": "rss_file_mb"}
-    split: dict[str, float | None] = dict.fromkeys(fields.values())
+def status_mb() -> dict[str, float]:
+    """This process's memory from ``/proc/self/status``, MB: ``rss`` (resident now),
+    ``peak`` (its high-water mark), ``anon`` (private pages) and ``file`` (pages of
+    mapped files: the engines' shared libraries). Empty where there is no ``/proc``.
+
+    The benchmark's own reader, not the package's: a ``--baseline`` child runs an
+    older ``keras_electra``."""
+    names = {"VmRSS": "rss", "VmHWM": "peak", "RssAnon": "anon", "RssFile": "file"}
+    found: dict[str, float] = {}
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
                 name, _, value = line.partition(":")
-                if name in fields:
-                    split[fields[name]] = round(int(value.split()[0]) / 1024, 1)
+                if name in names:
+                    found[names[name]] = round(int(value.split()[0]) / 1024, 1)
     except OSError:
-        pass
-    return split
+        return {}
+    return found
+
+
+def resident_split() -> dict[str, float | None]:
+    """``rss_anon_mb`` and ``rss_file_mb`` (None where there is no ``/proc``)."""
+    now = status_mb()
+    return {"rss_anon_mb": now.get("anon"), "rss_file_mb": now.get("file")}
 
 
 def cpu_times() -> list[int]:
