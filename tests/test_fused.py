@@ -235,6 +235,66 @@ def test_dropout_inside_add_layer_norm_is_the_mask_of_its_bits(dtype):
     assert 0.15 < dropped.mean() < 0.35 and (dx[dropped] == 0).all() and (dx[~dropped] != 0).all()
 
 
+def test_add_layer_norm_backward_keeps_only_its_output():
+    """The backward kernel reads the output and the rows' inverse deviations, not the
+    sub-layer's output or the residual: the LayerNorm keeps no input alive."""
+    rng = np.random.default_rng(8)
+    x = tf.constant(rng.normal(0, 2, (4, 6, 16)), tf.bfloat16)
+    r = tf.constant(rng.normal(0, 1, (4, 6, 16)), tf.bfloat16)
+    gamma = tf.constant(rng.normal(1, 0.1, 16), tf.float32)
+    beta = tf.constant(rng.normal(0, 0.1, 16), tf.float32)
+    upstream = tf.constant(rng.normal(0, 1, (4, 6, 16)), tf.float32)
+
+    @tf.function
+    def run(x, r):
+        with tf.GradientTape() as tape:
+            tape.watch([x, r])
+            y = add_layer_norm(x, r, gamma, beta, 1e-12, _draw((4, 6, 16), 0.1, [1, 2]))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
+        return tape.gradient(loss, [x, r])
+
+    graph = run.get_concrete_function(x, r).graph
+    (forward,) = _calls(graph, "add_norm_forward")
+    (backward,) = _calls(graph, "add_norm_backward")
+    taken = {t.ref() for t in backward.inputs}
+    assert forward.outputs[0].ref() in taken and forward.outputs[1].ref() in taken
+    assert not taken & {t.ref() for t in forward.inputs[:2]}  # the rows of x and r
+
+
+def test_add_layer_norm_gradient_stays_finite_where_a_scale_is_zero():
+    """The backward pass divides by the scale; a zero (or tiny) scale's column gets a
+    bounded gradient, and every other column's gradient is the exact one."""
+    rng = np.random.default_rng(9)
+    shape, width = (8, 12), 12
+    x = tf.constant(rng.normal(0, 2, shape), tf.float32)
+    r = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    upstream = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    norm = keras.layers.LayerNormalization(epsilon=1e-6)
+    norm.build(shape)
+    gamma = rng.normal(1, 0.1, width)
+    gamma[[2, 7]] = [0.0, -1e-6]
+    norm.gamma.assign(gamma)
+    norm.beta.assign(rng.normal(0, 0.5, width))
+    results = []
+    for fn in (
+        lambda a, b: add_layer_norm(a, b, norm.gamma, norm.beta, norm.epsilon),
+        lambda a, b: norm(a + b),
+    ):
+        with tf.GradientTape() as tape:
+            tape.watch([x, r])
+            loss = tf.reduce_sum(fn(x, r) * upstream)
+        results.append([g.numpy() for g in tape.gradient(loss, [x, r, norm.gamma, norm.beta])])
+    (dx, dr, dgamma, dbeta), (kdx, kdr, kdgamma, kdbeta) = results
+    assert all(np.isfinite(g).all() for g in (dx, dr, dgamma, dbeta))
+    normal = np.ones(width, bool)
+    normal[[2, 7]] = False
+    for ours, keras_grad in ((dx, kdx), (dr, kdr)):
+        np.testing.assert_allclose(ours[:, normal], keras_grad[:, normal], rtol=1e-4, atol=1e-5)
+        assert np.abs(ours).max() <= 2 * np.abs(keras_grad).max()
+    np.testing.assert_allclose(dgamma[normal], kdgamma[normal], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dbeta, kdbeta, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_dropout_inside_the_softmax_is_the_mask_of_its_bits(dtype):
     rng = np.random.default_rng(6)
