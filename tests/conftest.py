@@ -102,3 +102,39 @@ HEALTH = {
 }
 # What every metrics.jsonl line holds beside the model's metrics.
 WINDOW = {"step", "tokens_per_sec", "learning_rate", "health_seconds", "window_seconds"}
+
+
+def traced_step_ops(policy: str) -> list:
+    """The ops of a small pretrainer's traced train function under ``policy``, with
+    the bodies of the functions it calls (the custom gradients' and kernels')."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_electra.config import ElectraConfig
+    from keras_electra.pretraining.pretrainer import ElectraPretrainer
+    from keras_electra.training.optimizer import create_optimizer
+
+    config = ElectraConfig.from_preset(
+        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
+    )
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = ElectraPretrainer(config, seed=1)
+        model.compile(
+            optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=2)
+        )
+        ids = np.random.default_rng(0).integers(5, 300, (4, 32)).astype("int32")
+        batch = {
+            "token_ids": ids,
+            "padding_mask": np.ones_like(ids),
+            "segment_ids": np.zeros_like(ids),
+        }
+        iterator = iter(tf.data.Dataset.from_tensors(batch))
+        graph = model.make_train_function().on_iterator.get_concrete_function(iterator).graph
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    ops = list(graph.get_operations())
+    for function in graph._functions.values():  # the custom gradients' and kernels' bodies
+        ops.extend(function.graph.get_operations() if hasattr(function, "graph") else [])
+    return ops

@@ -4,11 +4,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import traced_step_ops
 
-from keras_electra.config import ElectraConfig
 from keras_electra.layers.dense import bias_add, use_fast_dense
-from keras_electra.pretraining.pretrainer import ElectraPretrainer
-from keras_electra.training.optimizer import create_optimizer
 
 
 def _dense(kind: str, dtype: str):
@@ -79,36 +77,10 @@ def test_bias_add_sums_a_constant_gradient_exactly_enough():
     np.testing.assert_allclose(tape.gradient(loss, bias).numpy().astype(float), 4.098, rtol=1e-2)
 
 
-def _traced_step_ops(policy: str):
-    config = ElectraConfig.from_preset(
-        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
-    )
-    keras.mixed_precision.set_global_policy(policy)
-    try:
-        model = ElectraPretrainer(config, seed=1)
-        model.compile(
-            optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=2)
-        )
-        ids = np.random.default_rng(0).integers(5, 300, (4, 32)).astype("int32")
-        batch = {
-            "token_ids": ids,
-            "padding_mask": np.ones_like(ids),
-            "segment_ids": np.zeros_like(ids),
-        }
-        iterator = iter(tf.data.Dataset.from_tensors(batch))
-        graph = model.make_train_function().on_iterator.get_concrete_function(iterator).graph
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    ops = list(graph.get_operations())
-    for function in graph._functions.values():  # the custom gradients' and kernels' bodies
-        ops.extend(function.graph.get_operations() if hasattr(function, "graph") else [])
-    return ops
-
-
 def test_pretraining_step_has_no_bfloat16_bias_add_grad_or_broadcast_projection():
     """Every bias gradient of the mixed_bfloat16 step is summed in float32, and the
     attention's projections are 2-D matmuls (no kernel gradient summed over the batch)."""
-    ops = _traced_step_ops("mixed_bfloat16")
+    ops = traced_step_ops("mixed_bfloat16")
     bias_grads = [op for op in ops if op.type == "BiasAddGrad"]
     assert not [op.name for op in bias_grads if op.get_attr("T") == tf.bfloat16]
     batch_matmuls = [op for op in ops if op.type == "BatchMatMulV2"]
@@ -126,7 +98,7 @@ def test_no_float16_matmul_feeds_a_bias_directly():
     float16 kernel on CPU was about 500x slower than the two ops (a mixed_float16 step
     of the tiny preset went from 0.15 to 6.1 s): the dense layers' path keeps a reshape
     between them."""
-    ops = _traced_step_ops("mixed_float16")
+    ops = traced_step_ops("mixed_float16")
     fused_later = [
         op.name
         for op in ops

@@ -11,6 +11,7 @@ from keras_electra.layers.dropout import DropoutDraw, dropout_key
 from keras_electra.layers.encoder import ElectraEncoder
 from keras_electra.layers.fused import (
     add_layer_norm,
+    attention_values,
     bias_gelu,
     bias_gelu_matmul,
     masked_softmax,
@@ -156,9 +157,9 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
     def counted_softmax(*args):
         nonlocal softmax_calls
         softmax_calls += 1
-        return masked_softmax(*args)
+        return attention_values(*args)
 
-    monkeypatch.setattr(encoder_module, "masked_softmax", counted_softmax)
+    monkeypatch.setattr(encoder_module, "attention_values", counted_softmax)
     results = []
     for training in (True, False):
         with tf.GradientTape() as tape:
@@ -346,8 +347,8 @@ def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, heads, m
     fused_calls = []
     monkeypatch.setattr(
         encoder_module,
-        "masked_softmax",
-        lambda *a: fused_calls.append(a[2] is not None) or masked_softmax(*a),
+        "attention_values",
+        lambda *a: fused_calls.append(a[3] is not None) or attention_values(*a),
     )
 
     def run():
@@ -440,6 +441,79 @@ def test_one_head_attention_trains_without_transposes(heads):
     ops = [op.type for op in _attention_training_graph(heads).get_operations()]
     assert ops.count("BatchMatMulV2") >= 2
     assert (ops.count("Transpose") == 0) == (heads == 1), ops.count("Transpose")
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_attention_values_is_the_masked_softmax_times_the_values(dtype):
+    """Values and gradients against ``masked_softmax`` then a matmul, with the same
+    dropout draw: the backward pass's re-dropped probabilities are the forward's."""
+    rng = np.random.default_rng(10)
+    shape = (2, 3, 6, 6)
+    scores = tf.constant(rng.normal(0, 2, shape), dtype)
+    values = tf.constant(rng.normal(0, 1, (2, 3, 6, 4)), dtype)
+    mask = np.ones((2, 1, 6, 6), bool)
+    mask[0, 0, :, 4:] = False
+    mask[1, 0, 2, :] = False  # a row with nothing to attend to
+    mask = tf.constant(mask)
+    upstream = tf.constant(rng.normal(0, 1, (2, 3, 6, 4)), tf.float32)
+    draw = _draw(shape, 0.2, [3, 4])
+
+    def reference(s, m, v, d, scale):
+        return tf.matmul(masked_softmax(s, m, d, scale), v)
+
+    results = []
+    for fn in (attention_values, reference):
+        with tf.GradientTape() as tape:
+            tape.watch([scores, values])
+            out = fn(scores, mask, values, draw, 0.5)
+            loss = tf.reduce_sum(tf.cast(out, tf.float32) * upstream)
+        grads = tape.gradient(loss, [scores, values])
+        assert out.dtype == dtype and all(g.dtype == dtype for g in grads)
+        results.append([tf.cast(t, tf.float32).numpy() for t in (out, *grads)])
+    for ours, theirs in zip(*results, strict=True):
+        if dtype == tf.float32:
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+        else:  # the reference drops float32 probabilities, ours the rounded ones
+            assert np.abs(ours - theirs).max() <= 0.02 * np.abs(theirs).max()
+    assert (results[0][1][1, :, 2] == 0).all()  # the empty row passes no gradient
+
+
+def test_attention_values_keeps_only_the_probabilities():
+    """The backward pass reads the probabilities and the values; the scores and the
+    dropped probabilities are gone after the forward pass, and the dropout's recompute
+    waits for the incoming gradient."""
+    rng = np.random.default_rng(11)
+    scores = tf.constant(rng.normal(0, 1, (2, 2, 5, 5)), tf.bfloat16)
+    values = tf.constant(rng.normal(0, 1, (2, 2, 5, 3)), tf.bfloat16)
+    upstream = tf.constant(rng.normal(0, 1, (2, 2, 5, 3)), tf.bfloat16)
+
+    @tf.function
+    def run(scores, values):
+        with tf.GradientTape() as tape:
+            tape.watch([scores, values])
+            out = attention_values(scores, None, values, _draw((2, 2, 5, 5), 0.1, [1, 1]))
+            loss = tf.reduce_sum(tf.cast(out * upstream, tf.float32))
+        return tape.gradient(loss, [scores, values])
+
+    graph = run.get_concrete_function(scores, values).graph
+    (forward,) = _calls(graph, "probs_forward")
+    (recompute,) = _calls(graph, "probs_dropped")
+    (backward,) = _calls(graph, "probs_backward")
+    probs, dropped = forward.outputs
+
+    def source(t):  # through reshapes
+        while t.op.type in ("Reshape", "Identity"):
+            t = t.op.inputs[0]
+        return t
+
+    # The dropped probabilities feed the forward product (through a reshape) only.
+    assert [op.type for op in dropped.consumers()] == ["Reshape"]
+    (reshaped,) = dropped.consumers()[0].outputs
+    assert [op.type for op in reshaped.consumers()] == ["BatchMatMulV2"]
+    assert recompute.control_inputs
+    assert source(recompute.inputs[0]) is probs and source(backward.inputs[0]) is probs
+    taken = {source(t).ref() for op in (recompute, backward) for t in op.inputs}
+    assert source(forward.inputs[0]).ref() not in taken  # not the scores
 
 
 def test_masked_softmax_takes_the_mask_unbroadcast():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import traced_step_ops
 
 from keras_electra.pretraining import objective
 
@@ -258,3 +259,27 @@ def test_masking_from_given_uniform_draws_equals_masking_from_seeds():
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     with pytest.raises(ValueError, match="exactly one"):
         objective.mask_tokens(ids, mask, **kw)
+
+
+def _ancestors(op) -> set:
+    """The names of every op ``op`` waits for, through data and control edges."""
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent.name not in seen:
+                seen.add(parent.name)
+                stack.append(parent)
+    return seen
+
+
+def test_the_mlm_loss_waits_for_the_sample():
+    """The loss's float32 softmax over [positions, vocabulary] comes after the
+    sampler's, so the two are never alive at once (side by side they made
+    ELECTRA-Small's memory peak)."""
+    ops = traced_step_ops("mixed_bfloat16")
+    softmaxes = [op for op in ops if op.type == "Softmax" and op.outputs[0].shape[-1] == 300]
+    loss = [op for op in softmaxes if "cross_entropy" in op.name]
+    sampler = [op for op in softmaxes if "cross_entropy" not in op.name]
+    assert len(loss) == 1 and len(sampler) == 1, [op.name for op in softmaxes]
+    assert sampler[0].name in _ancestors(loss[0])

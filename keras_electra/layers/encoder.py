@@ -16,6 +16,7 @@ from keras_electra.layers.dropout import Dropout, use_fast_dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import (
     add_layer_norm,
+    attention_values,
     bias_gelu,
     bias_gelu_matmul,
     fuses_attention_softmax,
@@ -24,7 +25,8 @@ from keras_electra.layers.fused import (
 )
 
 _GELU = keras.activations.get("gelu")
-_SCORES = "aecd,abcd->acbe"  # Keras' attention scores for [B, T, N, D] projections
+# Keras' attention scores and output for [B, T, N, D] projections.
+_EQUATIONS = ("aecd,abcd->acbe", "acbe,aecd->abcd")
 
 
 def _plain_dense(layer) -> bool:
@@ -314,25 +316,30 @@ def _fused_attention(layer: keras.layers.Layer) -> None:
 def _attend(attention, query, key, value, mask, dropout: Dropout | None):
     """Keras' explicit-softmax attention on ``[batch, length, heads, dim]`` projections,
     the scale, mask and dropout inside the fused softmax; returns the output and the
-    (dropped) probabilities."""
+    (dropped) probabilities, or None for them where the probabilities and the product
+    with the values are one custom gradient (:func:`~keras_electra.layers.fused.attention_values`,
+    which keeps less for the backward pass; the caller asked for no scores)."""
     scale = attention._inverse_sqrt_key_dim
     if mask is not None:
         mask = keras.ops.cast(mask, "bool")
+    draw_for = dropout.draw if dropout is not None else lambda shape: None
     one_head = query.shape[2] == 1  # [B, T, 1, D] holds [B, T, D]: no transposes
     if one_head:
         q, k, v = (tf.squeeze(t, 2) for t in (query, key, value))
         scores = tf.matmul(q, k, transpose_b=True)  # [B, T, S]
-    elif attention._dot_product_equation == _SCORES:
+        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
+        return tf.expand_dims(context, 2), None
+    if (attention._dot_product_equation, attention._combine_equation) == _EQUATIONS:
         # Keras' einsum multiplies key by query and transposes the [B, N, S, T] product;
         # query by key^T is the scores as they are, one pass over them less each way.
-        q, k = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key))  # [B, N, T|S, D]
+        q, k, v = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key, value))  # [B, N, ., D]
         scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S]
-    else:
-        scores = keras.ops.einsum(attention._dot_product_equation, key, query)  # [B, N, T, S]
+        while mask is not None and len(mask.shape) < len(scores.shape):
+            mask = tf.expand_dims(mask, -3)  # over the heads, as Keras' _masked_softmax
+        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
+        return tf.transpose(context, [0, 2, 1, 3]), None  # [B, T, N, D]
+    scores = keras.ops.einsum(attention._dot_product_equation, key, query)  # [B, N, T, S]
     while mask is not None and len(mask.shape) < len(scores.shape):
         mask = tf.expand_dims(mask, -3)  # over the heads, as Keras' _masked_softmax
-    draw = dropout.draw(tf.shape(scores)) if dropout is not None else None
-    probs = masked_softmax(scores, mask, draw, scale)
-    if one_head:
-        return tf.expand_dims(tf.matmul(probs, v), 2), tf.expand_dims(probs, 1)
+    probs = masked_softmax(scores, mask, draw_for(tf.shape(scores)), scale)
     return keras.ops.einsum(attention._combine_equation, probs, value), probs

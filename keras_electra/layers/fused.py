@@ -373,6 +373,96 @@ def masked_softmax(
         return rows(scores, _keep(mask, len(scores.shape)))
 
 
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _probs_forward(scores, keep, drop, scale):
+    rows, keep = _score_rows(scores, keep)
+    probs = tf.cast(_masked_probs(rows, keep, scale), scores.dtype)
+    if drop is None:
+        return probs
+    # The dropout acts on the rounded probabilities, as its recompute will.
+    return probs, tf.cast(_dropped(tf.cast(probs, tf.float32), drop), scores.dtype)
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _probs_dropped(probs, drop):
+    rows = _rows(probs)
+    return tf.cast(_dropped(tf.cast(rows, tf.float32), drop), probs.dtype)
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _probs_backward(probs, upstream, drop, scale):
+    p = tf.cast(_rows(probs), tf.float32)
+    dp = _dropped(tf.cast(tf.reshape(upstream, tf.shape(p)), tf.float32), drop)
+    ds = scale * p * (dp - tf.reduce_sum(dp * p, axis=-1, keepdims=True))
+    return tf.cast(ds, probs.dtype)
+
+
+def attention_values(
+    scores: tf.Tensor,
+    mask: tf.Tensor | None,
+    values: tf.Tensor,
+    dropout: DropoutDraw | None = None,
+    scale: float = 1.0,
+) -> tf.Tensor:
+    """``masked_softmax(scores, mask, dropout, scale) @ values``, keeping only the
+    probabilities for the backward pass.
+
+    :func:`masked_softmax` followed by a matmul keeps three tensors of the scores'
+    size or near it: the scores (its backward pass recomputes the softmax from them),
+    the dropped probabilities (the matmul's gradient for ``values`` reads them) and
+    ``values``. Here the probabilities before the dropout, rounded to the scores'
+    dtype, take the place of the first two: the backward pass drops them again with
+    the same hashed draws (the forward pass dropped the same rounded values, so the
+    two are equal bit for bit) and takes the softmax's gradient from them. On
+    ELECTRA-Small's discriminator (batch 32 x 128, 4 heads, bfloat16) that is 4 MB
+    less per layer alive at the step's peak.
+
+    Args:
+        scores: ``[..., T, S]`` attention scores, 16-bit or float32.
+        mask: boolean, broadcastable to ``scores`` (True: attend), or None.
+        values: ``[..., S, D]``, the same leading axes as ``scores``.
+        dropout: the random key of a dropout on the probabilities, or None.
+        scale: multiplies the scores.
+
+    Returns:
+        ``[..., T, D]`` in ``scores``' dtype.
+
+    Example:
+        >>> out = attention_values(tf.zeros([1, 2, 2]), None, tf.constant([[[1.0], [3.0]]]))
+        >>> [round(float(v), 2) for v in tf.reshape(out, [-1])]
+        [2.0, 2.0]
+    """
+
+    @tf.custom_gradient
+    def run(scores, keep, values):
+        if drop is None:
+            probs = dropped = _probs_forward(scores, keep, None, scale)
+        else:
+            probs, dropped = _probs_forward(scores, keep, drop, scale)
+        probs = tf.reshape(probs, tf.shape(scores))
+        context = tf.matmul(tf.reshape(dropped, tf.shape(scores)), values)
+
+        def grad(upstream):
+            if drop is None:
+                again = probs
+            else:
+                # After the gradient arrives: else the graph runs it in the forward
+                # pass and keeps its output alive after all.
+                with tf.control_dependencies([upstream]):
+                    again = tf.reshape(_probs_dropped(probs, drop), tf.shape(probs))
+            d_values = tf.matmul(again, upstream, transpose_a=True)
+            d_dropped = tf.matmul(upstream, values, transpose_b=True)
+            d_scores = _probs_backward(probs, d_dropped, drop, scale)
+            return tf.reshape(d_scores, tf.shape(scores)), None, d_values
+
+        return context, grad
+
+    scale = float(scale)
+    with tf.name_scope("fused_attention_values"):
+        drop = _kernel_dropout(dropout)
+        return run(scores, _keep(mask, len(scores.shape)), values)
+
+
 def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Softmax cross-entropy against integer labels, and the most likely class.
 

@@ -373,22 +373,29 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         mlm_logits = self.generator_head(
             hidden, masked.positions, float32_logits=False, training=training
         )
+        loss_logits = mlm_logits
+        if self.generator is not None:
+            # 3. Sample replacements from the generator (no gradient through the sample).
+            sampled = objective.sample_tokens(
+                mlm_logits,
+                masked.labels,
+                uniform=prepared.sample_uniforms,
+                temperature=c.temperature,
+                disallow_correct=c.disallow_correct,
+            )
+            # The loss's float32 softmax waits for the sampler's: each holds float32
+            # [positions, vocabulary] tensors (ELECTRA-Small: 71 MB apiece), and run side
+            # by side the two made the step's memory peak.
+            with tf.control_dependencies([sampled]):
+                loss_logits = tf.identity(mlm_logits)
         mlm_loss, predicted = objective.mlm_loss_and_predictions(
-            mlm_logits, masked.labels, masked.weights
+            loss_logits, masked.labels, masked.weights
         )
         mlm_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
         mlm_correct = tf.cast(tf.equal(predicted, masked.labels), tf.float32)
         if self.generator is None:
             return ObjectiveOutput(Losses(c.mlm_weight * mlm_loss, mlm_loss), masked, mlm_correct)
 
-        # 3. Sample replacements from the generator (no gradient through the sample).
-        sampled = objective.sample_tokens(
-            mlm_logits,
-            masked.labels,
-            uniform=prepared.sample_uniforms,
-            temperature=c.temperature,
-            disallow_correct=c.disallow_correct,
-        )
         fake_ids = objective.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
         labels = objective.replaced_labels(fake_ids, token_ids, padding_mask)
 
