@@ -104,9 +104,10 @@ HEALTH = {
 WINDOW = {"step", "tokens_per_sec", "learning_rate", "health_seconds", "window_seconds"}
 
 
-def traced_step_ops(policy: str) -> list:
+def traced_step_ops(policy: str, **config) -> list:
     """The ops of a small pretrainer's traced train function under ``policy``, with
-    the bodies of the functions it calls (the custom gradients' and kernels')."""
+    the bodies of the functions it calls (the custom gradients' and kernels');
+    ``config`` overrides the tiny preset's settings."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -116,7 +117,7 @@ def traced_step_ops(policy: str) -> list:
     from keras_electra.training.optimizer import create_optimizer
 
     config = ElectraConfig.from_preset(
-        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
+        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32, **config
     )
     keras.mixed_precision.set_global_policy(policy)
     try:

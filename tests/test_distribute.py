@@ -26,8 +26,10 @@ from keras_electra.config import ElectraConfig
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.training.strategy import resolve_strategy
 
+# argv: the clip norm ("none" for no clip) and the sampling temperature (at 1 the
+# sampler takes the MLM loss's probabilities, otherwise its own softmax).
 config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1, dropout=0.0,
-                                   max_position_embeddings=32)
+                                   max_position_embeddings=32, temperature=float(sys.argv[2]))
 rng = np.random.default_rng(0)
 ids = rng.integers(5, 300, (8, 32)).astype("int32")
 mask = np.ones_like(ids)
@@ -42,7 +44,7 @@ def train(strategy):
         model = ElectraPretrainer(config, seed=7)
         # With a clip, the global norm of the summed gradient (~1 here) must be clipped
         # once, not each replica's share of it (as Keras' optimizers do on their own).
-        clip = float(sys.argv[1]) if len(sys.argv) > 1 else None
+        clip = None if sys.argv[1] == "none" else float(sys.argv[1])
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=clip))
     model.set_weights(initial)
     logs = model.fit(data, epochs=1, verbose=0).history
@@ -83,9 +85,13 @@ def run_python(script, *args):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("clip", [None, "0.05"], ids=["unclipped", "global-norm-clipped"])
-def test_two_replica_step_equals_one_device_step_on_the_same_global_batch(clip):
-    result = run_python(EQUIVALENCE, *([clip] if clip else []))
+@pytest.mark.parametrize(
+    "clip,temperature",
+    [("none", "2"), ("0.05", "2"), ("none", "1")],
+    ids=["unclipped", "global-norm-clipped", "sampling-from-the-loss-softmax"],
+)
+def test_two_replica_step_equals_one_device_step_on_the_same_global_batch(clip, temperature):
+    result = run_python(EQUIVALENCE, clip, temperature)
     assert result["replicas"] == 2
     assert result["moved"] > 1e-3  # the step changed the weights
     assert result["max_abs_diff"] < 1e-5, result

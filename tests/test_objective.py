@@ -283,3 +283,42 @@ def test_the_mlm_loss_waits_for_the_sample():
     sampler = [op for op in softmaxes if "cross_entropy" not in op.name]
     assert len(loss) == 1 and len(sampler) == 1, [op.name for op in softmaxes]
     assert sampler[0].name in _ancestors(loss[0])
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_the_losss_probabilities_draw_the_samples_the_sampler_draws(dtype):
+    """At temperature 1 the step samples from the MLM loss's softmax: the same ids as
+    ``sample_tokens`` from the same draws, and the loss and its gradient unchanged."""
+    rng = np.random.default_rng(12)
+    logits = tf.constant(rng.normal(0, 3, (3, 7, 300)), dtype)
+    labels = tf.constant(rng.integers(0, 300, (3, 7)), tf.int32)
+    weights = tf.constant(rng.random((3, 7)) > 0.2, tf.float32)
+    uniform = tf.random.stateless_uniform([3, 7], seed=[5, 6])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        loss, predicted, probs = objective.mlm_loss_and_predictions(
+            logits, labels, weights, probabilities=True
+        )
+        plain_loss, plain_predicted = objective.mlm_loss_and_predictions(logits, labels, weights)
+    assert probs.dtype == tf.float32 and probs.shape == logits.shape
+    np.testing.assert_array_equal(
+        probs.numpy(), tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1).numpy()
+    )
+    shared = objective.inverse_cdf(probs, uniform).numpy()
+    own = objective.sample_tokens(logits, labels, uniform=uniform).numpy()
+    np.testing.assert_array_equal(shared, own)
+    assert float(loss) == float(plain_loss)
+    np.testing.assert_array_equal(predicted.numpy(), plain_predicted.numpy())
+    np.testing.assert_array_equal(
+        tape.gradient(loss, logits).numpy(), tape.gradient(plain_loss, logits).numpy()
+    )
+
+
+def test_at_temperature_one_the_step_has_one_vocabulary_softmax():
+    """The small presets' temperature 1: the sampler takes the loss's softmax (one
+    float32 softmax over the vocabulary in the traced step, not two)."""
+    ops = traced_step_ops("mixed_bfloat16", temperature=1.0)
+    softmaxes = [op for op in ops if op.type == "Softmax" and op.outputs[0].shape[-1] == 300]
+    assert len(softmaxes) == 1 and "cross_entropy" in softmaxes[0].name, [
+        op.name for op in softmaxes
+    ]

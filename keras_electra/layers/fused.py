@@ -463,7 +463,9 @@ def attention_values(
         return run(scores, _keep(mask, len(scores.shape)), values)
 
 
-def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def sparse_cross_entropy(
+    logits: tf.Tensor, labels: tf.Tensor, *, probabilities: bool = False
+) -> tuple[tf.Tensor, ...]:
     """Softmax cross-entropy against integer labels, and the most likely class.
 
     ``tf.nn.sparse_softmax_cross_entropy_with_logits`` with ``tf.argmax`` beside it,
@@ -479,10 +481,13 @@ def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tenso
     Args:
         logits: ``[..., V]``, float32 or 16-bit.
         labels: ``[...]`` int32 class ids in ``[0, V)``.
+        probabilities: also return the softmax (a sampler at temperature 1 draws from
+            it rather than computing its own).
 
     Returns:
         ``(loss, argmax)``: float32 ``[...]`` per-position losses and int32 ``[...]``
-        ids of the largest logits.
+        ids of the largest logits; with ``probabilities``, ``(loss, argmax, probs)``,
+        ``probs`` the float32 ``[..., V]`` softmax, through which no gradient flows.
 
     Example:
         >>> loss, best = sparse_cross_entropy(tf.constant([[0.0, 0.0]]), tf.constant([1]))
@@ -501,7 +506,7 @@ def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tenso
 
         loss = at(z, best) - at(z, flat_labels) - tf.math.log(at(probs, best))
 
-        def grad(upstream, _):
+        def grad(upstream, *_):  # the argmax (and the probabilities) pass none
             # The backward pass starts after the loss's gathers: nothing else waits
             # for them, and a graph's executor can leave them queued (and the float32
             # logits and probabilities alive) until the whole generator's backward
@@ -512,10 +517,13 @@ def sparse_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tenso
             dz = tf.tensor_scatter_nd_sub(probs_now * upstream[:, None], where, upstream)
             return tf.cast(dz, logits.dtype)
 
-        return (loss, best), grad
+        return ((loss, best, probs) if probabilities else (loss, best)), grad
 
     with tf.name_scope("cross_entropy"):
         flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
-        loss, best = rows(_rows(logits))
+        loss, best, *probs = rows(_rows(logits))
         lead = tf.shape(labels)
-        return tf.reshape(loss, lead), tf.reshape(best, lead)
+        outputs = (tf.reshape(loss, lead), tf.reshape(best, lead))
+        if probabilities:
+            outputs += (tf.reshape(tf.stop_gradient(probs[0]), tf.shape(logits)),)
+        return outputs

@@ -236,16 +236,20 @@ def mlm_loss(logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor) -> tf.Ten
 
 
 def mlm_loss_and_predictions(
-    logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``).
+    logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor, *, probabilities: bool = False
+) -> tuple[tf.Tensor, ...]:
+    """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``);
+    with ``probabilities``, also the float32 softmax ``[B, P, V]`` (no gradient), which
+    :func:`inverse_cdf` samples from at temperature 1.
 
-    Both come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`):
+    All come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`):
     float32 math on logits of any float dtype, whose gradient keeps their dtype.
     """
-    per_position, predicted = sparse_cross_entropy(logits, labels)
+    per_position, predicted, *probs = sparse_cross_entropy(
+        logits, labels, probabilities=probabilities
+    )
     loss = tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)
-    return loss, predicted
+    return (loss, predicted, *probs)
 
 
 def disc_loss(logits: tf.Tensor, labels: tf.Tensor, padding_mask: tf.Tensor) -> tf.Tensor:

@@ -373,8 +373,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         mlm_logits = self.generator_head(
             hidden, masked.positions, float32_logits=False, training=training
         )
+        # At temperature 1 (and with the original token allowed) the sampler draws from
+        # the loss's own float32 softmax: the same values, one softmax over the
+        # [positions, vocabulary] logits fewer.
+        shared = self.generator is not None and c.temperature == 1.0 and not c.disallow_correct
         loss_logits = mlm_logits
-        if self.generator is not None:
+        if self.generator is not None and not shared:
             # 3. Sample replacements from the generator (no gradient through the sample).
             sampled = objective.sample_tokens(
                 mlm_logits,
@@ -388,9 +392,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             # by side the two made the step's memory peak.
             with tf.control_dependencies([sampled]):
                 loss_logits = tf.identity(mlm_logits)
-        mlm_loss, predicted = objective.mlm_loss_and_predictions(
-            loss_logits, masked.labels, masked.weights
+        mlm_loss, predicted, *probs = objective.mlm_loss_and_predictions(
+            loss_logits, masked.labels, masked.weights, probabilities=shared
         )
+        if shared:
+            # 3. Sample replacements from the generator's softmax (no gradient).
+            sampled = objective.inverse_cdf(probs[0], tf.cast(prepared.sample_uniforms, tf.float32))
         mlm_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
         mlm_correct = tf.cast(tf.equal(predicted, masked.labels), tf.float32)
         if self.generator is None:
