@@ -188,8 +188,9 @@ class ElectraEncoder(keras.layers.Layer):
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_layer_norm"
             )
 
-    def build(self, inputs_shape, padding_mask_shape=None):
-        shape = tuple(inputs_shape)
+    def build(self, embeddings_shape, padding_mask_shape=None):
+        # The arguments are named after call's, as Keras' first-call build requires.
+        shape = tuple(embeddings_shape)
         if self.projection is not None:
             self.projection.build(shape)
             shape = shape[:-1] + (self.hidden_dim,)
@@ -213,8 +214,8 @@ class ElectraEncoder(keras.layers.Layer):
             x = self.final_layer_norm(x)
         return x
 
-    def compute_output_shape(self, inputs_shape, padding_mask_shape=None):
-        return tuple(inputs_shape)[:-1] + (self.hidden_dim,)
+    def compute_output_shape(self, embeddings_shape, padding_mask_shape=None):
+        return tuple(embeddings_shape)[:-1] + (self.hidden_dim,)
 
     # === Config ===
     def get_config(self):
@@ -274,8 +275,9 @@ def _fused_attention(layer: keras.layers.Layer) -> None:
     :func:`~keras_electra.layers.fused.training_kernels`, 16-bit scores), the
     attention's ``_compute_attention`` (Keras' documented override point) becomes
     :func:`_attend`: the ``1 / sqrt(key_dim)`` scale, the masked softmax and the
-    dropout on the probabilities are one kernel each way
-    (:func:`~keras_electra.layers.fused.masked_softmax`), the dropout's bits drawn by
+    dropout on the probabilities are one kernel each way, and with the product by the
+    values one custom gradient that keeps only the probabilities
+    (:func:`~keras_electra.layers.fused.attention_values`), the dropout's bits drawn by
     the attention's own dropout layer from its seed; one head multiplies
     ``[batch, length, dim]`` tensors without the transposes einsum makes. Elsewhere
     (inference, float32, returned scores, a causal mask, a dropout with a

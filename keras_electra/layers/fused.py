@@ -1,5 +1,6 @@
 """Training kernels: bias + GELU, dropout + residual + LayerNorm and the attention's
-masked softmax + dropout, each one XLA kernel per direction; the masked-LM cross-entropy.
+masked softmax + dropout, each one XLA kernel per direction (the softmax's with the
+product by the values around it, :func:`attention_values`); the masked-LM cross-entropy.
 
 TensorFlow runs the exact GELU as about six element-wise ops forward and more backward,
 each a pass over a ``[tokens, intermediate]`` tensor, and LayerNorm and the residual
@@ -137,8 +138,8 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
     Example:
         >>> y = bias_gelu_matmul(tf.constant([[1.0, -1.0]]), tf.constant([0.5, 0.0]),
         ...                      tf.constant([[1.0], [1.0]]))
-        >>> round(float(y[0, 0]), 4)  # gelu(1.5) + gelu(-1)
-        1.2412
+        >>> round(float(y[0, 0]), 4)  # gelu(1.5) + gelu(-1) = 1.39979 - 0.15866
+        1.2411
     """
 
     @tf.custom_gradient

@@ -14,7 +14,7 @@ Names are imported lazily: ``RestClient`` does not import TensorFlow.
 
 Example:
     >>> from keras_electra.serving import RestClient
-    >>> RestClient("localhost:8501", "electra").status()[0]["state"]
+    >>> RestClient("localhost:8501", "electra").status()[0]["state"]  # doctest: +SKIP
     'AVAILABLE'
 """
 

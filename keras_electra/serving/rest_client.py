@@ -145,8 +145,9 @@ class RestClient(ModelClient):
             whole numbers → int64, strings → bytes).
 
     Example:
-        >>> client = RestClient("http://localhost:8501", "electra")
-        >>> client.predict({"text": ["the chef cooked the meal"]}, format="row")["num_tokens"]
+        >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
+        >>> text = {"text": ["the chef cooked the meal"]}
+        >>> client.predict(text, format="row")["num_tokens"]  # doctest: +SKIP
         array([5], dtype=int32)
     """
 
@@ -285,7 +286,7 @@ class RestClient(ModelClient):
             ServingError: If the server rejects the request or cannot be reached.
 
         Example:
-            >>> client.predict({"text": ["a b"]})["tokens"]
+            >>> client.predict({"text": ["a b"]})["tokens"]  # doctest: +SKIP
             array([[b'a', b'b']], dtype=object)
         """
         types = self._output_types(signature_name)
@@ -341,7 +342,7 @@ class RestClient(ModelClient):
             :mod:`keras_electra.serving.metadata`.
 
         Example:
-            >>> client.metadata()["signatures"]["classify"]["method_name"]
+            >>> client.metadata()["signatures"]["classify"]["method_name"]  # doctest: +SKIP
             'tensorflow/serving/classify'
         """
         return metadata_to_dict(self._request(f"{self.model_url}/metadata"))

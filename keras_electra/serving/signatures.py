@@ -49,7 +49,8 @@ def check_classify_signature(name: str, signature: meta_graph_pb2.SignatureDef) 
         ServingError: If the signature cannot serve Classify requests.
 
     Example:
-        >>> check_classify_signature("classify", loaded_meta_graph.signature_def["classify"])
+        >>> signature = loaded_meta_graph.signature_def["classify"]  # doctest: +SKIP
+        >>> check_classify_signature("classify", signature)  # doctest: +SKIP
     """
     problems = []
     inputs, outputs = signature.inputs, signature.outputs
@@ -95,8 +96,9 @@ def set_signature_method_name(
             signature does not fit the Classify API.
 
     Example:
-        >>> tf.saved_model.save(module, "out/1", signatures={"classify": module.classify, ...})
-        >>> set_signature_method_name("out/1", "classify", CLASSIFY_METHOD_NAME)
+        >>> signatures = {"classify": module.classify, ...}  # doctest: +SKIP
+        >>> tf.saved_model.save(module, "out/1", signatures=signatures)  # doctest: +SKIP
+        >>> set_signature_method_name("out/1", "classify", CLASSIFY_METHOD_NAME)  # doctest: +SKIP
     """
     path = os.path.join(os.fspath(export_dir), "saved_model.pb")
     saved_model = saved_model_pb2.SavedModel()

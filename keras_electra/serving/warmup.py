@@ -38,7 +38,7 @@ def predict_log(
         The record.
 
     Example:
-        >>> predict_log({"text": ["the cat sat on the mat"]}).predict_log.request.model_spec
+        >>> print(predict_log({"text": ["the cat"]}).predict_log.request.model_spec, end="")
         signature_name: "serving_default"
     """
     request = predict_pb2.PredictRequest(
@@ -67,7 +67,8 @@ def write_warmup_requests(
         ServingError: If there are no records or more than TF Serving accepts.
 
     Example:
-        >>> write_warmup_requests("saved_models/electra/1", [predict_log({"text": ["hello"]})])
+        >>> records = [predict_log({"text": ["hello"]})]
+        >>> write_warmup_requests("saved_models/electra/1", records)  # doctest: +SKIP
         'saved_models/electra/1/assets.extra/tf_serving_warmup_requests'
     """
     records = list(records)

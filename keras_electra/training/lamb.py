@@ -39,7 +39,7 @@ class Lamb(keras.optimizers.Optimizer):
         >>> w = keras.Variable(np.ones(4, "float32"))
         >>> opt = Lamb(learning_rate=0.1, weight_decay=0.0)
         >>> opt.apply([keras.ops.ones(4)], [w])  # r = 1 and ||w|| / ||r|| = 1
-        >>> np.round(keras.ops.convert_to_numpy(w), 4).tolist()
+        >>> [round(float(v), 4) for v in keras.ops.convert_to_numpy(w)]
         [0.9, 0.9, 0.9, 0.9]
     """
 

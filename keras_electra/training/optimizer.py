@@ -64,8 +64,8 @@ class AdamW(keras.optimizers.AdamW):
     the function library, the executor's kernels) whatever the batch.
 
     Example:
-        >>> AdamW(learning_rate=1e-3, weight_decay=0.01).name
-        'adam_w'
+        >>> AdamW(learning_rate=1e-3, weight_decay=0.01).weight_decay
+        0.01
     """
 
     def _rate_factor(self, variable) -> float:
