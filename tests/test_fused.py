@@ -79,6 +79,13 @@ def test_add_layer_norm_matches_keras_layer_norm_forward_and_backward(shape):
     norm.build(shape)
     norm.gamma.assign(rng.normal(1, 0.1, shape[-1:]))
     norm.beta.assign(rng.normal(0, 0.1, shape[-1:]))
+    for fused, reference in zip(*_against_keras_layer_norm(norm, x, r, upstream), strict=True):
+        np.testing.assert_allclose(fused, reference, rtol=1e-4, atol=1e-5)
+
+
+def _against_keras_layer_norm(norm, x, r, upstream) -> list[list[np.ndarray]]:
+    """The gradients for x, r, gamma and beta and the output, of the fused add +
+    LayerNorm and of Keras' ``norm(x + r)`` (the same weights)."""
     results = []
     for fn in (
         lambda a, b: add_layer_norm(a, b, norm.gamma, norm.beta, norm.epsilon),
@@ -86,10 +93,11 @@ def test_add_layer_norm_matches_keras_layer_norm_forward_and_backward(shape):
     ):
         with tf.GradientTape() as tape:
             tape.watch([x, r])
-            loss = tf.reduce_sum(fn(x, r) * upstream)
-        results.append(tape.gradient(loss, [x, r, norm.gamma, norm.beta]) + [fn(x, r)])
-    for fused, reference in zip(*results, strict=True):
-        np.testing.assert_allclose(fused.numpy(), reference.numpy(), rtol=1e-4, atol=1e-5)
+            y = fn(x, r)
+            loss = tf.reduce_sum(y * upstream)
+        grads = tape.gradient(loss, [x, r, norm.gamma, norm.beta])
+        results.append([t.numpy() for t in (*grads, y)])
+    return results
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -276,16 +284,8 @@ def test_add_layer_norm_gradient_stays_finite_where_a_scale_is_zero():
     gamma[[2, 7]] = [0.0, -1e-6]
     norm.gamma.assign(gamma)
     norm.beta.assign(rng.normal(0, 0.5, width))
-    results = []
-    for fn in (
-        lambda a, b: add_layer_norm(a, b, norm.gamma, norm.beta, norm.epsilon),
-        lambda a, b: norm(a + b),
-    ):
-        with tf.GradientTape() as tape:
-            tape.watch([x, r])
-            loss = tf.reduce_sum(fn(x, r) * upstream)
-        results.append([g.numpy() for g in tape.gradient(loss, [x, r, norm.gamma, norm.beta])])
-    (dx, dr, dgamma, dbeta), (kdx, kdr, kdgamma, kdbeta) = results
+    ours, theirs = _against_keras_layer_norm(norm, x, r, upstream)
+    (dx, dr, dgamma, dbeta, _), (kdx, kdr, kdgamma, kdbeta, _) = ours, theirs
     assert all(np.isfinite(g).all() for g in (dx, dr, dgamma, dbeta))
     normal = np.ones(width, bool)
     normal[[2, 7]] = False
