@@ -73,6 +73,9 @@ def test_memory_timeline_replays_the_allocator_to_its_peak(capsys):
     assert peak["mb_in_use"] > 0 and 0 <= peak["seconds_into_step"]
     # What was allocated in the step and alive at the peak fits in the peak.
     assert 0 < sum(r["mb"] for r in live) <= peak["mb_in_use"]
-    assert any(r["group"].startswith("cross_entropy") for r in live)  # the tiny peak's
+    # Named by the model's ops. Which ones depends on where the executor's order puts
+    # the peak: the MLM loss's tensors in one run, the encoders' in another.
+    model_ops = ("cross_entropy", "generator", "discriminator")
+    assert any(r["group"].startswith(model_ops) for r in live), live
     assert large and all(r["to_s"] is None or r["to_s"] >= r["from_s"] for r in large)
     assert max(r["mb_in_use"] for r in timeline) <= peak["mb_in_use"]
