@@ -315,6 +315,14 @@ def _fused_attention(layer: keras.layers.Layer) -> None:
     object.__setattr__(attention, "_compute_attention", compute_attention)
 
 
+def _over_heads(mask, scores):
+    """An attention mask with an axis added for the heads, as Keras' ``_masked_softmax``
+    expands it, until it has the scores' rank (None stays None)."""
+    while mask is not None and len(mask.shape) < len(scores.shape):
+        mask = tf.expand_dims(mask, -3)
+    return mask
+
+
 def _attend(attention, query, key, value, mask, dropout: Dropout | None):
     """Keras' explicit-softmax attention on ``[batch, length, heads, dim]`` projections,
     the scale, mask and dropout inside the fused softmax; returns the output and the
@@ -336,12 +344,10 @@ def _attend(attention, query, key, value, mask, dropout: Dropout | None):
         # query by key^T is the scores as they are, one pass over them less each way.
         q, k, v = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key, value))  # [B, N, ., D]
         scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S]
-        while mask is not None and len(mask.shape) < len(scores.shape):
-            mask = tf.expand_dims(mask, -3)  # over the heads, as Keras' _masked_softmax
+        mask = _over_heads(mask, scores)
         context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
         return tf.transpose(context, [0, 2, 1, 3]), None  # [B, T, N, D]
     scores = keras.ops.einsum(attention._dot_product_equation, key, query)  # [B, N, T, S]
-    while mask is not None and len(mask.shape) < len(scores.shape):
-        mask = tf.expand_dims(mask, -3)  # over the heads, as Keras' _masked_softmax
+    mask = _over_heads(mask, scores)
     probs = masked_softmax(scores, mask, draw_for(tf.shape(scores)), scale)
     return keras.ops.einsum(attention._combine_equation, probs, value), probs

@@ -297,6 +297,12 @@ def _masked_probs(scores, keep, scale):
     return tf.where(keep, tf.nn.softmax(z, axis=-1), 0.0)
 
 
+def _softmax_gradient(probs, upstream, scale):
+    """Inside a kernel: the gradient of ``softmax(scale * scores)`` for the scores, from
+    the (float32) probabilities and the gradient for them."""
+    return scale * probs * (upstream - tf.reduce_sum(upstream * probs, axis=-1, keepdims=True))
+
+
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _softmax_forward(scores, keep, drop, scale):
     scores, keep = _score_rows(scores, keep)
@@ -309,8 +315,7 @@ def _softmax_backward(scores, keep, upstream, drop, scale):
     upstream = tf.reshape(upstream, tf.shape(scores))
     probs = _masked_probs(scores, keep, scale)  # recomputed: nothing float32 is kept alive
     dp = _dropped(tf.cast(upstream, tf.float32), drop)
-    ds = scale * probs * (dp - tf.reduce_sum(dp * probs, axis=-1, keepdims=True))
-    return tf.cast(ds, scores.dtype)
+    return tf.cast(_softmax_gradient(probs, dp, scale), scores.dtype)
 
 
 def _keep(mask: tf.Tensor | None, rank: int) -> tf.Tensor:
@@ -394,8 +399,7 @@ def _probs_dropped(probs, drop):
 def _probs_backward(probs, upstream, drop, scale):
     p = tf.cast(_rows(probs), tf.float32)
     dp = _dropped(tf.cast(tf.reshape(upstream, tf.shape(p)), tf.float32), drop)
-    ds = scale * p * (dp - tf.reduce_sum(dp * p, axis=-1, keepdims=True))
-    return tf.cast(ds, probs.dtype)
+    return tf.cast(_softmax_gradient(p, dp, scale), probs.dtype)
 
 
 def attention_values(
