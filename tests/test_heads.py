@@ -1,18 +1,17 @@
-"""The towers' output heads (layers/heads.py)."""
+"""The towers' output heads (layers/heads.py). That the generator's head computes
+keras-hub's ``MaskedLMHead`` values from its checkpoints is in test_layer_layout.py."""
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras.src.backend import AutocastScope
 
 from keras_electra.layers.heads import GeneratorHead
 
 
 def _head(dtype: str):
     rng = np.random.default_rng(0)
-    embedding = keras_hub.layers.ReversibleEmbedding(97, 8, dtype=dtype)
+    embedding = keras.layers.Embedding(97, 8, dtype=dtype)
     embedding.build((None,))
     embedding.embeddings.assign(rng.normal(0, 1, (97, 8)))
     head = GeneratorHead(embedding, dtype=dtype)
@@ -24,16 +23,8 @@ def _head(dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16", "mixed_float16"])
-def test_generator_head_takes_keras_hubs_values_and_projects_in_the_compute_dtype(dtype):
+def test_generator_head_projects_in_the_compute_dtype(dtype):
     ours, x, positions = _head(dtype)
-    a = ours(x, positions).numpy()
-    # keras-hub's own call on the same layer and weights.
-    with AutocastScope(ours.compute_dtype):  # as the layer's __call__ reads its weights
-        b = tf.cast(keras_hub.layers.MaskedLMHead.call(ours, x, positions), tf.float32).numpy()
-    if dtype == "float32":
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    else:  # keras-hub multiplies in float32 and rounds; we multiply bfloat16 values
-        assert np.abs(a - b).max() <= 0.02 * np.abs(b).max()
 
     @tf.function
     def step(x):

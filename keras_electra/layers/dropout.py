@@ -19,7 +19,7 @@ arithmetic progression).
 
 :class:`Dropout` is a ``keras.layers.Dropout`` (same config, same ``seed_generator``
 attribute, so checkpoints keep their layout); :func:`use_fast_dropout` swaps it into
-the dropout slots of a built keras-hub ``TransformerEncoder``.
+the dropout slots of a built :class:`~keras_electra.layers.encoder.TransformerLayer`.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class Dropout(keras.layers.Dropout):
 
 
 def use_fast_dropout(layer: keras.layers.Layer) -> None:
-    """Give a built keras-hub ``TransformerEncoder`` :class:`Dropout` in its three slots.
+    """Give a built ``TransformerLayer`` :class:`Dropout` in its three slots.
 
     The attention probabilities', the attention output's and the feed-forward
     output's dropout. The replaced layers stay tracked (their seed state is shared

@@ -14,7 +14,6 @@ names in :data:`TABLES`. That is what fine-tuning, export and conversion copy.
 from __future__ import annotations
 
 import keras
-import keras_hub
 import numpy as np
 from keras import ops
 
@@ -37,6 +36,52 @@ def truncated_normal(stddev: float) -> keras.initializers.Initializer:
     one instance handed to several layers would give them identical values.
     """
     return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class PositionEmbedding(keras.layers.Layer):
+    """A learned table of ``sequence_length`` position vectors; called on a
+    ``[..., length, width]`` tensor it returns the first ``length`` rows broadcast to
+    that tensor's shape (the caller adds them).
+
+    The weight is ``position_embeddings`` (variable name ``embeddings``), the layout
+    of keras-hub's ``PositionEmbedding``, so checkpoints written with it restore here.
+
+    Example:
+        >>> import numpy as np
+        >>> layer = PositionEmbedding(8, initializer="ones")
+        >>> tuple(layer(np.zeros((2, 5, 3), "float32")).shape)
+        (2, 5, 3)
+    """
+
+    def __init__(self, sequence_length: int, initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.sequence_length = int(sequence_length)
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, inputs_shape):
+        self.position_embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.sequence_length, inputs_shape[-1]),
+            initializer=self.initializer,
+        )
+        self.built = True
+
+    def call(self, inputs):
+        shape = ops.shape(inputs)
+        rows = ops.slice(self.position_embeddings, (0, 0), (shape[-2], shape[-1]))
+        return ops.broadcast_to(rows, shape)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            sequence_length=self.sequence_length,
+            initializer=keras.initializers.serialize(self.initializer),
+        )
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -78,7 +123,7 @@ class ElectraEmbedding(keras.layers.Layer):
         dropout: float = 0.1,
         layer_norm_epsilon: float = 1e-12,
         initializer_range: float = 0.02,
-        token_embedding: keras_hub.layers.ReversibleEmbedding | None = None,
+        token_embedding: keras.layers.Embedding | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -91,14 +136,14 @@ class ElectraEmbedding(keras.layers.Layer):
         self.initializer_range = initializer_range
 
         # === Layers ===
-        self.token_embedding = token_embedding or keras_hub.layers.ReversibleEmbedding(
+        self.token_embedding = token_embedding or keras.layers.Embedding(
             vocabulary_size,
             embedding_dim,
             embeddings_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy,
             name="token_embedding",
         )
-        self.position_embedding = keras_hub.layers.PositionEmbedding(
+        self.position_embedding = PositionEmbedding(
             max_sequence_length,
             initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy,

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import keras
-import keras_hub
 import numpy as np
 import tensorflow as tf
 from keras.src.backend import AutocastScope
-from keras_hub.src.layers.modeling.transformer_layer_utils import (
-    merge_padding_and_attention_mask,
-)
 
 from keras_electra.layers.dense import bias_add, use_fast_dense_in
 from keras_electra.layers.dropout import Dropout, use_fast_dropout
@@ -39,17 +35,135 @@ def _plain_dense(layer) -> bool:
     )
 
 
+def _self_attention_mask(padding_mask, attention_mask):
+    """The attention's ``[batch, 1 or length, length]`` int32 mask: the padding mask
+    ``[batch, length]`` with a query axis, the element-wise minimum with an
+    ``attention_mask`` ``[batch, length, length]`` when both are given, or None."""
+    mask = None
+    if padding_mask is not None:
+        mask = keras.ops.cast(keras.ops.expand_dims(padding_mask, 1), "int32")
+    if attention_mask is not None:
+        attention_mask = keras.ops.cast(attention_mask, "int32")
+        mask = attention_mask if mask is None else keras.ops.minimum(mask, attention_mask)
+    return mask
+
+
+def _clone(initializer):
+    """A new instance of an initializer (a new seed when it is unseeded)."""
+    if isinstance(initializer, keras.initializers.Initializer):
+        return initializer.__class__.from_config(initializer.get_config())
+    return initializer
+
+
 @keras.saving.register_keras_serializable(package="keras_electra")
-class TransformerLayer(keras_hub.layers.TransformerEncoder):
-    """keras-hub's ``TransformerEncoder`` (same weights and config), faster in training.
+class TransformerLayer(keras.layers.Layer):
+    """One transformer layer: self-attention and a feed-forward block, each with a
+    residual dropout + add and a LayerNorm after it (post-LayerNorm, BERT's and
+    ELECTRA's) or before it (``normalize_first``).
+
+    The weights are laid out as in keras-hub's ``TransformerEncoder``
+    (``_self_attention_layer``, a Keras ``MultiHeadAttention``;
+    ``_self_attention_layer_norm``; ``_feedforward_intermediate_dense``,
+    ``_feedforward_output_dense``, ``_feedforward_layer_norm``) and built in its
+    order, so checkpoints written with it restore here and a seed gives the same
+    initial values.
 
     In training, a post-LayerNorm layer runs its attention softmax with the dropout
     on its probabilities (:func:`_fused_attention`), its two residual dropouts + adds
     + LayerNorms and its feed-forward bias + GELU as fused kernels
-    (:mod:`keras_electra.layers.fused`); the matmuls are keras-hub's. The dropouts'
-    random bits are drawn by the same layers, from the same seeds, as outside the
-    kernels. Inference and pre-LayerNorm layers take keras-hub's ``call`` unchanged.
+    (:mod:`keras_electra.layers.fused`). The dropouts' random bits are drawn by the
+    same layers, from the same seeds, as outside the kernels. Inference and
+    pre-LayerNorm layers take the plain path (:meth:`_plain_call`).
+
+    Args:
+        intermediate_dim: feed-forward width.
+        num_heads: attention heads; the width must be a multiple of it.
+        dropout: the rate of the three dropouts.
+        activation: the feed-forward activation.
+        layer_norm_epsilon: LayerNorm epsilon.
+        kernel_initializer: the matmuls' initializer (cloned per weight).
+        bias_initializer: the biases' initializer.
+        normalize_first: pre-LayerNorm instead of post-LayerNorm.
+
+    Example:
+        >>> import numpy as np
+        >>> layer = TransformerLayer(intermediate_dim=16, num_heads=2)
+        >>> tuple(layer(np.zeros((2, 5, 8), "float32")).shape)
+        (2, 5, 8)
     """
+
+    def __init__(
+        self,
+        intermediate_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        activation="relu",
+        layer_norm_epsilon: float = 1e-5,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        normalize_first: bool = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.normalize_first = normalize_first
+        self.supports_masking = True
+
+    def build(self, inputs_shape):
+        width = inputs_shape[-1]
+        if width < self.num_heads:
+            raise ValueError(
+                f"A transformer layer {width} wide cannot have {self.num_heads} heads."
+            )
+        dtype = self.dtype_policy
+        self._self_attention_layer = keras.layers.MultiHeadAttention(
+            num_heads=self.num_heads,
+            key_dim=width // self.num_heads,
+            dropout=self.dropout,
+            kernel_initializer=_clone(self.kernel_initializer),
+            bias_initializer=_clone(self.bias_initializer),
+            dtype=dtype,
+            name="self_attention_layer",
+        )
+        self._self_attention_layer.build(query_shape=inputs_shape, value_shape=inputs_shape)
+        self._self_attention_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=dtype, name="self_attention_layer_norm"
+        )
+        self._self_attention_layer_norm.build(inputs_shape)
+        self._self_attention_dropout = keras.layers.Dropout(
+            self.dropout, dtype=dtype, name="self_attention_dropout"
+        )
+        self._feedforward_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=dtype, name="feedforward_layer_norm"
+        )
+        self._feedforward_layer_norm.build(inputs_shape)
+        self._feedforward_intermediate_dense = keras.layers.Dense(
+            self.intermediate_dim,
+            activation=self.activation,
+            kernel_initializer=_clone(self.kernel_initializer),
+            bias_initializer=_clone(self.bias_initializer),
+            dtype=dtype,
+            name="feedforward_intermediate_dense",
+        )
+        self._feedforward_intermediate_dense.build(inputs_shape)
+        self._feedforward_output_dense = keras.layers.Dense(
+            width,
+            kernel_initializer=_clone(self.kernel_initializer),
+            bias_initializer=_clone(self.bias_initializer),
+            dtype=dtype,
+            name="feedforward_output_dense",
+        )
+        self._feedforward_output_dense.build(tuple(inputs_shape[:-1]) + (self.intermediate_dim,))
+        self._feedforward_dropout = keras.layers.Dropout(
+            self.dropout, dtype=dtype, name="feedforward_dropout"
+        )
+        self.built = True
 
     def call(
         self,
@@ -59,17 +173,9 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         training=None,
         return_attention_scores=False,
     ):
+        mask = _self_attention_mask(padding_mask, attention_mask)
         if not training or self.normalize_first or return_attention_scores:
-            # return_attention_scores is passed only when asked for.
-            extra = {"return_attention_scores": True} if return_attention_scores else {}
-            return super().call(
-                inputs,
-                padding_mask=padding_mask,
-                attention_mask=attention_mask,
-                training=training,
-                **extra,
-            )
-        mask = merge_padding_and_attention_mask(inputs, padding_mask, attention_mask)
+            return self._plain_call(inputs, mask, training, return_attention_scores)
         with training_kernels():  # the attention's _compute_attention reads it
             x = self._self_attention_layer(
                 query=inputs, value=inputs, attention_mask=mask, training=training
@@ -91,6 +197,46 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
             h = intermediate(x)
         y = output(h)
         return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
+
+    def _plain_call(self, inputs, mask, training, return_attention_scores=False):
+        """Each sub-layer called as it is: attention, dropout, residual add and
+        LayerNorm (before the block with ``normalize_first``, after it otherwise), then
+        the same around the feed-forward block."""
+        x = self._self_attention_layer_norm(inputs) if self.normalize_first else inputs
+        extra = {"return_attention_scores": True} if return_attention_scores else {}
+        x = self._self_attention_layer(
+            query=x, value=x, attention_mask=mask, training=training, **extra
+        )
+        if return_attention_scores:
+            x, scores = x
+        x = self._self_attention_dropout(x, training=training) + inputs
+        if not self.normalize_first:
+            x = self._self_attention_layer_norm(x)
+        residual = x
+        if self.normalize_first:
+            x = self._feedforward_layer_norm(x)
+        x = self._feedforward_output_dense(self._feedforward_intermediate_dense(x))
+        x = self._feedforward_dropout(x, training=training) + residual
+        if not self.normalize_first:
+            x = self._feedforward_layer_norm(x)
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            intermediate_dim=self.intermediate_dim,
+            num_heads=self.num_heads,
+            dropout=self.dropout,
+            activation=keras.activations.serialize(self.activation),
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            normalize_first=self.normalize_first,
+        )
+        return config
 
     @staticmethod
     def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout):

@@ -3,31 +3,36 @@
 from __future__ import annotations
 
 import keras
-import keras_hub
 import tensorflow as tf
 from keras import ops
+from keras.src.backend import AutocastScope
 
 from keras_electra.layers.dense import bias_add, use_fast_dense_in
 from keras_electra.layers.embedding import truncated_normal
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class GeneratorHead(keras_hub.layers.MaskedLMHead):
+class GeneratorHead(keras.layers.Layer):
     """Masked-LM head: dense(embedding size, GELU) -> LayerNorm -> tied embeddings + bias.
 
     Computed only at the masked positions. The output projection is the shared
     word-embedding matrix (``token_embedding``), so the head owns only the dense
-    layer, the LayerNorm and the output bias. Logits are returned in float32 unless
-    asked for in the compute dtype.
+    layer, the LayerNorm and the output bias (without a ``token_embedding`` it owns
+    an ``output_kernel`` too). Logits are returned in float32 unless asked for in the
+    compute dtype. The weights are laid out as in keras-hub's ``MaskedLMHead``
+    (``_intermediate_dense``, ``_intermediate_layer_norm``, ``_bias``), so
+    checkpoints written with it restore here.
 
     Args:
-        token_embedding: the shared ``ReversibleEmbedding``.
+        token_embedding: the shared word-embedding layer (a built
+            ``keras.layers.Embedding``); not serialized.
         layer_norm_epsilon: LayerNorm epsilon.
         initializer_range: stddev of the truncated-normal initializer.
+        vocabulary_size: the number of outputs when there is no ``token_embedding``.
 
     Example:
-        >>> import numpy as np, keras_hub
-        >>> emb = keras_hub.layers.ReversibleEmbedding(50, 8)
+        >>> import numpy as np, keras
+        >>> emb = keras.layers.Embedding(50, 8)
         >>> emb.build((None,))
         >>> head = GeneratorHead(emb)
         >>> tuple(head(np.zeros((2, 6, 4), "float32"), np.zeros((2, 3), "int32")).shape)
@@ -43,52 +48,99 @@ class GeneratorHead(keras_hub.layers.MaskedLMHead):
         **kwargs,
     ):
         for fixed in ("intermediate_activation", "kernel_initializer", "activation"):
-            kwargs.pop(fixed, None)
-        super().__init__(
-            vocabulary_size=vocabulary_size,
-            token_embedding=token_embedding,
-            intermediate_activation="gelu",
-            layer_norm_epsilon=layer_norm_epsilon,
-            kernel_initializer=truncated_normal(initializer_range),
-            **kwargs,
-        )
+            kwargs.pop(fixed, None)  # configs written by the keras-hub-based head
+        kwargs.pop("token_embedding", None)
+        super().__init__(**kwargs, autocast=False)
+        if token_embedding is None and vocabulary_size is None:
+            raise ValueError("GeneratorHead needs a token_embedding or a vocabulary_size.")
+        if token_embedding is not None:
+            if vocabulary_size not in (None, token_embedding.input_dim):
+                raise ValueError(
+                    f"GeneratorHead's vocabulary_size {vocabulary_size} differs from its "
+                    f"token_embedding's {token_embedding.input_dim} rows."
+                )
+            vocabulary_size = token_embedding.input_dim
+        self.token_embedding = token_embedding
+        self.vocabulary_size = vocabulary_size
+        self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
+        self.kernel_initializer = truncated_normal(initializer_range)
 
     def build(self, inputs_shape, mask_positions_shape=None):
-        super().build(inputs_shape, mask_positions_shape)
+        width = (
+            self.token_embedding.output_dim
+            if self.token_embedding is not None
+            else inputs_shape[-1]
+        )
+        self._intermediate_dense = keras.layers.Dense(
+            width,
+            activation="gelu",
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="intermediate_dense",
+        )
+        self._intermediate_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="intermediate_layer_norm"
+        )
+        self._intermediate_dense.build((inputs_shape[0], None, inputs_shape[-1]))
+        self._intermediate_layer_norm.build((inputs_shape[0], None, width))
+        if self.token_embedding is None:
+            self._kernel = self.add_weight(
+                name="output_kernel",
+                shape=(width, self.vocabulary_size),
+                initializer=self.kernel_initializer,
+                dtype=self.dtype,
+            )
+        self._bias = self.add_weight(
+            name="output_bias", shape=(self.vocabulary_size,), initializer="zeros", dtype=self.dtype
+        )
         use_fast_dense_in(self)
+        self.built = True
 
     def call(self, inputs, mask_positions, float32_logits=True):
         """Logits ``[B, P, V]`` at ``mask_positions``: float32, or with
         ``float32_logits=False`` in the compute dtype (for a consumer that computes in
         float32 itself, saving a float32 copy of a ``[B, P, V]`` tensor and its gradient)."""
-        # float16's range is not float32's: its logits keep keras-hub's float32 product.
+        x = ops.take_along_axis(inputs, ops.expand_dims(mask_positions, -1), axis=1)
+        x = self._intermediate_layer_norm(self._intermediate_dense(x))
         if self.token_embedding is None or self.compute_dtype == "float16":
-            logits = super().call(inputs, mask_positions)
+            # Its own kernel, or float16 (whose range is not float32's): the product
+            # is taken from the float32 weights in float32 and rounded, as keras-hub's
+            # head takes it (the layer does not autocast its variables).
+            with AutocastScope(None):  # the variables as they are, in float32
+                kernel = (
+                    ops.convert_to_tensor(self._kernel)
+                    if self.token_embedding is None
+                    else ops.transpose(ops.convert_to_tensor(self.token_embedding.embeddings))
+                )
+            logits = ops.cast(ops.matmul(x, kernel), self.compute_dtype)
         else:
-            x = ops.take_along_axis(inputs, ops.expand_dims(mask_positions, -1), axis=1)
-            x = self._intermediate_layer_norm(self._intermediate_dense(x))
-            logits = bias_add(self._tied_logits(x), ops.cast(self._bias, self.compute_dtype))
+            logits = self._tied_logits(x)
+        logits = bias_add(logits, ops.cast(self._bias, self.compute_dtype))
         return ops.cast(logits, "float32") if float32_logits else logits
 
     def _tied_logits(self, x):
         """``x @ embeddings^T`` in the compute dtype.
 
-        keras-hub's ``MaskedLMHead`` reads the shared table in float32 (an
-        ``Embedding``'s variable is not autocast), so under a mixed policy its
-        projection is a float32 matmul with a float32 ``[positions, vocabulary]``
-        output (and gradient) that the head then rounds to the compute dtype. Here the
-        table is cast once and the product taken in the compute dtype; the transposed
-        table is never written out.
+        The table is cast once and the product taken in the compute dtype, as
+        keras-hub's ``MaskedLMHead`` (through ``ReversibleEmbedding(reverse=True)``)
+        takes it; the transposed table is never written out.
         """
         table = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
         rows = tf.reshape(x, [-1, tf.shape(x)[-1]])
         logits = tf.matmul(rows, table, transpose_b=True)
         return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], tf.shape(table)[:1]], 0))
 
+    def compute_output_shape(self, inputs_shape, mask_positions_shape):
+        return tuple(mask_positions_shape) + (self.vocabulary_size,)
+
     def get_config(self):
         config = super().get_config()
-        config["initializer_range"] = self.initializer_range
+        config.update(
+            vocabulary_size=self.vocabulary_size,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            initializer_range=self.initializer_range,
+        )
         return config
 
 
