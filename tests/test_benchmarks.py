@@ -79,3 +79,28 @@ def test_memory_timeline_replays_the_allocator_to_its_peak(capsys):
     assert any(r["group"].startswith(model_ops) for r in live), live
     assert large and all(r["to_s"] is None or r["to_s"] >= r["from_s"] for r in large)
     assert max(r["mb_in_use"] for r in timeline) <= peak["mb_in_use"]
+
+
+def test_kernel_times_times_every_fused_kernel_against_the_bandwidth(capsys):
+    """One process per thread count; each fused kernel gets a row with its time and the
+    bandwidth it reached, beside NumPy's in the same process."""
+    bench = load_benchmark("kernel_times")
+    bench.main(["--threads", "1", "--calls", "2", "--repeats", "1"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert not [r for r in rows if r["kind"] == "failed"], rows
+    (numpy_row,) = [r for r in rows if r["kind"] == "numpy_add"]
+    assert numpy_row["gbytes_per_s"] > 0
+    kernels = {r["name"]: r for r in rows if r["kind"] == "kernel"}
+    assert set(kernels) == {
+        "add_layer_norm_forward",
+        "add_layer_norm_backward",
+        "bias_gelu_forward",
+        "attention_probs_forward",
+        "tensorflow_float32_add",
+    }
+    for r in kernels.values():
+        assert r["threads"] == 1 and r["ms_per_call"] > 0
+        assert (
+            abs(r["gbytes_per_s"] - r["mbytes"] / 1024 / (r["ms_per_call"] / 1e3))
+            < 0.1 * r["gbytes_per_s"] + 0.1
+        )
