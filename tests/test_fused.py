@@ -1,5 +1,7 @@
 """The fused training kernels (layers/fused.py) against Keras' own ops, values and gradients."""
 
+import shutil
+
 import keras
 import keras_hub
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from keras_electra.layers import encoder as encoder_module
+from keras_electra.layers import fused as fused_module
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 from keras_electra.layers.encoder import ElectraEncoder
 from keras_electra.layers.fused import (
@@ -244,9 +247,15 @@ def test_dropout_inside_add_layer_norm_is_the_mask_of_its_bits(dtype):
     assert 0.15 < dropped.mean() < 0.35 and (dx[dropped] == 0).all() and (dx[~dropped] != 0).all()
 
 
-def test_add_layer_norm_backward_keeps_only_its_output():
+@pytest.mark.parametrize("kernels", ["xla", "compiled"])
+def test_add_layer_norm_backward_keeps_only_its_output(kernels, monkeypatch):
     """The backward kernel reads the output and the rows' inverse deviations, not the
-    sub-layer's output or the residual: the LayerNorm keeps no input alive."""
+    sub-layer's output or the residual: the LayerNorm keeps no input alive (XLA's
+    kernels and the compiled ones, layers/kernels.cc)."""
+    if kernels == "xla":
+        monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
+    elif shutil.which("g++") is None:
+        pytest.skip("no C++ compiler to build the compiled kernels with")
     rng = np.random.default_rng(8)
     x = tf.constant(rng.normal(0, 2, (4, 6, 16)), tf.bfloat16)
     r = tf.constant(rng.normal(0, 1, (4, 6, 16)), tf.bfloat16)
@@ -263,8 +272,12 @@ def test_add_layer_norm_backward_keeps_only_its_output():
         return tape.gradient(loss, [x, r])
 
     graph = run.get_concrete_function(x, r).graph
-    (forward,) = _calls(graph, "add_norm_forward")
-    (backward,) = _calls(graph, "add_norm_backward")
+    if kernels == "xla":
+        (forward,) = _calls(graph, "add_norm_forward")
+        (backward,) = _calls(graph, "add_norm_backward")
+    else:
+        (forward,) = [op for op in graph.get_operations() if op.type == "ElectraAddLayerNorm"]
+        (backward,) = [op for op in graph.get_operations() if op.type == "ElectraAddLayerNormGrad"]
     taken = {t.ref() for t in backward.inputs}
     assert forward.outputs[0].ref() in taken and forward.outputs[1].ref() in taken
     assert not taken & {t.ref() for t in forward.inputs[:2]}  # the rows of x and r
@@ -584,7 +597,8 @@ def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(dtype)
         else:  # the same math and roundings, summed in another order
             assert np.abs(a - r).max() <= 0.02 * np.abs(r).max()
     graph = run.get_concrete_function(bias_gelu_matmul, h, b, k).graph
-    calls = _calls(graph, "bias_gelu_forward")
+    calls = _calls(graph, "bias_gelu_forward")  # XLA's kernel, or the compiled one's op
+    calls += [op for op in graph.get_operations() if op.type == "ElectraBiasGelu"]
     forward, recompute = sorted(calls, key=lambda op: len(op.control_inputs))
     assert not forward.control_inputs and recompute.control_inputs
     assert [c.type for c in forward.outputs[0].consumers()] == ["MatMul"]

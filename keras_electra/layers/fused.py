@@ -91,12 +91,29 @@ def _bias_gelu_backward(h, bias, upstream):
     return tf.cast(dz, h.dtype), tf.cast(tf.reduce_sum(dz, axis=0), bias.dtype)
 
 
+def _gelu_forward(h, bias):
+    """``gelu(h + bias)`` on rows: the compiled kernel where it builds, else XLA's."""
+    compiled = _compiled_kernels(h.dtype)
+    if compiled is not None:
+        return compiled.electra_bias_gelu(h, tf.cast(bias, tf.float32))
+    return _bias_gelu_forward(h, bias)
+
+
+def _gelu_backward(h, bias, upstream):
+    """``(dh, dbias)`` of :func:`_gelu_forward`: the compiled kernel where it builds."""
+    compiled = _compiled_kernels(h.dtype, upstream.dtype)
+    if compiled is not None:
+        dh, dbias = compiled.electra_bias_gelu_grad(h, tf.cast(bias, tf.float32), upstream)
+        return dh, tf.cast(dbias, bias.dtype)
+    return _bias_gelu_backward(h, bias, upstream)
+
+
 @tf.custom_gradient
 def _bias_gelu_rows(h, bias):
     def grad(upstream):
-        return _bias_gelu_backward(h, bias, upstream)
+        return _gelu_backward(h, bias, upstream)
 
-    return _bias_gelu_forward(h, bias), grad
+    return _gelu_forward(h, bias), grad
 
 
 def bias_gelu(h: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
@@ -149,12 +166,12 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
             # the backward pass reaches it: a graph runs an op as soon as its inputs
             # exist, and h and the bias exist in the forward pass.
             with tf.control_dependencies([upstream]):
-                g = _bias_gelu_forward(h, bias)
+                g = _gelu_forward(h, bias)
             dkernel = tf.matmul(g, upstream, transpose_a=True)
-            dh, dbias = _bias_gelu_backward(h, bias, tf.matmul(upstream, kernel, transpose_b=True))
+            dh, dbias = _gelu_backward(h, bias, tf.matmul(upstream, kernel, transpose_b=True))
             return dh, dbias, dkernel
 
-        return tf.matmul(_bias_gelu_forward(h, bias), kernel), grad
+        return tf.matmul(_gelu_forward(h, bias), kernel), grad
 
     with tf.name_scope("fused_gelu"):
         out = rows(_rows(h), tf.convert_to_tensor(bias), kernel)
@@ -221,6 +238,16 @@ def _add_norm_backward(y, gamma, beta, inv_std, upstream, drop):
     return tf.cast(_dropped(ds, drop), y.dtype), tf.cast(ds, y.dtype), dgamma, dbeta
 
 
+def _compiled_kernels(*dtypes):
+    """The compiled kernels (:mod:`keras_electra.layers.compiled`) where they take these
+    dtypes (bfloat16 or float32, all alike), else None (the XLA kernels)."""
+    if len(set(dtypes)) != 1 or dtypes[0] not in (tf.bfloat16, tf.float32):
+        return None
+    from keras_electra.layers.compiled import kernels
+
+    return kernels()
+
+
 def add_layer_norm(
     x: tf.Tensor,
     residual: tf.Tensor,
@@ -262,10 +289,20 @@ def add_layer_norm(
 
     @tf.custom_gradient
     def rows(x, residual, gamma, beta):
-        y, inv_std = _add_norm_forward(x, residual, gamma, beta, epsilon, drop)
+        if compiled is not None:
+            y, inv_std = compiled.electra_add_layer_norm(
+                x, residual, *tables(gamma, beta), *draw, epsilon=epsilon, dropout=dropped
+            )
+        else:
+            y, inv_std = _add_norm_forward(x, residual, gamma, beta, epsilon, drop)
 
         def grad(upstream):
-            dx, ds, dgamma, dbeta = _add_norm_backward(y, gamma, beta, inv_std, upstream, drop)
+            if compiled is not None:
+                dx, ds, dgamma, dbeta = compiled.electra_add_layer_norm_grad(
+                    y, upstream, *tables(gamma, beta), *draw, inv_std, dropout=dropped
+                )
+            else:
+                dx, ds, dgamma, dbeta = _add_norm_backward(y, gamma, beta, inv_std, upstream, drop)
             return (
                 dx,
                 tf.cast(ds, residual.dtype),
@@ -278,6 +315,13 @@ def add_layer_norm(
     with tf.name_scope("fused_layer_norm"):
         drop = _kernel_dropout(dropout)
         gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
+        compiled = _compiled_kernels(x.dtype, residual.dtype)
+        dropped = drop is not None
+        draw = drop if dropped else (tf.zeros([2], tf.uint32), tf.constant(0, tf.uint32), 1.0)
+
+        def tables(gamma, beta):
+            return tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
+
         return tf.reshape(rows(_rows(x), _rows(residual), gamma, beta), tf.shape(x))
 
 

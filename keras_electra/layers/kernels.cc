@@ -1,0 +1,433 @@
+// Compiled training kernels for CPUs, over the rows of a [rows, width] tensor (bfloat16
+// or float32): dropout + residual add + LayerNorm, and bias + exact GELU, each forward and
+// backward.
+//
+// They compute what keras_electra/layers/fused.py's XLA kernels _add_norm_forward and
+// _add_norm_backward compute, with the same hashed dropout draws (an element's draw is
+// MurmurHash3's finalizer of (flat index * 0x9E3779B9 + key[0]) ^ key[1], its top 16
+// bits; kept where the draw >= threshold, then scaled). The arithmetic is float32; the
+// sums run in a different order than XLA's, so an output can differ from XLA's by one
+// rounding step of its dtype. Plain loops that the compiler vectorizes; rows split over
+// TensorFlow's intra-op threads. Bias + GELU is _bias_gelu_forward / _bias_gelu_backward's
+// math with Eigen's vectorized erf and exp. Built by keras_electra/layers/compiled.py.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "unsupported/Eigen/SpecialFunctions"
+
+namespace {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+inline float widen(float v) { return v; }
+inline float widen(Eigen::bfloat16 v) {
+  uint16_t h;
+  std::memcpy(&h, &v, 2);
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename T>
+inline T narrow(float f);
+template <>
+inline float narrow<float>(float f) {
+  return f;
+}
+template <>
+inline Eigen::bfloat16 narrow<Eigen::bfloat16>(float f) {
+  // Round to nearest even, as XLA's and TensorFlow's conversions do (NaN stays NaN).
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t h;
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+    h = uint16_t((u >> 16) | 0x40u);
+  } else {
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    h = uint16_t(u >> 16);
+  }
+  Eigen::bfloat16 out;
+  std::memcpy(&out, &h, 2);
+  return out;
+}
+
+inline uint32_t draw(uint32_t index, uint32_t key0, uint32_t key1) {
+  uint32_t x = (index * 0x9E3779B9u + key0) ^ key1;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x >> 16;
+}
+
+// The dropout of one row, applied in place to v (float32): v * scale where kept, else 0.
+struct Dropout {
+  bool on = false;
+  uint32_t key0 = 0, key1 = 0, threshold = 0;
+  float scale = 1.f;
+
+  Dropout(OpKernelContext* ctx, bool enabled) : on(enabled) {
+    if (!on) return;
+    auto key = ctx->input(4).flat<uint32_t>();
+    key0 = key(0);
+    key1 = key(1);
+    threshold = ctx->input(5).scalar<uint32_t>()();
+    scale = ctx->input(6).scalar<float>()();
+  }
+  void apply(float* v, int64_t row, int64_t width) const {
+    if (!on) return;
+    const uint32_t start = uint32_t(row * width);
+#pragma omp simd
+    for (int64_t i = 0; i < width; ++i) {
+      v[i] = draw(start + uint32_t(i), key0, key1) >= threshold ? v[i] * scale : 0.f;
+    }
+  }
+};
+
+void run_rows(OpKernelContext* ctx, int64_t rows, int64_t width, int64_t cost_per_row,
+              const std::function<void(int64_t, int64_t)>& work) {
+  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  pool->ParallelFor(rows, cost_per_row, work);
+}
+
+template <typename T>
+class AddLayerNormOp : public OpKernel {
+ public:
+  explicit AddLayerNormOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dropout", &dropout_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& residual = ctx->input(1);
+    OP_REQUIRES(ctx, x.dims() == 2 && x.shape() == residual.shape(),
+                tensorflow::errors::InvalidArgument("x and residual must be the same [rows, width]"));
+    const int64_t rows = x.dim_size(0), width = x.dim_size(1);
+    OP_REQUIRES(ctx, ctx->input(2).NumElements() == width && ctx->input(3).NumElements() == width,
+                tensorflow::errors::InvalidArgument("gamma and beta must be [width]"));
+    Tensor *y = nullptr, *inv_std = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({rows, 1}), &inv_std));
+    const T* xp = x.flat<T>().data();
+    const T* rp = residual.flat<T>().data();
+    const float* gamma = ctx->input(2).flat<float>().data();
+    const float* beta = ctx->input(3).flat<float>().data();
+    T* yp = y->flat<T>().data();
+    float* ip = inv_std->flat<float>().data();
+    const Dropout drop(ctx, dropout_);
+    const float epsilon = epsilon_;
+    run_rows(ctx, rows, width, 40 * width, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(width);
+      float* s = buffer.data();
+      for (int64_t row = begin; row < end; ++row) {
+        const T* xr = xp + row * width;
+        const T* rr = rp + row * width;
+#pragma omp simd
+        for (int64_t i = 0; i < width; ++i) s[i] = widen(xr[i]);
+        drop.apply(s, row, width);
+        float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < width; ++i) {
+          s[i] += widen(rr[i]);
+          sum += s[i];
+        }
+        const float mean = sum / float(width);
+        float squares = 0.f;
+#pragma omp simd reduction(+ : squares)
+        for (int64_t i = 0; i < width; ++i) {
+          s[i] -= mean;
+          squares += s[i] * s[i];
+        }
+        const float inv = 1.f / std::sqrt(squares / float(width) + epsilon);
+        ip[row] = inv;
+        T* yr = yp + row * width;
+#pragma omp simd
+        for (int64_t i = 0; i < width; ++i) yr[i] = narrow<T>(s[i] * inv * gamma[i] + beta[i]);
+      }
+    });
+  }
+
+ private:
+  float epsilon_;
+  bool dropout_;
+};
+
+// The smallest |gamma| the backward divides by (fused.py's _SMALLEST_GAMMA).
+constexpr float kSmallestGamma = 1e-3f;
+
+template <typename T>
+class AddLayerNormGradOp : public OpKernel {
+ public:
+  explicit AddLayerNormGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dropout", &dropout_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    // Inputs: y, upstream, gamma, beta, key, threshold, scale, inv_std.
+    const Tensor& y = ctx->input(0);
+    const Tensor& upstream = ctx->input(1);
+    const Tensor& inv_std = ctx->input(7);
+    OP_REQUIRES(ctx, y.dims() == 2 && y.shape() == upstream.shape(),
+                tensorflow::errors::InvalidArgument("y and upstream must be the same [rows, width]"));
+    const int64_t rows = y.dim_size(0), width = y.dim_size(1);
+    OP_REQUIRES(ctx, inv_std.NumElements() == rows,
+                tensorflow::errors::InvalidArgument("inv_std must hold one value per row"));
+    Tensor *dx = nullptr, *ds = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, y.shape(), &dx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, y.shape(), &ds));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({width}), &dgamma));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({width}), &dbeta));
+    const T* yp = y.flat<T>().data();
+    const T* up = upstream.flat<T>().data();
+    const float* gamma = ctx->input(2).flat<float>().data();
+    const float* beta = ctx->input(3).flat<float>().data();
+    const float* ip = inv_std.flat<float>().data();
+    T* dxp = dx->flat<T>().data();
+    T* dsp = ds->flat<T>().data();
+    const Dropout drop(ctx, dropout_);
+
+    std::vector<float> divisor(width);
+    for (int64_t i = 0; i < width; ++i) {
+      const float g = gamma[i];
+      divisor[i] = std::fabs(g) < kSmallestGamma ? (g < 0 ? -kSmallestGamma : kSmallestGamma) : g;
+    }
+    // Column sums per block of rows, added up after (blocks run on different threads).
+    const int64_t blocks = std::min<int64_t>(rows, 64);
+    std::vector<float> partial(2 * blocks * width, 0.f);
+    const float* dv = divisor.data();
+    run_rows(ctx, blocks, width, 80 * width * ((rows + blocks - 1) / blocks),
+             [&](int64_t first_block, int64_t last_block) {
+      std::vector<float> buffer(3 * width);
+      float* normalized = buffer.data();
+      float* dy = normalized + width;
+      float* out = dy + width;
+      for (int64_t block = first_block; block < last_block; ++block) {
+        float* pg = partial.data() + 2 * block * width;
+        float* pb = pg + width;
+        const int64_t begin = rows * block / blocks, end = rows * (block + 1) / blocks;
+        for (int64_t row = begin; row < end; ++row) {
+          const T* yr = yp + row * width;
+          const T* ur = up + row * width;
+          float mean_g = 0.f, mean_gn = 0.f;
+#pragma omp simd reduction(+ : mean_g, mean_gn)
+          for (int64_t i = 0; i < width; ++i) {
+            normalized[i] = (widen(yr[i]) - beta[i]) / dv[i];
+            dy[i] = widen(ur[i]);
+            const float g = dy[i] * gamma[i];
+            mean_g += g;
+            mean_gn += g * normalized[i];
+          }
+          mean_g /= float(width);
+          mean_gn /= float(width);
+          const float inv = ip[row];
+          T* dsr = dsp + row * width;
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            pg[i] += dy[i] * normalized[i];
+            pb[i] += dy[i];
+            out[i] = inv * (dy[i] * gamma[i] - mean_g - normalized[i] * mean_gn);
+            dsr[i] = narrow<T>(out[i]);
+          }
+          drop.apply(out, row, width);
+          T* dxr = dxp + row * width;
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) dxr[i] = narrow<T>(out[i]);
+        }
+      }
+    });
+    float* dg = dgamma->flat<float>().data();
+    float* db = dbeta->flat<float>().data();
+    std::fill(dg, dg + width, 0.f);
+    std::fill(db, db + width, 0.f);
+    for (int64_t block = 0; block < blocks; ++block) {
+      const float* pg = partial.data() + 2 * block * width;
+      for (int64_t i = 0; i < width; ++i) {
+        dg[i] += pg[i];
+        db[i] += pg[width + i];
+      }
+    }
+  }
+
+ private:
+  bool dropout_;
+};
+
+constexpr float kSqrtHalf = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+template <typename T>
+using Row = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using OutRow = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+using Floats = Eigen::Map<Eigen::ArrayXf>;
+
+template <typename T>
+class BiasGeluOp : public OpKernel {
+ public:
+  explicit BiasGeluOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& h = ctx->input(0);
+    OP_REQUIRES(ctx, h.dims() == 2 && ctx->input(1).NumElements() == h.dim_size(1),
+                tensorflow::errors::InvalidArgument("h must be [rows, width], bias [width]"));
+    const int64_t rows = h.dim_size(0), width = h.dim_size(1);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, h.shape(), &out));
+    const T* hp = h.flat<T>().data();
+    const float* bias = ctx->input(1).flat<float>().data();
+    T* op = out->flat<T>().data();
+    run_rows(ctx, rows, width, 60 * width, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(width);
+      Floats z(buffer.data(), width);
+      const Row<float> b(bias, width);
+      for (int64_t row = begin; row < end; ++row) {
+        z = Row<T>(hp + row * width, width).template cast<float>() + b;
+        z = 0.5f * z * (1.f + (z * kSqrtHalf).erf());
+        OutRow<T>(op + row * width, width) = z.template cast<T>();
+      }
+    });
+  }
+};
+
+template <typename T>
+class BiasGeluGradOp : public OpKernel {
+ public:
+  explicit BiasGeluGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    // Inputs: h, bias, upstream. Outputs: dh (T), dbias (float32 column sums).
+    const Tensor& h = ctx->input(0);
+    const Tensor& upstream = ctx->input(2);
+    OP_REQUIRES(ctx, h.dims() == 2 && h.shape() == upstream.shape() &&
+                         ctx->input(1).NumElements() == h.dim_size(1),
+                tensorflow::errors::InvalidArgument("h and upstream must be [rows, width], bias [width]"));
+    const int64_t rows = h.dim_size(0), width = h.dim_size(1);
+    Tensor *dh = nullptr, *dbias = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, h.shape(), &dh));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({width}), &dbias));
+    const T* hp = h.flat<T>().data();
+    const T* up = upstream.flat<T>().data();
+    const float* bias = ctx->input(1).flat<float>().data();
+    T* dp = dh->flat<T>().data();
+    const int64_t blocks = std::min<int64_t>(rows, 64);
+    std::vector<float> partial(blocks * width, 0.f);
+    run_rows(ctx, blocks, width, 100 * width * ((rows + blocks - 1) / blocks),
+             [&](int64_t first_block, int64_t last_block) {
+      std::vector<float> buffer(2 * width);
+      Floats z(buffer.data(), width), dz(buffer.data() + width, width);
+      const Row<float> b(bias, width);
+      for (int64_t block = first_block; block < last_block; ++block) {
+        Floats sums(partial.data() + block * width, width);
+        const int64_t begin = rows * block / blocks, end = rows * (block + 1) / blocks;
+        for (int64_t row = begin; row < end; ++row) {
+          z = Row<T>(hp + row * width, width).template cast<float>() + b;
+          dz = Row<T>(up + row * width, width).template cast<float>() *
+               (0.5f * (1.f + (z * kSqrtHalf).erf()) + z * (-0.5f * z * z).exp() * kInvSqrt2Pi);
+          sums += dz;
+          OutRow<T>(dp + row * width, width) = dz.template cast<T>();
+        }
+      }
+    });
+    float* db = dbias->flat<float>().data();
+    std::fill(db, db + width, 0.f);
+    for (int64_t block = 0; block < blocks; ++block) {
+      for (int64_t i = 0; i < width; ++i) db[i] += partial[block * width + i];
+    }
+  }
+};
+
+}  // namespace
+
+REGISTER_OP("ElectraAddLayerNorm")
+    .Input("x: T")
+    .Input("residual: T")
+    .Input("gamma: float")
+    .Input("beta: float")
+    .Input("key: uint32")
+    .Input("threshold: uint32")
+    .Input("scale: float")
+    .Attr("T: {bfloat16, float}")
+    .Attr("epsilon: float")
+    .Attr("dropout: bool")
+    .Output("y: T")
+    .Output("inv_std: float")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->MakeShape({c->Dim(c->input(0), 0), 1}));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("ElectraAddLayerNormGrad")
+    .Input("y: T")
+    .Input("upstream: T")
+    .Input("gamma: float")
+    .Input("beta: float")
+    .Input("key: uint32")
+    .Input("threshold: uint32")
+    .Input("scale: float")
+    .Input("inv_std: float")
+    .Attr("T: {bfloat16, float}")
+    .Attr("dropout: bool")
+    .Output("dx: T")
+    .Output("ds: T")
+    .Output("dgamma: float")
+    .Output("dbeta: float")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(0));
+      c->set_output(2, c->Vector(c->Dim(c->input(0), 1)));
+      c->set_output(3, c->Vector(c->Dim(c->input(0), 1)));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("ElectraBiasGelu")
+    .Input("h: T")
+    .Input("bias: float")
+    .Attr("T: {bfloat16, float}")
+    .Output("y: T")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("ElectraBiasGeluGrad")
+    .Input("h: T")
+    .Input("bias: float")
+    .Input("upstream: T")
+    .Attr("T: {bfloat16, float}")
+    .Output("dh: T")
+    .Output("dbias: float")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->Vector(c->Dim(c->input(0), 1)));
+      return absl::OkStatus();
+    });
+
+#define REGISTER(T)                                                                   \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraAddLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      AddLayerNormOp<T>);                                                             \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraAddLayerNormGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      AddLayerNormGradOp<T>);                                                         \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraBiasGelu").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),  \
+      BiasGeluOp<T>);                                                                 \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraBiasGeluGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      BiasGeluGradOp<T>);
+REGISTER(float)
+REGISTER(Eigen::bfloat16)

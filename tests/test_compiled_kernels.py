@@ -1,0 +1,129 @@
+"""The compiled training kernels (layers/kernels.cc, built by layers/compiled.py): the
+same values as the XLA kernels they replace, the same dropout draws, used by the
+training step where they build, and the XLA kernels wherever they do not."""
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import traced_step_ops
+
+from keras_electra.layers import compiled, fused
+from keras_electra.layers.dropout import DropoutDraw, dropout_key
+
+HAS_COMPILER = shutil.which("g++") is not None
+COMPILED_OPS = (
+    "ElectraAddLayerNorm",
+    "ElectraAddLayerNormGrad",
+    "ElectraBiasGelu",
+    "ElectraBiasGeluGrad",
+)
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """kernels() as a first call sees it, building into an empty cache."""
+    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(tmp_path))
+    compiled.kernels.cache_clear()
+    yield tmp_path
+    compiled.kernels.cache_clear()
+
+
+def _run(x, r, gamma, beta, upstream, draw, use_compiled: bool, monkeypatch):
+    if not use_compiled:
+        monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+    with tf.GradientTape() as tape:
+        tape.watch([x, r, gamma, beta])
+        y = fused.add_layer_norm(x, r, gamma, beta, 1e-12, draw)
+    grads = tape.gradient(y, [x, r, gamma, beta], output_gradients=upstream)
+    monkeypatch.undo()
+    return [tf.cast(t, tf.float32).numpy() for t in [y, *grads]]
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+@pytest.mark.parametrize("rate", [0.0, 0.1])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_compiled_add_layer_norm_computes_the_xla_kernels_values(dtype, rate, monkeypatch):
+    assert compiled.kernels() is not None  # a compiler is here: the build must work
+    rng = np.random.default_rng(5)
+    shape = (3, 37, 64)
+    x, r, upstream = (tf.cast(rng.normal(0, 1, shape), dtype) for _ in range(3))
+    gamma = tf.constant(rng.normal(1, 0.3, 64), tf.float32)
+    gamma = tf.tensor_scatter_nd_update(gamma, [[3]], [1e-4])  # below the 1e-3 floor
+    beta = tf.constant(rng.normal(0, 0.3, 64), tf.float32)
+    draw = DropoutDraw(dropout_key(tf.constant([3, 4])), tf.shape(x), rate) if rate else None
+    ours = _run(x, r, gamma, beta, upstream, draw, True, monkeypatch)
+    xla = _run(x, r, gamma, beta, upstream, draw, False, monkeypatch)
+    step = 2**-7 if dtype == "bfloat16" else 1e-6  # one rounding step, relative
+    for name, a, b in zip(("y", "dx", "dresidual", "dgamma", "dbeta"), ours, xla, strict=True):
+        scale = np.abs(b).max()
+        assert np.abs(a - b).max() <= step * scale + 1e-6, name
+    if rate:  # the same elements dropped: the hashed draws are XLA's
+        dropped = xla[1] == 0
+        assert 0.05 < dropped.mean() < 0.15
+        np.testing.assert_array_equal(ours[1] == 0, dropped)
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+def test_the_training_step_runs_the_compiled_kernels_and_the_build_is_reused(fresh_build):
+    ops = {op.type for op in traced_step_ops("mixed_bfloat16")}
+    assert set(COMPILED_OPS) <= ops
+    (library,) = fresh_build.glob("kernels/*/kernels.so")
+    built = library.stat().st_mtime_ns
+    compiled.kernels.cache_clear()
+    assert compiled.kernels() is not None
+    assert library.stat().st_mtime_ns == built  # loaded from the cache, not rebuilt
+
+
+def test_disabled_or_without_a_compiler_training_keeps_the_xla_kernels(fresh_build, monkeypatch):
+    monkeypatch.setenv("KERAS_ELECTRA_COMPILED_KERNELS", "0")
+    assert compiled.kernels() is None
+    ops = {op.type for op in traced_step_ops("mixed_bfloat16")}
+    assert not ops & set(COMPILED_OPS)
+    monkeypatch.delenv("KERAS_ELECTRA_COMPILED_KERNELS")
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    compiled.kernels.cache_clear()
+    assert compiled.kernels() is None
+    assert not list(fresh_build.glob("kernels/*/*.so"))
+
+
+def test_a_failed_build_warns_once_and_leaves_no_partial_library(fresh_build, monkeypatch, caplog):
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that fails
+    with caplog.at_level(logging.WARNING, logger=compiled.__name__):
+        assert compiled.kernels() is None
+        assert compiled.kernels() is None  # cached: no second attempt, no second warning
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "training uses the XLA kernels" in warnings[0].getMessage()
+    assert not list(fresh_build.glob("kernels/*/*"))
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_compiled_bias_gelu_computes_the_xla_kernels_values(dtype, monkeypatch):
+    assert compiled.kernels() is not None
+    rng = np.random.default_rng(6)
+    h = tf.cast(rng.normal(0, 2, (5, 7, 48)), dtype)
+    upstream = tf.cast(rng.normal(0, 1, (5, 7, 48)), dtype)
+    bias = tf.constant(rng.normal(0, 0.5, 48), tf.float32)
+
+    def run(use_compiled):
+        if not use_compiled:
+            monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+        with tf.GradientTape() as tape:
+            tape.watch([h, bias])
+            y = fused.bias_gelu(h, bias)
+        grads = tape.gradient(y, [h, bias], output_gradients=upstream)
+        monkeypatch.undo()
+        return [tf.cast(t, tf.float32).numpy() for t in (y, *grads)]
+
+    step = 2**-7 if dtype == "bfloat16" else 1e-5  # one rounding step, relative
+    for name, a, b in zip(("y", "dh", "dbias"), run(True), run(False), strict=True):
+        assert np.abs(a - b).max() <= step * np.abs(b).max() + 1e-6, name
+
+
+def test_float16_and_mixed_dtypes_keep_the_xla_kernels():
+    assert fused._compiled_kernels(tf.float16, tf.float16) is None
+    assert fused._compiled_kernels(tf.bfloat16, tf.float32) is None
