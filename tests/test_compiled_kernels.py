@@ -19,6 +19,9 @@ COMPILED_OPS = (
     "ElectraAddLayerNormGrad",
     "ElectraBiasGelu",
     "ElectraBiasGeluGrad",
+    "ElectraAttentionProbs",
+    "ElectraAttentionProbsGrad",
+    "ElectraDropout",
 )
 
 
@@ -122,6 +125,44 @@ def test_the_compiled_bias_gelu_computes_the_xla_kernels_values(dtype, monkeypat
     step = 2**-7 if dtype == "bfloat16" else 1e-5  # one rounding step, relative
     for name, a, b in zip(("y", "dh", "dbias"), run(True), run(False), strict=True):
         assert np.abs(a - b).max() <= step * np.abs(b).max() + 1e-6, name
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+@pytest.mark.parametrize("mask_shape", [None, (3, 1, 1, 9), (3, 1, 7, 9), (1, 2, 1, 1)], ids=str)
+@pytest.mark.parametrize("rate", [0.0, 0.2])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_compiled_attention_computes_the_xla_kernels_values(
+    dtype, rate, mask_shape, monkeypatch
+):
+    """Softmax, dropout and the product with the values, forward and backward, with the
+    masks the attention passes (padding over keys, a full mask, one over heads) and a
+    row masked entirely."""
+    assert compiled.kernels() is not None
+    rng = np.random.default_rng(7)
+    scores = tf.cast(rng.normal(0, 3, (3, 2, 7, 9)), dtype)
+    values = tf.cast(rng.normal(0, 1, (3, 2, 9, 5)), dtype)
+    upstream = tf.cast(rng.normal(0, 1, (3, 2, 7, 5)), dtype)
+    mask = None
+    if mask_shape is not None:
+        mask = rng.random(mask_shape) < 0.7
+        mask.reshape(-1, mask_shape[-1])[0] = False  # a row (or rows) with no key at all
+        mask = tf.constant(mask)
+    draw = DropoutDraw(dropout_key(tf.constant([5, 6])), tf.shape(scores), rate) if rate else None
+
+    def run(use_compiled):
+        if not use_compiled:
+            monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+        with tf.GradientTape() as tape:
+            tape.watch([scores, values])
+            out = fused.attention_values(scores, mask, values, draw, 0.35)
+        grads = tape.gradient(out, [scores, values], output_gradients=upstream)
+        monkeypatch.undo()
+        return [tf.cast(t, tf.float32).numpy() for t in (out, *grads)]
+
+    ours, xla = run(True), run(False)
+    step = 2**-7 if dtype == "bfloat16" else 1e-5  # one rounding step, relative
+    for name, a, b in zip(("context", "d_scores", "d_values"), ours, xla, strict=True):
+        assert np.abs(a - b).max() <= 2 * step * np.abs(b).max() + 1e-6, name
 
 
 def test_float16_and_mixed_dtypes_keep_the_xla_kernels():

@@ -491,10 +491,15 @@ def test_attention_values_is_the_masked_softmax_times_the_values(dtype):
     assert (results[0][1][1, :, 2] == 0).all()  # the empty row passes no gradient
 
 
-def test_attention_values_keeps_only_the_probabilities():
+@pytest.mark.parametrize("kernels", ["xla", "compiled"])
+def test_attention_values_keeps_only_the_probabilities(kernels, monkeypatch):
     """The backward pass reads the probabilities and the values; the scores and the
     dropped probabilities are gone after the forward pass, and the dropout's recompute
-    waits for the incoming gradient."""
+    waits for the incoming gradient (XLA's kernels and the compiled ones)."""
+    if kernels == "xla":
+        monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
+    elif shutil.which("g++") is None:
+        pytest.skip("no C++ compiler to build the compiled kernels with")
     rng = np.random.default_rng(11)
     scores = tf.constant(rng.normal(0, 1, (2, 2, 5, 5)), tf.bfloat16)
     values = tf.constant(rng.normal(0, 1, (2, 2, 5, 3)), tf.bfloat16)
@@ -509,9 +514,15 @@ def test_attention_values_keeps_only_the_probabilities():
         return tape.gradient(loss, [scores, values])
 
     graph = run.get_concrete_function(scores, values).graph
-    (forward,) = _calls(graph, "probs_forward")
-    (recompute,) = _calls(graph, "probs_dropped")
-    (backward,) = _calls(graph, "probs_backward")
+    if kernels == "xla":
+        (forward,) = _calls(graph, "probs_forward")
+        (recompute,) = _calls(graph, "probs_dropped")
+        (backward,) = _calls(graph, "probs_backward")
+    else:
+        ops = graph.get_operations()
+        (forward,) = [op for op in ops if op.type == "ElectraAttentionProbs"]
+        (recompute,) = [op for op in ops if op.type == "ElectraDropout"]
+        (backward,) = [op for op in ops if op.type == "ElectraAttentionProbsGrad"]
     probs, dropped = forward.outputs
 
     def source(t):  # through reshapes

@@ -238,6 +238,14 @@ def _add_norm_backward(y, gamma, beta, inv_std, upstream, drop):
     return tf.cast(_dropped(ds, drop), y.dtype), tf.cast(ds, y.dtype), dgamma, dbeta
 
 
+def _compiled_draw(drop) -> tuple:
+    """A kernel dropout (:func:`_kernel_dropout`) as the compiled ops take it: key,
+    threshold and scale, placeholders when there is no dropout."""
+    if drop is None:
+        return tf.zeros([2], tf.uint32), tf.constant(0, tf.uint32), tf.constant(1.0)
+    return drop
+
+
 def _compiled_kernels(*dtypes):
     """The compiled kernels (:mod:`keras_electra.layers.compiled`) where they take these
     dtypes (bfloat16 or float32, all alike), else None (the XLA kernels)."""
@@ -317,7 +325,7 @@ def add_layer_norm(
         gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
         compiled = _compiled_kernels(x.dtype, residual.dtype)
         dropped = drop is not None
-        draw = drop if dropped else (tf.zeros([2], tf.uint32), tf.constant(0, tf.uint32), 1.0)
+        draw = _compiled_draw(drop)
 
         def tables(gamma, beta):
             return tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
@@ -484,7 +492,12 @@ def attention_values(
 
     @tf.custom_gradient
     def run(scores, keep, values):
-        if drop is None:
+        if compiled is not None:
+            probs, dropped = compiled.electra_attention_probs(
+                scores, keep, *draw, scale=scale, dropout=drop is not None
+            )
+            dropped = probs if drop is None else dropped
+        elif drop is None:
             probs = dropped = _probs_forward(scores, keep, None, scale)
         else:
             probs, dropped = _probs_forward(scores, keep, drop, scale)
@@ -498,10 +511,18 @@ def attention_values(
                 # After the gradient arrives: else the graph runs it in the forward
                 # pass and keeps its output alive after all.
                 with tf.control_dependencies([upstream]):
-                    again = tf.reshape(_probs_dropped(probs, drop), tf.shape(probs))
+                    if compiled is not None:
+                        again = compiled.electra_dropout(probs, *draw)
+                    else:
+                        again = tf.reshape(_probs_dropped(probs, drop), tf.shape(probs))
             d_values = tf.matmul(again, upstream, transpose_a=True)
             d_dropped = tf.matmul(upstream, values, transpose_b=True)
-            d_scores = _probs_backward(probs, d_dropped, drop, scale)
+            if compiled is not None:
+                d_scores = compiled.electra_attention_probs_grad(
+                    probs, d_dropped, *draw, scale=scale, dropout=drop is not None
+                )
+            else:
+                d_scores = _probs_backward(probs, d_dropped, drop, scale)
             return tf.reshape(d_scores, tf.shape(scores)), None, d_values
 
         return context, grad
@@ -509,6 +530,8 @@ def attention_values(
     scale = float(scale)
     with tf.name_scope("fused_attention_values"):
         drop = _kernel_dropout(dropout)
+        compiled = _compiled_kernels(scores.dtype)
+        draw = _compiled_draw(drop)
         return run(scores, _keep(mask, len(scores.shape)), values)
 
 

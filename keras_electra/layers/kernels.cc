@@ -78,13 +78,14 @@ struct Dropout {
   uint32_t key0 = 0, key1 = 0, threshold = 0;
   float scale = 1.f;
 
-  Dropout(OpKernelContext* ctx, bool enabled) : on(enabled) {
+  // The key, threshold and scale are the op's inputs `first`, `first + 1`, `first + 2`.
+  Dropout(OpKernelContext* ctx, bool enabled, int first = 4) : on(enabled) {
     if (!on) return;
-    auto key = ctx->input(4).flat<uint32_t>();
+    auto key = ctx->input(first).flat<uint32_t>();
     key0 = key(0);
     key1 = key(1);
-    threshold = ctx->input(5).scalar<uint32_t>()();
-    scale = ctx->input(6).scalar<float>()();
+    threshold = ctx->input(first + 1).scalar<uint32_t>()();
+    scale = ctx->input(first + 2).scalar<float>()();
   }
   void apply(float* v, int64_t row, int64_t width) const {
     if (!on) return;
@@ -349,6 +350,167 @@ class BiasGeluGradOp : public OpKernel {
   }
 };
 
+// The attention's probabilities: softmax(scale * scores) over the last axis where `keep`
+// (bool, the scores' rank, each axis the scores' size or 1: broadcast), 0 elsewhere; a
+// masked score enters the softmax as -1e9, as Keras' masked Softmax puts it.
+constexpr float kMasked = -1e9f;
+
+// For each row of scores (all axes but the last), the offset of its row of `keep`.
+std::vector<int64_t> keep_rows(const Tensor& scores, const Tensor& keep) {
+  const int rank = scores.dims();
+  std::vector<int64_t> offsets(scores.NumElements() / scores.dim_size(rank - 1), 0);
+  std::vector<int64_t> stride(rank, 0);
+  int64_t step = keep.dim_size(rank - 1);
+  for (int axis = rank - 2; axis >= 0; --axis) {
+    stride[axis] = keep.dim_size(axis) == 1 ? 0 : step;
+    step *= keep.dim_size(axis);
+  }
+  for (int64_t row = 0; row < int64_t(offsets.size()); ++row) {
+    int64_t rest = row, offset = 0;
+    for (int axis = rank - 2; axis >= 0; --axis) {
+      offset += (rest % scores.dim_size(axis)) * stride[axis];
+      rest /= scores.dim_size(axis);
+    }
+    offsets[row] = offset;
+  }
+  return offsets;
+}
+
+template <typename T>
+class AttentionProbsOp : public OpKernel {
+ public:
+  explicit AttentionProbsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dropout", &dropout_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    // Inputs: scores, keep, key, threshold, scale. Outputs: probs, dropped (T).
+    const Tensor& scores = ctx->input(0);
+    const Tensor& keep = ctx->input(1);
+    const int rank = scores.dims();
+    bool broadcastable = rank >= 1 && keep.dims() == rank;
+    for (int axis = 0; broadcastable && axis < rank; ++axis) {
+      broadcastable = keep.dim_size(axis) == 1 || keep.dim_size(axis) == scores.dim_size(axis);
+    }
+    OP_REQUIRES(ctx, broadcastable,
+                tensorflow::errors::InvalidArgument("keep must broadcast to the scores"));
+    const int64_t width = scores.dim_size(rank - 1);
+    const int64_t rows = width ? scores.NumElements() / width : 0;
+    Tensor *probs = nullptr, *dropped = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, scores.shape(), &probs));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, dropout_ ? scores.shape() : TensorShape({0}), &dropped));
+    if (rows == 0) return;
+    const std::vector<int64_t> offsets = keep_rows(scores, keep);
+    const bool keep_all_columns = keep.dim_size(rank - 1) == 1;
+    const T* sp = scores.flat<T>().data();
+    const bool* kp = keep.flat<bool>().data();
+    T* pp = probs->flat<T>().data();
+    T* dp = dropout_ ? dropped->flat<T>().data() : nullptr;
+    const Dropout drop(ctx, dropout_, 2);
+    const float scale = scale_;
+    run_rows(ctx, rows, width, 60 * width, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(width);
+      Floats z(buffer.data(), width);
+      float* zp = buffer.data();
+      for (int64_t row = begin; row < end; ++row) {
+        const T* sr = sp + row * width;
+        const bool* kr = kp + offsets[row];
+        for (int64_t i = 0; i < width; ++i) {
+          zp[i] = kr[keep_all_columns ? 0 : i] ? widen(sr[i]) * scale : kMasked;
+        }
+        z = (z - z.maxCoeff()).exp();
+        z /= z.sum();
+        T* pr = pp + row * width;
+        for (int64_t i = 0; i < width; ++i) {
+          pr[i] = narrow<T>(kr[keep_all_columns ? 0 : i] ? zp[i] : 0.f);
+        }
+        if (dp != nullptr) {  // the dropout acts on the rounded probabilities
+          for (int64_t i = 0; i < width; ++i) zp[i] = widen(pr[i]);
+          drop.apply(zp, row, width);
+          T* dr = dp + row * width;
+          for (int64_t i = 0; i < width; ++i) dr[i] = narrow<T>(zp[i]);
+        }
+      }
+    });
+  }
+
+ private:
+  float scale_;
+  bool dropout_;
+};
+
+template <typename T>
+class AttentionProbsGradOp : public OpKernel {
+ public:
+  explicit AttentionProbsGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dropout", &dropout_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    // Inputs: probs, upstream (the gradient for the dropped probabilities), key,
+    // threshold, scale. Output: the gradient for the scores.
+    const Tensor& probs = ctx->input(0);
+    const Tensor& upstream = ctx->input(1);
+    OP_REQUIRES(ctx, probs.dims() >= 1 && probs.NumElements() == upstream.NumElements(),
+                tensorflow::errors::InvalidArgument("probs and upstream must hold as many values"));
+    const int64_t width = probs.dim_size(probs.dims() - 1);
+    const int64_t rows = width ? probs.NumElements() / width : 0;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, probs.shape(), &out));
+    if (rows == 0) return;
+    const T* pp = probs.flat<T>().data();
+    const T* up = upstream.flat<T>().data();
+    T* op = out->flat<T>().data();
+    const Dropout drop(ctx, dropout_, 2);
+    const float scale = scale_;
+    run_rows(ctx, rows, width, 40 * width, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(2 * width);
+      Floats p(buffer.data(), width), g(buffer.data() + width, width);
+      for (int64_t row = begin; row < end; ++row) {
+        p = Row<T>(pp + row * width, width).template cast<float>();
+        g = Row<T>(up + row * width, width).template cast<float>();
+        drop.apply(g.data(), row, width);
+        const float dot = (g * p).sum();
+        OutRow<T>(op + row * width, width) = (scale * p * (g - dot)).template cast<T>();
+      }
+    });
+  }
+
+ private:
+  float scale_;
+  bool dropout_;
+};
+
+template <typename T>
+class DropoutOp : public OpKernel {
+ public:
+  explicit DropoutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    // Inputs: x (its last axis the rows' width), key, threshold, scale.
+    const Tensor& x = ctx->input(0);
+    OP_REQUIRES(ctx, x.dims() >= 1, tensorflow::errors::InvalidArgument("x must have an axis"));
+    const int64_t width = x.dim_size(x.dims() - 1);
+    const int64_t rows = width ? x.NumElements() / width : 0;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &out));
+    if (rows == 0) return;
+    const T* xp = x.flat<T>().data();
+    T* op = out->flat<T>().data();
+    const Dropout drop(ctx, true, 1);
+    run_rows(ctx, rows, width, 10 * width, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(width);
+      for (int64_t row = begin; row < end; ++row) {
+        for (int64_t i = 0; i < width; ++i) buffer[i] = widen(xp[row * width + i]);
+        drop.apply(buffer.data(), row, width);
+        for (int64_t i = 0; i < width; ++i) op[row * width + i] = narrow<T>(buffer[i]);
+      }
+    });
+  }
+};
+
 }  // namespace
 
 REGISTER_OP("ElectraAddLayerNorm")
@@ -416,6 +578,52 @@ REGISTER_OP("ElectraBiasGeluGrad")
       return absl::OkStatus();
     });
 
+REGISTER_OP("ElectraAttentionProbs")
+    .Input("scores: T")
+    .Input("keep: bool")
+    .Input("key: uint32")
+    .Input("threshold: uint32")
+    .Input("dropout_scale: float")
+    .Attr("T: {bfloat16, float}")
+    .Attr("scale: float")
+    .Attr("dropout: bool")
+    .Output("probs: T")
+    .Output("dropped: T")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      bool dropout;
+      TF_RETURN_IF_ERROR(c->GetAttr("dropout", &dropout));
+      c->set_output(0, c->input(0));
+      c->set_output(1, dropout ? c->input(0) : c->Vector(0));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("ElectraAttentionProbsGrad")
+    .Input("probs: T")
+    .Input("upstream: T")
+    .Input("key: uint32")
+    .Input("threshold: uint32")
+    .Input("dropout_scale: float")
+    .Attr("T: {bfloat16, float}")
+    .Attr("scale: float")
+    .Attr("dropout: bool")
+    .Output("d_scores: T")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("ElectraDropout")
+    .Input("x: T")
+    .Input("key: uint32")
+    .Input("threshold: uint32")
+    .Input("dropout_scale: float")
+    .Attr("T: {bfloat16, float}")
+    .Output("y: T")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
 #define REGISTER(T)                                                                   \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("ElectraAddLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
@@ -428,6 +636,15 @@ REGISTER_OP("ElectraBiasGeluGrad")
       BiasGeluOp<T>);                                                                 \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("ElectraBiasGeluGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      BiasGeluGradOp<T>);
+      BiasGeluGradOp<T>);                                                             \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraAttentionProbs").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      AttentionProbsOp<T>);                                                           \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraAttentionProbsGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      AttentionProbsGradOp<T>);                                                       \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraDropout").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),   \
+      DropoutOp<T>);
 REGISTER(float)
 REGISTER(Eigen::bfloat16)
