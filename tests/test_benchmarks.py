@@ -84,30 +84,25 @@ def test_memory_timeline_replays_the_allocator_to_its_peak(capsys):
 
 def test_kernel_times_times_every_fused_kernel_against_the_bandwidth(capsys):
     """One process per thread count; each fused kernel gets a row with its time and the
-    bandwidth it reached, beside NumPy's in the same process; with g++ also the compiled
-    add + LayerNorm, whose output stays within a few bf16 rounding steps of XLA's."""
+    bandwidth it reached, beside NumPy's in the same process, for XLA's kernels and
+    (with a compiler) the compiled ones, whose outputs agree with XLA's."""
     bench = load_benchmark("kernel_times")
-    compiled = shutil.which("g++") is not None
-    bench.main(["--threads", "1", "--calls", "2", "--repeats", "1"] + ["--compiled"] * compiled)
+    bench.main(["--threads", "1", "--calls", "1", "--repeats", "1"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert not [r for r in rows if r["kind"] == "failed"], rows
     (numpy_row,) = [r for r in rows if r["kind"] == "numpy_add"]
     assert numpy_row["gbytes_per_s"] > 0
-    kernels = {r["name"]: r for r in rows if r["kind"] == "kernel"}
-    if compiled:
-        (check,) = [r for r in rows if r["kind"] == "probe_check"]
-        assert 0 <= check["max_abs_difference"] <= 0.0625  # values up to ~4: 2**-6 a step
-        assert kernels.pop("add_layer_norm_forward_compiled")["ms_per_call"] > 0
-    assert set(kernels) == {
-        "add_layer_norm_forward",
-        "add_layer_norm_backward",
-        "bias_gelu_forward",
-        "attention_probs_forward",
-        "tensorflow_float32_add",
-    }
+    kernels = {(r["name"], r["engine"]): r for r in rows if r["kind"] == "kernel"}
+    fused = {"add_layer_norm_forward", "add_layer_norm_backward", "bias_gelu_forward"}
+    fused.add("attention_probs_forward")
+    engines = ["xla", "compiled"] if shutil.which("g++") else ["xla"]
+    expected = {(name, engine) for name in fused for engine in engines}
+    assert set(kernels) == expected | {("tensorflow_float32_add", "tensorflow")}
     for r in kernels.values():
         assert r["threads"] == 1 and r["ms_per_call"] > 0
-        assert (
-            abs(r["gbytes_per_s"] - r["mbytes"] / 1024 / (r["ms_per_call"] / 1e3))
-            < 0.1 * r["gbytes_per_s"] + 0.1
-        )
+        rate = r["mbytes"] / 1024 / (r["ms_per_call"] / 1e3)
+        assert abs(r["gbytes_per_s"] - rate) < 0.1 * r["gbytes_per_s"] + 0.1
+    agreement = {r["name"]: r["max_relative_difference"] for r in rows if r["kind"] == "agreement"}
+    assert set(agreement) == (fused if "compiled" in engines else set())
+    # bf16 outputs: a rounding step is 2**-8 of a value; a few steps at most.
+    assert all(0 <= gap <= 2**-5 for gap in agreement.values()), agreement

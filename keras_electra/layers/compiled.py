@@ -37,7 +37,15 @@ import tensorflow as tf
 
 SOURCE = Path(__file__).with_name("kernels.cc")
 ENABLE = "KERAS_ELECTRA_COMPILED_KERNELS"  # "0" keeps the XLA kernels
-_FLAGS = ["-shared", "-fPIC", "-O3", "-march=native", "-fopenmp-simd", "-w"]
+_FLAGS = [
+    "-shared",
+    "-fPIC",
+    "-O3",
+    "-march=native",
+    "-mprefer-vector-width=512",
+    "-fopenmp-simd",
+    "-w",
+]
 
 log = logging.getLogger(__name__)
 # The op module loaded in this process: TensorFlow registers an op once, so a second

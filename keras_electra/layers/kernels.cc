@@ -89,10 +89,13 @@ struct Dropout {
   }
   void apply(float* v, int64_t row, int64_t width) const {
     if (!on) return;
-    const uint32_t start = uint32_t(row * width);
+    // Locals, not members: the loop then vectorizes (no possible alias with v).
+    const uint32_t start = uint32_t(row * width), k0 = key0, k1 = key1, cut = threshold;
+    const float by = scale;
 #pragma omp simd
     for (int64_t i = 0; i < width; ++i) {
-      v[i] = draw(start + uint32_t(i), key0, key1) >= threshold ? v[i] * scale : 0.f;
+      const float kept = v[i] * by;
+      v[i] = draw(start + uint32_t(i), k0, k1) >= cut ? kept : 0.f;
     }
   }
 };
@@ -415,20 +418,39 @@ class AttentionProbsOp : public OpKernel {
       float* zp = buffer.data();
       for (int64_t row = begin; row < end; ++row) {
         const T* sr = sp + row * width;
-        const bool* kr = kp + offsets[row];
-        for (int64_t i = 0; i < width; ++i) {
-          zp[i] = kr[keep_all_columns ? 0 : i] ? widen(sr[i]) * scale : kMasked;
-        }
-        z = (z - z.maxCoeff()).exp();
-        z /= z.sum();
+        // Read as bytes (a bool is one): byte loads vectorize where bool ones do not.
+        const uint8_t* kr = reinterpret_cast<const uint8_t*>(kp + offsets[row]);
         T* pr = pp + row * width;
-        for (int64_t i = 0; i < width; ++i) {
-          pr[i] = narrow<T>(kr[keep_all_columns ? 0 : i] ? zp[i] : 0.f);
+        if (keep_all_columns && !kr[0]) {  // a row with no key: probabilities 0
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) pr[i] = narrow<T>(0.f);
+        } else if (keep_all_columns) {
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) zp[i] = widen(sr[i]) * scale;
+          z = (z - z.maxCoeff()).exp();
+          z /= z.sum();
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) pr[i] = narrow<T>(zp[i]);
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            const float score = widen(sr[i]) * scale;
+            zp[i] = kr[i] != 0 ? score : kMasked;
+          }
+          z = (z - z.maxCoeff()).exp();
+          z /= z.sum();
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            const float p = zp[i];
+            pr[i] = narrow<T>(kr[i] != 0 ? p : 0.f);
+          }
         }
         if (dp != nullptr) {  // the dropout acts on the rounded probabilities
+#pragma omp simd
           for (int64_t i = 0; i < width; ++i) zp[i] = widen(pr[i]);
           drop.apply(zp, row, width);
           T* dr = dp + row * width;
+#pragma omp simd
           for (int64_t i = 0; i < width; ++i) dr[i] = narrow<T>(zp[i]);
         }
       }
@@ -502,10 +524,15 @@ class DropoutOp : public OpKernel {
     const Dropout drop(ctx, true, 1);
     run_rows(ctx, rows, width, 10 * width, [&](int64_t begin, int64_t end) {
       std::vector<float> buffer(width);
+      float* b = buffer.data();
       for (int64_t row = begin; row < end; ++row) {
-        for (int64_t i = 0; i < width; ++i) buffer[i] = widen(xp[row * width + i]);
-        drop.apply(buffer.data(), row, width);
-        for (int64_t i = 0; i < width; ++i) op[row * width + i] = narrow<T>(buffer[i]);
+        const T* xr = xp + row * width;
+        T* yr = op + row * width;
+#pragma omp simd
+        for (int64_t i = 0; i < width; ++i) b[i] = widen(xr[i]);
+        drop.apply(b, row, width);
+#pragma omp simd
+        for (int64_t i = 0; i < width; ++i) yr[i] = narrow<T>(b[i]);
       }
     });
   }
