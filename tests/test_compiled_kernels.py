@@ -168,3 +168,24 @@ def test_the_compiled_attention_computes_the_xla_kernels_values(
 def test_float16_and_mixed_dtypes_keep_the_xla_kernels():
     assert fused._compiled_kernels(tf.float16, tf.float16) is None
     assert fused._compiled_kernels(tf.bfloat16, tf.float32) is None
+
+
+def test_a_graph_xla_compiles_whole_keeps_the_xla_kernels():
+    """``--xla`` (and ``jit_compile``) compile the loss and its gradients as one XLA
+    function, which cannot hold a custom op: the kernels inside it are XLA's."""
+    x = tf.constant(np.random.default_rng(8).normal(0, 1, (6, 16)), tf.bfloat16)
+    gamma, beta = tf.ones([16]), tf.zeros([16])
+
+    @tf.function(jit_compile=True)
+    def run(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fused.add_layer_norm(x, x, gamma, beta, 1e-12)
+            y = fused.bias_gelu(y, tf.zeros([16]))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32))
+        return y, tape.gradient(loss, x)
+
+    ops = {op.type for op in run.get_concrete_function(x).graph.get_operations()}
+    assert not {t for t in ops if t.startswith("Electra")}
+    y, dx = run(x)
+    assert np.isfinite(tf.cast(dx, tf.float32).numpy()).all() and y.shape == x.shape
