@@ -379,13 +379,23 @@ std::vector<int64_t> keep_rows(const Tensor& scores, const Tensor& keep) {
   return offsets;
 }
 
-template <typename T>
-class AttentionProbsOp : public OpKernel {
+// The attention's ops: a `scale` for the scores and whether a dropout follows.
+class AttentionOp : public OpKernel {
  public:
-  explicit AttentionProbsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit AttentionOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dropout", &dropout_));
   }
+
+ protected:
+  float scale_;
+  bool dropout_;
+};
+
+template <typename T>
+class AttentionProbsOp : public AttentionOp {
+ public:
+  using AttentionOp::AttentionOp;
 
   void Compute(OpKernelContext* ctx) override {
     // Inputs: scores, keep, key, threshold, scale. Outputs: probs, dropped (T).
@@ -456,19 +466,12 @@ class AttentionProbsOp : public OpKernel {
       }
     });
   }
-
- private:
-  float scale_;
-  bool dropout_;
 };
 
 template <typename T>
-class AttentionProbsGradOp : public OpKernel {
+class AttentionProbsGradOp : public AttentionOp {
  public:
-  explicit AttentionProbsGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dropout", &dropout_));
-  }
+  using AttentionOp::AttentionOp;
 
   void Compute(OpKernelContext* ctx) override {
     // Inputs: probs, upstream (the gradient for the dropped probabilities), key,
@@ -499,10 +502,6 @@ class AttentionProbsGradOp : public OpKernel {
       }
     });
   }
-
- private:
-  float scale_;
-  bool dropout_;
 };
 
 template <typename T>
@@ -539,6 +538,12 @@ class DropoutOp : public OpKernel {
 };
 
 }  // namespace
+
+// The shape function of an op whose one output has its first input's shape.
+static absl::Status ShapeOfFirstInput(tensorflow::shape_inference::InferenceContext* c) {
+  c->set_output(0, c->input(0));
+  return absl::OkStatus();
+}
 
 REGISTER_OP("ElectraAddLayerNorm")
     .Input("x: T")
@@ -587,10 +592,7 @@ REGISTER_OP("ElectraBiasGelu")
     .Input("bias: float")
     .Attr("T: {bfloat16, float}")
     .Output("y: T")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    });
+    .SetShapeFn(ShapeOfFirstInput);
 
 REGISTER_OP("ElectraBiasGeluGrad")
     .Input("h: T")
@@ -634,10 +636,7 @@ REGISTER_OP("ElectraAttentionProbsGrad")
     .Attr("scale: float")
     .Attr("dropout: bool")
     .Output("d_scores: T")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    });
+    .SetShapeFn(ShapeOfFirstInput);
 
 REGISTER_OP("ElectraDropout")
     .Input("x: T")
@@ -646,10 +645,7 @@ REGISTER_OP("ElectraDropout")
     .Input("dropout_scale: float")
     .Attr("T: {bfloat16, float}")
     .Output("y: T")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    });
+    .SetShapeFn(ShapeOfFirstInput);
 
 #define REGISTER(T)                                                                   \
   REGISTER_KERNEL_BUILDER(                                                            \
