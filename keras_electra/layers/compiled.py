@@ -1,9 +1,9 @@
 """Compiled training kernels: ``kernels.cc`` built once per machine, loaded as
 TensorFlow custom ops.
 
-XLA's CPU code for the fused LayerNorm moves its bytes at 4-5 GB/s on a 2-core Xeon, where
+XLA's CPU code for the fused kernels moves their bytes at 3-7 GB/s on a 2-core Xeon, where
 a NumPy add moves 25 GB/s (``benchmarks/kernel_times.py``); the same loops written in C++
-and vectorized by the compiler run about twice as fast. :func:`kernels` compiles
+and vectorized by the compiler run 1.5-2.3x as fast. :func:`kernels` compiles
 ``kernels.cc`` with the C++ compiler (``$CXX``, else ``g++``) against the installed
 TensorFlow on first use, into a cache directory keyed by the source, TensorFlow's version
 and this CPU (``-march=native``), and loads it. Where that cannot happen (no compiler,
@@ -86,9 +86,10 @@ def _build(compiler: str, library: Path) -> None:
 
 @functools.cache
 def kernels():
-    """The compiled kernels' op module (``electra_add_layer_norm``,
-    ``electra_add_layer_norm_grad``), built on first use; None where they cannot be
-    built or should not be used (see the module docstring)."""
+    """The compiled kernels' op module (``electra_add_layer_norm``, ``electra_bias_gelu``,
+    ``electra_attention_probs``, each with its ``_grad``, and ``electra_dropout``), built
+    on first use; None where they cannot be built or should not be used (see the module
+    docstring)."""
     if os.environ.get(ENABLE, "1") == "0" or not sys.platform.startswith("linux"):
         return None
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
