@@ -34,21 +34,25 @@ def fresh_build(monkeypatch, tmp_path):
     compiled.kernels.cache_clear()
 
 
-def _run(x, r, gamma, beta, upstream, draw, use_compiled: bool, monkeypatch):
+def _run(x, r, gamma, beta, upstream, draw, use_compiled: bool, monkeypatch, bias=None):
     if not use_compiled:
         monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+    inputs = [x, r, gamma, beta] + ([] if bias is None else [bias])
     with tf.GradientTape() as tape:
-        tape.watch([x, r, gamma, beta])
-        y = fused.add_layer_norm(x, r, gamma, beta, 1e-12, draw)
-    grads = tape.gradient(y, [x, r, gamma, beta], output_gradients=upstream)
+        tape.watch(inputs)
+        y = fused.add_layer_norm(x, r, gamma, beta, 1e-12, draw, bias)
+    grads = tape.gradient(y, inputs, output_gradients=upstream)
     monkeypatch.undo()
     return [tf.cast(t, tf.float32).numpy() for t in [y, *grads]]
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+@pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("rate", [0.0, 0.1])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_the_compiled_add_layer_norm_computes_the_xla_kernels_values(dtype, rate, monkeypatch):
+def test_the_compiled_add_layer_norm_computes_the_xla_kernels_values(
+    dtype, rate, with_bias, monkeypatch
+):
     assert compiled.kernels() is not None  # a compiler is here: the build must work
     rng = np.random.default_rng(5)
     shape = (3, 37, 64)
@@ -56,13 +60,17 @@ def test_the_compiled_add_layer_norm_computes_the_xla_kernels_values(dtype, rate
     gamma = tf.constant(rng.normal(1, 0.3, 64), tf.float32)
     gamma = tf.tensor_scatter_nd_update(gamma, [[3]], [1e-4])  # below the 1e-3 floor
     beta = tf.constant(rng.normal(0, 0.3, 64), tf.float32)
+    bias = tf.constant(rng.normal(0, 0.5, 64), tf.float32) if with_bias else None
     draw = DropoutDraw(dropout_key(tf.constant([3, 4])), tf.shape(x), rate) if rate else None
-    ours = _run(x, r, gamma, beta, upstream, draw, True, monkeypatch)
-    xla = _run(x, r, gamma, beta, upstream, draw, False, monkeypatch)
+    ours = _run(x, r, gamma, beta, upstream, draw, True, monkeypatch, bias)
+    xla = _run(x, r, gamma, beta, upstream, draw, False, monkeypatch, bias)
     step = 2**-7 if dtype == "bfloat16" else 1e-6  # one rounding step, relative
-    for name, a, b in zip(("y", "dx", "dresidual", "dgamma", "dbeta"), ours, xla, strict=True):
+    names = ("y", "dx", "dresidual", "dgamma", "dbeta", "dbias")
+    for name, a, b in zip(names[: len(ours)], ours, xla, strict=True):
         scale = np.abs(b).max()
         assert np.abs(a - b).max() <= step * scale + 1e-6, name
+    if with_bias:  # the bias's gradient is x's summed over the rows, in float32
+        np.testing.assert_allclose(ours[5], ours[1].reshape(-1, 64).sum(0), rtol=0.02, atol=0.05)
     if rate:  # the same elements dropped: the hashed draws are XLA's
         dropped = xla[1] == 0
         assert 0.05 < dropped.mean() < 0.15

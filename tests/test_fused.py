@@ -579,11 +579,20 @@ def _calls(graph, function: str) -> list:
     return found
 
 
+@pytest.mark.parametrize("kernels", ["xla", "compiled"])
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
-def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(dtype):
+def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(
+    dtype, kernels, monkeypatch
+):
     """Values and gradients of ``bias_gelu`` then a matmul; the GELU output is used by
     the forward matmul only, and the backward pass's recompute waits for its gradient
-    (else the graph would run it in the forward pass and keep its output after all)."""
+    (else the graph would run it in the forward pass and keep its output after all):
+    XLA's kernels recompute it in a kernel of their own held back by a control edge,
+    the compiled gradient kernel computes it with the gradient, from the matmul's."""
+    if kernels == "xla":
+        monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
+    elif shutil.which("g++") is None:
+        pytest.skip("no C++ compiler to build the compiled kernels with")
     rng = np.random.default_rng(5)
     h = tf.constant(rng.normal(0, 2, (3, 4, 40)), dtype)
     b = tf.constant(rng.normal(0, 1, 40), tf.float32)
@@ -608,10 +617,18 @@ def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(dtype)
         else:  # the same math and roundings, summed in another order
             assert np.abs(a - r).max() <= 0.02 * np.abs(r).max()
     graph = run.get_concrete_function(bias_gelu_matmul, h, b, k).graph
-    calls = _calls(graph, "bias_gelu_forward")  # XLA's kernel, or the compiled one's op
-    calls += [op for op in graph.get_operations() if op.type == "ElectraBiasGelu"]
-    forward, recompute = sorted(calls, key=lambda op: len(op.control_inputs))
-    assert not forward.control_inputs and recompute.control_inputs
+    if kernels == "xla":
+        forward, recompute = sorted(
+            _calls(graph, "bias_gelu_forward"), key=lambda op: len(op.control_inputs)
+        )
+        assert not forward.control_inputs and recompute.control_inputs
+    else:
+        (forward,) = [op for op in graph.get_operations() if op.type == "ElectraBiasGelu"]
+        (backward,) = [op for op in graph.get_operations() if op.type == "ElectraBiasGeluGrad"]
+        assert backward.get_attr("with_output")
+        assert backward.inputs[2].op.type == "MatMul"  # the gradient for the GELU output
+        # Its recomputed output goes to the kernel's gradient, a matmul.
+        assert [c.type for c in backward.outputs[2].consumers()] == ["MatMul"]
     assert [c.type for c in forward.outputs[0].consumers()] == ["MatMul"]
 
 

@@ -177,10 +177,17 @@ class TransformerLayer(keras.layers.Layer):
         if not training or self.normalize_first or return_attention_scores:
             return self._plain_call(inputs, mask, training, return_attention_scores)
         with training_kernels():  # the attention's _compute_attention reads it
-            x = self._self_attention_layer(
-                query=inputs, value=inputs, attention_mask=mask, training=training
-            )
-        x = self._add_norm(x, inputs, self._self_attention_layer_norm, self._self_attention_dropout)
+            projected = _projected_attention(self._self_attention_layer, inputs, mask)
+            if projected is None:
+                x = self._self_attention_layer(
+                    query=inputs, value=inputs, attention_mask=mask, training=training
+                )
+                bias = None
+            else:
+                x, bias = projected
+        x = self._add_norm(
+            x, inputs, self._self_attention_layer_norm, self._self_attention_dropout, bias
+        )
         intermediate = self._feedforward_intermediate_dense
         output = self._feedforward_output_dense
         if intermediate.activation is _GELU and intermediate.use_bias:
@@ -189,8 +196,10 @@ class TransformerLayer(keras.layers.Layer):
                 kernel = tf.identity(output.kernel)  # autocast: the compute dtype
                 with AutocastScope(None):  # the float32 bias; its gradient summed in float32
                     y = bias_gelu_matmul(h, intermediate.bias, kernel)
-                y = bias_add(y, tf.identity(output.bias)) if output.use_bias else y
-                return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
+                bias = output.bias if output.use_bias else None
+                return self._add_norm(
+                    y, x, self._feedforward_layer_norm, self._feedforward_dropout, bias
+                )
             with AutocastScope(None):  # the float32 bias; its gradient summed in float32
                 h = bias_gelu(h, intermediate.bias)
         else:
@@ -239,15 +248,18 @@ class TransformerLayer(keras.layers.Layer):
         return config
 
     @staticmethod
-    def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout):
-        """``norm(dropout(x) + residual)``, the dropout inside the kernels when it can be."""
+    def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout, bias=None):
+        """``norm(dropout(x + bias) + residual)``, the bias and the dropout inside the
+        kernels when they can be (``bias``: a sub-layer's output bias variable, or None)."""
         draw = None
         if isinstance(dropout, Dropout):
             draw = dropout.draw(keras.ops.shape(x))
         if draw is None:  # a rate of 0 (the layer returns x) or a noise_shape
+            if bias is not None:
+                x, bias = bias_add(x, tf.identity(bias)), None  # autocast: x's dtype
             x = dropout(x, training=True)
         with AutocastScope(None):  # LayerNorm's float32 scale and offset, as Keras reads them
-            return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon, draw)
+            return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon, draw, bias)
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -443,15 +455,10 @@ def _fused_attention(layer: keras.layers.Layer) -> None:
         return_attention_scores=False,
         **kwargs,
     ):
-        dropout = attention._dropout_layer if attention._dropout > 0 else None
-        if (
-            training
-            and fuses_attention_softmax(query.dtype)
-            and not return_attention_scores
-            and not kwargs.get("use_causal_mask")
-            and len(query.shape) == 4
-            and (dropout is None or (isinstance(dropout, Dropout) and dropout.drawable))
-        ):
+        fusable, dropout = _attention_dropout(
+            attention, query.dtype, return_attention_scores, **kwargs
+        )
+        if training and fusable and len(query.shape) == 4:
             return _attend(attention, query, key, value, attention_mask, dropout)
         return keras_compute(
             query, key, value, attention_mask, training, return_attention_scores, **kwargs
@@ -459,6 +466,95 @@ def _fused_attention(layer: keras.layers.Layer) -> None:
 
     # Untracked, as the softmax: the attention's weights and config are unchanged.
     object.__setattr__(attention, "_compute_attention", compute_attention)
+
+
+def _attention_dropout(attention, dtype, return_attention_scores=False, **kwargs):
+    """Whether ``attention`` can take the fused kernels (see :func:`_fused_attention`),
+    and its dropout layer (None for a rate of 0): ``(fusable, dropout)``."""
+    dropout = attention._dropout_layer if attention._dropout > 0 else None
+    fusable = (
+        fuses_attention_softmax(dtype)
+        and not return_attention_scores
+        and not kwargs.get("use_causal_mask")
+        and (dropout is None or (isinstance(dropout, Dropout) and dropout.drawable))
+    )
+    return fusable, dropout
+
+
+def _plain_projection(layer, equation: str) -> bool:
+    """An ``EinsumDense`` with this equation, a bias over its output axes, unquantized."""
+    return (
+        type(layer) is keras.layers.EinsumDense
+        and layer.equation == equation
+        and layer.bias is not None
+        and tuple(layer.bias.shape) == tuple(layer.kernel.shape[-len(layer.bias.shape) :])
+        and getattr(layer, "quantization_mode", None) is None
+        and getattr(layer, "lora_rank", None) is None
+    )
+
+
+def _projected_attention(attention, x, mask):
+    """Self-attention of ``x`` (``[batch, length, width]``) in training, with the query,
+    key and value projections as one matmul and the output projection's bias left out.
+
+    Keras' attention multiplies ``x`` by three ``[width, heads, dim]`` kernels; here
+    they are concatenated (a ``[width, 3 * heads * dim]`` copy per step, small) and
+    ``x`` is multiplied once, with one bias add, one transpose to ``[3, batch, heads,
+    length, dim]`` and, in the backward pass, one matmul for ``x``'s gradient where
+    three were added up, one for the kernels' and one bias sum. The softmax and the
+    product by the values are :func:`_attend`'s kernels. The output projection's bias
+    is returned for the LayerNorm kernel that follows to add
+    (:func:`~keras_electra.layers.fused.add_layer_norm`), with its gradient.
+
+    Returns ``(output without the bias, the bias variable)``, or None where the
+    attention is not Keras' with plain projections and fused kernels (the caller
+    calls the attention as it is).
+    """
+    fusable, dropout = _attention_dropout(attention, x.dtype)
+    parts = (attention._query_dense, attention._key_dense, attention._value_dense)
+    output = attention._output_dense
+    if not (
+        fusable
+        and type(attention) is keras.layers.MultiHeadAttention
+        and len(x.shape) == 3
+        and getattr(x, "_keras_mask", None) is None  # Keras' attention would add it
+        and all(_plain_projection(p, "abc,cde->abde") for p in parts)
+        and _plain_projection(output, "abcd,cde->abe")
+        and len({tuple(p.kernel.shape) for p in parts}) == 1
+        and (attention._dot_product_equation, attention._combine_equation) == _EQUATIONS
+    ):
+        return None
+    width, heads, dim = (int(d) for d in parts[0].kernel.shape)
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    with tf.name_scope("query_key_value"):  # the scope names the matmul in a profile
+        # tf.identity reads the variables autocast (the compute dtype).
+        kernel = tf.concat(
+            [tf.reshape(tf.identity(p.kernel), [width, heads * dim]) for p in parts], 1
+        )
+        bias = tf.stack([tf.identity(p.bias) for p in parts])  # [3, heads, dim]
+        qkv = tf.matmul(tf.reshape(x, [-1, width]), kernel)
+        # The reshape stands between the matmul and the bias (see dense._two_d_call).
+        qkv = bias_add(tf.reshape(qkv, [batch, length, 3, heads, dim]), bias)
+    if mask is not None:
+        mask = keras.ops.cast(mask, "bool")
+    draw_for = dropout.draw if dropout is not None else lambda shape: None
+    scale = attention._inverse_sqrt_key_dim
+    if heads == 1:  # [B, T, 3, 1, D]: each projection [B, T, D] without transposes
+        q, k, v = tf.unstack(tf.squeeze(qkv, 3), axis=2)
+        scores = tf.matmul(q, k, transpose_b=True)  # [B, T, S]
+        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
+    else:
+        q, k, v = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, N, T, D]
+        scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S]
+        mask = _over_heads(mask, scores)
+        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
+        context = tf.transpose(context, [0, 2, 1, 3])  # [B, T, N, D]
+    with tf.name_scope("attention_output"):
+        out = tf.matmul(
+            tf.reshape(context, [-1, heads * dim]),
+            tf.reshape(tf.identity(output.kernel), [heads * dim, -1]),
+        )
+    return tf.reshape(out, [batch, length, -1]), output.bias
 
 
 def _over_heads(mask, scores):

@@ -106,13 +106,28 @@ def _gelu_forward(h, bias):
     return _bias_gelu_forward(h, bias)
 
 
-def _gelu_backward(h, bias, upstream):
-    """``(dh, dbias)`` of :func:`_gelu_forward`: the compiled kernel where it builds."""
+def _gelu_backward(h, bias, upstream, with_output=False):
+    """``(dh, dbias)`` of :func:`_gelu_forward`: the compiled kernel where it builds.
+
+    With ``with_output``, also ``gelu(h + bias)`` (``(dh, dbias, y)``): the compiled
+    kernel computes it from the erf the gradient needs anyway, one pass over ``h``
+    where a recompute and a gradient were two.
+    """
     compiled = _compiled_kernels(h.dtype, upstream.dtype)
     if compiled is not None:
-        dh, dbias = compiled.electra_bias_gelu_grad(h, tf.cast(bias, tf.float32), upstream)
-        return dh, tf.cast(dbias, bias.dtype)
-    return _bias_gelu_backward(h, bias, upstream)
+        dh, dbias, y = compiled.electra_bias_gelu_grad(
+            h, tf.cast(bias, tf.float32), upstream, with_output=with_output
+        )
+        dbias = tf.cast(dbias, bias.dtype)
+        return (dh, dbias, y) if with_output else (dh, dbias)
+    grads = _bias_gelu_backward(h, bias, upstream)
+    if not with_output:
+        return grads
+    # The control edge holds the recompute back until the backward pass reaches it: a
+    # graph runs an op as soon as its inputs exist, and h and the bias exist in the
+    # forward pass.
+    with tf.control_dependencies([upstream]):
+        return (*grads, _bias_gelu_forward(h, bias))
 
 
 @tf.custom_gradient
@@ -148,8 +163,9 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
 
     The output is what the second matmul's kernel gradient needs; kept, it is the
     widest tensor of a layer (``[tokens, intermediate]``, 8 MB per layer of
-    ELECTRA-Small at batch 32 x 128 in bfloat16). Recomputing it is one more pass of
-    :func:`bias_gelu`'s forward kernel over ``h``, which is kept anyway.
+    ELECTRA-Small at batch 32 x 128 in bfloat16). The compiled gradient kernel recomputes
+    it from ``h`` (kept anyway) in the pass that computes GELU's gradient, from the same
+    erf; the XLA kernels recompute it in a pass of their own.
 
     Args:
         h: the first matmul's output, ``[..., intermediate]``.
@@ -169,14 +185,10 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
     @tf.custom_gradient
     def rows(h, bias, kernel):
         def grad(upstream):
-            # Recomputed, not kept. The control edge holds the recompute back until
-            # the backward pass reaches it: a graph runs an op as soon as its inputs
-            # exist, and h and the bias exist in the forward pass.
-            with tf.control_dependencies([upstream]):
-                g = _gelu_forward(h, bias)
-            dkernel = tf.matmul(g, upstream, transpose_a=True)
-            dh, dbias = _gelu_backward(h, bias, tf.matmul(upstream, kernel, transpose_b=True))
-            return dh, dbias, dkernel
+            # GELU's output is recomputed with its gradient, not kept.
+            dg = tf.matmul(upstream, kernel, transpose_b=True)
+            dh, dbias, g = _gelu_backward(h, bias, dg, with_output=True)
+            return dh, dbias, tf.matmul(g, upstream, transpose_a=True)
 
         return tf.matmul(_gelu_forward(h, bias), kernel), grad
 
@@ -214,8 +226,10 @@ def _kernel_dropout(draw) -> tuple | None:
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
-def _add_norm_forward(x, residual, gamma, beta, epsilon, drop):
-    s = _dropped(tf.cast(x, tf.float32), drop) + tf.cast(residual, tf.float32)
+def _add_norm_forward(x, residual, gamma, beta, epsilon, drop, bias=None):
+    v = tf.cast(x, tf.float32)
+    v = v if bias is None else v + tf.cast(bias, tf.float32)
+    s = _dropped(v, drop) + tf.cast(residual, tf.float32)
     y, inv_std = _normalize(s, gamma, beta, epsilon)
     return tf.cast(y, x.dtype), inv_std
 
@@ -242,7 +256,9 @@ def _add_norm_backward(y, gamma, beta, inv_std, upstream, drop):
     )
     dgamma = tf.reduce_sum(dy * normalized, axis=0)
     dbeta = tf.reduce_sum(dy, axis=0)
-    return tf.cast(_dropped(ds, drop), y.dtype), tf.cast(ds, y.dtype), dgamma, dbeta
+    dx = _dropped(ds, drop)
+    # dx's column sums: the gradient of a bias added to x (unused without one).
+    return tf.cast(dx, y.dtype), tf.cast(ds, y.dtype), dgamma, dbeta, tf.reduce_sum(dx, axis=0)
 
 
 def _compiled_draw(drop) -> tuple:
@@ -283,8 +299,10 @@ def add_layer_norm(
     beta: tf.Tensor,
     epsilon: float,
     dropout: DropoutDraw | None = None,
+    bias: tf.Tensor | None = None,
 ) -> tf.Tensor:
-    """``LayerNorm(dropout(x) + residual)`` over the last axis, the sum kept in float32.
+    """``LayerNorm(dropout(x + bias) + residual)`` over the last axis, the sum kept in
+    float32.
 
     The backward pass keeps neither input: it reads the normalized sum back from the
     output, ``(y - beta) / gamma``, which the next layer keeps anyway, and the rows'
@@ -304,6 +322,10 @@ def add_layer_norm(
         dropout: the random key of a dropout on ``x``
             (:meth:`keras_electra.layers.dropout.Dropout.draw`), applied inside the
             kernels (its mask is recomputed from the key in the backward pass), or None.
+        bias: the sub-layer's output bias, ``[width]``, or None. Added here, its gradient
+            is summed in float32 in the backward kernel's pass over ``x``'s gradient: a
+            dense layer's bias add and its gradient's column sums are not passes of
+            their own.
 
     Returns:
         A tensor of ``x``'s shape and dtype.
@@ -316,27 +338,37 @@ def add_layer_norm(
     """
 
     @tf.custom_gradient
-    def rows(x, residual, gamma, beta):
+    def rows(x, residual, gamma, beta, *bias):
         if compiled is not None:
+            added = tf.cast(bias[0], tf.float32) if bias else tf.zeros([0])
             y, inv_std = compiled.electra_add_layer_norm(
-                x, residual, *tables(gamma, beta), *draw, epsilon=epsilon, dropout=dropped
+                x, residual, *tables(gamma, beta), *draw, added, epsilon=epsilon, dropout=dropped
             )
         else:
-            y, inv_std = _add_norm_forward(x, residual, gamma, beta, epsilon, drop)
+            y, inv_std = _add_norm_forward(x, residual, gamma, beta, epsilon, drop, *bias)
 
         def grad(upstream):
             if compiled is not None:
-                dx, ds, dgamma, dbeta = compiled.electra_add_layer_norm_grad(
-                    y, upstream, *tables(gamma, beta), *draw, inv_std, dropout=dropped
+                dx, ds, dgamma, dbeta, dbias = compiled.electra_add_layer_norm_grad(
+                    y,
+                    upstream,
+                    *tables(gamma, beta),
+                    *draw,
+                    inv_std,
+                    dropout=dropped,
+                    with_bias=bool(bias),
                 )
             else:
-                dx, ds, dgamma, dbeta = _add_norm_backward(y, gamma, beta, inv_std, upstream, drop)
-            return (
+                dx, ds, dgamma, dbeta, dbias = _add_norm_backward(
+                    y, gamma, beta, inv_std, upstream, drop
+                )
+            grads = (
                 dx,
                 tf.cast(ds, residual.dtype),
                 tf.cast(dgamma, gamma.dtype),
                 tf.cast(dbeta, beta.dtype),
             )
+            return (*grads, tf.cast(dbias, bias[0].dtype)) if bias else grads
 
         return y, grad
 
@@ -350,7 +382,8 @@ def add_layer_norm(
         def tables(gamma, beta):
             return tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
 
-        return tf.reshape(rows(_rows(x), _rows(residual), gamma, beta), tf.shape(x))
+        extra = () if bias is None else (tf.convert_to_tensor(bias),)
+        return tf.reshape(rows(_rows(x), _rows(residual), gamma, beta, *extra), tf.shape(x))
 
 
 _MASKED = -1e9  # Keras' Softmax puts this at masked positions (float32 here)

@@ -1,6 +1,6 @@
 // Compiled training kernels for CPUs, over the rows of a [rows, width] tensor (bfloat16
-// or float32): dropout + residual add + LayerNorm, and bias + exact GELU, each forward and
-// backward.
+// or float32): bias + dropout + residual add + LayerNorm, and bias + exact GELU, each
+// forward and backward.
 //
 // They compute what keras_electra/layers/fused.py's XLA kernels _add_norm_forward and
 // _add_norm_backward compute, with the same hashed dropout draws (an element's draw is
@@ -122,6 +122,10 @@ class AddLayerNormOp : public OpKernel {
     const int64_t rows = x.dim_size(0), width = x.dim_size(1);
     OP_REQUIRES(ctx, ctx->input(2).NumElements() == width && ctx->input(3).NumElements() == width,
                 tensorflow::errors::InvalidArgument("gamma and beta must be [width]"));
+    const Tensor& bias_in = ctx->input(7);
+    OP_REQUIRES(ctx, bias_in.NumElements() == width || bias_in.NumElements() == 0,
+                tensorflow::errors::InvalidArgument("bias must be [width] or empty"));
+    const float* bias = bias_in.NumElements() ? bias_in.flat<float>().data() : nullptr;
     Tensor *y = nullptr, *inv_std = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({rows, 1}), &inv_std));
@@ -139,8 +143,13 @@ class AddLayerNormOp : public OpKernel {
       for (int64_t row = begin; row < end; ++row) {
         const T* xr = xp + row * width;
         const T* rr = rp + row * width;
+        if (bias != nullptr) {
 #pragma omp simd
-        for (int64_t i = 0; i < width; ++i) s[i] = widen(xr[i]);
+          for (int64_t i = 0; i < width; ++i) s[i] = widen(xr[i]) + bias[i];
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) s[i] = widen(xr[i]);
+        }
         drop.apply(s, row, width);
         float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
@@ -177,10 +186,13 @@ class AddLayerNormGradOp : public OpKernel {
  public:
   explicit AddLayerNormGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dropout", &dropout_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_bias", &with_bias_));
   }
 
   void Compute(OpKernelContext* ctx) override {
-    // Inputs: y, upstream, gamma, beta, key, threshold, scale, inv_std.
+    // Inputs: y, upstream, gamma, beta, key, threshold, scale, inv_std. With `with_bias`
+    // the fifth output is the gradient of the bias the forward added to x (dx's column
+    // sums), else empty.
     const Tensor& y = ctx->input(0);
     const Tensor& upstream = ctx->input(1);
     const Tensor& inv_std = ctx->input(7);
@@ -189,11 +201,13 @@ class AddLayerNormGradOp : public OpKernel {
     const int64_t rows = y.dim_size(0), width = y.dim_size(1);
     OP_REQUIRES(ctx, inv_std.NumElements() == rows,
                 tensorflow::errors::InvalidArgument("inv_std must hold one value per row"));
-    Tensor *dx = nullptr, *ds = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+    Tensor *dx = nullptr, *ds = nullptr, *dgamma = nullptr, *dbeta = nullptr, *dbias = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, y.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, y.shape(), &ds));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({width}), &dgamma));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({width}), &dbeta));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({with_bias_ ? width : 0}), &dbias));
+    const int sums = with_bias_ ? 3 : 2;
     const T* yp = y.flat<T>().data();
     const T* up = upstream.flat<T>().data();
     const float* gamma = ctx->input(2).flat<float>().data();
@@ -210,7 +224,7 @@ class AddLayerNormGradOp : public OpKernel {
     }
     // Column sums per block of rows, added up after (blocks run on different threads).
     const int64_t blocks = std::min<int64_t>(rows, 64);
-    std::vector<float> partial(2 * blocks * width, 0.f);
+    std::vector<float> partial(sums * blocks * width, 0.f);
     const float* dv = divisor.data();
     run_rows(ctx, blocks, width, 80 * width * ((rows + blocks - 1) / blocks),
              [&](int64_t first_block, int64_t last_block) {
@@ -219,8 +233,9 @@ class AddLayerNormGradOp : public OpKernel {
       float* dy = normalized + width;
       float* out = dy + width;
       for (int64_t block = first_block; block < last_block; ++block) {
-        float* pg = partial.data() + 2 * block * width;
+        float* pg = partial.data() + sums * block * width;
         float* pb = pg + width;
+        float* px = with_bias_ ? pb + width : nullptr;
         const int64_t begin = rows * block / blocks, end = rows * (block + 1) / blocks;
         for (int64_t row = begin; row < end; ++row) {
           const T* yr = yp + row * width;
@@ -249,24 +264,34 @@ class AddLayerNormGradOp : public OpKernel {
           T* dxr = dxp + row * width;
 #pragma omp simd
           for (int64_t i = 0; i < width; ++i) dxr[i] = narrow<T>(out[i]);
+          if (px != nullptr) {  // the bias added to x: its gradient, x's summed over rows
+#pragma omp simd
+            for (int64_t i = 0; i < width; ++i) px[i] += out[i];
+          }
         }
       }
     });
     float* dg = dgamma->flat<float>().data();
     float* db = dbeta->flat<float>().data();
+    float* dx_sum = with_bias_ ? dbias->flat<float>().data() : nullptr;
     std::fill(dg, dg + width, 0.f);
     std::fill(db, db + width, 0.f);
+    if (dx_sum != nullptr) std::fill(dx_sum, dx_sum + width, 0.f);
     for (int64_t block = 0; block < blocks; ++block) {
-      const float* pg = partial.data() + 2 * block * width;
+      const float* pg = partial.data() + sums * block * width;
       for (int64_t i = 0; i < width; ++i) {
         dg[i] += pg[i];
         db[i] += pg[width + i];
+      }
+      if (dx_sum != nullptr) {
+        for (int64_t i = 0; i < width; ++i) dx_sum[i] += pg[2 * width + i];
       }
     }
   }
 
  private:
   bool dropout_;
+  bool with_bias_;
 };
 
 constexpr float kSqrtHalf = 0.7071067811865476f;
@@ -309,39 +334,48 @@ class BiasGeluOp : public OpKernel {
 template <typename T>
 class BiasGeluGradOp : public OpKernel {
  public:
-  explicit BiasGeluGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit BiasGeluGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_output", &with_output_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
-    // Inputs: h, bias, upstream. Outputs: dh (T), dbias (float32 column sums).
+    // Inputs: h, bias, upstream. Outputs: dh (T), dbias (float32 column sums) and, with
+    // `with_output`, gelu(h + bias) (T) from the same erf: the backward of a GELU whose
+    // output was not kept recomputes it here, in the pass that needs the erf anyway.
     const Tensor& h = ctx->input(0);
     const Tensor& upstream = ctx->input(2);
     OP_REQUIRES(ctx, h.dims() == 2 && h.shape() == upstream.shape() &&
                          ctx->input(1).NumElements() == h.dim_size(1),
                 tensorflow::errors::InvalidArgument("h and upstream must be [rows, width], bias [width]"));
     const int64_t rows = h.dim_size(0), width = h.dim_size(1);
-    Tensor *dh = nullptr, *dbias = nullptr;
+    Tensor *dh = nullptr, *dbias = nullptr, *y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, h.shape(), &dh));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({width}), &dbias));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, with_output_ ? h.shape() : TensorShape({0}), &y));
     const T* hp = h.flat<T>().data();
     const T* up = upstream.flat<T>().data();
     const float* bias = ctx->input(1).flat<float>().data();
     T* dp = dh->flat<T>().data();
+    T* yp = with_output_ ? y->flat<T>().data() : nullptr;
     const int64_t blocks = std::min<int64_t>(rows, 64);
     std::vector<float> partial(blocks * width, 0.f);
     run_rows(ctx, blocks, width, 100 * width * ((rows + blocks - 1) / blocks),
              [&](int64_t first_block, int64_t last_block) {
-      std::vector<float> buffer(2 * width);
+      std::vector<float> buffer(3 * width);
       Floats z(buffer.data(), width), dz(buffer.data() + width, width);
+      Floats phi(buffer.data() + 2 * width, width);
       const Row<float> b(bias, width);
       for (int64_t block = first_block; block < last_block; ++block) {
         Floats sums(partial.data() + block * width, width);
         const int64_t begin = rows * block / blocks, end = rows * (block + 1) / blocks;
         for (int64_t row = begin; row < end; ++row) {
           z = Row<T>(hp + row * width, width).template cast<float>() + b;
+          phi = 0.5f * (1.f + (z * kSqrtHalf).erf());
           dz = Row<T>(up + row * width, width).template cast<float>() *
-               (0.5f * (1.f + (z * kSqrtHalf).erf()) + z * (-0.5f * z * z).exp() * kInvSqrt2Pi);
+               (phi + z * (-0.5f * z * z).exp() * kInvSqrt2Pi);
           sums += dz;
           OutRow<T>(dp + row * width, width) = dz.template cast<T>();
+          if (yp != nullptr) OutRow<T>(yp + row * width, width) = (z * phi).template cast<T>();
         }
       }
     });
@@ -351,6 +385,9 @@ class BiasGeluGradOp : public OpKernel {
       for (int64_t i = 0; i < width; ++i) db[i] += partial[block * width + i];
     }
   }
+
+ private:
+  bool with_output_;
 };
 
 // The attention's probabilities: softmax(scale * scores) over the last axis where `keep`
@@ -553,6 +590,7 @@ REGISTER_OP("ElectraAddLayerNorm")
     .Input("key: uint32")
     .Input("threshold: uint32")
     .Input("scale: float")
+    .Input("bias: float")
     .Attr("T: {bfloat16, float}")
     .Attr("epsilon: float")
     .Attr("dropout: bool")
@@ -575,15 +613,20 @@ REGISTER_OP("ElectraAddLayerNormGrad")
     .Input("inv_std: float")
     .Attr("T: {bfloat16, float}")
     .Attr("dropout: bool")
+    .Attr("with_bias: bool = false")
     .Output("dx: T")
     .Output("ds: T")
     .Output("dgamma: float")
     .Output("dbeta: float")
+    .Output("dbias: float")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      bool with_bias;
+      TF_RETURN_IF_ERROR(c->GetAttr("with_bias", &with_bias));
       c->set_output(0, c->input(0));
       c->set_output(1, c->input(0));
       c->set_output(2, c->Vector(c->Dim(c->input(0), 1)));
       c->set_output(3, c->Vector(c->Dim(c->input(0), 1)));
+      c->set_output(4, with_bias ? c->Vector(c->Dim(c->input(0), 1)) : c->Vector(0));
       return absl::OkStatus();
     });
 
@@ -599,11 +642,16 @@ REGISTER_OP("ElectraBiasGeluGrad")
     .Input("bias: float")
     .Input("upstream: T")
     .Attr("T: {bfloat16, float}")
+    .Attr("with_output: bool = false")
     .Output("dh: T")
     .Output("dbias: float")
+    .Output("y: T")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      bool with_output;
+      TF_RETURN_IF_ERROR(c->GetAttr("with_output", &with_output));
       c->set_output(0, c->input(0));
       c->set_output(1, c->Vector(c->Dim(c->input(0), 1)));
+      c->set_output(2, with_output ? c->input(0) : c->Vector(0));
       return absl::OkStatus();
     });
 
