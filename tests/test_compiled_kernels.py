@@ -22,6 +22,9 @@ COMPILED_OPS = (
     "ElectraAttentionProbs",
     "ElectraAttentionProbsGrad",
     "ElectraDropout",
+    "ElectraSoftmaxXent",
+    "ElectraSoftmaxXentGrad",
+    "ElectraInverseCdf",  # the tiny preset's sampler is not at temperature 1
 )
 
 

@@ -1,13 +1,27 @@
 """The ELECTRA objective: masking rule, sampling, labels and losses."""
 
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import traced_step_ops
 
+from keras_electra.layers import fused
 from keras_electra.pretraining import objective
 
 CLS, SEP, PAD, MASK = 2, 3, 0, 4
+
+
+@pytest.fixture(params=["compiled", "tensorflow"])
+def kernels(request, monkeypatch):
+    """The sampler and the loss as the compiled kernels compute them (layers/kernels.cc),
+    and as TensorFlow's ops do where those are not used."""
+    if request.param == "tensorflow":
+        monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+    elif shutil.which("g++") is None:
+        pytest.skip("no C++ compiler to build the compiled kernels with")
+    return request.param
 
 
 def seeds(a=1, b=2):
@@ -173,7 +187,7 @@ def test_sampling_has_no_gradient():
     np.testing.assert_allclose(grad.numpy(), float(tf.reduce_sum(tf.cast(sampled, tf.float32))))
 
 
-def test_inverse_cdf_sampling_is_an_exact_draw_from_the_softmax():
+def test_inverse_cdf_sampling_is_an_exact_draw_from_the_softmax(kernels):
     # A 50-token distribution with a heavy head, a long tail and an impossible token.
     rng = np.random.default_rng(0)
     logits = rng.normal(0.0, 2.0, 50).astype("float32")
@@ -198,7 +212,7 @@ def test_inverse_cdf_sampling_is_an_exact_draw_from_the_softmax():
 
 
 @pytest.mark.parametrize("block", [8, 50, 128])
-def test_two_level_inverse_cdf_picks_the_index_a_single_cumulative_sum_picks(block):
+def test_two_level_inverse_cdf_picks_the_index_a_single_cumulative_sum_picks(block, kernels):
     # 50 entries: blocks of 8 leave a padded last block, 50 is one full block, 128 pads one.
     rng = np.random.default_rng(1)
     probs = rng.dirichlet(np.full(50, 0.3), size=2000).astype("float32")
@@ -217,7 +231,7 @@ def test_two_level_inverse_cdf_picks_the_index_a_single_cumulative_sum_picks(blo
     assert got[0] == 0 and got[4] == 47
 
 
-def test_sampling_from_non_finite_logits_gives_ids_in_range():
+def test_sampling_from_non_finite_logits_gives_ids_in_range(kernels):
     # A diverged step's logits must reach the on-NaN guard (a NaN loss), not crash a gather.
     logits = np.zeros((2, 3, 50), "float32")
     logits[0, 0, :] = np.nan
@@ -229,7 +243,7 @@ def test_sampling_from_non_finite_logits_gives_ids_in_range():
         assert ((sampled.numpy() >= 0) & (sampled.numpy() < 50)).all()
 
 
-def test_two_level_sampling_is_an_exact_draw_with_a_padded_last_block():
+def test_two_level_sampling_is_an_exact_draw_with_a_padded_last_block(kernels):
     rng = np.random.default_rng(0)
     logits = rng.normal(0.0, 2.0, 50).astype("float32")
     probs = np.exp(logits - logits.max())
@@ -273,22 +287,26 @@ def _ancestors(op) -> set:
     return seen
 
 
-def test_the_mlm_loss_waits_for_the_sample():
-    """The loss's float32 softmax over [positions, vocabulary] comes after the
-    sampler's, so the two are never alive at once (side by side they made
-    ELECTRA-Small's memory peak)."""
+def test_the_mlm_loss_waits_for_the_sample(kernels):
+    """The loss's float32 softmax over [positions, vocabulary] (or the compiled loss
+    kernel) comes after the sampler's, so the two are never alive at once (side by
+    side they made ELECTRA-Small's memory peak)."""
     ops = traced_step_ops("mixed_bfloat16")
     softmaxes = [op for op in ops if op.type == "Softmax" and op.outputs[0].shape[-1] == 300]
     loss = [op for op in softmaxes if "cross_entropy" in op.name]
+    if kernels == "compiled":
+        loss = [op for op in ops if op.type == "ElectraSoftmaxXent"]
     sampler = [op for op in softmaxes if "cross_entropy" not in op.name]
     assert len(loss) == 1 and len(sampler) == 1, [op.name for op in softmaxes]
     assert sampler[0].name in _ancestors(loss[0])
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
-def test_the_losss_probabilities_draw_the_samples_the_sampler_draws(dtype):
+def test_the_losss_probabilities_draw_the_samples_the_sampler_draws(dtype, monkeypatch):
     """At temperature 1 the step samples from the MLM loss's softmax: the same ids as
-    ``sample_tokens`` from the same draws, and the loss and its gradient unchanged."""
+    ``sample_tokens`` from the same draws, and the loss and its gradient unchanged
+    (TensorFlow's ops; the compiled loss kernel against them: the test below)."""
+    monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
     rng = np.random.default_rng(12)
     logits = tf.constant(rng.normal(0, 3, (3, 7, 300)), dtype)
     labels = tf.constant(rng.integers(0, 300, (3, 7)), tf.int32)
@@ -314,11 +332,77 @@ def test_the_losss_probabilities_draw_the_samples_the_sampler_draws(dtype):
     )
 
 
-def test_at_temperature_one_the_step_has_one_vocabulary_softmax():
+def test_at_temperature_one_the_step_has_one_vocabulary_softmax(kernels):
     """The small presets' temperature 1: the sampler takes the loss's softmax (one
-    float32 softmax over the vocabulary in the traced step, not two)."""
+    float32 softmax over the vocabulary in the traced step, not two); the compiled
+    kernels draw the sample in the loss's kernel and write no float32 softmax at all."""
     ops = traced_step_ops("mixed_bfloat16", temperature=1.0)
     softmaxes = [op for op in ops if op.type == "Softmax" and op.outputs[0].shape[-1] == 300]
+    if kernels == "compiled":
+        assert not softmaxes, [op.name for op in softmaxes]
+        (loss,) = [op for op in ops if op.type == "ElectraSoftmaxXent"]
+        assert loss.outputs[3].consumers()  # the sample is used
+        assert not [op for op in ops if op.type == "ElectraInverseCdf"]
+        return
     assert len(softmaxes) == 1 and "cross_entropy" in softmaxes[0].name, [
         op.name for op in softmaxes
     ]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler for the kernels")
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_the_compiled_loss_samples_and_differentiates_as_tensorflows_ops(dtype, monkeypatch):
+    """The compiled loss kernel's loss, argmax, gradient and samples against the same
+    quantities from TensorFlow's softmax (the sample may move only for a draw within a
+    rounding step of a boundary)."""
+    rng = np.random.default_rng(13)
+    logits = tf.constant(rng.normal(0, 3, (4, 9, 500)), dtype)
+    labels = tf.constant(rng.integers(0, 500, (4, 9)), tf.int32)
+    weights = tf.constant(rng.random((4, 9)) > 0.2, tf.float32)
+    uniform = tf.random.stateless_uniform([4, 9], seed=[3, 4])
+
+    def run():
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss, predicted, sampled = objective.mlm_loss_and_predictions(
+                logits, labels, weights, uniform=uniform
+            )
+        grad = tf.cast(tape.gradient(loss, logits), tf.float32)
+        return float(loss), predicted.numpy(), sampled.numpy(), grad.numpy()
+
+    ours = run()
+    monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+    theirs = run()
+    assert abs(ours[0] - theirs[0]) <= 1e-5 * abs(theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    assert (ours[2] == theirs[2]).mean() >= 0.97
+    step = 2**-8 if dtype == tf.bfloat16 else 1e-6
+    assert np.abs(ours[3] - theirs[3]).max() <= step * np.abs(theirs[3]).max() + 1e-9
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler for the kernels")
+def test_the_compiled_losss_samples_are_an_exact_draw_from_the_softmax():
+    """Pearson's chi-square of the compiled loss kernel's draws against the softmax."""
+    rng = np.random.default_rng(0)
+    vocab = 300  # blocks of 128: a padded last block
+    logits = rng.normal(0.0, 2.0, vocab).astype("float32")
+    logits[7] = -1e9
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    n = 200_000
+    batch = tf.constant(np.broadcast_to(logits, (4, n // 4, vocab)))
+    labels = tf.zeros((4, n // 4), tf.int32)
+    uniform = tf.random.stateless_uniform(labels.shape, seed=[7, 8])
+    _, _, sampled = objective.mlm_loss_and_predictions(
+        batch, labels, tf.ones(labels.shape), uniform=uniform
+    )
+    counts = np.bincount(sampled.numpy().ravel(), minlength=vocab)
+    assert counts[7] == 0
+    expected = probs * n
+    keep = expected >= 5
+    chi2 = (((counts - expected) ** 2)[keep] / expected[keep]).sum()
+    df = int(keep.sum()) - 1
+    # The 99.9th percentile of chi-square with df degrees of freedom (Wilson-Hilferty).
+    z = 3.090
+    limit = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+    assert chi2 < limit, (chi2, limit, df)

@@ -386,6 +386,17 @@ def add_layer_norm(
         return tf.reshape(rows(_rows(x), _rows(residual), gamma, beta, *extra), tf.shape(x))
 
 
+def inverse_cdf_rows(probs: tf.Tensor, uniform: tf.Tensor, block: int) -> tf.Tensor | None:
+    """:func:`keras_electra.pretraining.objective.inverse_cdf` on float32 ``[rows,
+    vocab]`` weights and ``[rows]`` uniforms as one compiled kernel (a pass over each
+    row's weights for the block totals, one over the chosen block), or None where the
+    compiled kernels are not used."""
+    compiled = _compiled_kernels(probs.dtype, uniform.dtype)
+    if compiled is None or probs.dtype != tf.float32:
+        return None
+    return compiled.electra_inverse_cdf(probs, uniform, block=block)
+
+
 _MASKED = -1e9  # Keras' Softmax puts this at masked positions (float32 here)
 
 
@@ -594,14 +605,19 @@ def sparse_cross_entropy(
     """Softmax cross-entropy against integer labels, and the most likely class.
 
     ``tf.nn.sparse_softmax_cross_entropy_with_logits`` with ``tf.argmax`` beside it,
-    from one softmax (oneDNN's kernel) whose float32 probabilities the backward pass
-    reuses: the loss is ``z[best] - z[label] - log(p[best])`` (``p[best]`` is at
-    least ``1 / V``, so its logarithm is as exact as the log-sum-exp) and the
-    gradient ``(p - onehot(label)) * upstream``, returned in the logits' dtype (16-bit
-    logits need no float32 gradient copy). On ELECTRA-Small's generator output
-    (``[608, 30522]``, bfloat16, fwd + bwd, 2-core Xeon with AMX): 66 ms, against
-    105 ms for the same math as XLA kernels and 116 ms for TensorFlow's loss op with
-    a float32 cast and an argmax.
+    from one softmax whose float32 probabilities the backward pass reuses: the loss is
+    the log-sum-exp minus the label's logit and the gradient ``(p - onehot(label)) *
+    upstream``, returned in the logits' dtype (16-bit logits need no float32 gradient
+    copy).
+
+    Where the compiled kernels build (:mod:`keras_electra.layers.compiled`), one kernel
+    reads each row of logits once for the loss, the argmax and the probabilities, and
+    one writes the gradient. Elsewhere it is oneDNN's softmax, and the loss ``z[best] -
+    z[label] - log(p[best])`` (``p[best]`` is at least ``1 / V``, so its logarithm is
+    as exact as the log-sum-exp). On ELECTRA-Small's generator output (``[608,
+    30522]``, bfloat16, fwd + bwd, 2-core Xeon with AMX) that took 66 ms, against 105
+    ms for the same math as XLA kernels and 116 ms for TensorFlow's loss op with a
+    float32 cast and an argmax.
 
     Args:
         logits: ``[..., V]``, float32 or 16-bit.
@@ -644,6 +660,10 @@ def sparse_cross_entropy(
 
         return ((loss, best, probs) if probabilities else (loss, best)), grad
 
+    if not probabilities:
+        compiled = _compiled_cross_entropy(logits, labels)
+        if compiled is not None:
+            return compiled
     with tf.name_scope("cross_entropy"):
         flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
         loss, best, *probs = rows(_rows(logits))
@@ -652,3 +672,47 @@ def sparse_cross_entropy(
         if probabilities:
             outputs += (tf.reshape(tf.stop_gradient(probs[0]), tf.shape(logits)),)
         return outputs
+
+
+def _compiled_cross_entropy(logits, labels, uniform=None, block: int = 128):
+    """:func:`sparse_cross_entropy` (and with ``uniform``, :func:`sampled_cross_entropy`)
+    as the compiled kernels compute it, or None where they are not used."""
+    compiled = _compiled_kernels(logits.dtype)
+    if compiled is None:
+        return None
+
+    @tf.custom_gradient
+    def rows(logits):
+        draws = tf.zeros([0]) if uniform is None else tf.reshape(uniform, [-1])
+        loss, best, log_sum_exp, sampled = compiled.electra_softmax_xent(
+            logits, flat_labels, tf.cast(draws, tf.float32), block=block
+        )
+
+        def grad(upstream, *_):  # the argmax and the sample pass none
+            return compiled.electra_softmax_xent_grad(logits, log_sum_exp, flat_labels, upstream)
+
+        return (loss, best, sampled), grad
+
+    with tf.name_scope("cross_entropy"):
+        flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+        loss, best, sampled = rows(_rows(logits))
+        lead = tf.shape(labels)
+        outputs = (tf.reshape(loss, lead), tf.reshape(best, lead))
+        return outputs if uniform is None else (*outputs, tf.reshape(sampled, lead))
+
+
+def sampled_cross_entropy(
+    logits: tf.Tensor, labels: tf.Tensor, uniform: tf.Tensor, *, block: int = 128
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None:
+    """:func:`sparse_cross_entropy` and, from the same softmax, one inverse-CDF draw per
+    position (:func:`keras_electra.pretraining.objective.inverse_cdf` with ``uniform``),
+    as one compiled kernel: each row of logits is read once, and the backward pass
+    recomputes the probabilities from the logits and the rows' log-sum-exp, so no
+    float32 ``[..., V]`` tensor is written or kept (ELECTRA-Small's generator: 71 MB).
+
+    Returns:
+        ``(loss, argmax, sampled)`` (float32, int32, int32, each ``labels``' shape), or
+        None where the compiled kernels are not used (the caller takes
+        :func:`sparse_cross_entropy`'s probabilities and samples from them).
+    """
+    return _compiled_cross_entropy(logits, labels, uniform, block)

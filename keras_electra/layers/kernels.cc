@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -574,6 +575,196 @@ class DropoutOp : public OpKernel {
   }
 };
 
+// Inverse-CDF sampling over one row of non-negative weights w[0, vocab), in two levels as
+// objective.inverse_cdf: `cdf` gets the running totals of blocks of `block` entries (the
+// last is the row's total), then the first index whose cumulative weight exceeds
+// uniform * total is found in the block that holds it.
+float block_totals(const float* w, int64_t vocab, int64_t block, std::vector<float>& cdf) {
+  const int64_t blocks = (vocab + block - 1) / block;
+  cdf.resize(blocks);
+  float running = 0.f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first = b * block, last = std::min(vocab, first + block);
+    float total = 0.f;
+#pragma omp simd reduction(+ : total)
+    for (int64_t i = first; i < last; ++i) total += w[i];
+    running += total;
+    cdf[b] = running;
+  }
+  return running;
+}
+
+int32_t inverse_cdf(const float* w, int64_t vocab, int64_t block, const std::vector<float>& cdf,
+                    float uniform) {
+  const int64_t blocks = int64_t(cdf.size());
+  const float whole = cdf[blocks - 1];
+  // A target kept below the total never lands past the last entry with weight.
+  const float target = std::min(uniform * whole, std::nextafter(whole, 0.f));
+  int64_t which = 0;
+  while (which < blocks - 1 && !(cdf[which] > target)) ++which;  // NaNs: the last block
+  const int64_t first = which * block, last = std::min(vocab, first + block);
+  float inner_total = 0.f;
+  for (int64_t i = first; i < last; ++i) inner_total += w[i];
+  const float before = which ? cdf[which - 1] : 0.f;
+  const float rest = std::min(std::max(target - before, 0.f), std::nextafter(inner_total, 0.f));
+  int64_t index = first;
+  float cumulative = 0.f;
+  for (; index < last - 1; ++index) {
+    cumulative += w[index];
+    if (cumulative > rest) break;
+  }
+  return int32_t(std::min(index, vocab - 1));
+}
+
+// Softmax cross-entropy against integer labels over rows of logits [rows, vocab] (T), one
+// read of each row: the loss (log-sum-exp minus the label's logit), the argmax (the first
+// largest logit), the log-sum-exp (what the backward pass recomputes the probabilities
+// from: nothing [rows, vocab] is kept) and, given a uniform per row, a draw from the
+// softmax by inverse CDF (else an empty output).
+template <typename T>
+class SoftmaxXentOp : public OpKernel {
+ public:
+  explicit SoftmaxXentOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
+    OP_REQUIRES(ctx, block_ > 0, tensorflow::errors::InvalidArgument("block must be positive"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    const Tensor& labels = ctx->input(1);
+    const Tensor& uniform = ctx->input(2);
+    OP_REQUIRES(ctx, logits.dims() == 2 && labels.NumElements() == logits.dim_size(0),
+                tensorflow::errors::InvalidArgument("logits must be [rows, vocab], labels [rows]"));
+    const int64_t rows = logits.dim_size(0), vocab = logits.dim_size(1);
+    const bool sample = uniform.NumElements() > 0;
+    OP_REQUIRES(ctx, !sample || uniform.NumElements() == rows,
+                tensorflow::errors::InvalidArgument("uniform must be [rows] or empty"));
+    OP_REQUIRES(ctx, vocab > 0, tensorflow::errors::InvalidArgument("the vocabulary is empty"));
+    const int32_t* lp = labels.flat<int32_t>().data();
+    for (int64_t row = 0; row < rows; ++row) {
+      OP_REQUIRES(ctx, lp[row] >= 0 && lp[row] < vocab,
+                  tensorflow::errors::InvalidArgument("label ", lp[row], " is outside [0, ",
+                                                      vocab, ")"));
+    }
+    Tensor *loss = nullptr, *best = nullptr, *lse = nullptr, *sampled = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows}), &loss));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({rows}), &best));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({rows}), &lse));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({sample ? rows : 0}), &sampled));
+    const T* zp = logits.flat<T>().data();
+    const float* up = sample ? uniform.flat<float>().data() : nullptr;
+    float* loss_p = loss->flat<float>().data();
+    int32_t* best_p = best->flat<int32_t>().data();
+    float* lse_p = lse->flat<float>().data();
+    int32_t* sampled_p = sample ? sampled->flat<int32_t>().data() : nullptr;
+    const int64_t block = block_;
+    run_rows(ctx, rows, vocab, 30 * vocab, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(vocab), cdf;
+      float* e = buffer.data();
+      for (int64_t row = begin; row < end; ++row) {
+        const T* zr = zp + row * vocab;
+        float top = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : top)
+        for (int64_t i = 0; i < vocab; ++i) {
+          e[i] = widen(zr[i]);
+          top = std::max(top, e[i]);
+        }
+        int32_t arg = 0;  // no logit equal to the max (NaNs): index 0, in range
+        for (int64_t i = 0; i < vocab; ++i) {
+          if (e[i] == top) {
+            arg = int32_t(i);
+            break;
+          }
+        }
+        Floats weights(e, vocab);
+        weights = (weights - top).exp();
+        const float total = block_totals(e, vocab, block, cdf);
+        const float log_sum_exp = top + std::log(total);
+        best_p[row] = arg;
+        lse_p[row] = log_sum_exp;
+        loss_p[row] = log_sum_exp - widen(zr[lp[row]]);
+        if (sample) sampled_p[row] = inverse_cdf(e, vocab, block, cdf, up[row]);
+      }
+    });
+  }
+
+ private:
+  int block_;
+};
+
+// SoftmaxXent's gradient for the logits: (softmax - onehot(label)) * upstream in T, the
+// softmax recomputed as exp(logit - log-sum-exp).
+template <typename T>
+class SoftmaxXentGradOp : public OpKernel {
+ public:
+  explicit SoftmaxXentGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    const Tensor& lse = ctx->input(1);
+    const Tensor& labels = ctx->input(2);
+    const Tensor& upstream = ctx->input(3);
+    const int64_t rows = logits.dims() == 2 ? logits.dim_size(0) : -1;
+    OP_REQUIRES(ctx, rows >= 0 && lse.NumElements() == rows && labels.NumElements() == rows &&
+                         upstream.NumElements() == rows,
+                tensorflow::errors::InvalidArgument("logits must be [rows, vocab]; lse, labels and upstream [rows]"));
+    const int64_t vocab = logits.dim_size(1);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, logits.shape(), &out));
+    const T* zp = logits.flat<T>().data();
+    const float* lp = lse.flat<float>().data();
+    const int32_t* label_p = labels.flat<int32_t>().data();
+    const float* up = upstream.flat<float>().data();
+    T* op = out->flat<T>().data();
+    run_rows(ctx, rows, vocab, 20 * vocab, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(vocab);
+      Floats p(buffer.data(), vocab);
+      for (int64_t row = begin; row < end; ++row) {
+        const float u = up[row];
+        p = (Row<T>(zp + row * vocab, vocab).template cast<float>() - lp[row]).exp() * u;
+        const int64_t label = label_p[row];
+        if (label >= 0 && label < vocab) p[label] -= u;
+        OutRow<T>(op + row * vocab, vocab) = p.template cast<T>();
+      }
+    });
+  }
+};
+
+// Inverse-CDF sampling on float32 weights [rows, vocab], one uniform per row.
+class InverseCdfOp : public OpKernel {
+ public:
+  explicit InverseCdfOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
+    OP_REQUIRES(ctx, block_ > 0, tensorflow::errors::InvalidArgument("block must be positive"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& probs = ctx->input(0);
+    const Tensor& uniform = ctx->input(1);
+    OP_REQUIRES(ctx, probs.dims() == 2 && uniform.NumElements() == probs.dim_size(0),
+                tensorflow::errors::InvalidArgument("probs must be [rows, vocab], uniform [rows]"));
+    const int64_t rows = probs.dim_size(0), vocab = probs.dim_size(1);
+    OP_REQUIRES(ctx, vocab > 0, tensorflow::errors::InvalidArgument("the vocabulary is empty"));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows}), &out));
+    const float* pp = probs.flat<float>().data();
+    const float* up = uniform.flat<float>().data();
+    int32_t* op = out->flat<int32_t>().data();
+    const int64_t block = block_;
+    run_rows(ctx, rows, vocab, 2 * vocab, [&](int64_t begin, int64_t end) {
+      std::vector<float> cdf;
+      for (int64_t row = begin; row < end; ++row) {
+        const float* w = pp + row * vocab;
+        block_totals(w, vocab, block, cdf);
+        op[row] = inverse_cdf(w, vocab, block, cdf, up[row]);
+      }
+    });
+  }
+
+ private:
+  int block_;
+};
+
 }  // namespace
 
 // The shape function of an op whose one output has its first input's shape.
@@ -695,6 +886,44 @@ REGISTER_OP("ElectraDropout")
     .Output("y: T")
     .SetShapeFn(ShapeOfFirstInput);
 
+REGISTER_OP("ElectraSoftmaxXent")
+    .Input("logits: T")
+    .Input("labels: int32")
+    .Input("uniform: float")
+    .Attr("T: {bfloat16, float}")
+    .Attr("block: int = 128")
+    .Output("loss: float")
+    .Output("best: int32")
+    .Output("log_sum_exp: float")
+    .Output("sampled: int32")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      auto rows = c->Vector(c->Dim(c->input(0), 0));
+      for (int i = 0; i < 3; ++i) c->set_output(i, rows);
+      c->set_output(3, c->input(2));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("ElectraSoftmaxXentGrad")
+    .Input("logits: T")
+    .Input("log_sum_exp: float")
+    .Input("labels: int32")
+    .Input("upstream: float")
+    .Attr("T: {bfloat16, float}")
+    .Output("d_logits: T")
+    .SetShapeFn(ShapeOfFirstInput);
+
+REGISTER_OP("ElectraInverseCdf")
+    .Input("probs: float")
+    .Input("uniform: float")
+    .Attr("block: int = 128")
+    .Output("index: int32")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Vector(c->Dim(c->input(0), 0)));
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("ElectraInverseCdf").Device(tensorflow::DEVICE_CPU), InverseCdfOp);
+
 #define REGISTER(T)                                                                   \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("ElectraAddLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
@@ -716,6 +945,12 @@ REGISTER_OP("ElectraDropout")
       AttentionProbsGradOp<T>);                                                       \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("ElectraDropout").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),   \
-      DropoutOp<T>);
+      DropoutOp<T>);                                                                  \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraSoftmaxXent").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      SoftmaxXentOp<T>);                                                              \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("ElectraSoftmaxXentGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      SoftmaxXentGradOp<T>);
 REGISTER(float)
 REGISTER(Eigen::bfloat16)

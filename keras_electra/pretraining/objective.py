@@ -26,7 +26,11 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_electra.layers.fused import sparse_cross_entropy
+from keras_electra.layers.fused import (
+    inverse_cdf_rows,
+    sampled_cross_entropy,
+    sparse_cross_entropy,
+)
 
 
 class MaskedBatch(NamedTuple):
@@ -176,7 +180,8 @@ def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf
     is cut into blocks of ``block`` entries (the last one padded with zeros), a
     cumulative sum over the block totals finds the block, and one over that block's
     entries finds the index. The result is the same index a single cumulative sum
-    would give, up to float32 rounding.
+    would give, up to float32 rounding. Where the compiled kernels build
+    (:mod:`keras_electra.layers.compiled`) the same search is one kernel.
 
     Args:
         probs: ``[..., V]`` non-negative weights (need not sum to exactly 1).
@@ -189,6 +194,9 @@ def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf
     vocab = tf.shape(probs)[-1]
     lead = tf.shape(probs)[:-1]
     rows = tf.reshape(probs, [-1, vocab])
+    compiled = inverse_cdf_rows(rows, tf.reshape(uniform, [-1]), block)
+    if compiled is not None:
+        return tf.reshape(compiled, lead)
     num_blocks = (vocab + block - 1) // block
     rows = tf.pad(rows, [[0, 0], [0, num_blocks * block - vocab]])
     blocks = tf.reshape(rows, [-1, num_blocks, block])
@@ -236,20 +244,37 @@ def mlm_loss(logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor) -> tf.Ten
 
 
 def mlm_loss_and_predictions(
-    logits: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor, *, probabilities: bool = False
+    logits: tf.Tensor,
+    labels: tf.Tensor,
+    weights: tf.Tensor,
+    *,
+    probabilities: bool = False,
+    uniform: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, ...]:
     """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``);
-    with ``probabilities``, also the float32 softmax ``[B, P, V]`` (no gradient), which
-    :func:`inverse_cdf` samples from at temperature 1.
+    with ``probabilities``, also the float32 softmax ``[B, P, V]`` (no gradient); with
+    ``uniform`` (``[B, P]`` draws in [0, 1)), also a sample per position from the
+    same softmax (:func:`inverse_cdf`, no gradient), as the step draws replacements at
+    temperature 1.
 
-    All come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`):
-    float32 math on logits of any float dtype, whose gradient keeps their dtype.
+    All come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`,
+    :func:`~keras_electra.layers.fused.sampled_cross_entropy` where the compiled kernels
+    build): float32 math on logits of any float dtype, whose gradient keeps their dtype.
     """
-    per_position, predicted, *probs = sparse_cross_entropy(
-        logits, labels, probabilities=probabilities
-    )
+    sampled = None
+    if uniform is not None and not probabilities:
+        sampled = sampled_cross_entropy(logits, labels, tf.cast(uniform, tf.float32))
+    if sampled is not None:
+        per_position, predicted, *extra = sampled
+    else:
+        per_position, predicted, *extra = sparse_cross_entropy(
+            logits, labels, probabilities=probabilities or uniform is not None
+        )
+        if uniform is not None:
+            draws = inverse_cdf(extra[0], tf.cast(uniform, tf.float32))
+            extra = [*extra, draws] if probabilities else [draws]
     loss = tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)
-    return (loss, predicted, *probs)
+    return (loss, predicted, *extra)
 
 
 def disc_loss(logits: tf.Tensor, labels: tf.Tensor, padding_mask: tf.Tensor) -> tf.Tensor:

@@ -392,12 +392,15 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             # by side the two made the step's memory peak.
             with tf.control_dependencies([sampled]):
                 loss_logits = tf.identity(mlm_logits)
-        mlm_loss, predicted, *probs = objective.mlm_loss_and_predictions(
-            loss_logits, masked.labels, masked.weights, probabilities=shared
+        # 3. (shared) Sample replacements from the generator's softmax (no gradient).
+        mlm_loss, predicted, *draws = objective.mlm_loss_and_predictions(
+            loss_logits,
+            masked.labels,
+            masked.weights,
+            uniform=prepared.sample_uniforms if shared else None,
         )
         if shared:
-            # 3. Sample replacements from the generator's softmax (no gradient).
-            sampled = objective.inverse_cdf(probs[0], tf.cast(prepared.sample_uniforms, tf.float32))
+            (sampled,) = draws
         mlm_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
         mlm_correct = tf.cast(tf.equal(predicted, masked.labels), tf.float32)
         if self.generator is None:
