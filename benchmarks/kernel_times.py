@@ -91,6 +91,7 @@ def kernels(calls: int) -> dict:
         "add_layer_norm_forward": (3 * rows.shape.num_elements() * 2 + TOKENS * 4) * mb,
         "add_layer_norm_backward": 4 * rows.shape.num_elements() * 2 * mb,
         "bias_gelu_forward": 2 * wide.shape.num_elements() * 2 * mb,
+        "bias_gelu_backward": 3 * wide.shape.num_elements() * 2 * mb,
         "attention_probs_forward": 3 * scores.shape.num_elements() * 2 * mb,
     }
     xla = {
@@ -103,6 +104,7 @@ def kernels(calls: int) -> dict:
             rows,
         ),
         "bias_gelu_forward": (lambda h: fused._bias_gelu_forward(h, bias), wide),
+        "bias_gelu_backward": (lambda h: fused._bias_gelu_backward(h, bias, h)[0], wide),
         "attention_probs_forward": (
             lambda s: first(fused._probs_forward(s, keep, score_drop, 0.125), s),
             scores,
@@ -114,12 +116,13 @@ def kernels(calls: int) -> dict:
         d_rows, d_scores = fused._compiled_draw(row_drop), fused._compiled_draw(score_drop)
         ours = {
             "add_layer_norm_forward": lambda x: ops.electra_add_layer_norm(
-                x, x, gamma, beta, *d_rows, epsilon=1e-12, dropout=True
+                x, x, gamma, beta, *d_rows, tf.zeros([0]), epsilon=1e-12, dropout=True
             )[0],
             "add_layer_norm_backward": lambda x: ops.electra_add_layer_norm_grad(
                 x, x, gamma, beta, *d_rows, inv_std, dropout=True
             )[0],
             "bias_gelu_forward": lambda h: ops.electra_bias_gelu(h, bias),
+            "bias_gelu_backward": lambda h: ops.electra_bias_gelu_grad(h, bias, h)[0],
             "attention_probs_forward": lambda s: ops.electra_attention_probs(
                 s, keep, *d_scores, scale=0.125, dropout=True
             )[0],
