@@ -87,9 +87,9 @@ def _build(compiler: str, library: Path) -> None:
 @functools.cache
 def kernels():
     """The compiled kernels' op module (``electra_add_layer_norm``, ``electra_bias_gelu``,
-    ``electra_attention_probs``, each with its ``_grad``, and ``electra_dropout``), built
-    on first use; None where they cannot be built or should not be used (see the module
-    docstring)."""
+    ``electra_attention_probs``, ``electra_softmax_xent``, each with its ``_grad``, and
+    ``electra_dropout`` and ``electra_inverse_cdf``), built on first use; None where they
+    cannot be built or should not be used (see the module docstring)."""
     if os.environ.get(ENABLE, "1") == "0" or not sys.platform.startswith("linux"):
         return None
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
