@@ -200,3 +200,12 @@ def test_a_graph_xla_compiles_whole_keeps_the_xla_kernels():
     assert not {t for t in ops if t.startswith("Electra")}
     y, dx = run(x)
     assert np.isfinite(tf.cast(dx, tf.float32).numpy()).all() and y.shape == x.shape
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+def test_the_compiled_loss_names_a_label_outside_the_vocabulary():
+    """One sentence naming the label and the range, not a crash or a silent NaN."""
+    assert compiled.kernels() is not None
+    logits = tf.zeros([2, 5], tf.bfloat16)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label 7 is outside \[0, 5\)"):
+        fused.sparse_cross_entropy(logits, tf.constant([1, 7]))

@@ -621,13 +621,22 @@ int32_t inverse_cdf(const float* w, int64_t vocab, int64_t block, const std::vec
 // largest logit), the log-sum-exp (what the backward pass recomputes the probabilities
 // from: nothing [rows, vocab] is kept) and, given a uniform per row, a draw from the
 // softmax by inverse CDF (else an empty output).
-template <typename T>
-class SoftmaxXentOp : public OpKernel {
+// The sampling ops: entries per block of the inverse CDF's first level.
+class BlockSearchOp : public OpKernel {
  public:
-  explicit SoftmaxXentOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit BlockSearchOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
     OP_REQUIRES(ctx, block_ > 0, tensorflow::errors::InvalidArgument("block must be positive"));
   }
+
+ protected:
+  int block_;
+};
+
+template <typename T>
+class SoftmaxXentOp : public BlockSearchOp {
+ public:
+  using BlockSearchOp::BlockSearchOp;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& logits = ctx->input(0);
@@ -688,8 +697,6 @@ class SoftmaxXentOp : public OpKernel {
     });
   }
 
- private:
-  int block_;
 };
 
 // SoftmaxXent's gradient for the logits: (softmax - onehot(label)) * upstream in T, the
@@ -731,12 +738,9 @@ class SoftmaxXentGradOp : public OpKernel {
 };
 
 // Inverse-CDF sampling on float32 weights [rows, vocab], one uniform per row.
-class InverseCdfOp : public OpKernel {
+class InverseCdfOp : public BlockSearchOp {
  public:
-  explicit InverseCdfOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
-    OP_REQUIRES(ctx, block_ > 0, tensorflow::errors::InvalidArgument("block must be positive"));
-  }
+  using BlockSearchOp::BlockSearchOp;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& probs = ctx->input(0);
@@ -761,8 +765,6 @@ class InverseCdfOp : public OpKernel {
     });
   }
 
- private:
-  int block_;
 };
 
 }  // namespace
