@@ -374,8 +374,9 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             hidden, masked.positions, float32_logits=False, training=training
         )
         # At temperature 1 (and with the original token allowed) the sampler draws from
-        # the loss's own float32 softmax: the same values, one softmax over the
-        # [positions, vocabulary] logits fewer.
+        # the loss's own softmax: the same values, one softmax over the [positions,
+        # vocabulary] logits fewer (with the compiled kernels, in the loss's kernel,
+        # which writes no float32 softmax at all).
         shared = self.generator is not None and c.temperature == 1.0 and not c.disallow_correct
         loss_logits = mlm_logits
         if self.generator is not None and not shared:
