@@ -535,19 +535,12 @@ def _projected_attention(attention, x, mask):
         qkv = tf.matmul(tf.reshape(x, [-1, width]), kernel)
         # The reshape stands between the matmul and the bias (see dense._two_d_call).
         qkv = bias_add(tf.reshape(qkv, [batch, length, 3, heads, dim]), bias)
-    if mask is not None:
-        mask = keras.ops.cast(mask, "bool")
-    draw_for = dropout.draw if dropout is not None else lambda shape: None
-    scale = attention._inverse_sqrt_key_dim
     if heads == 1:  # [B, T, 3, 1, D]: each projection [B, T, D] without transposes
         q, k, v = tf.unstack(tf.squeeze(qkv, 3), axis=2)
-        scores = tf.matmul(q, k, transpose_b=True)  # [B, T, S]
-        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
+        context = _context(attention, q, k, v, mask, dropout)
     else:
         q, k, v = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, N, T, D]
-        scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S]
-        mask = _over_heads(mask, scores)
-        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
+        context = _context(attention, q, k, v, mask, dropout)
         context = tf.transpose(context, [0, 2, 1, 3])  # [B, T, N, D]
     with tf.name_scope("attention_output"):
         out = tf.matmul(
@@ -555,6 +548,19 @@ def _projected_attention(attention, x, mask):
             tf.reshape(tf.identity(output.kernel), [heads * dim, -1]),
         )
     return tf.reshape(out, [batch, length, -1]), output.bias
+
+
+def _context(attention, q, k, v, mask, dropout: Dropout | None):
+    """The attention's output for queries, keys and values ``[B, N, T, D]`` (or, one
+    head, ``[B, T, D]``): the scores as query by key^T, then the scale, mask, softmax,
+    dropout and the product by the values as one custom gradient
+    (:func:`~keras_electra.layers.fused.attention_values`)."""
+    if mask is not None:
+        mask = keras.ops.cast(mask, "bool")
+    scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S] or [B, T, S]
+    draw = dropout.draw(tf.shape(scores)) if dropout is not None else None
+    scale = attention._inverse_sqrt_key_dim
+    return attention_values(scores, _over_heads(mask, scores), v, draw, scale)
 
 
 def _over_heads(mask, scores):
@@ -571,24 +577,20 @@ def _attend(attention, query, key, value, mask, dropout: Dropout | None):
     (dropped) probabilities, or None for them where the probabilities and the product
     with the values are one custom gradient (:func:`~keras_electra.layers.fused.attention_values`,
     which keeps less for the backward pass; the caller asked for no scores)."""
-    scale = attention._inverse_sqrt_key_dim
-    if mask is not None:
-        mask = keras.ops.cast(mask, "bool")
-    draw_for = dropout.draw if dropout is not None else lambda shape: None
     one_head = query.shape[2] == 1  # [B, T, 1, D] holds [B, T, D]: no transposes
     if one_head:
         q, k, v = (tf.squeeze(t, 2) for t in (query, key, value))
-        scores = tf.matmul(q, k, transpose_b=True)  # [B, T, S]
-        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
-        return tf.expand_dims(context, 2), None
+        return tf.expand_dims(_context(attention, q, k, v, mask, dropout), 2), None
     if (attention._dot_product_equation, attention._combine_equation) == _EQUATIONS:
         # Keras' einsum multiplies key by query and transposes the [B, N, S, T] product;
         # query by key^T is the scores as they are, one pass over them less each way.
         q, k, v = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key, value))  # [B, N, ., D]
-        scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S]
-        mask = _over_heads(mask, scores)
-        context = attention_values(scores, mask, v, draw_for(tf.shape(scores)), scale)
+        context = _context(attention, q, k, v, mask, dropout)
         return tf.transpose(context, [0, 2, 1, 3]), None  # [B, T, N, D]
+    scale = attention._inverse_sqrt_key_dim
+    if mask is not None:
+        mask = keras.ops.cast(mask, "bool")
+    draw_for = dropout.draw if dropout is not None else lambda shape: None
     scores = keras.ops.einsum(attention._dot_product_equation, key, query)  # [B, N, T, S]
     mask = _over_heads(mask, scores)
     probs = masked_softmax(scores, mask, draw_for(tf.shape(scores)), scale)

@@ -926,33 +926,19 @@ REGISTER_OP("ElectraInverseCdf")
 
 REGISTER_KERNEL_BUILDER(Name("ElectraInverseCdf").Device(tensorflow::DEVICE_CPU), InverseCdfOp);
 
-#define REGISTER(T)                                                                   \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraAddLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      AddLayerNormOp<T>);                                                             \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraAddLayerNormGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      AddLayerNormGradOp<T>);                                                         \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraBiasGelu").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),  \
-      BiasGeluOp<T>);                                                                 \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraBiasGeluGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      BiasGeluGradOp<T>);                                                             \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraAttentionProbs").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      AttentionProbsOp<T>);                                                           \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraAttentionProbsGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      AttentionProbsGradOp<T>);                                                       \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraDropout").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),   \
-      DropoutOp<T>);                                                                  \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraSoftmaxXent").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      SoftmaxXentOp<T>);                                                              \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("ElectraSoftmaxXentGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      SoftmaxXentGradOp<T>);
+// Each op's CPU kernel for one T (bfloat16, float).
+#define REGISTER_ONE(NAME, KERNEL, T) \
+  REGISTER_KERNEL_BUILDER(            \
+      Name(NAME).Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), KERNEL<T>);
+#define REGISTER(T)                                                  \
+  REGISTER_ONE("ElectraAddLayerNorm", AddLayerNormOp, T)             \
+  REGISTER_ONE("ElectraAddLayerNormGrad", AddLayerNormGradOp, T)     \
+  REGISTER_ONE("ElectraBiasGelu", BiasGeluOp, T)                     \
+  REGISTER_ONE("ElectraBiasGeluGrad", BiasGeluGradOp, T)             \
+  REGISTER_ONE("ElectraAttentionProbs", AttentionProbsOp, T)         \
+  REGISTER_ONE("ElectraAttentionProbsGrad", AttentionProbsGradOp, T) \
+  REGISTER_ONE("ElectraDropout", DropoutOp, T)                       \
+  REGISTER_ONE("ElectraSoftmaxXent", SoftmaxXentOp, T)               \
+  REGISTER_ONE("ElectraSoftmaxXentGrad", SoftmaxXentGradOp, T)
 REGISTER(float)
 REGISTER(Eigen::bfloat16)
