@@ -107,6 +107,21 @@ void run_rows(OpKernelContext* ctx, int64_t rows, int64_t width, int64_t cost_pe
   pool->ParallelFor(rows, cost_per_row, work);
 }
 
+// A thread's float32 scratch rows: `count` rows of `width`, each starting on a 64-byte
+// boundary (the row stride rounded up to 16 floats). Eigen's vectorized exp and erf then
+// run over whole rows; on a misaligned row it computes the first and last few elements
+// one at a time through the C library's expf, which took about a fifth of the attention
+// softmax kernel's time.
+class Scratch {
+ public:
+  Scratch(int64_t width, int count) : stride_((width + 15) / 16 * 16), data_(stride_ * count) {}
+  float* row(int i) { return data_.data() + stride_ * i; }
+
+ private:
+  int64_t stride_;
+  std::vector<float, Eigen::aligned_allocator<float>> data_;
+};
+
 template <typename T>
 class AddLayerNormOp : public OpKernel {
  public:
@@ -139,8 +154,8 @@ class AddLayerNormOp : public OpKernel {
     const Dropout drop(ctx, dropout_);
     const float epsilon = epsilon_;
     run_rows(ctx, rows, width, 40 * width, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(width);
-      float* s = buffer.data();
+      Scratch buffer(width, 1);
+      float* s = buffer.row(0);
       for (int64_t row = begin; row < end; ++row) {
         const T* xr = xp + row * width;
         const T* rr = rp + row * width;
@@ -229,10 +244,15 @@ class AddLayerNormGradOp : public OpKernel {
     const float* dv = divisor.data();
     run_rows(ctx, blocks, width, 80 * width * ((rows + blocks - 1) / blocks),
              [&](int64_t first_block, int64_t last_block) {
-      std::vector<float> buffer(3 * width);
-      float* normalized = buffer.data();
-      float* dy = normalized + width;
-      float* out = dy + width;
+      // Locals: through the lambda's references, GCC vectorized the loops below with
+      // gathers for gamma, beta and the divisor (1.5x the kernel's time).
+      const float* __restrict gamma_ = gamma;
+      const float* __restrict beta_ = beta;
+      const float* __restrict dv_ = dv;
+      Scratch buffer(width, 3);
+      float* normalized = buffer.row(0);
+      float* dy = buffer.row(1);
+      float* out = buffer.row(2);
       for (int64_t block = first_block; block < last_block; ++block) {
         float* pg = partial.data() + sums * block * width;
         float* pb = pg + width;
@@ -244,9 +264,9 @@ class AddLayerNormGradOp : public OpKernel {
           float mean_g = 0.f, mean_gn = 0.f;
 #pragma omp simd reduction(+ : mean_g, mean_gn)
           for (int64_t i = 0; i < width; ++i) {
-            normalized[i] = (widen(yr[i]) - beta[i]) / dv[i];
+            normalized[i] = (widen(yr[i]) - beta_[i]) / dv_[i];
             dy[i] = widen(ur[i]);
-            const float g = dy[i] * gamma[i];
+            const float g = dy[i] * gamma_[i];
             mean_g += g;
             mean_gn += g * normalized[i];
           }
@@ -258,7 +278,7 @@ class AddLayerNormGradOp : public OpKernel {
           for (int64_t i = 0; i < width; ++i) {
             pg[i] += dy[i] * normalized[i];
             pb[i] += dy[i];
-            out[i] = inv * (dy[i] * gamma[i] - mean_g - normalized[i] * mean_gn);
+            out[i] = inv * (dy[i] * gamma_[i] - mean_g - normalized[i] * mean_gn);
             dsr[i] = narrow<T>(out[i]);
           }
           drop.apply(out, row, width);
@@ -303,6 +323,8 @@ using Row = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using OutRow = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 using Floats = Eigen::Map<Eigen::ArrayXf>;
+// A Scratch row.
+using Aligned = Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64>;
 
 template <typename T>
 class BiasGeluOp : public OpKernel {
@@ -320,8 +342,8 @@ class BiasGeluOp : public OpKernel {
     const float* bias = ctx->input(1).flat<float>().data();
     T* op = out->flat<T>().data();
     run_rows(ctx, rows, width, 60 * width, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(width);
-      Floats z(buffer.data(), width);
+      Scratch buffer(width, 1);
+      Aligned z(buffer.row(0), width);
       const Row<float> b(bias, width);
       for (int64_t row = begin; row < end; ++row) {
         z = Row<T>(hp + row * width, width).template cast<float>() + b;
@@ -362,9 +384,8 @@ class BiasGeluGradOp : public OpKernel {
     std::vector<float> partial(blocks * width, 0.f);
     run_rows(ctx, blocks, width, 100 * width * ((rows + blocks - 1) / blocks),
              [&](int64_t first_block, int64_t last_block) {
-      std::vector<float> buffer(3 * width);
-      Floats z(buffer.data(), width), dz(buffer.data() + width, width);
-      Floats phi(buffer.data() + 2 * width, width);
+      Scratch buffer(width, 3);
+      Aligned z(buffer.row(0), width), dz(buffer.row(1), width), phi(buffer.row(2), width);
       const Row<float> b(bias, width);
       for (int64_t block = first_block; block < last_block; ++block) {
         Floats sums(partial.data() + block * width, width);
@@ -400,19 +421,23 @@ constexpr float kMasked = -1e9f;
 std::vector<int64_t> keep_rows(const Tensor& scores, const Tensor& keep) {
   const int rank = scores.dims();
   std::vector<int64_t> offsets(scores.NumElements() / scores.dim_size(rank - 1), 0);
-  std::vector<int64_t> stride(rank, 0);
+  std::vector<int64_t> stride(rank, 0), index(rank, 0);
   int64_t step = keep.dim_size(rank - 1);
   for (int axis = rank - 2; axis >= 0; --axis) {
     stride[axis] = keep.dim_size(axis) == 1 ? 0 : step;
     step *= keep.dim_size(axis);
   }
+  // The rows in order, their index counted like an odometer (no division per row: the
+  // divisions took a twentieth of the kernel's time at [32, 4, 128, 128]).
+  int64_t offset = 0;
   for (int64_t row = 0; row < int64_t(offsets.size()); ++row) {
-    int64_t rest = row, offset = 0;
-    for (int axis = rank - 2; axis >= 0; --axis) {
-      offset += (rest % scores.dim_size(axis)) * stride[axis];
-      rest /= scores.dim_size(axis);
-    }
     offsets[row] = offset;
+    for (int axis = rank - 2; axis >= 0; --axis) {
+      offset += stride[axis];
+      if (++index[axis] < scores.dim_size(axis)) break;
+      offset -= stride[axis] * index[axis];
+      index[axis] = 0;
+    }
   }
   return offsets;
 }
@@ -461,9 +486,9 @@ class AttentionProbsOp : public AttentionOp {
     const Dropout drop(ctx, dropout_, 2);
     const float scale = scale_;
     run_rows(ctx, rows, width, 60 * width, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(width);
-      Floats z(buffer.data(), width);
-      float* zp = buffer.data();
+      Scratch buffer(width, 1);
+      float* zp = buffer.row(0);
+      Aligned z(zp, width);
       for (int64_t row = begin; row < end; ++row) {
         const T* sr = sp + row * width;
         // Read as bytes (a bool is one): byte loads vectorize where bool ones do not.
@@ -476,7 +501,7 @@ class AttentionProbsOp : public AttentionOp {
 #pragma omp simd
           for (int64_t i = 0; i < width; ++i) zp[i] = widen(sr[i]) * scale;
           z = (z - z.maxCoeff()).exp();
-          z /= z.sum();
+          z *= 1.f / z.sum();  // a multiply: dividing each element took 9% more
 #pragma omp simd
           for (int64_t i = 0; i < width; ++i) pr[i] = narrow<T>(zp[i]);
         } else {
@@ -486,7 +511,7 @@ class AttentionProbsOp : public AttentionOp {
             zp[i] = kr[i] != 0 ? score : kMasked;
           }
           z = (z - z.maxCoeff()).exp();
-          z /= z.sum();
+          z *= 1.f / z.sum();  // a multiply: dividing each element took 9% more
 #pragma omp simd
           for (int64_t i = 0; i < width; ++i) {
             const float p = zp[i];
@@ -529,8 +554,8 @@ class AttentionProbsGradOp : public AttentionOp {
     const Dropout drop(ctx, dropout_, 2);
     const float scale = scale_;
     run_rows(ctx, rows, width, 40 * width, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(2 * width);
-      Floats p(buffer.data(), width), g(buffer.data() + width, width);
+      Scratch buffer(width, 2);
+      Aligned p(buffer.row(0), width), g(buffer.row(1), width);
       for (int64_t row = begin; row < end; ++row) {
         p = Row<T>(pp + row * width, width).template cast<float>();
         g = Row<T>(up + row * width, width).template cast<float>();
@@ -560,8 +585,8 @@ class DropoutOp : public OpKernel {
     T* op = out->flat<T>().data();
     const Dropout drop(ctx, true, 1);
     run_rows(ctx, rows, width, 10 * width, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(width);
-      float* b = buffer.data();
+      Scratch buffer(width, 1);
+      float* b = buffer.row(0);
       for (int64_t row = begin; row < end; ++row) {
         const T* xr = xp + row * width;
         T* yr = op + row * width;
@@ -668,8 +693,9 @@ class SoftmaxXentOp : public BlockSearchOp {
     int32_t* sampled_p = sample ? sampled->flat<int32_t>().data() : nullptr;
     const int64_t block = block_;
     run_rows(ctx, rows, vocab, 30 * vocab, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(vocab), cdf;
-      float* e = buffer.data();
+      Scratch buffer(vocab, 1);
+      std::vector<float> cdf;
+      float* e = buffer.row(0);
       for (int64_t row = begin; row < end; ++row) {
         const T* zr = zp + row * vocab;
         float top = -std::numeric_limits<float>::infinity();
@@ -685,7 +711,7 @@ class SoftmaxXentOp : public BlockSearchOp {
             break;
           }
         }
-        Floats weights(e, vocab);
+        Aligned weights(e, vocab);
         weights = (weights - top).exp();
         const float total = block_totals(e, vocab, block, cdf);
         const float log_sum_exp = top + std::log(total);
@@ -724,8 +750,8 @@ class SoftmaxXentGradOp : public OpKernel {
     const float* up = upstream.flat<float>().data();
     T* op = out->flat<T>().data();
     run_rows(ctx, rows, vocab, 20 * vocab, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(vocab);
-      Floats p(buffer.data(), vocab);
+      Scratch buffer(vocab, 1);
+      Aligned p(buffer.row(0), vocab);
       for (int64_t row = begin; row < end; ++row) {
         const float u = up[row];
         p = (Row<T>(zp + row * vocab, vocab).template cast<float>() - lp[row]).exp() * u;
