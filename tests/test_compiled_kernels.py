@@ -24,6 +24,8 @@ COMPILED_OPS = (
     "ElectraDropout",
     "ElectraSoftmaxXent",
     "ElectraSoftmaxXentGrad",
+    "ElectraSplitHeads",
+    "ElectraMergeHeads",
     "ElectraInverseCdf",  # the tiny preset's sampler is not at temperature 1
 )
 
@@ -200,6 +202,40 @@ def test_a_graph_xla_compiles_whole_keeps_the_xla_kernels():
     assert not {t for t in ops if t.startswith("Electra")}
     y, dx = run(x)
     assert np.isfinite(tf.cast(dx, tf.float32).numpy()).all() and y.shape == x.shape
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_split_heads_computes_what_the_bias_add_and_transposes_compute(dtype, heads):
+    """The split's q, k, v equal TensorFlow's bias add + transpose + unstack bit for bit,
+    the projection's gradient is the stacked and transposed upstream exactly, and the
+    bias's gradient its column sums (summed in float32)."""
+    assert compiled.kernels() is not None
+    rng = np.random.default_rng(11)
+    batch, length, dim = 2, 5, 4
+    qkv = tf.cast(rng.normal(0, 1, (batch, length, 3 * heads * dim)), dtype)
+    bias = tf.cast(rng.normal(0, 1, (3, heads, dim)), dtype)
+    upstream = [tf.cast(rng.normal(0, 1, (batch, heads, length, dim)), dtype) for _ in "qkv"]
+
+    def reference(qkv, bias):
+        added = tf.reshape(qkv, [batch, length, 3, heads, dim]) + bias
+        return tf.unstack(tf.transpose(added, [2, 0, 3, 1, 4]))
+
+    results = []
+    for split in (fused.split_heads, lambda qkv, bias, heads: reference(qkv, bias)):
+        with tf.GradientTape() as tape:
+            tape.watch([qkv, bias])
+            out = split(qkv, bias, heads)
+        grads = tape.gradient(out, [qkv, bias], output_gradients=upstream)
+        results.append([tf.cast(t, tf.float32).numpy() for t in (*out, *grads)])
+    ours, theirs = results
+    for name, a, b in zip(("q", "k", "v", "dqkv"), ours, theirs, strict=False):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert ours[0].shape == (batch, heads, length, dim)
+    exact = np.stack([tf.cast(u, tf.float32).numpy() for u in upstream]).sum(axis=(1, 3))
+    step = 2**-8 if dtype == "bfloat16" else 1e-6  # the float32 sum's one rounding
+    assert np.abs(ours[4] - exact).max() <= step * np.abs(exact).max() + 1e-6
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")

@@ -17,6 +17,7 @@ from keras_electra.layers.fused import (
     bias_gelu_matmul,
     fuses_attention_softmax,
     masked_softmax,
+    split_heads,
     training_kernels,
 )
 
@@ -533,13 +534,20 @@ def _projected_attention(attention, x, mask):
         )
         bias = tf.stack([tf.identity(p.bias) for p in parts])  # [3, heads, dim]
         qkv = tf.matmul(tf.reshape(x, [-1, width]), kernel)
-        # The reshape stands between the matmul and the bias (see dense._two_d_call).
-        qkv = bias_add(tf.reshape(qkv, [batch, length, 3, heads, dim]), bias)
-    if heads == 1:  # [B, T, 3, 1, D]: each projection [B, T, D] without transposes
-        q, k, v = tf.unstack(tf.squeeze(qkv, 3), axis=2)
+        # The compiled kernel: the bias add and the split into heads in one pass.
+        split = split_heads(tf.reshape(qkv, [batch, length, 3 * heads * dim]), bias, heads)
+        if split is None:
+            # The reshape stands between the matmul and the bias (see dense._two_d_call).
+            qkv = bias_add(tf.reshape(qkv, [batch, length, 3, heads, dim]), bias)
+    if heads == 1:  # each projection [B, T, D]: no transposes
+        if split is None:
+            q, k, v = tf.unstack(tf.squeeze(qkv, 3), axis=2)  # from [B, T, 3, 1, D]
+        else:
+            q, k, v = (tf.reshape(t, [batch, length, dim]) for t in split)
         context = _context(attention, q, k, v, mask, dropout)
     else:
-        q, k, v = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, N, T, D]
+        # Each [B, N, T, D].
+        q, k, v = split or tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))
         context = _context(attention, q, k, v, mask, dropout)
         context = tf.transpose(context, [0, 2, 1, 3])  # [B, T, N, D]
     with tf.name_scope("attention_output"):

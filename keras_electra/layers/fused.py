@@ -518,6 +518,41 @@ def _probs_backward(probs, upstream, drop, scale):
     return tf.cast(_softmax_gradient(p, dp, scale), probs.dtype)
 
 
+def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int) -> tuple | None:
+    """The attention's query, key and value, ``[batch, heads, length, dim]`` each, from
+    one projection ``qkv`` (``[batch, length, 3 * heads * dim]``, the three side by
+    side) plus its ``bias`` (``[3, heads, dim]``), as one compiled kernel: TensorFlow's
+    bias add, transpose and unstack make three passes over the projection. The backward
+    kernel writes the projection's gradient and sums the bias's in float32 in one pass
+    (a stack, a transpose and a sum otherwise). None where the compiled kernels are not
+    used (the caller then uses TensorFlow's ops).
+
+    Example:
+        >>> out = split_heads(tf.reshape(tf.range(6.0), [1, 1, 6]), tf.zeros([3, 2, 1]), 2)
+        >>> None if out is None else [t.numpy().ravel().tolist() for t in out]
+        [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    """
+    compiled = _compiled_kernels(qkv.dtype)
+    if compiled is None:
+        return None
+
+    @tf.custom_gradient
+    def run(qkv, bias):
+        q, k, v = compiled.electra_split_heads(
+            qkv, tf.reshape(tf.cast(bias, tf.float32), [-1]), heads=heads
+        )
+
+        def grad(*upstream):
+            parts = [tf.zeros_like(q) if g is None else g for g in upstream]
+            d_qkv, d_bias = compiled.electra_merge_heads(*parts)
+            return d_qkv, tf.reshape(tf.cast(d_bias, bias.dtype), tf.shape(bias))
+
+        return (q, k, v), grad
+
+    with tf.name_scope("split_heads"):
+        return run(qkv, bias)
+
+
 def attention_values(
     scores: tf.Tensor,
     mask: tf.Tensor | None,

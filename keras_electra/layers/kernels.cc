@@ -807,6 +807,110 @@ class InverseCdfOp : public BlockSearchOp {
 
 };
 
+// The attention's query, key and value from one projection: qkv [batch, length, 3 * heads
+// * dim] (a [rows, 3 * heads * dim] matmul's output) plus its bias, split into q, k and v
+// of [batch, heads, length, dim] each, in one pass (for TensorFlow's ops: the bias add,
+// the transpose to [3, batch, heads, length, dim] and the unstack, three passes).
+template <typename T>
+class SplitHeadsOp : public OpKernel {
+ public:
+  explicit SplitHeadsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("heads", &heads_));
+    OP_REQUIRES(ctx, heads_ > 0, tensorflow::errors::InvalidArgument("heads must be positive"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& qkv = ctx->input(0);
+    const Tensor& bias = ctx->input(1);
+    OP_REQUIRES(ctx, qkv.dims() == 3 && qkv.dim_size(2) % (3 * heads_) == 0,
+                tensorflow::errors::InvalidArgument("qkv must be [batch, length, 3 * heads * dim]"));
+    const int64_t batch = qkv.dim_size(0), length = qkv.dim_size(1), width = qkv.dim_size(2);
+    OP_REQUIRES(ctx, bias.NumElements() == width,
+                tensorflow::errors::InvalidArgument("bias must be [3 * heads * dim]"));
+    const int64_t heads = heads_, dim = width / (3 * heads);
+    const TensorShape shape({batch, heads, length, dim});
+    T* outs[3];
+    for (int part = 0; part < 3; ++part) {
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(part, shape, &out));
+      outs[part] = out->flat<T>().data();
+    }
+    const T* src = qkv.flat<T>().data();
+    const float* bp = bias.flat<float>().data();
+    run_rows(ctx, batch * length, width, 4 * width, [&](int64_t begin, int64_t end) {
+      const float* __restrict b = bp;
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t sequence = row / length, position = row % length;
+        const T* __restrict in = src + row * width;
+        for (int64_t part = 0; part < 3; ++part) {
+          for (int64_t head = 0; head < heads; ++head) {
+            const int64_t column = (part * heads + head) * dim;
+            T* __restrict out = outs[part] + ((sequence * heads + head) * length + position) * dim;
+#pragma omp simd
+            for (int64_t i = 0; i < dim; ++i) out[i] = narrow<T>(widen(in[column + i]) + b[column + i]);
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  int heads_;
+};
+
+// SplitHeads' gradient: dq, dk, dv [batch, heads, length, dim] back into one
+// [batch, length, 3 * heads * dim] tensor, and the bias's gradient (its column sums,
+// float32), in one pass.
+template <typename T>
+class MergeHeadsOp : public OpKernel {
+ public:
+  explicit MergeHeadsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dq = ctx->input(0);
+    OP_REQUIRES(ctx, dq.dims() == 4 && dq.shape() == ctx->input(1).shape() &&
+                         dq.shape() == ctx->input(2).shape(),
+                tensorflow::errors::InvalidArgument("dq, dk and dv must be the same [batch, heads, length, dim]"));
+    const int64_t batch = dq.dim_size(0), heads = dq.dim_size(1), length = dq.dim_size(2),
+                  dim = dq.dim_size(3), width = 3 * heads * dim, rows = batch * length;
+    Tensor *merged = nullptr, *dbias = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, length, width}), &merged));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({width}), &dbias));
+    const T* parts[3] = {dq.flat<T>().data(), ctx->input(1).flat<T>().data(),
+                         ctx->input(2).flat<T>().data()};
+    T* dst = merged->flat<T>().data();
+    // Column sums per sequence, added up after (sequences run on different threads). Each
+    // (sequence, part, head) is read in order, its sums kept in a row of `dim` floats.
+    std::vector<float> partial(batch * width, 0.f);
+    run_rows(ctx, batch, length * width, 6 * length * width, [&](int64_t begin, int64_t end) {
+      for (int64_t sequence = begin; sequence < end; ++sequence) {
+        for (int64_t part = 0; part < 3; ++part) {
+          for (int64_t head = 0; head < heads; ++head) {
+            const int64_t column = (part * heads + head) * dim;
+            float* __restrict sums = partial.data() + sequence * width + column;
+            const T* __restrict in = parts[part] + (sequence * heads + head) * length * dim;
+            T* __restrict out = dst + sequence * length * width + column;
+            for (int64_t position = 0; position < length; ++position) {
+#pragma omp simd
+              for (int64_t i = 0; i < dim; ++i) {
+                // Through float (exact both ways): a copy of T itself did not vectorize.
+                const float value = widen(in[position * dim + i]);
+                out[position * width + i] = narrow<T>(value);
+                sums[i] += value;
+              }
+            }
+          }
+        }
+      }
+    });
+    float* db = dbias->flat<float>().data();
+    std::fill(db, db + width, 0.f);
+    for (int64_t sequence = 0; sequence < batch; ++sequence) {
+      for (int64_t i = 0; i < width; ++i) db[i] += partial[sequence * width + i];
+    }
+  }
+};
+
 }  // namespace
 
 // The shape function of an op whose one output has its first input's shape.
@@ -964,6 +1068,44 @@ REGISTER_OP("ElectraInverseCdf")
       return absl::OkStatus();
     });
 
+REGISTER_OP("ElectraSplitHeads")
+    .Input("qkv: T")
+    .Input("bias: float")
+    .Attr("T: {bfloat16, float}")
+    .Attr("heads: int")
+    .Output("q: T")
+    .Output("k: T")
+    .Output("v: T")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      int heads;
+      TF_RETURN_IF_ERROR(c->GetAttr("heads", &heads));
+      auto qkv = c->input(0);
+      TF_RETURN_IF_ERROR(c->WithRank(qkv, 3, &qkv));
+      tensorflow::shape_inference::DimensionHandle dim;
+      TF_RETURN_IF_ERROR(c->Divide(c->Dim(qkv, 2), 3 * heads, true, &dim));
+      auto shape = c->MakeShape({c->Dim(qkv, 0), c->MakeDim(heads), c->Dim(qkv, 1), dim});
+      for (int i = 0; i < 3; ++i) c->set_output(i, shape);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("ElectraMergeHeads")
+    .Input("dq: T")
+    .Input("dk: T")
+    .Input("dv: T")
+    .Attr("T: {bfloat16, float}")
+    .Output("dqkv: T")
+    .Output("dbias: float")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      auto dq = c->input(0);
+      TF_RETURN_IF_ERROR(c->WithRank(dq, 4, &dq));
+      tensorflow::shape_inference::DimensionHandle width;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(dq, 1), c->Dim(dq, 3), &width));
+      TF_RETURN_IF_ERROR(c->Multiply(width, 3, &width));
+      c->set_output(0, c->MakeShape({c->Dim(dq, 0), c->Dim(dq, 2), width}));
+      c->set_output(1, c->Vector(width));
+      return absl::OkStatus();
+    });
+
 REGISTER_KERNEL_BUILDER(Name("ElectraInverseCdf").Device(tensorflow::DEVICE_CPU), InverseCdfOp);
 
 // Each op's CPU kernel for one T (bfloat16, float).
@@ -979,6 +1121,8 @@ REGISTER_KERNEL_BUILDER(Name("ElectraInverseCdf").Device(tensorflow::DEVICE_CPU)
   REGISTER_ONE("ElectraAttentionProbsGrad", AttentionProbsGradOp, T) \
   REGISTER_ONE("ElectraDropout", DropoutOp, T)                       \
   REGISTER_ONE("ElectraSoftmaxXent", SoftmaxXentOp, T)               \
-  REGISTER_ONE("ElectraSoftmaxXentGrad", SoftmaxXentGradOp, T)
+  REGISTER_ONE("ElectraSoftmaxXentGrad", SoftmaxXentGradOp, T)       \
+  REGISTER_ONE("ElectraSplitHeads", SplitHeadsOp, T)                 \
+  REGISTER_ONE("ElectraMergeHeads", MergeHeadsOp, T)
 REGISTER(float)
 REGISTER(Eigen::bfloat16)
