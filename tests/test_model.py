@@ -286,6 +286,23 @@ def test_pre_layernorm_towers_train_and_round_trip(tmp_path):
     np.testing.assert_allclose(restored(batch()), model(batch()), atol=1e-5)
 
 
+def test_an_optimizer_that_takes_the_clipping_factor_gets_the_gradients_unscaled():
+    # Our AdamW multiplies inside its update kernel: the shares are the gradients as
+    # they are, and the factor is what tf.clip_by_global_norm would multiply them by.
+    from keras_electra.training.optimizer import AdamW
+    from keras_electra.training.step import clip_summed_gradient
+
+    grads = [tf.constant([3.0, 4.0]), None]
+    optimizer = AdamW(1e-3, global_clipnorm=1.0)
+
+    def norms_of(present, total, loss_scale):
+        return {"grad_norm": tf.linalg.global_norm(total) / loss_scale}
+
+    shares, norms, factor = clip_summed_gradient(optimizer, grads, norms_of)
+    assert shares[0] is grads[0] and shares[1] is None
+    assert float(factor) == pytest.approx(0.2) and float(norms["grad_norm"]) == pytest.approx(5.0)
+
+
 @pytest.mark.parametrize("scale", [0.3, 3.0, np.inf], ids=["below", "above", "infinite"])
 def test_the_summed_gradient_is_clipped_as_tf_clip_by_global_norm_clips_it(scale):
     from keras_electra.training.step import clip_summed_gradient
@@ -301,7 +318,8 @@ def test_the_summed_gradient_is_clipped_as_tf_clip_by_global_norm_clips_it(scale
         return {"grad_norm": tf.linalg.global_norm(total) / loss_scale}
 
     optimizer = keras.optimizers.SGD(1.0, global_clipnorm=1.0)
-    shares, norms = clip_summed_gradient(optimizer, grads, norms_of)
+    shares, norms, factor = clip_summed_gradient(optimizer, grads, norms_of)
+    assert factor is None  # SGD takes no factor: the shares are clipped
     want, _ = tf.clip_by_global_norm([grads[0], grads[2]], 1.0)
     assert shares[1] is None
     for got, expected in zip([shares[0], shares[2]], want, strict=True):

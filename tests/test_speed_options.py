@@ -131,20 +131,46 @@ def _compiled_apply(optimizer, variables):
     return step
 
 
-def test_fused_adamw_takes_keras_adamws_steps_in_one_kernel_per_variable():
+def _scaled_apply(optimizer, variables, factor, fused):
+    """A traced update with gradients times ``factor``: multiplied before Keras' apply,
+    or (``fused``) handed to the optimizer as clip_summed_gradient hands them."""
+    import tensorflow as tf
 
+    from keras_electra.training.step import clipped_already
+
+    @tf.function
+    def step(gradients):
+        if not fused:
+            return optimizer.apply([g * factor for g in gradients], variables)
+        with clipped_already(optimizer, tf.constant(factor)):
+            optimizer.apply(gradients, variables)
+
+    return step
+
+
+@pytest.mark.parametrize("kernels", ["compiled", "tensorflow"])
+def test_fused_adamw_takes_keras_adamws_steps_in_one_kernel_per_variable(kernels, monkeypatch):
+    """Five steps of Keras' AdamW (decay on one variable, none on the other) and ours,
+    ours given unscaled gradients and clipping's factor as clip_summed_gradient hands
+    them (the compiled kernel multiplies inside), Keras the gradients multiplied."""
+    from keras_electra.layers import compiled, fused
     from keras_electra.training.optimizer import AdamW
 
+    if kernels == "compiled" and compiled.kernels() is None:
+        pytest.skip("no compiled kernels here")
+    if kernels == "tensorflow":
+        monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
     rng = np.random.default_rng(2)
     start = [rng.normal(size=(7, 5)).astype("float32"), rng.normal(size=(5,)).astype("float32")]
     grads = [[rng.normal(size=w.shape).astype("float32") for w in start] for _ in range(5)]
+    factor = np.float32(0.37)
     states, graphs = [], []
     for cls in (keras.optimizers.AdamW, AdamW):
         variables = [keras.Variable(w) for w in start]
         optimizer = cls(learning_rate=1e-2, weight_decay=0.01, epsilon=1e-6)
         optimizer.exclude_from_weight_decay(var_list=[variables[1]])
         optimizer.build(variables)
-        step = _compiled_apply(optimizer, variables)
+        step = _scaled_apply(optimizer, variables, factor, fused=cls is AdamW)
         graphs.append(step.get_concrete_function(grads[0]).graph)
         for g in grads:
             step(g)
@@ -154,7 +180,11 @@ def test_fused_adamw_takes_keras_adamws_steps_in_one_kernel_per_variable():
         np.testing.assert_allclose(fused_value, keras_value, rtol=1e-5, atol=1e-6)
     assert np.abs(states[1][0] - start[0]).max() > 1e-2  # the steps moved the weights
     fused_ops = [op.type for op in graphs[1].get_operations()]
-    assert fused_ops.count("ResourceApplyAdam") == 2
+    if kernels == "compiled":
+        assert fused_ops.count("ElectraApplyAdamW") == 2
+        assert "ResourceApplyAdam" not in fused_ops and "AssignSubVariableOp" not in fused_ops
+    else:
+        assert fused_ops.count("ResourceApplyAdam") == 2
     assert len(fused_ops) < len(graphs[0].get_operations()) - 20
 
 
@@ -348,7 +378,7 @@ def test_one_graph_train_function_takes_keras_steps_and_ends_epochs_at_the_data_
     iterator = iter(tf.data.Dataset.from_tensor_slices(make_batch()).batch(4))
     concrete = ours.train_function.on_iterator.get_concrete_function(iterator)
     ops = {op.type for op in concrete.graph.get_operations()}
-    assert "ResourceApplyAdam" in ops and "IteratorGetNext" in ops
+    assert ops & {"ResourceApplyAdam", "ElectraApplyAdamW"} and "IteratorGetNext" in ops
     # The heap's freed pages went back on the first two calls, before their reads.
     assert ours.train_function.trim.calls_left == 0
     (read,) = [op for op in concrete.graph.get_operations() if op.type == "IteratorGetNext"]

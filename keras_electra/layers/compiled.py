@@ -44,6 +44,7 @@ _FLAGS = [
     "-march=native",
     "-mprefer-vector-width=512",
     "-fopenmp-simd",
+    "-fno-math-errno",  # sqrt without errno's branch: the loops that take one vectorize
     "-w",
 ]
 
@@ -87,8 +88,9 @@ def _build(compiler: str, library: Path) -> None:
 @functools.cache
 def kernels():
     """The compiled kernels' op module (``electra_add_layer_norm``, ``electra_bias_gelu``,
-    ``electra_attention_probs``, ``electra_softmax_xent``, each with its ``_grad``, and
-    ``electra_dropout`` and ``electra_inverse_cdf``), built on first use; None where they
+    ``electra_attention_probs``, ``electra_softmax_xent``, each with its ``_grad``,
+    ``electra_split_heads`` and ``electra_merge_heads``, ``electra_dropout``,
+    ``electra_inverse_cdf`` and ``electra_apply_adam_w``), built on first use; None where they
     cannot be built or should not be used (see the module docstring)."""
     if os.environ.get(ENABLE, "1") == "0" or not sys.platform.startswith("linux"):
         return None

@@ -19,6 +19,8 @@
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "unsupported/Eigen/SpecialFunctions"
 
@@ -911,6 +913,81 @@ class MergeHeadsOp : public OpKernel {
   }
 };
 
+// AdamW's update of one float32 variable in one pass over it, its two moments and its
+// gradient: the gradient times `scale` (gradient clipping's factor), the decoupled weight
+// decay var -= var * decay, then Adam's update as TensorFlow's ResourceApplyAdam computes
+// it (the same expressions in the same order). Keras' AdamW with ResourceApplyAdam makes
+// three passes where this makes one (the decay's multiply and subtract, the clipping's
+// multiply, the update).
+class ApplyAdamWOp : public OpKernel {
+ public:
+  explicit ApplyAdamWOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<tensorflow::Var> vars[3];  // the variable, m, v
+    for (int i = 0; i < 3; ++i) {
+      OP_REQUIRES_OK(ctx, tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, i), &vars[i]));
+    }
+    // Locked in address order, as TensorFlow's training ops lock theirs.
+    std::vector<tensorflow::mutex*> mutexes;
+    for (auto& var : vars) mutexes.push_back(var->mu());
+    std::sort(mutexes.begin(), mutexes.end());
+    mutexes.erase(std::unique(mutexes.begin(), mutexes.end()), mutexes.end());
+    for (auto* mu : mutexes) mu->lock();
+    struct Unlock {
+      std::vector<tensorflow::mutex*>& held;
+      ~Unlock() {
+        for (auto* mu : held) mu->unlock();
+      }
+    } unlock{mutexes};
+
+    const Tensor& grad = ctx->input(3);
+    float* data[3];
+    for (int i = 0; i < 3; ++i) {
+      Tensor* t = vars[i]->tensor();
+      OP_REQUIRES(ctx, vars[i]->is_initialized && t->dtype() == tensorflow::DT_FLOAT,
+                  tensorflow::errors::InvalidArgument("the variable and its moments must be initialized float32"));
+      OP_REQUIRES(ctx, t->shape() == grad.shape(),
+                  tensorflow::errors::InvalidArgument("the gradient's shape ", grad.shape().DebugString(),
+                                                      " is not the variable's ", t->shape().DebugString()));
+      // A read of the old value still holds the buffer: update a copy (TensorFlow's
+      // PrepareToUpdateVariable does the same).
+      if (vars[i]->copy_on_read_mode.load() || !t->RefCountIsOne()) {
+        Tensor copy;
+        OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, t->shape(), &copy));
+        std::memcpy(copy.flat<float>().data(), t->flat<float>().data(), t->NumElements() * sizeof(float));
+        *t = copy;
+      }
+      data[i] = t->flat<float>().data();
+    }
+    auto scalar = [&](int i) { return ctx->input(i).scalar<float>()(); };
+    const float scale = scalar(4), decay = scalar(5), lr = scalar(6), beta1 = scalar(7),
+                beta2 = scalar(8), epsilon = scalar(9), beta1_power = scalar(10),
+                beta2_power = scalar(11);
+    const float step = lr * std::sqrt(1.f - beta2_power) / (1.f - beta1_power);
+    const float keep1 = 1.f - beta1, keep2 = 1.f - beta2;
+    const float* gp = grad.flat<float>().data();
+    const int64_t n = grad.NumElements();
+    run_rows(ctx, n, 1, 30, [&](int64_t begin, int64_t end) {
+      float* __restrict w = data[0];
+      float* __restrict m = data[1];
+      float* __restrict v = data[2];
+      const float* __restrict g = gp;
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) {
+        const float gi = g[i] * scale;
+        float wi = w[i];
+        wi -= wi * decay;
+        const float mi = m[i] + (gi - m[i]) * keep1;
+        const float vi = v[i] + (gi * gi - v[i]) * keep2;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = wi - (mi * step) / (std::sqrt(vi) + epsilon);
+      }
+    });
+  }
+};
+
 }  // namespace
 
 // The shape function of an op whose one output has its first input's shape.
@@ -1105,6 +1182,24 @@ REGISTER_OP("ElectraMergeHeads")
       c->set_output(1, c->Vector(width));
       return absl::OkStatus();
     });
+
+REGISTER_OP("ElectraApplyAdamW")
+    .Input("var: resource")
+    .Input("m: resource")
+    .Input("v: resource")
+    .Input("grad: float")
+    .Input("scale: float")
+    .Input("decay: float")
+    .Input("lr: float")
+    .Input("beta1: float")
+    .Input("beta2: float")
+    .Input("epsilon: float")
+    .Input("beta1_power: float")
+    .Input("beta2_power: float")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) { return absl::OkStatus(); });
+
+REGISTER_KERNEL_BUILDER(Name("ElectraApplyAdamW").Device(tensorflow::DEVICE_CPU), ApplyAdamWOp);
 
 REGISTER_KERNEL_BUILDER(Name("ElectraInverseCdf").Device(tensorflow::DEVICE_CPU), InverseCdfOp);
 

@@ -545,7 +545,9 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         Every all-reduce happens before the branch: a replica context may not
         synchronize inside one.
         """
-        shares, norms = clip_summed_gradient(self.optimizer, gradients, self._gradient_norms)
+        shares, norms, scale = clip_summed_gradient(
+            self.optimizer, gradients, self._gradient_norms
+        )
         variables = self.trainable_variables
 
         def record():
@@ -556,13 +558,13 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
 
         guard = self.on_nan is not None and getattr(self.optimizer, "dynamic_scale", None) is None
         if not guard:
-            with clipped_already(self.optimizer):
+            with clipped_already(self.optimizer, scale):
                 self.optimizer.apply(shares, variables)
             record()
             return
         loss = tf.cast(losses["loss"], tf.float32)
         finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norms["grad_norm"]))
-        with clipped_already(self.optimizer):
+        with clipped_already(self.optimizer, scale):
             apply_if(finite, lambda: self.optimizer.apply(shares, variables))
 
         def nonfinite():

@@ -48,14 +48,19 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class AdamW(keras.optimizers.AdamW):
-    """Keras' AdamW, each dense update one fused TensorFlow kernel (``ResourceApplyAdam``).
+    """Keras' AdamW, each dense update one fused kernel.
 
     The same update as :class:`keras.optimizers.AdamW` (the moments, the bias-corrected
     step ``lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)``, epsilon added to ``sqrt(v)``, the
     decoupled weight decay) and the same variables, so checkpoints are interchangeable.
     Keras writes the update as about fifteen element-wise ops per variable, each a pass
-    over the variable's memory; the fused kernel makes one pass. Sparse gradients and
-    ``amsgrad`` take Keras' own path.
+    over the variable's memory. Here, where the compiled kernels build
+    (:mod:`keras_electra.layers.compiled`), one kernel per variable multiplies the
+    gradient by clipping's factor (``gradient_scale``, see
+    :func:`~keras_electra.training.step.clipped_already`), decays the variable and takes
+    Adam's step in one pass; elsewhere TensorFlow's ``ResourceApplyAdam`` takes the step
+    after the decay's own multiply and subtract. Sparse gradients and ``amsgrad`` take
+    Keras' own path.
 
     The scalars every variable's update shares (the learning rate from its schedule,
     ``beta^t``, the decay rate) are computed once per step, not once per variable as
@@ -68,39 +73,25 @@ class AdamW(keras.optimizers.AdamW):
         0.01
     """
 
+    # Clipping's factor for the gradients of the update being traced (a scalar tensor),
+    # set by training.step.clipped_already; None: the gradients are applied as given.
+    gradient_scale = None
+
+    @property
+    def takes_gradient_scale(self) -> bool:
+        """Whether clipping may hand this optimizer unscaled gradients and the factor
+        (not with Keras' gradient accumulation, whose sums would mix steps' factors)."""
+        return not self.gradient_accumulation_steps
+
     def _rate_factor(self, variable) -> float:
         """The factor on this variable's learning rate and decay (1 here; per layer in
         :class:`~keras_electra.finetuning.layerwise.LayerwiseAdamW`)."""
         return 1.0
 
     def _apply_weight_decay(self, variables):
-        if self.weight_decay is None:
-            return
-        rates = {}  # lr * weight_decay (* factor) by dtype and factor, for this step
-
-        def rate(dtype, factor):
-            if (dtype, 1.0) not in rates:
-                lr = tf.cast(self.learning_rate, dtype)
-                rates[dtype, 1.0] = lr * tf.cast(self.weight_decay, dtype)
-            if (dtype, factor) not in rates:
-                rates[dtype, factor] = rates[dtype, 1.0] * tf.cast(factor, dtype)
-            return rates[dtype, factor]
-
-        decayed = [v for v in variables if self._use_weight_decay(v)]
-        # Made here, in the caller's context (as Keras passes its learning rate to each
-        # variable's update), then handed to every variable's update.
-        factors = [rate(tf.as_dtype(v.dtype), self._rate_factor(v)) for v in decayed]
-
-        def distributed_decay(distribution, variables, factors):
-            for variable, factor in zip(variables, factors, strict=True):
-                variable = variable.value if isinstance(variable, keras.Variable) else variable
-                distribution.extended.update(
-                    variable, lambda v, f: v.assign_sub(v * f), args=(factor,), group=False
-                )
-
-        tf.__internal__.distribute.interim.maybe_merge_call(
-            distributed_decay, self._distribution_strategy, decayed, factors
-        )
+        """Nothing here: each variable is decayed in its own update (:meth:`update_step`),
+        inside the fused kernel where it runs. The decay does not depend on the other
+        variables, so decaying each just before its Adam step is Keras' update."""
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         dtypes = sorted({tf.as_dtype(v.dtype).name for v in trainable_variables})
@@ -123,30 +114,68 @@ class AdamW(keras.optimizers.AdamW):
             epsilon=tf.cast(self.epsilon, dtype),
         )
 
+    def _decay_rate(self, variable, scalars: dict, cache: dict | None):
+        """``lr * weight_decay * factor`` for this variable, or None where it is not
+        decayed; made once per (dtype, factor) per step when ``cache`` is the step's."""
+        if self.weight_decay is None or not self._use_weight_decay(variable):
+            return None
+        dtype, factor = tf.as_dtype(variable.dtype), self._rate_factor(variable)
+        key = ("decay", dtype.name, factor)
+        if cache is None or key not in cache:
+            rate = scalars["lr"] * tf.cast(self.weight_decay, dtype)
+            rate = rate * tf.cast(factor, dtype) if factor != 1.0 else rate
+            if cache is None:
+                return rate
+            cache[key] = rate
+        return cache[key]
+
     def update_step(self, gradient, variable, learning_rate):
         shared = learning_rate if isinstance(learning_rate, dict) else None
         if shared is not None:
             learning_rate = shared["learning_rate"]
         dtype = tf.as_dtype(variable.dtype)
         factor = self._rate_factor(variable)
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
-            if factor != 1.0:
-                learning_rate = tf.cast(learning_rate, dtype) * factor
-            return super().update_step(gradient, variable, learning_rate)
         if shared is None:  # called on its own, not from apply()
             scalars = self._adam_scalars(dtype, learning_rate)
         else:
             scalars = shared[dtype.name]
+        decay = self._decay_rate(variable, scalars, shared)
+        scale = self.gradient_scale
         if factor != 1.0:
             scalars = {**scalars, "lr": scalars["lr"] * factor}
+        sparse = isinstance(gradient, tf.IndexedSlices)
+        kernels = None if sparse or self.amsgrad else _update_kernels(dtype)
         index = self._get_variable_index(variable)
+        moments = dict(m=self._momentums[index].handle, v=self._velocities[index].handle)
+        if kernels is not None:
+            kernels.electra_apply_adam_w(
+                var=variable.handle,  # a mirrored variable's: this device's copy
+                **moments,
+                grad=tf.cast(gradient, dtype),
+                scale=tf.constant(1.0) if scale is None else tf.cast(scale, tf.float32),
+                decay=tf.constant(0.0) if decay is None else decay,
+                **scalars,
+            )
+            return
+        if scale is not None:
+            gradient = gradient * tf.cast(scale, gradient.dtype)
+        if decay is not None:
+            variable.assign_sub(variable * decay)
+        if sparse or self.amsgrad:
+            return super().update_step(gradient, variable, scalars["lr"])
         tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle,  # a mirrored variable's: this device's copy
-            m=self._momentums[index].handle,
-            v=self._velocities[index].handle,
-            grad=tf.cast(gradient, dtype),
-            **scalars,
+            var=variable.handle, **moments, grad=tf.cast(gradient, dtype), **scalars
         )
+
+
+def _update_kernels(dtype: tf.DType):
+    """The compiled kernels' op module for a float32 variable's update, or None (another
+    dtype, no compiled kernels, a graph XLA compiles whole)."""
+    if dtype != tf.float32:
+        return None
+    from keras_electra.layers.fused import _compiled_kernels
+
+    return _compiled_kernels(dtype)
 
 
 # Keras' default initial loss scale (2**15) overflows float16 gradients for the first

@@ -113,8 +113,13 @@ def clip_summed_gradient(
             global norm, is the one clipping reads (so it is computed once).
 
     Returns:
-        The shares to hand to ``optimizer.apply`` and ``norms_of``'s norms of the
-        summed gradient before clipping.
+        The shares to hand to ``optimizer.apply``, ``norms_of``'s norms of the summed
+        gradient before clipping, and the factor the optimizer is to multiply the
+        shares by as it applies them, or None. The factor is not None only for an
+        optimizer that takes one (``takes_gradient_scale``, as
+        :class:`~keras_electra.training.optimizer.AdamW` does, inside its update
+        kernel): its shares are left unscaled, saving a pass over every gradient. Hand
+        it to :func:`clipped_already`.
     """
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     clip = getattr(inner, "global_clipnorm", None)
@@ -127,7 +132,7 @@ def clip_summed_gradient(
     loss_scale = tf.cast(scale, tf.float32) if scale is not None else 1.0
     norms = norms_of(present, total, loss_scale)
     if clip is None:
-        return gradients, norms
+        return gradients, norms, None
     # As tf.clip_by_global_norm, from the norm already taken: a factor of at most 1, and
     # NaN everywhere when the norm is not finite.
     limit = clip * loss_scale
@@ -135,23 +140,32 @@ def clip_summed_gradient(
     factor = limit / tf.maximum(norm, limit)
     factor = tf.where(tf.math.is_finite(norm), factor, float("nan")) / replicas
     shares = list(gradients)
+    if getattr(inner, "takes_gradient_scale", False):
+        for i, g in zip(present, total, strict=True):
+            shares[i] = g
+        return shares, norms, factor
     for i, g in zip(present, total, strict=True):
         shares[i] = g * tf.cast(factor, g.dtype)
-    return shares, norms
+    return shares, norms, None
 
 
 @contextmanager
-def clipped_already(optimizer):
+def clipped_already(optimizer, scale: tf.Tensor | None = None):
     """Within: the optimizer applies gradients without clipping them again (to its
-    ``global_clipnorm``), for gradients :func:`clip_summed_gradient` clipped. A trace-time
-    switch: the update traced inside it has no clipping ops."""
+    ``global_clipnorm``), for gradients :func:`clip_summed_gradient` clipped, multiplied
+    by ``scale`` where that returned one (the optimizer's ``gradient_scale``). A
+    trace-time switch: the update traced inside it has no clipping ops."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     clip = inner.global_clipnorm
     inner.global_clipnorm = None
+    if scale is not None:
+        inner.gradient_scale = scale
     try:
         yield
     finally:
         inner.global_clipnorm = clip
+        if scale is not None:
+            inner.gradient_scale = None
 
 
 def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
