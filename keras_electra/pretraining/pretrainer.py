@@ -545,9 +545,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         Every all-reduce happens before the branch: a replica context may not
         synchronize inside one.
         """
-        shares, norms, scale = clip_summed_gradient(
-            self.optimizer, gradients, self._gradient_norms
-        )
+        shares, norms, scale = clip_summed_gradient(self.optimizer, gradients, self._gradient_norms)
         variables = self.trainable_variables
 
         def record():
