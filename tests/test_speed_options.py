@@ -153,13 +153,13 @@ def test_fused_adamw_takes_keras_adamws_steps_in_one_kernel_per_variable(kernels
     """Five steps of Keras' AdamW (decay on one variable, none on the other) and ours,
     ours given unscaled gradients and clipping's factor as clip_summed_gradient hands
     them (the compiled kernel multiplies inside), Keras the gradients multiplied."""
-    from keras_electra.layers import compiled, fused
+    from keras_electra.layers import compiled
     from keras_electra.training.optimizer import AdamW
 
     if kernels == "compiled" and compiled.kernels() is None:
         pytest.skip("no compiled kernels here")
     if kernels == "tensorflow":
-        monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+        monkeypatch.setattr(compiled, "ops_for", lambda *dtypes: None)
     rng = np.random.default_rng(2)
     start = [rng.normal(size=(7, 5)).astype("float32"), rng.normal(size=(5,)).astype("float32")]
     grads = [[rng.normal(size=w.shape).astype("float32") for w in start] for _ in range(5)]

@@ -119,3 +119,25 @@ def kernels():
             detail.strip().splitlines()[-1][:300] if detail.strip() else type(error).__name__,
         )
         return None
+
+
+def _in_xla_function() -> bool:
+    """Whether the graph being traced is compiled by XLA as a whole (``jit_compile``),
+    which cannot take a custom op."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # a TensorFlow without it: assume it may be
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def ops_for(*dtypes):
+    """:func:`kernels` where they take these dtypes (bfloat16 or float32, all alike) and
+    the graph being traced is not XLA-compiled as a whole (``--xla``, ``jit_compile``),
+    else None: the caller uses the XLA kernels (layers/fused.py) or TensorFlow's ops
+    (the optimizer's ``ResourceApplyAdam``)."""
+    if len(set(dtypes)) != 1 or dtypes[0] not in (tf.bfloat16, tf.float32):
+        return None
+    if _in_xla_function():
+        return None
+    return kernels()

@@ -269,27 +269,13 @@ def _compiled_draw(drop) -> tuple:
     return drop
 
 
-def _in_xla_function() -> bool:
-    """Whether the graph being traced is compiled by XLA as a whole (``jit_compile``),
-    which cannot take a custom op."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # a TensorFlow without it: assume it may be
-        return True
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
 def _compiled_kernels(*dtypes):
-    """The compiled kernels (:mod:`keras_electra.layers.compiled`) where they take these
-    dtypes (bfloat16 or float32, all alike) and the graph is not XLA-compiled as a whole
-    (``--xla``, ``jit_compile``), else None (the XLA kernels)."""
-    if len(set(dtypes)) != 1 or dtypes[0] not in (tf.bfloat16, tf.float32):
-        return None
-    if _in_xla_function():
-        return None
-    from keras_electra.layers.compiled import kernels
+    """The compiled kernels for these dtypes in the graph being traced, or None (the XLA
+    kernels): :func:`keras_electra.layers.compiled.ops_for`. Tests replace this to
+    compare the two kernel sets."""
+    from keras_electra.layers.compiled import ops_for
 
-    return kernels()
+    return ops_for(*dtypes)
 
 
 def add_layer_norm(
