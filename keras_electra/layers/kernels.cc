@@ -109,6 +109,15 @@ void run_rows(OpKernelContext* ctx, int64_t rows, int64_t width, int64_t cost_pe
   pool->ParallelFor(rows, cost_per_row, work);
 }
 
+// out[i] = the sum over k < count of partial[k * stride + i], for i < width: column sums
+// kept per block of rows (blocks run on different threads), added up in block order.
+void add_up(const float* partial, int64_t count, int64_t stride, int64_t width, float* out) {
+  std::fill(out, out + width, 0.f);
+  for (int64_t k = 0; k < count; ++k) {
+    for (int64_t i = 0; i < width; ++i) out[i] += partial[k * stride + i];
+  }
+}
+
 // A thread's float32 scratch rows: `count` rows of `width`, each starting on a 64-byte
 // boundary (the row stride rounded up to 16 floats). Eigen's vectorized exp and erf then
 // run over whole rows; on a misaligned row it computes the first and last few elements
@@ -294,21 +303,12 @@ class AddLayerNormGradOp : public OpKernel {
         }
       }
     });
-    float* dg = dgamma->flat<float>().data();
-    float* db = dbeta->flat<float>().data();
-    float* dx_sum = with_bias_ ? dbias->flat<float>().data() : nullptr;
-    std::fill(dg, dg + width, 0.f);
-    std::fill(db, db + width, 0.f);
-    if (dx_sum != nullptr) std::fill(dx_sum, dx_sum + width, 0.f);
-    for (int64_t block = 0; block < blocks; ++block) {
-      const float* pg = partial.data() + sums * block * width;
-      for (int64_t i = 0; i < width; ++i) {
-        dg[i] += pg[i];
-        db[i] += pg[width + i];
-      }
-      if (dx_sum != nullptr) {
-        for (int64_t i = 0; i < width; ++i) dx_sum[i] += pg[2 * width + i];
-      }
+    // Each block's partial holds `sums` rows: dgamma's, dbeta's and (with a bias) dx's.
+    const int64_t stride = sums * width;
+    add_up(partial.data(), blocks, stride, width, dgamma->flat<float>().data());
+    add_up(partial.data() + width, blocks, stride, width, dbeta->flat<float>().data());
+    if (with_bias_) {
+      add_up(partial.data() + 2 * width, blocks, stride, width, dbias->flat<float>().data());
     }
   }
 
@@ -403,11 +403,7 @@ class BiasGeluGradOp : public OpKernel {
         }
       }
     });
-    float* db = dbias->flat<float>().data();
-    std::fill(db, db + width, 0.f);
-    for (int64_t block = 0; block < blocks; ++block) {
-      for (int64_t i = 0; i < width; ++i) db[i] += partial[block * width + i];
-    }
+    add_up(partial.data(), blocks, width, width, dbias->flat<float>().data());
   }
 
  private:
@@ -905,11 +901,7 @@ class MergeHeadsOp : public OpKernel {
         }
       }
     });
-    float* db = dbias->flat<float>().data();
-    std::fill(db, db + width, 0.f);
-    for (int64_t sequence = 0; sequence < batch; ++sequence) {
-      for (int64_t i = 0; i < width; ++i) db[i] += partial[sequence * width + i];
-    }
+    add_up(partial.data(), batch, width, width, dbias->flat<float>().data());
   }
 };
 
