@@ -500,9 +500,11 @@ def _projected_attention(attention, x, mask):
 
     Keras' attention multiplies ``x`` by three ``[width, heads, dim]`` kernels; here
     they are concatenated (a ``[width, 3 * heads * dim]`` copy per step, small) and
-    ``x`` is multiplied once, with one bias add, one transpose to ``[3, batch, heads,
-    length, dim]`` and, in the backward pass, one matmul for ``x``'s gradient where
-    three were added up, one for the kernels' and one bias sum. The softmax and the
+    ``x`` is multiplied once, then the bias added and the heads split out (one compiled
+    kernel, :func:`~keras_electra.layers.fused.split_heads`, where the compiled kernels
+    run; else one bias add and one transpose to ``[3, batch, heads, length, dim]``) and,
+    in the backward pass, one matmul for ``x``'s gradient where three were added up, one
+    for the kernels' and one bias sum. The softmax and the
     product by the values are :func:`_attend`'s kernels. The output projection's bias
     is returned for the LayerNorm kernel that follows to add
     (:func:`~keras_electra.layers.fused.add_layer_norm`), with its gradient.
