@@ -57,8 +57,13 @@ one, one_logs = train(tf.distribute.get_strategy())
 two, two_logs = train(mirrored)
 diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), two.get_weights()))
 moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), initial))
+# Each replica's own copy of every variable: the replicas applied the same update.
+copies = [w.value.values for w in two.weights + two.optimizer.variables]
+replica_gap = max(float(np.max(np.abs(c[1].numpy() - c[0].numpy()))) for c in copies)
 print(json.dumps({"replicas": mirrored.num_replicas_in_sync, "max_abs_diff": diff,
-                  "moved": moved, "one": one_logs, "two": two_logs}))
+                  "moved": moved, "one": one_logs, "two": two_logs,
+                  "replica_gap": replica_gap, "mirrored": sum(len(c) == 2 for c in copies),
+                  "variables": len(copies)}))
 """
 
 RUN = r"""
@@ -95,6 +100,9 @@ def test_two_replica_step_equals_one_device_step_on_the_same_global_batch(clip, 
     assert result["replicas"] == 2
     assert result["moved"] > 1e-3  # the step changed the weights
     assert result["max_abs_diff"] < 1e-5, result
+    # The two replicas hold the same bits: each applied the same all-reduced update.
+    assert result["mirrored"] == result["variables"] > 0
+    assert result["replica_gap"] == 0.0, result["replica_gap"]
     # Metrics aggregate over replicas: the 2-replica losses are the global-batch losses.
     for name in ("loss", "mlm_loss", "disc_loss", "mlm_accuracy", "disc_accuracy", "disc_auc"):
         assert result["two"][name] == pytest.approx(result["one"][name], rel=1e-4, abs=1e-5), name

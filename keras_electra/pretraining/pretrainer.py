@@ -26,6 +26,7 @@ from keras_electra.training.step import (
     clip_summed_gradient,
     clipped_already,
     global_sum,
+    ordered_sum,
     replicas_in_sync,
 )
 
@@ -588,9 +589,11 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             if f"grad_norm_{name}" not in self._trackers:
                 continue
             every += terms
-            total_half = tf.add_n(terms) if terms else 0.0
+            total_half = ordered_sum(terms) if terms else 0.0
             norms[f"grad_norm_{name}"] = tf.sqrt(2.0 * total_half) / loss_scale
-        norms["grad_norm"] = tf.sqrt(2.0 * tf.add_n(every)) / loss_scale
+        # In list order (not tf.add_n, whose order follows thread timing): every replica
+        # clips by the same bits.
+        norms["grad_norm"] = tf.sqrt(2.0 * ordered_sum(every)) / loss_scale
         return norms
 
     def _record_gradient_norms(self, norms: dict) -> None:

@@ -10,6 +10,8 @@ The pieces of a custom ``train_step`` that do not depend on the model:
 - :func:`apply_if`: an optimizer update applied only where a condition holds, on
   every replica;
 - :func:`global_sum`: a value summed over the replicas in sync;
+- :func:`ordered_sum`: tensors summed in list order, the same bits whatever the thread
+  timing (``tf.add_n`` is not);
 - :func:`one_graph_train_function`: ``fit``'s train function as one traced graph.
 - :class:`OneGraphTraining`: the mixin that gives a ``keras.Model`` that function, its
   optimizer built before the trace.
@@ -44,6 +46,27 @@ def global_sum(value: tf.Tensor) -> tf.Tensor:
     if replicas_in_sync() == 1:
         return value
     return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def ordered_sum(values: list) -> tf.Tensor:
+    """The sum of same-shaped tensors, added in list order whatever the thread timing.
+
+    Everything a replica computes after the all-reduce must come out bit for bit the
+    same on every replica, and ``tf.add_n`` does not: TensorFlow's CPU kernel adds into
+    the buffer of the first input it may reuse (one no other op still reads) and moves
+    that input to the front, so with three or more inputs the order of the additions,
+    hence the rounding, depends on which of the inputs' other readers have finished.
+    Two replicas summing identical values then differ in the last bit (the global
+    gradient norm did, and with it clipping's factor and every weight). A ``Sum`` over
+    the stacked values has one order.
+
+    Example:
+        >>> float(ordered_sum([tf.constant(1.0), tf.constant(1e8), tf.constant(-1e8)]))
+        0.0
+    """
+    if len(values) == 1:
+        return tf.convert_to_tensor(values[0])
+    return tf.reduce_sum(tf.stack(values), axis=0)
 
 
 def accumulate_gradients(
