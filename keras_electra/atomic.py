@@ -16,7 +16,7 @@ from pathlib import Path
 def write_atomic(path: str | Path, text: str) -> Path:
     """Replace ``path``'s contents with ``text`` (UTF-8) in one rename; return the path.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> target = Path(tempfile.mkdtemp()) / "state.json"
         >>> write_atomic(target, "{}\\n").read_text()

@@ -78,14 +78,25 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         description="Write pretraining examples (token ids, padding mask, segment ids) as sharded "
         "TFRecords, for corpora too large to tokenize on the fly.",
     )
-    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH")
-    p.add_argument("--output", required=True, metavar="DIR")
+    p.add_argument(
+        "--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories"
+    )
+    p.add_argument(
+        "--output", required=True, metavar="DIR", help="where the shards and vocab.txt go"
+    )
     p.add_argument("--vocab", metavar="FILE", help="BERT-format vocab.txt (default: learn one)")
-    p.add_argument("--vocab-size", type=int, default=30522)
-    p.add_argument("--cased", action="store_true")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--num-shards", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab-size", type=int, default=30522, help="size of a learned vocabulary")
+    p.add_argument("--cased", action="store_true", help="keep case (learned vocabularies)")
+    p.add_argument(
+        "--max-seq-length",
+        type=int,
+        default=128,
+        help="tokens per example (pretrain with the same --max-seq-length)",
+    )
+    p.add_argument("--num-shards", type=int, default=8, help="TFRecord files to write")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seeds how sentences are packed into examples"
+    )
     p.set_defaults(func=_run_prepare)
 
 
@@ -251,7 +262,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="OUT_DIR", help="a fine-tuned model directory")
     p.add_argument("--input", required=True, metavar="FILE", help="examples to predict")
     p.add_argument("--output", metavar="FILE", help="JSON-lines output (default: stdout)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="texts per batch")
     p.set_defaults(func=_run_predict)
 
 
@@ -389,6 +400,57 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(sub)
     _add_report(sub)
     return parser
+
+
+def reference_markdown() -> str:
+    """The command-line reference as Markdown, from the parser itself (whose flags
+    :mod:`keras_electra.settings` generates), so the documentation cannot drift from
+    the command: one section per subcommand, one table row per flag.
+
+    Examples:
+        >>> text = reference_markdown()
+        >>> "## keras-electra pretrain" in text and "`--steps-per-execution N`" in text
+        True
+    """
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in sub._choices_actions}
+    lines = [f"{parser.description}", ""]
+    for name, command in sub.choices.items():
+        lines += [f"## keras-electra {name}", "", command.description or helps.get(name, ""), ""]
+        lines += [f"Usage: `{' '.join(command.format_usage().split()[1:])}`", ""]
+        lines += ["| flag | what it does | default |", "| --- | --- | --- |"]
+        for action in command._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            lines.append(f"| {_flag_cell(action)} | {_cell(action)} | {_default_cell(action)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _flag_cell(action: argparse.Action) -> str:
+    value = ""
+    if action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction):
+        if action.choices:
+            value = " {" + ",".join(map(str, action.choices)) + "}"
+        else:
+            value = " " + (action.metavar or action.dest.upper())
+            value += " ..." if action.nargs in ("+", "*") else ""
+    return ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
+
+
+def _cell(action: argparse.Action) -> str:
+    text = " ".join((action.help or "").replace("%%", "%").split()).replace("|", "\\|")
+    return text + (" (required)" if action.required else "")
+
+
+def _default_cell(action: argparse.Action) -> str:
+    default = action.default
+    if default is None or action.required or isinstance(action, argparse._StoreFalseAction):
+        return ""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return f"`{default}`"
 
 
 def main(argv: list[str] | None = None) -> int:

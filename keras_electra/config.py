@@ -9,7 +9,7 @@ discriminator's size, as in the paper (Clark et al., 2020, section 3.2):
 - feed-forward size = 4 x generator hidden
 - layers = round(``generator_layers`` x discriminator layers)
 
-Example:
+Examples:
     >>> from keras_electra.config import ElectraConfig
     >>> config = ElectraConfig.from_preset("small")
     >>> config.generator_config().hidden_size
@@ -82,8 +82,10 @@ class ElectraConfig:
             paper's ELECTRA) leaves the head out.
         temperature: temperature of the generator softmax when sampling.
         disallow_correct: never sample the original token.
-        pad_token_id / cls_token_id / sep_token_id / mask_token_id: special token
-            ids, set from the vocabulary.
+        pad_token_id: the ``[PAD]`` id, set from the vocabulary (as are the next three).
+        cls_token_id: the ``[CLS]`` id.
+        sep_token_id: the ``[SEP]`` id.
+        mask_token_id: the ``[MASK]`` id.
         lowercase: whether the tokenizer lower-cases; travels with the vocabulary.
         embedding_sharing: what the two towers share (objective ``electra`` only):
             ``all`` one embedding block (word, position and segment tables and

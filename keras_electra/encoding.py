@@ -33,7 +33,7 @@ def encode_texts(
     Returns:
         int32 ``[N, L]`` tensors ``token_ids``, ``segment_ids`` and ``padding_mask``.
 
-    Example:
+    Examples:
         >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "there"]
         >>> t = ElectraTokenizer(vocab)
         >>> encode_texts(t, tf.constant(["hi there"]), max_length=6)["token_ids"].numpy().tolist()

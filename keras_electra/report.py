@@ -15,7 +15,7 @@ fine-tuning output directory and writes, into the first run's directory (or
 
 matplotlib is needed by this command only and is imported when it runs.
 
-Example:
+Examples:
     >>> from keras_electra.report import write_report
     >>> summary = write_report(["runs/demo"])  # doctest: +SKIP
     >>> summary["warnings"]  # doctest: +SKIP

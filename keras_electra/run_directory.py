@@ -20,7 +20,7 @@ atomically (a kill leaves the old file or the new one, never a prefix), checks t
 ``config.json`` and ``vocab.txt`` belong together, and opens the checkpoints. No
 other module spells a run-directory file name.
 
-Example:
+Examples:
     >>> import tempfile
     >>> run = RunDirectory(tempfile.mkdtemp())
     >>> run.has_model_files()

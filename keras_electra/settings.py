@@ -17,7 +17,7 @@ finetune``, with the paper's fine-tuning recipe per model size
 
 This module is plain Python (no TensorFlow), so the command's ``--help`` stays fast.
 
-Example:
+Examples:
     >>> settings = PretrainSettings(corpus=["a.txt"], steps=300).resolved()
     >>> settings.preset, settings.steps, settings.batch_size, settings.learning_rate
     ('tiny', 300, 32, 0.0005)
@@ -131,6 +131,19 @@ class PretrainSettings:
         "(gradient-disentangled, DeBERTaV3), word (the word table only) or none (default: "
         "--init's, else the preset's; a resumed run keeps its own)",
         choices=EMBEDDING_SHARING,
+    )
+    # Two model settings a user tunes when the run-health warnings say the discriminator
+    # collapsed or stopped detecting: the generator's sampling temperature (a resumed
+    # run may change it) and its size (fixed once the run has weights).
+    temperature: float | None = option(
+        None,
+        "the generator's sampling temperature; higher gives the discriminator easier "
+        "replacements (default: --init's, else the preset's)",
+    )
+    generator_size: float | None = option(
+        None,
+        "the generator's hidden size as a fraction of the discriminator's (default: "
+        "--init's, else the preset's; a new run only)",
     )
     steps: int | None = option(None, f"total training steps {PER_PRESET}")
     batch_size: int | None = option(
@@ -246,6 +259,10 @@ class PretrainSettings:
             raise ConfigError("--max-seq-length must be at least 8.")
         if self.keep_checkpoints < 1:
             raise ConfigError("--keep-checkpoints must be at least 1.")
+        for name in ("temperature", "generator_size"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, not {value}.")
 
 
 # --- fine-tuning ---
@@ -284,7 +301,7 @@ def check_task(task: str) -> str:
 def recipe_defaults(preset: str) -> dict[str, float]:
     """The paper's fine-tuning hyperparameters for a model size.
 
-    Example:
+    Examples:
         >>> recipe_defaults("large")["layer_decay"]
         0.9
     """

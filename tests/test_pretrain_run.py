@@ -278,3 +278,46 @@ def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, ca
         == 0
     )
     assert read_metrics(out)[-1]["step"] == 2
+
+
+def test_temperature_and_generator_size_are_options_a_resumed_run_may_change_or_keep(
+    small_corpus, tmp_path, capsys
+):
+    out = tmp_path / "tuned"
+    corpus = ("--corpus", str(small_corpus), "--output", str(out), "--no-health")
+    assert run_cli(*corpus, "--temperature", "3", "--generator-size", "0.5") == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["temperature"], config["generator_hidden_size"]) == (3.0, 0.5)
+    settings = json.loads((out / "run.json").read_text())
+    assert (settings["temperature"], settings["generator_size"]) == (3.0, 0.5)
+    # Resumed with a higher temperature (what the collapse warning advises): it goes on
+    # with it; the generator's size is the weights' and cannot change.
+    assert run_cli(*corpus, "--steps", "4", "--temperature", "4") == 0
+    assert json.loads((out / "config.json").read_text())["temperature"] == 4.0
+    assert run_cli(*corpus, "--steps", "6", "--generator-size", "0.25") == 2
+    assert "--generator-size 0.25" in one_sentence(capsys.readouterr().err)
+    assert run_cli(*corpus, "--temperature", "0") == 2
+    assert "--temperature must be positive" in one_sentence(capsys.readouterr().err)
+
+
+def test_every_flag_a_pretraining_message_names_exists():
+    """The remedies the run-health warnings and the step's errors name are real flags."""
+    import ast
+    import re
+
+    from keras_electra.cli import build_parser
+    from keras_electra.pretraining import health, pretrainer
+    from keras_electra.pretraining import run as run_module
+    from keras_electra.training import callbacks
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(getattr(a, "choices", None), dict))
+    flags = {f for a in sub.choices["pretrain"]._actions for f in a.option_strings}
+    named = set()
+    for module in (health, run_module, callbacks, pretrainer):
+        tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", node.value))
+    assert {"--learning-rate", "--temperature", "--generator-size"} <= named
+    assert not named - flags, sorted(named - flags)

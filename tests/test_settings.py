@@ -36,6 +36,8 @@ def test_every_field_with_a_flag_reaches_the_settings_from_the_command_line():
         "health": (False, "--no-health"),
         "objective": ("mlm", "--objective", "mlm"),
         "embedding_sharing": ("gdes", "--embedding-sharing", "gdes"),
+        "temperature": (3.0, "--temperature", "3"),
+        "generator_size": (0.5, "--generator-size", "0.5"),
         "steps": (7, "--steps", "7"),
         "batch_size": (8, "--batch-size", "8"),
         "max_seq_length": (64, "--max-seq-length", "64"),

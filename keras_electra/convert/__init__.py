@@ -7,7 +7,7 @@
 - :func:`convert_run`: a run or init directory -> Hugging Face directories
   (``--to hf``) or a keras-hub preset (``--to keras-hub``).
 
-Example:
+Examples:
     >>> convert("electra-small-discriminator", "runs/electra-small", "hf",
     ...         generator="electra-small-generator")  # doctest: +SKIP
     ConvertResult(output=PosixPath('runs/electra-small'), notes=[...])

@@ -49,7 +49,7 @@ def read_google(
         lowercase: whether the vocabulary is uncased (the released models are).
         num_heads: discriminator attention heads (default: hidden size / 64).
 
-    Example:
+    Examples:
         >>> converted = read_google("electra_small/model.ckpt-1000000")  # doctest: +SKIP
         >>> converted.config.generator_hidden_size  # doctest: +SKIP
         1.0

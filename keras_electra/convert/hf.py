@@ -47,7 +47,7 @@ def read_hf(path: str | Path, generator: str | Path | None = None) -> Converted:
             ``discriminator/`` and ``generator/``.
         generator: the generator's directory (``ElectraForMaskedLM``), if separate.
 
-    Example:
+    Examples:
         >>> converted = read_hf("electra-small-discriminator",
         ...                     generator="electra-small-generator")  # doctest: +SKIP
     """

@@ -38,7 +38,7 @@ GELU_NOTE = (
 def read_keras_hub(path: str | Path) -> Converted:
     """Read a keras-hub ``ElectraBackbone`` preset directory.
 
-    Example:
+    Examples:
         >>> converted = read_keras_hub("electra_base_discriminator_en")  # doctest: +SKIP
     """
     path = Path(path)

@@ -20,7 +20,7 @@ whose generator reads other embeddings than its discriminator
 generator embeddings); our pretrainer's variables for them are not in the table:
 ``read_model`` gives the effective tables of each tower.
 
-Example:
+Examples:
     >>> from keras_electra.config import ElectraConfig
     >>> config = ElectraConfig.from_preset("tiny", num_layers=1)
     >>> row = weight_table(config)[5]
@@ -121,7 +121,7 @@ def _embedding_rows(towers) -> list[Weight]:
 def generator_embedding_name(google: str) -> str:
     """The canonical name of the generator's own copy of a shared embedding weight.
 
-    Example:
+    Examples:
         >>> generator_embedding_name("electra/embeddings/word_embeddings")
         'generator/embeddings/word_embeddings'
     """

@@ -1,6 +1,6 @@
 """Data layer: vocabularies, the WordPiece tokenizer, and pretraining input pipelines.
 
-Example:
+Examples:
     >>> from keras_electra.data import ElectraTokenizer, learn_vocab, pretraining_dataset
     >>> vocab = learn_vocab(["data/sample/shakespeare.txt"], vocab_size=8000)  # doctest: +SKIP
     >>> tokenizer = ElectraTokenizer(vocab)  # doctest: +SKIP

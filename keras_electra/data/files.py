@@ -20,7 +20,7 @@ def clean_lines(batch):
     invalid UTF-8 replaced by U+FFFD: what the vocabulary learner and the pretraining
     pipeline both read.
 
-    Example:
+    Examples:
         >>> import tensorflow as tf
         >>> clean_lines(tf.constant([b"caf\\xe9"])).numpy()[0].decode("utf-8")
         'caf\ufffd'
@@ -35,7 +35,7 @@ def clean_lines(batch):
 def is_remote(path: str) -> bool:
     """Whether ``path`` is a URL (``gs://bucket/...``) read through ``tf.io.gfile``.
 
-    Example:
+    Examples:
         >>> is_remote("gs://bucket/data"), is_remote("data/sample")
         (True, False)
     """
@@ -97,7 +97,7 @@ def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
         InputDataError: if no path is given, a path does not exist, or a directory or
             pattern matches no file.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> d = tempfile.mkdtemp()
         >>> _ = open(os.path.join(d, "a.txt"), "w").write("Hi.\\n")
@@ -151,7 +151,7 @@ def resolve_corpus_files(paths: PathsLike) -> list[str]:
     Raises:
         InputDataError: if a path is missing or a directory has no ``*.txt`` file.
 
-    Example:
+    Examples:
         >>> resolve_corpus_files("missing.txt")
         Traceback (most recent call last):
         ...
@@ -177,7 +177,7 @@ def check_corpus_has_text(files: Sequence[str]) -> None:
     Raises:
         InputDataError: if every line of every file is blank.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("Hi.\\n")

@@ -69,7 +69,7 @@ def pretraining_dataset(
         ConfigError: if ``batch_size`` or ``max_seq_length`` is invalid, or text comes
             without a tokenizer.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("hi hi.\\n\\nhi.\\n")
@@ -126,7 +126,7 @@ def block_shuffle(
     Returns:
         The shuffled dataset.
 
-    Example:
+    Examples:
         >>> ds = tf.data.Dataset.range(6).map(lambda i: {"x": i})
         >>> sorted(int(e["x"]) for e in block_shuffle(ds, 3, seed=0))
         [0, 1, 2, 3, 4, 5]
@@ -162,7 +162,7 @@ def finish_batches(
     Returns:
         The batched dataset of int32 dicts, options set for deterministic order.
 
-    Example:
+    Examples:
         >>> ds = tf.data.Dataset.from_tensors({"token_ids": tf.zeros([4], tf.int32)}).repeat(3)
         >>> finish_batches(ds, 2, 4).element_spec["token_ids"].shape
         TensorShape([2, 4])
@@ -193,7 +193,7 @@ def fit_options() -> tf.data.Options:
     with it on), so it is off. Apply it to your own datasets too:
     ``dataset.with_options(fit_options())``.
 
-    Example:
+    Examples:
         >>> fit_options().autotune.enabled
         False
     """

@@ -61,7 +61,7 @@ def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
     Raises:
         ConfigError: if either is not a positive integer or ``max_seq_length`` < 5.
 
-    Example:
+    Examples:
         >>> check_shapes(32, 128)
     """
     if batch_size is not None and (not isinstance(batch_size, int | np.integer) or batch_size < 1):
@@ -100,7 +100,7 @@ def line_dataset(
     Returns:
         A dataset of scalar ``tf.string`` lines, without line endings.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("One.\\nTwo.\\n")
@@ -130,7 +130,7 @@ def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.da
         A dataset of ``(ids, blank)``: int32 ids of shape ``[None]`` and a bool that is
         true for blank (document-separating) lines. Order is preserved.
 
-    Example:
+    Examples:
         >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi"])
         >>> lines = tf.data.Dataset.from_tensor_slices(["Hi hi", ""])
         >>> [(i.tolist(), bool(b)) for i, b in tokenize_lines(lines, t).as_numpy_iterator()]
@@ -192,7 +192,7 @@ def pack_examples(
         ``padding_mask`` (1 for tokens, 0 for padding) and ``segment_ids`` (0 for
         ``[CLS] A [SEP]``, 1 for ``B [SEP]``).
 
-    Example:
+    Examples:
         >>> lines = tf.data.Dataset.from_tensor_slices(
         ...     (tf.ragged.constant([[5, 6], [7], []]), [False, False, True]))
         >>> ex = next(iter(pack_examples(lines, max_seq_length=8, cls_id=2, sep_id=3,
@@ -338,7 +338,7 @@ def pretraining_examples(
     Raises:
         InputDataError: if a file is missing or the corpus has only blank lines.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("hi hi.\\n")
@@ -464,7 +464,7 @@ def corpus_stats(
         ``unk_tokens``, ``unk_rate`` (``[UNK]`` share of word pieces) and
         ``fill_rate`` (share of positions that are not padding).
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("hi zz.\\n")

@@ -41,7 +41,7 @@ _MAX_SHUFFLED_READERS = 16
 def shard_name(index: int, num_shards: int) -> str:
     """The file name of one shard, e.g. ``pretraining-00003-of-00008.tfrecord``.
 
-    Example:
+    Examples:
         >>> shard_name(3, 8)
         'pretraining-00003-of-00008.tfrecord'
     """
@@ -92,7 +92,7 @@ def write_pretraining_tfrecords(
         InputDataError: if a corpus file is missing or the corpus has no text.
         ConfigError: if ``max_seq_length`` or ``num_shards`` is invalid.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> d = tempfile.mkdtemp()
         >>> _ = open(os.path.join(d, "a.txt"), "w").write("hi hi.\\n\\nhi.\\n")
@@ -163,7 +163,7 @@ def resolve_tfrecord_files(paths: PathsLike) -> list[str]:
     Raises:
         InputDataError: if a path does not exist or matches no file.
 
-    Example:
+    Examples:
         >>> resolve_tfrecord_files("missing/*.tfrecord")
         Traceback (most recent call last):
         ...
@@ -307,7 +307,7 @@ def is_tfrecord_input(paths: PathsLike) -> bool:
     Raises:
         InputDataError: if TFRecord and text paths are mixed.
 
-    Example:
+    Examples:
         >>> is_tfrecord_input(["corpus.txt"])
         False
     """

@@ -38,7 +38,7 @@ class ElectraTokenizer(tf.Module):
         InputDataError: if the vocabulary lacks a special token, has duplicates, or has
             no word pieces.
 
-    Example:
+    Examples:
         >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "!"]
         >>> tokenizer = ElectraTokenizer(vocab)
         >>> tokenizer.tokenize(tf.constant(["Hello World!"])).to_list()
@@ -80,7 +80,7 @@ class ElectraTokenizer(tf.Module):
         Returns:
             The tokenizer.
 
-        Example:
+        Examples:
             >>> import tempfile
             >>> from keras_electra.data.vocab import save_vocab
             >>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
@@ -100,7 +100,7 @@ class ElectraTokenizer(tf.Module):
         Returns:
             The tokenizer.
 
-        Example:
+        Examples:
             >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
             >>> ElectraTokenizer.from_config(t.get_config()).vocab_size
             6
@@ -110,7 +110,7 @@ class ElectraTokenizer(tf.Module):
     def get_config(self) -> dict[str, Any]:
         """Returns ``{"vocab": [...], "lowercase": bool}``, JSON-serializable.
 
-        Example:
+        Examples:
             >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
             >>> t.get_config()["lowercase"]
             True
@@ -166,7 +166,7 @@ class ElectraTokenizer(tf.Module):
         Returns:
             An int32 ``tf.RaggedTensor`` of shape ``[N, None]``.
 
-        Example:
+        Examples:
             >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##able"]
             >>> ElectraTokenizer(vocab).tokenize(tf.constant(["Unable x"])).to_list()
             [[5, 6, 1]]
@@ -186,7 +186,7 @@ class ElectraTokenizer(tf.Module):
         Returns:
             A string tensor (ragged if ``ids`` is) of the same shape.
 
-        Example:
+        Examples:
             >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
             >>> t.detokenize_ids(tf.constant([2, 4, 99])).numpy().tolist()
             [b'[CLS]', b'[MASK]', b'[UNK]']

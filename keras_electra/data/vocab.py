@@ -30,7 +30,7 @@ def validate_vocab(tokens: Sequence[str], source: str = "The vocabulary") -> Non
         InputDataError: if the vocabulary is empty, has a duplicate or empty token, or
             lacks one of :data:`SPECIAL_TOKENS`.
 
-    Example:
+    Examples:
         >>> validate_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"])
     """
     if not tokens:
@@ -67,7 +67,7 @@ def load_vocab(path: str) -> list[str]:
     Raises:
         InputDataError: if the file is missing, not UTF-8, or fails :func:`validate_vocab`.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
         >>> save_vocab(list(SPECIAL_TOKENS) + ["the"], path)
@@ -116,7 +116,7 @@ def save_vocab(tokens: Sequence[str], path: str) -> None:
     Raises:
         InputDataError: if the tokens fail :func:`validate_vocab`.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> save_vocab(list(SPECIAL_TOKENS), os.path.join(tempfile.mkdtemp(), "vocab.txt"))
     """
@@ -146,7 +146,7 @@ def count_words(
     Returns:
         A ``Counter`` from word (``str``) to count.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("Hello, hello world.\\n")
@@ -222,7 +222,7 @@ def learn_vocab(
         InputDataError: if a file is missing or the corpus has no words.
         ConfigError: if ``vocab_size`` is too small to hold the special tokens.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("The cat sat on the mat.\\nThe dog sat.\\n")

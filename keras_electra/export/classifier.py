@@ -27,7 +27,7 @@ Regression:
 ``assets.extra/`` keeps ``config.json``, ``vocab.txt``, ``finetune.json`` and
 ``labels.txt`` and the warmup requests (for every task).
 
-Example:
+Examples:
     >>> export("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
     PosixPath('saved_models/sst2/1')
 """
@@ -66,7 +66,7 @@ class TextClassifierModule(tf.Module):
         finetuned: the loaded model (see :func:`keras_electra.finetuning.load_finetuned`).
         max_length: the fixed sequence length (default: the fine-tuning one).
 
-    Example:
+    Examples:
         >>> module = TextClassifierModule(load_finetuned("runs/sst2"))  # doctest: +SKIP
         >>> module.serve(tf.constant(["great"]))["scores"].shape  # doctest: +SKIP
         TensorShape([1, 2])
@@ -171,7 +171,7 @@ class TextClassifierModule(tf.Module):
 def finetuned_module(finetuned: FinetunedModel, max_length: int | None = None) -> tf.Module:
     """The serving module for a fine-tuned model's task (one of :data:`EXPORTABLE_TASKS`).
 
-    Example:
+    Examples:
         >>> finetuned_module(load_finetuned("runs/ner")).name  # doctest: +SKIP
         'electra_tagger'
     """

@@ -29,7 +29,7 @@ merged batch when TF Serving batches requests):
 - ``answerable`` (SQuAD 2.0 models only): float32 ``[-1]``, the highest
   answerability logit over the windows; the question is answered when it is > 0.
 
-Example:
+Examples:
     >>> module = QuestionAnsweringModule(load_finetuned("runs/squad"))  # doctest: +SKIP
     >>> out = module.serve(tf.constant(["Who?"]), tf.constant(["Ann met Bob."]))  # doctest: +SKIP
     >>> out["answer"]  # doctest: +SKIP
@@ -65,7 +65,7 @@ class QuestionAnsweringModule(tf.Module):
         max_length: the fixed sequence length ``L`` (default: the fine-tuning one).
         max_windows: the most context windows read per question.
 
-    Example:
+    Examples:
         >>> module = QuestionAnsweringModule(load_finetuned("runs/squad"))  # doctest: +SKIP
         >>> sorted(module.serve(tf.constant(["Who?"]), tf.constant(["Ann."])))  # doctest: +SKIP
         ['answer', 'answer_end_word', 'answer_score', 'answer_start_word', 'end_logits', ...]

@@ -41,7 +41,7 @@ def export(
             a pretraining run has no replaced-token head (``--objective mlm``).
         ElectraError: if the version folder already exists.
 
-    Example:
+    Examples:
         >>> export("runs/demo", "saved_models/electra")  # doctest: +SKIP
         PosixPath('saved_models/electra/1')
     """

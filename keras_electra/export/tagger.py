@@ -19,7 +19,7 @@ merged batch when TF Serving batches requests) and ``T`` the number of tags:
 - ``num_words``: int32 ``[-1]``, the number of words in each text;
 - ``tag_names``: DT_STRING ``[-1, T]``, the tag names in ``tag_probs`` order.
 
-Example:
+Examples:
     >>> module = TextTaggerModule(load_finetuned("runs/ner"))  # doctest: +SKIP
     >>> module.serve(tf.constant(["John lives in London"]))["tags"]  # doctest: +SKIP
     <tf.Tensor: shape=(1, 4), dtype=string, numpy=array([[b'B-PER', b'O', b'O', b'B-LOC']])>
@@ -44,7 +44,7 @@ class TextTaggerModule(tf.Module):
             :func:`keras_electra.finetuning.load_finetuned`).
         max_length: the fixed sequence length ``L`` (default: the fine-tuning one).
 
-    Example:
+    Examples:
         >>> module = TextTaggerModule(load_finetuned("runs/ner"))  # doctest: +SKIP
         >>> module.serve(tf.constant(["John lives"]))["tag_probs"].shape  # doctest: +SKIP
         TensorShape([1, 2, 3])

@@ -8,7 +8,7 @@ do the same with core ops TF Serving runs (``UnicodeTranscode``,
 ``RegexReplace``, ``StringSplitV2``) plus the tokenizer, so exported tagger and
 QA models see the words and pieces the Keras model was trained on.
 
-Example:
+Examples:
     >>> split_words(tf.constant(["a  b\\u3000c", ""])).to_list()
     [[b'a', b'b', b'c'], []]
 """
@@ -37,7 +37,7 @@ def split_words(text: tf.Tensor) -> tf.RaggedTensor:
     Returns:
         A string ``tf.RaggedTensor`` ``[N, None]`` of words.
 
-    Example:
+    Examples:
         >>> split_words(tf.constant(["x\\ty z"])).to_list()
         [[b'x', b'y', b'z']]
     """
@@ -57,7 +57,7 @@ def word_pieces(tokenizer: ElectraTokenizer, words: tf.Tensor) -> tf.RaggedTenso
     Returns:
         An int32 ``tf.RaggedTensor`` ``[W, None]`` with at least one piece per row.
 
-    Example:
+    Examples:
         >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##able"]
         >>> t = ElectraTokenizer(vocab)
         >>> word_pieces(t, tf.constant(["unable", "\\u0301"])).to_list()

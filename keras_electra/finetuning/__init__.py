@@ -1,6 +1,6 @@
 """Fine-tuning: classification, regression, tagging and extractive QA on ELECTRA.
 
-Example:
+Examples:
     >>> from keras_electra.finetuning import finetune
     >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv",
     ...                   "runs/cls")  # doctest: +SKIP

@@ -21,7 +21,7 @@ The factor scales the learning rate inside the update (and so the decoupled
 weight decay too, as in the original optimizer): scaling gradients instead
 would do nothing, since Adam's update is invariant to the gradient's scale.
 
-Example:
+Examples:
     >>> factors = layerwise_factors(backbone, decay=0.8)  # doctest: +SKIP
     >>> optimizer = LayerwiseAdamW(factors, learning_rate=1e-4)  # doctest: +SKIP
 """
@@ -37,7 +37,7 @@ from keras_electra.training.optimizer import AdamW, adamw_arguments, no_decay_va
 def layer_factor(depth: int, num_layers: int, decay: float) -> float:
     """Learning-rate factor at ``depth``: 0 = embeddings, ``i + 1`` = layer ``i``, ``L + 1`` = head.
 
-    Example:
+    Examples:
         >>> [round(layer_factor(d, 2, 0.5), 3) for d in (0, 1, 2, 3)]
         [0.125, 0.25, 0.5, 1.0]
     """
@@ -78,7 +78,7 @@ class LayerwiseAdamW(AdamW):
         **kwargs: :class:`keras.optimizers.AdamW` arguments (the update is the fused
             :class:`~keras_electra.training.optimizer.AdamW`'s).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> v = keras.Variable(np.ones(2, "float32"), name="w")
         >>> opt = LayerwiseAdamW({v.path: 0.5}, learning_rate=0.1, weight_decay=0.0)
@@ -131,7 +131,7 @@ def create_finetune_optimizer(
         weight_decay: decoupled weight decay.
         clip_norm: global gradient-norm clip, or None.
 
-    Example:
+    Examples:
         >>> opt = create_finetune_optimizer(model, model.backbone, learning_rate=1e-4,
         ...                                 total_steps=1000)  # doctest: +SKIP
     """

@@ -9,7 +9,7 @@
 - CoNLL: chunk precision/recall/F1 as conlleval counts them (a chunk is
   correct when its type, start and end all match), for BIO and BIOES tags.
 
-Example:
+Examples:
     >>> accuracy([1, 0, 1, 1], [1, 0, 0, 1])
     0.75
     >>> round(matthews_corrcoef([1, 1, 0, 0], [1, 0, 0, 0]), 4)
@@ -38,7 +38,7 @@ def accuracy(labels: Sequence, predictions: Sequence) -> float:
 def f1_score(labels: Sequence, predictions: Sequence, positive=1) -> float:
     """F1 of the ``positive`` class (GLUE's F1 for MRPC and QQP).
 
-    Example:
+    Examples:
         >>> f1_score([1, 1, 0, 0], [1, 0, 1, 0])
         0.5
     """
@@ -52,7 +52,7 @@ def f1_score(labels: Sequence, predictions: Sequence, positive=1) -> float:
 def macro_f1(labels: Sequence, predictions: Sequence) -> float:
     """Mean of the per-class F1 over the classes present in labels or predictions.
 
-    Example:
+    Examples:
         >>> macro_f1([0, 1, 2], [0, 1, 1])
         0.5556
     """
@@ -65,7 +65,7 @@ def macro_f1(labels: Sequence, predictions: Sequence) -> float:
 def matthews_corrcoef(labels: Sequence, predictions: Sequence) -> float:
     """Matthews correlation (multi-class form; GLUE's CoLA metric). 0 when undefined.
 
-    Example:
+    Examples:
         >>> matthews_corrcoef([1, 0, 1, 0], [1, 0, 1, 0])
         1.0
     """
@@ -84,7 +84,7 @@ def matthews_corrcoef(labels: Sequence, predictions: Sequence) -> float:
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     """Pearson correlation; 0 when either side is constant.
 
-    Example:
+    Examples:
         >>> pearson([1, 2, 3], [2, 4, 7])
         0.9934
     """
@@ -110,7 +110,7 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman correlation: Pearson on average ranks (ties share their mean rank).
 
-    Example:
+    Examples:
         >>> spearman([1, 2, 3, 4], [1, 3, 2, 4])
         0.8
     """
@@ -127,7 +127,7 @@ _PUNCTUATION = set(string.punctuation)
 def normalize_answer(text: str) -> str:
     """SQuAD's normalization: lower-case, no punctuation, no articles, single spaces.
 
-    Example:
+    Examples:
         >>> normalize_answer("The  Eiffel-Tower!")
         'eiffeltower'
     """
@@ -138,7 +138,7 @@ def normalize_answer(text: str) -> str:
 def squad_exact(prediction: str, golds: Sequence[str]) -> float:
     """1.0 if the normalized prediction equals a normalized gold answer.
 
-    Example:
+    Examples:
         >>> squad_exact("the Eiffel Tower", ["Eiffel Tower"])
         1.0
     """
@@ -161,7 +161,7 @@ def _token_f1(prediction: str, gold: str) -> float:
 def squad_f1(prediction: str, golds: Sequence[str]) -> float:
     """Best token-overlap F1 over the gold answers (rounded to 4 places).
 
-    Example:
+    Examples:
         >>> squad_f1("", [""])
         1.0
     """
@@ -172,7 +172,7 @@ def squad_f1(prediction: str, golds: Sequence[str]) -> float:
 def squad_scores(predictions: dict[str, str], golds: dict[str, Sequence[str]]) -> dict[str, float]:
     """``exact_match`` and ``f1`` in percent over all questions, as the official script.
 
-    Example:
+    Examples:
         >>> squad_scores({"q1": "Paris", "q2": ""}, {"q1": ["paris"], "q2": ["Rome"]})
         {'exact_match': 50.0, 'f1': 50.0}
     """
@@ -217,7 +217,7 @@ def extract_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 
     An ``I-``/``E-`` tag that does not continue a chunk of its type starts one.
 
-    Example:
+    Examples:
         >>> extract_chunks(["B-PER", "I-PER", "O", "I-LOC", "S-ORG"])
         [('PER', 0, 1), ('LOC', 3, 3), ('ORG', 4, 4)]
     """
@@ -239,7 +239,7 @@ def chunk_scores(
 ) -> dict[str, float]:
     """Micro precision, recall and F1 (percent) of chunks, plus token accuracy.
 
-    Example:
+    Examples:
         >>> chunk_scores([["B-PER", "I-PER", "O"]], [["B-PER", "O", "O"]])["f1"]
         0.0
     """

@@ -12,7 +12,7 @@ Every model takes the backbone's input dict (int32 ``[batch, length]``
   ``[batch, length]`` (padding masked out) and, for SQuAD 2.0, an ``answerable``
   logit ``[batch]`` from the ``[CLS]`` vector.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> from keras_electra.config import ElectraConfig
     >>> from keras_electra.layers import ElectraBackbone
@@ -48,7 +48,7 @@ def pool_sequence(sequence, padding_mask, pooling: str):
     """``[batch, hidden]`` from ``[batch, length, hidden]``: the ``[CLS]`` vector or the
     mean over the positions where ``padding_mask`` is 1.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> x = np.arange(6, dtype="float32").reshape(1, 3, 2)
         >>> np.asarray(pool_sequence(x, np.array([[1, 1, 0]]), "mean")).tolist()
@@ -113,7 +113,7 @@ class ElectraClassifier(_HeadModel):
         pooling: ``"cls"`` (the paper's GLUE head) or ``"mean"`` (the mean of the
             unpadded token vectors: steadier on small models and small data).
 
-    Example:
+    Examples:
         >>> model = ElectraClassifier(backbone, num_classes=2)  # doctest: +SKIP
         >>> model.compile(optimizer="adam",
         ...     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # doctest: +SKIP
@@ -146,7 +146,7 @@ class ElectraRegressor(_HeadModel):
 
     Train it with mean squared error.
 
-    Example:
+    Examples:
         >>> model = ElectraRegressor(backbone)  # doctest: +SKIP
         >>> model.compile(optimizer="adam", loss="mse")  # doctest: +SKIP
     """
@@ -172,7 +172,7 @@ class ElectraTagger(_HeadModel):
     Labels sit on the first word piece of each word; train with
     :class:`MaskedSparseCrossentropy` (label ``-1`` everywhere else).
 
-    Example:
+    Examples:
         >>> model = ElectraTagger(backbone, num_tags=5)  # doctest: +SKIP
         >>> model.compile(optimizer="adam", loss=MaskedSparseCrossentropy())  # doctest: +SKIP
     """
@@ -197,7 +197,7 @@ class ElectraSpanExtractor(_HeadModel):
     padding) and, with ``answerable=True``, ``answerable`` (``[batch]``, a logit on
     the ``[CLS]`` vector; > 0 means the window holds the answer).
 
-    Example:
+    Examples:
         >>> model = ElectraSpanExtractor(backbone, answerable=True)  # doctest: +SKIP
         >>> sorted(model(inputs))  # doctest: +SKIP
         ['answerable', 'end_logits', 'start_logits']
@@ -239,7 +239,7 @@ class ElectraSpanExtractor(_HeadModel):
 class MaskedSparseCrossentropy(keras.losses.Loss):
     """Softmax cross-entropy averaged over positions whose label is ``>= 0``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> loss = MaskedSparseCrossentropy()
         >>> float(loss(np.array([[0, -1]]), np.zeros((1, 2, 2), "float32")))  # ln 2

@@ -13,7 +13,7 @@ each window's context, keeps spans with ``start <= end`` and at most
 ``start + end`` span. For SQuAD 2.0 the question is answered ``""`` when no
 window's answerability logit is above 0.
 
-Example:
+Examples:
     >>> words, char_to_word = whitespace_words("The cat  sat.")
     >>> words, char_to_word[5]
     (['The', 'cat', 'sat.'], 1)
@@ -56,7 +56,7 @@ def whitespace_words(text: str) -> tuple[list[str], list[int]]:
 def windows(num_pieces: int, room: int, stride: int) -> list[tuple[int, int]]:
     """``(start, length)`` of overlapping windows covering ``num_pieces`` pieces.
 
-    Example:
+    Examples:
         >>> windows(10, 4, 3)
         [(0, 4), (3, 4), (6, 4)]
     """

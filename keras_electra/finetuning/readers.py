@@ -8,7 +8,7 @@
   last), a blank line between sentences, ``-DOCSTART-`` lines skipped.
 - SQuAD 1.1 / 2.0 JSON.
 
-Example:
+Examples:
     >>> rows = read_table("train.tsv", "sentence", label_column="label")  # doctest: +SKIP
     >>> rows[0]  # doctest: +SKIP
     {'text': 'a gripping film', 'text_b': None, 'label': '1', 'file': 'train.tsv', 'line': 2}
@@ -108,7 +108,7 @@ def read_table(
     Raises:
         InputDataError: a missing column, a short row, an empty text or label.
 
-    Example:
+    Examples:
         >>> read_table("dev.jsonl", "premise", "hypothesis")[0]["label"]  # doctest: +SKIP
         'entailment'
     """
@@ -200,7 +200,7 @@ def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSen
     Tags must be ``O`` or ``B-``/``I-``/``E-``/``S-`` followed by a type (BIO or BIOES).
     With ``require_tags=False``, a line holding only a word gets the tag ``O``.
 
-    Example:
+    Examples:
         >>> read_conll("train.conll")[0].tags  # doctest: +SKIP
         ['B-PER', 'I-PER', 'O']
     """
@@ -257,7 +257,7 @@ def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExam
     The first gold answer is the training target; its ``answer_start`` must point
     at its text in the context. ``is_impossible`` questions (2.0) have no answers.
 
-    Example:
+    Examples:
         >>> read_squad("dev-v2.0.json")[0].answers  # doctest: +SKIP
         ['Normans', 'Normans']
     """

@@ -20,7 +20,7 @@ permutation per epoch) and random streams, and ends as an uninterrupted run does
 ``resume/`` is removed once the directory is complete. Another call with other
 settings or other training data on that directory is refused.
 
-Example:
+Examples:
     >>> result = finetune("runs/demo", "classify", "train.tsv", "dev.tsv",
     ...                   "runs/sst2", text_column="sentence")  # doctest: +SKIP
     >>> result.metrics["accuracy"]  # doctest: +SKIP
@@ -133,7 +133,7 @@ def finetune(
     Returns:
         A :class:`FinetunedModel` with the trained model and ``metrics``.
 
-    Example:
+    Examples:
         >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv", "runs/cls",
         ...                   epochs=3)  # doctest: +SKIP
     """
@@ -415,7 +415,7 @@ def is_finetuned_dir(path: str | Path) -> bool:
 def load_finetuned(output_dir: str | Path) -> FinetunedModel:
     """Load a fine-tuned model directory written by :func:`finetune`.
 
-    Example:
+    Examples:
         >>> loaded = load_finetuned("runs/sst2")  # doctest: +SKIP
         >>> loaded.settings.labels  # doctest: +SKIP
         ['0', '1']
@@ -450,7 +450,7 @@ def predict_file(
     Labels in the file are ignored. Returns the predictions; writes them to
     ``output_path`` (one JSON object per line) when given.
 
-    Example:
+    Examples:
         >>> predict_file("runs/sst2", "test.tsv", "predictions.jsonl")[0]["label"]  # doctest: +SKIP
         '1'
     """

@@ -9,7 +9,7 @@ RTE and STS); dropout 0.1; weight decay 0.01; 10% linear warm-up then linear
 decay. ``tiny`` is this project's test size, with a larger learning rate.
 Regression defaults to 10 epochs (the paper's STS setting).
 
-Example:
+Examples:
     >>> recipe_defaults("base")["learning_rate"]
     0.0001
     >>> check_task("classify")
@@ -39,7 +39,7 @@ from keras_electra.settings import (  # noqa: F401 - the fine-tuning API names t
 def infer_preset(config: ElectraConfig) -> str:
     """The preset whose discriminator size matches ``config`` (nearest hidden size otherwise).
 
-    Example:
+    Examples:
         >>> infer_preset(ElectraConfig.from_preset("base", vocab_size=100))
         'base'
     """

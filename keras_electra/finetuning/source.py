@@ -13,7 +13,7 @@ every process, whatever the source was. Whatever the pretraining run's
 ``embedding_sharing``, the backbone gets the embedding tables the discriminator
 read (for ``gdes``, the shared tables plus the discriminator's deltas, folded).
 
-Example:
+Examples:
     >>> backbone, tokenizer, config = load_backbone("runs/demo")  # doctest: +SKIP
 """
 

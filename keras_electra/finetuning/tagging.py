@@ -6,7 +6,7 @@ label ``-1``, which :class:`~keras_electra.finetuning.models.MaskedSparseCrossen
 ignores. Words past ``max_seq_length`` are predicted ``O`` (and so count as
 missed in evaluation).
 
-Example:
+Examples:
     >>> x, y, pos = align_words(tokenizer, [["John", "lives"]], [[1, 0]], 16)  # doctest: +SKIP
 """
 
@@ -26,7 +26,7 @@ from keras_electra.finetuning.tasks import Task
 def word_pieces(tokenizer: ElectraTokenizer, words: list[str]) -> list[list[int]]:
     """Word-piece ids of each word; a word that yields none becomes ``[UNK]``.
 
-    Example:
+    Examples:
         >>> word_pieces(tokenizer, ["hello", ""])  # doctest: +SKIP
         [[5], [1]]
     """
@@ -84,7 +84,7 @@ def align_words(
 def sort_tags(tags) -> list[str]:
     """``O`` first, then the other tags sorted by type, then prefix.
 
-    Example:
+    Examples:
         >>> sort_tags(["I-PER", "O", "B-PER", "B-LOC"])
         ['O', 'B-LOC', 'B-PER', 'I-PER']
     """

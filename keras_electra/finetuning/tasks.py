@@ -3,7 +3,7 @@
 A task object ties the pieces together for :func:`keras_electra.finetuning.finetune`
 and ``keras-electra predict``; use :func:`get_task` to get one by name.
 
-Example:
+Examples:
     >>> task = get_task("classify")
     >>> task.name
     'classify'
@@ -33,7 +33,7 @@ ENCODE_CHUNK = 4096
 def natural_sort(labels) -> list[str]:
     """Sort labels numerically when they are all numbers, else as text.
 
-    Example:
+    Examples:
         >>> natural_sort(["10", "2", "1"])
         ['1', '2', '10']
     """
@@ -83,7 +83,7 @@ def encode_pairs(
 ) -> Arrays:
     """Encode texts (or pairs) to numpy model inputs, in chunks, exactly as exports do.
 
-    Example:
+    Examples:
         >>> x = encode_pairs(tokenizer, ["a b"], None, 16)  # doctest: +SKIP
         >>> x["token_ids"].shape  # doctest: +SKIP
         (1, 16)

@@ -32,7 +32,7 @@ class ElectraBackbone(keras.Model):
             :class:`~keras_electra.layers.embedding.GdesEmbedding`); a new
             :class:`ElectraEmbedding` from ``config`` when omitted.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from keras_electra.config import ElectraConfig
         >>> config = ElectraConfig.from_preset("tiny", vocab_size=100, num_layers=1)

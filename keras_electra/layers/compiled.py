@@ -15,7 +15,7 @@ The cache is ``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra`
 build writes a temporary file and renames it into place, so processes building at once
 (several workers on one machine) never load a partial library.
 
-Example:
+Examples:
     >>> ops = kernels()  # doctest: +SKIP
     >>> ops is None or hasattr(ops, "electra_add_layer_norm")  # doctest: +SKIP
     True

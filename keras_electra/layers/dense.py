@@ -41,7 +41,7 @@ def bias_add(x: tf.Tensor, bias: tf.Tensor):
     in float32 (``tf.reduce_sum``) whatever ``x``'s dtype; ``BiasAddGrad`` accumulates
     a bfloat16 gradient in bfloat16.
 
-    Example:
+    Examples:
         >>> import tensorflow as tf
         >>> x = tf.zeros([4096, 2], tf.bfloat16)
         >>> b = tf.zeros([2], tf.bfloat16)

@@ -48,7 +48,7 @@ def hash_bits(index: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
     (uint32) under ``key`` (``[2]`` uint32). Element-wise: inside an XLA kernel it
     fuses into the loop that uses it.
 
-    Example:
+    Examples:
         >>> key = tf.constant([1, 2], tf.uint32)
         >>> bits = hash_bits(tf.range(100_000, dtype=tf.int32), key)
         >>> 0.49 < float(tf.reduce_mean(tf.cast(bits, tf.float32))) / 65536 < 0.51

@@ -47,7 +47,7 @@ class PositionEmbedding(keras.layers.Layer):
     The weight is ``position_embeddings`` (variable name ``embeddings``), the layout
     of keras-hub's ``PositionEmbedding``, so checkpoints written with it restore here.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> layer = PositionEmbedding(8, initializer="ones")
         >>> tuple(layer(np.zeros((2, 5, 3), "float32")).shape)
@@ -106,7 +106,7 @@ class ElectraEmbedding(keras.layers.Layer):
         token_embedding: an existing (built) word-embedding layer to use instead
             of a new one; not serialized.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> layer = ElectraEmbedding(100, 16, max_sequence_length=8)
         >>> ids = np.zeros((2, 8), "int32")

@@ -86,7 +86,7 @@ class TransformerLayer(keras.layers.Layer):
         bias_initializer: the biases' initializer.
         normalize_first: pre-LayerNorm instead of post-LayerNorm.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> layer = TransformerLayer(intermediate_dim=16, num_heads=2)
         >>> tuple(layer(np.zeros((2, 5, 8), "float32")).shape)
@@ -286,7 +286,7 @@ class ElectraEncoder(keras.layers.Layer):
         initializer_range: stddev of the truncated-normal initializer.
         normalize_first: pre-LayerNorm layers plus a final LayerNorm.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> enc = ElectraEncoder(16, 32, num_layers=1, num_heads=2, intermediate_dim=64)
         >>> x = np.zeros((2, 8, 16), "float32")

@@ -148,7 +148,7 @@ def bias_gelu(h: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     Returns:
         A tensor of ``h``'s shape and dtype.
 
-    Example:
+    Examples:
         >>> float(bias_gelu(tf.constant([[1.0]]), tf.constant([0.5]))[0, 0])  # doctest: +ELLIPSIS
         1.399...
     """
@@ -175,7 +175,7 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
     Returns:
         ``[..., units]`` in ``h``'s dtype (no output bias).
 
-    Example:
+    Examples:
         >>> y = bias_gelu_matmul(tf.constant([[1.0, -1.0]]), tf.constant([0.5, 0.0]),
         ...                      tf.constant([[1.0], [1.0]]))
         >>> round(float(y[0, 0]), 4)  # gelu(1.5) + gelu(-1) = 1.39979 - 0.15866
@@ -316,7 +316,7 @@ def add_layer_norm(
     Returns:
         A tensor of ``x``'s shape and dtype.
 
-    Example:
+    Examples:
         >>> y = add_layer_norm(tf.constant([[1.0, 3.0]]), tf.constant([[1.0, 1.0]]),
         ...                    tf.ones([2]), tf.zeros([2]), 1e-12)
         >>> [round(float(v), 4) for v in y[0]]
@@ -460,7 +460,7 @@ def masked_softmax(
             kernels, or None.
         scale: multiplies the scores.
 
-    Example:
+    Examples:
         >>> p = masked_softmax(tf.zeros([1, 3]), tf.constant([[True, True, False]]))
         >>> [round(float(v), 2) for v in p[0]]
         [0.5, 0.5, 0.0]
@@ -513,7 +513,7 @@ def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int) -> tuple | None:
     (a stack, a transpose and a sum otherwise). None where the compiled kernels are not
     used (the caller then uses TensorFlow's ops).
 
-    Example:
+    Examples:
         >>> out = split_heads(tf.reshape(tf.range(6.0), [1, 1, 6]), tf.zeros([3, 2, 1]), 2)
         >>> None if out is None else [t.numpy().ravel().tolist() for t in out]
         [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
@@ -569,7 +569,7 @@ def attention_values(
     Returns:
         ``[..., T, D]`` in ``scores``' dtype.
 
-    Example:
+    Examples:
         >>> out = attention_values(tf.zeros([1, 2, 2]), None, tf.constant([[[1.0], [3.0]]]))
         >>> [round(float(v), 2) for v in tf.reshape(out, [-1])]
         [2.0, 2.0]
@@ -651,7 +651,7 @@ def sparse_cross_entropy(
         ids of the largest logits; with ``probabilities``, ``(loss, argmax, probs)``,
         ``probs`` the float32 ``[..., V]`` softmax, through which no gradient flows.
 
-    Example:
+    Examples:
         >>> loss, best = sparse_cross_entropy(tf.constant([[0.0, 0.0]]), tf.constant([1]))
         >>> round(float(loss[0]), 4), int(best[0])
         (0.6931, 0)

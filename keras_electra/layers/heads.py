@@ -30,7 +30,7 @@ class GeneratorHead(keras.layers.Layer):
         initializer_range: stddev of the truncated-normal initializer.
         vocabulary_size: the number of outputs when there is no ``token_embedding``.
 
-    Example:
+    Examples:
         >>> import numpy as np, keras
         >>> emb = keras.layers.Embedding(50, 8)
         >>> emb.build((None,))
@@ -162,7 +162,7 @@ class DiscriminatorHead(keras.layers.Layer):
         initializer_range: stddev of the truncated-normal initializer.
         output_bias: initial value of the logit's bias.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> head = DiscriminatorHead(8, output_bias=-1.7)
         >>> tuple(head(np.zeros((2, 5, 8), "float32")).shape)

@@ -26,7 +26,7 @@ Heads:
 So an ``electra`` step is generator + its LM head + discriminator + detection
 head, and an ``mlm`` step is the discriminator-sized tower + its LM head.
 
-Example:
+Examples:
     >>> from keras_electra.config import ElectraConfig
     >>> config = ElectraConfig.from_preset("tiny", vocab_size=8000)
     >>> round(step_flops(config, 32, 128, "electra") / 1e9, 2)
@@ -46,7 +46,7 @@ BACKWARD_FACTOR = 3.0
 def tower_flops(encoder: EncoderConfig, embedding_size: int, batch: int, length: int) -> float:
     """Forward matmul FLOPs of one transformer tower over ``batch x length`` tokens.
 
-    Example:
+    Examples:
         >>> from keras_electra.config import EncoderConfig
         >>> tower_flops(EncoderConfig(1, 1, 1, 1), 1, 1, 1)
         16.0

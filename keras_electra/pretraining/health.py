@@ -67,7 +67,7 @@ class HealthProbe:
             ``segment_ids`` (held-back text; 32-64 sequences are plenty).
         seed: seed of the probe's masks, samples and corruptions.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from keras_electra.config import ElectraConfig
         >>> from keras_electra.pretraining import ElectraPretrainer
@@ -295,7 +295,7 @@ def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
                         f"The discriminator stopped detecting replacements at step "
                         f"{dead_run[0]} (recall 0, AUC {disc_auc:.2f} for {len(dead_run)} "
                         "windows): it predicts the base rate everywhere; try a lower "
-                        "--learning-rate, a higher --temperature or a smaller generator."
+                        "--learning-rate, a higher --temperature or a smaller --generator-size."
                     ),
                 }
             )

@@ -114,8 +114,9 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         config: the :class:`ElectraConfig`.
         objective: ``"electra"`` or ``"mlm"``.
         seed: seed of the masking and sampling random streams.
-        dtype: a Keras dtype policy such as ``"mixed_bfloat16"`` (variables stay
-            float32; LayerNorm, attention softmax, logits and losses run in float32).
+        **kwargs: ``keras.Model``'s, such as ``dtype``: a Keras dtype policy like
+            ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
+            softmax, logits and losses run in float32).
 
     Distribution: under a ``tf.distribute`` strategy each replica gets a slice of
     the global batch. The random masks and samples of an example depend only on
@@ -123,7 +124,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     global number of predicted tokens, so an N-replica step equals a one-device
     step on the same global batch.
 
-    Example:
+    Examples:
         >>> import numpy as np, keras
         >>> config = ElectraConfig.from_preset("tiny", vocab_size=64, num_layers=1)
         >>> model = ElectraPretrainer(config, seed=0)

@@ -144,7 +144,7 @@ def pretrain(
         InputDataError, ConfigError: unusable data, vocabulary or settings.
         TypeError: a keyword that is not a setting.
 
-    Example:
+    Examples:
         >>> result = pretrain(["data/sample/shakespeare.txt"], "runs/demo",
         ...                   steps=200)  # doctest: +SKIP
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
@@ -213,6 +213,10 @@ def _prepare_run_directory(
     overrides = dict(settings.config_overrides)
     if settings.embedding_sharing is not None:
         overrides["embedding_sharing"] = settings.embedding_sharing
+    if settings.temperature is not None:
+        overrides["temperature"] = settings.temperature
+    if settings.generator_size is not None:
+        overrides["generator_hidden_size"] = settings.generator_size
     sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
         _check_sharing(ElectraConfig(embedding_sharing=sharing), settings.objective)
@@ -226,10 +230,16 @@ def _prepare_run_directory(
                 "choose a new --output."
             )
         _check_same_vocab(run, tokens, settings.vocab)
+        stored = config
+        config = _sampling_and_size(config, settings, f"Run directory '{run.path}'")
+        if chief and config != stored:  # a new --temperature: the run goes on with it
+            with _writing(run.path):
+                run.write_model_files(config, tokens)
     else:
         if settings.init is not None:
             config, tokens = _init_source(settings.init, settings, sharing)
             _check_sharing(config, settings.objective)
+            config = _sampling_and_size(config, settings, f"--init '{settings.init}'")
         else:
             tokens = _vocabulary(settings)
             config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
@@ -237,11 +247,27 @@ def _prepare_run_directory(
             with _writing(run.path):
                 run.write_model_files(config, tokens)
     settings.embedding_sharing = config.embedding_sharing
+    settings.temperature = config.temperature
+    settings.generator_size = config.generator_hidden_size
     settings.vocab_sha256 = vocab_checksum(tokens)
     if chief:
         with _writing(run.path):
             run.write_settings(settings.record())
     return config, tokens
+
+
+def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source: str):
+    """``config`` (a resumed run's or ``--init``'s) with ``--temperature`` applied; a
+    ``--generator-size`` other than the weights' is refused (it would change them)."""
+    size = settings.generator_size
+    if size is not None and abs(size - config.generator_hidden_size) > 1e-9:
+        raise ConfigError(
+            f"{source} has a generator of size {config.generator_hidden_size:g}, not "
+            f"--generator-size {size:g}; leave the flag out or start a new --output."
+        )
+    if settings.temperature is None:
+        return config
+    return config.replace(temperature=settings.temperature)
 
 
 def _build(

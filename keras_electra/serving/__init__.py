@@ -12,7 +12,7 @@ The in-process TF Serving stand-in the tests serve exports with is test code
 
 Names are imported lazily: ``RestClient`` does not import TensorFlow.
 
-Example:
+Examples:
     >>> from keras_electra.serving import RestClient
     >>> RestClient("localhost:8501", "electra").status()[0]["state"]  # doctest: +SKIP
     'AVAILABLE'

@@ -48,7 +48,7 @@ def call_with_retries(
     Raises:
         RetriesExhausted: Wrapping the last retryable error.
 
-    Example:
+    Examples:
         >>> call_with_retries(lambda: 42, retries=3, backoff=0.1, retryable=lambda e: False)
         42
     """

@@ -21,7 +21,7 @@ class ServingError(ElectraError):
         http_status: The HTTP status of a failed REST call, if any.
         details: The server's raw error message, if any.
 
-    Example:
+    Examples:
         >>> try:
         ...     raise ServingError("The server rejected the request.", code="INVALID_ARGUMENT")
         ... except ServingError as err:

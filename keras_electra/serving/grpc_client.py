@@ -53,7 +53,7 @@ class GrpcClient(ModelClient):
             default receive limit is 4 MiB, too small for big batches).
         backoff: First wait between attempts, in seconds (doubles each time).
 
-    Example:
+    Examples:
         >>> with GrpcClient("localhost:8500", "electra") as client:  # doctest: +SKIP
         ...     outputs = client.predict({"text": ["the chef cooked the meal"]})
         >>> outputs["replaced_prob"].shape  # doctest: +SKIP
@@ -153,7 +153,7 @@ class GrpcClient(ModelClient):
         Raises:
             ServingError: If the server rejects the request or cannot be reached.
 
-        Example:
+        Examples:
             >>> pair = {"text_a": ["a dog"], "text_b": ["a cat"]}
             >>> client.predict(pair, "score_pair")["num_tokens"]  # doctest: +SKIP
             array([4], dtype=int32)
@@ -186,7 +186,7 @@ class GrpcClient(ModelClient):
         Raises:
             ServingError: If the server rejects the request or cannot be reached.
 
-        Example:
+        Examples:
             >>> client.classify([{"text": "a wonderful film"}])  # doctest: +SKIP
             [[('negative', 0.03), ('positive', 0.97)]]
         """
@@ -211,7 +211,7 @@ class GrpcClient(ModelClient):
             ``{"model_name", "version", "signatures"}``; see
             :mod:`keras_electra.serving.metadata` for the layout.
 
-        Example:
+        Examples:
             >>> client.metadata()["signatures"]["serving_default"]["inputs"]  # doctest: +SKIP
             {'text': {'dtype': 'DT_STRING', 'shape': [-1]}}
         """
@@ -237,7 +237,7 @@ class GrpcClient(ModelClient):
             One dict per version: ``version``, ``state`` (e.g. ``"AVAILABLE"``),
             ``error_code`` and ``error_message``.
 
-        Example:
+        Examples:
             >>> client.status()  # doctest: +SKIP
             [{'version': 1, 'state': 'AVAILABLE', 'error_code': 'OK', 'error_message': ''}]
         """

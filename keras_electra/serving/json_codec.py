@@ -50,7 +50,7 @@ def as_array(value: Any) -> np.ndarray:
     Returns:
         The array; string data has dtype ``object`` or a unicode dtype.
 
-    Example:
+    Examples:
         >>> as_array([b"a\\x00", b"b"]).dtype
         dtype('O')
     """
@@ -117,7 +117,7 @@ def encode_tensor(value: Any) -> Any:
     Returns:
         A JSON-serializable nested list (or scalar).
 
-    Example:
+    Examples:
         >>> encode_tensor(np.array([0.1, 2.0], np.float32))
         [0.1, 2.0]
         >>> encode_tensor([b"\\xff"])
@@ -168,7 +168,7 @@ def decode_tensor(value: Any, dtype: str | None = None) -> np.ndarray:
     Returns:
         The array; strings come back as an object array of ``bytes``.
 
-    Example:
+    Examples:
         >>> decode_tensor([[1.5, 2.0]], "DT_FLOAT").dtype
         dtype('float32')
         >>> decode_tensor(["caf\\u00e9"])[0]

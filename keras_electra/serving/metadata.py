@@ -34,7 +34,7 @@ def tensor_info_to_dict(info: Mapping[str, Any]) -> TensorSpecDict:
     Returns:
         ``{"dtype": "DT_...", "shape": [dims] or None}``.
 
-    Example:
+    Examples:
         >>> tensor_info_to_dict({"dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": "-1"}]}})
         {'dtype': 'DT_STRING', 'shape': [-1]}
     """
@@ -54,7 +54,7 @@ def signature_defs_to_dict(signature_defs: Mapping[str, Any]) -> dict[str, Signa
         Signature name to ``{"method_name", "inputs", "outputs"}``; internal
         signatures (names starting with ``__``) are dropped.
 
-    Example:
+    Examples:
         >>> signature_defs_to_dict({"serving_default": {"method_name": "tensorflow/serving/predict",
         ...     "inputs": {}, "outputs": {}}})["serving_default"]["method_name"]
         'tensorflow/serving/predict'
@@ -87,7 +87,7 @@ def metadata_to_dict(response: Mapping[str, Any]) -> dict[str, Any]:
     Returns:
         ``{"model_name", "version", "signatures"}`` (see the module docstring).
 
-    Example:
+    Examples:
         >>> metadata_to_dict({"model_spec": {"name": "electra", "version": "2"},
         ...     "metadata": {"signature_def": {"signature_def": {}}}})
         {'model_name': 'electra', 'version': 2, 'signatures': {}}

@@ -65,7 +65,7 @@ def predict_body(
     Raises:
         ServingError: For row format with inputs of different batch sizes.
 
-    Example:
+    Examples:
         >>> predict_body({"x": [1.0, 2.0]}, None, "row")
         {'instances': [1.0, 2.0]}
     """
@@ -113,7 +113,7 @@ def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | N
     Returns:
         ``{"signature_name": ..., "examples": [...]}``.
 
-    Example:
+    Examples:
         >>> classify_body([{"text": "fine"}], "classify")
         {'signature_name': 'classify', 'examples': [{'text': 'fine'}]}
     """
@@ -144,7 +144,7 @@ class RestClient(ModelClient):
             If ``False``, dtypes are inferred from the JSON (decimals → float32,
             whole numbers → int64, strings → bytes).
 
-    Example:
+    Examples:
         >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
         >>> text = {"text": ["the chef cooked the meal"]}
         >>> client.predict(text, format="row")["num_tokens"]  # doctest: +SKIP
@@ -285,7 +285,7 @@ class RestClient(ModelClient):
         Raises:
             ServingError: If the server rejects the request or cannot be reached.
 
-        Example:
+        Examples:
             >>> client.predict({"text": ["a b"]})["tokens"]  # doctest: +SKIP
             array([[b'a', b'b']], dtype=object)
         """
@@ -341,7 +341,7 @@ class RestClient(ModelClient):
             ``{"model_name", "version", "signatures"}``; see
             :mod:`keras_electra.serving.metadata`.
 
-        Example:
+        Examples:
             >>> client.metadata()["signatures"]["classify"]["method_name"]  # doctest: +SKIP
             'tensorflow/serving/classify'
         """

@@ -48,7 +48,7 @@ def check_classify_signature(name: str, signature: meta_graph_pb2.SignatureDef) 
     Raises:
         ServingError: If the signature cannot serve Classify requests.
 
-    Example:
+    Examples:
         >>> signature = loaded_meta_graph.signature_def["classify"]  # doctest: +SKIP
         >>> check_classify_signature("classify", signature)  # doctest: +SKIP
     """
@@ -95,7 +95,7 @@ def set_signature_method_name(
         ServingError: If there is no such MetaGraph or signature, or the
             signature does not fit the Classify API.
 
-    Example:
+    Examples:
         >>> signatures = {"classify": module.classify, ...}  # doctest: +SKIP
         >>> tf.saved_model.save(module, "out/1", signatures=signatures)  # doctest: +SKIP
         >>> set_signature_method_name("out/1", "classify", CLASSIFY_METHOD_NAME)  # doctest: +SKIP

@@ -27,7 +27,7 @@ def dtype_name(dtype: int) -> str:
     Returns:
         The enum name.
 
-    Example:
+    Examples:
         >>> dtype_name(types_pb2.DT_FLOAT)
         'DT_FLOAT'
     """
@@ -58,7 +58,7 @@ def ndarray_to_tensor_proto(value: Any) -> tensor_pb2.TensorProto:
     Raises:
         TypeError: one sentence naming the value TF Serving has no tensor for.
 
-    Example:
+    Examples:
         >>> proto = ndarray_to_tensor_proto(["hello"])
         >>> (dtype_name(proto.dtype), list(proto.string_val))
         ('DT_STRING', [b'hello'])
@@ -80,7 +80,7 @@ def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto) -> np.ndarray:
     TensorFlow, fewer values than elements means the last value repeats, and no
     values means zeros. ``DT_STRING`` gives an object array of ``bytes``.
 
-    Example:
+    Examples:
         >>> tensor_proto_to_ndarray(ndarray_to_tensor_proto(np.array([[1, 2]], np.int32)))
         array([[1, 2]], dtype=int32)
     """
@@ -116,7 +116,7 @@ def make_example(features: Mapping[str, Any]) -> example_pb2.Example:
     Returns:
         The example proto.
 
-    Example:
+    Examples:
         >>> example = make_example({"text": "great movie", "stars": 5})
         >>> list(example.features.feature["text"].bytes_list.value)
         [b'great movie']

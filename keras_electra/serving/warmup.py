@@ -37,7 +37,7 @@ def predict_log(
     Returns:
         The record.
 
-    Example:
+    Examples:
         >>> print(predict_log({"text": ["the cat"]}).predict_log.request.model_spec, end="")
         signature_name: "serving_default"
     """
@@ -66,7 +66,7 @@ def write_warmup_requests(
     Raises:
         ServingError: If there are no records or more than TF Serving accepts.
 
-    Example:
+    Examples:
         >>> records = [predict_log({"text": ["hello"]})]
         >>> write_warmup_requests("saved_models/electra/1", records)  # doctest: +SKIP
         'saved_models/electra/1/assets.extra/tf_serving_warmup_requests'

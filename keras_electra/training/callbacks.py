@@ -55,7 +55,7 @@ def plan_windows(start: int, steps: int, log_every: int) -> list[tuple[int, int,
     on a signal) first trains a shorter window up to the next multiple. Each
     call is ``(first_step, steps_per_window, windows)``.
 
-    Example:
+    Examples:
         >>> plan_windows(0, 25, 10)
         [(0, 10, 2), (20, 5, 1)]
         >>> plan_windows(47, 125, 10)

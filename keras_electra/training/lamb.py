@@ -34,7 +34,7 @@ class Lamb(keras.optimizers.Optimizer):
         **kwargs: other :class:`keras.optimizers.Optimizer` arguments
             (``global_clipnorm``, ``name``...).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> w = keras.Variable(np.ones(4, "float32"))
         >>> opt = Lamb(learning_rate=0.1, weight_decay=0.0)

@@ -19,7 +19,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     (``peak * (1 - step / total_steps)``) and the warm-up overrides it for the
     first ``warmup_steps`` steps.
 
-    Example:
+    Examples:
         >>> schedule = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=100)
         >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 100)]
         [0.0, 0.0005, 0.0009, 0.0]
@@ -68,7 +68,7 @@ class AdamW(keras.optimizers.AdamW):
     graph nodes to about 17,000, and a graph's nodes cost memory (Python's op objects,
     the function library, the executor's kernels) whatever the batch.
 
-    Example:
+    Examples:
         >>> AdamW(learning_rate=1e-3, weight_decay=0.01).weight_decay
         0.01
     """

@@ -18,7 +18,7 @@ class PerStepCallbacks(keras.callbacks.Callback):
     Args:
         callbacks: the callbacks to wrap.
 
-    Example:
+    Examples:
         >>> counter = type("Count", (keras.callbacks.Callback,), {
         ...     "n": 0, "on_train_batch_end": lambda self, b, logs=None: setattr(
         ...         self, "n", self.n + 1)})()

@@ -21,7 +21,7 @@ def dtype_policy(precision: str) -> keras.DTypePolicy:
     Raises:
         ConfigError: for any other value.
 
-    Example:
+    Examples:
         >>> dtype_policy("mixed_bfloat16").compute_dtype
         'bfloat16'
     """
@@ -35,7 +35,7 @@ def dtype_policy(precision: str) -> keras.DTypePolicy:
 def needs_loss_scaling(precision: str) -> bool:
     """Whether gradients need dynamic loss scaling (float16's narrow exponent range).
 
-    Example:
+    Examples:
         >>> needs_loss_scaling("mixed_float16"), needs_loss_scaling("mixed_bfloat16")
         (True, False)
     """

@@ -41,7 +41,7 @@ class StopRequest:
     Outside the main thread (where Python cannot install signal handlers) it
     installs nothing and the signals keep their usual effect.
 
-    Example:
+    Examples:
         >>> with StopRequest() as stop:
         ...     stop.arm()
         ...     stop.requested

@@ -18,7 +18,7 @@ The pieces of a custom ``train_step`` that do not depend on the model:
 
 Every function works in a ``tf.distribute`` replica context or outside any.
 
-Example:
+Examples:
     >>> import tensorflow as tf
     >>> float(global_sum(tf.constant(3.0)))  # one device: the value itself
     3.0
@@ -60,7 +60,7 @@ def ordered_sum(values: list) -> tf.Tensor:
     gradient norm did, and with it clipping's factor and every weight). A ``Sum`` over
     the stacked values has one order.
 
-    Example:
+    Examples:
         >>> float(ordered_sum([tf.constant(1.0), tf.constant(1e8), tf.constant(-1e8)]))
         0.0
     """
@@ -301,7 +301,7 @@ class OneGraphTraining:
     declines (``run_eagerly``, ``jit_compile``, ``steps_per_execution > 1``), Keras'
     own train function is used.
 
-    Example:
+    Examples:
         >>> class Model(OneGraphTraining, keras.Model): ...  # doctest: +SKIP
     """
 

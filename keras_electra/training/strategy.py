@@ -24,7 +24,7 @@ def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:
     Raises:
         ConfigError: for an unknown name or when the requested hardware is absent.
 
-    Example:
+    Examples:
         >>> resolve_strategy("one_device").num_replicas_in_sync
         1
     """
