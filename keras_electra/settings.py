@@ -346,7 +346,7 @@ class FinetuneOptions:
     max_query_length: int = option(64, "qa: question tokens kept")
     max_answer_length: int = option(30, "qa: longest answer")
     seed: int = option(0, "seeds the head's initial weights, dropout and the data order")
-    progress: bool = option(True, "no per-epoch lines", negated="--quiet")
+    progress: bool = option(True, "no progress bar and no per-epoch lines", negated="--quiet")
 
     HYPERPARAMETERS = (
         "epochs",

@@ -9,6 +9,7 @@ and SQuAD 2.0-style QA where the answer follows a marker word.
 import csv
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -438,3 +439,23 @@ def test_report_draws_a_fine_tuning_directory(classifier, tmp_path):
     assert "loss" in drawn
     assert summary["eval_metrics"][str(classifier.output_dir)] == classifier.metrics
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_finetuning_shows_a_progress_bar_with_the_running_loss_unless_quiet(
+    tiny_run, classify_data, tmp_path, capsys
+):
+    train, _ = classify_data
+    args = ["finetune", "--run", str(tiny_run), "--task", "classify", "--train", str(train),
+            "--text-column", "sentence", "--epochs", "2", "--batch-size", "64",
+            "--max-seq-length", str(L)]  # fmt: skip
+    assert main([*args, "--output", str(tmp_path / "shown")]) == 0
+    shown = capsys.readouterr()
+    # 256 examples in batches of 64, two epochs: 8 steps, each counted on the bar.
+    assert re.search(r"finetune: 100%\|.*\| 8/8 \[", shown.err), shown.err[-2000:]
+    assert "step/s" in shown.err or "s/step" in shown.err
+    assert "loss=" in shown.err
+    epochs = [line for line in shown.out.splitlines() if line.startswith("epoch ")]
+    assert [line.split(" (")[0] for line in epochs] == ["epoch 1", "epoch 2"]
+    assert main([*args, "--output", str(tmp_path / "quiet"), "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert "finetune:" not in quiet.err and "epoch 1" not in quiet.out

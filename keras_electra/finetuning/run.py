@@ -52,7 +52,12 @@ from keras_electra.finetuning.tasks import Task, get_task
 from keras_electra.layers.backbone import ElectraBackbone
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import FinetuneOptions, check_task, unknown_fields
-from keras_electra.training.callbacks import CheckpointEvery, plan_windows, truncate_metrics_log
+from keras_electra.training.callbacks import (
+    CheckpointEvery,
+    plan_windows,
+    progress_bar,
+    truncate_metrics_log,
+)
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.preemption import StopOnSignal, StopRequest
 
@@ -249,7 +254,9 @@ def _train(
         start = checkpoints.restore_latest()
         records = resume.records(start)
     stopper = StopOnSignal(stop)
-    logger = _EpochLog(records, steps_per_epoch, start, resume, show=progress)
+    logger = _EpochLog(
+        records, steps_per_epoch, start, resume, progress_bar("finetune", steps, start, progress)
+    )
     callbacks: list = [logger]
     if checkpoints is not None:
         saver = CheckpointEvery(
@@ -258,17 +265,20 @@ def _train(
         callbacks.append(saver)
     callbacks.append(stopper)
     stop.arm()
-    for first, window, count in plan_windows(start, steps, steps_per_epoch):
-        if stopper.stopping and logger.step > start:
-            break
-        model.fit(
-            batches.skip(first),
-            epochs=count,
-            steps_per_epoch=window,
-            callbacks=callbacks,
-            shuffle=False,  # the batches come in their seeded order
-            verbose=0,
-        )
+    try:
+        for first, window, count in plan_windows(start, steps, steps_per_epoch):
+            if stopper.stopping and logger.step > start:
+                break
+            model.fit(
+                batches.skip(first),
+                epochs=count,
+                steps_per_epoch=window,
+                callbacks=callbacks,
+                shuffle=False,  # the batches come in their seeded order
+                verbose=0,
+            )
+    finally:
+        logger.bar.close()
     if stopper.stopping and logger.step < steps:
         if checkpoints is None:
             raise TrainingInterrupted(
@@ -289,25 +299,25 @@ def _train(
 
 
 class _EpochLog(keras.callbacks.Callback):
-    """One record per epoch end (or per stop): step, epoch (a fraction when cut), metrics."""
+    """One record per epoch end (or per stop): step, epoch (a fraction when cut), metrics;
+    ``bar`` (a :func:`~keras_electra.training.callbacks.progress_bar`) advances every
+    step with the running loss and prints each epoch's line."""
 
     def __init__(
-        self,
-        records: list,
-        steps_per_epoch: int,
-        start: int,
-        resume: _Resume | None,
-        show: bool = False,
+        self, records: list, steps_per_epoch: int, start: int, resume: _Resume | None, bar
     ):
         super().__init__()
         self.records = records
         self.steps_per_epoch = steps_per_epoch
         self.step = start
         self.resume = resume
-        self.show = show
+        self.bar = bar
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
+        self.bar.update(1)
+        if logs and "loss" in logs:
+            self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}", refresh=False)
 
     def on_epoch_end(self, epoch, logs=None):
         epoch_number = self.step / self.steps_per_epoch
@@ -319,11 +329,11 @@ class _EpochLog(keras.callbacks.Callback):
         self.records.append(record)
         if self.resume is not None:
             self.resume.append(record)
-        if self.show:
+        if not self.bar.disable:
             shown = ", ".join(
                 f"{k}={v:.4g}" for k, v in record.items() if k not in ("step", "epoch")
             )
-            print(f"epoch {record['epoch']} (step {self.step}): {shown}", flush=True)
+            self.bar.write(f"epoch {record['epoch']} (step {self.step}): {shown}")
 
 
 class _Resume:

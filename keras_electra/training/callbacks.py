@@ -122,16 +122,7 @@ class MetricsLogger(keras.callbacks.Callback):
             self.writer = tf.summary.create_file_writer(str(tensorboard_dir))
         self.step = initial_step
         self.history: list[dict] = []
-        interactive = sys.stderr.isatty()
-        self._bar = tqdm(
-            total=total_steps,
-            initial=initial_step,
-            desc="pretrain",
-            unit="step",
-            disable=not progress,
-            dynamic_ncols=True,
-            mininterval=0.1 if interactive else 30.0,  # logs get a line every 30 s, not every step
-        )
+        self._bar = progress_bar("pretrain", total_steps, initial_step, progress)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._window_start = time.perf_counter()
@@ -208,6 +199,20 @@ class MetricsLogger(keras.callbacks.Callback):
 
     def close(self) -> None:
         self._bar.close()
+
+
+def progress_bar(name: str, total: int, initial: int, show: bool) -> tqdm:
+    """A run's progress bar on stderr: steps done of ``total``, steps/s and the time
+    left; on a terminal it redraws often, in a log file it adds a line every 30 s."""
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=name,
+        unit="step",
+        disable=not show,
+        dynamic_ncols=True,
+        mininterval=0.1 if sys.stderr.isatty() else 30.0,
+    )
 
 
 class CheckpointEvery(keras.callbacks.Callback):
