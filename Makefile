@@ -6,7 +6,7 @@ DEMO_RUN ?= runs/demo
 DEMO_STEPS ?= 600
 DEMO_EXPORT ?= saved_models/demo
 
-.PHONY: setup demo test lint clean bench-data bench-electra-vs-mlm
+.PHONY: setup demo test docs lint clean bench-data bench-electra-vs-mlm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,10 +39,15 @@ demo: setup
 	  "The king is dead, long live the banana." \
 	  "My lord, the computer is at the gate."
 
-# Two workers, one test file each at a time (files share their module fixtures): 20 min
-# on a 2-core machine against about 35 in one process.
+# Two workers, one test file each at a time (files share their module fixtures): about
+# 15 minutes on a 2-core machine (README, "Benchmarks"); CI allows 20.
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link
+# or a docstring that does not match its signature.
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The ELECTRA-vs-MLM benchmark (README, "ELECTRA vs MLM"): its data from Debian and PyPI
 # packages (the SWORD modules need root: see benchmarks/data.py), then its cells (hours:
@@ -58,4 +63,4 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff format --check keras_electra tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs site .pytest_cache

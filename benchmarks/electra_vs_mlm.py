@@ -269,8 +269,9 @@ def summarize(rows: list[dict], tasks: list[str]) -> dict:
 
 
 def markdown_table(rows: list[dict], tasks: list[str]) -> str:
-    """The README's table: test accuracy mean ± std over seeds per objective × task at
-    half and at the full budget, and the pretraining figures at the end."""
+    """The results table (docs/research/electra-vs-mlm.md): test accuracy mean ± std
+    over seeds per objective × task at half and at the full budget, and the pretraining
+    figures at the end."""
     by_objective = collections.defaultdict(list)
     for row in rows:
         by_objective[row["objective"]].append(row)
@@ -411,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--cache", type=Path, help="the data cache (default: benchmarks/cache)")
     parser.add_argument("--table-only", action="store_true", help="only print the table and PNG")
-    parser.add_argument("--markdown", action="store_true", help="also print the README's table")
+    parser.add_argument(
+        "--markdown", action="store_true", help="also print the results as a Markdown table"
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",

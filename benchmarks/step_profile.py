@@ -11,7 +11,7 @@ the random draws, multiplies and selects of dropout count as dropout) and per op
         [--baseline REF]   # the same for commit REF's keras_electra
 
 Output: one JSON object per line (``category`` rows, then the top ``op`` types, then a
-``summary`` with the wall time per step), or ``--markdown`` for the README's table.
+``summary`` with the wall time per step), or ``--markdown`` for the table in docs/measurements.md.
 Op time is summed over threads, so it can exceed wall time when ops run in parallel;
 shares are of total op time.
 """
@@ -171,7 +171,7 @@ def main(argv=None) -> None:
     add_model_arguments(p)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--top", type=int, default=15, help="op types listed")
-    p.add_argument("--markdown", action="store_true", help="print the README's table")
+    p.add_argument("--markdown", action="store_true", help="print the profile as a Markdown table")
     p.add_argument(
         "--names",
         type=int,

@@ -269,7 +269,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_position_embeddings=128,
         generator_hidden_size=0.25,
         # The recipe that keeps this small a discriminator detecting to the end of a
-        # CPU-sized run (README, "The tiny recipe"): sampling at temperature 2 (at 1,
+        # CPU-sized run (docs/research/tiny-recipe.md): sampling at temperature 2 (at 1,
         # the paper's, it collapses to the base rate by step ~250) and GDES sharing
         # (plain sharing slows the generator: MLM accuracy 0.089 vs 0.112 at step 600).
         # The larger presets keep the paper's temperature 1 and full sharing.

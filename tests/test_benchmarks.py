@@ -52,7 +52,7 @@ def test_electra_vs_mlm_smoke_builds_the_table_at_equal_compute_and_resumes(tmp_
     assert table["none"]["tweet_sentiment"] == {"mean": accuracy, "std": 0.0, "n": 1}
     image = matplotlib.image.imread(results.with_suffix(".png"))
     assert image.shape[1] > 4 * image.shape[0] / 2 and np.ptp(image) > 0
-    # A rerun finds every cell done and appends nothing; --markdown prints the README table.
+    # A rerun finds every cell done and appends nothing; --markdown prints the results table.
     assert bench.main([*argv, "--markdown"]) == 0
     assert len(results.read_text().splitlines()) == 3
     out = capsys.readouterr().out

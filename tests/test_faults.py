@@ -8,7 +8,7 @@
 - a truncated TFRecord shard, a changed vocabulary, a metrics line cut short (with the
   full disk: the resumed run drops it).
 
-README.md's "Reliability" table points here.
+docs/reliability.md's table points here.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_sigterm_at_random_steps_exits_75_and_resumes_to_the_uninterrupted_weigh
     """Three SIGTERMs to real `keras-electra pretrain` processes at random steps, then a
     rerun of the same command to the end: the weights equal an uninterrupted run's.
 
-    (``python benchmarks/sigterm_trials.py`` runs ten; README gives the figures.)
+    (``python benchmarks/sigterm_trials.py`` runs ten; docs/reliability.md gives the figures.)
     """
     trials = _load_trials_script()
     result = trials.run_trials(3, tmp_path, small_corpus, vocab_file, steps=100, seed=1)

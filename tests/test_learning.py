@@ -1,17 +1,17 @@
 """The tiny preset learns on the sample corpus in a couple of minutes of CPU time.
 
-What this shows, measured (see the README): the generator's masked-LM accuracy ends
-well above the most-frequent-token baseline; the discriminator still detects the
+What this shows, measured (docs/research/tiny-recipe.md): the generator's masked-LM
+accuracy ends well above the most-frequent-token baseline; the discriminator still detects the
 generator's replacements at the last window (AUC >= 0.80, recall > 0, final-layer
 cosine <= 0.5, with the tiny preset's temperature-2 sampling and GDES sharing),
 separates out-of-context tokens in held-out text, and the exported model flags an
 implanted word. What it has learned at this compute is mostly rarity: the health probe's
-``context_auc`` (unigram replacements) stays near 0.5 (README, "Run health").
+``context_auc`` (unigram replacements) stays near 0.5 (docs/run-health.md).
 
 float32 and mixed_bfloat16 run all 600 steps and every check: mixed precision must learn
 as float32 does. mixed_float16 (emulated on CPUs, 1.8x slower than float32 here) runs a
 200-step run (its own warm-up and decay; the detector has learned by then: AUC 0.87 at
-step 150 in the README's table) and the checks that hold there: finite metrics, the
+step 150 in docs/research/tiny-recipe.md) and the checks that hold there: finite metrics, the
 detector working at its last window and on held-out text, the rarity cue; it skips the
 generator's accuracy threshold and the export check, which need 600 steps.
 """

@@ -1,7 +1,7 @@
 """Multi-worker training: two worker processes on 127.0.0.1 with MultiWorkerMirroredStrategy.
 
 Each worker is a fresh ``python`` process with its own ``TF_CONFIG`` (the
-launch the README documents); both share one run directory, as workers share a
+launch docs/distributed.md documents); both share one run directory, as workers share a
 bucket or network filesystem. Collectives run over gRPC with the RING
 implementation, which works on CPU. Every wait has a timeout, so a hung
 collective fails the test instead of blocking CI.

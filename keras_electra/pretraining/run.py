@@ -13,7 +13,7 @@ checkpoint: same step, optimizer state, masking and dropout random streams and
 data position (the deterministic input pipeline is advanced past the batches
 already seen).
 
-Faults (the README's "Reliability" section lists them with their tests): SIGTERM
+Faults (docs/reliability.md lists them with their tests): SIGTERM
 or SIGINT finishes the step, saves a checkpoint at it and raises
 :class:`~keras_electra.errors.TrainingInterrupted`; a step whose loss or gradient
 norm is not finite stops the run or is skipped (``on_nan``); a failed write
