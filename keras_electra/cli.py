@@ -221,7 +221,10 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", metavar="RUN_DIR", help="a pretraining run directory")
     source.add_argument(
-        "--init", metavar="DIR", help="a directory with config.json, vocab.txt and checkpoints/"
+        "--init",
+        metavar="DIR",
+        help="a directory with config.json, vocab.txt and checkpoints/ (`keras-electra "
+        "convert` writes one), or a Hugging Face model: hf:ORG/NAME",
     )
     # Checked by the library, whose error names the choices in one sentence.
     p.add_argument("--task", required=True, metavar="TASK", help=" | ".join(TASKS))
@@ -303,11 +306,13 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         metavar="SRC",
         help="with --from: TF1 checkpoint prefix or directory, Hugging Face "
-        "discriminator directory, or keras-hub preset directory",
+        "discriminator directory or model id (hf:ORG/NAME), or keras-hub preset directory",
     )
     p.add_argument("--run", metavar="DIR", help="with --to: the run or init directory to write")
     p.add_argument("--output", required=True, metavar="DIR", help="the directory to write")
-    p.add_argument("--generator", metavar="DIR", help="hf: the generator's directory")
+    p.add_argument(
+        "--generator", metavar="DIR", help="hf: the generator's directory or hf:ORG/NAME"
+    )
     p.add_argument("--vocab", metavar="FILE", help="google: vocab.txt (default: next to SRC)")
     p.add_argument(
         "--preset",

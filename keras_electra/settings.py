@@ -109,7 +109,8 @@ class PretrainSettings:
     # `keras-electra convert` wrote); the optimizer, the step and the data order start fresh.
     init: str | None = option(
         None,
-        "start from this run's or `keras-electra convert` output's weights",
+        "start from this run's or `keras-electra convert` output's weights, or from a "
+        "Hugging Face model (hf:ORG/NAME, fetched and converted once)",
         metavar="DIR",
         record=False,
     )

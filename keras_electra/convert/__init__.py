@@ -28,6 +28,7 @@ from keras_electra.convert.core import (
 )
 from keras_electra.convert.google import read_google
 from keras_electra.convert.hf import read_hf, write_hf
+from keras_electra.convert.hub import is_hub_id, local_source
 from keras_electra.convert.keras_hub import read_keras_hub, write_keras_hub
 from keras_electra.errors import ConfigError
 
@@ -64,6 +65,12 @@ def read(source: str | Path, source_format: str, **options) -> Converted:
         raise ConfigError(
             f"Unknown source format '{source_format}'; choose one of: {', '.join(SOURCES)}."
         )
+    if source_format == "hf":  # a directory, or hf:ORG/NAME fetched from the Hub
+        source = local_source(source)
+        if options.get("generator") is not None:
+            options = {**options, "generator": local_source(options["generator"])}
+    elif is_hub_id(source):
+        raise ConfigError(f"'{source}' is a Hugging Face model: convert it with --from hf.")
     if not Path(source).exists() and not Path(str(source) + ".index").exists():
         raise ConfigError(f"'{source}' does not exist.")
     if source_format == "google":

@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from keras_electra.atomic import write_atomic, write_json
 from keras_electra.config import ElectraConfig
+from keras_electra.convert.hub import local_init
 from keras_electra.data import ElectraTokenizer, fit_options
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
@@ -119,7 +120,8 @@ def finetune(
     source's model size (:func:`~keras_electra.settings.recipe_defaults`).
 
     Args:
-        source: a pretraining run (or init) directory.
+        source: a pretraining run (or init) directory, or a Hugging Face model
+            (``hf:ORG/NAME``, fetched and converted once: :mod:`keras_electra.convert.hub`).
         task: ``classify``, ``regress``, ``tag`` or ``qa``.
         train: training file (TSV/CSV/JSONL for classify/regress, CoNLL for tag,
             SQuAD JSON for qa).
@@ -144,7 +146,8 @@ def finetune(
     """
     options = _options(options, keywords)
     check_task(task)
-    source = Path(source)
+    named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
+    source = Path(local_init(source))
     config, tokenizer = read_source(source)
     preset = _source_preset(source, config)
     options = options.resolved(preset, task, config.max_position_embeddings)
@@ -154,7 +157,7 @@ def finetune(
         task,
         options,
         training={**hyper, "preset": preset, "seed": seed},
-        source=str(source),
+        source=named,
     )
     handler = get_task(task)
 

@@ -35,6 +35,7 @@ import keras
 import tensorflow as tf
 
 from keras_electra.config import ElectraConfig
+from keras_electra.convert.hub import local_init
 from keras_electra.data import (
     ElectraTokenizer,
     check_corpus_has_text,
@@ -166,6 +167,8 @@ def pretrain(
 def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> RunResult:
     """Resolve the settings, prepare the run directory, build the model, then train."""
     run = RunDirectory(run_dir)
+    # --init hf:ORG/NAME: fetched and converted once, then read as a directory.
+    requested = dataclasses.replace(requested, init=local_init(requested.init))
     settings = requested.resolved(_init_preset(requested.init))
     distribution = _distribution(settings, stop)
     chief = is_chief(distribution)
