@@ -178,9 +178,29 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
     p.add_argument("text", nargs="+", help="sentences to score")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--model", metavar="DIR", help="saved_models/NAME or a version folder")
-    where.add_argument("--server", metavar="HOST:PORT", help="TF Serving gRPC address")
+    where.add_argument(
+        "--server",
+        metavar="ADDRESS",
+        help="TF Serving: HOST:PORT for gRPC, or an http:// or https:// URL for REST",
+    )
     p.add_argument("--model-name", default="electra", help="model name on the server")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per gRPC call")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    p.add_argument("--tls", action="store_true", help="gRPC over TLS (the system's CAs)")
+    p.add_argument(
+        "--root-certificates",
+        metavar="FILE",
+        help="the CA that signed the server's certificate (PEM); implies TLS",
+    )
+    p.add_argument(
+        "--client-certificate", metavar="FILE", help="mutual TLS: this client's certificate (PEM)"
+    )
+    p.add_argument("--client-key", metavar="FILE", help="mutual TLS: its private key (PEM)")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="a bearer token for an authenticating proxy, read from this file (default: "
+        "$KERAS_ELECTRA_TOKEN when set; never on the command line, where ps shows it)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of highlighted text")
     p.set_defaults(func=_run_score)
 
@@ -193,7 +213,17 @@ def _run_score(args: argparse.Namespace) -> int:
     if args.model:
         rows = score_with_saved_model(args.model, args.text)
     else:
-        rows = score_with_server(args.server, args.model_name, args.text, timeout=args.timeout)
+        rows = score_with_server(
+            args.server,
+            args.model_name,
+            args.text,
+            timeout=args.timeout,
+            tls=args.tls,
+            root_certificates=args.root_certificates,
+            client_certificate=args.client_certificate,
+            client_key=args.client_key,
+            token=_token(args.token_file),
+        )
     if args.json:
         records = [
             {
@@ -207,6 +237,23 @@ def _run_score(args: argparse.Namespace) -> int:
     else:
         print(format_scores(rows, color=sys.stdout.isatty()))
     return 0
+
+
+def _token(path: str | None) -> str | None:
+    """The bearer token: the file's first line, else ``$KERAS_ELECTRA_TOKEN``, else None."""
+    from keras_electra.errors import ConfigError
+
+    if path is None:
+        return os.environ.get("KERAS_ELECTRA_TOKEN") or None
+    try:
+        from pathlib import Path
+
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise ConfigError(f"Cannot read --token-file '{path}' ({error.strerror}).") from None
+    if not lines or not lines[0].strip():
+        raise ConfigError(f"--token-file '{path}' is empty.")
+    return lines[0].strip()
 
 
 def _add_finetune(sub: argparse._SubParsersAction) -> None:

@@ -98,11 +98,21 @@ def score_with_saved_model(path: str, texts: Sequence[str]) -> list[TokenScores]
 def score_with_server(
     target: str, model_name: str, texts: Sequence[str], **client_args
 ) -> list[TokenScores]:
-    """Score texts with a TF Serving server over gRPC (``HOST:PORT``)."""
+    """Score texts with a TF Serving server: over gRPC for ``HOST:PORT``, over its REST
+    API for an ``http://`` or ``https://`` URL. ``client_args`` go to the client
+    (``timeout``; ``token``, ``headers``, ``root_certificates``, a client certificate;
+    ``tls`` for gRPC)."""
+    inputs = {"text": np.array([t.encode("utf-8") for t in texts], object)}
+    if target.startswith(("http://", "https://")):
+        from keras_electra.serving.rest_client import RestClient
+
+        client_args.pop("tls", None)  # the URL's scheme says it
+        outputs = RestClient(target, model_name, **client_args).predict(inputs)
+        return rows_from_outputs(outputs)
     from keras_electra.serving.grpc_client import GrpcClient
 
     with GrpcClient(target, model_name, **client_args) as client:
-        outputs = client.predict({"text": np.array([t.encode("utf-8") for t in texts], object)})
+        outputs = client.predict(inputs)
     return rows_from_outputs(outputs)
 
 

@@ -650,7 +650,8 @@ def test_compose_and_readme_use_real_server_flags_and_mounted_files() -> None:
     yaml = pytest.importorskip("yaml")
     service = yaml.safe_load((SERVING_DIR / "compose.yaml").read_text())["services"]["tfserving"]
     assert service["image"] == "tensorflow/serving:2.20.0"
-    assert set(service["ports"]) == {"8500:8500", "8501:8501"}
+    # Bound to this host only: TF Serving has no authentication.
+    assert set(service["ports"]) == {"127.0.0.1:8500:8500", "127.0.0.1:8501:8501"}
     flags = dict(re.fullmatch(r"--(\w+)=(.*)", arg).groups() for arg in service["command"])
     assert set(flags) <= TF_SERVING_FLAGS
     assert (flags["port"], flags["rest_api_port"]) == ("8500", "8501")
@@ -661,7 +662,7 @@ def test_compose_and_readme_use_real_server_flags_and_mounted_files() -> None:
     assert mounts["/models"] == "../saved_models"
 
     readme = (SERVING_DIR / "README.md").read_text()
-    docker_run = readme[readme.index("docker run --rm -p 8500") :].split("```")[0]
+    docker_run = readme[readme.index("docker run --rm -p 127.0.0.1:8500") :].split("```")[0]
     readme_flags = set(re.findall(r"--([a-z_]+)=", docker_run))
     assert readme_flags <= TF_SERVING_FLAGS and {"model_config_file", "enable_batching"} <= (
         readme_flags

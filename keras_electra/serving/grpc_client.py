@@ -5,7 +5,10 @@ Classify, GetModelMetadata) and ``ModelService`` (GetModelStatus). Every call
 has a deadline; calls that fail with ``UNAVAILABLE`` (server down, restarting,
 overloaded) are retried with exponential backoff a bounded number of times;
 every other failure raises :class:`ServingError` at once with the server's
-message.
+message. Behind TLS and an authenticating proxy, the channel is encrypted
+(``tls``, ``root_certificates``, a client certificate for mutual TLS) and every
+call carries the credentials as metadata (``token``, ``headers``; see
+:mod:`keras_electra.serving.credentials`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ from tensorflow_serving.apis import (
 )
 
 from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
+from keras_electra.serving.credentials import (
+    CallCredentials,
+    Headers,
+    Pem,
+    Token,
+    check_client_pair,
+    read_pem,
+)
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.metadata import signature_defs_to_dict
 from keras_electra.serving.tensors import (
@@ -52,12 +63,25 @@ class GrpcClient(ModelClient):
         max_message_mb: Send and receive message size limit, in MiB (gRPC's
             default receive limit is 4 MiB, too small for big batches).
         backoff: First wait between attempts, in seconds (doubles each time).
+        tls: Encrypt the channel, trusting the system's certificate authorities
+            (implied by ``root_certificates`` and a client certificate).
+        root_certificates: The CA that signed the server's certificate (PEM bytes,
+            text or file), for a private CA.
+        client_certificate: For mutual TLS: this client's certificate (PEM), with
+            ``client_key``.
+        client_key: The client certificate's private key (PEM).
+        token: Sent with every call as ``authorization: Bearer TOKEN`` metadata; a
+            function is called before each call (for tokens that expire).
+        headers: More metadata for every call (``{"x-api-key": KEY}``), or a
+            function returning it.
 
     Examples:
         >>> with GrpcClient("localhost:8500", "electra") as client:  # doctest: +SKIP
         ...     outputs = client.predict({"text": ["the chef cooked the meal"]})
         >>> outputs["replaced_prob"].shape  # doctest: +SKIP
         (1, 5)
+        >>> secured = GrpcClient("serving.example.com:443", "electra", tls=True,
+        ...                      token=lambda: fetch_token())  # doctest: +SKIP
     """
 
     def __init__(
@@ -71,17 +95,32 @@ class GrpcClient(ModelClient):
         retries: int = 3,
         max_message_mb: int = 256,
         backoff: float = 0.5,
+        tls: bool = False,
+        root_certificates: Pem | None = None,
+        client_certificate: Pem | None = None,
+        client_key: Pem | None = None,
+        token: Token | None = None,
+        headers: Headers | None = None,
     ) -> None:
         super().__init__(model_name, version, version_label, timeout, retries, backoff)
         self.target = target
+        check_client_pair(client_certificate, client_key)
+        self.tls = bool(tls or root_certificates is not None or client_certificate is not None)
+        self.credentials = CallCredentials(token, headers)
         limit = max_message_mb * 1024 * 1024
-        self._channel = grpc.insecure_channel(
-            target,
-            options=[
-                ("grpc.max_send_message_length", limit),
-                ("grpc.max_receive_message_length", limit),
-            ],
-        )
+        options = [
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", limit),
+        ]
+        if self.tls:
+            secure = grpc.ssl_channel_credentials(
+                root_certificates=read_pem(root_certificates, "root certificate"),
+                private_key=read_pem(client_key, "client key"),
+                certificate_chain=read_pem(client_certificate, "client certificate"),
+            )
+            self._channel = grpc.secure_channel(target, secure, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
         self._predictions = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         self._models = model_service_pb2_grpc.ModelServiceStub(self._channel)
 
@@ -97,7 +136,8 @@ class GrpcClient(ModelClient):
 
     def _call(self, rpc: str, method: Callable[..., Any], request: Any) -> Any:
         def attempt() -> Any:
-            return method(request, timeout=self.timeout)
+            metadata = tuple(self.credentials.headers().items()) or None
+            return method(request, timeout=self.timeout, metadata=metadata)
 
         def retryable(err: Exception) -> bool:
             return isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAVAILABLE
@@ -108,6 +148,15 @@ class GrpcClient(ModelClient):
             )
         except RetriesExhausted as exhausted:
             details = exhausted.error.details()  # type: ignore[attr-defined]
+            if self.tls and "ssl" in details.lower():
+                raise ServingError(
+                    f"Could not open a TLS connection to TF Serving at {self.target} "
+                    f"({details.split(': ')[-1]}); pass root_certificates= the CA that "
+                    "signed its certificate (--root-certificates), and a client "
+                    "certificate if it asks for one.",
+                    code="UNAVAILABLE",
+                    details=details,
+                ) from None
             raise ServingError(
                 f"Could not reach TF Serving at {self.target} after {exhausted.attempts} "
                 f"attempts (UNAVAILABLE: {details}); check that the server is running and "
@@ -117,7 +166,13 @@ class GrpcClient(ModelClient):
             ) from None
         except grpc.RpcError as err:
             code, details = err.code(), err.details()  # type: ignore[attr-defined]
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                message = (
+                    f"TF Serving at {self.target} refused {rpc} for model "
+                    f"'{self.model_name}' ({code.name}: {details}); pass the credentials "
+                    "its proxy expects (token= or headers=; --token-file)."
+                )
+            elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 message = (
                     f"TF Serving at {self.target} did not answer {rpc} for model "
                     f"'{self.model_name}' within {self.timeout:g} s; raise the timeout or "

@@ -6,12 +6,17 @@ import): ``POST /v1/models/NAME[/versions/N|/labels/L]:predict`` (row
 ``GET /v1/models/NAME``. ``bytes`` values travel as ``{"b64": ...}``. The
 server's ``{"error": ...}`` bodies become :class:`ServingError`; a refused
 connection or HTTP 503 is retried with exponential backoff a bounded number of
-times.
+times. ``https://`` URLs are verified against the system's certificate authorities
+or ``root_certificates``; a client certificate answers mutual TLS; ``token`` and
+``headers`` go with every request for an authenticating proxy (see
+:mod:`keras_electra.serving.credentials`).
 """
 
 from __future__ import annotations
 
 import json
+import ssl
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -21,6 +26,14 @@ from urllib.parse import quote
 import numpy as np
 
 from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
+from keras_electra.serving.credentials import (
+    CallCredentials,
+    Headers,
+    Pem,
+    Token,
+    check_client_pair,
+    read_pem,
+)
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.json_codec import as_array, decode_tensor, encode_tensor
 from keras_electra.serving.metadata import metadata_to_dict
@@ -143,6 +156,15 @@ class RestClient(ModelClient):
             int32, ...) using the model's metadata, fetched once and cached.
             If ``False``, dtypes are inferred from the JSON (decimals → float32,
             whole numbers → int64, strings → bytes).
+        root_certificates: For an ``https://`` URL signed by a private CA: that CA
+            (PEM bytes, text or file).
+        client_certificate: For mutual TLS: this client's certificate (PEM), with
+            ``client_key``.
+        client_key: The client certificate's private key (PEM).
+        token: Sent with every request as ``Authorization: Bearer TOKEN``; a
+            function is called before each request (for tokens that expire).
+        headers: More headers for every request (``{"X-Api-Key": KEY}``), or a
+            function returning them.
 
     Examples:
         >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
@@ -162,11 +184,30 @@ class RestClient(ModelClient):
         retries: int = 3,
         backoff: float = 0.5,
         typed_outputs: bool = True,
+        root_certificates: Pem | None = None,
+        client_certificate: Pem | None = None,
+        client_key: Pem | None = None,
+        token: Token | None = None,
+        headers: Headers | None = None,
     ) -> None:
         super().__init__(model_name, version, version_label, timeout, retries, backoff)
         if "://" not in base_url:
             base_url = "http://" + base_url
+        if "@" in base_url.split("://", 1)[1].split("/", 1)[0]:
+            raise ServingError(
+                "Pass credentials with token= or headers=, not in the URL (where errors "
+                "and logs would show them)."
+            )
         self.base_url = base_url.rstrip("/")
+        check_client_pair(client_certificate, client_key)
+        self.credentials = CallCredentials(token, headers)
+        self._tls = None
+        if self.base_url.startswith("https://"):
+            self._tls = _tls_context(root_certificates, client_certificate, client_key)
+        elif root_certificates is not None or client_certificate is not None:
+            raise ServingError(
+                f"Certificates were given but '{self.base_url}' is not an https:// URL."
+            )
         self.typed_outputs = typed_outputs
         self._metadata: dict[str, Any] | None = None
 
@@ -184,16 +225,16 @@ class RestClient(ModelClient):
 
     def _request(self, url: str, body: Mapping[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(
-            url,
-            data=data,
-            method="GET" if body is None else "POST",
-            headers={"Content-Type": "application/json"} if body is not None else {},
-        )
 
         def attempt() -> bytes:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.read()
+            headers = self.credentials.headers()
+            if body is not None:
+                headers["Content-Type"] = "application/json"
+            request = urllib.request.Request(
+                url, data=data, method="GET" if body is None else "POST", headers=headers
+            )
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self._tls) as answer:
+                return answer.read()
 
         def retryable(err: Exception) -> bool:
             if isinstance(err, urllib.error.HTTPError):
@@ -226,6 +267,14 @@ class RestClient(ModelClient):
                 code="DEADLINE_EXCEEDED",
             ) from err
         except urllib.error.URLError as err:
+            if isinstance(err.reason, ssl.SSLError):
+                raise ServingError(
+                    f"Could not open a TLS connection to TF Serving at {url} "
+                    f"({getattr(err.reason, 'reason', None) or err.reason}); pass "
+                    "root_certificates= the CA that signed its certificate "
+                    "(--root-certificates), and a client certificate if it asks for one.",
+                    code="UNAVAILABLE",
+                ) from None
             raise ServingError(
                 f"Could not reach TF Serving at {url} ({err.reason}); check the URL.",
                 code="UNAVAILABLE",
@@ -243,8 +292,11 @@ class RestClient(ModelClient):
             message = json.loads(raw).get("error", raw)
         except (json.JSONDecodeError, AttributeError):
             message = raw.strip() or err.reason
+        advice = ""
+        if err.code in (401, 403):
+            advice = "; pass the credentials its proxy expects (token= or headers=; --token-file)"
         return ServingError(
-            f"TF Serving at {url} rejected the request with HTTP {err.code}: {message}",
+            f"TF Serving at {url} rejected the request with HTTP {err.code}: {message}{advice}",
             code=_CODES.get(err.code),
             http_status=err.code,
             details=str(message),
@@ -360,3 +412,18 @@ class RestClient(ModelClient):
             }
             for item in response.get("model_version_status", [])
         ]
+
+
+def _tls_context(root: Pem | None, certificate: Pem | None, key: Pem | None) -> ssl.SSLContext:
+    """A verifying TLS context: the system's CAs, or ``root``; a client certificate for
+    mutual TLS (``ssl`` loads a certificate chain from files only, so PEM given as
+    bytes is written to a private temporary file for the call)."""
+    roots = read_pem(root, "root certificate")
+    context = ssl.create_default_context(cadata=roots.decode("ascii") if roots else None)
+    if certificate is not None:
+        pair = read_pem(certificate, "client certificate") + b"\n" + read_pem(key, "client key")
+        with tempfile.NamedTemporaryFile(suffix=".pem") as handle:  # created 0600
+            handle.write(pair)
+            handle.flush()
+            context.load_cert_chain(handle.name)
+    return context

@@ -12,7 +12,10 @@ when it loads a version.
 
 from __future__ import annotations
 
+import json
 import os
+import ssl
+import tempfile
 import threading
 from collections.abc import Mapping
 from concurrent import futures
@@ -118,6 +121,43 @@ class _CountingHTTPServer(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
 
+class _RequireMetadata(grpc.ServerInterceptor):
+    """What an authenticating proxy in front of TF Serving does: a call without the
+    expected metadata is refused with UNAUTHENTICATED."""
+
+    def __init__(self, name: str, value: str) -> None:
+        self.expected = (name.lower(), value)
+
+    def intercept_service(self, continuation, handler_call_details):
+        if self.expected in tuple(handler_call_details.invocation_metadata or ()):
+            return continuation(handler_call_details)
+
+        def refuse(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong credentials")
+
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+def _requiring_header(handler: type, name: str, value: str) -> type:
+    """The REST handler behind a proxy: a request without the header gets HTTP 401."""
+
+    class Checked(handler):
+        def parse_request(self) -> bool:
+            if not super().parse_request():
+                return False
+            if self.headers.get(name) == value:
+                return True
+            data = json.dumps({"error": "missing or wrong credentials"}).encode("utf-8")
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return False
+
+    return Checked
+
+
 class ModelServer:
     """A TF Serving stand-in on 127.0.0.1 with real gRPC and HTTP servers.
 
@@ -135,6 +175,12 @@ class ModelServer:
         version_labels: Optional version labels, e.g. ``{"stable": 1}``.
         method_name_check: Mirror of ``--enable_signature_method_name_check``.
         max_rest_requests: The HTTP loop stops after this many requests.
+        tls: ``(private key, certificate chain)`` PEM bytes: both servers speak TLS
+            (gRPC over TLS, HTTPS), as behind a TLS-terminating proxy.
+        client_ca: With ``tls``, require client certificates signed by this CA (PEM).
+        required_header: ``(name, value)`` every call must carry (gRPC metadata or an
+            HTTP header), as an authenticating proxy requires; else UNAUTHENTICATED
+            (gRPC) or HTTP 401.
 
     Example:
         >>> with ModelServer("saved_models/electra", "electra") as server:
@@ -153,7 +199,11 @@ class ModelServer:
         version_labels: Mapping[str, int] | None = None,
         method_name_check: bool = False,
         max_rest_requests: int = 10_000,
+        tls: tuple[bytes, bytes] | None = None,
+        client_ca: bytes | None = None,
+        required_header: tuple[str, str] | None = None,
     ) -> None:
+        self._tls, self._client_ca, self._required = tls, client_ca, required_header
         versions = find_versions(export_base_dir_or_dir)
         self.version = max(versions)
         self.export_dir = versions[self.version]
@@ -179,7 +229,7 @@ class ModelServer:
     @property
     def rest_url(self) -> str:
         """Base URL of the REST server, e.g. ``http://127.0.0.1:8501``."""
-        return f"http://{self.host}:{self.rest_port}"
+        return f"{'https' if self._tls else 'http'}://{self.host}:{self.rest_port}"
 
     def start(self) -> ModelServer:
         """Loads the model and starts both servers."""
@@ -191,13 +241,32 @@ class ModelServer:
             method_name_check=self._method_name_check,
         )
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
+        interceptors = [_RequireMetadata(*self._required)] if self._required else []
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=4), options=options, interceptors=interceptors
+        )
         add_servicers(self._grpc, model)
-        self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self._ports[0]}")
+        address = f"{self.host}:{self._ports[0]}"
+        if self._tls:
+            secure = grpc.ssl_server_credentials(
+                [self._tls],
+                root_certificates=self._client_ca,
+                require_client_auth=self._client_ca is not None,
+            )
+            self.grpc_port = self._grpc.add_secure_port(address, secure)
+        else:
+            self.grpc_port = self._grpc.add_insecure_port(address)
         if not self.grpc_port:
             raise ServingError(f"Cannot bind the gRPC port {self.host}:{self._ports[0]}.")
         self._grpc.start()
-        self._http = _CountingHTTPServer((self.host, self._ports[1]), make_handler(model))
+        handler = make_handler(model)
+        if self._required:
+            handler = _requiring_header(handler, *self._required)
+        self._http = _CountingHTTPServer((self.host, self._ports[1]), handler)
+        if self._tls:
+            self._http.socket = _server_tls(self._tls, self._client_ca).wrap_socket(
+                self._http.socket, server_side=True
+            )
         self._http.timeout = 0.1
         self.rest_port = self._http.server_address[1]
         self._http_thread = threading.Thread(target=self._serve_http, daemon=True)
@@ -236,3 +305,16 @@ class ModelServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _server_tls(pair: tuple[bytes, bytes], client_ca: bytes | None) -> ssl.SSLContext:
+    """The HTTPS side's TLS context (``ssl`` reads key and chain from a file)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.NamedTemporaryFile(suffix=".pem") as handle:
+        handle.write(pair[1] + b"\n" + pair[0])
+        handle.flush()
+        context.load_cert_chain(handle.name)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=client_ca.decode("ascii"))
+    return context
