@@ -1,8 +1,9 @@
-"""Exports load and answer the way TF Serving 2.20 loads and runs them."""
+"""Exports load and answer the way TF Serving loads and runs them (2.21, and 2.20: its ops)."""
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,7 +71,7 @@ print(json.dumps({"ops": sorted(ops),
                   "tf_text_imported": "tensorflow_text" in sys.modules}))
 """
 
-# The tf-text ops of the tokenizers TF Serving 2.20 links (FastBertTokenizer and
+# The tf-text ops of the tokenizers TF Serving (2.20, 2.21) links (FastBertTokenizer and
 # BertTokenizer); RoundRobinTrimmer and other newer ops are deliberately absent.
 TF_SERVING_TEXT_OPS = {
     "FastBertNormalize",
@@ -93,6 +94,23 @@ def test_op_audit_every_op_is_core_or_in_tf_servings_tf_text_set(export_dir):
     assert set(audit["not_core"]) <= TF_SERVING_TEXT_OPS, audit["not_core"]
     assert "FastWordpieceTokenizeWithOffsets" in audit["not_core"]
     assert not [op for op in audit["ops"] if "RoundRobin" in op]
+
+
+def test_every_op_of_the_export_is_one_tf_serving_2_20_has(export_dir):
+    """An export made on this TensorFlow line still loads on a TF Serving 2.20 server
+    (docs/installation.md's support matrix): its ops are TensorFlow 2.20's core ops
+    (``tests/golden/tf_2.20_ops.txt``, recorded from TensorFlow 2.20.0) or the tf-text ops
+    TF Serving links."""
+    result = subprocess.run(
+        [sys.executable, "-c", AUDIT, str(export_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    ops = set(json.loads(result.stdout.strip().splitlines()[-1])["ops"])
+    recorded = Path(__file__).parent / "golden" / "tf_2.20_ops.txt"
+    lines = recorded.read_text(encoding="utf-8").splitlines()
+    serving_2_20 = {line for line in lines if line and not line.startswith("#")}
+    assert len(serving_2_20) > 1500 and "MatMul" in serving_2_20
+    assert not ops - serving_2_20 - TF_SERVING_TEXT_OPS, sorted(ops - serving_2_20)
 
 
 def test_signature_audit_real_dtypes_names_and_batch_dimension(runner):

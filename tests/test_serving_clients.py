@@ -649,7 +649,7 @@ def test_compose_and_readme_use_real_server_flags_and_mounted_files() -> None:
 
     yaml = pytest.importorskip("yaml")
     service = yaml.safe_load((SERVING_DIR / "compose.yaml").read_text())["services"]["tfserving"]
-    assert service["image"] == "tensorflow/serving:2.20.0"
+    assert service["image"] == "tensorflow/serving:2.21.0"
     # Bound to this host only: TF Serving has no authentication.
     assert set(service["ports"]) == {"127.0.0.1:8500:8500", "127.0.0.1:8501:8501"}
     flags = dict(re.fullmatch(r"--(\w+)=(.*)", arg).groups() for arg in service["command"])

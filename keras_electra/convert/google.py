@@ -42,7 +42,8 @@ def read_google(
     """Read a TF1 ELECTRA checkpoint.
 
     Args:
-        path: a checkpoint prefix (``.../model.ckpt-1000000``) or its directory.
+        path: a checkpoint prefix (``electra_small/electra_small`` in the released zips,
+            ``.../model.ckpt-N`` from a run) or its directory.
         vocab: the ``vocab.txt`` (default: one next to the checkpoint or one level up).
         preset: sizes to expect (e.g. ``small++`` for the released small model);
             read from the shapes when omitted.
@@ -50,7 +51,7 @@ def read_google(
         num_heads: discriminator attention heads (default: hidden size / 64).
 
     Examples:
-        >>> converted = read_google("electra_small/model.ckpt-1000000")  # doctest: +SKIP
+        >>> converted = read_google("electra_small/")  # the unzipped release  # doctest: +SKIP
         >>> converted.config.generator_hidden_size  # doctest: +SKIP
         1.0
     """
@@ -78,7 +79,7 @@ def _checkpoint_prefix(path: Path) -> str:
     if Path(str(path) + ".index").is_file():
         return str(path)
     raise ConfigError(
-        f"'{path}' is not a TF checkpoint: pass its prefix (e.g. model.ckpt-1000000, "
+        f"'{path}' is not a TF checkpoint: pass its prefix (e.g. electra_small/electra_small, "
         "without .index) or its directory."
     )
 

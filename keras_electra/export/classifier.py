@@ -1,4 +1,4 @@
-"""SavedModels of fine-tuned models, for TF Serving 2.20; classifiers and regressors here.
+"""SavedModels of fine-tuned models, for TF Serving 2.21; classifiers and regressors here.
 
 A fine-tuned output directory (``keras-electra finetune --output``, marked by
 ``finetune.json``) of any task exports with an in-graph tokenizer, like

@@ -1,4 +1,4 @@
-"""SavedModels of fine-tuned extractive QA models (``qa`` task), for TF Serving 2.20.
+"""SavedModels of fine-tuned extractive QA models (``qa`` task), for TF Serving 2.21.
 
 Encoding and decoding follow :mod:`keras_electra.finetuning.qa` in the graph:
 the question is tokenized and cut to ``max_query_length`` pieces (and to

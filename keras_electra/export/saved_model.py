@@ -1,4 +1,4 @@
-"""SavedModels with an in-graph tokenizer, for TF Serving 2.20.
+"""SavedModels with an in-graph tokenizer, for TF Serving 2.21.
 
 An export is a folder ``saved_models/NAME/VERSION/`` holding one SavedModel:
 

@@ -1,4 +1,4 @@
-"""SavedModels of fine-tuned taggers (``tag`` task), for TF Serving 2.20.
+"""SavedModels of fine-tuned taggers (``tag`` task), for TF Serving 2.21.
 
 The text is split into words on whitespace (as Python's ``str.split()``), each
 word into word pieces (``[UNK]`` if it yields none) and packed exactly as

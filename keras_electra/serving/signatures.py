@@ -1,6 +1,6 @@
 """SignatureDef helpers: method names and the ``classify`` signature contract.
 
-``tf.saved_model.save`` (TF 2.20) writes every signature with the method name
+``tf.saved_model.save`` (TF 2.20 and 2.21) writes every signature with the method name
 ``tensorflow/serving/predict``; it has no option to choose another. TF
 Serving's Classify API (gRPC ``Classify``, REST ``:classify``) accepts such a
 signature only while the server runs with its default
