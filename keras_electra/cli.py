@@ -482,7 +482,7 @@ def reference_markdown() -> str:
 
 def _flag_cell(action: argparse.Action) -> str:
     value = ""
-    if action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction):
+    if action.nargs != 0:
         if action.choices:
             value = " {" + ",".join(map(str, action.choices)) + "}"
         else:

@@ -417,15 +417,22 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
             parser.add_argument(meta["negated"], action="store_false", **kwargs)
             continue
         if f.type in ("bool", bool):
-            kwargs.update(action=argparse.BooleanOptionalAction, default=f.default)
-        else:
-            default = None if f.default is dataclasses.MISSING else f.default
-            kwargs.update(type=_value_type(f.type), default=default)
-            if "list" in str(f.type):
-                kwargs.update(nargs="+", default=None)
-            for key in ("choices", "metavar", "required"):
-                if meta[key]:
-                    kwargs[key] = meta[key]
+            # Two plain flags, not BooleanOptionalAction: on Python 3.10 that appends
+            # "(default: False)" to a help text that already says its default.
+            pair = parser.add_mutually_exclusive_group()
+            pair.add_argument(flag, action="store_true", **kwargs)
+            pair.add_argument(
+                "--no-" + flag[2:], dest=f.name, action="store_false", help=f"turn {flag} off"
+            )
+            parser.set_defaults(**{f.name: f.default})
+            continue
+        default = None if f.default is dataclasses.MISSING else f.default
+        kwargs.update(type=_value_type(f.type), default=default)
+        if "list" in str(f.type):
+            kwargs.update(nargs="+", default=None)
+        for key in ("choices", "metavar", "required"):
+            if meta[key]:
+                kwargs[key] = meta[key]
         parser.add_argument(flag, **kwargs)
 
 

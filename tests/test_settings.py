@@ -275,3 +275,15 @@ def test_finetune_json_takes_the_options_it_shares_by_name():
         assert getattr(settings, f.name) == getattr(options, f.name), f.name
         assert getattr(settings, f.name) != f.default, f"{f.name} has no case here"
     assert (settings.task, settings.source, settings.labels) == ("qa", "runs/x", ["a"])
+
+
+def test_a_boolean_flag_states_its_default_once_on_every_python():
+    """BooleanOptionalAction appended "(default: False)" on Python 3.10 to a help text
+    that already says its default; the two plain flags print it as written."""
+    parser = argparse.ArgumentParser(prog="pretrain")
+    add_arguments(parser, PretrainSettings)
+    text = " ".join(parser.format_help().split())
+    assert text.count("(default: off, slower on CPU)") == 1
+    assert "(default: False)" not in text
+    assert parse("--xla").xla is True and parse("--no-xla").xla is False
+    assert parse().xla is False
