@@ -505,8 +505,31 @@ def _default_cell(action: argparse.Action) -> str:
     return f"`{default}`"
 
 
+def _import_tensorflow_quietly() -> None:
+    """Import TensorFlow with the process's stderr pointed at /dev/null, unless the user
+    asked for TensorFlow's logs (``TF_CPP_MIN_LOG_LEVEL`` below 1).
+
+    TensorFlow 2.21 writes six INFO lines to stderr while it loads (absl's "All log
+    messages before absl::InitializeLog() is called are written to STDERR", oneDNN and
+    CUDA notices), whatever ``TF_CPP_MIN_LOG_LEVEL`` says; a command's error would then
+    not be the one sentence on stderr it is. An import that fails still raises here.
+    """
+    if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "1":
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            import tensorflow  # noqa: F401 - loaded once, quietly, for every command
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _import_tensorflow_quietly()
     from keras_electra.errors import (
         INTERRUPTED_EXIT_CODE,
         ElectraError,

@@ -102,8 +102,9 @@ def test_no_other_library_module_spells_a_run_directory_file_name():
         for key, value in vars(RunDirectory).items()
         if key.isupper() and isinstance(value, str)
     }
-    # Hugging Face, google-research and keras-hub directories have their own layouts.
-    other_formats = {"hf.py", "google.py", "keras_hub.py"}
+    # Hugging Face (and its Hub: hub.py), google-research and keras-hub directories have
+    # their own layouts.
+    other_formats = {"hf.py", "hub.py", "google.py", "keras_hub.py"}
     spelled = []
     for path in PACKAGE.rglob("*.py"):
         if path.name == "run_directory.py" or path.name in other_formats:

@@ -106,10 +106,11 @@ def init_directory(model: str) -> Path:
     ``hf:ORG/NAME``: its discriminator converted once (the generator starts fresh; for
     the released generator too, use ``keras-electra convert --from hf ... --generator``)."""
     from keras_electra.convert import convert
+    from keras_electra.run_directory import RunDirectory
 
     snapshot = fetch(model)
     target = cache_root() / _repo_id(model).replace("/", "--") / snapshot.name
-    if (target / "config.json").is_file():
+    if RunDirectory(target).has_config():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
@@ -118,7 +119,7 @@ def init_directory(model: str) -> Path:
         try:
             os.replace(partial / "init", target)
         except OSError:  # another process converted it first
-            if not (target / "config.json").is_file():
+            if not RunDirectory(target).has_config():
                 raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
