@@ -351,6 +351,28 @@ def test_unreachable_server_fails_clearly_after_bounded_retries() -> None:
     assert time.monotonic() - start < 10
 
 
+def test_rest_server_that_closes_without_answering_fails_in_one_sentence() -> None:
+    # urllib wraps only errors raised while connecting: a server (or proxy) that reads the
+    # request and hangs up raises RemoteDisconnected bare, past the URLError handler.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def hang_up() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+
+        thread = threading.Thread(target=hang_up, daemon=True)
+        thread.start()
+        rest = RestClient(f"127.0.0.1:{port}", "electra", retries=0, timeout=10)
+        with pytest.raises(ServingError, match="closed the connection without an answer") as err:
+            rest.status()
+        thread.join(timeout=10)
+    assert "\n" not in str(err.value) and err.value.code == "UNAVAILABLE"
+
+
 class _StubHandler(BaseHTTPRequestHandler):
     """Answers from ``server.script``: a list of (status, body) consumed in order."""
 

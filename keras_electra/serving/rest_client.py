@@ -20,6 +20,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from http.client import HTTPException
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -266,17 +267,29 @@ class RestClient(ModelClient):
                 "timeout or check the server's load.",
                 code="DEADLINE_EXCEEDED",
             ) from err
-        except urllib.error.URLError as err:
-            if isinstance(err.reason, ssl.SSLError):
+        except (urllib.error.URLError, ssl.SSLError, ConnectionError, HTTPException) as err:
+            # urllib wraps only what fails while connecting. Under TLS 1.3 a server that
+            # wants a client certificate says so after the handshake, so its alert (an
+            # SSLError) or its closed socket (RemoteDisconnected, a reset) reaches us bare.
+            reason = err.reason if isinstance(err, urllib.error.URLError) else err
+            if isinstance(reason, ssl.SSLError):
                 raise ServingError(
                     f"Could not open a TLS connection to TF Serving at {url} "
-                    f"({getattr(err.reason, 'reason', None) or err.reason}); pass "
+                    f"({getattr(reason, 'reason', None) or reason}); pass "
                     "root_certificates= the CA that signed its certificate "
                     "(--root-certificates), and a client certificate if it asks for one.",
                     code="UNAVAILABLE",
                 ) from None
+            if isinstance(reason, (ConnectionError, HTTPException)):
+                tls = " or a client certificate" if self._tls is not None else ""
+                raise ServingError(
+                    f"TF Serving at {url} closed the connection without an answer "
+                    f"({reason or type(reason).__name__}); check that the URL is its REST port "
+                    f"(--rest_api_port) and whether a proxy in front of it wants credentials{tls}.",
+                    code="UNAVAILABLE",
+                ) from None
             raise ServingError(
-                f"Could not reach TF Serving at {url} ({err.reason}); check the URL.",
+                f"Could not reach TF Serving at {url} ({reason}); check the URL.",
                 code="UNAVAILABLE",
             ) from None
         try:
