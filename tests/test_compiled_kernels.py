@@ -2,8 +2,14 @@
 same values as the XLA kernels they replace, the same dropout draws, used by the
 training step where they build, and the XLA kernels wherever they do not."""
 
+import ctypes
+import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -245,3 +251,150 @@ def test_the_compiled_loss_names_a_label_outside_the_vocabulary():
     logits = tf.zeros([2, 5], tf.bfloat16)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"label 7 is outside \[0, 5\)"):
         fused.sparse_cross_entropy(logits, tf.constant([1, 7]))
+
+
+# kernels() in a fresh process (TensorFlow registers an op once per process): whether it
+# returned the ops, on a first and a second call, and the warnings it logged.
+_PROBE = """
+import json, logging
+from keras_electra.layers import compiled
+warnings = []
+handler = logging.Handler(logging.WARNING)
+handler.emit = lambda record: warnings.append(record.getMessage())
+compiled.log.addHandler(handler)
+loaded = [compiled.kernels() is not None for _ in range(2)]
+print(json.dumps({"loaded": loaded, "warnings": warnings}))
+"""
+
+
+def _kernels_in_a_new_process(cache: Path) -> dict:
+    env = {**os.environ, "KERAS_ELECTRA_CACHE": str(cache)}
+    env.pop(compiled.ENABLE, None)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        env=env,
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _plant(library: Path, marker: Path) -> None:
+    """A valid shared object at ``library`` whose constructor, when it is loaded, writes
+    ``marker``: what another user would plant."""
+    source = marker.with_name("planted.c")
+    source.write_text(
+        "#include <stdio.h>\n"
+        "__attribute__((constructor)) static void planted(void) {\n"
+        f'  FILE *f = fopen("{marker}", "w"); if (f) fclose(f);\n'
+        "}\n"
+    )
+    library.parent.mkdir(parents=True)
+    subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+
+
+def _assert_refused(cache: Path, library: Path, marker: Path, reason: str) -> None:
+    """kernels() in a new process returns None with one warning naming ``reason`` and
+    the library, and never loads the planted library, which does run when loaded."""
+    result = _kernels_in_a_new_process(cache)
+    assert result["loaded"] == [False, False]
+    (warning,) = result["warnings"]
+    assert reason in warning and str(library) in warning
+    assert "training uses the XLA kernels" in warning
+    assert not marker.exists()  # its constructor never ran
+    ctypes.CDLL(str(library))  # the control: loading it does run it
+    assert marker.exists()
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: kernels() looks at no cache")
+def test_a_library_planted_in_a_group_or_other_writable_cache_is_never_loaded(
+    tmp_path, monkeypatch
+):
+    cache = tmp_path / "shared"
+    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(cache))
+    library = compiled.library_path(compiled._compiler())
+    marker = tmp_path / "the-planted-library-ran"
+    _plant(library, marker)
+    cache.chmod(0o777)
+    reason = f"{cache.resolve()} is writable by group or others (mode 777)"
+    _assert_refused(cache, library, marker, reason)
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: kernels() looks at no cache")
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a directory to another user")
+def test_a_library_in_a_directory_of_another_user_is_never_loaded(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(cache))
+    library = compiled.library_path(compiled._compiler())
+    marker = tmp_path / "the-planted-library-ran"
+    _plant(library, marker)
+    for directory in (cache, library.parents[1], library.parent):
+        directory.chmod(0o700)
+    os.chown(library.parent, 65534, 65534)  # nobody's
+    reason = f"{library.parent} belongs to uid 65534, not to this user (0)"
+    _assert_refused(cache, library, marker, reason)
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+def test_a_fresh_cache_is_private_to_the_user_and_its_kernels_load(tmp_path, monkeypatch):
+    cache = tmp_path / "new" / "cache"  # two directories to create
+    result = _kernels_in_a_new_process(cache)
+    assert result == {"loaded": [True, True], "warnings": []}
+    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(cache))
+    library = compiled.library_path(compiled._compiler())
+    for path in (cache.parent, cache, library.parents[1], library.parent, library):
+        info = os.lstat(path)
+        assert (info.st_mode & 0o777, info.st_uid) == (0o700, os.geteuid()), path
+
+
+def test_the_cache_key_covers_every_input_of_the_build(monkeypatch):
+    """The source, the flags, TensorFlow's version and flags, the compiler's path and
+    version, and the CPU each change the library's directory."""
+    first = compiled.library_path("/usr/bin/g++")
+    assert first.parent.parent == compiled.cache_root() and first.name == "kernels.so"
+    changes = [
+        (compiled, "SOURCE", Path(__file__)),
+        (compiled, "_FLAGS", [*compiled._FLAGS, "-DMORE"]),
+        (tf, "__version__", tf.__version__ + ".1"),
+        (tf.sysconfig, "get_link_flags", lambda: ["-lmore"]),
+        (compiled, "_compiler_version", lambda compiler: "g++ (GCC) 99.1"),
+        (compiled, "_cpu_signature", lambda: "model name: another"),
+    ]
+    paths = {first.parent, compiled.library_path("/usr/local/bin/g++").parent}
+    for owner, name, value in changes:
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, name, value)
+            paths.add(compiled.library_path("/usr/bin/g++").parent)
+    assert len(paths) == 2 + len(changes)
+    assert compiled.library_path("/usr/bin/g++") == first  # and only they do
+
+
+def test_the_private_xla_context_check_exists_and_tells_xla_graphs_apart():
+    """``_in_xla_function`` calls TensorFlow's private
+    ``control_flow_util.GraphOrParentsInXlaContext``: the day it moves, this fails."""
+    from tensorflow.python.ops import control_flow_util
+
+    assert callable(control_flow_util.GraphOrParentsInXlaContext)
+    seen = []
+
+    def trace(x):
+        seen.append(compiled._in_xla_function())
+        return x + 1
+
+    x = tf.constant(1.0)
+    tf.function(trace, jit_compile=True).get_concrete_function(x)
+    tf.function(trace).get_concrete_function(x)
+    assert seen == [True, False]
+
+
+def test_without_the_private_xla_context_check_it_assumes_xla_and_warns_once(monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "tensorflow.python.ops.control_flow_util", None)
+    compiled._warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger=compiled.__name__):
+        assert compiled._in_xla_function() and compiled._in_xla_function()
+    compiled._warn_once.cache_clear()
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "GraphOrParentsInXlaContext" in warning.getMessage()

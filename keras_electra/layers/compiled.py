@@ -5,15 +5,25 @@ XLA's CPU code for the fused kernels moves their bytes at 3-7 GB/s on a 2-core X
 a NumPy add moves 25 GB/s (``benchmarks/kernel_times.py``); the same loops written in C++
 and vectorized by the compiler run 1.5-2.3x as fast. :func:`kernels` compiles
 ``kernels.cc`` with the C++ compiler (``$CXX``, else ``g++``) against the installed
-TensorFlow on first use, into a cache directory keyed by the source, TensorFlow's version
-and this CPU (``-march=native``), and loads it. Where that cannot happen (no compiler,
-not Linux, a GPU or TPU present, ``KERAS_ELECTRA_COMPILED_KERNELS=0``, or the build
-fails) it returns None, with one warning if the build failed, and
+TensorFlow on first use, into a cache directory keyed by everything the build reads (the
+source, the flags, TensorFlow's version and its compile and link flags, the compiler's
+path and ``--version``, and this CPU, for ``-march=native``), and loads it. Where that
+cannot happen (no compiler, not Linux, a GPU or TPU present,
+``KERAS_ELECTRA_COMPILED_KERNELS=0``, an unsafe cache, or the build fails) it returns
+None, with one warning if the cache is unsafe or the build failed, and
 :mod:`keras_electra.layers.fused` keeps its XLA kernels, which compute the same values.
 
 The cache is ``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra``). A
 build writes a temporary file and renames it into place, so processes building at once
 (several workers on one machine) never load a partial library.
+
+Loading a library runs its code, so the cache must be the user's alone: the directories
+:func:`kernels` creates are private (mode 0o700), and it builds into or loads from
+``<root>/kernels/<hash>/kernels.so`` only if the root (symbolic links resolved), the
+``kernels`` and ``<hash>`` directories and the library are this user's (the effective
+uid), not writable by group or others, and not symbolic links. Otherwise another local
+user could have planted the library: it warns once, naming the path and the reason, and
+training keeps the XLA kernels.
 
 Examples:
     >>> ops = kernels()  # doctest: +SKIP
@@ -28,6 +38,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -55,9 +66,10 @@ _LOADED: list = []
 
 
 def cache_root() -> Path:
-    """Where built kernels are kept: ``$KERAS_ELECTRA_CACHE`` or ``~/.cache/keras_electra``."""
+    """Where built kernels are kept: ``kernels`` in ``$KERAS_ELECTRA_CACHE`` or
+    ``~/.cache/keras_electra``, symbolic links resolved."""
     root = os.environ.get("KERAS_ELECTRA_CACHE") or os.path.join("~", ".cache", "keras_electra")
-    return Path(root).expanduser() / "kernels"
+    return Path(root).expanduser().resolve() / "kernels"
 
 
 def _cpu_signature() -> str:
@@ -70,15 +82,65 @@ def _cpu_signature() -> str:
     return "\n".join(sorted(set(wanted)))
 
 
+def _compiler() -> str | None:
+    """The C++ compiler's path (``$CXX``, else ``g++``), or None where there is none."""
+    return shutil.which(os.environ.get("CXX") or "g++")
+
+
+@functools.cache
+def _compiler_version(compiler: str) -> str:
+    """What ``compiler --version`` prints (empty where it cannot run)."""
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout + done.stderr
+
+
+def _tf_flags() -> list[str]:
+    """The flags that build a library against the installed TensorFlow."""
+    return tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
+
+
+def library_path(compiler: str) -> Path:
+    """Where :func:`kernels` keeps the library ``compiler`` builds: ``<hash>/kernels.so``
+    in :func:`cache_root`, the hash covering every input of the build."""
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    parts = [*_FLAGS, tf.__version__, *_tf_flags(), compiler, _compiler_version(compiler)]
+    digest.update("\0".join([*parts, _cpu_signature()]).encode())
+    return cache_root() / digest.hexdigest()[:16] / "kernels.so"
+
+
+def _make_private(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each with mode 0o700."""
+    for missing in reversed([d for d in (directory, *directory.parents) if not d.exists()]):
+        missing.mkdir(mode=0o700, exist_ok=True)
+
+
+def _unsafe(library: Path) -> str | None:
+    """Why ``library`` must be neither built nor loaded, or None: the cache root, the
+    ``kernels`` and ``<hash>`` directories and the library (if there) must each be this
+    user's, not writable by group or others, and not a symbolic link."""
+    paths = [library.parents[2], library.parents[1], library.parent]
+    for path in paths + ([library] if os.path.lexists(library) else []):
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            return f"{path} is a symbolic link"
+        if info.st_uid != os.geteuid():
+            return f"{path} belongs to uid {info.st_uid}, not to this user ({os.geteuid()})"
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
 def _build(compiler: str, library: Path) -> None:
     """Compile ``kernels.cc`` into ``library`` (written under a temporary name, renamed)."""
-    library.parent.mkdir(parents=True, exist_ok=True)
-    flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
     handle, partial = tempfile.mkstemp(suffix=".so", dir=library.parent)
     os.close(handle)
     try:
-        command = [compiler, *_FLAGS, str(SOURCE), "-o", partial, *flags]
+        command = [compiler, *_FLAGS, str(SOURCE), "-o", partial, *_tf_flags()]
         subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
+        os.chmod(partial, 0o700)  # the linker recreates it under the umask
         os.replace(partial, library)
     finally:
         if os.path.exists(partial):
@@ -96,18 +158,27 @@ def kernels():
         return None
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
         return None  # the accelerators' kernels are XLA's
-    compiler = shutil.which(os.environ.get("CXX") or "g++")
+    compiler = _compiler()
     if compiler is None:
         return None
-    digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), tf.__version__.encode(), " ".join(_FLAGS).encode()):
-        digest.update(part)
-    digest.update(_cpu_signature().encode())
-    library = cache_root() / digest.hexdigest()[:16] / "kernels.so"
     try:
-        if not library.exists():
+        library = library_path(compiler)
+        _make_private(library.parent)
+        unsafe = _unsafe(library)
+        if unsafe is None and not os.path.lexists(library):
             log.info("Compiling keras-electra's training kernels once, into %s", library.parent)
             _build(compiler, library)
+            unsafe = _unsafe(library)
+        if unsafe:
+            log.warning(
+                "keras-electra's compiled training kernels are neither built nor loaded from "
+                "%s, so training uses the XLA kernels (the same values, slower): %s, so another "
+                "user could have written the library. Make the cache yours alone (chmod 700) "
+                "or set KERAS_ELECTRA_CACHE to a private directory.",
+                library,
+                unsafe,
+            )
+            return None
         if not _LOADED:
             _LOADED.append(tf.load_op_library(str(library)))
         return _LOADED[0]
@@ -121,14 +192,24 @@ def kernels():
         return None
 
 
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Log ``message`` as a warning, the first time only."""
+    log.warning(message)
+
+
 def _in_xla_function() -> bool:
     """Whether the graph being traced is compiled by XLA as a whole (``jit_compile``),
     which cannot take a custom op."""
-    try:
-        from tensorflow.python.ops import control_flow_util
+    try:  # TensorFlow's private API, here only (tests/test_compiled_kernels.py checks it)
+        from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
     except ImportError:  # a TensorFlow without it: assume it may be
+        _warn_once(
+            "This TensorFlow has no tensorflow.python.ops.control_flow_util."
+            "GraphOrParentsInXlaContext, so every traced graph keeps the XLA kernels."
+        )
         return True
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    return GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def ops_for(*dtypes):
