@@ -24,7 +24,7 @@ from keras_electra.export import TextClassifierModule
 from keras_electra.export.qa import MAX_WINDOWS, PADDING_LOGIT
 from keras_electra.finetuning import finetune, load_finetuned, save_finetuned
 from keras_electra.finetuning.readers import QAExample, TaggedSentence
-from keras_electra.finetuning.tagging import align_words
+from keras_electra.finetuning.tasks.tagging import align_words
 from keras_electra.serving.errors import ServingError
 
 L = 32

@@ -211,6 +211,18 @@ def test_recipe_defaults_follow_the_paper_and_tasks_are_checked():
         check_task("sentiment")
 
 
+def test_the_task_registry_has_a_class_for_every_task_name():
+    from keras_electra.finetuning import TASKS, get_task
+    from keras_electra.finetuning.tasks import TASKS as REGISTRY
+
+    assert tuple(REGISTRY) == TASKS
+    for name in TASKS:
+        task = get_task(name)
+        assert task.name == name and type(task) is REGISTRY[name]
+    with pytest.raises(ConfigError, match="Unknown task 'sentiment'"):
+        get_task("sentiment")
+
+
 def test_layer_factors_head_1_top_layer_decay_embeddings_decay_to_the_l_plus_1():
     # L = 2: embeddings decay^3, layer 0 decay^2, layer 1 decay, head 1 (no off-by-one).
     assert [layer_factor(d, 2, 0.8) for d in range(4)] == pytest.approx([0.512, 0.64, 0.8, 1.0])

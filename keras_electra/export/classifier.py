@@ -46,7 +46,7 @@ from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
 from keras_electra.export.qa import QuestionAnsweringModule
 from keras_electra.export.tagger import TextTaggerModule
-from keras_electra.finetuning.run import FinetunedModel
+from keras_electra.finetuning.saved import FinetunedModel
 from keras_electra.serving.signatures import (
     CLASSIFY_METHOD_NAME,
     REGRESS_METHOD_NAME,

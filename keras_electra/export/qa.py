@@ -1,6 +1,6 @@
 """SavedModels of fine-tuned extractive QA models (``qa`` task), for TF Serving 2.21.
 
-Encoding and decoding follow :mod:`keras_electra.finetuning.qa` in the graph:
+Encoding and decoding follow :mod:`keras_electra.finetuning.tasks.qa` in the graph:
 the question is tokenized and cut to ``max_query_length`` pieces (and to
 ``L - 4``, so one context piece fits); the context is split into words on
 whitespace (Python's ``str.split()``), each word into word pieces, and the
@@ -41,8 +41,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_electra.export.words import split_words, word_pieces
-from keras_electra.finetuning.qa import N_BEST
-from keras_electra.finetuning.run import FinetunedModel
+from keras_electra.finetuning.saved import FinetunedModel
+from keras_electra.finetuning.tasks.qa import N_BEST
 from keras_electra.serving.warmup import predict_log
 
 MAX_WINDOWS = 16
@@ -106,7 +106,7 @@ class QuestionAnsweringModule(tf.Module):
         pieces = word_pieces(tokenizer, words.flat_values)
         doc_splits = tf.cast(tf.gather(pieces.row_splits, words.row_splits), tf.int32)
         num_pieces = doc_splits[1:] - doc_splits[:-1]
-        # As finetuning.qa.windows: full windows `step` apart, then the last partial one.
+        # As finetuning.tasks.qa.windows: full windows `step` apart, then the last partial one.
         room = length - 3 - query_len
         step = tf.minimum(room, self.doc_stride)
         count = tf.where(num_pieces <= room, 1, 1 + (num_pieces - room + step - 1) // step)

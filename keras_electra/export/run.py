@@ -7,7 +7,7 @@ from pathlib import Path
 from keras_electra.errors import ConfigError
 from keras_electra.export.classifier import finetuned_module
 from keras_electra.export.saved_model import ReplacedTokenModule, export_module
-from keras_electra.finetuning.run import load_finetuned
+from keras_electra.finetuning.saved import load_finetuned
 from keras_electra.run_directory import RunDirectory
 
 

@@ -2,7 +2,7 @@
 
 The text is split into words on whitespace (as Python's ``str.split()``), each
 word into word pieces (``[UNK]`` if it yields none) and packed exactly as
-:func:`keras_electra.finetuning.tagging.align_words` packs a sentence:
+:func:`keras_electra.finetuning.tasks.tagging.align_words` packs a sentence:
 ``[CLS] pieces... [SEP]`` with words kept while their pieces fit in ``L``
 (later words are cut). A word's tag is read at its first word piece.
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_electra.export.words import split_words, word_pieces
-from keras_electra.finetuning.run import FinetunedModel
+from keras_electra.finetuning.saved import FinetunedModel
 from keras_electra.serving.warmup import predict_log
 
 WARMUP_TEXTS = ("John lives in London .", "", "Ünïcödé and emoji 🙂 words")

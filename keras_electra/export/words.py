@@ -2,8 +2,8 @@
 
 Tagging and QA read text as whitespace-separated words (Python's ``str.split``:
 :func:`keras_electra.finetuning.readers.read_conll`,
-:func:`keras_electra.finetuning.qa.whitespace_words`) and tokenize each word on
-its own (:func:`keras_electra.finetuning.tagging.word_pieces`). These functions
+:func:`keras_electra.finetuning.tasks.qa.whitespace_words`) and tokenize each word on
+its own (:func:`keras_electra.finetuning.tasks.base.word_pieces`). These functions
 do the same with core ops TF Serving runs (``UnicodeTranscode``,
 ``RegexReplace``, ``StringSplitV2``) plus the tokenizer, so exported tagger and
 QA models see the words and pieces the Keras model was trained on.

@@ -21,12 +21,11 @@ from keras_electra.finetuning.models import (
     ElectraTagger,
     MaskedSparseCrossentropy,
 )
-from keras_electra.finetuning.run import (
+from keras_electra.finetuning.run import finetune, predict_file
+from keras_electra.finetuning.saved import (
     FinetunedModel,
-    finetune,
     is_finetuned_dir,
     load_finetuned,
-    predict_file,
     save_finetuned,
 )
 from keras_electra.finetuning.settings import TASKS, FinetuneSettings, recipe_defaults

@@ -1,15 +1,8 @@
-"""Fine-tune a pretrained ELECTRA discriminator end to end, and load the result.
+"""Fine-tune a pretrained ELECTRA discriminator end to end, and predict with the result.
 
 :func:`finetune` writes ``OUTPUT_DIR`` with everything needed to predict and to
-export:
-
-- ``config.json``, ``vocab.txt``: the backbone's configuration and vocabulary;
-- ``finetune.json``: the task, labels, columns and settings
-  (:class:`~keras_electra.finetuning.settings.FinetuneSettings`);
-- ``labels.txt``: one class (or tag) name per line, in output order;
-- ``checkpoints/``: the fine-tuned weights, keyed by variable path;
-- ``eval_metrics.json``: metric name -> value on the ``--eval`` file;
-- ``metrics.jsonl``: the training loss and metrics of each epoch.
+export (its layout, saving and loading: :mod:`keras_electra.finetuning.saved`);
+:func:`predict_file` runs such a directory on a file.
 
 SIGTERM or SIGINT during training finishes the step, writes the metrics line of
 the epoch so far and a checkpoint (model, optimizer, dropout generators, step) to
@@ -34,23 +27,23 @@ import hashlib
 import json
 import math
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_electra.atomic import write_atomic, write_json
+from keras_electra.atomic import write_json
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.hub import local_init
-from keras_electra.data import ElectraTokenizer, fit_options
+from keras_electra.data import fit_options
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
+from keras_electra.finetuning.saved import FinetunedModel, load_finetuned, save_finetuned
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
-from keras_electra.finetuning.tasks import Task, get_task
-from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.finetuning.tasks import get_task
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import FinetuneOptions, check_task, unknown_fields
 from keras_electra.training.callbacks import (
@@ -61,26 +54,6 @@ from keras_electra.training.callbacks import (
 )
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.preemption import StopOnSignal, StopRequest
-
-
-@dataclass
-class FinetunedModel:
-    """A fine-tuned model with what it needs to read inputs and name outputs."""
-
-    model: keras.Model
-    tokenizer: ElectraTokenizer
-    settings: FinetuneSettings
-    task: Task
-    config: ElectraConfig
-    output_dir: Path | None = None
-    metrics: dict = field(default_factory=dict)
-    history: dict = field(default_factory=dict)
-    # One record per epoch (and per stretch of one cut by a stop): step, epoch, metrics.
-    records: list = field(default_factory=list)
-
-    def predict_examples(self, examples: list, batch_size: int = 64) -> list[dict]:
-        """Predictions for examples read with ``self.task.read(..., labelled=False)``."""
-        return self.task.predict(self.model, examples, self.tokenizer, self.settings, batch_size)
 
 
 def _source_preset(source: Path, config: ElectraConfig) -> str:
@@ -384,71 +357,6 @@ def _fingerprint(settings: FinetuneSettings, source: Path, x, y) -> str:
         digest.update(f"{array.dtype}{array.shape}".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()[:16]
-
-
-def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:
-    """Write a fine-tuned model's directory (see the module docstring); return it."""
-    run = RunDirectory(output_dir)
-    if run.has_config() and not run.is_finetuned():
-        raise ConfigError(
-            f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
-        )
-    run.write_model_files(result.config, result.tokenizer.vocab)
-    write_atomic(run.labels_file, "".join(x + "\n" for x in result.settings.labels))
-    shutil.rmtree(run.checkpoint_dir, ignore_errors=True)
-    run.checkpoints(result.model).save(step)
-    _write_history(run.metrics_file, result.history, step, result.records)
-    run.write_eval_metrics(result.metrics)
-    result.settings.save(run.finetune_file)  # last: its presence marks a complete directory
-    return run.path
-
-
-def _write_history(
-    path: Path, history: dict[str, list[float]], steps: int, records: list | None = None
-) -> None:
-    """One ``metrics.jsonl`` line per epoch (``keras-electra report`` draws them).
-
-    ``records`` (step, epoch and metrics each) are written as they are; without
-    them the lines are made from ``history`` (a list of values per metric).
-    """
-    lines = [json.dumps(record) + "\n" for record in records or []]
-    epochs = max((len(v) for v in history.values()), default=0) if not records else 0
-    for epoch in range(epochs):
-        record = {"step": round(steps * (epoch + 1) / epochs), "epoch": epoch + 1}
-        record.update({k: v[epoch] for k, v in history.items() if epoch < len(v)})
-        lines.append(json.dumps(record) + "\n")
-    write_atomic(path, "".join(lines))
-
-
-def is_finetuned_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a directory written by :func:`finetune`."""
-    return RunDirectory(path).is_finetuned()
-
-
-def load_finetuned(output_dir: str | Path) -> FinetunedModel:
-    """Load a fine-tuned model directory written by :func:`finetune`.
-
-    Examples:
-        >>> loaded = load_finetuned("runs/sst2")  # doctest: +SKIP
-        >>> loaded.settings.labels  # doctest: +SKIP
-        ['0', '1']
-    """
-    run = RunDirectory(output_dir)
-    if not run.is_finetuned():
-        raise ConfigError(
-            f"'{run.path}' is not a fine-tuned model directory (no {run.FINETUNE}); pass the "
-            "--output of `keras-electra finetune`."
-        )
-    settings = FinetuneSettings.load(run.finetune_file)
-    config, tokenizer = read_source(run.path)
-    handler = get_task(settings.task)
-    model = handler.build_model(ElectraBackbone(config), settings)
-    checkpoints = run.checkpoints(model)
-    if checkpoints.latest is None:
-        raise ConfigError(f"'{run.path}' has no checkpoint; fine-tune again to write one.")
-    checkpoints.restore_latest()
-    metrics = run.eval_metrics() or {}
-    return FinetunedModel(model, tokenizer, settings, handler, config, run.path, metrics)
 
 
 def predict_file(

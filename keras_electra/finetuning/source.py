@@ -24,6 +24,7 @@ from pathlib import Path
 from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError
+from keras_electra.finetuning.saved import load_finetuned
 from keras_electra.layers.backbone import ElectraBackbone
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.run_directory import RunDirectory
@@ -56,8 +57,6 @@ def load_backbone(
         config = config.replace(dropout=dropout)
     backbone = ElectraBackbone(config)
     if run.is_finetuned():
-        from keras_electra.finetuning.run import load_finetuned  # it loads sources with this module
-
         trained = load_finetuned(source).model.backbone
     else:
         objective = run.stored_objective()

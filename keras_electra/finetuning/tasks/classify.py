@@ -1,18 +1,12 @@
-"""Task definitions: how each task reads, encodes, models, scores and predicts.
+"""Sequence (or pair) classification and regression: one text or a pair per example.
 
-A task object ties the pieces together for :func:`keras_electra.finetuning.finetune`
-and ``keras-electra predict``; use :func:`get_task` to get one by name.
-
-Examples:
-    >>> task = get_task("classify")
-    >>> task.name
-    'classify'
+Both read a table (TSV, CSV or JSON lines: :func:`~keras_electra.finetuning.readers.read_table`)
+and encode it with :func:`encode_pairs`, as the exported models do in the graph.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import keras
 import numpy as np
@@ -24,9 +18,8 @@ from keras_electra.errors import InputDataError
 from keras_electra.finetuning import metrics
 from keras_electra.finetuning.models import ElectraClassifier, ElectraRegressor
 from keras_electra.finetuning.readers import read_table
-from keras_electra.finetuning.settings import FinetuneSettings, check_task
+from keras_electra.finetuning.tasks.base import Arrays, Task
 
-Arrays = dict[str, np.ndarray]
 ENCODE_CHUNK = 4096
 
 
@@ -41,41 +34,6 @@ def natural_sort(labels) -> list[str]:
     if all(re.fullmatch(r"-?\d+(\.\d+)?", x) for x in labels):
         return sorted(labels, key=float)
     return labels
-
-
-class Task:
-    """Base class; subclasses implement one task."""
-
-    name = ""
-
-    def read(self, path, settings: FinetuneSettings, *, labelled: bool = True) -> list:
-        raise NotImplementedError
-
-    def set_labels(self, examples: list, settings: FinetuneSettings) -> None:
-        """Fix the label list from the training examples (no-op for regression)."""
-
-    def encode(
-        self,
-        examples: list,
-        tokenizer: ElectraTokenizer,
-        settings: FinetuneSettings,
-        *,
-        labelled: bool = True,
-    ) -> tuple[Arrays, Any, Any]:
-        """Return ``(inputs, targets, extra)``: model inputs, fit targets, decoding info."""
-        raise NotImplementedError
-
-    def build_model(self, backbone, settings: FinetuneSettings) -> keras.Model:
-        raise NotImplementedError
-
-    def loss(self, settings: FinetuneSettings):
-        raise NotImplementedError
-
-    def evaluate(self, model, examples, tokenizer, settings, batch_size: int = 64) -> dict:
-        raise NotImplementedError
-
-    def predict(self, model, examples, tokenizer, settings, batch_size: int = 64) -> list[dict]:
-        raise NotImplementedError
 
 
 def encode_pairs(
@@ -242,23 +200,3 @@ class RegressTask(_SequenceTask):
             row["score"] = round(float(v), 6)
             rows.append(row)
         return rows
-
-
-def get_task(name: str) -> Task:
-    """The task object for ``classify``, ``regress``, ``tag`` or ``qa``.
-
-    Raises:
-        ConfigError: for an unknown task name.
-    """
-    check_task(name)
-    if name == "classify":
-        return ClassifyTask()
-    if name == "regress":
-        return RegressTask()
-    if name == "tag":
-        from keras_electra.finetuning.tagging import TagTask
-
-        return TagTask()
-    from keras_electra.finetuning.qa import QATask
-
-    return QATask()

@@ -29,8 +29,7 @@ from keras_electra.errors import ConfigError
 from keras_electra.finetuning import metrics
 from keras_electra.finetuning.models import ElectraSpanExtractor
 from keras_electra.finetuning.readers import QAExample, read_squad
-from keras_electra.finetuning.tagging import word_pieces
-from keras_electra.finetuning.tasks import Task
+from keras_electra.finetuning.tasks.base import Task, word_pieces
 
 N_BEST = 20
 

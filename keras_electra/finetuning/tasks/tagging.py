@@ -13,27 +13,13 @@ Examples:
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import InputDataError
 from keras_electra.finetuning import metrics
 from keras_electra.finetuning.models import ElectraTagger, MaskedSparseCrossentropy
 from keras_electra.finetuning.readers import TaggedSentence, read_conll
-from keras_electra.finetuning.tasks import Task
-
-
-def word_pieces(tokenizer: ElectraTokenizer, words: list[str]) -> list[list[int]]:
-    """Word-piece ids of each word; a word that yields none becomes ``[UNK]``.
-
-    Examples:
-        >>> word_pieces(tokenizer, ["hello", ""])  # doctest: +SKIP
-        [[5], [1]]
-    """
-    if not words:
-        return []
-    pieces = tokenizer.tokenize(tf.constant(words)).to_list()
-    return [p or [tokenizer.unk_id] for p in pieces]
+from keras_electra.finetuning.tasks.base import Task, word_pieces
 
 
 def align_words(
