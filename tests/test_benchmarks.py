@@ -17,7 +17,9 @@ def load_benchmark(name: str):
     return module
 
 
-def test_electra_vs_mlm_smoke_builds_the_table_at_equal_compute_and_resumes(tmp_path, capsys):
+def test_electra_vs_mlm_smoke_selects_a_recipe_then_fine_tunes_and_probes_every_arm(
+    tmp_path, capsys
+):
     import matplotlib.image
 
     from keras_electra.config import ElectraConfig
@@ -25,40 +27,94 @@ def test_electra_vs_mlm_smoke_builds_the_table_at_equal_compute_and_resumes(tmp_
 
     bench = load_benchmark("electra_vs_mlm")
     results = tmp_path / "results.jsonl"
-    argv = ["--smoke", "--work", str(tmp_path / "work"), "--results", str(results)]
+    work = tmp_path / "work"
+    argv = ["--smoke", "--work", str(work), "--results", str(results), "--markdown"]
     assert bench.main(argv) == 0
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [r["objective"] for r in rows] == ["electra", "mlm", "none"]
-    electra, mlm, none = rows
-    # Equal compute: MLM's steps cost what ELECTRA's 20 steps cost, to within one step.
-    config = ElectraConfig.load(tmp_path / "work" / "electra-seed0" / "run" / "config.json")
-    assert mlm["steps"] == equal_compute_steps(config, 32, 32, 20) > 20
-    budget = electra["points"][-1]["flops"]
-    assert abs(mlm["points"][-1]["flops"] - budget) <= mlm["step_flops"] / 2
-    # Fine-tuned at half the budget (a window end) and at the end; "none" at zero compute.
-    assert [p["step"] for p in electra["points"]] == [10, 20]
-    assert [p["step"] for p in none["points"]] == [0] and none["points"][0]["flops"] == 0
-    for row in rows:
-        for point in row["points"]:
-            assert list(point["tasks"]) == ["tweet_sentiment"]  # one task in a smoke run
-            assert 0.0 <= point["tasks"]["tweet_sentiment"]["accuracy"] <= 1.0
-            assert point["tasks"]["tweet_sentiment"]["num_examples"] == 64
-    assert 0.0 <= electra["pretrain"]["disc_auc"] <= 1.0 and "mlm_accuracy" in mlm["pretrain"]
-    assert [c["step"] for c in electra["curve"]] == [10, 20]
+    recipes, anchors = rows[0], [r for r in rows if r["kind"] == "anchor"]
+    cells = [r for r in rows if r["kind"] == "cell"]
+    # The recipe: chosen once per label budget on the validation split, the candidate with
+    # the best accuracy averaged over the three arms.
+    assert recipes["kind"] == "recipes" and recipes["corpus"] == "in-domain:tweet_sentiment"
+    for n, candidates in recipes["scores"].items():
+        assert len(candidates) == 2 and all(
+            set(c["valid"]) == {"electra", "mlm", "none"} for c in candidates
+        )
+        best = max(candidates, key=lambda c: c["mean"])
+        assert recipes["chosen"][n] == {
+            "learning_rate": best["learning_rate"],
+            "steps": best["steps"],
+        }
+    # Every corpus x arm, fine-tuned and probed at every label budget.
+    keys = [(c["corpus"], c["objective"]) for c in cells]
+    assert keys == [
+        (corpus, arm)
+        for corpus in ("in-domain:tweet_sentiment", "prose")
+        for arm in ("electra", "mlm", "none")
+    ]
+    for cell in cells:
+        task = cell["tasks"]["tweet_sentiment"]
+        assert set(task["finetune"]) == {"8", "16"} == set(task["probes"]["pooled"])
+        for n in ("8", "16"):
+            assert 0.0 <= task["finetune"][n]["accuracy"] <= 1.0
+            for kind in ("pooled", "bag"):
+                assert 0.0 <= task["probes"][kind][n]["accuracy"] <= 1.0
+    # Equal compute on each corpus; the in-domain arms read the in-domain vocabulary.
+    in_domain = work / "in-domain-tweet_sentiment" / "x1"
+    config = ElectraConfig.load(in_domain / "electra-seed0" / "run" / "config.json")
+    mlm = next(c for c in cells if c["corpus"].startswith("in-domain") and c["objective"] == "mlm")
+    assert mlm["pretrain"]["steps"] == equal_compute_steps(config, 32, 32, 20) > 20
+    domain = work / "smoke-data" / "tasks" / "tweet_sentiment"
+    vocab = (domain / "in_domain" / "vocab.txt").read_text()
+    assert (in_domain / "mlm-seed0" / "run" / "vocab.txt").read_text() == vocab
+    assert (in_domain / "none-seed0" / "random" / "vocab.txt").read_text() == vocab
+    assert "context_auc" in cells[0]["pretrain"]["metrics"]
+    # No test text in the in-domain corpus; the same nested labelled sets for every arm.
+    corpus = (domain / "in_domain" / "train.txt").read_text()
+    test = bench.read_table(domain / "test.csv")
+    assert test and not any(" ".join(t.split()) in corpus for t, _ in test)
+    eight = bench.read_table(work / "labelled" / "tweet_sentiment" / "train-8.csv")
+    sixteen = bench.read_table(work / "labelled" / "tweet_sentiment" / "train-16.csv")
+    assert sixteen[:8] == eight and len({label for _, label in eight}) == 3
+    # The count-based anchor at the model's embedding width, on each corpus.
+    assert sorted(a["corpus"] for a in anchors) == ["in-domain:tweet_sentiment", "prose"]
+    assert all(a["dim"] == config.embedding_size for a in anchors)
     out = capsys.readouterr().out
-    table = json.loads(out[out.index('{"benchmark"') :].splitlines()[0])["table"]
-    assert set(table) == {"electra", "mlm", "none"}
-    accuracy = none["points"][0]["tasks"]["tweet_sentiment"]["accuracy"]
-    assert table["none"]["tweet_sentiment"] == {"mean": accuracy, "std": 0.0, "n": 1}
+    summary = json.loads(out[out.index('{"benchmark"') :].splitlines()[0])["summary"]
+    budget = summary["accuracy"]["tweet_sentiment"]["in-domain"]["x1"]["8"]
+    none = next(c for c in cells if c["objective"] == "none" and c["corpus"] != "prose")
+    accuracy = none["tasks"]["tweet_sentiment"]["finetune"]["8"]["accuracy"]
+    assert budget["finetune"]["none"] == {"mean": accuracy, "std": 0.0, "n": 1}
+    assert "electra_minus_mlm" in budget["differences"]
+    assert "| tweet_sentiment | in-domain | 1× | 8 |" in out
     image = matplotlib.image.imread(results.with_suffix(".png"))
-    assert image.shape[1] > 4 * image.shape[0] / 2 and np.ptp(image) > 0
-    # A rerun finds every cell done and appends nothing; --markdown prints the results table.
-    assert bench.main([*argv, "--markdown"]) == 0
-    assert len(results.read_text().splitlines()) == 3
-    out = capsys.readouterr().out
-    assert "cell " not in out
-    assert f"| none | 1 | 0.0 | {accuracy:.3f} ± 0.000 |" in out
-    assert out.count("| electra | 1 |") == 2  # half and full budget
+    assert image.shape[0] > 0 and np.ptp(image) > 0
+    # A rerun finds everything done and appends nothing.
+    assert bench.main(argv) == 0
+    assert len(results.read_text().splitlines()) == len(rows)
+    assert "cell " not in capsys.readouterr().out
+
+
+def test_labelled_subsets_are_class_balanced_nested_and_ppmi_vectors_see_cooccurrence(tmp_path):
+    from keras_electra.data import ElectraTokenizer
+
+    data, probes = load_benchmark("data"), load_benchmark("probes")
+
+    rows = [(f"a{i}", "a") for i in range(50)] + [(f"b{i}", "b") for i in range(5)]
+    subset = data.labelled_subset(rows, 20)
+    assert sum(label == "b" for _, label in subset) == 5  # b runs out, a takes its turns
+    assert data.labelled_subset(rows, 8) == subset[:8]
+    assert [label for _, label in subset[:4]] == ["a", "b", "a", "b"]
+    # Words that share contexts get close vectors; words that never meet do not.
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat", "dog", "purrs", "barks"]
+    vocab += ["stock", "bond", "rises", "falls", "the"]
+    lines = ["the cat purrs", "the dog barks", "the cat barks", "the dog purrs"] * 20
+    lines += ["stock rises", "bond falls", "stock falls", "bond rises"] * 20
+    (tmp_path / "c.txt").write_text("\n".join(lines) + "\n")
+    vectors = probes.ppmi_svd_vectors([tmp_path / "c.txt"], ElectraTokenizer(vocab), 4)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
+    cat, dog, stock = (vocab.index(w) for w in ("cat", "dog", "stock"))
+    assert unit[cat] @ unit[dog] > 0.9 > abs(unit[cat] @ unit[stock]) + 0.5
 
 
 def test_memory_timeline_replays_the_allocator_to_its_peak(capsys):

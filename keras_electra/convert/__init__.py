@@ -106,7 +106,7 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
         target: ``hf`` (``discriminator/`` and ``generator/`` directories that
             transformers loads) or ``keras-hub`` (an ``ElectraBackbone`` preset).
     """
-    from keras_electra.pretraining.run import load_run
+    from keras_electra.pretraining.loading import load_run
 
     if target not in TARGETS:
         raise ConfigError(f"Unknown target format '{target}'; choose one of: {', '.join(TARGETS)}.")

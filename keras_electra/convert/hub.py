@@ -25,7 +25,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from keras_electra.convert.core import write_init_dir
+from keras_electra.convert.hf import read_hf
 from keras_electra.errors import ConfigError, InputDataError
+from keras_electra.run_directory import RunDirectory
 
 PREFIX = "hf:"
 REQUIRED = ("config.json", "vocab.txt", "model.safetensors")
@@ -105,9 +108,6 @@ def init_directory(model: str) -> Path:
     """An init directory (``pretrain --init``, ``finetune --init``) for Hub model
     ``hf:ORG/NAME``: its discriminator converted once (the generator starts fresh; for
     the released generator too, use ``keras-electra convert --from hf ... --generator``)."""
-    from keras_electra.convert import convert
-    from keras_electra.run_directory import RunDirectory
-
     snapshot = fetch(model)
     target = cache_root() / _repo_id(model).replace("/", "--") / snapshot.name
     if RunDirectory(target).has_config():
@@ -115,7 +115,9 @@ def init_directory(model: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
     try:
-        convert(snapshot, partial / "init", "hf")
+        # convert(snapshot, ..., "hf") through its reader and writer: the package
+        # imports this module (for hf: sources), so this module does not import it.
+        write_init_dir(read_hf(snapshot), partial / "init")
         try:
             os.replace(partial / "init", target)
         except OSError:  # another process converted it first

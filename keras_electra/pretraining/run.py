@@ -25,7 +25,6 @@ sentence.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,6 +54,8 @@ from keras_electra.errors import (
     storage_reason,
 )
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
+from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
+from keras_electra.pretraining.loading import read_run, vocab_checksum
 from keras_electra.pretraining.pretrainer import (
     NONFINITE_MESSAGE,
     ElectraPretrainer,
@@ -225,7 +226,7 @@ def _prepare_run_directory(
         _check_sharing(ElectraConfig(embedding_sharing=sharing), settings.objective)
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
     if resuming:
-        config, tokens = _load_run(run, settings)
+        config, tokens = read_run(run, settings)
         if sharing is not None and sharing != config.embedding_sharing:
             raise ConfigError(
                 f"Run directory '{run.path}' was started with embedding_sharing="
@@ -392,30 +393,7 @@ def _train(
     return RunResult(run_dir, settings.steps, logger.history, model, tokenizer)
 
 
-def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, int]:
-    """Load a run's model (latest checkpoint) and tokenizer; return them with the step.
-
-    Raises:
-        ConfigError: if the directory holds no run or no checkpoint, or they disagree.
-    """
-    run = RunDirectory(run_dir)
-    if not run.has_config():
-        raise ConfigError(
-            f"'{run_dir}' is not a run directory (no {run.CONFIG}); pass the --output of "
-            "`keras-electra pretrain`."
-        )
-    config, tokens = _load_run(run, None)
-    model = ElectraPretrainer(config, objective=run.settings().get("objective", "electra"))
-    step = run.restore_latest(model)
-    return model, ElectraTokenizer(tokens, lowercase=config.lowercase), step
-
-
 # === Helpers ===
-
-
-def vocab_checksum(tokens: list[str]) -> str:
-    """A short SHA-256 of a vocabulary (its tokens in id order), kept in ``run.json``."""
-    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()[:16]
 
 
 def _check_same_vocab(run: RunDirectory, tokens: list[str], vocab: str | None) -> None:
@@ -578,28 +556,6 @@ def model_config(
     return config
 
 
-def _load_run(run: RunDirectory, settings: PretrainSettings | None):
-    config, tokens = run.config_and_vocab()
-    previous = run.settings()
-    stored = previous.get("vocab_sha256")
-    if stored and stored != vocab_checksum(tokens):
-        raise ConfigError(
-            f"{run.vocab_file} has changed since the run started (its checksum is not the "
-            f"one in {run.SETTINGS}); restore the original vocabulary, which the checkpoints were "
-            "trained with."
-        )
-    if settings is not None and previous:
-        for name in PretrainSettings.fixed_names():
-            # Runs from before a setting existed used its default.
-            if previous.get(name, getattr(PretrainSettings, name)) != getattr(settings, name):
-                raise ConfigError(
-                    f"Run directory '{run.path}' was started with {name}={previous.get(name)!r}, "
-                    f"not {getattr(settings, name)!r}; resume with the same value or choose "
-                    "a new --output."
-                )
-    return config, tokens
-
-
 def _init_source(
     init: str | Path, settings: PretrainSettings, sharing: str | None = None
 ) -> tuple[ElectraConfig, list[str]]:
@@ -613,7 +569,7 @@ def _init_source(
             f"--init '{init}' is not a run or converted directory (no {source.CONFIG}); pass "
             "the --output of `keras-electra pretrain` or `keras-electra convert`."
         )
-    config, tokens = _load_run(source, None)
+    config, tokens = read_run(source, None)
     if settings.max_seq_length > config.max_position_embeddings:
         raise ConfigError(
             f"--max-seq-length {settings.max_seq_length} exceeds the {init} model's "

@@ -1,0 +1,79 @@
+"""A pretraining run directory read back: its model, tokenizer and step.
+
+A run read back (to convert or export it) without the training machinery of
+:mod:`keras_electra.pretraining.run`, which uses :func:`read_run` to resume a run or
+start one from ``--init`` and re-exports :func:`load_run`.
+
+Examples:
+    >>> vocab_checksum(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    '1b6c0da91a73cdc9'
+    >>> model, tokenizer, step = load_run("runs/tiny")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from keras_electra.config import ElectraConfig
+from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.errors import ConfigError
+from keras_electra.pretraining.pretrainer import ElectraPretrainer
+from keras_electra.run_directory import RunDirectory
+from keras_electra.settings import PretrainSettings
+
+
+def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, int]:
+    """Load a run's model (latest checkpoint) and tokenizer; return them with the step.
+
+    Raises:
+        ConfigError: if the directory holds no run or no checkpoint, or they disagree.
+    """
+    run = RunDirectory(run_dir)
+    if not run.has_config():
+        raise ConfigError(
+            f"'{run_dir}' is not a run directory (no {run.CONFIG}); pass the --output of "
+            "`keras-electra pretrain`."
+        )
+    config, tokens = read_run(run, None)
+    model = ElectraPretrainer(config, objective=run.settings().get("objective", "electra"))
+    step = run.restore_latest(model)
+    return model, ElectraTokenizer(tokens, lowercase=config.lowercase), step
+
+
+def read_run(
+    run: RunDirectory, settings: PretrainSettings | None
+) -> tuple[ElectraConfig, list[str]]:
+    """A run (or init) directory's config and vocabulary, checked.
+
+    The vocabulary must still have the checksum ``run.json`` recorded; with
+    ``settings`` (a run being resumed), the settings a run cannot change must be the
+    ones it started with.
+
+    Raises:
+        ConfigError: naming the changed vocabulary or setting.
+    """
+    config, tokens = run.config_and_vocab()
+    previous = run.settings()
+    stored = previous.get("vocab_sha256")
+    if stored and stored != vocab_checksum(tokens):
+        raise ConfigError(
+            f"{run.vocab_file} has changed since the run started (its checksum is not the "
+            f"one in {run.SETTINGS}); restore the original vocabulary, which the checkpoints were "
+            "trained with."
+        )
+    if settings is not None and previous:
+        for name in PretrainSettings.fixed_names():
+            # Runs from before a setting existed used its default.
+            if previous.get(name, getattr(PretrainSettings, name)) != getattr(settings, name):
+                raise ConfigError(
+                    f"Run directory '{run.path}' was started with {name}={previous.get(name)!r}, "
+                    f"not {getattr(settings, name)!r}; resume with the same value or choose "
+                    "a new --output."
+                )
+    return config, tokens
+
+
+def vocab_checksum(tokens: list[str]) -> str:
+    """A short SHA-256 of a vocabulary (its tokens in id order), kept in ``run.json``."""
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()[:16]
