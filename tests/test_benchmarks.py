@@ -45,17 +45,16 @@ def test_electra_vs_mlm_smoke_selects_a_recipe_then_fine_tunes_and_probes_every_
             "learning_rate": best["learning_rate"],
             "steps": best["steps"],
         }
-    # Every corpus x arm, fine-tuned and probed at every label budget.
-    keys = [(c["corpus"], c["objective"]) for c in cells]
-    assert keys == [
-        (corpus, arm)
-        for corpus in ("in-domain:tweet_sentiment", "prose")
-        for arm in ("electra", "mlm", "none")
+    # Every arm, fine-tuned and probed at the label budget (the selection's seed-0 runs
+    # reused: one fine-tune per arm and candidate in all).
+    assert [(c["corpus"], c["objective"]) for c in cells] == [
+        ("in-domain:tweet_sentiment", arm) for arm in ("electra", "mlm", "none")
     ]
+    assert len(list(work.glob("*/x1/*/finetune-*"))) == 3 * 2
     for cell in cells:
         task = cell["tasks"]["tweet_sentiment"]
-        assert set(task["finetune"]) == {"8", "16"} == set(task["probes"]["pooled"])
-        for n in ("8", "16"):
+        assert set(task["finetune"]) == {"16"} == set(task["probes"]["pooled"])
+        for n in ("16",):
             assert 0.0 <= task["finetune"][n]["accuracy"] <= 1.0
             for kind in ("pooled", "bag"):
                 assert 0.0 <= task["probes"][kind][n]["accuracy"] <= 1.0
@@ -69,24 +68,23 @@ def test_electra_vs_mlm_smoke_selects_a_recipe_then_fine_tunes_and_probes_every_
     assert (in_domain / "mlm-seed0" / "run" / "vocab.txt").read_text() == vocab
     assert (in_domain / "none-seed0" / "random" / "vocab.txt").read_text() == vocab
     assert "context_auc" in cells[0]["pretrain"]["metrics"]
-    # No test text in the in-domain corpus; the same nested labelled sets for every arm.
+    # No test text in the in-domain corpus; a class-balanced labelled set.
     corpus = (domain / "in_domain" / "train.txt").read_text()
     test = bench.read_table(domain / "test.csv")
     assert test and not any(" ".join(t.split()) in corpus for t, _ in test)
-    eight = bench.read_table(work / "labelled" / "tweet_sentiment" / "train-8.csv")
     sixteen = bench.read_table(work / "labelled" / "tweet_sentiment" / "train-16.csv")
-    assert sixteen[:8] == eight and len({label for _, label in eight}) == 3
-    # The count-based anchor at the model's embedding width, on each corpus.
-    assert sorted(a["corpus"] for a in anchors) == ["in-domain:tweet_sentiment", "prose"]
+    assert len(sixteen) == 16 and len({label for _, label in sixteen}) == 3
+    # The count-based anchor at the model's embedding width.
+    assert [a["corpus"] for a in anchors] == ["in-domain:tweet_sentiment"]
     assert all(a["dim"] == config.embedding_size for a in anchors)
     out = capsys.readouterr().out
     summary = json.loads(out[out.index('{"benchmark"') :].splitlines()[0])["summary"]
-    budget = summary["accuracy"]["tweet_sentiment"]["in-domain"]["x1"]["8"]
+    budget = summary["accuracy"]["tweet_sentiment"]["in-domain"]["x1"]["16"]
     none = next(c for c in cells if c["objective"] == "none" and c["corpus"] != "prose")
-    accuracy = none["tasks"]["tweet_sentiment"]["finetune"]["8"]["accuracy"]
+    accuracy = none["tasks"]["tweet_sentiment"]["finetune"]["16"]["accuracy"]
     assert budget["finetune"]["none"] == {"mean": accuracy, "std": 0.0, "n": 1}
     assert "electra_minus_mlm" in budget["differences"]
-    assert "| tweet_sentiment | in-domain | 1× | 8 |" in out
+    assert "| tweet_sentiment | in-domain | 1× | 16 |" in out
     image = matplotlib.image.imread(results.with_suffix(".png"))
     assert image.shape[0] > 0 and np.ptp(image) > 0
     # A rerun finds everything done and appends nothing.
@@ -99,6 +97,12 @@ def test_labelled_subsets_are_class_balanced_nested_and_ppmi_vectors_see_cooccur
     from keras_electra.data import ElectraTokenizer
 
     data, probes = load_benchmark("data"), load_benchmark("probes")
+    bench = load_benchmark("electra_vs_mlm")
+    args = bench.parse_args(["--labels", "128,32", "--compute", "3,1"])
+    assert args.labels == [32, 128] and args.compute == [1, 3]
+    assert bench.corpus_keys(args) == ["in-domain:bbc_topic", "in-domain:tweet_sentiment", "prose"]
+    assert bench.corpus_tasks("prose", args) == ["bbc_topic", "tweet_sentiment"]
+    assert bench.cell_seeds(10, args) == [0] and bench.cell_seeds(3, args) == [0, 1, 2]
 
     rows = [(f"a{i}", "a") for i in range(50)] + [(f"b{i}", "b") for i in range(5)]
     subset = data.labelled_subset(rows, 20)
