@@ -40,7 +40,7 @@ demo: setup
 	  "My lord, the computer is at the gate."
 
 # Two workers, one test file each at a time (files share their module fixtures): about
-# 15 minutes on a 2-core machine (README, "Benchmarks"); CI allows 20.
+# 24 minutes on an idle 2-core Xeon without AMX (README, "Benchmarks"; the budget is 20).
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
