@@ -38,10 +38,12 @@ COMPILED_OPS = (
 
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
-    """kernels() as a first call sees it, building into an empty cache."""
-    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(tmp_path))
+    """kernels() as a first call sees it, building into a cache that does not exist yet
+    (two directories to create)."""
+    cache = tmp_path / "new" / "cache"
+    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(cache))
     compiled.kernels.cache_clear()
-    yield tmp_path
+    yield cache
     compiled.kernels.cache_clear()
 
 
@@ -93,6 +95,11 @@ def test_the_training_step_runs_the_compiled_kernels_and_the_build_is_reused(fre
     ops = {op.type for op in traced_step_ops("mixed_bfloat16")}
     assert set(COMPILED_OPS) <= ops
     (library,) = fresh_build.glob("kernels/*/kernels.so")
+    assert library == compiled.library_path(compiled._compiler())
+    # Every directory the build created, and the library, are this user's alone.
+    for path in (fresh_build.parent, fresh_build, library.parents[1], library.parent, library):
+        info = os.lstat(path)
+        assert (info.st_mode & 0o777, info.st_uid) == (0o700, os.geteuid()), path
     built = library.stat().st_mtime_ns
     compiled.kernels.cache_clear()
     assert compiled.kernels() is not None
@@ -339,17 +346,6 @@ def test_a_library_in_a_directory_of_another_user_is_never_loaded(tmp_path, monk
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
-def test_a_fresh_cache_is_private_to_the_user_and_its_kernels_load(tmp_path, monkeypatch):
-    cache = tmp_path / "new" / "cache"  # two directories to create
-    result = _kernels_in_a_new_process(cache)
-    assert result == {"loaded": [True, True], "warnings": []}
-    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(cache))
-    library = compiled.library_path(compiled._compiler())
-    for path in (cache.parent, cache, library.parents[1], library.parent, library):
-        info = os.lstat(path)
-        assert (info.st_mode & 0o777, info.st_uid) == (0o700, os.geteuid()), path
-
-
 def test_the_cache_key_covers_every_input_of_the_build(monkeypatch):
     """The source, the flags, TensorFlow's version and flags, the compiler's path and
     version, and the CPU each change the library's directory."""
