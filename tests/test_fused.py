@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_electra.layers import attention as attention_module
 from keras_electra.layers import encoder as encoder_module
 from keras_electra.layers import fused as fused_module
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
@@ -170,7 +171,7 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
         softmax_calls += 1
         return attention_values(*args)
 
-    monkeypatch.setattr(encoder_module, "attention_values", counted_softmax)
+    monkeypatch.setattr(attention_module, "attention_values", counted_softmax)
     results = []
     for training in (True, False):
         with tf.GradientTape() as tape:
@@ -359,7 +360,7 @@ def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, heads, m
     start = [v.numpy() for v in seeds]
     fused_calls = []
     monkeypatch.setattr(
-        encoder_module,
+        attention_module,
         "attention_values",
         lambda *a: fused_calls.append(a[3] is not None) or attention_values(*a),
     )

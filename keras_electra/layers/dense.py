@@ -35,6 +35,25 @@ import tensorflow as tf
 _EQUATIONS = {"abc,cde->abde": 1, "abcd,cde->abe": 2, "abc,cd->abd": 1, "ab,bc->ac": 1}
 
 
+def stored_value(variable) -> tf.Tensor:
+    """A Keras variable's value in the dtype it is stored in (float32 under a mixed
+    policy), read where Keras would cast it to the compute dtype (inside a layer's
+    ``call``); its gradient reaches the variable.
+
+    A kernel that adds a float32 bias and sums its gradient in float32 reads the bias
+    this way. Keras has no public read that skips its autocasting, so this function is
+    the one place that reaches into the variable (its stored TensorFlow variable,
+    ``_value``); ``tests/test_attention.py`` fails the day Keras moves it.
+    """
+    stored = getattr(variable, "_value", variable)
+    if not isinstance(stored, (tf.Variable, tf.Tensor)):
+        raise RuntimeError(
+            f"Keras {keras.__version__} no longer keeps a variable's stored value where "
+            "keras_electra.layers.dense.stored_value reads it; please report this."
+        )
+    return tf.identity(stored)
+
+
 @tf.custom_gradient
 def bias_add(x: tf.Tensor, bias: tf.Tensor):
     """``x + bias``, ``bias`` over ``x``'s trailing axes, the bias gradient accumulated

@@ -18,8 +18,8 @@ values, and two keys' sequences are not shifts of each other (the XOR breaks the
 arithmetic progression).
 
 :class:`Dropout` is a ``keras.layers.Dropout`` (same config, same ``seed_generator``
-attribute, so checkpoints keep their layout); :func:`use_fast_dropout` swaps it into
-the dropout slots of a built :class:`~keras_electra.layers.encoder.TransformerLayer`.
+attribute, so checkpoints keep their layout); the transformer layers and their
+attention build their dropouts as this class.
 """
 
 from __future__ import annotations
@@ -140,17 +140,6 @@ class Dropout(keras.layers.Dropout):
     With a ``noise_shape`` it falls back to Keras' implementation.
     """
 
-    @classmethod
-    def replacing(cls, layer: keras.layers.Dropout) -> Dropout:
-        """A fast dropout in place of ``layer``: its rate, dtype, name and seed state."""
-        fast = cls(
-            layer.rate, noise_shape=layer.noise_shape, dtype=layer.dtype_policy, name=layer.name
-        )
-        if getattr(layer, "seed_generator", None) is not None:
-            # One seed state, tracked (and checkpointed) by the replaced layer as before.
-            object.__setattr__(fast, "seed_generator", layer.seed_generator)
-        return fast
-
     def call(self, inputs, training=False):
         if not training or not self.drawable:
             return super().call(inputs, training=training)
@@ -169,22 +158,3 @@ class Dropout(keras.layers.Dropout):
             return None
         seed = tf.cast(self.seed_generator.next(), tf.int64)
         return DropoutDraw(dropout_key(seed), shape, self.rate)
-
-
-def use_fast_dropout(layer: keras.layers.Layer) -> None:
-    """Give a built ``TransformerLayer`` :class:`Dropout` in its three slots.
-
-    The attention probabilities', the attention output's and the feed-forward
-    output's dropout. The replaced layers stay tracked (their seed state is shared
-    with the replacements), so checkpoints keep their layout; the replacements are
-    set untracked, as ``_float32_attention_softmax`` sets the softmax.
-    """
-    attention = getattr(layer, "_self_attention_layer", None)
-    for owner, slot in (
-        (layer, "_self_attention_dropout"),
-        (layer, "_feedforward_dropout"),
-        (attention, "_dropout_layer"),
-    ):
-        old = getattr(owner, slot, None)
-        if isinstance(old, keras.layers.Dropout) and not isinstance(old, Dropout):
-            object.__setattr__(owner, slot, Dropout.replacing(old))

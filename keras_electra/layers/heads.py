@@ -5,9 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 from keras import ops
-from keras.src.backend import AutocastScope
 
-from keras_electra.layers.dense import bias_add, use_fast_dense_in
+from keras_electra.layers.dense import bias_add, stored_value, use_fast_dense_in
 from keras_electra.layers.embedding import truncated_normal
 
 
@@ -107,12 +106,11 @@ class GeneratorHead(keras.layers.Layer):
             # Its own kernel, or float16 (whose range is not float32's): the product
             # is taken from the float32 weights in float32 and rounded, as keras-hub's
             # head takes it (the layer does not autocast its variables).
-            with AutocastScope(None):  # the variables as they are, in float32
-                kernel = (
-                    ops.convert_to_tensor(self._kernel)
-                    if self.token_embedding is None
-                    else ops.transpose(ops.convert_to_tensor(self.token_embedding.embeddings))
-                )
+            kernel = (  # the variables as they are, in float32
+                stored_value(self._kernel)
+                if self.token_embedding is None
+                else ops.transpose(stored_value(self.token_embedding.embeddings))
+            )
             logits = ops.cast(ops.matmul(x, kernel), self.compute_dtype)
         else:
             logits = self._tied_logits(x)
