@@ -212,6 +212,9 @@ class PretrainSettings:
     # Filled in by the run: a checksum of the vocabulary (a run refuses to resume on a
     # changed one).
     vocab_sha256: str = option("", "the vocabulary's checksum", cli=False)
+    # Filled in by the run: the training kernels' backend and why
+    # (keras_electra.layers.backend; KERAS_ELECTRA_KERNELS chooses it).
+    kernels: str = option("", "the training kernels (KERAS_ELECTRA_KERNELS)", cli=False)
 
     # --- derived views ---
 

@@ -42,9 +42,9 @@ def fresh_build(monkeypatch, tmp_path):
     (two directories to create)."""
     cache = tmp_path / "new" / "cache"
     monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(cache))
-    compiled.kernels.cache_clear()
+    compiled.status.cache_clear()
     yield cache
-    compiled.kernels.cache_clear()
+    compiled.status.cache_clear()
 
 
 def _run(x, r, gamma, beta, upstream, draw, use_compiled: bool, monkeypatch, bias=None):
@@ -101,7 +101,7 @@ def test_the_training_step_runs_the_compiled_kernels_and_the_build_is_reused(fre
         info = os.lstat(path)
         assert (info.st_mode & 0o777, info.st_uid) == (0o700, os.geteuid()), path
     built = library.stat().st_mtime_ns
-    compiled.kernels.cache_clear()
+    compiled.status.cache_clear()
     assert compiled.kernels() is not None
     assert library.stat().st_mtime_ns == built  # loaded from the cache, not rebuilt
 
@@ -113,7 +113,7 @@ def test_disabled_or_without_a_compiler_training_keeps_the_xla_kernels(fresh_bui
     assert not ops & set(COMPILED_OPS)
     monkeypatch.delenv("KERAS_ELECTRA_COMPILED_KERNELS")
     monkeypatch.setenv("CXX", "no-such-compiler-here")
-    compiled.kernels.cache_clear()
+    compiled.status.cache_clear()
     assert compiled.kernels() is None
     assert not list(fresh_build.glob("kernels/*/*.so"))
 

@@ -6,20 +6,22 @@ import pytest
 import tensorflow as tf
 from conftest import traced_step_ops
 
-from keras_electra.layers.dense import bias_add, use_fast_dense
+from keras_electra.layers import dense as ours
+from keras_electra.layers.dense import bias_add
 
 
-def _dense(kind: str, dtype: str):
+def _dense(kind: str, dtype: str, module=keras.layers):
+    """One of the model's kinds of projection, as Keras' layer or (``module=ours``) ours."""
     if kind == "dense":
-        layer = keras.layers.Dense(24, activation="gelu", dtype=dtype)
+        layer = module.Dense(24, activation="gelu", dtype=dtype)
         layer.build((None, None, 16))
         shape = (3, 5, 16)
     elif kind == "query":  # the attention's q/k/v projections
-        layer = keras.layers.EinsumDense("abc,cde->abde", (None, 3, 8), bias_axes="de", dtype=dtype)
+        layer = module.EinsumDense("abc,cde->abde", (None, 3, 8), bias_axes="de", dtype=dtype)
         layer.build((None, 5, 16))
         shape = (3, 5, 16)
     else:  # the attention's output projection
-        layer = keras.layers.EinsumDense("abcd,cde->abe", (None, 16), bias_axes="e", dtype=dtype)
+        layer = module.EinsumDense("abcd,cde->abe", (None, 16), bias_axes="e", dtype=dtype)
         layer.build((None, 5, 3, 8))
         shape = (3, 5, 3, 8)
     layer.bias.assign(np.random.default_rng(1).normal(0, 1, layer.bias.shape))
@@ -37,14 +39,19 @@ def _value_and_gradients(layer, x, upstream, training):
 @pytest.mark.parametrize("kind", ["dense", "query", "output"])
 def test_fast_dense_takes_keras_values_and_gradients_in_float32(kind):
     layer, shape = _dense(kind, "float32")
+    fast, _ = _dense(kind, "float32", ours)
+    for a, b in zip(fast.weights, layer.weights, strict=True):
+        a.assign(b.numpy())
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(0, 1, shape), tf.float32)
     keras_result = _value_and_gradients(layer, x, 1.0, training=True)
     upstream = tf.constant(rng.normal(0, 1, keras_result[0].shape), tf.float32)
     keras_result = _value_and_gradients(layer, x, upstream, training=True)
-    use_fast_dense(layer)
-    ours = _value_and_gradients(layer, x, upstream, training=True)
-    for a, b in zip(ours, keras_result, strict=True):
+    fast_result = _value_and_gradients(fast, x, upstream, training=True)
+    # The training path is taken: the traced call has no einsum and no BiasAdd.
+    graph = tf.function(lambda x: fast(x, training=True)).get_concrete_function(x).graph
+    assert not {op.type for op in graph.get_operations()} & {"Einsum", "BiasAdd"}
+    for a, b in zip(fast_result, keras_result, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
 
@@ -52,9 +59,8 @@ def test_fast_dense_takes_keras_values_and_gradients_in_float32(kind):
 def test_bias_gradient_of_a_bfloat16_dense_is_summed_in_float32():
     """4,096 rows of bfloat16 gradient: the bias gradient is the exact sum up to its
     final rounding (Keras' BiasAddGrad accumulates in bfloat16: about 10% off here)."""
-    layer = keras.layers.Dense(64, dtype="mixed_bfloat16")
+    layer = ours.Dense(64, dtype="mixed_bfloat16")
     layer.build((None, 32))
-    use_fast_dense(layer)
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(0, 1, (4096, 32)), tf.float32)
     upstream = tf.cast(tf.constant(rng.normal(0.01, 1, (4096, 64)), tf.float32), tf.bfloat16)

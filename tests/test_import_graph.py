@@ -246,3 +246,70 @@ def test_imports_resolve_to_submodules_packages_and_relative_names(tmp_path):
 )
 def test_components_are_found(graph, expected):
     assert sorted(strongly_connected(graph), key=sorted) == expected
+
+
+def private_reaches(path: Path, root: Path = ROOT) -> list[str]:
+    """The places in ``path`` that import Keras' internals (``keras.src``) or assign a
+    private attribute (``_name``) of an object other than ``self`` or ``cls``: by
+    ``x._name = ...``, ``setattr(x, "_name", ...)`` or ``object.__setattr__``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names.append(getattr(node, "module", None) or "")
+            if any(n == "keras.src" or n.startswith("keras.src.") for n in names):
+                found.append(f"{where} imports keras.src")
+        targets = []
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr.startswith("_")
+                and not (isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"))
+            ):
+                found.append(f"{where} assigns {ast.unparse(target)}")
+        if isinstance(node, ast.Call):
+            call = ast.unparse(node.func)
+            if call.endswith("__setattr__"):
+                found.append(f"{where} calls {call}")
+            elif call == "setattr" and len(node.args) > 1:
+                name = node.args[1]
+                private = isinstance(name, ast.Constant) and str(name.value).startswith("_")
+                if private or not isinstance(name, ast.Constant):
+                    owner = ast.unparse(node.args[0])
+                    if owner not in ("self", "cls"):
+                        found.append(f"{where} sets an attribute of {owner}")
+    return found
+
+
+def test_no_keras_internals_are_imported_or_private_attributes_patched():
+    """Issue 40: a Keras minor release must not be able to turn off the fast path
+    silently. The one deliberate reach into a Keras object is a read
+    (layers/dense.stored_value), which tests/test_attention.py watches."""
+    found = [hit for path in sorted(ROOT.rglob("*.py")) for hit in private_reaches(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_private_reach_check_sees_what_it_should(tmp_path):
+    planted = tmp_path / "keras_electra" / "planted.py"
+    planted.parent.mkdir()
+    planted.write_text(
+        "from keras.src.backend import AutocastScope\n"
+        "import keras.src.layers\n"
+        "layer._softmax = None\n"
+        "object.__setattr__(layer, 'call', f)\n"
+        "setattr(layer, '_x', 1)\n"
+        "self._fine = 1\n"
+        "layer.public = 1\n",
+        encoding="utf-8",
+    )
+    found = private_reaches(planted, planted.parent)
+    assert [f.split(" ", 1)[1] for f in found] == [
+        "imports keras.src",
+        "imports keras.src",
+        "assigns layer._softmax",
+        "calls object.__setattr__",
+        "sets an attribute of layer",
+    ], found

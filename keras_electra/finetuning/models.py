@@ -29,7 +29,7 @@ import keras
 from keras import ops
 
 from keras_electra.layers.backbone import ElectraBackbone
-from keras_electra.layers.dense import use_fast_dense
+from keras_electra.layers.dense import Dense
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.settings import POOLINGS
 from keras_electra.training.step import OneGraphTraining
@@ -71,13 +71,12 @@ class _HeadModel(OneGraphTraining, keras.Model):
         self.units = units
         self.dropout = dropout
         self.head_dropout = keras.layers.Dropout(dropout, name="head_dropout")
-        self.head = keras.layers.Dense(
+        self.head = Dense(
             units,
             kernel_initializer=truncated_normal(backbone.config.initializer_range),
             name="head",
         )
         self.head.build((None, backbone.hidden_dim))
-        use_fast_dense(self.head)
 
     def _project(self, x, training):
         return ops.cast(self.head(self.head_dropout(x, training=training)), "float32")
@@ -211,7 +210,7 @@ class ElectraSpanExtractor(_HeadModel):
         self.answerable = answerable
         self.answerable_head = None
         if answerable:
-            self.answerable_head = keras.layers.Dense(
+            self.answerable_head = Dense(
                 1,
                 kernel_initializer=truncated_normal(backbone.config.initializer_range),
                 name="answerable_head",

@@ -31,7 +31,7 @@ import math
 import keras
 import tensorflow as tf
 
-from keras_electra.layers.dense import bias_add
+from keras_electra.layers.dense import EinsumDense, bias_add
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.fused import attention_values, fuses_attention_softmax, split_heads
 
@@ -133,7 +133,7 @@ class SelfAttention(keras.layers.Layer):
         self.supports_masking = True
 
     def _projection(self, name: str, equation: str, output_shape, bias_axes: str):
-        return keras.layers.EinsumDense(
+        return EinsumDense(
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes,

@@ -147,20 +147,28 @@ def _build(compiler: str, library: Path) -> None:
             os.remove(partial)
 
 
-@functools.cache
 def kernels():
     """The compiled kernels' op module (``electra_add_layer_norm``, ``electra_bias_gelu``,
     ``electra_attention_probs``, ``electra_softmax_xent``, each with its ``_grad``,
     ``electra_split_heads`` and ``electra_merge_heads``, ``electra_dropout``,
     ``electra_inverse_cdf`` and ``electra_apply_adam_w``), built on first use; None where they
-    cannot be built or should not be used (see the module docstring)."""
-    if os.environ.get(ENABLE, "1") == "0" or not sys.platform.startswith("linux"):
-        return None
+    cannot be built or should not be used (see the module docstring and :func:`status`)."""
+    return status()[0]
+
+
+@functools.cache
+def status() -> tuple:
+    """``(op module, where it comes from)``, or ``(None, why it cannot be used)``; found
+    once per process (``status.cache_clear()`` looks again)."""
+    if os.environ.get(ENABLE, "1") == "0":
+        return None, f"{ENABLE}=0"
+    if not sys.platform.startswith("linux"):
+        return None, "they are built on Linux only"
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
-        return None  # the accelerators' kernels are XLA's
+        return None, "a GPU or TPU is present, whose kernels are XLA's"
     compiler = _compiler()
     if compiler is None:
-        return None
+        return None, f"there is no C++ compiler ({os.environ.get('CXX') or 'g++'})"
     try:
         library = library_path(compiler)
         _make_private(library.parent)
@@ -178,18 +186,19 @@ def kernels():
                 library,
                 unsafe,
             )
-            return None
+            return None, f"the kernel cache is not private ({unsafe})"
         if not _LOADED:
             _LOADED.append(tf.load_op_library(str(library)))
-        return _LOADED[0]
+        return _LOADED[0], f"{library}, built for this CPU"
     except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
         detail = getattr(error, "stderr", None) or str(error)
+        detail = detail.strip().splitlines()[-1][:300] if detail.strip() else type(error).__name__
         log.warning(
             "keras-electra's compiled training kernels could not be built or loaded, so "
             "training uses the XLA kernels (the same values, slower): %s",
-            detail.strip().splitlines()[-1][:300] if detail.strip() else type(error).__name__,
+            detail,
         )
-        return None
+        return None, f"their build or load failed ({detail})"
 
 
 @functools.cache

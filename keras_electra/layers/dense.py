@@ -17,10 +17,10 @@ in training:
   kernel gradient is one product: fwd + bwd of ELECTRA-Small's ``[32, 128, 256]``
   projection in bfloat16 went from 2.3 to 1.9 ms.
 
-:func:`use_fast_dense` gives a built ``Dense`` or ``EinsumDense`` this path in
-training (``training=True``, which Keras passes down from the model's call).
-Inference keeps Keras' own ``call``, so exported SavedModels are unchanged. Weights,
-config and checkpoints are unchanged.
+:class:`Dense` and :class:`EinsumDense` are Keras' layers with this path in training
+(``training=True``, which Keras passes down from the model's call); the model's layers
+are built as them. Inference keeps Keras' own ``call``, so exported SavedModels are
+unchanged, and so are the weights, config and checkpoints.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import math
 
 import keras
 import tensorflow as tf
+
+from keras_electra.layers import backend
 
 # EinsumDense equations taken as 2-D matmuls: the input's last 1 or 2 axes are
 # contracted with the kernel's first ones, the kernel's remaining axes are the output's.
@@ -83,71 +85,64 @@ def bias_add(x: tf.Tensor, bias: tf.Tensor):
     return x + bias, grad
 
 
-def _two_d_call(layer: keras.layers.Layer, contracted: int):
-    """``layer``'s affine map as ``[rows, in] x [in, out]``, reshaped to the output's
-    axes, plus :func:`bias_add`.
+def _two_d(layer: keras.layers.Layer, inputs, contracted: int):
+    """``layer``'s affine map of ``inputs`` as ``[rows, in] x [in, out]``, reshaped to
+    the output's axes, plus :func:`bias_add` (and the activation).
 
     The reshape stands between the matmul and the bias, as in Keras' ``Dense`` on 3-D
     inputs (``tensordot``): Grappler fuses a matmul followed by a bias into one
     ``_FusedMatMul``, whose float16 kernel on this CPU took 473 ms where the two ops
     took 0.9 ms each (``[2048, 128] x [128, 128]``).
     """
-
-    def call(inputs):
-        kernel = layer.kernel
-        out_shape = [int(d) for d in kernel.shape[contracted:]]
-        width = math.prod(int(d) for d in kernel.shape[:contracted])
-        units = math.prod(out_shape)
-        lead = tf.shape(inputs)[: len(inputs.shape) - contracted]
-        rows = tf.reshape(inputs, [-1, width])
-        y = tf.matmul(rows, tf.reshape(kernel, [width, units]))
-        y = tf.reshape(y, tf.concat([lead, out_shape], 0))
-        if layer.bias is not None:
-            y = bias_add(y, tf.identity(layer.bias))  # a tensor, autocast
-        if getattr(layer, "activation", None) is not None:
-            y = layer.activation(y)
-        return y
-
-    return call
+    kernel = layer.kernel
+    out_shape = [int(d) for d in kernel.shape[contracted:]]
+    width = math.prod(int(d) for d in kernel.shape[:contracted])
+    units = math.prod(out_shape)
+    lead = tf.shape(inputs)[: len(inputs.shape) - contracted]
+    rows = tf.reshape(inputs, [-1, width])
+    y = tf.matmul(rows, tf.reshape(kernel, [width, units]))
+    y = tf.reshape(y, tf.concat([lead, out_shape], 0))
+    if layer.bias is not None:
+        y = bias_add(y, tf.identity(layer.bias))  # a tensor, autocast
+    if getattr(layer, "activation", None) is not None:
+        y = layer.activation(y)
+    return y
 
 
-def use_fast_dense(layer: keras.layers.Layer) -> None:
-    """Give a built ``Dense`` or ``EinsumDense`` the training path of this module.
-
-    Leaves layers it cannot take as they are: quantized ones, an ``EinsumDense``
-    whose equation is not one of a 2-D matmul's, or a bias not over the output axes.
-    """
-    if not layer.built or getattr(layer, "quantization_mode", None) is not None:
-        return
-    if isinstance(layer, keras.layers.EinsumDense):
-        contracted = _EQUATIONS.get(layer.equation)
-        if contracted is None:
-            return
-        if layer.bias is not None and tuple(layer.bias.shape) != tuple(
-            layer.kernel.shape[contracted:]
-        ):
-            return
-    elif isinstance(layer, keras.layers.Dense):
-        contracted = 1
-    else:
-        return
-    keras_call = layer.call
-    fast = _two_d_call(layer, contracted)
-
-    def call(inputs, training=None):
-        # A 2-D input's reshape is no reshape: in float16 its matmul and bias would be
-        # fused (see _two_d_call), so it keeps Keras' call.
-        half_rows = len(inputs.shape) == 2 and inputs.dtype == tf.float16
-        if training and not half_rows:
-            return fast(inputs)
-        return keras_call(inputs, training=training)
-
-    # Untracked: the layer's weights and config are unchanged.
-    object.__setattr__(layer, "call", call)
+def _takes_two_d(layer, inputs, training, contracted: int | None) -> bool:
+    """Whether a training call of ``layer`` takes :func:`_two_d`: an equation that is a
+    2-D matmul's, a bias over the output axes (or none), no quantization or LoRA, and
+    not a 2-D float16 input (whose reshape is no reshape: its matmul and bias would be
+    fused, see :func:`_two_d`)."""
+    return bool(
+        training
+        and contracted is not None
+        and backend.fast_training()
+        and getattr(layer, "quantization_mode", None) is None
+        and getattr(layer, "lora_rank", None) is None
+        and (layer.bias is None or layer.bias.shape == layer.kernel.shape[contracted:])
+        and not (len(inputs.shape) == 2 and inputs.dtype == tf.float16)
+    )
 
 
-def use_fast_dense_in(root: keras.layers.Layer) -> None:
-    """:func:`use_fast_dense` on every built ``Dense`` and ``EinsumDense`` in ``root``
-    (``root`` included)."""
-    for layer in root._flatten_layers(include_self=True, recursive=True):
-        use_fast_dense(layer)
+@keras.saving.register_keras_serializable(package="keras_electra")
+class Dense(keras.layers.Dense):
+    """``keras.layers.Dense`` with this module's training path (same weights, config
+    and inference)."""
+
+    def call(self, inputs, training=None):
+        if _takes_two_d(self, inputs, training, 1):
+            return _two_d(self, inputs, 1)
+        return super().call(inputs, training=training)
+
+
+@keras.saving.register_keras_serializable(package="keras_electra")
+class EinsumDense(keras.layers.EinsumDense):
+    """``keras.layers.EinsumDense`` with this module's training path for the equations
+    of a 2-D matmul (same weights, config and inference)."""
+
+    def call(self, inputs, training=None):
+        contracted = _EQUATIONS.get(self.equation)
+        if _takes_two_d(self, inputs, training, contracted):
+            return _two_d(self, inputs, contracted)
+        return super().call(inputs, training=training)

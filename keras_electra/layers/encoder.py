@@ -5,8 +5,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_electra.layers import backend
 from keras_electra.layers.attention import SelfAttention, clone_initializer
-from keras_electra.layers.dense import bias_add, stored_value, use_fast_dense_in
+from keras_electra.layers.dense import Dense, bias_add, stored_value
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import add_layer_norm, bias_gelu, bias_gelu_matmul, training_kernels
@@ -17,7 +18,7 @@ _GELU = keras.activations.get("gelu")
 def _plain_dense(layer) -> bool:
     """A ``Dense`` computing ``x @ kernel (+ bias)`` and nothing more."""
     return (
-        type(layer) is keras.layers.Dense
+        isinstance(layer, keras.layers.Dense)
         and layer.activation in (None, keras.activations.linear)
         and getattr(layer, "quantization_mode", None) is None
         and layer.lora_rank is None
@@ -127,7 +128,7 @@ class TransformerLayer(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=dtype, name="feedforward_layer_norm"
         )
         self._feedforward_layer_norm.build(inputs_shape)
-        self._feedforward_intermediate_dense = keras.layers.Dense(
+        self._feedforward_intermediate_dense = Dense(
             self.intermediate_dim,
             activation=self.activation,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -136,7 +137,7 @@ class TransformerLayer(keras.layers.Layer):
             name="feedforward_intermediate_dense",
         )
         self._feedforward_intermediate_dense.build(inputs_shape)
-        self._feedforward_output_dense = keras.layers.Dense(
+        self._feedforward_output_dense = Dense(
             width,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             bias_initializer=clone_initializer(self.bias_initializer),
@@ -156,7 +157,12 @@ class TransformerLayer(keras.layers.Layer):
         return_attention_scores=False,
     ):
         mask = _self_attention_mask(padding_mask, attention_mask)
-        if not training or self.normalize_first or return_attention_scores:
+        if (
+            not training
+            or self.normalize_first
+            or return_attention_scores
+            or not backend.fast_training()
+        ):
             return self._plain_call(inputs, mask, training, return_attention_scores)
         attention = self._self_attention_layer
         with training_kernels():  # read by the attention's choice of path
@@ -298,7 +304,7 @@ class ElectraEncoder(keras.layers.Layer):
         # === Layers ===
         self.projection = None
         if embedding_dim != hidden_dim:
-            self.projection = keras.layers.Dense(
+            self.projection = Dense(
                 hidden_dim,
                 kernel_initializer=truncated_normal(initializer_range),
                 dtype=self.dtype_policy,
@@ -334,7 +340,6 @@ class ElectraEncoder(keras.layers.Layer):
             layer.build(shape)
         if self.final_layer_norm is not None:
             self.final_layer_norm.build(shape)
-        use_fast_dense_in(self)
         self.built = True
 
     def call(self, embeddings, padding_mask, training=None):

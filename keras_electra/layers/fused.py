@@ -28,7 +28,7 @@ custom ops instead (:mod:`keras_electra.layers.compiled`, ``kernels.cc``): the s
 math, the same hashed dropout draws, outputs within one rounding step of XLA's, about
 twice as fast (XLA's CPU loops for these reach 4-9 GB/s where the machine moves 25).
 The XLA kernels stay everywhere else (no compiler, GPU or TPU, float16, or
-``KERAS_ELECTRA_COMPILED_KERNELS=0``).
+``KERAS_ELECTRA_KERNELS=xla``; :mod:`keras_electra.layers.backend` decides).
 
 Used by :class:`keras_electra.layers.encoder.TransformerLayer` when ``training`` is
 true; inference (export, scoring, evaluation) keeps Keras' ops, so neither an XLA op
@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from keras_electra.layers import backend
 from keras_electra.layers.dropout import hash_bits
 
 if TYPE_CHECKING:
@@ -271,11 +272,8 @@ def _compiled_draw(drop) -> tuple:
 
 def _compiled_kernels(*dtypes):
     """The compiled kernels for these dtypes in the graph being traced, or None (the XLA
-    kernels): :func:`keras_electra.layers.compiled.ops_for`. Tests replace this to
-    compare the two kernel sets."""
-    from keras_electra.layers.compiled import ops_for
-
-    return ops_for(*dtypes)
+    kernels): :func:`keras_electra.layers.backend.native_ops`."""
+    return backend.native_ops(*dtypes)
 
 
 def add_layer_norm(
@@ -435,7 +433,7 @@ def fuses_attention_softmax(dtype) -> bool:
     runs as :func:`masked_softmax` here: in :func:`training_kernels`, for 16-bit
     scores. Fwd + bwd on [32, 4, 128, 128] took 3.0 ms fused against 4.2 ms in
     bfloat16, but 6.2 ms against TensorFlow's 3.8 ms in float32 (2-core EPYC)."""
-    return in_training_kernels() and tf.as_dtype(dtype) != tf.float32
+    return in_training_kernels() and tf.as_dtype(dtype) != tf.float32 and backend.fast_training()
 
 
 def masked_softmax(
@@ -681,6 +679,12 @@ def sparse_cross_entropy(
 
         return ((loss, best, probs) if probabilities else (loss, best)), grad
 
+    if not backend.fast_training():  # the reference: TensorFlow's loss op and softmax
+        z = tf.cast(logits, tf.float32)
+        labels = tf.cast(labels, tf.int32)
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=z)
+        outputs = (loss, tf.argmax(z, axis=-1, output_type=tf.int32))
+        return (*outputs, tf.stop_gradient(tf.nn.softmax(z))) if probabilities else outputs
     if not probabilities:
         compiled = _compiled_cross_entropy(logits, labels)
         if compiled is not None:

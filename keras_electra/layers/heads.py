@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_electra.layers.dense import bias_add, stored_value, use_fast_dense_in
+from keras_electra.layers.dense import Dense, bias_add, stored_value
 from keras_electra.layers.embedding import truncated_normal
 
 
@@ -71,7 +71,7 @@ class GeneratorHead(keras.layers.Layer):
             if self.token_embedding is not None
             else inputs_shape[-1]
         )
-        self._intermediate_dense = keras.layers.Dense(
+        self._intermediate_dense = Dense(
             width,
             activation="gelu",
             kernel_initializer=self.kernel_initializer,
@@ -93,7 +93,6 @@ class GeneratorHead(keras.layers.Layer):
         self._bias = self.add_weight(
             name="output_bias", shape=(self.vocabulary_size,), initializer="zeros", dtype=self.dtype
         )
-        use_fast_dense_in(self)
         self.built = True
 
     def call(self, inputs, mask_positions, float32_logits=True):
@@ -178,14 +177,14 @@ class DiscriminatorHead(keras.layers.Layer):
         self.hidden_dim = hidden_dim
         self.initializer_range = initializer_range
         self.output_bias = float(output_bias)
-        self.dense = keras.layers.Dense(
+        self.dense = Dense(
             hidden_dim,
             activation="gelu",
             kernel_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy,
             name="dense",
         )
-        self.logits = keras.layers.Dense(
+        self.logits = Dense(
             1,
             kernel_initializer=truncated_normal(initializer_range),
             bias_initializer=keras.initializers.Constant(self.output_bias),
@@ -196,7 +195,6 @@ class DiscriminatorHead(keras.layers.Layer):
     def build(self, inputs_shape):
         self.dense.build(inputs_shape)
         self.logits.build(tuple(inputs_shape)[:-1] + (self.hidden_dim,))
-        use_fast_dense_in(self)
         self.built = True
 
     def call(self, sequence_output):

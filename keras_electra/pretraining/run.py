@@ -53,6 +53,7 @@ from keras_electra.errors import (
     TrainingInterrupted,
     storage_reason,
 )
+from keras_electra.layers import backend
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
 from keras_electra.pretraining.loading import read_run, vocab_checksum
@@ -214,6 +215,7 @@ def _prepare_run_directory(
     once it has checkpointed (before that they may be half-written) and otherwise
     derive the same vocabulary and config from the same arguments.
     """
+    kernels = backend.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
     overrides = dict(settings.config_overrides)
     if settings.embedding_sharing is not None:
         overrides["embedding_sharing"] = settings.embedding_sharing
@@ -254,6 +256,9 @@ def _prepare_run_directory(
     settings.temperature = config.temperature
     settings.generator_size = config.generator_hidden_size
     settings.vocab_sha256 = vocab_checksum(tokens)
+    settings.kernels = f"{kernels.backend}: {kernels.reason}"
+    if chief and settings.progress:
+        print(kernels.describe(), flush=True)
     if chief:
         with _writing(run.path):
             run.write_settings(settings.record())

@@ -173,9 +173,9 @@ def _update_kernels(dtype: tf.DType):
     dtype, no compiled kernels, a graph XLA compiles whole)."""
     if dtype != tf.float32:
         return None
-    from keras_electra.layers import compiled
+    from keras_electra.layers import backend
 
-    return compiled.ops_for(dtype)
+    return backend.native_ops(dtype)
 
 
 # Keras' default initial loss scale (2**15) overflows float16 gradients for the first

@@ -238,6 +238,26 @@ def _take(micro: Any, index) -> Any:
     return tf.nest.map_structure(lambda t: tf.gather(t, index), micro)
 
 
+def mean_over_replicas(logs, strategy: tf.distribute.Strategy):
+    """A step's logs, one value each, as Keras' ``fit`` reduces them: a TPU's first
+    replica's (its replicas agree), else the mean over the replicas, and over the
+    workers under a multi-worker strategy (the workers' all-reduce, along the logs'
+    axis where they have one: see
+    :func:`~keras_electra.training.strategy.prepare_multi_worker_fit`)."""
+    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    collective = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+    def reduce(value):
+        if collective:
+            return strategy.reduce("MEAN", value, axis=0 if value.shape.rank else None)
+        if not isinstance(value, tf.distribute.DistributedValues):
+            return value
+        local = strategy.experimental_local_results(value)
+        return local[0] if tpu else tf.reduce_mean(local, axis=0)
+
+    return tf.nest.map_structure(reduce, logs)
+
+
 def one_graph_train_function(model) -> Callable | None:
     """``model.fit``'s train function as one ``tf.function``, or None where Keras' own
     is needed (``run_eagerly``, ``jit_compile`` or ``steps_per_execution > 1``).
@@ -257,14 +277,11 @@ def one_graph_train_function(model) -> Callable | None:
     """
     if model.run_eagerly or model.jit_compile or model.steps_per_execution != 1:
         return None
-    from keras.src.backend.tensorflow.trainer import reduce_per_replica
-
     strategy = model.distribute_strategy
 
     @tf.autograph.experimental.do_not_convert
     def step(data):
-        outputs = strategy.run(model.train_step, args=(data,))
-        return reduce_per_replica(outputs, strategy, reduction="auto")
+        return mean_over_replicas(strategy.run(model.train_step, args=(data,)), strategy)
 
     step = model._autoconvert_optionals(step)  # Keras' inputs: an Optional leaf is None
     trim = trim_before_reading(strategy)
@@ -304,6 +321,22 @@ class OneGraphTraining:
     Examples:
         >>> class Model(OneGraphTraining, keras.Model): ...  # doctest: +SKIP
     """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras' fit first reduces one input batch across the replicas to build the
+        # model symbolically, which a multi-worker strategy cannot do for a dict of
+        # tensors (keras-team/keras#20329). A model and optimizer built beforehand
+        # need no symbolic build. (An override of Keras' own method: if Keras renames
+        # it, tests/test_multi_worker.py fails.)
+        strategy = self.distribute_strategy
+        optimizer = getattr(self, "optimizer", None)
+        if (
+            isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and self.built
+            and (optimizer is None or optimizer.built)
+        ):
+            return None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:

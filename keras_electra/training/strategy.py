@@ -163,31 +163,23 @@ def check_workers_agree(strategy: tf.distribute.Strategy, **values: int) -> None
 
 
 def prepare_multi_worker_fit(model) -> None:
-    """Work around two Keras 3 ``fit`` failures under ``MultiWorkerMirroredStrategy``.
+    """Work around a Keras 3 ``fit`` failure under ``MultiWorkerMirroredStrategy``.
 
-    - ``fit`` first reduces one input batch across replicas to build the model
-      symbolically, and the multi-worker strategy cannot reduce a dict of tensors
-      (keras-team/keras#20329). A model and optimizer built beforehand need no
-      symbolic build, so it is skipped for them.
-    - ``fit`` averages each step's logs over the replicas with
-      ``reduce(MEAN, axis=0)``, which fails on scalars (keras-team/keras#20585);
-      the logs are given that axis. At each epoch's end ``fit`` reads the
-      metrics over all replicas anyway, so callbacks see the same values as on
-      one device.
+    Keras' own train function (where
+    :func:`~keras_electra.training.step.one_graph_train_function` declines) averages
+    each step's logs over the replicas with ``reduce(MEAN, axis=0)``, which fails on
+    scalars (keras-team/keras#20585); the logs are given that axis. At each epoch's
+    end ``fit`` reads the metrics over all replicas anyway, so callbacks see the same
+    values as on one device. (The other failure, the symbolic build from a batch
+    reduced across the workers, is skipped by
+    :class:`~keras_electra.training.step.OneGraphTraining` for a built model.)
 
     Args:
         model: a compiled model whose variables and optimizer are built.
     """
-    keras_build = model._maybe_symbolic_build
     keras_step = model.train_step
-
-    def maybe_symbolic_build(iterator=None, data_batch=None):
-        if model.built and (model.optimizer is None or model.optimizer.built):
-            return None
-        return keras_build(iterator=iterator, data_batch=data_batch)
 
     def train_step(data):
         return {name: tf.reshape(value, [1]) for name, value in keras_step(data).items()}
 
-    model._maybe_symbolic_build = maybe_symbolic_build
     model.train_step = train_step

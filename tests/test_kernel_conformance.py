@@ -1,0 +1,358 @@
+"""Conformance: every training operation on each kernel backend against the reference.
+
+The backends are chosen as a user chooses them, with ``KERAS_ELECTRA_KERNELS``
+(keras_electra/layers/backend.py). The oracles below are the math written once more with
+TensorFlow's plain ops (Keras' LayerNorm, GELU, masked softmax and the Dropout layer's
+hashed mask), in float32, rounded where the operation returns its input's dtype.
+
+Tolerances: float32, within a few float32 roundings at the tensor's scale (``rtol=2e-5``
+and ``atol=2e-5`` times the largest reference value); bfloat16, within 2% of the
+tensor's largest value (bfloat16 keeps 8 bits: one rounding is 0.4%, and the kernels
+round at other points than the oracles). Dropout masks are compared exactly, in every
+dtype: a dropped element is 0 in both. ``native`` is skipped where the compiled kernels
+cannot run (no C++ compiler).
+"""
+
+import json
+import logging
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import traced_step_ops
+
+from keras_electra.config import ElectraConfig
+from keras_electra.layers import backend, fused
+from keras_electra.layers.dropout import DropoutDraw, dropout_key
+from keras_electra.pretraining import objective
+from keras_electra.pretraining.pretrainer import ElectraPretrainer
+from keras_electra.training.optimizer import create_optimizer
+
+BACKENDS = ["xla", "native"]
+DTYPES = ["float32", "bfloat16"]
+F32 = tf.float32
+
+
+@pytest.fixture
+def use(monkeypatch):
+    """Select a backend for the rest of the test, as ``KERAS_ELECTRA_KERNELS`` does."""
+
+    def select(name: str) -> None:
+        monkeypatch.setenv(backend.ENV, name)
+        if backend.choose().backend != name:
+            pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+
+    return select
+
+
+def _draw(shape, rate, seed=3):
+    if not rate:
+        return None
+    return DropoutDraw(dropout_key(tf.constant([seed, 7], tf.int64)), tf.constant(shape), rate)
+
+
+def _values_and_gradients(fn, inputs: dict, upstream_seed=11):
+    """``fn(**inputs)``'s outputs and the gradients of a random projection of them for
+    every floating input, as float32 arrays."""
+    floats = [k for k, v in inputs.items() if isinstance(v, tf.Tensor) and v.dtype.is_floating]
+    with tf.GradientTape() as tape:
+        for k in floats:
+            tape.watch(inputs[k])
+        out = fn(**inputs)
+        outs = out if isinstance(out, tuple) else (out,)
+        rng = np.random.default_rng(upstream_seed)
+        loss = tf.add_n(
+            [
+                tf.reduce_sum(tf.cast(o, F32) * rng.normal(0, 1, o.shape).astype("float32"))
+                for o in outs
+                if o.dtype.is_floating
+            ]
+        )
+    grads = tape.gradient(loss, [inputs[k] for k in floats])
+    return [tf.cast(o, F32).numpy() for o in outs] + [
+        np.zeros(inputs[k].shape, "float32") if g is None else tf.cast(g, F32).numpy()
+        for k, g in zip(floats, grads, strict=True)
+    ]
+
+
+def _assert_conforms(got: list, expected: list, dtype: str) -> None:
+    assert len(got) == len(expected)
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a.shape == b.shape, (i, a.shape, b.shape)
+        scale = float(np.abs(b).max()) + 1e-6
+        if dtype == "float32":
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5 * scale, err_msg=str(i))
+        else:
+            assert np.abs(a - b).max() <= 0.02 * scale, (i, np.abs(a - b).max(), scale)
+
+
+# === The oracles ===
+
+
+def _gelu(z):
+    return keras.activations.gelu(z, approximate=False)
+
+
+def ref_add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None, bias=None):
+    v = tf.cast(x, F32) + (0.0 if bias is None else tf.cast(bias, F32))
+    if dropout is not None:
+        v = v * dropout.mask(F32)
+    s = v + tf.cast(residual, F32)
+    mean, variance = tf.nn.moments(s, axes=[-1], keepdims=True)
+    y = (s - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
+    return tf.cast(y, x.dtype)
+
+
+def ref_bias_gelu(h, bias):
+    return tf.cast(_gelu(tf.cast(h, F32) + tf.cast(bias, F32)), h.dtype)
+
+
+def ref_bias_gelu_matmul(h, bias, kernel):
+    return tf.matmul(ref_bias_gelu(h, bias), kernel)
+
+
+def ref_attention_values(scores, mask, values, dropout=None, scale=1.0):
+    keep = tf.broadcast_to(tf.cast(mask, tf.bool), tf.shape(scores))
+    logits = tf.where(keep, tf.cast(scores, F32) * scale, -1e9)
+    probs = tf.cast(tf.where(keep, tf.nn.softmax(logits, axis=-1), 0.0), scores.dtype)
+    if dropout is not None:
+        probs = probs * dropout.mask(scores.dtype)
+    return tf.matmul(probs, values)
+
+
+def ref_cross_entropy(logits, labels):
+    z = tf.cast(logits, F32)
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=z)
+    return loss, tf.argmax(z, axis=-1, output_type=tf.int32)
+
+
+# === One operation at a time ===
+
+
+def _case(op: str, dtype: str, rate: float):
+    """``(kernel function, oracle, inputs)`` for one operation."""
+    rng = np.random.default_rng(5)
+
+    def t(shape, scale=1.0, dt=dtype):
+        return tf.constant(rng.normal(0, scale, shape).astype("float32"), dt)
+
+    if op == "add_layer_norm":
+        x, residual = t((6, 5, 16)), t((6, 5, 16))
+        inputs = dict(x=x, residual=residual, gamma=t((16,), dt=F32) + 1.0)
+        inputs.update(beta=t((16,), dt=F32), bias=t((16,), dt=F32))
+        inputs.update(epsilon=1e-12, dropout=_draw((6, 5, 16), rate))
+        return fused.add_layer_norm, ref_add_layer_norm, inputs
+    if op == "bias_gelu":
+        return fused.bias_gelu, ref_bias_gelu, dict(h=t((6, 5, 32)), bias=t((32,), dt=F32))
+    if op == "bias_gelu_matmul":
+        inputs = dict(h=t((30, 32)), bias=t((32,), dt=F32), kernel=t((32, 16), 0.2))
+        return fused.bias_gelu_matmul, ref_bias_gelu_matmul, inputs
+    if op == "attention_values":
+        scores = t((3, 2, 7, 9), 2.0)
+        mask = tf.constant(
+            np.arange(9)[None, None, None, :] < np.array([9, 5, 1])[:, None, None, None]
+        )
+        inputs = dict(scores=scores, mask=mask, values=t((3, 2, 9, 4)), scale=0.5)
+        inputs["dropout"] = _draw((3, 2, 7, 9), rate)
+        return fused.attention_values, ref_attention_values, inputs
+    if op == "cross_entropy":
+        logits = t((4, 6, 97), 3.0)
+        labels = tf.constant(rng.integers(0, 97, (4, 6)), tf.int32)
+        return fused.sparse_cross_entropy, ref_cross_entropy, dict(logits=logits, labels=labels)
+    raise AssertionError(op)
+
+
+DROPOUT_OPS = ["add_layer_norm", "attention_values"]
+OPS = [(op, rate) for op in DROPOUT_OPS for rate in (0.0, 0.2)] + [
+    (op, 0.0) for op in ("bias_gelu", "bias_gelu_matmul", "cross_entropy")
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize(("op", "rate"), OPS, ids=[f"{o}-dropout{r}" for o, r in OPS])
+def test_each_operation_matches_the_reference(op, rate, name, dtype, use):
+    use(name)
+    kernel, oracle, inputs = _case(op, dtype, rate)
+    got = _values_and_gradients(tf.function(kernel), inputs)
+    expected = _values_and_gradients(oracle, inputs)
+    _assert_conforms(got, expected, dtype)
+    if rate:  # the same elements dropped: zero in both (no rounding hides a zero)
+        for a, b in zip(got[:1], expected[:1], strict=True):
+            np.testing.assert_array_equal(a == 0, b == 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads", [1, 3])
+def test_the_native_head_split_matches_the_reference(heads, dtype, use):
+    use("native")  # the XLA backend splits with TensorFlow's ops, the reference's
+    rng = np.random.default_rng(2)
+    batch, length, dim = 2, 5, 4
+    qkv = tf.constant(rng.normal(0, 1, (batch, length, 3 * heads * dim)), dtype)
+    bias = tf.constant(rng.normal(0, 1, (3, heads, dim)), F32)
+
+    def reference(qkv, bias):
+        x = tf.reshape(qkv, [batch, length, 3, heads, dim]) + tf.cast(bias, qkv.dtype)
+        return tuple(tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4])))
+
+    got = _values_and_gradients(
+        lambda qkv, bias: fused.split_heads(qkv, bias, heads), dict(qkv=qkv, bias=bias)
+    )
+    _assert_conforms(got, _values_and_gradients(reference, dict(qkv=qkv, bias=bias)), dtype)
+
+
+def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
+    # Inverse-CDF sampling from the loss's softmax: the same index for each uniform,
+    # except where a uniform falls within float32 rounding of a cumulative boundary.
+    rng = np.random.default_rng(4)
+    logits = tf.constant(rng.normal(0, 2, (64, 97)), F32)
+    labels = tf.constant(rng.integers(0, 97, (64,)), tf.int32)
+    uniform = tf.constant(rng.random(64), F32)
+    monkeypatch.setenv(backend.ENV, "reference")
+    loss, best, probs = fused.sparse_cross_entropy(logits, labels, probabilities=True)
+    expected = objective.inverse_cdf(probs, uniform).numpy()
+    use("native")
+    got_loss, got_best, sampled = fused.sampled_cross_entropy(logits, labels, uniform)
+    assert (sampled.numpy() == expected).mean() >= 0.98, (sampled.numpy(), expected)
+    np.testing.assert_array_equal(got_best.numpy(), best.numpy())
+    np.testing.assert_allclose(got_loss.numpy(), loss.numpy(), rtol=2e-5, atol=2e-5)
+
+
+# === A whole pretraining step ===
+
+
+def _one_step(name: str, dtype: str, monkeypatch) -> tuple[dict, list[np.ndarray]]:
+    """One training step of a small pretrainer (masking, sampling, both losses,
+    clipping, AdamW) on backend ``name``, from the same seed and batch: its logs and
+    its weights after the update."""
+    monkeypatch.setenv(backend.ENV, name)
+    if backend.choose().backend != name:
+        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+    config = ElectraConfig.from_preset(
+        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
+    )
+    keras.utils.set_random_seed(1)
+    model = ElectraPretrainer(
+        config, seed=1, dtype=f"mixed_{dtype}" if dtype != "float32" else None
+    )
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=0)
+    )
+    ids = np.random.default_rng(0).integers(5, 300, (8, 32)).astype("int32")
+    batch = {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+    logs = model.train_on_batch(batch, return_dict=True)
+    return logs, [v.numpy() for v in model.trainable_variables]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_pretraining_step_matches_the_reference(name, dtype, monkeypatch):
+    reference_logs, reference_weights = _one_step("reference", dtype, monkeypatch)
+    logs, weights = _one_step(name, dtype, monkeypatch)
+    tolerance = 2e-4 if dtype == "float32" else 2e-2
+    for key in ("loss", "mlm_loss", "disc_loss"):
+        assert abs(logs[key] - reference_logs[key]) <= tolerance * abs(reference_logs[key]), (
+            key,
+            logs[key],
+            reference_logs[key],
+        )
+    # AdamW's first step moves each weight by about the learning rate times the sign of
+    # its gradient, so a gradient within rounding of zero may move either way: the
+    # updates agree everywhere within two learning rates, and almost everywhere closely.
+    lr = 1e-3
+    gaps = np.concatenate(
+        [np.abs(a - b).ravel() for a, b in zip(weights, reference_weights, strict=True)]
+    )
+    assert gaps.max() <= 2 * lr + 1e-6
+    assert (gaps <= 0.1 * lr).mean() >= (0.99 if dtype == "float32" else 0.9), (
+        gaps <= 0.1 * lr
+    ).mean()
+
+
+# === Choosing a backend ===
+
+
+def _pretrain_command(corpus, output) -> int:
+    from keras_electra.cli import main
+
+    return main(
+        [
+            "pretrain",
+            "--preset",
+            "tiny",
+            "--corpus",
+            str(corpus),
+            "--output",
+            str(output),
+            "--steps",
+            "2",
+            "--log-every",
+            "1",
+            "--batch-size",
+            "4",
+            "--max-seq-length",
+            "16",
+            "--vocab-size",
+            "500",
+            "--no-health",
+        ]
+    )
+
+
+@pytest.mark.parametrize("name", ["reference", "xla", "native"])
+def test_the_command_pretrains_on_each_backend_and_says_which(
+    name, small_corpus, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(backend.ENV, name)
+    if backend.choose().backend != name:
+        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+    assert _pretrain_command(small_corpus, tmp_path / name) == 0
+    printed = capsys.readouterr().out
+    assert f"Training kernels: {name} ({backend.ENV}={name})" in printed
+    recorded = json.loads((tmp_path / name / "run.json").read_text())["kernels"]
+    assert recorded == f"{name}: {backend.ENV}={name}"
+
+
+def test_the_reference_backend_traces_no_kernel(monkeypatch):
+    monkeypatch.setenv(backend.ENV, "reference")
+    ops = traced_step_ops("mixed_bfloat16")
+    kernels = [
+        op.name
+        for op in ops
+        if op.type.startswith("Electra")
+        or any(s in op.name for s in ("fused_", "query_key_value", "cross_entropy"))
+    ]
+    assert not kernels, kernels[:5]
+    monkeypatch.setenv(backend.ENV, "xla")
+    assert any("fused_layer_norm" in op.name for op in traced_step_ops("mixed_bfloat16"))
+
+
+def test_an_unknown_backend_is_one_sentence_and_writes_nothing(
+    small_corpus, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(backend.ENV, "fastest")
+    assert _pretrain_command(small_corpus, tmp_path / "run") == 2
+    message = capsys.readouterr().err.strip()
+    assert message.endswith(
+        f"{backend.ENV}='fastest' is not a kernel backend: set it to reference, xla or "
+        "native, or unset it to let keras-electra choose."
+    ), message
+    assert "\n" not in message and "Traceback" not in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_native_asked_for_where_it_cannot_run_says_why_once_and_takes_xla(monkeypatch, caplog):
+    monkeypatch.setenv(backend.ENV, "native")
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    backend.clear()
+    try:
+        with caplog.at_level("WARNING", logger=backend.__name__):
+            first, second = backend.choose(), backend.choose()
+    finally:
+        monkeypatch.undo()
+        backend.clear()
+    assert first == second and first.backend == "xla"
+    assert "no-such-compiler-here" in first.reason
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "KERAS_ELECTRA_KERNELS=native" in warnings[0], warnings
