@@ -40,9 +40,10 @@ demo: setup
 	  "My lord, the computer is at the gate."
 
 # Two workers, one test file each at a time (files share their module fixtures): about
-# 24 minutes on an idle 2-core Xeon without AMX (README, "Benchmarks"; the budget is 20).
+# 22 minutes on an idle 2-core Xeon without AMX (README, "Benchmarks"; the budget is 20).
+# PYTEST_ARGS adds options (--durations=40, -k ...).
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link
 # or a docstring that does not match its signature.

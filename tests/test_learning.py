@@ -8,18 +8,19 @@ separates out-of-context tokens in held-out text, and the exported model flags a
 implanted word. What it has learned at this compute is mostly rarity: the health probe's
 ``context_auc`` (unigram replacements) stays near 0.5 (docs/run-health.md).
 
-float32 runs all 600 steps and every check. The mixed precisions run shorter runs (their
+float32 runs all 600 steps and every check. The mixed precisions run 150 steps (their
 own warm-up and decay; the detector has learned by then: AUC 0.87 at step 150 in
 docs/research/tiny-recipe.md) and the checks that hold there: finite metrics, the
 detector working at its last window and on held-out text, the rarity cue; they skip the
-generator's accuracy threshold and the export check, which need 600 steps.
-mixed_bfloat16 runs 300 steps: on CPUs without bfloat16 instructions (AMD EPYC,
-Cascade Lake Xeons) it is emulated, and its 600-step run took 8.5 of the suite's 30
-minutes on a 2-core Xeon (it passed every check there; to repeat it by hand, run this
-module with ``RUNS["mixed_bfloat16"] = STEPS``). mixed_float16 (emulated on CPUs, 1.8x
-slower than float32) runs 200.
+generator's accuracy threshold and the export check, which need 600 steps. Both are
+emulated on CPUs without bfloat16 or float16 instructions (AMD EPYC, Cascade Lake Xeons):
+mixed_bfloat16's 600-step run took 8.5 of the suite's 30 minutes on a 2-core Xeon, and
+passed every check there. To repeat the whole runs by hand::
+
+    KERAS_ELECTRA_LEARNING_STEPS=600 python -m pytest tests/test_learning.py
 """
 
+import os
 from collections import Counter
 
 import numpy as np
@@ -35,7 +36,8 @@ from keras_electra.scoring import rows_from_outputs
 
 STEPS = 600
 # Steps per precision; the mixed precisions' shorter runs keep the suite within its budget.
-RUNS = {"float32": STEPS, "mixed_bfloat16": 300, "mixed_float16": 200}
+MIXED = int(os.environ.get("KERAS_ELECTRA_LEARNING_STEPS", "150"))
+RUNS = {"float32": STEPS, "mixed_bfloat16": MIXED, "mixed_float16": MIXED}
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:

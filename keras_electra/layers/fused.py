@@ -403,21 +403,6 @@ def _softmax_gradient(probs, upstream, scale):
     return scale * probs * (upstream - tf.reduce_sum(upstream * probs, axis=-1, keepdims=True))
 
 
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _softmax_forward(scores, keep, drop, scale):
-    scores, keep = _score_rows(scores, keep)
-    return tf.cast(_dropped(_masked_probs(scores, keep, scale), drop), scores.dtype)
-
-
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _softmax_backward(scores, keep, upstream, drop, scale):
-    scores, keep = _score_rows(scores, keep)
-    upstream = tf.reshape(upstream, tf.shape(scores))
-    probs = _masked_probs(scores, keep, scale)  # recomputed: nothing float32 is kept alive
-    dp = _dropped(tf.cast(upstream, tf.float32), drop)
-    return tf.cast(_softmax_gradient(probs, dp, scale), scores.dtype)
-
-
 def _keep(mask: tf.Tensor | None, rank: int) -> tf.Tensor:
     """A boolean mask of ``rank`` dimensions (leading ones added), all True for None."""
     if mask is None:
@@ -430,53 +415,10 @@ def _keep(mask: tf.Tensor | None, rank: int) -> tf.Tensor:
 
 def fuses_attention_softmax(dtype) -> bool:
     """Whether an attention softmax (and the dropout after it) on scores of ``dtype``
-    runs as :func:`masked_softmax` here: in :func:`training_kernels`, for 16-bit
+    runs as :func:`attention_values` here: in :func:`training_kernels`, for 16-bit
     scores. Fwd + bwd on [32, 4, 128, 128] took 3.0 ms fused against 4.2 ms in
     bfloat16, but 6.2 ms against TensorFlow's 3.8 ms in float32 (2-core EPYC)."""
     return in_training_kernels() and tf.as_dtype(dtype) != tf.float32 and backend.fast_training()
-
-
-def masked_softmax(
-    scores: tf.Tensor,
-    mask: tf.Tensor | None,
-    dropout: DropoutDraw | None = None,
-    scale: float = 1.0,
-) -> tf.Tensor:
-    """Keras' masked ``Softmax`` of ``scale * scores`` over the last axis, in float32,
-    returned in ``scores``' dtype.
-
-    Masked positions get probability 0 (a row masked entirely gives zeros), as
-    ``keras.layers.Softmax(axis=-1)(scale * scores, mask=mask)`` does. The scale is
-    applied in float32 inside the kernels (the attention's ``1 / sqrt(key_dim)``,
-    which Keras multiplies into the queries, a pass of its own each way).
-
-    Args:
-        scores: ``[..., S]`` attention scores.
-        mask: boolean, broadcastable to ``scores`` (True: attend), or None.
-        dropout: the random key of a dropout on the probabilities
-            (:meth:`keras_electra.layers.dropout.Dropout.draw`), applied inside the
-            kernels, or None.
-        scale: multiplies the scores.
-
-    Examples:
-        >>> p = masked_softmax(tf.zeros([1, 3]), tf.constant([[True, True, False]]))
-        >>> [round(float(v), 2) for v in p[0]]
-        [0.5, 0.5, 0.0]
-    """
-
-    @tf.custom_gradient
-    def rows(scores, keep):
-        def grad(upstream):
-            ds = _softmax_backward(scores, keep, upstream, drop, scale)
-            return tf.reshape(ds, tf.shape(scores)), None
-
-        return tf.reshape(_softmax_forward(scores, keep, drop, scale), tf.shape(scores)), grad
-
-    scale = float(scale)  # a constant of the kernels
-    with tf.name_scope("fused_softmax"):
-        drop = _kernel_dropout(dropout)
-        # The kernels return (and take) the scores' own shape; the mask stays small.
-        return rows(scores, _keep(mask, len(scores.shape)))
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
@@ -544,17 +486,19 @@ def attention_values(
     dropout: DropoutDraw | None = None,
     scale: float = 1.0,
 ) -> tf.Tensor:
-    """``masked_softmax(scores, mask, dropout, scale) @ values``, keeping only the
+    """Keras' masked ``Softmax`` of ``scale * scores`` over the last axis (in float32:
+    masked positions get probability 0, a row masked entirely gives zeros), a dropout
+    on the probabilities, then the product by ``values``, keeping only the
     probabilities for the backward pass.
 
-    :func:`masked_softmax` followed by a matmul keeps three tensors of the scores'
-    size or near it: the scores (its backward pass recomputes the softmax from them),
-    the dropped probabilities (the matmul's gradient for ``values`` reads them) and
-    ``values``. Here the probabilities before the dropout, rounded to the scores'
-    dtype, take the place of the first two: the backward pass drops them again with
-    the same hashed draws (the forward pass dropped the same rounded values, so the
-    two are equal bit for bit) and takes the softmax's gradient from them. On
-    ELECTRA-Small's discriminator (batch 32 x 128, 4 heads, bfloat16) that is 4 MB
+    A softmax followed by a matmul keeps three tensors of the scores' size or near it:
+    the scores (its backward pass recomputes the softmax from them), the dropped
+    probabilities (the matmul's gradient for ``values`` reads them) and ``values``.
+    Here the probabilities before the dropout, rounded to the scores' dtype, take the
+    place of the first two: the backward pass drops them again with the same hashed
+    draws (the forward pass dropped the same rounded values, so the two are equal bit
+    for bit) and takes the softmax's gradient from them. On ELECTRA-Small's
+    discriminator (batch 32 x 128, 4 heads, bfloat16) that is 4 MB
     less per layer alive at the step's peak.
 
     Args:
