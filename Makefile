@@ -40,7 +40,7 @@ demo: setup
 	  "My lord, the computer is at the gate."
 
 # Two workers, one test file each at a time (files share their module fixtures): about
-# 22 minutes on an idle 2-core Xeon without AMX (README, "Benchmarks"; the budget is 20).
+# 19.5 minutes on an idle 2-core Xeon without AMX (README, "Benchmarks"; the budget is 20).
 # PYTEST_ARGS adds options (--durations=40, -k ...).
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
