@@ -64,7 +64,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
             f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float | int) and k != "step"
         )
         print(f"Last window: {shown}")
-    if args.sample and args.objective == "electra":
+    if args.sample and result.model.discriminator_head is not None:  # a replaced-token head
         print("\nDiscriminator: probability that each token was replaced")
         scores = score_texts(result.model, result.tokenizer, args.sample)
         print(format_scores(scores, color=sys.stdout.isatty()))

@@ -27,6 +27,7 @@ from keras_electra.finetuning import (
     load_finetuned,
     predict_file,
 )
+from keras_electra.layers import backend
 from keras_electra.serving.signatures import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 
 L = 32
@@ -115,6 +116,9 @@ def test_classifier_learns_a_keyword_and_writes_its_directory(classifier):
     assert (out / "labels.txt").read_text().split() == ["neg", "pos"]
     settings = json.loads((out / "finetune.json").read_text())
     assert settings["task"] == "classify" and settings["training"]["layer_decay"] == 0.8
+    # The kernels the run trained with, as pretraining's run.json records them.
+    chosen = backend.choose()
+    assert settings["training"]["kernels"] == f"{chosen.backend}: {chosen.reason}"
     assert {p.name for p in out.iterdir()} >= {"config.json", "vocab.txt", "checkpoints"}
 
 
@@ -384,6 +388,15 @@ def test_unknown_task_is_one_clear_error(tiny_run, classify_data, tmp_path, caps
         "error: Unknown task 'ner'; choose one of: classify, regress, tag, qa."
         in capsys.readouterr().err
     )
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_unknown_kernel_backend_stops_finetuning_before_any_work(
+    tiny_run, classify_data, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(backend.ENV, "fastest")
+    with pytest.raises(ConfigError, match="'fastest' is not a kernel backend"):
+        finetune(tiny_run, "classify", classify_data[0], output_dir=tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from keras_electra.config import ElectraConfig
+from keras_electra.errors import ConfigError
 from keras_electra.pretraining.flops import equal_compute_steps, forward_flops, step_flops
 
 # vocab 100, hidden 8, 1 layer, FF 16, embedding 4; generator: hidden 4, 1 layer, FF 16.
@@ -42,7 +43,7 @@ def test_flops_match_a_hand_count():
     # MLM's step is cheaper (no generator), so it gets more steps for the same budget.
     ratio = (gen + gen_head + disc + rtd_head) / (disc + mlm_head)
     assert equal_compute_steps(TOY, 2, 10, 1000) == round(1000 * ratio) == 1458
-    with pytest.raises(ValueError, match="objective"):
+    with pytest.raises(ConfigError, match="Unknown objective 'none'"):
         step_flops(TOY, 2, 10, "none")
 
 

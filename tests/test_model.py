@@ -104,7 +104,7 @@ def test_embeddings_get_gradients_from_both_losses():
     data = batch()
     for loss_name in ("mlm_loss", "disc_loss"):
         with tf.GradientTape() as tape:
-            loss = getattr(model.compute_objective(data, training=True).losses, loss_name)
+            loss = model.compute_objective(data, training=True).losses[loss_name]
         grad = tape.gradient(loss, word)
         assert grad is not None and float(tf.norm(tf.convert_to_tensor(grad))) > 0
 
@@ -112,8 +112,8 @@ def test_embeddings_get_gradients_from_both_losses():
 def test_total_loss_is_mlm_plus_weighted_disc():
     model = ElectraPretrainer(small_config(dropout=0.0, disc_weight=50.0), seed=0)
     out = model.compute_objective(batch(), training=False)
-    expected = float(out.losses.mlm_loss) + 50.0 * float(out.losses.disc_loss)
-    assert float(out.losses.loss) == pytest.approx(expected, rel=1e-5)
+    expected = float(out.losses["mlm_loss"]) + 50.0 * float(out.losses["disc_loss"])
+    assert float(out.losses["loss"]) == pytest.approx(expected, rel=1e-5)
 
 
 def test_corrective_lm_adds_its_loss_and_trains_the_discriminator_only():
@@ -122,13 +122,15 @@ def test_corrective_lm_adds_its_loss_and_trains_the_discriminator_only():
     assert ElectraPretrainer(small_config(), seed=0).corrective_head is None
     with tf.GradientTape() as tape:
         out = model.compute_objective(batch(), training=True)
-        corrective = out.losses.corrective_loss
+        corrective = out.losses["corrective_loss"]
     # An untrained head spreads its guess over the vocabulary: about log(60).
     assert float(corrective) == pytest.approx(np.log(60), rel=0.1)
     expected = (
-        float(out.losses.mlm_loss) + 50.0 * float(out.losses.disc_loss) + 2.0 * float(corrective)
+        float(out.losses["mlm_loss"])
+        + 50.0 * float(out.losses["disc_loss"])
+        + 2.0 * float(corrective)
     )
-    assert float(out.losses.loss) == pytest.approx(expected, rel=1e-5)
+    assert float(out.losses["loss"]) == pytest.approx(expected, rel=1e-5)
     grads = dict(
         zip(
             [v.path for v in model.trainable_variables],

@@ -74,7 +74,7 @@ def test_layer_norm_softmax_and_logits_stay_float32():
     out = model.compute_objective(
         {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": 0 * ids}
     )
-    assert out.disc_logits.dtype == tf.float32 and out.losses.loss.dtype == tf.float32
+    assert out.tokens["disc_logits"].dtype == tf.float32 and out.losses["loss"].dtype == tf.float32
 
 
 def test_unknown_precision_is_one_sentence(small_corpus, tmp_path):

@@ -44,6 +44,7 @@ from keras_electra.finetuning.saved import FinetunedModel, load_finetuned, save_
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import get_task
+from keras_electra.layers import backend
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import FinetuneOptions, check_task, unknown_fields
 from keras_electra.training.callbacks import (
@@ -119,6 +120,7 @@ def finetune(
     """
     options = _options(options, keywords)
     check_task(task)
+    kernels = backend.choose()  # a bad KERAS_ELECTRA_KERNELS fails before any work
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
@@ -162,6 +164,10 @@ def finetune(
     resume = None
     if output_dir is not None:
         resume = _Resume(RunDirectory(output_dir).resume_dir, _fingerprint(settings, source, x, y))
+    # Recorded in finetune.json, not in the fingerprint: a resume may run on other kernels.
+    settings.training["kernels"] = f"{kernels.backend}: {kernels.reason}"
+    if options.progress:
+        print(kernels.describe(), flush=True)
     if resume is None or not stop_on_signals:
         stop = StopRequest()
         records = _train(

@@ -67,27 +67,10 @@ def lm_head_flops(hidden: int, config: ElectraConfig, batch: int, length: int) -
 
 
 def forward_flops(config: ElectraConfig, batch: int, length: int, objective: str) -> dict:
-    """Forward matmul FLOPs of one step, by part (``generator``, ``discriminator``, heads)."""
-    disc = config.discriminator_config()
-    e = config.embedding_size
-    if objective == "mlm":
-        return {
-            "discriminator": tower_flops(disc, e, batch, length),
-            "mlm_head": lm_head_flops(disc.hidden_size, config, batch, length),
-        }
-    if objective != "electra":
-        raise ValueError(f"objective must be 'electra' or 'mlm', got {objective!r}.")
-    gen = config.generator_config()
-    h = disc.hidden_size
-    parts = {
-        "generator": tower_flops(gen, e, batch, length),
-        "generator_head": lm_head_flops(gen.hidden_size, config, batch, length),
-        "discriminator": tower_flops(disc, e, batch, length),
-        "discriminator_head": 2.0 * batch * length * (h * h + h),
-    }
-    if config.corrective_weight > 0:
-        parts["corrective_head"] = lm_head_flops(h, config, batch, length)
-    return parts
+    """Forward matmul FLOPs of one step of ``objective``, by part (towers and heads)."""
+    from keras_electra.pretraining import objectives  # TensorFlow: only when counting a step
+
+    return objectives.get(objective).forward_flops(config, batch, length)
 
 
 def step_flops(config: ElectraConfig, batch: int, length: int, objective: str = "electra") -> float:

@@ -135,10 +135,11 @@ class HealthProbe:
         out["disc_effective_rank"] = effective_rank(tensors[layers[-1]][self.ordinary])
         table = self.model.embedding_tables("discriminator")[TABLES[0]]
         out["embedding_cosine"] = mean_pairwise_cosine(table[self.top_tokens])
-        if "own_logits" in tensors:
-            for name, fake in self.corrupted.items():
+        for name, fake in self.corrupted.items():
+            if f"{name}_logits" in tensors:
                 logits = tensors[f"{name}_logits"][self.ordinary]
                 out[f"{name}_auc"] = auc((fake != self.ids)[self.ordinary], logits)
+        if "own_logits" in tensors:
             fake = tensors["own_ids"]
             logits = tensors["own_logits"][self.ordinary]
             out["probe_logit_std"] = float(logits.std())
@@ -155,14 +156,15 @@ class HealthProbe:
         model = self.model
         out = {}
         token_ids = self.ids
-        if model.discriminator_head is not None:
+        if model.generator is not None and model.discriminator_head is not None:
             # The representation is measured on what the discriminator trains on.
             token_ids = out["own_ids"] = self._generator_corruption()
         states = hidden_states(model.discriminator, self._inputs(token_ids))
         out.update({f"hidden_{i:03d}": h for i, h in enumerate(states)})
         if model.discriminator_head is None:
             return out
-        out["own_logits"] = model.discriminator_head(states[-1])
+        if "own_ids" in out:
+            out["own_logits"] = model.discriminator_head(states[-1])
         for name, fake in self.corrupted.items():
             out[f"{name}_logits"] = self._disc_logits(fake)
         return out

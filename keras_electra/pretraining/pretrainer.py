@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_electra.config import FEATURES, ElectraConfig
 from keras_electra.errors import ConfigError
-from keras_electra.layers import (
-    DiscriminatorHead,
-    ElectraBackbone,
-    ElectraEmbedding,
-    GdesEmbedding,
-    GeneratorHead,
+from keras_electra.layers import ElectraBackbone, ElectraEmbedding, GdesEmbedding
+from keras_electra.pretraining import objective, objectives
+from keras_electra.pretraining.objectives import (
+    GRADIENT_PARTS,
+    LossTotals,
+    ObjectiveOutput,
+    PreparedBatch,
 )
-from keras_electra.pretraining import objective
-from keras_electra.settings import OBJECTIVES, ON_NAN  # the objectives; on_nan's choices
+from keras_electra.settings import ON_NAN  # on_nan's choices
 from keras_electra.training.step import (
     OneGraphTraining,
     accumulate_gradients,
@@ -32,55 +30,6 @@ from keras_electra.training.step import (
 
 # In the message of the error a step raises under on_nan="stop" (see configure_step).
 NONFINITE_MESSAGE = "keras-electra: the loss or gradient norm of this step is not finite"
-# The parts whose gradient norms are logged: "generator" is the generator's tower.
-GRADIENT_PARTS = ("generator", "discriminator", "embeddings", "heads")
-
-
-class PreparedBatch(NamedTuple):
-    """A batch after step 1 (:meth:`ElectraPretrainer.prepare_batch`).
-
-    Every tensor has the batch as its first axis, so a slice of examples is a
-    smaller prepared batch (a micro-batch).
-    """
-
-    token_ids: tf.Tensor  # [B, L] int32
-    segment_ids: tf.Tensor  # [B, L] int32
-    padding_mask: tf.Tensor  # [B, L] int32, 1 for real tokens
-    masked: objective.MaskedBatch
-    sample_uniforms: tf.Tensor  # [B, P] one uniform draw per masked position, for sampling
-
-
-class LossTotals(NamedTuple):
-    """The global batch's counts that normalize the losses (:func:`loss_totals`)."""
-
-    predicted: tf.Tensor  # masked positions the MLM predicts
-    real: tf.Tensor  # real (non-padding) tokens the discriminator labels
-
-
-class Losses(NamedTuple):
-    """A (micro-)batch's share of each loss; ``None`` where the objective has none."""
-
-    loss: tf.Tensor  # the weighted sum that is minimized
-    mlm_loss: tf.Tensor
-    disc_loss: tf.Tensor | None = None
-    corrective_loss: tf.Tensor | None = None
-
-    def present(self) -> dict[str, tf.Tensor]:
-        """The losses this objective has, by metric name."""
-        return {name: value for name, value in self._asdict().items() if value is not None}
-
-
-class ObjectiveOutput(NamedTuple):
-    """What :meth:`ElectraPretrainer.objective_from` computes; the token-level fields
-    feed the metrics. The discriminator's fields are ``None`` for ``objective="mlm"``."""
-
-    losses: Losses
-    masked: objective.MaskedBatch
-    mlm_correct: tf.Tensor  # [B, P] 1.0 where the MLM's argmax is the original token
-    sampled_correct: tf.Tensor | None = None  # [B, P] 1.0 where the sample is the original
-    disc_logits: tf.Tensor | None = None  # [B, L] float32 "replaced" logits
-    disc_labels: tf.Tensor | None = None  # [B, L] 1.0 where the token was replaced
-    padding_mask: tf.Tensor | None = None  # [B, L] float32
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -92,10 +41,13 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     :mod:`keras_electra.data`); masking happens in the graph, so every epoch sees
     fresh masks.
 
+    The objective is a plug-in (:mod:`keras_electra.pretraining.objectives`):
     ``objective="electra"`` trains replaced-token detection (generator MLM loss +
     ``disc_weight`` x discriminator loss). ``objective="mlm"`` trains the
     discriminator tower as a BERT-style masked-LM, through the same masking code,
-    so the paper's ELECTRA-versus-MLM comparison can be rerun.
+    so the paper's ELECTRA-versus-MLM comparison can be rerun. The model owns the
+    embedding block, the discriminator tower, the masking and the training step;
+    the objective adds its towers and heads, and gives the losses and metrics.
 
     Calling the model on a batch returns the discriminator's per-token
     "replaced" logits (``objective="electra"``) or its sequence output.
@@ -112,7 +64,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
 
     Args:
         config: the :class:`ElectraConfig`.
-        objective: ``"electra"`` or ``"mlm"``.
+        objective: the name of a registered objective: ``"electra"`` or ``"mlm"``.
         seed: seed of the masking and sampling random streams.
         **kwargs: ``keras.Model``'s, such as ``dtype``: a Keras dtype policy like
             ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
@@ -149,13 +101,8 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = ElectraConfig.from_dict(config)
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
-        if objective == "mlm" and config.embedding_sharing != "all":
-            raise ConfigError(
-                f"embedding_sharing '{config.embedding_sharing}' needs the electra objective: "
-                "the mlm baseline has one tower, so use embedding_sharing 'all'."
-            )
+        self._objective = objectives.get(objective)
+        self._objective.check(config)
         self.config = config
         self.objective = objective
         self.seed = seed
@@ -165,7 +112,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         self.on_nan = None
         self._compiled_gradients = None
 
-        # === Layers ===
+        # === Layers: the embedding block and the discriminator, then the objective's ===
         self.embedding = ElectraEmbedding.for_model(
             config, dtype=self.dtype_policy, name="embedding"
         )
@@ -177,40 +124,10 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             dtype=self.dtype_policy,
             name="discriminator",
         )
-        head_args = dict(
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            initializer_range=config.initializer_range,
-            dtype=self.dtype_policy,
-        )
-        if objective == "electra":
-            self.generator = ElectraBackbone(
-                config,
-                "generator",
-                embedding=self.embedding,
-                dtype=self.dtype_policy,
-                name="generator",
-            )
-            self.generator_head = GeneratorHead(
-                self.embedding.token_embedding, name="generator_predictions", **head_args
-            )
-            self.discriminator_head = DiscriminatorHead(
-                config.hidden_size,
-                config.initializer_range,
-                output_bias=config.replaced_prior_logit(),
-                dtype=self.dtype_policy,
-                name="discriminator_predictions",
-            )
-        else:
-            self.generator = None
-            self.generator_head = GeneratorHead(
-                self.embedding.token_embedding, name="mlm_predictions", **head_args
-            )
-            self.discriminator_head = None
-        self.corrective_head = None
-        if objective == "electra" and config.corrective_weight > 0:
-            self.corrective_head = GeneratorHead(
-                self.embedding.token_embedding, name="corrective_predictions", **head_args
-            )
+        # What an objective may add; None where it does not.
+        self.generator = self.generator_head = None
+        self.discriminator_head = self.corrective_head = None
+        self._heads = self._objective.add_layers(self)
         # Masking and sampling use stateless random ops seeded by (seed, a step
         # counter): the counter is a model variable, so checkpoints carry it and a
         # resumed run continues the same random stream.
@@ -224,30 +141,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         )
 
         # === Metrics ===
-        mean = keras.metrics.Mean
-        self._trackers = {
-            "loss": mean(name="loss"),
-            "mlm_loss": mean(name="mlm_loss"),
-            "mlm_accuracy": mean(name="mlm_accuracy"),
-        }
-        if objective == "electra":
-            self._trackers.update(
-                {
-                    "sampled_mlm_accuracy": mean(name="sampled_mlm_accuracy"),
-                    "disc_loss": mean(name="disc_loss"),
-                    "disc_accuracy": mean(name="disc_accuracy"),
-                    "disc_precision": keras.metrics.Precision(name="disc_precision"),
-                    "disc_recall": keras.metrics.Recall(name="disc_recall"),
-                    "disc_auc": keras.metrics.AUC(name="disc_auc"),
-                    "replaced_fraction": mean(name="replaced_fraction"),
-                }
-            )
-        if self.corrective_head is not None:
-            self._trackers["corrective_loss"] = mean(name="corrective_loss")
+        self._trackers = {"loss": keras.metrics.Mean(name="loss")}
+        self._trackers.update(self._objective.metrics(config))
         # Training only: the global gradient norm before clipping, whole and per part.
-        parts = GRADIENT_PARTS if objective == "electra" else GRADIENT_PARTS[1:]
+        parts = self._objective.gradient_parts
         for name in ("grad_norm",) + tuple(f"grad_norm_{p}" for p in parts):
-            self._trackers[name] = mean(name=name)
+            self._trackers[name] = keras.metrics.Mean(name=name)
         # Steps left out under configure_step(on_nan="skip"); reported only then.
         self._skipped = keras.metrics.Sum(name="skipped_steps")
         self.build()
@@ -260,12 +159,9 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     def build(self, input_shape=None):
         if self.built:
             return
-        # The embedding and both backbones are built when created.
-        self.generator_head.build((None, None, self._mlm_tower().hidden_dim))
-        if self.discriminator_head is not None:
-            self.discriminator_head.build((None, None, self.config.hidden_size))
-        if self.corrective_head is not None:
-            self.corrective_head.build((None, None, self.config.hidden_size))
+        # The embedding and the backbones are built when created.
+        for head, width in self._heads:
+            head.build((None, None, width))
         self.built = True
 
     def _discriminator_embedding(self) -> keras.layers.Layer | None:
@@ -310,11 +206,9 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         backbone.encoder.set_weights(self.discriminator.encoder.get_weights())
         return backbone
 
-    def _mlm_tower(self) -> ElectraBackbone:
-        return self.generator if self.generator is not None else self.discriminator
-
     def call(self, inputs, training=False):
-        """Discriminator logits (``electra``) or sequence output (``mlm``) for a batch."""
+        """The discriminator head's logits (``electra``: per token, "replaced"), or
+        the discriminator's sequence output where the objective adds no such head."""
         sequence = self.discriminator(_features(inputs), training=training)
         if self.discriminator_head is None:
             return sequence
@@ -355,95 +249,13 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     def objective_from(
         self, prepared: PreparedBatch, totals: LossTotals, training: bool = False
     ) -> ObjectiveOutput:
-        """Steps 2-5 on a prepared batch, or on a slice of one (a micro-batch).
+        """Steps 2 onwards (the objective's) on a prepared batch, or on a slice of one.
 
         ``totals`` are the whole global batch's counts of predicted and of real tokens
         (:func:`loss_totals`); each loss is this slice's share of the mean over them,
         so the shares of all slices and replicas add up to the one-device loss.
         """
-        c = self.config
-        token_ids, padding_mask, masked = prepared.token_ids, prepared.padding_mask, prepared.masked
-
-        # 2. The generator (or, for the MLM baseline, the discriminator) predicts them.
-        tower_inputs = {
-            "token_ids": masked.token_ids,
-            "segment_ids": prepared.segment_ids,
-            "padding_mask": padding_mask,
-        }
-        hidden = self._mlm_tower()(tower_inputs, training=training)
-        # Logits in the compute dtype: the loss kernel and the sampler work in float32.
-        mlm_logits = self.generator_head(
-            hidden, masked.positions, float32_logits=False, training=training
-        )
-        # At temperature 1 (and with the original token allowed) the sampler draws from
-        # the loss's own softmax: the same values, one softmax over the [positions,
-        # vocabulary] logits fewer (with the compiled kernels, in the loss's kernel,
-        # which writes no float32 softmax at all).
-        shared = self.generator is not None and c.temperature == 1.0 and not c.disallow_correct
-        loss_logits = mlm_logits
-        if self.generator is not None and not shared:
-            # 3. Sample replacements from the generator (no gradient through the sample).
-            sampled = objective.sample_tokens(
-                mlm_logits,
-                masked.labels,
-                uniform=prepared.sample_uniforms,
-                temperature=c.temperature,
-                disallow_correct=c.disallow_correct,
-            )
-            # The loss's float32 softmax waits for the sampler's: each holds float32
-            # [positions, vocabulary] tensors (ELECTRA-Small: 71 MB apiece), and run side
-            # by side the two made the step's memory peak.
-            with tf.control_dependencies([sampled]):
-                loss_logits = tf.identity(mlm_logits)
-        # 3. (shared) Sample replacements from the generator's softmax (no gradient).
-        mlm_loss, predicted, *draws = objective.mlm_loss_and_predictions(
-            loss_logits,
-            masked.labels,
-            masked.weights,
-            uniform=prepared.sample_uniforms if shared else None,
-        )
-        if shared:
-            (sampled,) = draws
-        mlm_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
-        mlm_correct = tf.cast(tf.equal(predicted, masked.labels), tf.float32)
-        if self.generator is None:
-            return ObjectiveOutput(Losses(c.mlm_weight * mlm_loss, mlm_loss), masked, mlm_correct)
-
-        fake_ids = objective.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
-        labels = objective.replaced_labels(fake_ids, token_ids, padding_mask)
-
-        # 4. The discriminator spots the replaced tokens.
-        disc_inputs = {
-            "token_ids": fake_ids,
-            "segment_ids": prepared.segment_ids,
-            "padding_mask": padding_mask,
-        }
-        disc_hidden = self.discriminator(disc_inputs, training=training)
-        disc_logits = self.discriminator_head(disc_hidden, training=training)
-        disc_loss = objective.disc_loss(disc_logits, labels, padding_mask)
-        disc_loss *= _share(tf.reduce_sum(tf.cast(padding_mask, tf.float32)), totals.real)
-        loss = c.mlm_weight * mlm_loss + c.disc_weight * disc_loss
-
-        # 5. Optionally, the discriminator also restores the original tokens at the
-        #    masked positions from the corrupted input (a corrective LM, as in COCO-LM).
-        corrective_loss = None
-        if self.corrective_head is not None:
-            corrective_logits = self.corrective_head(
-                disc_hidden, masked.positions, training=training
-            )
-            corrective_loss = objective.mlm_loss(corrective_logits, masked.labels, masked.weights)
-            corrective_loss *= _share(tf.reduce_sum(masked.weights), totals.predicted)
-            loss += c.corrective_weight * corrective_loss
-
-        return ObjectiveOutput(
-            Losses(loss, mlm_loss, disc_loss, corrective_loss),
-            masked,
-            mlm_correct,
-            sampled_correct=tf.cast(tf.equal(sampled, masked.labels), tf.float32),
-            disc_logits=disc_logits,
-            disc_labels=labels,
-            padding_mask=tf.cast(padding_mask, tf.float32),
-        )
+        return self._objective.compute(self, prepared, totals, training)
 
     def _example_uniforms(self, local_batch: tf.Tensor, widths: tuple) -> list[tf.Tensor]:
         """Uniform draws in [0, 1), ``[local_batch, width]`` per width, one row per example.
@@ -609,8 +421,8 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         and its losses by name."""
         with tf.GradientTape() as tape:
             out = self.objective_from(prepared, totals, training=True)
-            loss = self.optimizer.scale_loss(out.losses.loss)
-        return tape.gradient(loss, self.trainable_variables), out.losses.present(), out
+            loss = self.optimizer.scale_loss(out.losses["loss"])
+        return tape.gradient(loss, self.trainable_variables), out.losses, out
 
     def test_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
@@ -619,7 +431,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         return {k: v for k, v in logs.items() if not k.startswith(("grad_norm", "skipped"))}
 
     def _update_metrics(self, out: ObjectiveOutput) -> None:
-        self._record_losses(self._global_losses(out.losses.present()))
+        self._record_losses(self._global_losses(out.losses))
         self._update_token_metrics(out)
 
     def _global_losses(self, losses: dict) -> dict[str, tf.Tensor]:
@@ -633,20 +445,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
 
     def _update_token_metrics(self, out: ObjectiveOutput) -> None:
         """Per-token metrics: their weighted sums add up across micro-batches exactly."""
-        t = self._trackers
-        weights = out.masked.weights
-        t["mlm_accuracy"].update_state(out.mlm_correct, sample_weight=weights)
-        if self.generator is not None:
-            mask = tf.reshape(out.padding_mask, [-1])
-            labels = tf.reshape(out.disc_labels, [-1])
-            probs = tf.sigmoid(tf.reshape(out.disc_logits, [-1]))
-            correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
-            t["sampled_mlm_accuracy"].update_state(out.sampled_correct, sample_weight=weights)
-            t["disc_accuracy"].update_state(correct, sample_weight=mask)
-            t["disc_precision"].update_state(labels, probs, sample_weight=mask)
-            t["disc_recall"].update_state(labels, probs, sample_weight=mask)
-            t["disc_auc"].update_state(labels, probs, sample_weight=mask)
-            t["replaced_fraction"].update_state(labels, sample_weight=mask)
+        self._objective.update_metrics(self._trackers, out)
 
     def _metric_results(self) -> dict[str, tf.Tensor]:
         return {m.name: m.result() for m in self.metrics}
@@ -727,16 +526,6 @@ def loss_totals(prepared: PreparedBatch) -> LossTotals:
     predicted = tf.reduce_sum(prepared.masked.weights)
     real = tf.reduce_sum(tf.cast(prepared.padding_mask, tf.float32))
     return LossTotals(global_sum(predicted), global_sum(real))
-
-
-def _share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
-    """This slice's fraction ``weight / total`` of the global batch's loss weight.
-
-    Multiplying a slice's mean loss by it turns the mean over its own tokens into
-    its part of the mean over the global batch's tokens; summed over replicas and
-    micro-batches (as gradients are) that is exactly the one-device, one-batch loss.
-    """
-    return tf.stop_gradient(weight) / tf.maximum(tf.stop_gradient(total), 1e-6)
 
 
 def _features(batch: dict) -> dict:

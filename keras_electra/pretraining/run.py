@@ -54,6 +54,7 @@ from keras_electra.errors import (
     storage_reason,
 )
 from keras_electra.layers import backend
+from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
 from keras_electra.pretraining.loading import read_run, vocab_checksum
@@ -225,7 +226,7 @@ def _prepare_run_directory(
         overrides["generator_hidden_size"] = settings.generator_size
     sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
-        _check_sharing(ElectraConfig(embedding_sharing=sharing), settings.objective)
+        objectives.get(settings.objective).check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
     if resuming:
         config, tokens = read_run(run, settings)
@@ -244,7 +245,7 @@ def _prepare_run_directory(
     else:
         if settings.init is not None:
             config, tokens = _init_source(settings.init, settings, sharing)
-            _check_sharing(config, settings.objective)
+            objectives.get(settings.objective).check(config)
             config = _sampling_and_size(config, settings, f"--init '{settings.init}'")
         else:
             tokens = _vocabulary(settings)
@@ -539,13 +540,11 @@ def model_config(
     preset: str, tokens: list[str], lowercase: bool, settings: PretrainSettings, overrides: dict
 ) -> ElectraConfig:
     """The config ``pretrain`` builds for a new run: the preset's sizes, the vocabulary's
-    special-token ids, the MLM objective's single-tower sharing, and a position table
-    at least ``settings.max_seq_length`` long."""
+    special-token ids, the objective's ``config_overrides`` (the MLM baseline's
+    single-tower sharing; an explicit other mode is still refused), and a position
+    table at least ``settings.max_seq_length`` long."""
     ids = {t: i for i, t in enumerate(tokens)}
-    if settings.objective == "mlm":
-        # A preset's sharing mode is an ELECTRA setting: the MLM baseline's one tower
-        # has nothing to share (an explicit other mode is still refused).
-        overrides = {"embedding_sharing": "all", **overrides}
+    overrides = {**objectives.get(settings.objective).config_overrides, **overrides}
     config = ElectraConfig.from_preset(
         preset,
         vocab_size=len(tokens),
@@ -589,14 +588,6 @@ def _init_source(
             )
         config = config.replace(embedding_sharing=sharing)
     return config, tokens
-
-
-def _check_sharing(config: ElectraConfig, objective: str) -> None:
-    if objective == "mlm" and config.embedding_sharing != "all":
-        raise ConfigError(
-            f"embedding_sharing '{config.embedding_sharing}' needs --objective electra: the mlm "
-            "baseline has one tower, so nothing to share."
-        )
 
 
 def _init_preset(init: str | Path | None) -> str | None:

@@ -1,0 +1,159 @@
+"""Pretraining objectives as plug-ins: what the pretrainer asks of one.
+
+:class:`~keras_electra.pretraining.pretrainer.ElectraPretrainer` owns what every
+objective shares (the embedding block, the discriminator tower, the masking of
+step 1, the gradient step, the on-NaN guard) and asks its :class:`Objective` for
+the rest, without branching on a name:
+
+- :meth:`Objective.check` refuses a config it cannot train, and
+  :attr:`Objective.config_overrides` are the settings a new run's config takes;
+- :meth:`Objective.add_layers` adds its towers and heads to the model;
+- :meth:`Objective.metrics` makes its metrics, :meth:`Objective.compute` its losses
+  on a prepared (micro-)batch and :meth:`Objective.update_metrics` records them;
+- :attr:`Objective.gradient_parts` names the parts whose gradient norms are logged;
+- :meth:`Objective.forward_flops` counts a step's cost (``pretraining.flops``).
+
+The objectives: ``electra`` (:mod:`.electra`, replaced-token detection) and ``mlm``
+(:mod:`.mlm`, a BERT-style masked LM on the discriminator tower). A new one is one
+module with an :class:`Objective` subclass plus one line in
+:data:`keras_electra.settings.OBJECTIVES` (or a call to :func:`register`): then
+``ElectraPretrainer(config, objective=name)``, ``pretrain(objective=name)`` and
+``--objective name`` train it. The masking, sampling and loss functions they share
+are :mod:`keras_electra.pretraining.objective`'s.
+
+Examples:
+    >>> from keras_electra.pretraining import objectives
+    >>> mlm = objectives.get("mlm")
+    >>> mlm.name, mlm.gradient_parts, mlm.config_overrides
+    ('mlm', ('discriminator', 'embeddings', 'heads'), {'embedding_sharing': 'all'})
+    >>> objectives.get("bert")
+    Traceback (most recent call last):
+    ...
+    keras_electra.errors.ConfigError: Unknown objective 'bert'; choose one of: electra, mlm.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, ClassVar, NamedTuple
+
+import keras
+import tensorflow as tf
+
+from keras_electra.config import ElectraConfig
+from keras_electra.errors import ConfigError
+from keras_electra.pretraining.objective import MaskedBatch
+from keras_electra.settings import OBJECTIVES
+
+# The parts whose gradient norms can be logged: "generator" is the generator's tower
+# (see pretrainer.gradient_parts).
+GRADIENT_PARTS = ("generator", "discriminator", "embeddings", "heads")
+
+
+class PreparedBatch(NamedTuple):
+    """A batch after step 1 (:meth:`ElectraPretrainer.prepare_batch`).
+
+    Every tensor has the batch as its first axis, so a slice of examples is a
+    smaller prepared batch (a micro-batch).
+    """
+
+    token_ids: tf.Tensor  # [B, L] int32
+    segment_ids: tf.Tensor  # [B, L] int32
+    padding_mask: tf.Tensor  # [B, L] int32, 1 for real tokens
+    masked: MaskedBatch
+    sample_uniforms: tf.Tensor  # [B, P] one uniform draw per masked position, for sampling
+
+
+class LossTotals(NamedTuple):
+    """The global batch's counts that normalize the losses (:func:`loss_totals`)."""
+
+    predicted: tf.Tensor  # masked positions the MLM predicts
+    real: tf.Tensor  # real (non-padding) tokens the discriminator labels
+
+
+class ObjectiveOutput(NamedTuple):
+    """What :meth:`Objective.compute` returns.
+
+    Attributes:
+        losses: this (micro-)batch's share of each loss by metric name; ``"loss"`` is
+            the weighted sum that is minimized.
+        masked: the batch's :class:`~keras_electra.pretraining.objective.MaskedBatch`.
+        tokens: the per-token tensors its :meth:`Objective.update_metrics` reads.
+    """
+
+    losses: dict[str, tf.Tensor]
+    masked: MaskedBatch
+    tokens: dict[str, tf.Tensor]
+
+
+class Objective:
+    """One pretraining objective. Subclasses set :attr:`name` and implement the methods
+    that raise ``NotImplementedError``; an objective keeps no state of its own (its
+    layers are the model's attributes, so checkpoints and paths see them)."""
+
+    name: ClassVar[str] = ""
+    #: The :data:`GRADIENT_PARTS` that have variables under this objective.
+    gradient_parts: ClassVar[tuple[str, ...]] = GRADIENT_PARTS
+    #: Config fields a new run of this objective sets (unless given explicitly).
+    config_overrides: ClassVar[dict[str, Any]] = {}
+
+    def check(self, config: ElectraConfig) -> None:
+        """Raise :class:`ConfigError` (one sentence) if this objective cannot train ``config``."""
+
+    def add_layers(self, model) -> list[tuple[keras.layers.Layer, int]]:
+        """Add this objective's towers and heads to ``model`` as its attributes.
+
+        Returns:
+            The heads to build with the model and the width of their input.
+        """
+        raise NotImplementedError
+
+    def metrics(self, config: ElectraConfig) -> dict[str, keras.metrics.Metric]:
+        """This objective's loss and token metrics by name (the total ``loss`` aside)."""
+        raise NotImplementedError
+
+    def compute(
+        self, model, prepared: PreparedBatch, totals: LossTotals, training: bool
+    ) -> ObjectiveOutput:
+        """The losses of a prepared batch, or of a slice of one (a micro-batch).
+
+        Each loss is this slice's share of the mean over ``totals`` (the global batch's
+        counts; :func:`share`), so the shares of all slices and replicas add up to the
+        one-device loss.
+        """
+        raise NotImplementedError
+
+    def update_metrics(self, metrics: dict, out: ObjectiveOutput) -> None:
+        """Record the per-token metrics of ``out`` (their weighted sums add up across
+        micro-batches exactly)."""
+        raise NotImplementedError
+
+    def forward_flops(self, config: ElectraConfig, batch: int, length: int) -> dict[str, float]:
+        """Forward matmul FLOPs of one step by part (see :mod:`keras_electra.pretraining.flops`)."""
+        raise NotImplementedError
+
+
+def register(name: str, objective: type[Objective] | str) -> None:
+    """Make ``objective`` (a class, or ``"module:Class"``) trainable as ``name``."""
+    OBJECTIVES[name] = objective
+
+
+def get(name: str) -> Objective:
+    """A new instance of the objective registered as ``name``, or one sentence."""
+    if name not in OBJECTIVES:
+        raise ConfigError(f"Unknown objective '{name}'; choose one of: {', '.join(OBJECTIVES)}.")
+    found = OBJECTIVES[name]
+    if isinstance(found, str):
+        module, _, attribute = found.partition(":")
+        found = getattr(importlib.import_module(module), attribute)
+    return found()
+
+
+def share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
+    """This slice's fraction ``weight / total`` of the global batch's loss weight.
+
+    Multiplying a slice's mean loss by it turns the mean over its own tokens into
+    its part of the mean over the global batch's tokens; summed over replicas and
+    micro-batches (as gradients are) that is exactly the one-device, one-batch loss.
+    """
+    return tf.stop_gradient(weight) / tf.maximum(tf.stop_gradient(total), 1e-6)

@@ -1,0 +1,154 @@
+"""The ``electra`` objective: replaced-token detection (Clark et al., 2020).
+
+A small generator (a masked LM on a narrower tower that shares the embeddings)
+fills the masked positions with samples from its softmax, and the discriminator
+labels every token as original or replaced. The loss is
+``mlm_weight x MLM + disc_weight x detection`` (50 in the paper), plus, with
+``corrective_weight > 0``, a corrective LM: the discriminator also restores the
+original tokens at the masked positions from the corrupted input (as in COCO-LM).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_electra.layers import DiscriminatorHead, ElectraBackbone
+from keras_electra.pretraining import objective
+from keras_electra.pretraining.flops import lm_head_flops, tower_flops
+from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
+from keras_electra.pretraining.objectives.mlm import lm_head, predict_masked
+
+
+class ReplacedTokenDetection(Objective):
+    """ELECTRA: a generator's samples, and a discriminator that spots them."""
+
+    name = "electra"
+
+    def add_layers(self, model):
+        c = model.config
+        model.generator = ElectraBackbone(
+            c, "generator", embedding=model.embedding, dtype=model.dtype_policy, name="generator"
+        )
+        model.generator_head = lm_head(model, "generator_predictions")
+        model.discriminator_head = DiscriminatorHead(
+            c.hidden_size,
+            c.initializer_range,
+            output_bias=c.replaced_prior_logit(),
+            dtype=model.dtype_policy,
+            name="discriminator_predictions",
+        )
+        heads = [
+            (model.generator_head, model.generator.hidden_dim),
+            (model.discriminator_head, c.hidden_size),
+        ]
+        if c.corrective_weight > 0:
+            model.corrective_head = lm_head(model, "corrective_predictions")
+            heads.append((model.corrective_head, c.hidden_size))
+        return heads
+
+    def metrics(self, config):
+        mean = keras.metrics.Mean
+        metrics = {
+            "mlm_loss": mean(name="mlm_loss"),
+            "mlm_accuracy": mean(name="mlm_accuracy"),
+            "sampled_mlm_accuracy": mean(name="sampled_mlm_accuracy"),
+            "disc_loss": mean(name="disc_loss"),
+            "disc_accuracy": mean(name="disc_accuracy"),
+            "disc_precision": keras.metrics.Precision(name="disc_precision"),
+            "disc_recall": keras.metrics.Recall(name="disc_recall"),
+            "disc_auc": keras.metrics.AUC(name="disc_auc"),
+            "replaced_fraction": mean(name="replaced_fraction"),
+        }
+        if config.corrective_weight > 0:
+            metrics["corrective_loss"] = mean(name="corrective_loss")
+        return metrics
+
+    def compute(self, model, prepared, totals, training):
+        c = model.config
+        token_ids, padding_mask, masked = prepared.token_ids, prepared.padding_mask, prepared.masked
+
+        # 2-3. The generator predicts the masked tokens and replacements are sampled
+        #      from its softmax (no gradient through the sample). At temperature 1, with
+        #      the original token allowed, that is the loss's own softmax.
+        shared = c.temperature == 1.0 and not c.disallow_correct
+
+        def sampler(logits):
+            return objective.sample_tokens(
+                logits,
+                masked.labels,
+                uniform=prepared.sample_uniforms,
+                temperature=c.temperature,
+                disallow_correct=c.disallow_correct,
+            )
+
+        mlm_loss, mlm_correct, sampled = predict_masked(
+            model.generator,
+            model.generator_head,
+            prepared,
+            totals,
+            training,
+            sample=shared,
+            sampler=None if shared else sampler,
+        )
+        fake_ids = objective.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
+        labels = objective.replaced_labels(fake_ids, token_ids, padding_mask)
+
+        # 4. The discriminator spots the replaced tokens.
+        disc_inputs = {
+            "token_ids": fake_ids,
+            "segment_ids": prepared.segment_ids,
+            "padding_mask": padding_mask,
+        }
+        disc_hidden = model.discriminator(disc_inputs, training=training)
+        disc_logits = model.discriminator_head(disc_hidden, training=training)
+        disc_loss = objective.disc_loss(disc_logits, labels, padding_mask)
+        disc_loss *= share(tf.reduce_sum(tf.cast(padding_mask, tf.float32)), totals.real)
+        loss = c.mlm_weight * mlm_loss + c.disc_weight * disc_loss
+        losses = {"loss": loss, "mlm_loss": mlm_loss, "disc_loss": disc_loss}
+
+        # 5. Optionally, the corrective LM on the discriminator's output.
+        if model.corrective_head is not None:
+            corrective_logits = model.corrective_head(
+                disc_hidden, masked.positions, training=training
+            )
+            corrective = objective.mlm_loss(corrective_logits, masked.labels, masked.weights)
+            corrective *= share(tf.reduce_sum(masked.weights), totals.predicted)
+            losses["loss"] = loss + c.corrective_weight * corrective
+            losses["corrective_loss"] = corrective
+
+        tokens = {
+            "mlm_correct": mlm_correct,
+            "sampled_correct": tf.cast(tf.equal(sampled, masked.labels), tf.float32),
+            "disc_logits": disc_logits,  # [B, L] float32 "replaced" logits
+            "disc_labels": labels,  # [B, L] 1.0 where the token was replaced
+            "padding_mask": tf.cast(padding_mask, tf.float32),
+        }
+        return ObjectiveOutput(losses, masked, tokens)
+
+    def update_metrics(self, metrics, out):
+        t, weights = out.tokens, out.masked.weights
+        metrics["mlm_accuracy"].update_state(t["mlm_correct"], sample_weight=weights)
+        metrics["sampled_mlm_accuracy"].update_state(t["sampled_correct"], sample_weight=weights)
+        mask = tf.reshape(t["padding_mask"], [-1])
+        labels = tf.reshape(t["disc_labels"], [-1])
+        probs = tf.sigmoid(tf.reshape(t["disc_logits"], [-1]))
+        correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
+        metrics["disc_accuracy"].update_state(correct, sample_weight=mask)
+        metrics["disc_precision"].update_state(labels, probs, sample_weight=mask)
+        metrics["disc_recall"].update_state(labels, probs, sample_weight=mask)
+        metrics["disc_auc"].update_state(labels, probs, sample_weight=mask)
+        metrics["replaced_fraction"].update_state(labels, sample_weight=mask)
+
+    def forward_flops(self, config, batch, length):
+        disc, gen = config.discriminator_config(), config.generator_config()
+        e, h = config.embedding_size, disc.hidden_size
+        parts = {
+            "generator": tower_flops(gen, e, batch, length),
+            "generator_head": lm_head_flops(gen.hidden_size, config, batch, length),
+            "discriminator": tower_flops(disc, e, batch, length),
+            "discriminator_head": 2.0 * batch * length * (h * h + h),
+        }
+        if config.corrective_weight > 0:
+            parts["corrective_head"] = lm_head_flops(h, config, batch, length)
+        return parts
