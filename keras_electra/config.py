@@ -257,77 +257,47 @@ class ElectraConfig:
 # === Presets ===
 # Sizes from the paper's Table 6 (Clark et al., 2020). Generator sizes follow the
 # paper's hyperparameter table: 1/4 for Small and Large, 1/3 for Base.
+_SIZES = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "embedding_size")
+
+
+def _sizes(*sizes: int, generator: float) -> dict[str, Any]:
+    """A row of the sizes table (:data:`_SIZES`), and the generator's width fraction."""
+    return {**dict(zip(_SIZES, sizes, strict=True)), "generator_hidden_size": generator}
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     # For tests and the demo: learns something on the sample corpus in minutes on a CPU.
-    "tiny": dict(
-        vocab_size=8000,
-        hidden_size=128,
-        num_layers=2,
-        num_heads=2,
-        intermediate_size=512,
-        embedding_size=128,
-        max_position_embeddings=128,
-        generator_hidden_size=0.25,
+    "tiny": {
+        **_sizes(128, 2, 2, 512, 128, generator=0.25),
+        "vocab_size": 8000,
+        "max_position_embeddings": 128,
         # The recipe that keeps this small a discriminator detecting to the end of a
         # CPU-sized run (docs/research/tiny-recipe.md): sampling at temperature 2 (at 1,
         # the paper's, it collapses to the base rate by step ~250) and GDES sharing
         # (plain sharing slows the generator: MLM accuracy 0.089 vs 0.112 at step 600).
         # The larger presets keep the paper's temperature 1 and full sharing.
-        temperature=2.0,
-        embedding_sharing="gdes",
-    ),
-    "small": dict(
-        hidden_size=256,
-        num_layers=12,
-        num_heads=4,
-        intermediate_size=1024,
-        embedding_size=128,
-        generator_hidden_size=0.25,
-    ),
+        "temperature": 2.0,
+        "embedding_sharing": "gdes",
+    },
+    #               hidden layers heads  FF  embedding
+    "small": _sizes(256, 12, 4, 1024, 128, generator=0.25),
     # The released ELECTRA-Small (google-research/electra README: "ELECTRA-Small++"):
     # Small's discriminator with a generator as wide as the discriminator.
-    "small++": dict(
-        hidden_size=256,
-        num_layers=12,
-        num_heads=4,
-        intermediate_size=1024,
-        embedding_size=128,
-        generator_hidden_size=1.0,
-    ),
-    "base": dict(
-        hidden_size=768,
-        num_layers=12,
-        num_heads=12,
-        intermediate_size=3072,
-        embedding_size=768,
-        generator_hidden_size=1 / 3,
-    ),
-    "large": dict(
-        hidden_size=1024,
-        num_layers=24,
-        num_heads=16,
-        intermediate_size=4096,
-        embedding_size=1024,
-        generator_hidden_size=0.25,
-    ),
+    "small++": _sizes(256, 12, 4, 1024, 128, generator=1.0),
+    "base": _sizes(768, 12, 12, 3072, 768, generator=1 / 3),
+    "large": _sizes(1024, 24, 16, 4096, 1024, generator=0.25),
 }
 
 # Pretraining hyperparameters from the paper's Table 6, used as command-line defaults.
+_RECIPE = ("learning_rate", "batch_size", "max_seq_length", "steps", "warmup_steps")
 TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        learning_rate=5e-4, batch_size=32, max_seq_length=128, steps=1000, warmup_steps=100
-    ),
-    "small": dict(
-        learning_rate=5e-4, batch_size=128, max_seq_length=128, steps=1_000_000, warmup_steps=10_000
-    ),
-    # Small++ used 512-token sequences; the other defaults are Small's.
-    "small++": dict(
-        learning_rate=5e-4, batch_size=128, max_seq_length=512, steps=1_000_000, warmup_steps=10_000
-    ),
-    "base": dict(
-        learning_rate=2e-4, batch_size=256, max_seq_length=512, steps=766_000, warmup_steps=10_000
-    ),
-    "large": dict(
-        learning_rate=2e-4, batch_size=2048, max_seq_length=512, steps=400_000, warmup_steps=10_000
-    ),
+    name: dict(zip(_RECIPE, row, strict=True))
+    for name, row in {
+        #           learning rate  batch  length  steps  warm-up
+        "tiny": (5e-4, 32, 128, 1000, 100),
+        "small": (5e-4, 128, 128, 1_000_000, 10_000),
+        "small++": (5e-4, 128, 512, 1_000_000, 10_000),  # Small's, with 512-token sequences
+        "base": (2e-4, 256, 512, 766_000, 10_000),
+        "large": (2e-4, 2048, 512, 400_000, 10_000),
+    }.items()
 }

@@ -34,6 +34,7 @@ import tensorflow as tf
 from keras_electra.layers.dense import EinsumDense, bias_add
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.fused import attention_values, fuses_attention_softmax, split_heads
+from keras_electra.layers.serialized import Serialized
 
 # Keras' projection equations for [batch, length, width] inputs.
 _IN = "abc,cde->abde"
@@ -85,7 +86,7 @@ def _plain(projection: keras.layers.EinsumDense) -> bool:
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class SelfAttention(keras.layers.Layer):
+class SelfAttention(Serialized, keras.layers.Layer):
     """Multi-head dot-product attention of ``query`` over ``value`` (itself by default).
 
     Args:
@@ -112,6 +113,8 @@ class SelfAttention(keras.layers.Layer):
         (3, 5, 8)
     """
 
+    CONFIG = ("num_heads", "key_dim", "dropout", "kernel_initializer", "bias_initializer", "seed")
+
     def __init__(
         self,
         num_heads: int,
@@ -123,12 +126,7 @@ class SelfAttention(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.dropout = dropout
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.seed = seed
+        self.keep(locals())
         self.scale = 1.0 / math.sqrt(float(key_dim))
         self.supports_masking = True
 
@@ -264,15 +262,3 @@ class SelfAttention(keras.layers.Layer):
 
     def compute_output_shape(self, query_shape, value_shape=None):
         return tuple(query_shape)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            key_dim=self.key_dim,
-            dropout=self.dropout,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            seed=self.seed,
-        )
-        return config

@@ -18,6 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_electra.layers.dropout import Dropout
+from keras_electra.layers.serialized import Serialized
 
 # The weights of an embedding block, by their path inside an ElectraEmbedding.
 TABLES = (
@@ -39,7 +40,7 @@ def truncated_normal(stddev: float) -> keras.initializers.Initializer:
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class PositionEmbedding(keras.layers.Layer):
+class PositionEmbedding(Serialized, keras.layers.Layer):
     """A learned table of ``sequence_length`` position vectors; called on a
     ``[..., length, width]`` tensor it returns the first ``length`` rows broadcast to
     that tensor's shape (the caller adds them).
@@ -53,6 +54,8 @@ class PositionEmbedding(keras.layers.Layer):
         >>> tuple(layer(np.zeros((2, 5, 3), "float32")).shape)
         (2, 5, 3)
     """
+
+    CONFIG = ("sequence_length", "initializer")
 
     def __init__(self, sequence_length: int, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
@@ -75,17 +78,9 @@ class PositionEmbedding(keras.layers.Layer):
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            sequence_length=self.sequence_length,
-            initializer=keras.initializers.serialize(self.initializer),
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class ElectraEmbedding(keras.layers.Layer):
+class ElectraEmbedding(Serialized, keras.layers.Layer):
     """Word + position + token-type embeddings, then LayerNorm and dropout.
 
     ELECTRA ties these weights between the generator and the discriminator: one
@@ -114,6 +109,16 @@ class ElectraEmbedding(keras.layers.Layer):
         (2, 8, 16)
     """
 
+    CONFIG = (
+        "vocabulary_size",
+        "embedding_dim",
+        "max_sequence_length",
+        "num_segments",
+        "dropout",
+        "layer_norm_epsilon",
+        "initializer_range",
+    )
+
     def __init__(
         self,
         vocabulary_size: int,
@@ -127,13 +132,7 @@ class ElectraEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocabulary_size = vocabulary_size
-        self.embedding_dim = embedding_dim
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
-        self.dropout = dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.initializer_range = initializer_range
+        self.keep(locals())
 
         # === Layers ===
         self.token_embedding = token_embedding or keras.layers.Embedding(
@@ -223,20 +222,6 @@ class ElectraEmbedding(keras.layers.Layer):
         """Set every weight of the block from arrays keyed as :meth:`tables` returns them."""
         for name, variable in self.table_variables().items():
             variable.assign(tables[name])
-
-    # === Config ===
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            vocabulary_size=self.vocabulary_size,
-            embedding_dim=self.embedding_dim,
-            max_sequence_length=self.max_sequence_length,
-            num_segments=self.num_segments,
-            dropout=self.dropout,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            initializer_range=self.initializer_range,
-        )
-        return config
 
 
 class GdesEmbedding(keras.layers.Layer):

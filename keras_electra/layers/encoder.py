@@ -11,6 +11,7 @@ from keras_electra.layers.dense import Dense, bias_add, stored_value
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import add_layer_norm, bias_gelu, bias_gelu_matmul, training_kernels
+from keras_electra.layers.serialized import Serialized
 
 _GELU = keras.activations.get("gelu")
 
@@ -39,7 +40,7 @@ def _self_attention_mask(padding_mask, attention_mask):
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class TransformerLayer(keras.layers.Layer):
+class TransformerLayer(Serialized, keras.layers.Layer):
     """One transformer layer: self-attention and a feed-forward block, each with a
     residual dropout + add and a LayerNorm after it (post-LayerNorm, BERT's and
     ELECTRA's) or before it (``normalize_first``).
@@ -77,6 +78,17 @@ class TransformerLayer(keras.layers.Layer):
         (2, 5, 8)
     """
 
+    CONFIG = (
+        "intermediate_dim",
+        "num_heads",
+        "dropout",
+        "activation",
+        "layer_norm_epsilon",
+        "kernel_initializer",
+        "bias_initializer",
+        "normalize_first",
+    )
+
     def __init__(
         self,
         intermediate_dim: int,
@@ -90,14 +102,7 @@ class TransformerLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.intermediate_dim = intermediate_dim
-        self.num_heads = num_heads
-        self.dropout = dropout
-        self.activation = keras.activations.get(activation)
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.normalize_first = normalize_first
+        self.keep(locals())
         self.supports_masking = True
 
     def build(self, inputs_shape):
@@ -217,20 +222,6 @@ class TransformerLayer(keras.layers.Layer):
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            intermediate_dim=self.intermediate_dim,
-            num_heads=self.num_heads,
-            dropout=self.dropout,
-            activation=keras.activations.serialize(self.activation),
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            normalize_first=self.normalize_first,
-        )
-        return config
-
     @staticmethod
     def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout, bias=None):
         """``norm(dropout(x + bias) + residual)``, the bias and the dropout inside the
@@ -247,7 +238,7 @@ class TransformerLayer(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class ElectraEncoder(keras.layers.Layer):
+class ElectraEncoder(Serialized, keras.layers.Layer):
     """A stack of transformer layers with exact (erf) GELU.
 
     Post-LayerNorm (BERT's and ELECTRA's) by default; with ``normalize_first`` each
@@ -277,6 +268,18 @@ class ElectraEncoder(keras.layers.Layer):
         (2, 8, 32)
     """
 
+    CONFIG = (
+        "embedding_dim",
+        "hidden_dim",
+        "num_layers",
+        "num_heads",
+        "intermediate_dim",
+        "dropout",
+        "layer_norm_epsilon",
+        "initializer_range",
+        "normalize_first",
+    )
+
     def __init__(
         self,
         embedding_dim: int,
@@ -291,15 +294,7 @@ class ElectraEncoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.normalize_first = normalize_first
-        self.embedding_dim = embedding_dim
-        self.hidden_dim = hidden_dim
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.initializer_range = initializer_range
+        self.keep(locals())
 
         # === Layers ===
         self.projection = None
@@ -354,19 +349,3 @@ class ElectraEncoder(keras.layers.Layer):
 
     def compute_output_shape(self, embeddings_shape, padding_mask_shape=None):
         return tuple(embeddings_shape)[:-1] + (self.hidden_dim,)
-
-    # === Config ===
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            embedding_dim=self.embedding_dim,
-            hidden_dim=self.hidden_dim,
-            num_layers=self.num_layers,
-            num_heads=self.num_heads,
-            intermediate_dim=self.intermediate_dim,
-            dropout=self.dropout,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            initializer_range=self.initializer_range,
-            normalize_first=self.normalize_first,
-        )
-        return config

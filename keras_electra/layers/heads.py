@@ -8,10 +8,11 @@ from keras import ops
 
 from keras_electra.layers.dense import Dense, bias_add, stored_value
 from keras_electra.layers.embedding import truncated_normal
+from keras_electra.layers.serialized import Serialized
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class GeneratorHead(keras.layers.Layer):
+class GeneratorHead(Serialized, keras.layers.Layer):
     """Masked-LM head: dense(embedding size, GELU) -> LayerNorm -> tied embeddings + bias.
 
     Computed only at the masked positions. The output projection is the shared
@@ -38,6 +39,8 @@ class GeneratorHead(keras.layers.Layer):
         (2, 3, 50)
     """
 
+    CONFIG = ("vocabulary_size", "layer_norm_epsilon", "initializer_range")
+
     def __init__(
         self,
         token_embedding=None,
@@ -60,9 +63,7 @@ class GeneratorHead(keras.layers.Layer):
                 )
             vocabulary_size = token_embedding.input_dim
         self.token_embedding = token_embedding
-        self.vocabulary_size = vocabulary_size
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.initializer_range = initializer_range
+        self.keep(locals())
         self.kernel_initializer = truncated_normal(initializer_range)
 
     def build(self, inputs_shape, mask_positions_shape=None):
@@ -131,18 +132,9 @@ class GeneratorHead(keras.layers.Layer):
     def compute_output_shape(self, inputs_shape, mask_positions_shape):
         return tuple(mask_positions_shape) + (self.vocabulary_size,)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            vocabulary_size=self.vocabulary_size,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            initializer_range=self.initializer_range,
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class DiscriminatorHead(keras.layers.Layer):
+class DiscriminatorHead(Serialized, keras.layers.Layer):
     """Replaced-token-detection head: dense(hidden, GELU) -> dense(1).
 
     Returns one float32 logit per position: > 0 means "replaced".
@@ -166,6 +158,8 @@ class DiscriminatorHead(keras.layers.Layer):
         (2, 5)
     """
 
+    CONFIG = ("hidden_dim", "initializer_range", "output_bias")
+
     def __init__(
         self,
         hidden_dim: int,
@@ -174,8 +168,7 @@ class DiscriminatorHead(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.hidden_dim = hidden_dim
-        self.initializer_range = initializer_range
+        self.keep(locals())
         self.output_bias = float(output_bias)
         self.dense = Dense(
             hidden_dim,
@@ -203,12 +196,3 @@ class DiscriminatorHead(keras.layers.Layer):
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)[:-1]
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            hidden_dim=self.hidden_dim,
-            initializer_range=self.initializer_range,
-            output_bias=self.output_bias,
-        )
-        return config
