@@ -110,6 +110,11 @@ class RunDirectory:
     def has_config(self) -> bool:
         return self.config_file.is_file()
 
+    def require_config(self, what: str, fix: str) -> None:
+        """Raise ``ConfigError("{what} (no config.json); {fix}.")`` if there is no config."""
+        if not self.has_config():
+            raise ConfigError(f"{what} (no {self.CONFIG}); {fix}.")
+
     def has_model_files(self) -> bool:
         """Both ``config.json`` and ``vocab.txt`` exist."""
         return self.has_config() and self.vocab_file.is_file()

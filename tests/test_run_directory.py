@@ -89,6 +89,25 @@ def test_what_a_checkpoint_holds_is_read_from_it_without_run_json(tmp_path, obje
     assert run.stored_objective() == "mlm"
 
 
+def test_a_directory_without_a_config_is_one_sentence_naming_what_to_pass(tmp_path, small_corpus):
+    from keras_electra.pretraining.loading import load_run
+    from keras_electra.pretraining.run import pretrain
+
+    with pytest.raises(ConfigError) as missing:
+        load_run(tmp_path)
+    assert str(missing.value) == (
+        f"'{tmp_path}' is not a run directory (no config.json); pass the --output of "
+        "`keras-electra pretrain`."
+    )
+    with pytest.raises(ConfigError) as init:
+        pretrain([str(small_corpus)], tmp_path / "run", init=str(tmp_path), steps=1)
+    assert str(init.value) == (
+        f"--init '{tmp_path}' is not a run or converted directory (no config.json); pass the "
+        "--output of `keras-electra pretrain` or `keras-electra convert`."
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_resume_directory_is_a_run_directory_inside_the_output(tmp_path):
     run = RunDirectory(tmp_path)
     assert run.resume_dir.path == tmp_path / run.RESUME

@@ -197,19 +197,15 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 
 def _chunk_end(prev: str, prev_type: str, tag: str, kind: str) -> bool:
-    if prev in ("E", "S"):
-        return True
-    if prev in ("B", "I"):
-        return tag in ("B", "S", "O") or kind != prev_type
-    return False
+    """Whether the chunk the previous tag belongs to ends before this tag (conlleval)."""
+    continued = tag not in ("B", "S", "O") and kind == prev_type
+    return prev in ("E", "S") or (prev in ("B", "I") and not continued)
 
 
 def _chunk_start(prev: str, prev_type: str, tag: str, kind: str) -> bool:
-    if tag in ("B", "S"):
-        return True
-    if tag in ("I", "E"):
-        return prev in ("O", "E", "S") or kind != prev_type
-    return False
+    """Whether a chunk starts at this tag (conlleval)."""
+    continues = prev not in ("O", "E", "S") and kind == prev_type
+    return tag in ("B", "S") or (tag in ("I", "E") and not continues)
 
 
 def extract_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:

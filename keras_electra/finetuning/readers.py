@@ -39,6 +39,15 @@ def _open_lines(path: Path) -> list[str]:
         ) from None
 
 
+def _json(text: str, path: Path, fix: str, line: int | None = None):
+    """The JSON value of ``text`` (all of ``path``, or its ``line``), or one sentence."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        where = f"{path}:{line or e.lineno}"
+        raise InputDataError(f"{where}: not valid JSON ({e.msg}); {fix}.") from None
+
+
 def _table_rows(path: Path, header: bool) -> Iterator[tuple[int, list[str] | dict]]:
     """(line number, fields) per data row; fields is a dict for JSON lines."""
     lines = _open_lines(path)
@@ -47,12 +56,7 @@ def _table_rows(path: Path, header: bool) -> Iterator[tuple[int, list[str] | dic
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputDataError(
-                    f"{path}:{number}: not valid JSON ({e.msg}); write one JSON object per line."
-                ) from None
+            value = _json(line, path, "write one JSON object per line", number)
             if not isinstance(value, dict):
                 raise InputDataError(f"{path}:{number}: expected a JSON object, not {value!r:.40}.")
             yield number, value
@@ -263,12 +267,7 @@ def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExam
     """
     path = Path(path)
     text = "\n".join(_open_lines(path))
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputDataError(
-            f"{path}:{e.lineno}: not valid JSON ({e.msg}); fix the file."
-        ) from None
+    document = _json(text, path, "fix the file")
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         raise InputDataError(f"{path}: expected SQuAD JSON with a top-level 'data' list.")
     examples: list[QAExample] = []

@@ -30,11 +30,9 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
         ConfigError: if the directory holds no run or no checkpoint, or they disagree.
     """
     run = RunDirectory(run_dir)
-    if not run.has_config():
-        raise ConfigError(
-            f"'{run_dir}' is not a run directory (no {run.CONFIG}); pass the --output of "
-            "`keras-electra pretrain`."
-        )
+    run.require_config(
+        f"'{run_dir}' is not a run directory", "pass the --output of `keras-electra pretrain`"
+    )
     config, tokens = read_run(run, None)
     model = ElectraPretrainer(config, objective=run.settings().get("objective", "electra"))
     step = run.restore_latest(model)

@@ -568,11 +568,10 @@ def _init_source(
     ``sharing``: the run's ``embedding_sharing`` when asked for (default: the directory's).
     """
     source = RunDirectory(init)
-    if not source.has_config():
-        raise ConfigError(
-            f"--init '{init}' is not a run or converted directory (no {source.CONFIG}); pass "
-            "the --output of `keras-electra pretrain` or `keras-electra convert`."
-        )
+    source.require_config(
+        f"--init '{init}' is not a run or converted directory",
+        "pass the --output of `keras-electra pretrain` or `keras-electra convert`",
+    )
     config, tokens = read_run(source, None)
     if settings.max_seq_length > config.max_position_embeddings:
         raise ConfigError(
