@@ -218,7 +218,7 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
     loss, best, probs = fused.sparse_cross_entropy(logits, labels, probabilities=True)
     expected = objective.inverse_cdf(probs, uniform).numpy()
     use("native")
-    got_loss, got_best, sampled = fused.sampled_cross_entropy(logits, labels, uniform)
+    got_loss, got_best, sampled = fused.sparse_cross_entropy(logits, labels, uniform=uniform)
     assert (sampled.numpy() == expected).mean() >= 0.98, (sampled.numpy(), expected)
     np.testing.assert_array_equal(got_best.numpy(), best.numpy())
     np.testing.assert_allclose(got_loss.numpy(), loss.numpy(), rtol=2e-5, atol=2e-5)

@@ -26,11 +26,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_electra.layers.fused import (
-    inverse_cdf_rows,
-    sampled_cross_entropy,
-    sparse_cross_entropy,
-)
+# inverse_cdf is the sampler's search; it lives with the kernels, as one of them.
+from keras_electra.layers.fused import inverse_cdf, sparse_cross_entropy
 
 
 class MaskedBatch(NamedTuple):
@@ -173,56 +170,6 @@ def sample_tokens(
     return inverse_cdf(probs, tf.cast(uniform, tf.float32), block=block)
 
 
-def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf.Tensor:
-    """The first index whose cumulative probability exceeds ``uniform`` times the total.
-
-    Two levels, so no cumulative sum runs over the whole vocabulary: the vocabulary
-    is cut into blocks of ``block`` entries (the last one padded with zeros), a
-    cumulative sum over the block totals finds the block, and one over that block's
-    entries finds the index. The result is the same index a single cumulative sum
-    would give, up to float32 rounding. Where the compiled kernels build
-    (:mod:`keras_electra.layers.compiled`) the same search is one kernel.
-
-    Args:
-        probs: ``[..., V]`` non-negative weights (need not sum to exactly 1).
-        uniform: ``[...]`` draws in [0, 1).
-        block: entries per block.
-
-    Returns:
-        ``[...]`` int32 indices in ``[0, V)``.
-    """
-    vocab = tf.shape(probs)[-1]
-    lead = tf.shape(probs)[:-1]
-    rows = tf.reshape(probs, [-1, vocab])
-    compiled = inverse_cdf_rows(rows, tf.reshape(uniform, [-1]), block)
-    if compiled is not None:
-        return tf.reshape(compiled, lead)
-    num_blocks = (vocab + block - 1) // block
-    rows = tf.pad(rows, [[0, 0], [0, num_blocks * block - vocab]])
-    blocks = tf.reshape(rows, [-1, num_blocks, block])
-    totals = tf.reduce_sum(blocks, axis=-1)  # [N, num_blocks]
-    block_cdf = tf.math.cumsum(totals, axis=-1)
-    # Scale by the total (float32 rounding leaves it a little off 1). A target kept
-    # below each total can never land past the last entry with probability > 0.
-    target = tf.reshape(uniform, [-1, 1]) * block_cdf[:, -1:]
-    target = tf.minimum(target, _below(block_cdf[:, -1:]))
-    which = tf.searchsorted(block_cdf, target, side="right", out_type=tf.int32)  # [N, 1]
-    # Non-finite weights (a diverged step, which the on-NaN guard then skips) would
-    # search past the end; keep every index in range so the step reaches that guard.
-    which = tf.minimum(which, num_blocks - 1)
-    # What is left of the target after the blocks before the chosen one.
-    before = tf.gather(block_cdf, which, batch_dims=1) - tf.gather(totals, which, batch_dims=1)
-    inner_cdf = tf.math.cumsum(tf.gather(blocks, which[:, 0], batch_dims=1), axis=-1)
-    rest = tf.minimum(tf.maximum(target - before, 0.0), _below(inner_cdf[:, -1:]))
-    inner = tf.searchsorted(inner_cdf, rest, side="right", out_type=tf.int32)
-    return tf.reshape(tf.minimum(which * block + inner, vocab - 1), lead)
-
-
-def _below(total: tf.Tensor) -> tf.Tensor:
-    """The largest float32 below ``total``."""
-    return tf.math.nextafter(total, tf.zeros_like(total))
-
-
 def replace_tokens(
     token_ids: tf.Tensor, positions: tf.Tensor, sampled: tf.Tensor, weights: tf.Tensor
 ) -> tf.Tensor:
@@ -257,22 +204,15 @@ def mlm_loss_and_predictions(
     same softmax (:func:`inverse_cdf`, no gradient), as the step draws replacements at
     temperature 1.
 
-    All come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`,
-    :func:`~keras_electra.layers.fused.sampled_cross_entropy` where the compiled kernels
-    build): float32 math on logits of any float dtype, whose gradient keeps their dtype.
+    All come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`;
+    with the compiled kernels, one kernel that writes no float32 softmax): float32 math
+    on logits of any float dtype, whose gradient keeps their dtype.
     """
-    sampled = None
-    if uniform is not None and not probabilities:
-        sampled = sampled_cross_entropy(logits, labels, tf.cast(uniform, tf.float32))
-    if sampled is not None:
-        per_position, predicted, *extra = sampled
-    else:
-        per_position, predicted, *extra = sparse_cross_entropy(
-            logits, labels, probabilities=probabilities or uniform is not None
-        )
-        if uniform is not None:
-            draws = inverse_cdf(extra[0], tf.cast(uniform, tf.float32))
-            extra = [*extra, draws] if probabilities else [draws]
+    if uniform is not None:
+        uniform = tf.cast(uniform, tf.float32)
+    per_position, predicted, *extra = sparse_cross_entropy(
+        logits, labels, probabilities=probabilities, uniform=uniform
+    )
     loss = tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)
     return (loss, predicted, *extra)
 
