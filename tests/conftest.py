@@ -104,6 +104,15 @@ HEALTH = {
 WINDOW = {"step", "tokens_per_sec", "learning_rate", "health_seconds", "window_seconds"}
 
 
+def pretrain_command(*args: str) -> int:
+    """``keras-electra pretrain`` of 2 steps of 4 x 16 tokens with a 500-token vocabulary,
+    then ``args`` (a flag given again takes its later value)."""
+    from keras_electra.cli import main
+
+    small = ["--steps", "2", "--batch-size", "4", "--max-seq-length", "16", "--vocab-size", "500"]
+    return main(["pretrain", *small, *args])
+
+
 def traced_step_ops(policy: str, **config) -> list:
     """The ops of a small pretrainer's traced train function under ``policy``, with
     the bodies of the functions it calls (the custom gradients' and kernels');

@@ -22,7 +22,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import traced_step_ops
+from conftest import pretrain_command, traced_step_ops
 
 from keras_electra.config import ElectraConfig
 from keras_electra.layers import backend, fused
@@ -279,30 +279,8 @@ def test_a_pretraining_step_matches_the_reference(name, dtype, monkeypatch):
 
 
 def _pretrain_command(corpus, output) -> int:
-    from keras_electra.cli import main
-
-    return main(
-        [
-            "pretrain",
-            "--preset",
-            "tiny",
-            "--corpus",
-            str(corpus),
-            "--output",
-            str(output),
-            "--steps",
-            "2",
-            "--log-every",
-            "1",
-            "--batch-size",
-            "4",
-            "--max-seq-length",
-            "16",
-            "--vocab-size",
-            "500",
-            "--no-health",
-        ]
-    )
+    args = ["--preset", "tiny", "--log-every", "1", "--no-health"]
+    return pretrain_command("--corpus", str(corpus), "--output", str(output), *args)
 
 
 @pytest.mark.parametrize("name", ["reference", "xla", "native"])

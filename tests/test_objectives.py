@@ -177,3 +177,17 @@ def test_the_builtin_objectives_are_plugins():
     with pytest.raises(ConfigError, match="needs --objective electra"):
         mlm.check(config(embedding_sharing="gdes"))
     electra.check(config(embedding_sharing="gdes"))  # the two-tower objective takes any mode
+
+
+def test_a_registration_that_cannot_train_is_one_sentence(monkeypatch):
+    monkeypatch.setitem(OBJECTIVES, "missing", "keras_electra.pretraining.objectives.nope:Gone")
+    with pytest.raises(ConfigError) as missing:
+        objectives.get("missing")
+    assert str(missing.value) == (
+        "Objective 'missing' is registered as 'keras_electra.pretraining.objectives.nope:Gone', "
+        "which does not import (No module named 'keras_electra.pretraining.objectives.nope'); "
+        "fix its entry in keras_electra.settings.OBJECTIVES."
+    )
+    with pytest.raises(TypeError, match="register takes an Objective subclass or 'module:Class'"):
+        objectives.register("toy", object)
+    assert "toy" not in OBJECTIVES

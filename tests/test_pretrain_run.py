@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GRADIENT_NORMS, HEALTH, METRICS, WINDOW
+from conftest import GRADIENT_NORMS, HEALTH, METRICS, WINDOW, pretrain_command
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError
@@ -111,21 +111,7 @@ def test_sigkill_mid_run_then_resume_finishes_with_intact_checkpoints(small_corp
 
 
 def run_cli(*args):
-    return main(
-        [
-            "pretrain",
-            "--no-progress",
-            "--steps",
-            "2",
-            "--batch-size",
-            "4",
-            "--max-seq-length",
-            "16",
-            "--vocab-size",
-            "500",
-            *args,
-        ]
-    )
+    return pretrain_command("--no-progress", *args)
 
 
 def one_sentence(err: str) -> str:

@@ -8,8 +8,8 @@ import sys
 import keras
 import numpy as np
 import pytest
+from conftest import pretrain_command
 
-from keras_electra.cli import main
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
@@ -233,32 +233,11 @@ def test_create_optimizer_lamb_keeps_electras_exclusions_and_schedule():
 
 def test_a_run_with_every_option_counts_steps_and_records_them(small_corpus, tmp_path):
     out = tmp_path / "run"
-    code = main(
-        [
-            "pretrain",
-            "--corpus",
-            str(small_corpus),
-            "--output",
-            str(out),
-            "--no-progress",
-            "--steps",
-            "4",
-            "--log-every",
-            "2",
-            "--batch-size",
-            "4",
-            "--max-seq-length",
-            "16",
-            "--vocab-size",
-            "500",
-            "--optimizer",
-            "lamb",
-            "--no-xla",  # XLA is tested above; compiling it here would double the time
-            "--steps-per-execution",
-            "2",
-            "--grad-accumulation",
-            "2",
-        ]
+    options = ["--optimizer", "lamb", "--steps-per-execution", "2", "--grad-accumulation", "2"]
+    code = pretrain_command(
+        *("--corpus", str(small_corpus), "--output", str(out), "--no-progress"),
+        *("--steps", "4", "--log-every", "2", *options),
+        "--no-xla",  # XLA is tested above; compiling it here would double the time
     )
     assert code == 0
     settings = json.loads((out / "run.json").read_text())

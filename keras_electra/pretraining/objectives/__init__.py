@@ -134,7 +134,13 @@ class Objective:
 
 
 def register(name: str, objective: type[Objective] | str) -> None:
-    """Make ``objective`` (a class, or ``"module:Class"``) trainable as ``name``."""
+    """Make ``objective`` (an :class:`Objective` subclass, or ``"module:Class"``, imported
+    when a run asks for it) trainable as ``name``."""
+    is_class = isinstance(objective, type) and issubclass(objective, Objective)
+    if not (is_class or (isinstance(objective, str) and ":" in objective)):
+        raise TypeError(
+            f"register takes an Objective subclass or 'module:Class', not {objective!r}."
+        )
     OBJECTIVES[name] = objective
 
 
@@ -145,7 +151,13 @@ def get(name: str) -> Objective:
     found = OBJECTIVES[name]
     if isinstance(found, str):
         module, _, attribute = found.partition(":")
-        found = getattr(importlib.import_module(module), attribute)
+        try:
+            found = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as error:
+            raise ConfigError(
+                f"Objective '{name}' is registered as '{OBJECTIVES[name]}', which does not "
+                f"import ({error}); fix its entry in keras_electra.settings.OBJECTIVES."
+            ) from None
     return found()
 
 
