@@ -81,8 +81,9 @@ class MaskDetection(Objective):
 
 @pytest.fixture
 def registered(monkeypatch):
-    """The toy objective, registered for one test (one line, as a module would be)."""
-    monkeypatch.setitem(OBJECTIVES, "mask_detection", MaskDetection)
+    """The toy objective, registered for one test as a module's would be: one line,
+    ``"module:Class"``, imported when a model asks for it."""
+    monkeypatch.setitem(OBJECTIVES, "mask_detection", f"{__name__}:MaskDetection")
     return "mask_detection"
 
 
@@ -131,6 +132,7 @@ def test_a_toy_objective_trains_through_the_pretrainer(registered):
     assert step_flops(c, 8, 16, registered) == 3 * sum(
         MaskDetection().forward_flops(c, 8, 16).values()
     )
+    assert type(model._objective).__name__ == "MaskDetection"
 
 
 def test_the_objectives_check_refuses_a_config_in_one_sentence(registered):
