@@ -679,14 +679,15 @@ def sparse_cross_entropy(
 
         return ((loss, best, probs) if wanted else (loss, best)), grad
 
+    compiled = None if probabilities else _compiled_kernels(logits.dtype)
     if not backend.fast_training():  # the reference: TensorFlow's loss op and softmax
         z = tf.cast(logits, tf.float32)
         labels = tf.cast(labels, tf.int32)
         loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=z)
         outputs = (loss, tf.argmax(z, axis=-1, output_type=tf.int32))
         probs = tf.stop_gradient(tf.nn.softmax(z))
-    elif not probabilities and _compiled_kernels(logits.dtype) is not None:
-        return _compiled_cross_entropy(logits, labels, uniform, block)
+    elif compiled is not None:
+        return _compiled_cross_entropy(compiled, logits, labels, uniform, block)
     else:
         with tf.name_scope("cross_entropy"):
             flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
@@ -702,9 +703,8 @@ def sparse_cross_entropy(
     return outputs
 
 
-def _compiled_cross_entropy(logits, labels, uniform, block: int):
-    """:func:`sparse_cross_entropy` without ``probabilities`` on the native backend."""
-    compiled = _compiled_kernels(logits.dtype)
+def _compiled_cross_entropy(compiled, logits, labels, uniform, block: int):
+    """:func:`sparse_cross_entropy` without ``probabilities`` on the native ops ``compiled``."""
 
     @tf.custom_gradient
     def rows(logits):
