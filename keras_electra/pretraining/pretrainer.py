@@ -144,8 +144,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         self._trackers = {"loss": keras.metrics.Mean(name="loss")}
         self._trackers.update(self._objective.metrics(config))
         # Training only: the global gradient norm before clipping, whole and per part.
-        parts = self._objective.gradient_parts
-        for name in ("grad_norm",) + tuple(f"grad_norm_{p}" for p in parts):
+        for name in ["grad_norm"] + [f"grad_norm_{p}" for p in self._objective.gradient_parts]:
             self._trackers[name] = keras.metrics.Mean(name=name)
         # Steps left out under configure_step(on_nan="skip"); reported only then.
         self._skipped = keras.metrics.Sum(name="skipped_steps")
@@ -210,9 +209,8 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         """The discriminator head's logits (``electra``: per token, "replaced"), or
         the discriminator's sequence output where the objective adds no such head."""
         sequence = self.discriminator(_features(inputs), training=training)
-        if self.discriminator_head is None:
-            return sequence
-        return self.discriminator_head(sequence)
+        head = self.discriminator_head
+        return sequence if head is None else head(sequence)
 
     # === The objective, top-down ===
 
@@ -258,14 +256,10 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         return self._objective.compute(self, prepared, totals, training)
 
     def _example_uniforms(self, local_batch: tf.Tensor, widths: tuple) -> list[tf.Tensor]:
-        """Uniform draws in [0, 1), ``[local_batch, width]`` per width, one row per example.
-
-        They are drawn for the whole global batch from ``(seed, step, stream)`` and
-        this replica takes the rows of its examples (replica ``r`` holds rows
-        ``r * local_batch`` onwards, as ``tf.distribute`` splits a batch), so an
-        example's masks and samples do not depend on how many replicas share the
-        batch. One vectorized draw per stream, no per-example loop.
-        """
+        """Uniform draws in [0, 1), ``[local_batch, width]`` per width, one row per example:
+        one draw per stream for the whole global batch from ``(seed, step, stream)``, of
+        which replica ``r`` takes rows ``r * local_batch`` onwards (as ``tf.distribute``
+        splits a batch), so an example's draws do not depend on the replica count."""
         step = self.random_step.value
         self.random_step.assign_add(1)
         replica = tf.distribute.get_replica_context()
@@ -275,13 +269,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             replicas = replica.num_replicas_in_sync
         rows = slice(replica_id * local_batch, (replica_id + 1) * local_batch)
         seed = tf.constant(self.seed or 0, tf.int32)
-        draws = []
-        for stream, width in enumerate(widths):
-            every = tf.random.stateless_uniform(
+        return [
+            tf.random.stateless_uniform(
                 [local_batch * replicas, width], seed=tf.stack([seed, step * 3 + stream])
-            )
-            draws.append(every[rows])
-        return draws
+            )[rows]
+            for stream, width in enumerate(widths)
+        ]
 
     # === Training step ===
 
@@ -349,22 +342,17 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         return self._metric_results()
 
     def _apply_update(self, gradients: list, losses: dict, update_metrics) -> None:
-        """Clip and apply the gradients and record the step's metrics, if the step is finite.
-
-        ``losses`` are the global batch's (:meth:`_global_losses`); ``update_metrics``
-        records the per-token metrics. Without an ``on_nan`` policy (or under loss
-        scaling) this is ``optimizer.apply`` plus the metric updates. With one, both
-        run only when the loss and the global gradient norm are finite (every
-        replica sees the same all-reduced values, so all take the same branch).
-        Every all-reduce happens before the branch: a replica context may not
-        synchronize inside one.
+        """Clip and apply the gradients and record the step's metrics (``losses``: the
+        global batch's; ``update_metrics``: the per-token ones). With an ``on_nan`` policy
+        (and no loss scaling) both run only if the loss and the global gradient norm are
+        finite: all-reduced values, so every replica takes the same branch, and every
+        all-reduce happens before it (a replica context may not synchronize inside one).
         """
         shares, norms, scale = clip_summed_gradient(self.optimizer, gradients, self._gradient_norms)
         variables = self.trainable_variables
 
         def record():
-            self._record_gradient_norms(norms)
-            self._record_losses(losses)
+            self._record(norms | losses)
             update_metrics()
             return tf.constant(True)
 
@@ -409,11 +397,6 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         norms["grad_norm"] = tf.sqrt(2.0 * ordered_sum(every)) / loss_scale
         return norms
 
-    def _record_gradient_norms(self, norms: dict) -> None:
-        """Window means of the global gradient norm and of each part's norm."""
-        for name, value in norms.items():
-            self._trackers[name].update_state(value)
-
     def _loss_and_gradients(
         self, prepared: PreparedBatch, totals: LossTotals
     ) -> tuple[list, dict, ObjectiveOutput]:
@@ -426,21 +409,19 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
 
     def test_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        self._update_metrics(self.compute_objective(batch, training=False))
+        out = self.compute_objective(batch, training=False)
+        self._record(self._global_losses(out.losses))
+        self._update_token_metrics(out)
         logs = self._metric_results()
         return {k: v for k, v in logs.items() if not k.startswith(("grad_norm", "skipped"))}
-
-    def _update_metrics(self, out: ObjectiveOutput) -> None:
-        self._record_losses(self._global_losses(out.losses))
-        self._update_token_metrics(out)
 
     def _global_losses(self, losses: dict) -> dict[str, tf.Tensor]:
         """The global batch's losses: the sums of the replicas' shares (all-reduced)."""
         return {name: global_sum(value) for name, value in losses.items()}
 
-    def _record_losses(self, losses: dict) -> None:
-        # Every replica records the global value.
-        for name, value in losses.items():
+    def _record(self, values: dict) -> None:
+        """Record global values (losses, gradient norms) by metric name, on every replica."""
+        for name, value in values.items():
             self._trackers[name].update_state(value)
 
     def _update_token_metrics(self, out: ObjectiveOutput) -> None:
@@ -532,11 +513,8 @@ def _features(batch: dict) -> dict:
     """The batch's :data:`FEATURES`, or one sentence naming what is missing."""
     missing = [name for name in FEATURES if name not in batch]
     if missing:
-        renamed = (
-            " (earlier versions named them input_ids and input_mask)"
-            if "input_ids" in batch
-            else ""
-        )
+        old = "input_ids" in batch
+        renamed = " (earlier versions named them input_ids and input_mask)" if old else ""
         raise ValueError(
             f"A pretraining batch holds {', '.join(FEATURES)}; this one has no "
             f"{', '.join(missing)}{renamed}."
