@@ -130,8 +130,9 @@ class SelfAttention(Serialized, keras.layers.Layer):
         self.scale = 1.0 / math.sqrt(float(key_dim))
         self.supports_masking = True
 
-    def _projection(self, name: str, equation: str, output_shape, bias_axes: str):
-        return EinsumDense(
+    def _projection(self, name: str, equation: str, output_shape, bias_axes: str, input_shape):
+        """A new projection, built on ``input_shape``."""
+        projection = EinsumDense(
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes,
@@ -140,22 +141,20 @@ class SelfAttention(Serialized, keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
+        projection.build(input_shape)
+        return projection
 
     def build(self, query_shape, value_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
         heads = (None, self.num_heads, self.key_dim)
         # MultiHeadAttention's order: each clone of a seedless initializer draws a seed.
-        self._query_dense = self._projection("query", _IN, heads, "de")
-        self._query_dense.build(query_shape)
-        self._key_dense = self._projection("key", _IN, heads, "de")
-        self._key_dense.build(value_shape)
-        self._value_dense = self._projection("value", _IN, heads, "de")
-        self._value_dense.build(value_shape)
+        self._query_dense = self._projection("query", _IN, heads, "de", query_shape)
+        self._key_dense = self._projection("key", _IN, heads, "de", value_shape)
+        self._value_dense = self._projection("value", _IN, heads, "de", value_shape)
         self._dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, seed=self.seed)
-        self._output_dense = self._projection(
-            "attention_output", _OUT, (None, query_shape[-1]), "e"
-        )
-        self._output_dense.build(tuple(query_shape[:-1]) + (self.num_heads, self.key_dim))
+        context = tuple(query_shape[:-1]) + (self.num_heads, self.key_dim)
+        output = (None, query_shape[-1])
+        self._output_dense = self._projection("attention_output", _OUT, output, "e", context)
         self.built = True
 
     def positions(self, query: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -59,9 +59,7 @@ class ElectraBackbone(keras.Model):
             raise ValueError(f"tower must be 'discriminator' or 'generator', got {tower!r}.")
         self.config = config
         self.tower = tower
-        sizes = (
-            config.discriminator_config() if tower == "discriminator" else config.generator_config()
-        )
+        sizes = getattr(config, f"{tower}_config")()  # discriminator_config or generator_config
         self.hidden_dim = sizes.hidden_size
 
         # === Layers ===
@@ -87,10 +85,9 @@ class ElectraBackbone(keras.Model):
     def build(self, input_shape=None):
         if self.built:
             return
-        shape = (None, None)
         if not self.embedding.built:  # else shared with the other tower and built
-            self.embedding.build(shape)
-        self.encoder.build(shape + (self.config.embedding_size,))
+            self.embedding.build((None, None))
+        self.encoder.build((None, None, self.config.embedding_size))
         self.built = True
 
     def call(self, inputs, training=None):

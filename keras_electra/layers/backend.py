@@ -80,10 +80,8 @@ def _choose(asked: str | None, enable: str | None) -> Choice:
         return Choice("native", f"{ENV}=native" if asked else f"compiled C++: {why}")
     if asked == "native":
         log.warning(
-            "%s=native, but the compiled kernels cannot run here (%s): training uses the "
-            "XLA kernels.",
-            ENV,
-            why,
+            f"{ENV}=native, but the compiled kernels cannot run here ({why}): training uses "
+            "the XLA kernels."
         )
     return Choice("xla", f"the compiled C++ kernels cannot run here: {why}")
 
@@ -99,9 +97,7 @@ def native_ops(*dtypes):
     traced, or None where the ``xla`` kernels run (the backend chosen is not
     ``native``; float16; a graph XLA compiles whole): see
     :func:`keras_electra.layers.compiled.ops_for`."""
-    if choose().backend != "native":
-        return None
-    return compiled.ops_for(*dtypes)
+    return compiled.ops_for(*dtypes) if choose().backend == "native" else None
 
 
 def clear() -> None:

@@ -48,16 +48,9 @@ import tensorflow as tf
 
 SOURCE = Path(__file__).with_name("kernels.cc")
 ENABLE = "KERAS_ELECTRA_COMPILED_KERNELS"  # "0" keeps the XLA kernels
-_FLAGS = [
-    "-shared",
-    "-fPIC",
-    "-O3",
-    "-march=native",
-    "-mprefer-vector-width=512",
-    "-fopenmp-simd",
-    "-fno-math-errno",  # sqrt without errno's branch: the loops that take one vectorize
-    "-w",
-]
+# -fno-math-errno: sqrt without errno's branch, so the loops that take one vectorize.
+_FLAGS = "-shared -fPIC -O3 -march=native -mprefer-vector-width=512 -fopenmp-simd".split()
+_FLAGS += ["-fno-math-errno", "-w"]
 
 log = logging.getLogger(__name__)
 # The op module loaded in this process: TensorFlow registers an op once, so a second
@@ -82,8 +75,7 @@ def _cpu_signature() -> str:
     return "\n".join(sorted(set(wanted)))
 
 
-def _compiler() -> str | None:
-    """The C++ compiler's path (``$CXX``, else ``g++``), or None where there is none."""
+def _compiler() -> str | None:  # the C++ compiler's path ($CXX, else g++), or None
     return shutil.which(os.environ.get("CXX") or "g++")
 
 
@@ -97,8 +89,7 @@ def _compiler_version(compiler: str) -> str:
     return done.stdout + done.stderr
 
 
-def _tf_flags() -> list[str]:
-    """The flags that build a library against the installed TensorFlow."""
+def _tf_flags() -> list[str]:  # the flags that build against the installed TensorFlow
     return tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
 
 
@@ -203,8 +194,7 @@ def status() -> tuple:
 
 @functools.cache
 def _warn_once(message: str) -> None:
-    """Log ``message`` as a warning, the first time only."""
-    log.warning(message)
+    log.warning(message)  # the first time only
 
 
 def _in_xla_function() -> bool:
@@ -226,8 +216,6 @@ def ops_for(*dtypes):
     the graph being traced is not XLA-compiled as a whole (``--xla``, ``jit_compile``),
     else None: the caller uses the XLA kernels (layers/fused.py) or TensorFlow's ops
     (the optimizer's ``ResourceApplyAdam``)."""
-    if len(set(dtypes)) != 1 or dtypes[0] not in (tf.bfloat16, tf.float32):
-        return None
-    if _in_xla_function():
+    if len(set(dtypes)) != 1 or dtypes[0] not in (tf.bfloat16, tf.float32) or _in_xla_function():
         return None
     return kernels()

@@ -106,51 +106,36 @@ class TransformerLayer(Serialized, keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, inputs_shape):
-        width = inputs_shape[-1]
-        if width < self.num_heads:
-            raise ValueError(
-                f"A transformer layer {width} wide cannot have {self.num_heads} heads."
-            )
-        dtype = self.dtype_policy
+        width, heads = inputs_shape[-1], self.num_heads
+        if width < heads:
+            raise ValueError(f"A transformer layer {width} wide cannot have {heads} heads.")
+        dtype, epsilon, rate = self.dtype_policy, self.layer_norm_epsilon, self.dropout
+
+        def init():  # new initializers per sub-layer: each unseeded clone draws its seed
+            kernel = clone_initializer(self.kernel_initializer)
+            bias = clone_initializer(self.bias_initializer)
+            return {"kernel_initializer": kernel, "bias_initializer": bias, "dtype": dtype}
+
         self._self_attention_layer = SelfAttention(
-            num_heads=self.num_heads,
-            key_dim=width // self.num_heads,
-            dropout=self.dropout,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            bias_initializer=clone_initializer(self.bias_initializer),
-            dtype=dtype,
-            name="self_attention_layer",
+            heads, width // heads, rate, **init(), name="self_attention_layer"
         )
         self._self_attention_layer.build(inputs_shape)
         self._self_attention_layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=dtype, name="self_attention_layer_norm"
+            epsilon=epsilon, dtype=dtype, name="self_attention_layer_norm"
         )
         self._self_attention_layer_norm.build(inputs_shape)
-        self._self_attention_dropout = Dropout(
-            self.dropout, dtype=dtype, name="self_attention_dropout"
-        )
+        self._self_attention_dropout = Dropout(rate, dtype=dtype, name="self_attention_dropout")
         self._feedforward_layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=dtype, name="feedforward_layer_norm"
+            epsilon=epsilon, dtype=dtype, name="feedforward_layer_norm"
         )
         self._feedforward_layer_norm.build(inputs_shape)
         self._feedforward_intermediate_dense = Dense(
-            self.intermediate_dim,
-            activation=self.activation,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            bias_initializer=clone_initializer(self.bias_initializer),
-            dtype=dtype,
-            name="feedforward_intermediate_dense",
+            self.intermediate_dim, self.activation, **init(), name="feedforward_intermediate_dense"
         )
         self._feedforward_intermediate_dense.build(inputs_shape)
-        self._feedforward_output_dense = Dense(
-            width,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            bias_initializer=clone_initializer(self.bias_initializer),
-            dtype=dtype,
-            name="feedforward_output_dense",
-        )
+        self._feedforward_output_dense = Dense(width, **init(), name="feedforward_output_dense")
         self._feedforward_output_dense.build(tuple(inputs_shape[:-1]) + (self.intermediate_dim,))
-        self._feedforward_dropout = Dropout(self.dropout, dtype=dtype, name="feedforward_dropout")
+        self._feedforward_dropout = Dropout(rate, dtype=dtype, name="feedforward_dropout")
         self.built = True
 
     def call(
@@ -162,12 +147,8 @@ class TransformerLayer(Serialized, keras.layers.Layer):
         return_attention_scores=False,
     ):
         mask = _self_attention_mask(padding_mask, attention_mask)
-        if (
-            not training
-            or self.normalize_first
-            or return_attention_scores
-            or not backend.fast_training()
-        ):
+        plain = not training or self.normalize_first or return_attention_scores
+        if plain or not backend.fast_training():
             return self._plain_call(inputs, mask, training, return_attention_scores)
         attention = self._self_attention_layer
         with training_kernels():  # read by the attention's choice of path

@@ -108,12 +108,8 @@ def _gelu_forward(h, bias):
 
 
 def _gelu_backward(h, bias, upstream, with_output=False):
-    """``(dh, dbias)`` of :func:`_gelu_forward`: the compiled kernel where it builds.
-
-    With ``with_output``, also ``gelu(h + bias)`` (``(dh, dbias, y)``): the compiled
-    kernel computes it from the erf the gradient needs anyway, one pass over ``h``
-    where a recompute and a gradient were two.
-    """
+    """``(dh, dbias)`` of :func:`_gelu_forward`, with ``with_output`` also ``gelu(h +
+    bias)``, which the compiled kernel takes from the gradient's erf in the same pass."""
     compiled = _compiled_kernels(h.dtype, upstream.dtype)
     if compiled is not None:
         dh, dbias, y = compiled.electra_bias_gelu_grad(
@@ -207,10 +203,8 @@ def _normalize(s, gamma, beta, epsilon):
 
 
 def _dropped(v, drop):
-    """``v`` (float32, the 2-D rows view of the dropped tensor) with a dropout applied:
-    ``drop`` is ``(key, threshold, scale)`` (:class:`keras_electra.layers.dropout.DropoutDraw`'s),
-    or None for no dropout. The draws are hashed from the elements' flat indices here,
-    inside the kernel, as :attr:`DropoutDraw.bits` computes them."""
+    """``v`` (float32 rows) dropped by ``drop``, ``(key, threshold, scale)`` or None: the
+    draws hashed from the flat indices inside the kernel, as ``DropoutDraw.bits`` does."""
     if drop is None:
         return v
     key, threshold, scale = drop
@@ -263,16 +257,14 @@ def _add_norm_backward(y, gamma, beta, inv_std, upstream, drop):
 
 
 def _compiled_draw(drop) -> tuple:
-    """A kernel dropout (:func:`_kernel_dropout`) as the compiled ops take it: key,
-    threshold and scale, placeholders when there is no dropout."""
+    """A :func:`_kernel_dropout` as the compiled ops take it (placeholders for None)."""
     if drop is None:
         return tf.zeros([2], tf.uint32), tf.constant(0, tf.uint32), tf.constant(1.0)
     return drop
 
 
 def _compiled_kernels(*dtypes):
-    """The compiled kernels for these dtypes in the graph being traced, or None (the XLA
-    kernels): :func:`keras_electra.layers.backend.native_ops`."""
+    """:func:`keras_electra.layers.backend.native_ops` (a seam the tests replace)."""
     return backend.native_ops(*dtypes)
 
 
@@ -346,12 +338,8 @@ def add_layer_norm(
                 dx, ds, dgamma, dbeta, dbias = _add_norm_backward(
                     y, gamma, beta, inv_std, upstream, drop
                 )
-            grads = (
-                dx,
-                tf.cast(ds, residual.dtype),
-                tf.cast(dgamma, gamma.dtype),
-                tf.cast(dbeta, beta.dtype),
-            )
+            grads = (dx, tf.cast(ds, residual.dtype))
+            grads += (tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, beta.dtype))
             return (*grads, tf.cast(dbias, bias[0].dtype)) if bias else grads
 
         return y, grad
@@ -426,9 +414,8 @@ _MASKED = -1e9  # Keras' Softmax puts this at masked positions (float32 here)
 
 
 def _score_rows(scores, keep):
-    """Inside a kernel: ``[..., S]`` scores as ``[rows, S]``, and the mask (of the
-    scores' rank, broadcastable: ``[B, 1, T, S]`` over the heads) broadcast to them
-    in the kernel's loop, never written out at the scores' size."""
+    """Scores and their mask (``[B, 1, T, S]``) as ``[rows, S]``: inside a kernel, the
+    mask's broadcast happens in the loop, never written out at the scores' size."""
     keep = tf.broadcast_to(keep, tf.shape(scores))
     return _rows(scores), _rows(keep)
 
@@ -439,8 +426,7 @@ def _masked_probs(scores, keep, scale):
 
 
 def _softmax_gradient(probs, upstream, scale):
-    """Inside a kernel: the gradient of ``softmax(scale * scores)`` for the scores, from
-    the (float32) probabilities and the gradient for them."""
+    """The gradient of ``softmax(scale * scores)`` from the float32 probabilities."""
     return scale * probs * (upstream - tf.reduce_sum(upstream * probs, axis=-1, keepdims=True))
 
 
