@@ -165,12 +165,7 @@ class SelfAttention(Serialized, keras.layers.Layer):
         return query, key
 
     def call(
-        self,
-        query,
-        value=None,
-        attention_mask=None,
-        training=None,
-        return_attention_scores=False,
+        self, query, value=None, attention_mask=None, training=None, return_attention_scores=False
     ):
         if training and not return_attention_scores and (value is None or value is query):
             fused = self.fused_output(query, attention_mask)

@@ -200,19 +200,14 @@ class ElectraEmbedding(Serialized, keras.layers.Layer):
     # === Weights by name ===
     def table_variables(self) -> dict:
         """The block's variables keyed by the names in :data:`TABLES`."""
-        return dict(
-            zip(
-                TABLES,
-                (
-                    self.token_embedding.embeddings,
-                    self.position_embedding.position_embeddings,
-                    self.segment_embedding.embeddings,
-                    self.layer_norm.gamma,
-                    self.layer_norm.beta,
-                ),
-                strict=True,
-            )
+        variables = (
+            self.token_embedding.embeddings,
+            self.position_embedding.position_embeddings,
+            self.segment_embedding.embeddings,
+            self.layer_norm.gamma,
+            self.layer_norm.beta,
         )
+        return dict(zip(TABLES, variables, strict=True))
 
     def tables(self) -> dict[str, np.ndarray]:
         """The block's weights as arrays, keyed by the names in :data:`TABLES`."""
@@ -251,10 +246,8 @@ class GdesEmbedding(keras.layers.Layer):
         # Variables are read in float32 (the deltas are added before any cast).
         self.autocast = False
         self.shared = shared
-        self.vocabulary_size = shared.vocabulary_size
-        self.embedding_dim = shared.embedding_dim
-        self.max_sequence_length = shared.max_sequence_length
-        self.num_segments = shared.num_segments
+        for size in ("vocabulary_size", "embedding_dim", "max_sequence_length", "num_segments"):
+            setattr(self, size, getattr(shared, size))
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.layer_norm = keras.layers.LayerNormalization(

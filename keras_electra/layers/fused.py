@@ -1,22 +1,20 @@
 """Training kernels: bias + GELU, dropout + residual + LayerNorm and the attention's
-masked softmax + dropout, each one XLA kernel per direction (the softmax's with the
-product by the values around it, :func:`attention_values`); the masked-LM cross-entropy.
+masked softmax + dropout (with the product by the values: :func:`attention_values`),
+each one XLA kernel per direction; and the masked-LM cross-entropy.
 
 TensorFlow runs the exact GELU as about six element-wise ops forward and more backward,
-each a pass over a ``[tokens, intermediate]`` tensor, and LayerNorm and the residual
-add before it as another dozen; under ``mixed_bfloat16`` each also converts. A dropout
-selects and multiplies forward and multiplies backward. Here each chain is a small
-``tf.function(jit_compile=True)`` (forward) with a hand-written gradient that is one
-more (backward). XLA fuses the element-wise work into one loop, while the matmuls
-around them stay on TensorFlow's oneDNN kernels (whole-step XLA is slower on this CPU
-because its matmuls are). A dropout inside a kernel takes the key of
-:meth:`keras_electra.layers.dropout.Dropout.draw` and hashes each element's 16-bit draw
-from it and the element's index in the loop that uses it, forward and backward: no
-random bits are drawn into memory or kept for the backward pass (TensorFlow's Philox
-kernel wrote 1M 32-bit draws in 2-3 ms, XLA's generator in 8.5 ms, on a 2-core Xeon
-with AMX). The math is done in float32 and the
-result returned in the input's dtype, so under a mixed policy the bias gradient is summed
-in float32 too.
+each a pass over a ``[tokens, intermediate]`` tensor, and the residual add and LayerNorm
+as another dozen; under ``mixed_bfloat16`` each also converts, and a dropout selects and
+multiplies forward and multiplies backward. Here each chain is one small
+``tf.function(jit_compile=True)`` forward and one hand-written gradient: XLA fuses the
+element-wise work into one loop, while the matmuls stay on TensorFlow's oneDNN kernels
+(whole-step XLA is slower on this CPU because its matmuls are). A dropout inside a kernel
+hashes each element's 16-bit draw from its index and the key of
+:meth:`keras_electra.layers.dropout.Dropout.draw`, forward and backward: no random bits
+are written to memory or kept (TensorFlow's Philox kernel wrote 1M 32-bit draws in 2-3
+ms, XLA's generator in 8.5 ms, on a 2-core Xeon with AMX). The math is done in float32
+and returned in the input's dtype, so under a mixed policy bias gradients are summed in
+float32 too.
 
 Measured on ELECTRA-Small (2-core AMD EPYC, no AMX, batch 32 x 128), bias + GELU fwd +
 bwd on ``[4096, 1024]``: 27 ms with Keras' ops against 5.4 ms fused in bfloat16, 13 ms
@@ -25,15 +23,13 @@ against 5.2 ms in float32. XLA's CPU loops ran about 3x slower on 3-D tensors th
 
 On a CPU with a C++ compiler the LayerNorm, GELU and attention kernels run as compiled
 custom ops instead (:mod:`keras_electra.layers.compiled`, ``kernels.cc``): the same
-math, the same hashed dropout draws, outputs within one rounding step of XLA's, about
-twice as fast (XLA's CPU loops for these reach 4-9 GB/s where the machine moves 25).
-The XLA kernels stay everywhere else (no compiler, GPU or TPU, float16, or
-``KERAS_ELECTRA_KERNELS=xla``; :mod:`keras_electra.layers.backend` decides).
+math and hashed draws, outputs within one rounding step of XLA's, about twice as fast
+(XLA's CPU loops reach 4-9 GB/s here where the machine moves 25). The XLA kernels stay
+everywhere else (no compiler, GPU or TPU, float16, ``KERAS_ELECTRA_KERNELS=xla``).
 
-Used by :class:`keras_electra.layers.encoder.TransformerLayer` when ``training`` is
-true; inference (export, scoring, evaluation) keeps Keras' ops, so neither an XLA op
-nor a compiled one reaches a SavedModel. The pretraining objective's masked-LM loss takes
-:func:`sparse_cross_entropy`, whose oneDNN softmax was faster than XLA's loops here.
+:class:`keras_electra.layers.encoder.TransformerLayer` uses them when ``training`` is
+true; inference (export, scoring, evaluation) keeps Keras' ops, so neither an XLA op nor
+a compiled one reaches a SavedModel.
 """
 
 from __future__ import annotations
@@ -120,9 +116,8 @@ def _gelu_backward(h, bias, upstream, with_output=False):
     grads = _bias_gelu_backward(h, bias, upstream)
     if not with_output:
         return grads
-    # The control edge holds the recompute back until the backward pass reaches it: a
-    # graph runs an op as soon as its inputs exist, and h and the bias exist in the
-    # forward pass.
+    # Held back until the backward pass reaches it: a graph runs an op once its inputs
+    # exist, and h and the bias exist in the forward pass.
     with tf.control_dependencies([upstream]):
         return (*grads, _bias_gelu_forward(h, bias))
 
@@ -155,14 +150,12 @@ def bias_gelu(h: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
 
 
 def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """``gelu(h + bias) @ kernel`` (the feed-forward block's middle), with GELU's output
-    recomputed in the backward pass instead of kept for it.
-
-    The output is what the second matmul's kernel gradient needs; kept, it is the
-    widest tensor of a layer (``[tokens, intermediate]``, 8 MB per layer of
-    ELECTRA-Small at batch 32 x 128 in bfloat16). The compiled gradient kernel recomputes
-    it from ``h`` (kept anyway) in the pass that computes GELU's gradient, from the same
-    erf; the XLA kernels recompute it in a pass of their own.
+    """``gelu(h + bias) @ kernel`` (the feed-forward block's middle), GELU's output
+    recomputed in the backward pass (for the second matmul's kernel gradient), not kept:
+    it is a layer's widest tensor (``[tokens, intermediate]``, 8 MB per layer of
+    ELECTRA-Small at batch 32 x 128 in bfloat16). The compiled gradient kernel takes it
+    from ``h`` (kept anyway) and GELU's gradient's erf in one pass; XLA's, in a pass of
+    its own.
 
     Args:
         h: the first matmul's output, ``[..., intermediate]``.
@@ -182,7 +175,6 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
     @tf.custom_gradient
     def rows(h, bias, kernel):
         def grad(upstream):
-            # GELU's output is recomputed with its gradient, not kept.
             dg = tf.matmul(upstream, kernel, transpose_b=True)
             dh, dbias, g = _gelu_backward(h, bias, dg, with_output=True)
             return dh, dbias, tf.matmul(g, upstream, transpose_a=True)
@@ -229,9 +221,7 @@ def _add_norm_forward(x, residual, gamma, beta, epsilon, drop, bias=None):
     return tf.cast(y, x.dtype), inv_std
 
 
-# The LayerNorm scale's smallest magnitude its backward pass divides by (see
-# add_layer_norm): a scale this close to zero leaves too little of the normalized input in
-# the output to read it back, and the gradient's column for it shrinks instead of blowing up.
+# The smallest LayerNorm scale magnitude add_layer_norm's backward pass divides by.
 _SMALLEST_GAMMA = 1e-3
 
 
@@ -286,8 +276,9 @@ def add_layer_norm(
     less per LayerNorm alive at the step's peak (2 MB each in bfloat16 at batch 32 x 128).
     Its precision is the output's: under ``mixed_bfloat16`` the normalized values come back
     with bfloat16's rounding (the gradients are of bfloat16 activations anyway). A scale
-    smaller than 1e-3 in magnitude is divided as 1e-3 (``_SMALLEST_GAMMA``): that column's
-    gradient comes out smaller, never infinite (a trained ELECTRA's scales are far from it).
+    smaller than 1e-3 in magnitude is divided as 1e-3 (``_SMALLEST_GAMMA``): too little of
+    the input is left in the output to read back, so that column's gradient comes out
+    smaller, never infinite (a trained ELECTRA's scales are far from it).
 
     Args:
         x: a sub-layer's output, ``[..., width]``.
@@ -298,10 +289,9 @@ def add_layer_norm(
         dropout: the random key of a dropout on ``x``
             (:meth:`keras_electra.layers.dropout.Dropout.draw`), applied inside the
             kernels (its mask is recomputed from the key in the backward pass), or None.
-        bias: the sub-layer's output bias, ``[width]``, or None. Added here, its gradient
-            is summed in float32 in the backward kernel's pass over ``x``'s gradient: a
-            dense layer's bias add and its gradient's column sums are not passes of
-            their own.
+        bias: the sub-layer's output bias, ``[width]``, or None: added here, its gradient
+            summed in float32 in the backward kernel's pass over ``x``'s (a dense layer's
+            bias add and column sums are not passes of their own).
 
     Returns:
         A tensor of ``x``'s shape and dtype.
@@ -361,12 +351,11 @@ def add_layer_norm(
 def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf.Tensor:
     """The first index whose cumulative probability exceeds ``uniform`` times the total.
 
-    Two levels, so no cumulative sum runs over the whole vocabulary: the vocabulary
-    is cut into blocks of ``block`` entries (the last one padded with zeros), a
-    cumulative sum over the block totals finds the block, and one over that block's
-    entries finds the index. The result is the same index a single cumulative sum
-    would give, up to float32 rounding. On the ``native`` backend the same search is one
-    kernel. :func:`keras_electra.pretraining.objective.sample_tokens` draws with it.
+    Two levels, so no cumulative sum runs over the whole vocabulary: cut into blocks of
+    ``block`` entries (the last padded with zeros), a cumulative sum over the block totals
+    finds the block and one over its entries the index, the index one cumulative sum
+    would give up to float32 rounding (on the ``native`` backend, one kernel).
+    :func:`keras_electra.pretraining.objective.sample_tokens` draws with it.
 
     Args:
         probs: ``[..., V]`` non-negative weights (need not sum to exactly 1).
@@ -426,7 +415,8 @@ def _masked_probs(scores, keep, scale):
 
 
 def _softmax_gradient(probs, upstream, scale):
-    """The gradient of ``softmax(scale * scores)`` from the float32 probabilities."""
+    """The scores' gradient of ``softmax(scale * scores)`` from the float32 probabilities
+    and theirs."""
     return scale * probs * (upstream - tf.reduce_sum(upstream * probs, axis=-1, keepdims=True))
 
 
@@ -441,10 +431,10 @@ def _keep(mask: tf.Tensor | None, rank: int) -> tf.Tensor:
 
 
 def fuses_attention_softmax(dtype) -> bool:
-    """Whether an attention softmax (and the dropout after it) on scores of ``dtype``
-    runs as :func:`attention_values` here: in :func:`training_kernels`, for 16-bit
-    scores. Fwd + bwd on [32, 4, 128, 128] took 3.0 ms fused against 4.2 ms in
-    bfloat16, but 6.2 ms against TensorFlow's 3.8 ms in float32 (2-core EPYC)."""
+    """Whether an attention softmax (+ dropout) on ``dtype`` scores runs as
+    :func:`attention_values`: in :func:`training_kernels`, for 16-bit scores (fwd + bwd on
+    [32, 4, 128, 128]: 3.0 ms fused against 4.2 in bfloat16, but 6.2 against TensorFlow's
+    3.8 in float32, 2-core EPYC)."""
     return in_training_kernels() and tf.as_dtype(dtype) != tf.float32 and backend.fast_training()
 
 
@@ -473,12 +463,11 @@ def _probs_backward(probs, upstream, drop, scale):
 
 def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int) -> tuple | None:
     """The attention's query, key and value, ``[batch, heads, length, dim]`` each, from
-    one projection ``qkv`` (``[batch, length, 3 * heads * dim]``, the three side by
-    side) plus its ``bias`` (``[3, heads, dim]``), as one compiled kernel: TensorFlow's
-    bias add, transpose and unstack make three passes over the projection. The backward
-    kernel writes the projection's gradient and sums the bias's in float32 in one pass
-    (a stack, a transpose and a sum otherwise). None where the compiled kernels are not
-    used (the caller then uses TensorFlow's ops).
+    one projection ``qkv`` (``[batch, length, 3 * heads * dim]``, the three side by side)
+    plus its ``bias`` (``[3, heads, dim]``), as one compiled kernel where TensorFlow's bias
+    add, transpose and unstack make three passes; its backward kernel writes the
+    projection's gradient and sums the bias's in float32 in one pass. None where the
+    compiled kernels are not used (the caller then uses TensorFlow's ops).
 
     Examples:
         >>> out = split_heads(tf.reshape(tf.range(6.0), [1, 1, 6]), tf.zeros([3, 2, 1]), 2)
@@ -518,15 +507,13 @@ def attention_values(
     on the probabilities, then the product by ``values``, keeping only the
     probabilities for the backward pass.
 
-    A softmax followed by a matmul keeps three tensors of the scores' size or near it:
-    the scores (its backward pass recomputes the softmax from them), the dropped
-    probabilities (the matmul's gradient for ``values`` reads them) and ``values``.
-    Here the probabilities before the dropout, rounded to the scores' dtype, take the
-    place of the first two: the backward pass drops them again with the same hashed
-    draws (the forward pass dropped the same rounded values, so the two are equal bit
-    for bit) and takes the softmax's gradient from them. On ELECTRA-Small's
-    discriminator (batch 32 x 128, 4 heads, bfloat16) that is 4 MB
-    less per layer alive at the step's peak.
+    A softmax then a matmul keep three tensors of about the scores' size: the scores
+    (the softmax's backward pass recomputes it from them), the dropped probabilities (for
+    the gradient of ``values``) and ``values``. Here the probabilities before the dropout,
+    rounded to the scores' dtype, replace the first two: the backward pass drops them
+    again with the same hashed draws (equal bit for bit: the forward pass dropped the same
+    rounded values) and takes the softmax's gradient from them. On ELECTRA-Small's
+    discriminator (batch 32 x 128, 4 heads, bfloat16): 4 MB less per layer at the peak.
 
     Args:
         scores: ``[..., T, S]`` attention scores, 16-bit or float32.
@@ -562,8 +549,7 @@ def attention_values(
             if drop is None:
                 again = probs
             else:
-                # After the gradient arrives: else the graph runs it in the forward
-                # pass and keeps its output alive after all.
+                # After the gradient arrives, else it runs (and stays alive) from the forward pass.
                 with tf.control_dependencies([upstream]):
                     if compiled is not None:
                         again = compiled.electra_dropout(probs, *draw)
@@ -601,11 +587,10 @@ def sparse_cross_entropy(
     ``uniform``, one draw per position from the same softmax: the masked-LM loss and
     the temperature-1 sampler of the pretraining step.
 
-    ``tf.nn.sparse_softmax_cross_entropy_with_logits`` with ``tf.argmax`` beside it,
-    from one softmax whose float32 probabilities the backward pass reuses: the loss is
-    the log-sum-exp minus the label's logit and the gradient ``(p - onehot(label)) *
-    upstream``, returned in the logits' dtype (16-bit logits need no float32 gradient
-    copy).
+    ``tf.nn.sparse_softmax_cross_entropy_with_logits`` with ``tf.argmax`` beside it, from
+    one softmax whose float32 probabilities the backward pass reuses: the loss is the
+    log-sum-exp minus the label's logit, the gradient ``(p - onehot(label)) * upstream``
+    in the logits' dtype (16-bit logits need no float32 gradient copy).
 
     Its three backends (:mod:`keras_electra.layers.backend`), side by side below:
 
@@ -653,10 +638,9 @@ def sparse_cross_entropy(
         loss = at(z, best) - at(z, flat_labels) - tf.math.log(at(probs, best))
 
         def grad(upstream, *_):  # the argmax (and the probabilities) pass none
-            # The backward pass starts after the loss's gathers: nothing else waits
-            # for them, and a graph's executor can leave them queued (and the float32
-            # logits and probabilities alive) until the whole generator's backward
-            # pass is done.
+            # Only after the loss's gathers: nothing else waits for them, and a graph's
+            # executor can leave them queued (the float32 logits and probabilities alive)
+            # until the whole generator's backward pass is done.
             with tf.control_dependencies([loss]):
                 probs_now = tf.identity(probs)
             where = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], axis=1)

@@ -51,7 +51,6 @@ class GeneratorHead(Serialized, keras.layers.Layer):
     ):
         for fixed in ("intermediate_activation", "kernel_initializer", "activation"):
             kwargs.pop(fixed, None)  # configs written by the keras-hub-based head
-        kwargs.pop("token_embedding", None)
         super().__init__(**kwargs, autocast=False)
         if token_embedding is None and vocabulary_size is None:
             raise ValueError("GeneratorHead needs a token_embedding or a vocabulary_size.")
@@ -67,11 +66,8 @@ class GeneratorHead(Serialized, keras.layers.Layer):
         self.kernel_initializer = truncated_normal(initializer_range)
 
     def build(self, inputs_shape, mask_positions_shape=None):
-        width = (
-            self.token_embedding.output_dim
-            if self.token_embedding is not None
-            else inputs_shape[-1]
-        )
+        embedding = self.token_embedding
+        width = inputs_shape[-1] if embedding is None else embedding.output_dim
         self._intermediate_dense = Dense(
             width,
             activation="gelu",
@@ -161,11 +157,7 @@ class DiscriminatorHead(Serialized, keras.layers.Layer):
     CONFIG = ("hidden_dim", "initializer_range", "output_bias")
 
     def __init__(
-        self,
-        hidden_dim: int,
-        initializer_range: float = 0.02,
-        output_bias: float = 0.0,
-        **kwargs,
+        self, hidden_dim: int, initializer_range: float = 0.02, output_bias: float = 0.0, **kwargs
     ):
         super().__init__(**kwargs)
         self.keep(locals())

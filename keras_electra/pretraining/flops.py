@@ -79,11 +79,7 @@ def step_flops(config: ElectraConfig, batch: int, length: int, objective: str = 
 
 
 def equal_compute_steps(
-    config: ElectraConfig,
-    batch: int,
-    length: int,
-    electra_steps: int,
-    objective: str = "mlm",
+    config: ElectraConfig, batch: int, length: int, electra_steps: int, objective: str = "mlm"
 ) -> int:
     """Steps of ``objective`` that cost what ``electra_steps`` ELECTRA steps cost (rounded)."""
     budget = electra_steps * step_flops(config, batch, length, "electra")

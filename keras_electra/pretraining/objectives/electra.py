@@ -48,21 +48,13 @@ class ReplacedTokenDetection(Objective):
         return heads
 
     def metrics(self, config):
-        mean = keras.metrics.Mean
-        metrics = {
-            "mlm_loss": mean(name="mlm_loss"),
-            "mlm_accuracy": mean(name="mlm_accuracy"),
-            "sampled_mlm_accuracy": mean(name="sampled_mlm_accuracy"),
-            "disc_loss": mean(name="disc_loss"),
-            "disc_accuracy": mean(name="disc_accuracy"),
-            "disc_precision": keras.metrics.Precision(name="disc_precision"),
-            "disc_recall": keras.metrics.Recall(name="disc_recall"),
-            "disc_auc": keras.metrics.AUC(name="disc_auc"),
-            "replaced_fraction": mean(name="replaced_fraction"),
-        }
+        m = keras.metrics
+        kinds = dict.fromkeys(["mlm_loss", "mlm_accuracy", "sampled_mlm_accuracy"], m.Mean)
+        kinds |= {"disc_loss": m.Mean, "disc_accuracy": m.Mean, "disc_precision": m.Precision}
+        kinds |= {"disc_recall": m.Recall, "disc_auc": m.AUC, "replaced_fraction": m.Mean}
         if config.corrective_weight > 0:
-            metrics["corrective_loss"] = mean(name="corrective_loss")
-        return metrics
+            kinds["corrective_loss"] = m.Mean
+        return {name: kind(name=name) for name, kind in kinds.items()}
 
     def compute(self, model, prepared, totals, training):
         c = model.config
@@ -95,11 +87,9 @@ class ReplacedTokenDetection(Objective):
         labels = objective.replaced_labels(fake_ids, token_ids, padding_mask)
 
         # 4. The discriminator spots the replaced tokens.
-        disc_inputs = {
-            "token_ids": fake_ids,
-            "segment_ids": prepared.segment_ids,
-            "padding_mask": padding_mask,
-        }
+        disc_inputs = dict(
+            token_ids=fake_ids, segment_ids=prepared.segment_ids, padding_mask=padding_mask
+        )
         disc_hidden = model.discriminator(disc_inputs, training=training)
         disc_logits = model.discriminator_head(disc_hidden, training=training)
         disc_loss = objective.disc_loss(disc_logits, labels, padding_mask)
@@ -109,10 +99,8 @@ class ReplacedTokenDetection(Objective):
 
         # 5. Optionally, the corrective LM on the discriminator's output.
         if model.corrective_head is not None:
-            corrective_logits = model.corrective_head(
-                disc_hidden, masked.positions, training=training
-            )
-            corrective = objective.mlm_loss(corrective_logits, masked.labels, masked.weights)
+            logits = model.corrective_head(disc_hidden, masked.positions, training=training)
+            corrective = objective.mlm_loss(logits, masked.labels, masked.weights)
             corrective *= share(tf.reduce_sum(masked.weights), totals.predicted)
             losses["loss"] = loss + c.corrective_weight * corrective
             losses["corrective_loss"] = corrective
@@ -135,9 +123,8 @@ class ReplacedTokenDetection(Objective):
         probs = tf.sigmoid(tf.reshape(t["disc_logits"], [-1]))
         correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
         metrics["disc_accuracy"].update_state(correct, sample_weight=mask)
-        metrics["disc_precision"].update_state(labels, probs, sample_weight=mask)
-        metrics["disc_recall"].update_state(labels, probs, sample_weight=mask)
-        metrics["disc_auc"].update_state(labels, probs, sample_weight=mask)
+        for name in ("disc_precision", "disc_recall", "disc_auc"):
+            metrics[name].update_state(labels, probs, sample_weight=mask)
         metrics["replaced_fraction"].update_state(labels, sample_weight=mask)
 
     def forward_flops(self, config, batch, length):

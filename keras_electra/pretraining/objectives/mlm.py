@@ -56,12 +56,8 @@ def predict_masked(
     with ``sampler``, ``sampler(logits)``, which the loss waits for.
     """
     masked = prepared.masked
-    inputs = {
-        "token_ids": masked.token_ids,
-        "segment_ids": prepared.segment_ids,
-        "padding_mask": prepared.padding_mask,
-    }
-    hidden = tower(inputs, training=training)
+    features = dict(segment_ids=prepared.segment_ids, padding_mask=prepared.padding_mask)
+    hidden = tower({"token_ids": masked.token_ids, **features}, training=training)
     # Logits in the compute dtype: the loss kernel and the sampler work in float32.
     logits = head(hidden, masked.positions, float32_logits=False, training=training)
     sampled = None
@@ -73,10 +69,7 @@ def predict_masked(
         with tf.control_dependencies([sampled]):
             logits = tf.identity(logits)
     loss, predicted, *draws = objective.mlm_loss_and_predictions(
-        logits,
-        masked.labels,
-        masked.weights,
-        uniform=prepared.sample_uniforms if sample else None,
+        logits, masked.labels, masked.weights, uniform=prepared.sample_uniforms if sample else None
     )
     if sample:
         (sampled,) = draws
@@ -105,10 +98,7 @@ class MaskedLM(Objective):
         return [(model.generator_head, model.discriminator.hidden_dim)]
 
     def metrics(self, config):
-        return {
-            "mlm_loss": keras.metrics.Mean(name="mlm_loss"),
-            "mlm_accuracy": keras.metrics.Mean(name="mlm_accuracy"),
-        }
+        return {name: keras.metrics.Mean(name=name) for name in ("mlm_loss", "mlm_accuracy")}
 
     def compute(self, model, prepared, totals, training):
         loss, correct, _ = predict_masked(
