@@ -5,14 +5,11 @@ and build order (``query``, ``key``, ``value``, the dropout's seed state, then
 ``attention_output``), so checkpoints written with keras-hub's ``TransformerEncoder``
 restore into it and a seed gives the same initial values (``tests/test_layer_layout.py``).
 Its own code means the fast training path needs no private attribute of Keras and a
-subclass keeps it.
-
-One call path, two ways through it:
+subclass keeps it. One call path, two ways through it:
 
 - the **reference** path (inference, float32 training, returned scores): the
-  projections, a scaled ``q k^T``, a masked softmax in float32, the dropout on the
-  probabilities, the product by the values and the output projection, each an op of
-  its own;
+  projections, a scaled ``q k^T``, a float32 masked softmax, the dropout, the product by
+  the values and the output projection, each an op of its own;
 - the **fused** path (:meth:`SelfAttention.fused_output`; training with 16-bit scores,
   where :class:`~keras_electra.layers.encoder.TransformerLayer` enters
   :func:`~keras_electra.layers.fused.training_kernels`): the three projections as one
@@ -159,9 +156,8 @@ class SelfAttention(Serialized, keras.layers.Layer):
 
     def positions(self, query: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """The seam for a position scheme: queries and keys ``[batch, heads, length,
-        dim]`` after the head split, before the scores; returns them as they are.
-
-        A subclass that overrides it (rotary positions, say) changes both paths."""
+        dim]`` after the head split, before the scores, returned as they are; a subclass
+        that overrides it (rotary positions, say) changes both paths."""
         return query, key
 
     def call(
@@ -190,19 +186,18 @@ class SelfAttention(Serialized, keras.layers.Layer):
 
     def fused_output(self, x, mask):
         """Self-attention of ``x`` ``[batch, length, width]`` in training on the fused
-        path, without the output projection's bias: ``(output, bias variable)``, for a
-        kernel that follows to add the bias (the transformer layer's residual +
-        LayerNorm); None where the fused path does not apply (float32 scores, outside
+        path, without the output projection's bias: ``(output, bias variable)``, for the
+        kernel that follows (the layer's residual + LayerNorm) to add; None where the
+        fused path does not apply (float32 scores, outside
         :func:`~keras_electra.layers.fused.training_kernels`, a dropout with a
         ``noise_shape``, a quantized or LoRA projection): the caller takes :meth:`call`.
 
-        The query, key and value kernels ``[width, heads, dim]`` are concatenated (a
-        ``[width, 3 * heads * dim]`` copy per step, small) and ``x`` multiplied once;
-        the bias add and the split into heads are one compiled kernel
-        (:func:`~keras_electra.layers.fused.split_heads`) where those run, else one
-        bias add and one transpose. In the backward pass that is one matmul for ``x``'s
-        gradient where three were added up. One head multiplies ``[batch, length,
-        dim]`` tensors without transposes.
+        ``x`` is multiplied once by the query, key and value kernels concatenated (a small
+        ``[width, 3 * heads * dim]`` copy per step), so the backward pass has one matmul
+        for ``x``'s gradient, not three; the bias add and head split are one compiled
+        kernel (:func:`~keras_electra.layers.fused.split_heads`) where those run, else a
+        bias add and a transpose. One head multiplies ``[batch, length, dim]`` tensors
+        without transposes.
         """
         dropout = self._dropout_layer if self.dropout > 0 else None
         parts = (self._query_dense, self._key_dense, self._value_dense)

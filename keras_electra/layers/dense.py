@@ -4,23 +4,20 @@ Two things Keras' ``Dense`` and ``EinsumDense`` do on TensorFlow cost accuracy o
 in training:
 
 - **Bias gradients under a 16-bit policy.** Keras adds a vector bias with
-  ``tf.nn.bias_add``, whose gradient, ``BiasAddGrad``, accumulates a bfloat16
-  gradient in bfloat16: summed over 4,096 rows of a ``N(0.01, 1)`` gradient it is
-  10% off the exact sum, and a constant 0.001 sums to 0.5 instead of 4.1
-  (``tf.reduce_sum`` of the same bfloat16 tensor accumulates in float32 and is off
-  only by the final rounding). :func:`bias_add` adds the bias and sums its gradient
-  with ``tf.reduce_sum``.
-- **The attention's projections.** ``EinsumDense("abc,cde->abde")`` multiplies a
-  ``[batch, length, width]`` tensor by the kernel as a broadcast batch matmul, whose
-  kernel gradient is one ``[width, heads * dim]`` product per sequence, then summed
-  over the batch. As a ``[batch * length, width]`` matmul (reshapes, no copies) the
-  kernel gradient is one product: fwd + bwd of ELECTRA-Small's ``[32, 128, 256]``
-  projection in bfloat16 went from 2.3 to 1.9 ms.
+  ``tf.nn.bias_add``, whose gradient, ``BiasAddGrad``, accumulates a bfloat16 gradient
+  in bfloat16: over 4,096 rows of a ``N(0.01, 1)`` gradient it is 10% off the exact sum,
+  and a constant 0.001 sums to 0.5 instead of 4.1. :func:`bias_add` sums it with
+  ``tf.reduce_sum``, which accumulates in float32 (off only by the final rounding).
+- **The attention's projections.** ``EinsumDense("abc,cde->abde")`` is a broadcast batch
+  matmul, whose kernel gradient is one ``[width, heads * dim]`` product per sequence,
+  then summed. As a ``[batch * length, width]`` matmul (reshapes, no copies) it is one
+  product: fwd + bwd of ELECTRA-Small's ``[32, 128, 256]`` projection in bfloat16 went
+  from 2.3 to 1.9 ms.
 
-:class:`Dense` and :class:`EinsumDense` are Keras' layers with this path in training
-(``training=True``, which Keras passes down from the model's call); the model's layers
-are built as them. Inference keeps Keras' own ``call``, so exported SavedModels are
-unchanged, and so are the weights, config and checkpoints.
+:class:`Dense` and :class:`EinsumDense`, which the model's layers are built as, are
+Keras' layers with this path in training (``training=True``, passed down from the
+model's call). Inference keeps Keras' own ``call``, so SavedModels, weights, config and
+checkpoints are unchanged.
 """
 
 from __future__ import annotations
@@ -38,14 +35,13 @@ _EQUATIONS = {"abc,cde->abde": 1, "abcd,cde->abe": 2, "abc,cd->abd": 1, "ab,bc->
 
 
 def stored_value(variable) -> tf.Tensor:
-    """A Keras variable's value in the dtype it is stored in (float32 under a mixed
-    policy), read where Keras would cast it to the compute dtype (inside a layer's
-    ``call``); its gradient reaches the variable.
+    """A Keras variable's value in its stored dtype (float32 under a mixed policy), read
+    where Keras would cast it to the compute dtype (in a layer's ``call``); its gradient
+    reaches the variable. Kernels that add a float32 bias read it this way.
 
-    A kernel that adds a float32 bias and sums its gradient in float32 reads the bias
-    this way. Keras has no public read that skips its autocasting, so this function is
-    the one place that reaches into the variable (its stored TensorFlow variable,
-    ``_value``); ``tests/test_attention.py`` fails the day Keras moves it.
+    Keras has no public read that skips its autocasting, so this is the one place that
+    reaches into the variable (``_value``); ``tests/test_attention.py`` fails the day
+    Keras moves it.
     """
     stored = getattr(variable, "_value", variable)
     if not isinstance(stored, (tf.Variable, tf.Tensor)):
@@ -76,9 +72,8 @@ def bias_add(x: tf.Tensor, bias: tf.Tensor):
     def grad(upstream):
         lead = tf.rank(upstream) - tf.rank(bias)
         dbias = tf.reduce_sum(upstream, tf.range(lead))
-        # The rest of the backward pass waits for the bias gradient: off the critical
-        # path, a graph's executor can leave that sum queued for the rest of the
-        # pass, keeping the whole upstream gradient alive until it runs.
+        # The rest of the backward pass waits for it: off the critical path, the sum can
+        # stay queued, and the whole upstream gradient alive, to the pass's end.
         with tf.control_dependencies([dbias]):
             return tf.identity(upstream), dbias
 
@@ -110,10 +105,9 @@ def _two_d(layer: keras.layers.Layer, inputs, contracted: int):
 
 
 def _takes_two_d(layer, inputs, training, contracted: int | None) -> bool:
-    """Whether a training call of ``layer`` takes :func:`_two_d`: an equation that is a
-    2-D matmul's, a bias over the output axes (or none), no quantization or LoRA, and
-    not a 2-D float16 input (whose reshape is no reshape: its matmul and bias would be
-    fused, see :func:`_two_d`)."""
+    """Whether a training call of ``layer`` takes :func:`_two_d`: a 2-D matmul's equation,
+    a bias over the output axes (or none), no quantization or LoRA, and not a 2-D float16
+    input (no reshape to keep its matmul and bias unfused, see :func:`_two_d`)."""
     return bool(
         training
         and contracted is not None
@@ -127,8 +121,7 @@ def _takes_two_d(layer, inputs, training, contracted: int | None) -> bool:
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class Dense(keras.layers.Dense):
-    """``keras.layers.Dense`` with this module's training path (same weights, config
-    and inference)."""
+    """``keras.layers.Dense`` with this module's training path (same weights, config, inference)."""
 
     def call(self, inputs, training=None):
         if _takes_two_d(self, inputs, training, 1):
@@ -138,8 +131,8 @@ class Dense(keras.layers.Dense):
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class EinsumDense(keras.layers.EinsumDense):
-    """``keras.layers.EinsumDense`` with this module's training path for the equations
-    of a 2-D matmul (same weights, config and inference)."""
+    """``keras.layers.EinsumDense`` with the training path for 2-D matmul equations (same
+    weights, config and inference)."""
 
     def call(self, inputs, training=None):
         contracted = _EQUATIONS.get(self.equation)

@@ -31,11 +31,8 @@ TABLES = (
 
 
 def truncated_normal(stddev: float) -> keras.initializers.Initializer:
-    """A new truncated-normal initializer: call it once per weight.
-
-    Keras 3 fixes an unseeded initializer's seed when the instance is created, so
-    one instance handed to several layers would give them identical values.
-    """
+    """A new truncated-normal initializer, one per weight: Keras 3 fixes an unseeded
+    initializer's seed at creation, so a shared instance gives layers identical values."""
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
@@ -83,12 +80,10 @@ class PositionEmbedding(Serialized, keras.layers.Layer):
 class ElectraEmbedding(Serialized, keras.layers.Layer):
     """Word + position + token-type embeddings, then LayerNorm and dropout.
 
-    ELECTRA ties these weights between the generator and the discriminator: one
-    instance of this layer is called by both towers, so they update the same
-    variables. The word-embedding matrix is also the generator's output
+    ELECTRA ties these weights between the towers: both call one instance, so they
+    update the same variables, and the word table is also the generator's output
     projection (see :class:`GeneratorHead`). With ``embedding_sharing="word"`` the
-    discriminator has its own instance built around the generator's word table
-    (``token_embedding``).
+    discriminator's own instance is built around the generator's ``token_embedding``.
 
     Args:
         vocabulary_size: number of word pieces.
@@ -162,10 +157,8 @@ class ElectraEmbedding(Serialized, keras.layers.Layer):
 
     @classmethod
     def for_model(cls, config, token_embedding=None, **kwargs) -> ElectraEmbedding:
-        """The block an ``ElectraConfig`` describes (sizes, dropout, epsilon, initializer).
-
-        ``token_embedding`` and ``kwargs`` (``dtype``, ``name``) go to the constructor.
-        """
+        """The block an ``ElectraConfig`` describes (sizes, dropout, epsilon, initializer);
+        ``token_embedding`` and ``kwargs`` (``dtype``, ``name``) go to the constructor."""
         return cls(
             vocabulary_size=config.vocab_size,
             embedding_dim=config.embedding_size,

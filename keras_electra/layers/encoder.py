@@ -54,12 +54,11 @@ class TransformerLayer(Serialized, keras.layers.Layer):
     initial values.
 
     In training, a post-LayerNorm layer runs its attention on the fused path
-    (:meth:`~keras_electra.layers.attention.SelfAttention.fused_output`), its two
-    residual dropouts + adds
-    + LayerNorms and its feed-forward bias + GELU as fused kernels
-    (:mod:`keras_electra.layers.fused`). The dropouts' random bits are drawn by the
-    same layers, from the same seeds, as outside the kernels. Inference and
-    pre-LayerNorm layers take the plain path (:meth:`_plain_call`).
+    (:meth:`~keras_electra.layers.attention.SelfAttention.fused_output`), and its two
+    residual dropouts + adds + LayerNorms and its feed-forward bias + GELU as fused
+    kernels (:mod:`keras_electra.layers.fused`), the dropouts' bits drawn by the same
+    layers from the same seeds as outside them. Inference and pre-LayerNorm layers take
+    the plain path (:meth:`_plain_call`).
 
     Args:
         intermediate_dim: feed-forward width.
@@ -178,9 +177,8 @@ class TransformerLayer(Serialized, keras.layers.Layer):
         return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
 
     def _plain_call(self, inputs, mask, training, return_attention_scores=False):
-        """Each sub-layer called as it is: attention, dropout, residual add and
-        LayerNorm (before the block with ``normalize_first``, after it otherwise), then
-        the same around the feed-forward block."""
+        """Each sub-layer called as it is: attention, dropout, residual add and LayerNorm
+        (before the block with ``normalize_first``), then the same for the feed-forward."""
         x = self._self_attention_layer_norm(inputs) if self.normalize_first else inputs
         extra = {"return_attention_scores": True} if return_attention_scores else {}
         x = self._self_attention_layer(
@@ -205,15 +203,14 @@ class TransformerLayer(Serialized, keras.layers.Layer):
 
     @staticmethod
     def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout, bias=None):
-        """``norm(dropout(x + bias) + residual)``, the bias and the dropout inside the
-        kernels when they can be (``bias``: a sub-layer's output bias variable, or None)."""
+        """``norm(dropout(x + bias) + residual)``, the bias (variable) and dropout inside
+        the kernels when they can be."""
         draw = dropout.draw(keras.ops.shape(x))
         if draw is None:  # a rate of 0 (the layer returns x) or a noise_shape
             if bias is not None:
                 x, bias = bias_add(x, tf.identity(bias)), None  # autocast: x's dtype
             x = dropout(x, training=True)
-        # LayerNorm's scale and offset are float32 (Keras does not autocast them), and
-        # so is the bias the kernels add.
+        # float32, as LayerNorm's scale and offset are (Keras does not autocast them)
         bias = None if bias is None else stored_value(bias)
         return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon, draw, bias)
 

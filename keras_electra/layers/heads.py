@@ -114,12 +114,9 @@ class GeneratorHead(Serialized, keras.layers.Layer):
         return ops.cast(logits, "float32") if float32_logits else logits
 
     def _tied_logits(self, x):
-        """``x @ embeddings^T`` in the compute dtype.
-
-        The table is cast once and the product taken in the compute dtype, as
-        keras-hub's ``MaskedLMHead`` (through ``ReversibleEmbedding(reverse=True)``)
-        takes it; the transposed table is never written out.
-        """
+        """``x @ embeddings^T`` in the compute dtype, the table cast once, as keras-hub's
+        ``MaskedLMHead`` (``ReversibleEmbedding(reverse=True)``) takes it; the transposed
+        table is never written out."""
         table = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
         rows = tf.reshape(x, [-1, tf.shape(x)[-1]])
         logits = tf.matmul(rows, table, transpose_b=True)
