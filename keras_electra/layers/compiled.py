@@ -1,5 +1,4 @@
-"""Compiled training kernels: ``kernels.cc`` built once per machine, loaded as
-TensorFlow custom ops.
+"""Compiled training kernels: ``kernels.cc`` built once per machine, loaded as TF custom ops.
 
 XLA's CPU code for the fused kernels moves their bytes at 3-7 GB/s on a 2-core Xeon, where
 a NumPy add moves 25 GB/s (``benchmarks/kernel_times.py``); the same loops written in C++
@@ -8,9 +7,8 @@ and vectorized by the compiler run 1.5-2.3x as fast. :func:`kernels` compiles
 TensorFlow on first use, into a cache directory keyed by everything the build reads (the
 source, the flags, TensorFlow's version and its compile and link flags, the compiler's
 path and ``--version``, and this CPU, for ``-march=native``), and loads it. Where that
-cannot happen (no compiler, not Linux, a GPU or TPU present,
-``KERAS_ELECTRA_COMPILED_KERNELS=0``, an unsafe cache, or the build fails) it returns
-None, with one warning if the cache is unsafe or the build failed, and
+cannot happen (no compiler, not Linux, a GPU or TPU, ``KERAS_ELECTRA_COMPILED_KERNELS=0``,
+an unsafe cache, a failed build) it returns None, with one warning for the last two, and
 :mod:`keras_electra.layers.fused` keeps its XLA kernels, which compute the same values.
 
 The cache is ``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra``). A
@@ -20,10 +18,9 @@ build writes a temporary file and renames it into place, so processes building a
 Loading a library runs its code, so the cache must be the user's alone: the directories
 :func:`kernels` creates are private (mode 0o700), and it builds into or loads from
 ``<root>/kernels/<hash>/kernels.so`` only if the root (symbolic links resolved), the
-``kernels`` and ``<hash>`` directories and the library are this user's (the effective
-uid), not writable by group or others, and not symbolic links. Otherwise another local
-user could have planted the library: it warns once, naming the path and the reason, and
-training keeps the XLA kernels.
+``kernels`` and ``<hash>`` directories and the library are this user's (effective uid),
+not writable by group or others, and not symbolic links; else another local user could
+have planted the library, and it warns once (naming path and reason) and keeps XLA's.
 
 Examples:
     >>> ops = kernels()  # doctest: +SKIP

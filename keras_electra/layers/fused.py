@@ -450,8 +450,7 @@ def _probs_forward(scores, keep, drop, scale):
 
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _probs_dropped(probs, drop):
-    rows = _rows(probs)
-    return tf.cast(_dropped(tf.cast(rows, tf.float32), drop), probs.dtype)
+    return tf.cast(_dropped(tf.cast(_rows(probs), tf.float32), drop), probs.dtype)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)

@@ -198,15 +198,13 @@ def mlm_loss_and_predictions(
     probabilities: bool = False,
     uniform: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, ...]:
-    """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``);
-    with ``probabilities``, also the float32 softmax ``[B, P, V]`` (no gradient); with
-    ``uniform`` (``[B, P]`` draws in [0, 1)), also a sample per position from the
-    same softmax (:func:`inverse_cdf`, no gradient), as the step draws replacements at
-    temperature 1.
-
-    All come from one softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`;
-    with the compiled kernels, one kernel that writes no float32 softmax): float32 math
-    on logits of any float dtype, whose gradient keeps their dtype.
+    """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``); with
+    ``probabilities``, also the float32 softmax ``[B, P, V]``; with ``uniform`` (``[B, P]``
+    draws in [0, 1)), also a sample per position from it (:func:`inverse_cdf`), as the step
+    draws replacements at temperature 1 (neither has a gradient). All come from one
+    softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`; the compiled kernel
+    writes no float32 one): float32 math on logits of any float dtype, whose gradient
+    keeps their dtype.
     """
     if uniform is not None:
         uniform = tf.cast(uniform, tf.float32)

@@ -36,31 +36,30 @@ NONFINITE_MESSAGE = "keras-electra: the loss or gradient norm of this step is no
 class ElectraPretrainer(OneGraphTraining, keras.Model):
     """ELECTRA pretraining: a generator and a discriminator sharing embeddings.
 
-    ``fit`` takes batches of dicts with int32 ``[batch, length]`` tensors
-    ``token_ids``, ``padding_mask`` and ``segment_ids`` (as produced by
-    :mod:`keras_electra.data`); masking happens in the graph, so every epoch sees
-    fresh masks.
+    ``fit`` takes batches of dicts with int32 ``[batch, length]`` tensors ``token_ids``,
+    ``padding_mask`` and ``segment_ids`` (as :mod:`keras_electra.data` produces them);
+    masking happens in the graph, so every epoch sees fresh masks.
 
     The objective is a plug-in (:mod:`keras_electra.pretraining.objectives`):
     ``objective="electra"`` trains replaced-token detection (generator MLM loss +
-    ``disc_weight`` x discriminator loss). ``objective="mlm"`` trains the
-    discriminator tower as a BERT-style masked-LM, through the same masking code,
-    so the paper's ELECTRA-versus-MLM comparison can be rerun. The model owns the
-    embedding block, the discriminator tower, the masking and the training step;
-    the objective adds its towers and heads, and gives the losses and metrics.
+    ``disc_weight`` x discriminator loss); ``objective="mlm"`` the discriminator tower as
+    a BERT-style masked LM through the same masking code, to rerun the paper's
+    ELECTRA-versus-MLM comparison. The model owns the embedding block, the discriminator
+    tower, the masking and the training step; the objective adds its towers and heads,
+    and gives the losses and metrics.
 
     Calling the model on a batch returns the discriminator's per-token
     "replaced" logits (``objective="electra"``) or its sequence output.
 
-    Embeddings (``config.embedding_sharing``): ``self.embedding`` is the
-    generator's block (variables ``embedding/...``) and its word table is the
-    generator's output projection. The discriminator calls the same block
-    (``all``), its own block around the same word table (``word``), its own block
-    (``none``), or a :class:`~keras_electra.layers.embedding.GdesEmbedding` reading
-    the block through a stop-gradient plus its own zero-initialized deltas
-    (``gdes``); its own weights live under ``discriminator/embedding/...``.
-    :meth:`discriminator_backbone` folds any of them into a plain standalone
-    backbone. The ``mlm`` objective has one tower and needs ``all``.
+    Embeddings (``config.embedding_sharing``): ``self.embedding`` is the generator's
+    block (variables ``embedding/...``), its word table the generator's output
+    projection. The discriminator calls the same block (``all``), its own block around
+    the same word table (``word``), its own block (``none``), or a
+    :class:`~keras_electra.layers.embedding.GdesEmbedding` reading the block through a
+    stop-gradient plus its own zero-initialized deltas (``gdes``); its own weights live
+    under ``discriminator/embedding/...``. :meth:`discriminator_backbone` folds any of
+    them into a plain standalone backbone. The ``mlm`` objective has one tower and needs
+    ``all``.
 
     Args:
         config: the :class:`ElectraConfig`.
@@ -70,11 +69,10 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
             softmax, logits and losses run in float32).
 
-    Distribution: under a ``tf.distribute`` strategy each replica gets a slice of
-    the global batch. The random masks and samples of an example depend only on
-    ``(seed, step, global example index)``, and the losses are normalized by the
-    global number of predicted tokens, so an N-replica step equals a one-device
-    step on the same global batch.
+    Distribution: under a ``tf.distribute`` strategy each replica gets a slice of the
+    global batch. An example's random masks and samples depend only on ``(seed, step,
+    global example index)`` and the losses are normalized by the global number of
+    predicted tokens, so an N-replica step equals a one-device step on the same batch.
 
     Examples:
         >>> import numpy as np, keras
@@ -106,11 +104,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         self.config = config
         self.objective = objective
         self.seed = seed
-        # Options of the training step, set by configure_step().
-        self.gradient_accumulation = 1
-        self.xla_gradients = False
-        self.on_nan = None
-        self._compiled_gradients = None
+        self.configure_step()  # the training step's default options
 
         # === Layers: the embedding block and the discriminator, then the objective's ===
         self.embedding = ElectraEmbedding.for_model(
@@ -288,32 +282,28 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         """Options of the training step (call after or before ``compile``).
 
         Args:
-            gradient_accumulation: split each batch into this many micro-batches
-                and sum their gradients before one optimizer update: the batch
-                (``batch_size``) stays the global batch, a micro-batch holds
-                ``batch_size / gradient_accumulation`` examples and the activations
-                of one micro-batch at a time are kept. Masks, samples and loss
-                normalization are the whole batch's, so the update equals one of
-                the whole batch (up to float rounding and dropout masks).
+            gradient_accumulation: split each batch (``batch_size``, still the global
+                batch) into this many micro-batches of ``batch_size /
+                gradient_accumulation`` examples, keep one micro-batch's activations at
+                a time and sum their gradients before one optimizer update. Masks,
+                samples and loss normalization are the whole batch's, so the update
+                equals the whole batch's (up to float rounding and dropout masks).
             xla_gradients: compile the forward and backward pass (the loss and its
-                gradients) with XLA, as a ``tf.function(jit_compile=True)`` inside
-                the step; masking, the optimizer update and metrics run outside it,
-                so it also works under ``MirroredStrategy``, where compiling the
-                whole step (``compile(jit_compile=True)``) fails on the shared
-                variables. XLA's stateless random ops draw another stream than
-                TensorFlow's kernels, so samples and dropout differ from a step
-                without it (equally deterministic).
-            on_nan: what a step whose loss or global gradient norm (before
-                clipping, summed over the replicas) is NaN or infinite does, checked
-                in the graph: ``"stop"`` raises ``tf.errors.InvalidArgumentError``
-                (its message holds :data:`NONFINITE_MESSAGE`) before the update, so
-                the weights and optimizer stay as they were; ``"skip"`` leaves out
-                the update and that step's metrics and counts it in the
-                ``skipped_steps`` metric (a sum per epoch). Either way the step's
-                batch and random draws are used up. ``None`` (the default) applies
-                every update. Steps with finite values are unchanged. Ignored under
-                float16 loss scaling, whose optimizer already skips (and rescales)
-                steps with non-finite gradients.
+                gradients) with XLA, as a ``tf.function(jit_compile=True)`` inside the
+                step; masking, the optimizer update and metrics run outside it, so it
+                also works under ``MirroredStrategy``, where compiling the whole step
+                (``compile(jit_compile=True)``) fails on the shared variables. XLA's
+                stateless random ops draw another stream than TensorFlow's kernels, so
+                samples and dropout differ from a step without it (equally deterministic).
+            on_nan: what a step whose loss or global gradient norm (before clipping,
+                summed over the replicas) is NaN or infinite does, checked in the graph:
+                ``"stop"`` raises ``tf.errors.InvalidArgumentError`` (its message holds
+                :data:`NONFINITE_MESSAGE`) before the update, weights and optimizer
+                unchanged; ``"skip"`` leaves out the update and the step's metrics and
+                counts it in the ``skipped_steps`` metric (a sum per epoch). Either way
+                the batch and random draws are used up, and finite steps are unchanged.
+                ``None`` (the default) applies every update. Ignored under float16 loss
+                scaling, whose optimizer already skips (and rescales) non-finite steps.
         """
         if gradient_accumulation < 1:
             raise ValueError(f"gradient_accumulation must be >= 1, got {gradient_accumulation}.")
@@ -445,13 +435,11 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
 def gradient_parts(variables) -> list[str]:
     """Which of :data:`GRADIENT_PARTS` each variable belongs to, from its path.
 
-    Paths start with the owning layer: ``embedding/...`` (the shared, or the
-    generator's, embedding block), ``generator/...``, ``discriminator/...``, and
-    the heads under the pretrainer's own name. Every embedding weight counts as
-    "embeddings", a tower's own included: the discriminator's own block or GDES
-    deltas and LayerNorm (``discriminator/embedding/...``, when
-    ``embedding_sharing`` is not ``all``). "generator" and "discriminator" are the
-    towers' encoders (projection and transformer layers).
+    Paths start with the owning layer: ``embedding/...`` (the shared, or the generator's,
+    block), ``generator/...``, ``discriminator/...``, and the heads under the pretrainer's
+    own name. Every embedding weight counts as "embeddings", a tower's own included (the
+    discriminator's own block or GDES deltas and LayerNorm, ``discriminator/embedding/...``).
+    "generator" and "discriminator" are the towers' encoders (projection and layers).
     """
     parts = []
     for v in variables:
