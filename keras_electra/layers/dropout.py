@@ -1,25 +1,24 @@
 """Dropout whose random bits are a keyed hash of each element's index.
 
 ``keras.layers.Dropout`` on TensorFlow draws one float per element (in the compute
-dtype: under ``mixed_bfloat16`` a bfloat16 uniform, so a rate of 0.1 drops 10.2%),
-then multiplies and selects, and its gradient selects again. Here each element's
-16-bit draw is a hash of its flat index and a 64-bit key (:func:`hash_bits`), the key
-drawn once per call from the layer's seed, so the rate is exact to 1/65,536 and the
-bits never need to be stored: a fused kernel recomputes them from the key, forward
-and backward (:mod:`keras_electra.layers.fused`), where TensorFlow's Philox kernel
-wrote them to memory for the kernels to read back (1M 32-bit draws in 2-3 ms on a
-2-core Xeon). Outside the kernels, the kept elements' scale ``1 / (1 - rate)`` is one
-mask tensor, and the gradient is that same mask times the incoming gradient.
+dtype: under ``mixed_bfloat16`` a bfloat16 uniform, so a rate of 0.1 drops 10.2%), then
+multiplies and selects, and its gradient selects again. Here each element's 16-bit draw
+is a hash of its flat index and a 64-bit key (:func:`hash_bits`) drawn once per call
+from the layer's seed, so the rate is exact to 1/65,536 and the bits are never stored:
+a fused kernel recomputes them from the key, forward and backward
+(:mod:`keras_electra.layers.fused`), where TensorFlow's Philox kernel wrote them to
+memory (1M 32-bit draws in 2-3 ms on a 2-core Xeon). Outside the kernels, the kept
+elements' scale ``1 / (1 - rate)`` is one mask tensor, and the gradient is that mask
+times the incoming gradient.
 
 The hash: the index times the 32-bit golden ratio plus the key's first word, XOR its
-second word, then MurmurHash3's 32-bit finalizer (a bijection with full avalanche);
-the draw is the top 16 bits. One key's draws are a permutation of distinct 32-bit
-values, and two keys' sequences are not shifts of each other (the XOR breaks the
-arithmetic progression).
+second word, then MurmurHash3's 32-bit finalizer (a bijection with full avalanche); the
+draw is the top 16 bits. One key's draws are a permutation of distinct 32-bit values,
+and two keys' sequences are not shifts of each other (the XOR breaks the progression).
 
 :class:`Dropout` is a ``keras.layers.Dropout`` (same config, same ``seed_generator``
-attribute, so checkpoints keep their layout); the transformer layers and their
-attention build their dropouts as this class.
+attribute, so checkpoints keep their layout), as which the transformer layers and their
+attention build their dropouts.
 """
 
 from __future__ import annotations

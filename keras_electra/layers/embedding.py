@@ -215,16 +215,14 @@ class ElectraEmbedding(Serialized, keras.layers.Layer):
 class GdesEmbedding(keras.layers.Layer):
     """The discriminator's embeddings under gradient-disentangled sharing (GDES).
 
-    DeBERTaV3 (He et al., 2021): the discriminator reads the generator's word,
-    position and segment tables through a stop-gradient and adds its own delta
-    tables, ``E_D = stop_gradient(E_G) + delta``, so the discriminator's loss trains
-    only the deltas (and its own LayerNorm) while the shared tables follow the
-    generator's loss alone. The deltas start at zero, so at initialization the
-    discriminator reads exactly the shared tables.
-
-    The sums are taken in float32 before the cast to the compute dtype, so the
-    output equals that of a plain :class:`ElectraEmbedding` holding the folded tables
-    ``shared + delta`` (:meth:`tables`), bit for bit.
+    DeBERTaV3 (He et al., 2021): the discriminator reads the generator's word, position
+    and segment tables through a stop-gradient plus its own delta tables, ``E_D =
+    stop_gradient(E_G) + delta``, so its loss trains only the deltas (and its own
+    LayerNorm) while the shared tables follow the generator's loss alone. The deltas
+    start at zero: at initialization the discriminator reads exactly the shared tables.
+    The sums are taken in float32 before the cast to the compute dtype, so the output
+    equals a plain :class:`ElectraEmbedding`'s holding the folded tables ``shared +
+    delta`` (:meth:`tables`), bit for bit.
 
     Args:
         shared: the generator's (built) :class:`ElectraEmbedding`; not serialized.

@@ -15,13 +15,12 @@ from keras_electra.layers.serialized import Serialized
 class GeneratorHead(Serialized, keras.layers.Layer):
     """Masked-LM head: dense(embedding size, GELU) -> LayerNorm -> tied embeddings + bias.
 
-    Computed only at the masked positions. The output projection is the shared
-    word-embedding matrix (``token_embedding``), so the head owns only the dense
-    layer, the LayerNorm and the output bias (without a ``token_embedding`` it owns
-    an ``output_kernel`` too). Logits are returned in float32 unless asked for in the
-    compute dtype. The weights are laid out as in keras-hub's ``MaskedLMHead``
-    (``_intermediate_dense``, ``_intermediate_layer_norm``, ``_bias``), so
-    checkpoints written with it restore here.
+    Computed only at the masked positions. The output projection is the shared word
+    table (``token_embedding``), so the head owns only the dense layer, the LayerNorm and
+    the output bias (and an ``output_kernel`` without a ``token_embedding``). Logits are
+    float32 unless asked for in the compute dtype. The weights are laid out as in
+    keras-hub's ``MaskedLMHead`` (``_intermediate_dense``, ``_intermediate_layer_norm``,
+    ``_bias``), so checkpoints written with it restore here.
 
     Args:
         token_embedding: the shared word-embedding layer (a built
@@ -99,10 +98,9 @@ class GeneratorHead(Serialized, keras.layers.Layer):
         x = ops.take_along_axis(inputs, ops.expand_dims(mask_positions, -1), axis=1)
         x = self._intermediate_layer_norm(self._intermediate_dense(x))
         if self.token_embedding is None or self.compute_dtype == "float16":
-            # Its own kernel, or float16 (whose range is not float32's): the product
-            # is taken from the float32 weights in float32 and rounded, as keras-hub's
-            # head takes it (the layer does not autocast its variables).
-            kernel = (  # the variables as they are, in float32
+            # Its own kernel, or float16 (whose range is not float32's): the product of the
+            # float32 weights (not autocast) in float32, rounded, as keras-hub's head takes it.
+            kernel = (
                 stored_value(self._kernel)
                 if self.token_embedding is None
                 else ops.transpose(stored_value(self.token_embedding.embeddings))
@@ -132,12 +130,12 @@ class DiscriminatorHead(Serialized, keras.layers.Layer):
 
     Returns one float32 logit per position: > 0 means "replaced".
 
-    The output bias starts at ``output_bias``; the pretrainer sets it to the
-    prior logit of the replaced fraction, ``log(p / (1 - p))`` (about -1.7 for
-    p = 0.15). Started at 0, the head predicts 50% everywhere, and the cheapest
-    early loss reduction is to move every encoder weight until all token vectors
-    agree on the base rate (a collapse measured in the first 50 steps), because
-    Adam moves the one bias only about one learning rate per step.
+    The output bias starts at ``output_bias``; the pretrainer sets it to the prior logit
+    of the replaced fraction, ``log(p / (1 - p))`` (about -1.7 for p = 0.15). Started at
+    0, the head predicts 50% everywhere, and the cheapest early loss reduction is to move
+    every encoder weight until all token vectors agree on the base rate (a collapse
+    measured in the first 50 steps): Adam moves the one bias only about one learning rate
+    per step.
 
     Args:
         hidden_dim: width of the intermediate dense layer (the tower's hidden size).

@@ -14,12 +14,11 @@ the rest, without branching on a name:
 - :meth:`Objective.forward_flops` counts a step's cost (``pretraining.flops``).
 
 The objectives: ``electra`` (:mod:`.electra`, replaced-token detection) and ``mlm``
-(:mod:`.mlm`, a BERT-style masked LM on the discriminator tower). A new one is one
-module with an :class:`Objective` subclass plus one line in
-:data:`keras_electra.settings.OBJECTIVES` (or a call to :func:`register`): then
-``ElectraPretrainer(config, objective=name)``, ``pretrain(objective=name)`` and
-``--objective name`` train it. The masking, sampling and loss functions they share
-are :mod:`keras_electra.pretraining.objective`'s.
+(:mod:`.mlm`, a BERT-style masked LM on the discriminator tower). A new one is a module
+with an :class:`Objective` subclass plus one line in :data:`keras_electra.settings.OBJECTIVES`
+(or a call to :func:`register`): then ``ElectraPretrainer(config, objective=name)``,
+``pretrain(objective=name)`` and ``--objective name`` train it. The masking, sampling and
+loss functions they share are :mod:`keras_electra.pretraining.objective`'s.
 
 Examples:
     >>> from keras_electra.pretraining import objectives
@@ -162,10 +161,7 @@ def get(name: str) -> Objective:
 
 
 def share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
-    """This slice's fraction ``weight / total`` of the global batch's loss weight.
-
-    Multiplying a slice's mean loss by it turns the mean over its own tokens into
-    its part of the mean over the global batch's tokens; summed over replicas and
-    micro-batches (as gradients are) that is exactly the one-device, one-batch loss.
-    """
+    """This slice's fraction ``weight / total`` of the global batch's loss weight: a slice's
+    mean loss times it is its part of the mean over the global batch's tokens, and summed
+    over replicas and micro-batches (as gradients are), exactly the one-device loss."""
     return tf.stop_gradient(weight) / tf.maximum(tf.stop_gradient(total), 1e-6)

@@ -47,13 +47,11 @@ def predict_masked(
     sample: bool = False,
     sampler: Callable[[tf.Tensor], tf.Tensor] | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor | None]:
-    """The masked-LM step on ``tower``.
-
-    Returns its loss share, the positions it gets right (1.0 where the argmax is
-    the original token) and replacements (no gradient): with ``sample``, one draw
-    per position from the loss's own softmax (one softmax over the [positions,
-    vocabulary] logits fewer; with the compiled kernels, in the loss's kernel);
-    with ``sampler``, ``sampler(logits)``, which the loss waits for.
+    """The masked-LM step on ``tower``: its loss share, the positions it gets right (1.0
+    where the argmax is the original token) and replacements (no gradient): with
+    ``sample``, one draw per position from the loss's own softmax (one softmax over the
+    [positions, vocabulary] logits fewer; with the compiled kernels, in the loss's
+    kernel); with ``sampler``, ``sampler(logits)``, which the loss waits for.
     """
     masked = prepared.masked
     features = dict(segment_ids=prepared.segment_ids, padding_mask=prepared.padding_mask)
