@@ -13,13 +13,12 @@ from keras_electra.layers.encoder import ElectraEncoder
 class ElectraBackbone(keras.Model):
     """Embeddings followed by one transformer tower; returns the sequence output.
 
-    In pretraining the generator and the discriminator are two backbones whose
-    embedding layers share weights as ``ElectraConfig.embedding_sharing`` says (by
-    default both call the same :class:`ElectraEmbedding` instance). For
-    fine-tuning and export the discriminator is used on its own: a standalone
-    backbone always has one plain :class:`ElectraEmbedding` holding the
-    discriminator's effective tables (see ``ElectraPretrainer.discriminator_backbone``),
-    whatever ``embedding_sharing`` says.
+    In pretraining the generator and the discriminator are two backbones whose embedding
+    layers share weights as ``ElectraConfig.embedding_sharing`` says (by default both
+    call one :class:`ElectraEmbedding`). For fine-tuning and export the discriminator is
+    used on its own: a standalone backbone always has one plain :class:`ElectraEmbedding`
+    holding the discriminator's effective tables, whatever ``embedding_sharing`` says
+    (see ``ElectraPretrainer.discriminator_backbone``).
 
     Inputs are a dict of int32 ``[batch, length]`` tensors: ``token_ids``,
     ``segment_ids`` and ``padding_mask`` (1 for real tokens, 0 for padding).

@@ -47,11 +47,10 @@ class TransformerLayer(Serialized, keras.layers.Layer):
 
     The weights are laid out as in keras-hub's ``TransformerEncoder``
     (``_self_attention_layer``, a :class:`~keras_electra.layers.attention.SelfAttention`
-    with the weights of Keras' ``MultiHeadAttention``;
-    ``_self_attention_layer_norm``; ``_feedforward_intermediate_dense``,
-    ``_feedforward_output_dense``, ``_feedforward_layer_norm``) and built in its
-    order, so checkpoints written with it restore here and a seed gives the same
-    initial values.
+    with the weights of Keras' ``MultiHeadAttention``; ``_self_attention_layer_norm``;
+    ``_feedforward_intermediate_dense``, ``_feedforward_output_dense``,
+    ``_feedforward_layer_norm``) and built in its order, so checkpoints written with it
+    restore here and a seed gives the same initial values.
 
     In training, a post-LayerNorm layer runs its attention on the fused path
     (:meth:`~keras_electra.layers.attention.SelfAttention.fused_output`), and its two

@@ -1,23 +1,22 @@
 """The ELECTRA objective as pure functions: masking, sampling, labels, losses.
 
-Each step of replaced-token detection (Clark et al., 2020, section 2) lives here
-once, in the order the pretrainer calls them:
+Each step of replaced-token detection (Clark et al., 2020, section 2) lives here once,
+in the order the pretrainer calls them:
 
-1. :func:`mask_tokens`: choose ~15% of the real tokens per sequence; 85% of
-   those become ``[MASK]``, the rest keep their token (no random-token branch).
-2. the generator predicts the original tokens at the chosen positions;
-   :func:`mlm_loss` scores it.
-3. :func:`sample_tokens`: draw replacements from the generator's softmax
-   (inverse CDF: one uniform number per position), without gradient.
-4. :func:`replace_tokens` builds the discriminator input and
-   :func:`replaced_labels` its labels: 1 where the token differs from the
-   original, so a correct sample counts as original.
+1. :func:`mask_tokens`: choose ~15% of the real tokens per sequence; 85% of those
+   become ``[MASK]``, the rest keep their token (no random-token branch).
+2. the generator predicts the original tokens at the chosen positions; :func:`mlm_loss`
+   scores it.
+3. :func:`sample_tokens`: draw replacements from the generator's softmax (inverse CDF:
+   one uniform number per position), without gradient.
+4. :func:`replace_tokens` builds the discriminator input and :func:`replaced_labels` its
+   labels: 1 where the token differs from the original (a correct sample is original).
 5. :func:`disc_loss`: sigmoid cross-entropy over all non-padding tokens.
 
-All functions take and return TensorFlow tensors and work inside ``tf.function``
-and XLA (no data-dependent shapes). The random ones take either a stateless seed
-or the uniform draws themselves, so a caller can draw them for a whole global
-batch at once and give each example its own rows (see ``ElectraPretrainer``).
+All functions take and return TensorFlow tensors and work inside ``tf.function`` and XLA
+(no data-dependent shapes). The random ones take a stateless seed or the uniform draws
+themselves, so a caller can draw them for a whole global batch at once and give each
+example its own rows (see ``ElectraPretrainer``).
 """
 
 from __future__ import annotations
