@@ -1,25 +1,23 @@
 """Matmul FLOPs of a pretraining step, to compare objectives at equal compute.
 
-One training step costs about three forward passes (the backward pass computes
-two matmuls per forward matmul: one for the inputs' gradient, one for the
-weights'). Only matrix multiplications are counted (2 FLOPs per multiply-add);
-embedding lookups, LayerNorm, softmax, GELU and the optimizer are left out.
+One training step costs about three forward passes (the backward pass computes two
+matmuls per forward matmul: one for the inputs' gradient, one for the weights'). Only
+matrix multiplications are counted (2 FLOPs per multiply-add); embedding lookups,
+LayerNorm, softmax, GELU and the optimizer are left out.
 
 Per tower (generator or discriminator) over ``T = batch x length`` tokens:
 
-- the projection from the embedding size ``E`` to the tower's hidden size ``H``
-  (when they differ): ``2·T·E·H``;
-- per layer, the query, key, value and output projections ``2·T·4H²``, the
-  feed-forward ``2·T·2·H·F``, and the attention scores and weighted values
-  ``2·2·T·length·H``.
+- the projection from the embedding size ``E`` to the tower's hidden size ``H`` (when
+  they differ): ``2·T·E·H``;
+- per layer, the query, key, value and output projections ``2·T·4H²``, the feed-forward
+  ``2·T·2·H·F``, and the attention scores and weighted values ``2·2·T·length·H``.
 
 Heads:
 
-- a masked-LM head (the generator's for ``electra``, the discriminator-sized
-  tower's for ``mlm``) runs only at the ``batch x max_predictions(length)``
-  masked positions: dense ``H -> E`` then the tied output ``E -> vocab``;
-- ELECTRA's replaced-token-detection head runs at every position: dense
-  ``H -> H`` then ``H -> 1``;
+- a masked-LM head (the generator's for ``electra``, the discriminator-sized tower's for
+  ``mlm``) runs only at the ``batch x max_predictions(length)`` masked positions: dense
+  ``H -> E`` then the tied output ``E -> vocab``;
+- ELECTRA's replaced-token-detection head runs at every position: dense ``H -> H``, ``H -> 1``;
 - the corrective LM head (``corrective_weight > 0``) is a masked-LM head on the
   discriminator.
 
