@@ -200,9 +200,6 @@ def _tower_rows(config: ElectraConfig, tower: str) -> list[Weight]:
     return rows
 
 
-# === Layout changes ===
-
-
 def to_ours(weight: Weight, value: np.ndarray) -> np.ndarray:
     """Canonical layout -> ours (and keras-hub's)."""
     if weight.layout == HEADS_KERNEL:
