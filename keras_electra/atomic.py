@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Replace ``path``'s contents with ``text`` (UTF-8) in one rename; return the path.
+def write_atomic(path: str | Path, text: str | bytes) -> Path:
+    """Replace ``path``'s contents with ``text`` (UTF-8 if a str) in one rename; return the path.
 
     Examples:
         >>> import tempfile
@@ -25,7 +25,7 @@ def write_atomic(path: str | Path, text: str) -> Path:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -44,7 +44,6 @@ def encode_texts(
     len_a = pieces_a.row_lengths()
     if text_b is None:
         keep_a = tf.minimum(len_a, max_length - 2)
-        pieces_b, keep_b = None, tf.zeros_like(len_a)
     else:
         pieces_b = tokenizer.tokenize(tf.reshape(text_b, [-1]))
         keep_a, keep_b = _truncate_longest_first(len_a, pieces_b.row_lengths(), max_length - 3)
@@ -56,15 +55,14 @@ def encode_texts(
         return tf.ragged.boolean_mask(pieces, tf.ragged.range(pieces.row_lengths()) < keep[:, None])
 
     parts = [column(tokenizer.cls_id), first(pieces_a, keep_a), column(tokenizer.sep_id)]
-    segments_len = [1 + keep_a + 1]
-    if pieces_b is not None:
+    total = keep_a + 2  # [CLS] A [SEP]
+    if text_b is not None:
         parts += [first(pieces_b, keep_b), column(tokenizer.sep_id)]
-        segments_len.append(keep_b + 1)
+        total += keep_b + 1
     ids = tf.concat(parts, axis=1)
     token_ids = ids.to_tensor(default_value=tokenizer.pad_id, shape=[None, max_length])
-    total = segments_len[0] + (segments_len[1] if len(segments_len) > 1 else 0)
     padding_mask = tf.sequence_mask(total, max_length, dtype=tf.int32)
-    segment_ids = padding_mask - tf.sequence_mask(segments_len[0], max_length, dtype=tf.int32)
+    segment_ids = padding_mask - tf.sequence_mask(keep_a + 2, max_length, dtype=tf.int32)
     return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
 
 

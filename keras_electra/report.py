@@ -42,14 +42,7 @@ PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("Generator (masked LM)", ("mlm_accuracy", "sampled_mlm_accuracy"), False),
     (
         "Detector",
-        (
-            "disc_auc",
-            "disc_precision",
-            "disc_recall",
-            "disc_accuracy",
-            "context_auc",
-            "rarity_auc",
-        ),
+        ("disc_auc", "disc_precision", "disc_recall", "disc_accuracy", "context_auc", "rarity_auc"),
         False,
     ),
     (
@@ -136,8 +129,7 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     out_dir = Path(output) if output is not None else Path(run_dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    every = [r for records in runs.values() for r in records]
-    panels = panels_for(every)
+    panels = panels_for([r for records in runs.values() for r in records])
     warnings = {d: collapse_warnings(records) for d, records in runs.items()}
     png = _draw(runs, panels, warnings)
     (out_dir / "report.png").write_bytes(png)
@@ -166,12 +158,8 @@ def report_text(summary: dict) -> str:
         overhead = summary["health_overhead"].get(run)
         if overhead is not None:
             lines.append(f"  health probe: {100 * overhead:.1f}% of the training time")
-        for message in summary["warnings"][run]:
-            lines.append(f"  WARNING: {message}")
+        lines += [f"  WARNING: {message}" for message in summary["warnings"][run]]
     return "\n".join(lines)
-
-
-# === Drawing ===
 
 
 def _draw(runs: dict[str, list[dict]], panels, warnings) -> bytes:
@@ -196,17 +184,14 @@ def _draw(runs: dict[str, list[dict]], panels, warnings) -> bytes:
                     continue
                 steps, values = zip(*points, strict=True)
                 label = name if len(runs) == 1 else f"{name} ({Path(run).name})"
+                style = dict(linestyle=styles[n_run % len(styles)], color=f"C{n_metric % 10}")
                 ax.plot(
-                    steps,
-                    values,
-                    linestyle=styles[n_run % len(styles)],
-                    color=f"C{n_metric % 10}",
-                    marker="." if len(steps) < 30 else None,
-                    label=label,
+                    steps, values, marker="." if len(steps) < 30 else None, label=label, **style
                 )
             for w in warnings[run]:
                 ax.axvline(w["since"], color="red", alpha=0.5, linewidth=1)
-        if log and all(v > 0 for _, v in _values(runs, names)):
+        shown = [r[n] for rs in runs.values() for r in rs for n in names if _is_number(r.get(n))]
+        if log and all(v > 0 for v in shown):
             ax.set_yscale("log")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step", fontsize=8)
@@ -225,14 +210,6 @@ def _draw(runs: dict[str, list[dict]], panels, warnings) -> bytes:
     return buffer.getvalue()
 
 
-def _values(runs, names):
-    for records in runs.values():
-        for r in records:
-            for name in names:
-                if _is_number(r.get(name)):
-                    yield name, r[name]
-
-
 def _html(summary: dict, png: bytes) -> str:
     image = base64.b64encode(png).decode("ascii")
     parts = [
@@ -243,27 +220,22 @@ def _html(summary: dict, png: bytes) -> str:
         f"<h1>Report: {html.escape(', '.join(summary['runs']))}</h1>",
         f"<img alt='metrics over steps' src='data:image/png;base64,{image}'>",
     ]
+
+    def table(head: str, values: dict) -> list[str]:
+        rows = [f"<tr><td>{html.escape(k)}</td><td>{_fmt(v)}</td></tr>" for k, v in values.items()]
+        return [head, *rows, "</table>"]
+
     for run in summary["runs"]:
         parts.append(f"<h2>{html.escape(run)}</h2>")
-        for message in summary["warnings"][run]:
-            parts.append(f"<p class='warn'>WARNING: {html.escape(message)}</p>")
-        last = summary["last_window"][run]
-        parts.append("<table id='last-window'><tr><th>metric</th><th>last window</th></tr>")
-        for key, value in last.items():
-            if _is_number(value):
-                parts.append(f"<tr><td>{html.escape(key)}</td><td>{_fmt(value)}</td></tr>")
-        parts.append("</table>")
-        evaluation = summary["eval_metrics"].get(run)
-        if evaluation:
-            parts.append("<h3>eval_metrics.json</h3><table>")
-            for key, value in evaluation.items():
-                parts.append(f"<tr><td>{html.escape(key)}</td><td>{_fmt(value)}</td></tr>")
-            parts.append("</table>")
+        parts += [
+            f"<p class='warn'>WARNING: {html.escape(m)}</p>" for m in summary["warnings"][run]
+        ]
+        last = {k: v for k, v in summary["last_window"][run].items() if _is_number(v)}
+        parts += table("<table id='last-window'><tr><th>metric</th><th>last window</th></tr>", last)
+        if summary["eval_metrics"].get(run):
+            parts += table("<h3>eval_metrics.json</h3><table>", summary["eval_metrics"][run])
     parts.append("</body></html>")
     return "\n".join(parts)
-
-
-# === Helpers ===
 
 
 def _eval_metrics(run_dir: str) -> dict:

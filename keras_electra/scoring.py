@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
+from keras_electra.errors import ElectraError
 
 TokenScores = list[tuple[str, float]]
 
@@ -32,13 +34,11 @@ def score_texts(
     probs = tf.sigmoid(model(inputs, training=False)).numpy()
     tokens = tokenizer.detokenize_ids(inputs["token_ids"]).numpy()
     lengths = inputs["padding_mask"].numpy().sum(axis=1)
-    return [
-        [
-            (t.decode("utf-8", "replace"), float(p))
-            for t, p in zip(row[1 : n - 1], prob[1 : n - 1], strict=True)
-        ]
-        for row, prob, n in zip(tokens, probs, lengths, strict=True)
-    ]
+    rows = []
+    for row, prob, n in zip(tokens, probs, lengths, strict=True):
+        pairs = zip(row[1 : n - 1], prob[1 : n - 1], strict=True)  # without [CLS] and [SEP]
+        rows.append([(t.decode("utf-8", "replace"), float(p)) for t, p in pairs])
+    return rows
 
 
 def rows_from_outputs(outputs: dict) -> list[TokenScores]:
@@ -46,15 +46,12 @@ def rows_from_outputs(outputs: dict) -> list[TokenScores]:
 
     ``[CLS]`` and ``[SEP]`` are dropped, as in :func:`score_texts`.
     """
+    columns = (outputs["tokens"], outputs["replaced_prob"], outputs["num_tokens"])
     rows = []
-    tokens = np.asarray(outputs["tokens"])
-    probs = np.asarray(outputs["replaced_prob"])
-    for row_tokens, row_probs, n in zip(
-        tokens, probs, np.asarray(outputs["num_tokens"]), strict=True
-    ):
+    for tokens, probs, n in zip(*map(np.asarray, columns), strict=True):
         pairs = [
             (t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t), float(p))
-            for t, p in zip(row_tokens[:n], row_probs[:n], strict=True)
+            for t, p in zip(tokens[:n], probs[:n], strict=True)
         ]
         rows.append([(t, p) for t, p in pairs if t not in ("[CLS]", "[SEP]")])
     return rows
@@ -62,23 +59,12 @@ def rows_from_outputs(outputs: dict) -> list[TokenScores]:
 
 def latest_version_dir(path: str) -> str:
     """``path`` itself if it holds a SavedModel, else its highest numeric version folder."""
-    from pathlib import Path
-
-    from keras_electra.errors import ElectraError
-
     base = Path(path)
     if (base / "saved_model.pb").is_file():
         return str(base)
-    versions = (
-        sorted(
-            (
-                int(p.name)
-                for p in base.glob("*")
-                if p.name.isdigit() and (p / "saved_model.pb").is_file()
-            ),
-        )
-        if base.is_dir()
-        else []
+    found = base.glob("*") if base.is_dir() else ()
+    versions = sorted(
+        int(p.name) for p in found if p.name.isdigit() and (p / "saved_model.pb").is_file()
     )
     if not versions:
         raise ElectraError(
@@ -107,26 +93,22 @@ def score_with_server(
         from keras_electra.serving.rest_client import RestClient
 
         client_args.pop("tls", None)  # the URL's scheme says it
-        outputs = RestClient(target, model_name, **client_args).predict(inputs)
-        return rows_from_outputs(outputs)
+        return rows_from_outputs(RestClient(target, model_name, **client_args).predict(inputs))
     from keras_electra.serving.grpc_client import GrpcClient
 
     with GrpcClient(target, model_name, **client_args) as client:
-        outputs = client.predict(inputs)
-    return rows_from_outputs(outputs)
+        return rows_from_outputs(client.predict(inputs))
 
 
 def format_scores(scores: list[TokenScores], color: bool = False, threshold: float = 0.5) -> str:
     """Render scores as text: ``token(0.93)``; on a terminal, likely replacements in red."""
-    lines = []
-    for row in scores:
-        parts = []
-        for token, p in row:
-            text = f"{token}({p:.2f})"
-            if color and p >= threshold:
-                text = f"\x1b[1;31m{text}\x1b[0m"
-            elif color and p >= threshold / 2:
-                text = f"\x1b[33m{text}\x1b[0m"
-            parts.append(text)
-        lines.append(" ".join(parts))
-    return "\n".join(lines)
+
+    def show(token: str, p: float) -> str:
+        text = f"{token}({p:.2f})"
+        if color and p >= threshold:
+            return f"\x1b[1;31m{text}\x1b[0m"
+        if color and p >= threshold / 2:
+            return f"\x1b[33m{text}\x1b[0m"
+        return text
+
+    return "\n".join(" ".join(show(token, p) for token, p in row) for row in scores)

@@ -73,11 +73,8 @@ def read(source: str | Path, source_format: str, **options) -> Converted:
         raise ConfigError(f"'{source}' is a Hugging Face model: convert it with --from hf.")
     if not Path(source).exists() and not Path(str(source) + ".index").exists():
         raise ConfigError(f"'{source}' does not exist.")
-    if source_format == "google":
-        return read_google(source, **options)
-    if source_format == "hf":
-        return read_hf(source, **options)
-    return read_keras_hub(source, **options)
+    readers = {"google": read_google, "hf": read_hf, "keras-hub": read_keras_hub}
+    return readers[source_format](source, **options)
 
 
 def convert(source: str | Path, output: str | Path, source_format: str, **options) -> ConvertResult:
@@ -120,8 +117,6 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
             f"'{run_dir}' has pre-LayerNorm towers (normalize_first), which Hugging Face and "
             "keras-hub ELECTRA cannot represent; export it with `keras-electra export` instead."
         )
-    tokens = tokenizer.vocab
     if target == "hf":
-        return ConvertResult(write_hf(model, tokens, output), [])
-    path, notes = write_keras_hub(model, tokens, output)
-    return ConvertResult(path, notes)
+        return ConvertResult(write_hf(model, tokenizer.vocab, output), [])
+    return ConvertResult(*write_keras_hub(model, tokenizer.vocab, output))

@@ -93,8 +93,7 @@ def load_into(model, converted: Converted) -> list[str]:
     variables = {v.path: v for v in model.variables}
     parts = set(converted.parts()) | {"embeddings", "discriminator"}
     _check_generator_width(converted)
-    known = {w.google for w in table}
-    extra = sorted(set(converted.weights) - known)
+    extra = sorted(set(converted.weights) - {w.google for w in table})
     if extra:
         raise ConfigError(
             f"'{converted.source}' has {len(extra)} weight(s) an ELECTRA model of this "
@@ -118,14 +117,10 @@ def load_into(model, converted: Converted) -> list[str]:
         variable.assign(value)
     absent = [p for p in PARTS if p not in parts]
     if absent:
-        notes.append(
-            f"Not in the source, so initialized at random: {', '.join(absent)}"
-            + (
-                " (fine-tuning and export use only the discriminator)."
-                if "discriminator head" not in absent
-                else "."
-            )
-        )
+        note = f"Not in the source, so initialized at random: {', '.join(absent)}"
+        if "discriminator head" not in absent:
+            note += " (fine-tuning and export use only the discriminator)"
+        notes.append(note + ".")
     return notes
 
 
@@ -190,15 +185,11 @@ def write_init_dir(converted: Converted, output: str | Path) -> tuple[Path, list
 def special_token_ids(tokens: list[str], source: str) -> dict[str, int]:
     """The config's special-token ids from a vocabulary; an error names a missing one."""
     ids = {t: i for i, t in enumerate(tokens)}
-    missing = [t for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]") if t not in ids]
+    special = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
+    missing = [t for t in special if t not in ids]
     if missing:
         raise ConfigError(f"The vocabulary of '{source}' has no {', '.join(missing)} token.")
-    return dict(
-        pad_token_id=ids["[PAD]"],
-        cls_token_id=ids["[CLS]"],
-        sep_token_id=ids["[SEP]"],
-        mask_token_id=ids["[MASK]"],
-    )
+    return {f"{t[1:-1].lower()}_token_id": ids[t] for t in special}  # pad_token_id, ...
 
 
 def generator_fractions(
@@ -206,8 +197,7 @@ def generator_fractions(
 ) -> dict[str, float]:
     """``generator_hidden_size`` / ``generator_layers`` of a generator of these sizes."""
     return dict(
-        generator_hidden_size=generator_hidden / hidden,
-        generator_layers=generator_layers / layers,
+        generator_hidden_size=generator_hidden / hidden, generator_layers=generator_layers / layers
     )
 
 
@@ -221,9 +211,6 @@ def check_generator_shape(config: ElectraConfig, heads: int, intermediate: int, 
             f"{derived.intermediate_size} from its hidden size {derived.hidden_size}, so this "
             "generator cannot be represented; convert the discriminator alone."
         )
-
-
-# === Errors ===
 
 
 def _listing(names: list[str], limit: int = 3) -> str:

@@ -89,11 +89,9 @@ def _vocabulary(prefix: str, vocab: str | Path | None) -> list[str]:
 
     if vocab is None:
         here = Path(prefix).parent
-        for candidate in (here / "vocab.txt", here.parent / "vocab.txt"):
-            if candidate.is_file():
-                vocab = candidate
-                break
-        else:
+        candidates = (here / "vocab.txt", here.parent / "vocab.txt")
+        vocab = next((c for c in candidates if c.is_file()), None)
+        if vocab is None:
             raise ConfigError(
                 f"No vocab.txt next to '{prefix}'; pass --vocab with the vocabulary the "
                 "checkpoint was trained with."
@@ -121,7 +119,8 @@ def _config(weights, tokens, preset, lowercase, num_heads, source) -> ElectraCon
             preset, vocab_size=weights[table].shape[0], lowercase=lowercase, **ids
         )
     vocab_size, embedding = weights[table].shape
-    hidden = weights["electra/encoder/layer_0/attention/self/query/kernel"].shape[1]
+    layer_0 = "electra/encoder/layer_0"
+    hidden = weights[f"{layer_0}/attention/self/query/kernel"].shape[1]
     layers = _layers(weights, "electra")
     values = dict(
         vocab_size=int(vocab_size),
@@ -129,9 +128,7 @@ def _config(weights, tokens, preset, lowercase, num_heads, source) -> ElectraCon
         hidden_size=int(hidden),
         num_layers=layers,
         num_heads=num_heads or max(1, hidden // 64),
-        intermediate_size=int(
-            weights["electra/encoder/layer_0/intermediate/dense/kernel"].shape[1]
-        ),
+        intermediate_size=int(weights[f"{layer_0}/intermediate/dense/kernel"].shape[1]),
         max_position_embeddings=int(weights["electra/embeddings/position_embeddings"].shape[0]),
         type_vocab_size=int(weights["electra/embeddings/token_type_embeddings"].shape[0]),
         lowercase=lowercase,

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_electra.atomic import write_json
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.core import (
     Converted,
     check_generator_shape,
     generator_fractions,
+    read_model,
     special_token_ids,
 )
 from keras_electra.convert.names import (
@@ -102,13 +104,16 @@ def write_hf(model, tokens: list[str], output: str | Path) -> Path:
     """
     from safetensors.numpy import save_file
 
-    from keras_electra.convert.core import read_model
-
     output = Path(output)
     config = model.config
     weights = read_model(model)
     towers = (DISCRIMINATOR, GENERATOR) if model.generator is not None else (DISCRIMINATOR,)
     states = {t: {} for t in towers}
+    tokenizer = {
+        "tokenizer_class": "ElectraTokenizer",
+        "do_lower_case": config.lowercase,
+        "model_max_length": config.max_position_embeddings,
+    }
     for weight in weight_table(config, towers):
         for tower, name in weight.hf:
             value = weights[weight.google]
@@ -120,20 +125,10 @@ def write_hf(model, tokens: list[str], output: str | Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         tensors = {k: np.ascontiguousarray(v, dtype="float32") for k, v in states[tower].items()}
         save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-        _write_json(folder / "config.json", _hf_config(config, tower))
+        write_json(folder / "config.json", _hf_config(config, tower))
         (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
-        _write_json(
-            folder / "tokenizer_config.json",
-            {
-                "tokenizer_class": "ElectraTokenizer",
-                "do_lower_case": config.lowercase,
-                "model_max_length": config.max_position_embeddings,
-            },
-        )
+        write_json(folder / "tokenizer_config.json", tokenizer)
     return output
-
-
-# === Reading ===
 
 
 def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -148,16 +143,13 @@ def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         )
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
-        has_bin = (path / "pytorch_model.bin").is_file()
-        raise ConfigError(
-            f"'{path}' has no {WEIGHTS_FILE}"
-            + (
+        hint = "."
+        if (path / "pytorch_model.bin").is_file():
+            hint = (
                 " (only pytorch_model.bin, which needs torch to read); re-save it with "
                 "transformers' save_pretrained(..., safe_serialization=True)."
-                if has_bin
-                else "."
             )
-        )
+        raise ConfigError(f"'{path}' has no {WEIGHTS_FILE}{hint}")
     state = load_file(str(weights))
     if not any(k.startswith("electra.") for k in state):  # a bare ElectraModel
         state = {f"electra.{k}": v for k, v in state.items()}
@@ -169,13 +161,9 @@ def _vocabulary(path: Path) -> tuple[list[str], bool]:
 
     if not (path / "vocab.txt").is_file():
         raise ConfigError(f"'{path}' has no vocab.txt; copy the model's vocabulary next to it.")
-    lowercase = True
     settings = path / "tokenizer_config.json"
-    if settings.is_file():
-        lowercase = bool(
-            json.loads(settings.read_text(encoding="utf-8")).get("do_lower_case", True)
-        )
-    return load_vocab(path / "vocab.txt"), lowercase
+    spec = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+    return load_vocab(path / "vocab.txt"), bool(spec.get("do_lower_case", True))
 
 
 def _config(disc: dict, gen: dict | None, tokens, lowercase, source) -> ElectraConfig:
@@ -218,14 +206,8 @@ def _config(disc: dict, gen: dict | None, tokens, lowercase, source) -> ElectraC
                 f"The generator's {name} ({gen.get(name)}) differs from the discriminator's "
                 f"({disc.get(name)}); ELECTRA's towers share one embedding block."
             )
-    values.update(
-        generator_fractions(
-            disc["hidden_size"],
-            disc["num_hidden_layers"],
-            gen["hidden_size"],
-            gen["num_hidden_layers"],
-        )
-    )
+    sizes = [tower[k] for tower in (disc, gen) for k in ("hidden_size", "num_hidden_layers")]
+    values.update(generator_fractions(*sizes))
     config = ElectraConfig.from_dict(values)
     check_generator_shape(config, gen["num_attention_heads"], gen["intermediate_size"], source)
     return config
@@ -252,15 +234,11 @@ def _check_tied_output(state: dict, weights: dict, generator) -> None:
         )
 
 
-# === Writing ===
-
-
 def _hf_config(config: ElectraConfig, tower: str) -> dict:
     sizes = config.discriminator_config() if tower == DISCRIMINATOR else config.generator_config()
+    architecture = "ElectraForPreTraining" if tower == DISCRIMINATOR else "ElectraForMaskedLM"
     return {
-        "architectures": [
-            "ElectraForPreTraining" if tower == DISCRIMINATOR else "ElectraForMaskedLM"
-        ],
+        "architectures": [architecture],
         "model_type": "electra",
         "vocab_size": config.vocab_size,
         "embedding_size": config.embedding_size,
@@ -279,7 +257,3 @@ def _hf_config(config: ElectraConfig, tower: str) -> dict:
         "position_embedding_type": "absolute",
         "tie_word_embeddings": True,
     }
-
-
-def _write_json(path: Path, value: dict) -> None:
-    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")

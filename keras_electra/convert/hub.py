@@ -56,7 +56,7 @@ def fetch(model: str) -> Path:
     """
     repo_id = _repo_id(model)
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import constants, hf_hub_download
         from huggingface_hub.errors import (
             EntryNotFoundError,
             HfHubHTTPError,
@@ -69,25 +69,22 @@ def fetch(model: str) -> Path:
         ) from None
     endpoint = os.environ.get("HF_ENDPOINT")  # read now, not when huggingface_hub loaded
     cache = os.environ.get("HF_HUB_CACHE")
-    folder = None
-    for name in REQUIRED + OPTIONAL:
+    for name in REQUIRED + OPTIONAL:  # the first sets `folder` or raises
         try:
             path = hf_hub_download(repo_id, name, endpoint=endpoint, cache_dir=cache)
-        except LocalEntryNotFoundError:  # (an EntryNotFoundError: caught first)
-            if name in OPTIONAL:  # a model without it, offline: the required files are here
+        except EntryNotFoundError as error:  # LocalEntryNotFoundError too: offline, not cached
+            if name in OPTIONAL:  # a model without it (offline: the required files are here)
                 continue
+            if not isinstance(error, LocalEntryNotFoundError):
+                raise InputDataError(
+                    f"Hugging Face model '{repo_id}' has no {name}; keras-electra reads ELECTRA "
+                    f"models with {', '.join(REQUIRED)}."
+                ) from None
             raise InputDataError(
                 f"Could not fetch Hugging Face model '{repo_id}': the Hub is not reachable "
                 f"(or HF_HUB_OFFLINE is set) and its {name} is not in the cache "
-                f"'{_hf_cache(cache)}'; connect once, or convert a local copy with "
+                f"'{cache or constants.HF_HUB_CACHE}'; connect once, or convert a local copy with "
                 "`keras-electra convert --from hf DIR`."
-            ) from None
-        except EntryNotFoundError:
-            if name in OPTIONAL:
-                continue
-            raise InputDataError(
-                f"Hugging Face model '{repo_id}' has no {name}; keras-electra reads ELECTRA "
-                f"models with {', '.join(REQUIRED)}."
             ) from None
         except RepositoryNotFoundError:
             raise InputDataError(
@@ -147,14 +144,6 @@ def _repo_id(model: str) -> str:
             "hf:google/electra-small-discriminator."
         )
     return repo_id
-
-
-def _hf_cache(cache: str | None) -> str:
-    if cache:
-        return cache
-    from huggingface_hub import constants
-
-    return str(constants.HF_HUB_CACHE)
 
 
 def _reason(error: Exception) -> str:

@@ -60,9 +60,8 @@ def read_keras_hub(path: str | Path) -> Converted:
         )
     notes = [f"{GELU_NOTE}."]
     if pooler:
-        notes.append(
-            f"{POOLER_NOTE}: its {sum(p.size for p in pooler)} weights were not converted."
-        )
+        count = sum(p.size for p in pooler)
+        notes.append(f"{POOLER_NOTE}: its {count} weights were not converted.")
     return Converted(config, tokens, weights, str(path), "keras-hub", notes)
 
 
@@ -121,12 +120,9 @@ def _vocabulary(path: Path) -> tuple[list[str], bool]:
     vocab = path / "assets" / "tokenizer" / "vocabulary.txt"
     if not vocab.is_file():
         raise ConfigError(f"'{path}' has no tokenizer vocabulary ({vocab} is missing).")
-    lowercase = True
     settings = path / "tokenizer.json"
-    if settings.is_file():
-        spec = json.loads(settings.read_text(encoding="utf-8")).get("config", {})
-        lowercase = bool(spec.get("lowercase", True))
-    return load_vocab(vocab), lowercase
+    spec = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+    return load_vocab(vocab), bool(spec.get("config", {}).get("lowercase", True))
 
 
 def _config(backbone, tokens, lowercase, source) -> ElectraConfig:

@@ -45,6 +45,28 @@ HEADS_BIAS = "heads_bias"  # q/k/v bias [hidden]; ours [heads, head_dim]
 HEADS_OUTPUT = "heads_output"  # attention output [hidden, hidden]; ours [heads, head_dim, hidden]
 
 DISCRIMINATOR, GENERATOR = "discriminator", "generator"
+# A block's two tensors' layouts: a dense layer's kernel and bias, a LayerNorm's gamma and beta.
+DENSE, HEADS, NORM = (KERNEL, VECTOR), (HEADS_KERNEL, HEADS_BIAS), (VECTOR, VECTOR)
+_HF_PARTS = {"kernel": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}
+
+# The embedding tables, canonical and ours (Hugging Face's: canonical + ".weight").
+_TABLES = (
+    ("word_embeddings", "token_embedding"),
+    ("position_embeddings", "position_embedding"),
+    ("token_type_embeddings", "segment_embedding"),
+)
+# The blocks of one transformer layer, canonical and ours (Hugging Face's: canonical with
+# dots for slashes).
+_LAYER_BLOCKS = (
+    ("attention/self/query", "self_attention_layer/query", HEADS),
+    ("attention/self/key", "self_attention_layer/key", HEADS),
+    ("attention/self/value", "self_attention_layer/value", HEADS),
+    ("attention/output/dense", "self_attention_layer/attention_output", (HEADS_OUTPUT, VECTOR)),
+    ("attention/output/LayerNorm", "self_attention_layer_norm", NORM),
+    ("intermediate/dense", "feedforward_intermediate_dense", DENSE),
+    ("output/dense", "feedforward_output_dense", DENSE),
+    ("output/LayerNorm", "feedforward_layer_norm", NORM),
+)
 
 
 @dataclass(frozen=True)
@@ -75,45 +97,53 @@ class Weight:
 
 def weight_table(config: ElectraConfig, towers=(DISCRIMINATOR, GENERATOR)) -> list[Weight]:
     """Every weight of an ELECTRA model of ``config``, in a fixed order."""
-    rows = _embedding_rows(towers)
+    rows = [
+        Weight(
+            f"electra/embeddings/{google}",
+            f"embedding/{ours}/embeddings",
+            tuple((t, f"electra.embeddings.{google}.weight") for t in towers),
+            f"{ours}/embeddings",
+            TABLE,
+            DISCRIMINATOR,
+        )
+        for google, ours in _TABLES
+    ]
+    rows += _block(
+        DISCRIMINATOR,
+        "electra/embeddings/LayerNorm",
+        "embedding/layer_norm",
+        "electra.embeddings.LayerNorm",
+        NORM,
+        hf_towers=towers,
+        keras_hub="embeddings_layer_norm",
+    )
     for tower in towers:
         rows += _tower_rows(config, tower)
     if GENERATOR in towers:
-        rows += _generator_head_rows()
-    if DISCRIMINATOR in towers:
-        rows += _discriminator_head_rows()
-    return rows
-
-
-def _embedding_rows(towers) -> list[Weight]:
-    rows = []
-    for google, ours, hf, layout in (
-        ("word_embeddings", "token_embedding/embeddings", "word_embeddings.weight", TABLE),
-        (
-            "position_embeddings",
-            "position_embedding/embeddings",
-            "position_embeddings.weight",
-            TABLE,
-        ),
-        (
-            "token_type_embeddings",
-            "segment_embedding/embeddings",
-            "token_type_embeddings.weight",
-            TABLE,
-        ),
-        ("LayerNorm/gamma", "layer_norm/gamma", "LayerNorm.weight", VECTOR),
-        ("LayerNorm/beta", "layer_norm/beta", "LayerNorm.bias", VECTOR),
-    ):
-        keras_hub = ours.replace("layer_norm", "embeddings_layer_norm")
+        google, ours = "generator_predictions", "electra_pretrainer/generator_predictions"
+        rows += _block(
+            GENERATOR, f"{google}/dense", f"{ours}/intermediate_dense", f"{google}.dense", DENSE
+        )
+        rows += _block(
+            GENERATOR,
+            f"{google}/LayerNorm",
+            f"{ours}/intermediate_layer_norm",
+            f"{google}.LayerNorm",
+            NORM,
+        )
+        hf = ((GENERATOR, "generator_lm_head.bias"),)
         rows.append(
-            Weight(
-                google=f"electra/embeddings/{google}",
-                ours=f"embedding/{ours}",
-                hf=tuple((t, f"electra.embeddings.{hf}") for t in towers),
-                keras_hub=keras_hub,
-                layout=layout,
-                tower=DISCRIMINATOR,
-            )
+            Weight(f"{google}/output_bias", f"{ours}/output_bias", hf, None, VECTOR, GENERATOR)
+        )
+    if DISCRIMINATOR in towers:
+        google, ours = "discriminator_predictions", "electra_pretrainer/discriminator_predictions"
+        rows += _block(DISCRIMINATOR, f"{google}/dense", f"{ours}/dense", f"{google}.dense", DENSE)
+        rows += _block(
+            DISCRIMINATOR,
+            f"{google}/dense_1",
+            f"{ours}/logits",
+            f"{google}.dense_prediction",
+            DENSE,
         )
     return rows
 
@@ -128,158 +158,56 @@ def generator_embedding_name(google: str) -> str:
     return "generator/" + google.removeprefix("electra/")
 
 
+def _block(tower, google, ours, hf, layouts, heads=1, hf_towers=None, keras_hub=None):
+    """A block's two tensors; ``hf`` is its name in the state dicts of ``hf_towers``
+    (default: ``tower``'s), which add the part."""
+    parts = ("gamma", "beta") if layouts == NORM else ("kernel", "bias")
+    return [
+        Weight(
+            f"{google}/{part}",
+            f"{ours}/{part}",
+            tuple((t, f"{hf}.{_HF_PARTS[part]}") for t in hf_towers or (tower,)),
+            keras_hub and f"{keras_hub}/{part}",
+            layout,
+            tower,
+            heads,
+        )
+        for part, layout in zip(parts, layouts, strict=True)
+    ]
+
+
 def _tower_rows(config: ElectraConfig, tower: str) -> list[Weight]:
     sizes = config.discriminator_config() if tower == DISCRIMINATOR else config.generator_config()
     scope = "electra" if tower == DISCRIMINATOR else "generator"
     prefix = f"{tower}/{tower}_encoder"
-    keras_hub = tower == DISCRIMINATOR
+    heads = sizes.num_heads
 
-    def row(google, ours, hf, layout, kh=None):
-        return Weight(
-            google=f"{scope}/{google}",
-            ours=f"{prefix}/{ours}",
-            hf=((tower, f"electra.{hf}"),),
-            keras_hub=(kh or ours) if keras_hub else None,
-            layout=layout,
-            tower=tower,
-            heads=sizes.num_heads,
-        )
+    def block(google, ours, hf, layouts, keras_hub=None):
+        keras_hub = (keras_hub or ours) if tower == DISCRIMINATOR else None
+        google, ours, hf = f"{scope}/{google}", f"{prefix}/{ours}", f"electra.{hf}"
+        return _block(tower, google, ours, hf, layouts, heads, keras_hub=keras_hub)
 
     rows = []
     if config.embedding_size != sizes.hidden_size:
-        for part in ("kernel", "bias"):
-            rows.append(
-                row(
-                    f"embeddings_project/{part}",
-                    f"projection/{part}",
-                    f"embeddings_project.{_hf_part(part)}",
-                    KERNEL if part == "kernel" else VECTOR,
-                    kh=f"embeddings_projection/{part}",
-                )
-            )
+        project = ("embeddings_project", "projection", "embeddings_project")
+        rows += block(*project, DENSE, keras_hub="embeddings_projection")
     for i in range(sizes.num_layers):
-        google, ours, hf = f"encoder/layer_{i}", f"transformer_layer_{i}", f"encoder.layer.{i}"
-        for name in ("query", "key", "value"):
-            rows.append(
-                row(
-                    f"{google}/attention/self/{name}/kernel",
-                    f"{ours}/self_attention_layer/{name}/kernel",
-                    f"{hf}.attention.self.{name}.weight",
-                    HEADS_KERNEL,
-                )
-            )
-            rows.append(
-                row(
-                    f"{google}/attention/self/{name}/bias",
-                    f"{ours}/self_attention_layer/{name}/bias",
-                    f"{hf}.attention.self.{name}.bias",
-                    HEADS_BIAS,
-                )
-            )
-        rows.append(
-            row(
-                f"{google}/attention/output/dense/kernel",
-                f"{ours}/self_attention_layer/attention_output/kernel",
-                f"{hf}.attention.output.dense.weight",
-                HEADS_OUTPUT,
-            )
-        )
-        rows.append(
-            row(
-                f"{google}/attention/output/dense/bias",
-                f"{ours}/self_attention_layer/attention_output/bias",
-                f"{hf}.attention.output.dense.bias",
-                VECTOR,
-            )
-        )
-        for google_part, ours_part, hf_part in (
-            (
-                "attention/output/LayerNorm",
-                "self_attention_layer_norm",
-                "attention.output.LayerNorm",
-            ),
-            ("intermediate/dense", "feedforward_intermediate_dense", "intermediate.dense"),
-            ("output/dense", "feedforward_output_dense", "output.dense"),
-            ("output/LayerNorm", "feedforward_layer_norm", "output.LayerNorm"),
-        ):
-            norm = "LayerNorm" in google_part
-            for part in ("gamma", "beta") if norm else ("kernel", "bias"):
-                rows.append(
-                    row(
-                        f"{google}/{google_part}/{part}",
-                        f"{ours}/{ours_part}/{part}",
-                        f"{hf}.{hf_part}.{_hf_part(part)}",
-                        KERNEL if part == "kernel" else VECTOR,
-                    )
-                )
-    return rows
-
-
-def _generator_head_rows() -> list[Weight]:
-    head = "electra_pretrainer/generator_predictions"
-    rows = [
-        ("dense/kernel", "intermediate_dense/kernel", "generator_predictions.dense.weight", KERNEL),
-        ("dense/bias", "intermediate_dense/bias", "generator_predictions.dense.bias", VECTOR),
-        (
-            "LayerNorm/gamma",
-            "intermediate_layer_norm/gamma",
-            "generator_predictions.LayerNorm.weight",
-            VECTOR,
-        ),
-        (
-            "LayerNorm/beta",
-            "intermediate_layer_norm/beta",
-            "generator_predictions.LayerNorm.bias",
-            VECTOR,
-        ),
-        ("output_bias", "output_bias", "generator_lm_head.bias", VECTOR),
-    ]
-    return [
-        Weight(
-            f"generator_predictions/{g}", f"{head}/{o}", ((GENERATOR, h),), None, layout, GENERATOR
-        )
-        for g, o, h, layout in rows
-    ]
-
-
-def _discriminator_head_rows() -> list[Weight]:
-    head = "electra_pretrainer/discriminator_predictions"
-    rows = []
-    for google, ours, hf in (
-        ("dense", "dense", "dense"),
-        ("dense_1", "logits", "dense_prediction"),
-    ):
-        for part in ("kernel", "bias"):
-            rows.append(
-                Weight(
-                    f"discriminator_predictions/{google}/{part}",
-                    f"{head}/{ours}/{part}",
-                    ((DISCRIMINATOR, f"discriminator_predictions.{hf}.{_hf_part(part)}"),),
-                    None,
-                    KERNEL if part == "kernel" else VECTOR,
-                    DISCRIMINATOR,
-                )
+        for google, ours, layouts in _LAYER_BLOCKS:
+            hf = f"encoder.layer.{i}.{google.replace('/', '.')}"
+            rows += block(
+                f"encoder/layer_{i}/{google}", f"transformer_layer_{i}/{ours}", hf, layouts
             )
     return rows
-
-
-def _hf_part(part: str) -> str:
-    return {"kernel": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}[part]
-
-
-# === Layout changes ===
 
 
 def to_ours(weight: Weight, value: np.ndarray) -> np.ndarray:
     """Canonical layout -> ours (and keras-hub's)."""
-    hidden = value.shape[-1] if weight.layout != HEADS_OUTPUT else value.shape[0]
-    head_dim = hidden // weight.heads
     if weight.layout == HEADS_KERNEL:
-        return value.reshape(value.shape[0], weight.heads, head_dim)
+        return value.reshape(value.shape[0], weight.heads, -1)
     if weight.layout == HEADS_BIAS:
-        return value.reshape(weight.heads, head_dim)
+        return value.reshape(weight.heads, -1)
     if weight.layout == HEADS_OUTPUT:
-        return value.reshape(weight.heads, head_dim, value.shape[1])
+        return value.reshape(weight.heads, -1, value.shape[1])
     return value
 
 

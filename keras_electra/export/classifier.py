@@ -35,22 +35,14 @@ Examples:
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow_serving.apis import (
-    classification_pb2,
-    input_pb2,
-    model_pb2,
-    prediction_log_pb2,
-)
+from tensorflow_serving.apis import classification_pb2, input_pb2, model_pb2, prediction_log_pb2
 
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
 from keras_electra.export.qa import QuestionAnsweringModule
 from keras_electra.export.tagger import TextTaggerModule
 from keras_electra.finetuning.saved import FinetunedModel
-from keras_electra.serving.signatures import (
-    CLASSIFY_METHOD_NAME,
-    REGRESS_METHOD_NAME,
-)
+from keras_electra.serving.signatures import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 from keras_electra.serving.tensors import make_example
 from keras_electra.serving.warmup import predict_log
 
@@ -138,13 +130,6 @@ class TextClassifierModule(tf.Module):
         method = REGRESS_METHOD_NAME if self.task == "regress" else CLASSIFY_METHOD_NAME
         return {self.example_signature: method}
 
-    def _example(self, i: int) -> dict:
-        texts = WARMUP_TEXTS
-        example = {"text": texts[i % len(texts)]}
-        if self.pair:
-            example["text_b"] = texts[(i + 1) % len(texts)]
-        return example
-
     def warmup_records(self) -> list:
         texts = list(WARMUP_TEXTS)
         feeds = {"text": texts}
@@ -152,19 +137,13 @@ class TextClassifierModule(tf.Module):
             feeds["text_b"] = texts[1:] + texts[:1]
         records = [predict_log(feeds), predict_log({k: v[:1] for k, v in feeds.items()})]
         if self.task == "classify":
+            examples = [make_example({k: v[i] for k, v in feeds.items()}) for i in range(2)]
             request = classification_pb2.ClassificationRequest(
                 model_spec=model_pb2.ModelSpec(signature_name="classify"),
-                input=input_pb2.Input(
-                    example_list=input_pb2.ExampleList(
-                        examples=[make_example(self._example(i)) for i in range(2)]
-                    )
-                ),
+                input=input_pb2.Input(example_list=input_pb2.ExampleList(examples=examples)),
             )
-            records.append(
-                prediction_log_pb2.PredictionLog(
-                    classify_log=prediction_log_pb2.ClassifyLog(request=request)
-                )
-            )
+            log = prediction_log_pb2.ClassifyLog(request=request)
+            records.append(prediction_log_pb2.PredictionLog(classify_log=log))
         return records
 
 
@@ -175,9 +154,5 @@ def finetuned_module(finetuned: FinetunedModel, max_length: int | None = None) -
         >>> finetuned_module(load_finetuned("runs/ner")).name  # doctest: +SKIP
         'electra_tagger'
     """
-    task = finetuned.settings.task
-    if task == "tag":
-        return TextTaggerModule(finetuned, max_length)
-    if task == "qa":
-        return QuestionAnsweringModule(finetuned, max_length)
-    return TextClassifierModule(finetuned, max_length)
+    modules = {"tag": TextTaggerModule, "qa": QuestionAnsweringModule}
+    return modules.get(finetuned.settings.task, TextClassifierModule)(finetuned, max_length)

@@ -89,13 +89,8 @@ class QuestionAnsweringModule(tf.Module):
         self.max_windows = max(1, int(max_windows))
         # Track the tf.Variables the graph captures (see ReplacedTokenModule).
         self.model_variables = [v.value for v in finetuned.model.variables]
-        specs = [
-            tf.TensorSpec([None], tf.string, name="question"),
-            tf.TensorSpec([None], tf.string, name="context"),
-        ]
+        specs = [tf.TensorSpec([None], tf.string, name=n) for n in ("question", "context")]
         self.serve = tf.function(self._serve, input_signature=specs)
-
-    # === Encoding ===
 
     def _windows(self, question, context) -> dict[str, tf.Tensor]:
         """Every window of every question as model inputs, with where its context sits."""
@@ -146,14 +141,11 @@ class QuestionAnsweringModule(tf.Module):
             "piece_word": tf.concat([tf.cast(pieces.value_rowids(), tf.int32), [0]], 0),
         }
 
-    # === Decoding ===
-
     def _best_spans(self, start_logits, end_logits, offset, size):
         """Per window: the best span's score (-inf if none) and its first and last position."""
-        length = self.max_length
-        position = tf.range(length)[None, :]
+        position = tf.range(self.max_length)[None, :]
         context = (position >= offset[:, None]) & (position < (offset + size)[:, None])
-        k = min(N_BEST, length)
+        k = min(N_BEST, self.max_length)
         minus_inf = tf.constant(float("-inf"))
         start_top, start_at = tf.math.top_k(tf.where(context, start_logits, minus_inf), k)
         end_top, end_at = tf.math.top_k(tf.where(context, end_logits, minus_inf), k)
@@ -200,13 +192,11 @@ class QuestionAnsweringModule(tf.Module):
 
         first_word, last_word = word_of(tf.gather(first, row)), word_of(tf.gather(last, row))
         answered = has_span
-        outputs = {}
         if self.version_2:
             answerable = tf.math.unsorted_segment_max(
                 tf.cast(out["answerable"], tf.float32), w["example"], windows.nrows()
             )
             answered &= answerable > 0.0
-            outputs["answerable"] = answerable
         last_word = tf.where(answered, last_word, first_word - 1)
         text = tf.strings.reduce_join(
             tf.gather(words.flat_values, tf.ragged.range(first_word, last_word + 1)),
@@ -216,18 +206,18 @@ class QuestionAnsweringModule(tf.Module):
         sentence_start = tf.cast(words.row_starts(), tf.int32)
         tokens = self.tokenizer.detokenize_ids(w["inputs"]["token_ids"])
         tokens = tf.where(tf.cast(w["inputs"]["padding_mask"], tf.bool), tokens, "")
-        outputs.update(
-            {
-                "answer": text,
-                "answer_start_word": tf.where(answered, first_word - sentence_start, -1),
-                "answer_end_word": tf.where(answered, last_word - sentence_start, -1),
-                "answer_score": tf.where(has_span, best_score, 0.0),
-                "start_logits": per_question(start_logits, PADDING_LOGIT),
-                "end_logits": per_question(end_logits, PADDING_LOGIT),
-                "tokens": per_question(tokens, ""),
-                "num_windows": tf.cast(windows.row_lengths(), tf.int32),
-            }
-        )
+        outputs = {
+            "answer": text,
+            "answer_start_word": tf.where(answered, first_word - sentence_start, -1),
+            "answer_end_word": tf.where(answered, last_word - sentence_start, -1),
+            "answer_score": tf.where(has_span, best_score, 0.0),
+            "start_logits": per_question(start_logits, PADDING_LOGIT),
+            "end_logits": per_question(end_logits, PADDING_LOGIT),
+            "tokens": per_question(tokens, ""),
+            "num_windows": tf.cast(windows.row_lengths(), tf.int32),
+        }
+        if self.version_2:
+            outputs["answerable"] = answerable
         return outputs
 
     def signatures(self) -> dict:
@@ -238,8 +228,7 @@ class QuestionAnsweringModule(tf.Module):
         return {}
 
     def warmup_records(self) -> list:
-        questions = [q for q, _ in WARMUP_PAIRS]
-        contexts = [c for _, c in WARMUP_PAIRS]
+        questions, contexts = (list(texts) for texts in zip(*WARMUP_PAIRS, strict=True))
         return [
             predict_log({"question": questions, "context": contexts}),
             predict_log({"question": questions[:1], "context": contexts[:1]}),

@@ -82,10 +82,7 @@ class ReplacedTokenModule(tf.Module):
         return self._score(encode_texts(self.tokenizer, text, max_length=self.max_length))
 
     @tf.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.string, name="text_a"),
-            tf.TensorSpec([None], tf.string, name="text_b"),
-        ]
+        input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in ("text_a", "text_b")]
     )
     def score_pair(self, text_a, text_b):
         tf.debugging.assert_equal(
@@ -136,12 +133,8 @@ class ReplacedTokenModule(tf.Module):
 def next_version(base: str | Path) -> int:
     """One more than the highest numeric version folder under ``base`` (1 if none)."""
     base = Path(base)
-    versions = (
-        [int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit()]
-        if base.is_dir()
-        else []
-    )
-    return max(versions, default=0) + 1
+    found = base.iterdir() if base.is_dir() else ()
+    return max((int(p.name) for p in found if p.is_dir() and p.name.isdigit()), default=0) + 1
 
 
 def export_module(

@@ -11,12 +11,7 @@ T = TypeVar("T")
 
 
 class RetriesExhausted(Exception):
-    """The last retryable error, raised once every attempt has failed.
-
-    Args:
-        error: The last error.
-        attempts: How many attempts were made.
-    """
+    """The last retryable ``error``, raised once all ``attempts`` have failed."""
 
     def __init__(self, error: Exception, attempts: int) -> None:
         super().__init__(str(error))
@@ -25,28 +20,11 @@ class RetriesExhausted(Exception):
 
 
 def call_with_retries(
-    call: Callable[[], T],
-    *,
-    retries: int,
-    backoff: float,
-    retryable: Callable[[Exception], bool],
+    call: Callable[[], T], *, retries: int, backoff: float, retryable: Callable[[Exception], bool]
 ) -> T:
-    """Calls ``call``; on a retryable error, waits and tries again, at most ``retries`` times.
-
-    The waits are ``backoff``, ``2 * backoff``, ``4 * backoff``, ... seconds.
-    A non-retryable error propagates at once.
-
-    Args:
-        call: The operation.
-        retries: Extra attempts after the first (0 means one attempt).
-        backoff: The first wait, in seconds.
-        retryable: Tells whether an error is worth another attempt.
-
-    Returns:
-        What ``call`` returns.
-
-    Raises:
-        RetriesExhausted: Wrapping the last retryable error.
+    """Calls ``call``; on an error ``retryable`` accepts, tries again after ``backoff``,
+    ``2 * backoff``, ``4 * backoff``, ... seconds, at most ``retries`` more times (0: one
+    attempt), then raises :class:`RetriesExhausted`. Other errors propagate at once.
 
     Examples:
         >>> call_with_retries(lambda: 42, retries=3, backoff=0.1, retryable=lambda e: False)
@@ -62,7 +40,6 @@ def call_with_retries(
             if attempt == attempts - 1:
                 raise RetriesExhausted(err, attempts) from err
             time.sleep(backoff * (2**attempt))
-    raise AssertionError("unreachable")
 
 
 class ModelClient:

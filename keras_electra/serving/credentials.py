@@ -50,10 +50,8 @@ class CallCredentials:
 
     def headers(self) -> dict[str, str]:
         """The headers of one call, names lower-cased (as gRPC metadata requires)."""
-        out: dict[str, str] = {}
         extra = self._headers() if callable(self._headers) else self._headers
-        for name, value in (extra or {}).items():
-            out[str(name).lower()] = str(value)
+        out = {str(name).lower(): str(value) for name, value in (extra or {}).items()}
         if self._token is not None:
             token = self._token() if callable(self._token) else self._token
             if not token:

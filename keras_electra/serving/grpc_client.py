@@ -14,7 +14,6 @@ call carries the credentials as metadata (``token``, ``headers``; see
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import grpc
@@ -46,8 +45,6 @@ from keras_electra.serving.tensors import (
     ndarray_to_tensor_proto,
     tensor_proto_to_ndarray,
 )
-
-ExampleDict = Mapping[str, Any]
 
 
 class GrpcClient(ModelClient):
@@ -108,10 +105,7 @@ class GrpcClient(ModelClient):
         self.tls = bool(tls or root_certificates is not None or client_certificate is not None)
         self.credentials = CallCredentials(token, headers)
         limit = max_message_mb * 1024 * 1024
-        options = [
-            ("grpc.max_send_message_length", limit),
-            ("grpc.max_receive_message_length", limit),
-        ]
+        options = [(f"grpc.max_{way}_message_length", limit) for way in ("send", "receive")]
         if self.tls:
             secure = grpc.ssl_channel_credentials(
                 root_certificates=read_pem(root_certificates, "root certificate"),
@@ -123,8 +117,6 @@ class GrpcClient(ModelClient):
             self._channel = grpc.insecure_channel(target, options=options)
         self._predictions = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         self._models = model_service_pb2_grpc.ModelServiceStub(self._channel)
-
-    # -- plumbing -------------------------------------------------------------------
 
     def _model_spec(self, signature_name: str | None = None) -> model_pb2.ModelSpec:
         spec = model_pb2.ModelSpec(name=self.model_name, signature_name=signature_name or "")
@@ -185,8 +177,6 @@ class GrpcClient(ModelClient):
                 )
             raise ServingError(message, code=code.name, details=details) from None
 
-    # -- API ------------------------------------------------------------------------
-
     def predict(
         self,
         inputs: Mapping[str, Any],
@@ -225,7 +215,7 @@ class GrpcClient(ModelClient):
         return {alias: tensor_proto_to_ndarray(proto) for alias, proto in response.outputs.items()}
 
     def classify(
-        self, examples: Sequence[ExampleDict], signature_name: str = "classify"
+        self, examples: Sequence[Mapping[str, Any]], signature_name: str = "classify"
     ) -> list[list[tuple[str, float]]]:
         """Classifies examples through ``PredictionService.Classify``.
 
@@ -277,11 +267,10 @@ class GrpcClient(ModelClient):
         signature_map = get_model_metadata_pb2.SignatureDefMap()
         response.metadata["signature_def"].Unpack(signature_map)
         as_json = json_format.MessageToDict(signature_map, preserving_proto_field_name=True)
+        spec = response.model_spec
         return {
-            "model_name": response.model_spec.name,
-            "version": response.model_spec.version.value
-            if response.model_spec.HasField("version")
-            else None,
+            "model_name": spec.name,
+            "version": spec.version.value if spec.HasField("version") else None,
             "signatures": signature_defs_to_dict(as_json.get("signature_def", {})),
         }
 
@@ -311,8 +300,6 @@ class GrpcClient(ModelClient):
             for item in response.model_version_status
         ]
 
-    # -- lifetime ---------------------------------------------------------------------
-
     def close(self) -> None:
         """Closes the channel."""
         self._channel.close()
@@ -320,10 +307,5 @@ class GrpcClient(ModelClient):
     def __enter__(self) -> GrpcClient:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -56,30 +56,15 @@ def as_array(value: Any) -> np.ndarray:
     """
     if isinstance(value, np.ndarray):
         return value.astype(object) if value.dtype.kind == "S" else value
-    if isinstance(value, (str, bytes)) or (
-        isinstance(value, (list, tuple)) and _has_strings(value)
-    ):
+    if any(isinstance(item, (str, bytes)) for item in _flatten(value)):
         return _object_fill(value, _nested_shape(value))
     return np.asarray(value)
-
-
-def _has_strings(value: Any) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(_has_strings(item) for item in value)
-    return isinstance(value, (str, bytes))
 
 
 def _nested_shape(value: Any) -> tuple[int, ...]:
     if isinstance(value, (list, tuple)):
         return (len(value), *(_nested_shape(value[0]) if value else ()))
     return ()
-
-
-def _float_value(value: np.floating) -> float:
-    """Returns a float whose shortest repr is the shortest repr of ``value``'s own type."""
-    if isinstance(value, (np.float32, np.float16)):
-        return float(str(value))  # str() of a numpy float is its shortest round-trip decimal
-    return float(value)
 
 
 def _encode_scalar(value: Any) -> Any:
@@ -91,10 +76,11 @@ def _encode_scalar(value: Any) -> Any:
         return bool(value)
     if isinstance(value, (int, np.integer)):
         return int(value)
-    if isinstance(value, np.floating):
-        return _float_value(value)
-    if isinstance(value, float):
-        return value
+    if isinstance(value, (np.float32, np.float16)):
+        # str() of a numpy float is the shortest decimal that round-trips in its own type.
+        return float(str(value))
+    if isinstance(value, (float, np.floating)):
+        return float(value)
     raise TypeError(f"cannot encode a {type(value).__name__} value as a JSON tensor element")
 
 
@@ -150,7 +136,7 @@ def _infer_dtype(flat: list[Any]) -> Any:
 
 
 def _flatten(value: Any) -> list[Any]:
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [leaf for item in value for leaf in _flatten(item)]
     return [value]
 

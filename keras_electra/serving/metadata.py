@@ -63,17 +63,11 @@ def signature_defs_to_dict(signature_defs: Mapping[str, Any]) -> dict[str, Signa
     for name, signature in sorted(signature_defs.items()):
         if name.startswith("__"):
             continue
-        result[name] = {
-            "method_name": signature.get("method_name", signature.get("methodName", "")),
-            "inputs": {
-                key: tensor_info_to_dict(info)
-                for key, info in sorted(signature.get("inputs", {}).items())
-            },
-            "outputs": {
-                key: tensor_info_to_dict(info)
-                for key, info in sorted(signature.get("outputs", {}).items())
-            },
-        }
+        method = signature.get("method_name", signature.get("methodName", ""))
+        result[name] = {"method_name": method}
+        for part in ("inputs", "outputs"):
+            tensors = sorted(signature.get(part, {}).items())
+            result[name][part] = {key: tensor_info_to_dict(info) for key, info in tensors}
     return result
 
 

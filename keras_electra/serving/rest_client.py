@@ -73,9 +73,6 @@ def predict_body(
             (``{"instances": [...]}``: one item per batch row, an object per row
             when there are several inputs, the bare value when there is one).
 
-    Returns:
-        The body as a JSON-ready dict.
-
     Raises:
         ServingError: For row format with inputs of different batch sizes.
 
@@ -83,9 +80,7 @@ def predict_body(
         >>> predict_body({"x": [1.0, 2.0]}, None, "row")
         {'instances': [1.0, 2.0]}
     """
-    body: dict[str, Any] = {}
-    if signature_name is not None:
-        body["signature_name"] = signature_name
+    body: dict[str, Any] = {} if signature_name is None else {"signature_name": signature_name}
     if format == "columnar":
         body["inputs"] = {name: encode_tensor(value) for name, value in inputs.items()}
         return body
@@ -131,9 +126,7 @@ def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | N
         >>> classify_body([{"text": "fine"}], "classify")
         {'signature_name': 'classify', 'examples': [{'text': 'fine'}]}
     """
-    body: dict[str, Any] = {}
-    if signature_name is not None:
-        body["signature_name"] = signature_name
+    body: dict[str, Any] = {} if signature_name is None else {"signature_name": signature_name}
     body["examples"] = [
         {name: _encode_feature(value) for name, value in example.items()} for example in examples
     ]
@@ -221,8 +214,6 @@ class RestClient(ModelClient):
         elif self.version_label is not None:
             url += f"/labels/{quote(self.version_label, safe='')}"
         return url
-
-    # -- plumbing -------------------------------------------------------------------
 
     def _request(self, url: str, body: Mapping[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
@@ -315,17 +306,13 @@ class RestClient(ModelClient):
             details=str(message),
         )
 
-    def _output_types(self, signature_name: str | None) -> dict[str, str] | None:
+    def _output_types(self, signature_name: str | None) -> dict[str, str]:
         if not self.typed_outputs:
-            return None
+            return {}
         if self._metadata is None:
             self._metadata = self.metadata()
-        signature = self._metadata["signatures"].get(signature_name or "serving_default")
-        if signature is None:
-            return None
-        return {name: spec["dtype"] for name, spec in signature["outputs"].items()}
-
-    # -- API ------------------------------------------------------------------------
+        signature = self._metadata["signatures"].get(signature_name or "serving_default", {})
+        return {name: spec["dtype"] for name, spec in signature.get("outputs", {}).items()}
 
     def predict(
         self,
@@ -360,26 +347,14 @@ class RestClient(ModelClient):
         key = "outputs" if format == "columnar" else "predictions"
         if key not in response:
             raise ServingError(f"TF Serving's predict response has no '{key}' key: {response}")
-        single_name = next(iter(types)) if types is not None and len(types) == 1 else None
-        if format == "columnar":
-            values = response[key]
-            named = isinstance(values, dict) and not _is_b64(values) and single_name is None
-            if not named:
-                values = {single_name or key: values}
-            return {
-                name: decode_tensor(value, (types or {}).get(name))
-                for name, value in values.items()
-            }
-        rows = response[key]
-        named = bool(rows) and isinstance(rows[0], dict) and not _is_b64(rows[0])
-        if not named or single_name is not None:
-            name = single_name or key
-            return {name: decode_tensor(rows, (types or {}).get(name))}
-        names = list(rows[0])
-        return {
-            name: decode_tensor([row[name] for row in rows], (types or {}).get(name))
-            for name in names
-        }
+        single_name = next(iter(types)) if len(types) == 1 else None
+        values = response[key]
+        first = values[0] if format == "row" and values else values  # a row tells the names
+        if not isinstance(first, dict) or _is_b64(first) or single_name is not None:
+            values = {single_name or key: values}
+        elif format == "row":
+            values = {name: [row[name] for row in values] for name in first}
+        return {name: decode_tensor(value, types.get(name)) for name, value in values.items()}
 
     def classify(
         self, examples: Sequence[Mapping[str, Any]], signature_name: str | None = "classify"

@@ -12,11 +12,11 @@ works either way, save normally and then rewrite the method name in
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
+from keras_electra.atomic import write_atomic
 from keras_electra.serving.errors import ServingError
 
 PREDICT_METHOD_NAME = "tensorflow/serving/predict"
@@ -65,8 +65,7 @@ def check_classify_signature(name: str, signature: meta_graph_pb2.SignatureDef) 
     if problems:
         raise ServingError(
             f"Signature '{name}' cannot serve TF Serving's Classify API: it needs "
-            + "; ".join(problems)
-            + "."
+            f"{'; '.join(problems)}."
         )
 
 
@@ -123,20 +122,8 @@ def set_signature_method_name(
         if method_name == CLASSIFY_METHOD_NAME:
             check_classify_signature(signature_name, signature)
         signature.method_name = method_name
-    _atomic_write(path, saved_model.SerializeToString())
+    write_atomic(path, saved_model.SerializeToString())
     _rewrite_fingerprint(os.fspath(export_dir))
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".saved_model.pb.")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def _rewrite_fingerprint(export_dir: str) -> None:

@@ -21,12 +21,6 @@ from keras_electra.serving.json_codec import as_array
 def dtype_name(dtype: int) -> str:
     """Returns the name of a TF ``DataType`` enum value, e.g. ``"DT_STRING"``.
 
-    Args:
-        dtype: A ``types_pb2.DataType`` value.
-
-    Returns:
-        The enum name.
-
     Examples:
         >>> dtype_name(types_pb2.DT_FLOAT)
         'DT_FLOAT'
@@ -51,9 +45,6 @@ def ndarray_to_tensor_proto(value: Any) -> tensor_pb2.TensorProto:
             strings are kept whole, trailing NULs included); numeric arrays keep
             their numpy dtype (float64 gives ``DT_DOUBLE``: pass float32 arrays for
             ``DT_FLOAT`` inputs).
-
-    Returns:
-        The tensor proto.
 
     Raises:
         TypeError: one sentence naming the value TF Serving has no tensor for.
@@ -113,16 +104,10 @@ def make_example(features: Mapping[str, Any]) -> example_pb2.Example:
             give a bytes list, ``int``/``bool`` an int64 list, ``float`` a
             float list.
 
-    Returns:
-        The example proto.
-
     Examples:
         >>> example = make_example({"text": "great movie", "stars": 5})
         >>> list(example.features.feature["text"].bytes_list.value)
         [b'great movie']
     """
-    return example_pb2.Example(
-        features=feature_pb2.Features(
-            feature={name: _feature(value) for name, value in features.items()}
-        )
-    )
+    feature = {name: _feature(value) for name, value in features.items()}
+    return example_pb2.Example(features=feature_pb2.Features(feature=feature))

@@ -34,9 +34,6 @@ def predict_log(
         signature_name: The signature the request targets.
         model_name: Optional model name (warmup does not check it).
 
-    Returns:
-        The record.
-
     Examples:
         >>> print(predict_log({"text": ["the cat"]}).predict_log.request.model_spec, end="")
         signature_name: "serving_default"
