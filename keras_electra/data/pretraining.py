@@ -203,28 +203,15 @@ def pack_examples(
     seed = tf.convert_to_tensor(seed, dtype=tf.int64)
     if seed.shape.rank == 0:
         seed = tf.stack([seed, tf.constant(0, tf.int64)])
-    example_seed = tf.random.experimental.stateless_fold_in(seed, tf.constant(1, tf.int64))
-    coin_seed = tf.random.experimental.stateless_fold_in(seed, tf.constant(2, tf.int64))
-    min_random_length = min(5, length)
-    unbounded = tf.constant(1 << 30)
-
-    def first_target_for(count: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-        """Example ``count``'s first-segment target (drawn when the example starts)."""
-        draw = tf.random.stateless_uniform(
-            [], seed=tf.random.experimental.stateless_fold_in(example_seed, 2 * count)
-        )
-        return tf.where(draw < single_segment_prob, unbounded, (target - 3) // 2)
+    fold_in, one = tf.random.experimental.stateless_fold_in, tf.constant(1, tf.int64)
+    example_seed, coin_seed = fold_in(seed, one), fold_in(seed, one + 1)
 
     def next_target_after(count: tf.Tensor) -> tf.Tensor:
         """The target length of the example after example ``count``."""
-        key = tf.random.experimental.stateless_fold_in(example_seed, 2 * count + 1)
+        key = fold_in(example_seed, 2 * count + 1)
         draw = tf.random.stateless_uniform([], seed=key)
         random_length = tf.random.stateless_uniform(
-            [],
-            seed=tf.random.experimental.stateless_fold_in(key, tf.constant(1, tf.int64)),
-            minval=min_random_length,
-            maxval=length + 1,
-            dtype=tf.int32,
+            [], seed=fold_in(key, one), minval=5, maxval=length + 1, dtype=tf.int32
         )
         return tf.where(draw < random_length_prob, random_length, length)
 
@@ -234,7 +221,6 @@ def pack_examples(
         sep = tf.constant([sep_id], tf.int32)
         ids = tf.concat([[cls_id], first, sep, second, sep[:has_second]], axis=0)
         segments = tf.cast(tf.range(tf.size(ids)) >= tf.size(first) + 2, tf.int32)
-
         padding = [[0, length - tf.size(ids)]]
 
         def pad(values, value=0):
@@ -251,9 +237,11 @@ def pack_examples(
     def new_example(target: tf.Tensor, count: tf.Tensor, line_no: tf.Tensor) -> tuple:
         """The state at example ``count``'s start: the first and second segments' tokens
         (cut to length - 2 and length - 3) and their lengths before cutting, the target
-        length and its first-segment target, the examples made and lines seen so far."""
+        length and its first-segment target (drawn here), the examples made and lines seen."""
+        draw = tf.random.stateless_uniform([], seed=fold_in(example_seed, 2 * count))
+        first_target = tf.where(draw < single_segment_prob, 1 << 30, (target - 3) // 2)
         empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
-        return (empty, empty, zero, zero, target, first_target_for(count, target), count, line_no)
+        return (empty, empty, zero, zero, target, first_target, count, line_no)
 
     zero = tf.constant(0, tf.int64)
     initial_state = new_example(tf.constant(length), zero, zero)
@@ -265,9 +253,7 @@ def pack_examples(
         num = tf.size(ids)
         pending = first_len + second_len
         append = ~blank & (num > 0)
-        coin = tf.random.stateless_uniform(
-            [], seed=tf.random.experimental.stateless_fold_in(coin_seed, line_no)
-        )
+        coin = tf.random.stateless_uniform([], seed=fold_in(coin_seed, line_no))
         to_first = (
             tf.equal(first_len, 0)
             | (first_len + num < first_target)
