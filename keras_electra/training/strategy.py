@@ -36,7 +36,11 @@ def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:
     if name == "tpu":
         raise ConfigError("--strategy tpu found no TPU; run on a TPU host or use --strategy auto.")
     if name == "multi_worker":  # before anything starts the runtime (listing devices)
-        if not _tf_config_has_workers():
+        try:
+            config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
+        except json.JSONDecodeError:
+            raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
+        if not (config.get("cluster", {}).get("worker") and "task" in config):
             raise ConfigError(
                 "--strategy multi_worker needs TF_CONFIG naming the cluster's workers and this "
                 "task; set it on every worker or use --strategy auto."
@@ -65,14 +69,6 @@ def _tpu_resolver():
     except (ValueError, RuntimeError, tf.errors.OpError):
         return None
     return resolver
-
-
-def _tf_config_has_workers() -> bool:
-    try:
-        config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
-    except json.JSONDecodeError:
-        raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
-    return bool(config.get("cluster", {}).get("worker")) and "task" in config
 
 
 # === Several workers ===
