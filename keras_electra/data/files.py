@@ -42,30 +42,36 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+def _listed(directory: str, extension: str, found: list[str]) -> list[str]:
+    """``found`` (the ``*{extension}`` files of ``directory``) sorted; raises if empty."""
+    if not found:
+        raise InputDataError(
+            f"Directory '{directory}' has no *{extension} files; "
+            f"put the data in *{extension} files or pass the files themselves."
+        )
+    return sorted(found)
+
+
+def _matched(pattern: str, found: list[str]) -> list[str]:
+    """``found`` (the files ``pattern`` matches) sorted; raises if empty."""
+    if not found:
+        raise InputDataError(
+            f"Pattern '{pattern}' matches no file; check the path and the wildcard."
+        )
+    return sorted(found)
+
+
 def _resolve_remote(item: str, extension: str, what: str) -> list[str]:
     """:func:`resolve_files` for one URL: a file, a directory or a glob pattern."""
-    import tensorflow as tf
+    from tensorflow.io import gfile
 
     if glob.has_magic(item):
-        found = sorted(p for p in tf.io.gfile.glob(item) if not tf.io.gfile.isdir(p))
-        if not found:
-            raise InputDataError(
-                f"Pattern '{item}' matches no file; check the path and the wildcard."
-            )
-        return found
-    if tf.io.gfile.isdir(item):
-        found = sorted(
-            item.rstrip("/") + "/" + name
-            for name in tf.io.gfile.listdir(item)
-            if name.endswith(extension)
-        )
-        if not found:
-            raise InputDataError(
-                f"Directory '{item}' has no *{extension} files; "
-                f"put the data in *{extension} files or pass the files themselves."
-            )
-        return found
-    if tf.io.gfile.exists(item):
+        return _matched(item, [p for p in gfile.glob(item) if not gfile.isdir(p)])
+    if gfile.isdir(item):
+        names = gfile.listdir(item)
+        found = [item.rstrip("/") + "/" + n for n in names if n.endswith(extension)]
+        return _listed(item, extension, found)
+    if gfile.exists(item):
         return [item]
     raise InputDataError(
         f"{what} '{item}' does not exist; pass paths to existing files or directories."
@@ -112,26 +118,12 @@ def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
         if is_remote(item):
             resolved.extend(_resolve_remote(item, extension, what))
         elif os.path.isdir(item):
-            found = sorted(
-                os.path.join(item, name)
-                for name in os.listdir(item)
-                if name.endswith(extension) and os.path.isfile(os.path.join(item, name))
-            )
-            if not found:
-                raise InputDataError(
-                    f"Directory '{item}' has no *{extension} files; "
-                    f"put the data in *{extension} files or pass the files themselves."
-                )
-            resolved.extend(found)
+            found = [os.path.join(item, n) for n in os.listdir(item) if n.endswith(extension)]
+            resolved.extend(_listed(item, extension, [p for p in found if os.path.isfile(p)]))
         elif os.path.isfile(item):
             resolved.append(item)
         elif glob.has_magic(item):
-            found = sorted(p for p in glob.glob(item) if os.path.isfile(p))
-            if not found:
-                raise InputDataError(
-                    f"Pattern '{item}' matches no file; check the path and the wildcard."
-                )
-            resolved.extend(found)
+            resolved.extend(_matched(item, [p for p in glob.glob(item) if os.path.isfile(p)]))
         else:
             raise InputDataError(
                 f"{what} '{item}' does not exist; pass paths to existing files or directories."

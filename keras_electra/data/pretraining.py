@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from keras_electra.config import FEATURES
 from keras_electra.data.files import (
-    MAX_LINE_CHARS,
+    MAX_LINE_CHARS,  # noqa: F401 (this module documents it)
     PathsLike,
     check_corpus_has_text,
     clean_lines,
@@ -30,8 +30,6 @@ from keras_electra.data.files import (
 )
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
-
-"""Lines are cut to this many characters before tokenization."""
 
 SINGLE_SEGMENT_PROB = 0.1
 """Chance that an example's first segment may take all its sentences (no second segment)."""
@@ -205,28 +203,15 @@ def pack_examples(
     seed = tf.convert_to_tensor(seed, dtype=tf.int64)
     if seed.shape.rank == 0:
         seed = tf.stack([seed, tf.constant(0, tf.int64)])
-    example_seed = tf.random.experimental.stateless_fold_in(seed, tf.constant(1, tf.int64))
-    coin_seed = tf.random.experimental.stateless_fold_in(seed, tf.constant(2, tf.int64))
-    min_random_length = min(5, length)
-    unbounded = tf.constant(1 << 30)
-
-    def first_target_for(count: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-        """Example ``count``'s first-segment target (drawn when the example starts)."""
-        draw = tf.random.stateless_uniform(
-            [], seed=tf.random.experimental.stateless_fold_in(example_seed, 2 * count)
-        )
-        return tf.where(draw < single_segment_prob, unbounded, (target - 3) // 2)
+    fold_in, one = tf.random.experimental.stateless_fold_in, tf.constant(1, tf.int64)
+    example_seed, coin_seed = fold_in(seed, one), fold_in(seed, one + 1)
 
     def next_target_after(count: tf.Tensor) -> tf.Tensor:
         """The target length of the example after example ``count``."""
-        key = tf.random.experimental.stateless_fold_in(example_seed, 2 * count + 1)
+        key = fold_in(example_seed, 2 * count + 1)
         draw = tf.random.stateless_uniform([], seed=key)
         random_length = tf.random.stateless_uniform(
-            [],
-            seed=tf.random.experimental.stateless_fold_in(key, tf.constant(1, tf.int64)),
-            minval=min_random_length,
-            maxval=length + 1,
-            dtype=tf.int32,
+            [], seed=fold_in(key, one), minval=5, maxval=length + 1, dtype=tf.int32
         )
         return tf.where(draw < random_length_prob, random_length, length)
 
@@ -235,32 +220,31 @@ def pack_examples(
         has_second = tf.cast(tf.size(second) > 0, tf.int32)
         sep = tf.constant([sep_id], tf.int32)
         ids = tf.concat([[cls_id], first, sep, second, sep[:has_second]], axis=0)
-        segments = tf.concat(
-            [
-                tf.zeros([tf.size(first) + 2], tf.int32),
-                tf.ones([tf.size(second) + has_second], tf.int32),
-            ],
-            axis=0,
-        )
+        segments = tf.cast(tf.range(tf.size(ids)) >= tf.size(first) + 2, tf.int32)
         padding = [[0, length - tf.size(ids)]]
+
+        def pad(values, value=0):
+            return tf.reshape(tf.pad(values, padding, constant_values=value), [length])
+
         return {
-            "token_ids": tf.reshape(tf.pad(ids, padding, constant_values=pad_id), [length]),
-            "padding_mask": tf.reshape(tf.pad(tf.ones_like(ids), padding), [length]),
-            "segment_ids": tf.reshape(tf.pad(segments, padding), [length]),
+            "token_ids": pad(ids, pad_id),
+            "padding_mask": pad(tf.ones_like(ids)),
+            "segment_ids": pad(segments),
         }
 
     empty_example = {name: tf.zeros([length], tf.int32) for name in FEATURES}
+
+    def new_example(target: tf.Tensor, count: tf.Tensor, line_no: tf.Tensor) -> tuple:
+        """The state at example ``count``'s start: the first and second segments' tokens
+        (cut to length - 2 and length - 3) and their lengths before cutting, the target
+        length and its first-segment target (drawn here), the examples made and lines seen."""
+        draw = tf.random.stateless_uniform([], seed=fold_in(example_seed, 2 * count))
+        first_target = tf.where(draw < single_segment_prob, 1 << 30, (target - 3) // 2)
+        empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
+        return (empty, empty, zero, zero, target, first_target, count, line_no)
+
     zero = tf.constant(0, tf.int64)
-    initial_state = (
-        tf.zeros([0], tf.int32),  # first-segment tokens, cut to length - 2
-        tf.zeros([0], tf.int32),  # second-segment tokens, cut to length - 3
-        tf.constant(0),  # first-segment length before cutting
-        tf.constant(0),  # second-segment length before cutting
-        tf.constant(length),  # target length of the current example
-        first_target_for(zero, tf.constant(length)),  # its first-segment target
-        zero,  # examples made so far
-        zero,  # lines seen so far
-    )
+    initial_state = new_example(tf.constant(length), zero, zero)
 
     def step(state, line):
         first, second, first_len, second_len, target, first_target, count, line_no = state
@@ -268,17 +252,15 @@ def pack_examples(
         ids = tf.cast(ids, tf.int32)
         num = tf.size(ids)
         pending = first_len + second_len
-        append = tf.logical_and(tf.logical_not(blank), num > 0)
-        coin = tf.random.stateless_uniform(
-            [], seed=tf.random.experimental.stateless_fold_in(coin_seed, line_no)
-        )
+        append = ~blank & (num > 0)
+        coin = tf.random.stateless_uniform([], seed=fold_in(coin_seed, line_no))
         to_first = (
             tf.equal(first_len, 0)
             | (first_len + num < first_target)
             | (tf.equal(second_len, 0) & (first_len < first_target) & (coin < 0.5))
         )
         add_first = tf.where(append & to_first, num, 0)
-        add_second = tf.where(append & tf.logical_not(to_first), num, 0)
+        add_second = tf.where(append & ~to_first, num, 0)
         first = tf.concat([first, ids[:add_first]], axis=0)[: length - 2]
         second = tf.concat([second, ids[:add_second]], axis=0)[: length - 3]
         first_len += add_first
@@ -287,17 +269,7 @@ def pack_examples(
         line_no += 1
 
         def emit():
-            next_target = next_target_after(count)
-            state = (
-                first[:0],
-                second[:0],
-                tf.constant(0),
-                tf.constant(0),
-                next_target,
-                first_target_for(count + 1, next_target),
-                count + 1,
-                line_no,
-            )
+            state = new_example(next_target_after(count), count + 1, line_no)
             return state, (True, make_example(first, second))
 
         def keep():
@@ -391,57 +363,34 @@ def text_passes(
     """
     paths = resolve_corpus_files(files)
     check_corpus_has_text(paths)
-    _check_gives_examples(paths, tokenizer, seed, max_seq_length, batch_size, repeat)
 
-    def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+    def read_pass(epoch: tf.Tensor, shuffle_files: bool = shuffle_files) -> tf.data.Dataset:
         return _epoch_examples(paths, tokenizer, epoch, seed, max_seq_length, shuffle_files)
 
-    return read_pass
-
-
-def _has_tokens(paths: list[str], tokenizer: ElectraTokenizer) -> bool:
-    """Whether some non-blank line tokenizes to at least one token (reads until one does)."""
-    batch: list[bytes] = []
-    for path in paths:
-        with open(path, "rb") as f:
-            for line in f:
-                if line.strip():
-                    batch.append(line[: 4 * MAX_LINE_CHARS])
-                if len(batch) == 64:
-                    if int(tf.reduce_max(tokenizer.tokenize(batch).row_lengths())) > 0:
-                        return True
-                    batch = []
-    return bool(batch) and int(tf.reduce_max(tokenizer.tokenize(batch).row_lengths())) > 0
-
-
-def _check_gives_examples(
-    paths: list[str],
-    tokenizer: ElectraTokenizer,
-    seed: int,
-    max_seq_length: int,
-    batch_size: int,
-    repeat: bool,
-) -> None:
-    """Raises if the corpus packs into no example (or too few for one batch, without repeat).
-
-    Without this check a repeated corpus of, say, only control characters would make
-    the pipeline loop forever looking for an example. Any line with a token makes an
-    example, so a repeated corpus needs only one; a single pass is probed for a batch.
-    """
+    # Without these checks a repeated corpus of, say, only control characters would make
+    # the pipeline loop forever looking for an example. Any line with a token makes an
+    # example, so a repeated corpus needs only one; a single pass is probed for a batch.
     if not _has_tokens(paths, tokenizer):
         raise InputDataError(
             f"The corpus ({paths[0]}{' ...' if len(paths) > 1 else ''}) gives no tokens; "
             "pass UTF-8 text whose words the vocabulary can tokenize."
         )
-    if repeat:
-        return
-    probe = _epoch_examples(paths, tokenizer, 0, seed, max_seq_length, False).take(batch_size)
-    found = int(probe.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
-    if found < batch_size:
-        raise InputDataError(
-            f"The corpus gives only {found} examples, fewer than batch_size={batch_size}; "
-            "use a smaller batch_size, more text, or repeat=True."
-        )
+    if not repeat:
+        probe = read_pass(0, shuffle_files=False).take(batch_size)
+        found = int(probe.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+        if found < batch_size:
+            raise InputDataError(
+                f"The corpus gives only {found} examples, fewer than batch_size={batch_size}; "
+                "use a smaller batch_size, more text, or repeat=True."
+            )
+    return read_pass
+
+
+def _has_tokens(paths: list[str], tokenizer: ElectraTokenizer) -> bool:
+    """Whether some line tokenizes, as the pipeline reads it, to at least one token (reads
+    until one does)."""
+    tokenized = tokenize_lines(line_dataset(paths), tokenizer)
+    return any(True for _ in tokenized.filter(lambda ids, blank: tf.size(ids) > 0).take(1))
 
 
 def corpus_stats(
@@ -476,17 +425,10 @@ def corpus_stats(
     specials = tf.constant([tokenizer.cls_id, tokenizer.sep_id], tf.int32)
 
     def add(totals, example):
-        ids, mask = example["token_ids"], example["padding_mask"]
-        real = tf.cast(mask, tf.bool)
-        is_special = tf.reduce_any(tf.equal(ids[:, None], specials[None, :]), axis=1) & real
-        return totals + tf.stack(
-            [
-                tf.constant(1, tf.int64),
-                tf.reduce_sum(tf.cast(real, tf.int64)),
-                tf.reduce_sum(tf.cast(tf.equal(ids, tokenizer.unk_id) & real, tf.int64)),
-                tf.reduce_sum(tf.cast(is_special, tf.int64)),
-            ]
-        )
+        ids, real = example["token_ids"], tf.cast(example["padding_mask"], tf.bool)
+        special = tf.reduce_any(tf.equal(ids[:, None], specials[None, :]), axis=1)
+        counted = (real, tf.equal(ids, tokenizer.unk_id) & real, special & real)
+        return totals + tf.stack([tf.constant(1, tf.int64), *map(tf.math.count_nonzero, counted)])
 
     n, tokens, unk, special = examples.reduce(tf.zeros([4], tf.int64), add).numpy().tolist()
     pieces = max(tokens - special, 1)

@@ -17,10 +17,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_electra.data.files import PathsLike, _as_list, is_remote, resolve_files
+from keras_electra.atomic import write_json
+from keras_electra.data.files import PathsLike, _as_list, resolve_files
 from keras_electra.data.pretraining import check_shapes, file_order, pretraining_examples
 from keras_electra.data.tokenizer import ElectraTokenizer
-from keras_electra.errors import InputDataError
+from keras_electra.errors import ConfigError, InputDataError
 
 TFRECORD_SUFFIX = ".tfrecord"
 SHARD_PREFIX = "pretraining"
@@ -104,8 +105,6 @@ def write_pretraining_tfrecords(
     """
     from tqdm import tqdm
 
-    from keras_electra.errors import ConfigError
-
     check_shapes(None, max_seq_length)
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ConfigError(f"num_shards={num_shards!r} is invalid; use a positive integer.")
@@ -117,8 +116,7 @@ def write_pretraining_tfrecords(
     writers = [tf.io.TFRecordWriter(path) for path in temp_paths]
     count = 0
     try:
-        bar = tqdm(unit=" examples", desc="Writing TFRecords", disable=not progress)
-        with bar:
+        with tqdm(unit=" examples", desc="Writing TFRecords", disable=not progress) as bar:
             for example in examples.as_numpy_iterator():
                 writers[count % num_shards].write(_serialize(example))
                 count += 1
@@ -145,9 +143,7 @@ def write_pretraining_tfrecords(
         "num_shards": num_shards,
         "shards": [os.path.basename(p) for p in paths],
     }
-    with open(os.path.join(output_dir, METADATA_FILE), "w", encoding="utf-8") as f:
-        json.dump(metadata, f, indent=2)
-        f.write("\n")
+    write_json(os.path.join(output_dir, METADATA_FILE), metadata)
     return paths
 
 
@@ -173,8 +169,8 @@ check the path and the wildcard.
     return resolve_files(paths, TFRECORD_SUFFIX, "TFRecord file")
 
 
-def _first_record_length(files: Sequence[str]) -> tuple[str, int] | None:
-    """The file and token-id length of the first record, or None if all are empty."""
+def _first_record_length(files: Sequence[str]) -> tuple[str, int]:
+    """The file and token-id length of the first record; raises if the files hold none."""
     for path in files:
         try:
             for record in tf.data.TFRecordDataset(path).take(1).as_numpy_iterator():
@@ -192,7 +188,10 @@ def _first_record_length(files: Sequence[str]) -> tuple[str, int] | None:
                 f"'{path}' is not a readable TFRecord file ({e.message.splitlines()[0]}); "
                 "pass files written by write_pretraining_tfrecords (keras-electra prepare)."
             ) from None
-    return None
+    raise InputDataError(
+        f"The TFRecord files ({files[0]}{' ...' if len(files) > 1 else ''}) hold no "
+        "examples; write them again from a corpus with text."
+    )
 
 
 def unreadable_tfrecord(paths: PathsLike) -> tuple[str, str] | None:
@@ -240,13 +239,7 @@ def record_passes(
     files = resolve_tfrecord_files(paths)
     if tokenizer is not None:
         _check_vocab_size(files, tokenizer)
-    first = _first_record_length(files)
-    if first is None:
-        raise InputDataError(
-            f"The TFRecord files ({files[0]}{' ...' if len(files) > 1 else ''}) hold no "
-            "examples; write them again from a corpus with text."
-        )
-    path, length = first
+    path, length = _first_record_length(files)
     if length != max_seq_length:
         raise InputDataError(
             f"TFRecord file '{path}' holds examples of length {length}, not "
@@ -311,16 +304,12 @@ def is_tfrecord_input(paths: PathsLike) -> bool:
         >>> is_tfrecord_input(["corpus.txt"])
         False
     """
-    kinds = set()
-    for path in _as_list(paths):
-        if is_remote(path) and tf.io.gfile.isdir(path):
-            names = tf.io.gfile.listdir(path)
-            kinds.add(any(name.endswith(TFRECORD_SUFFIX) for name in names))
-        elif os.path.isdir(path):
-            names = os.listdir(path)
-            kinds.add(any(name.endswith(TFRECORD_SUFFIX) for name in names))
-        else:
-            kinds.add(path.endswith(TFRECORD_SUFFIX))
+    kinds = {  # tf.io.gfile reads local directories and URLs such as gs:// alike
+        any(name.endswith(TFRECORD_SUFFIX) for name in tf.io.gfile.listdir(path))
+        if tf.io.gfile.isdir(path)
+        else path.endswith(TFRECORD_SUFFIX)
+        for path in _as_list(paths)
+    }
     if len(kinds) > 1:
         raise InputDataError(
             "The data paths mix TFRecord and text files; pass only one kind of data."

@@ -49,10 +49,9 @@ class ElectraTokenizer(tf.Module):
         super().__init__(name="electra_tokenizer")
         tokens = [str(t) for t in vocab]
         validate_vocab(tokens)
-        ids = {token: i for i, token in enumerate(tokens)}
         # Plain Python values are kept out of tf.Module's attribute tracking.
         self._config = {"vocab": tuple(tokens), "lowercase": bool(lowercase)}
-        self._special_ids = {token: ids[token] for token in SPECIAL_TOKENS}
+        self._special_ids = {token: tokens.index(token) for token in SPECIAL_TOKENS}
         try:
             self._fast_bert = tf_text.FastBertTokenizer(
                 vocab=tokens,

@@ -96,12 +96,8 @@ def load_vocab(path: str) -> list[str]:
         raise InputDataError(
             f"Vocabulary file '{path}' is not valid UTF-8 (byte {e.start}); save it as UTF-8 text."
         ) from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    tokens = [line.rstrip("\r") for line in lines]
-    # BERT vocab readers strip surrounding whitespace from each token.
-    tokens = [token.strip() for token in tokens]
+    # One token per line, stripped of surrounding whitespace (as BERT's vocab readers do).
+    tokens = [line.strip() for line in text.removesuffix("\n").split("\n")] if text else []
     validate_vocab(tokens, f"Vocabulary '{path}'")
     return tokens
 
@@ -122,9 +118,7 @@ def save_vocab(tokens: Sequence[str], path: str) -> None:
     """
     validate_vocab(tokens)
     path = os.fspath(path)
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("".join(f"{token}\n" for token in tokens))
 

@@ -172,8 +172,8 @@ class RunCheckpoints:
                 f"Checkpoint '{path}' cannot be read ({storage_reason(e)}); restore its files, "
                 "or edit the 'checkpoint' file beside it to name an earlier one."
             ) from None
-        expected = set(self.model_variables.by_path)
-        stored = len({k for k in keys if k.startswith("model/")})
+        expected = len(self.model_variables.by_path)
+        stored = sum(k.startswith("model/") for k in keys)
         checkpoint = self.checkpoint
         if "random" in self._tracked and not any(k.startswith("random/") for k in keys):
             # Written before checkpoints held the dropout generators: restore the rest.
@@ -183,9 +183,9 @@ class RunCheckpoints:
         try:
             status = checkpoint.restore(path).expect_partial()
             status.assert_existing_objects_matched()
-            if stored != len(expected):
+            if stored != expected:
                 raise ValueError(
-                    f"the checkpoint holds {stored} model variables, the model has {len(expected)}"
+                    f"the checkpoint holds {stored} model variables, the model has {expected}"
                 )
         except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
             detail = str(e).splitlines()[0][:300]
@@ -242,12 +242,9 @@ class RunCheckpoints:
 
     def size_bytes(self) -> int:
         """Bytes of variable data in one checkpoint (the files add a little more)."""
-        total = 0
-        for variable in tf.nest.flatten(
-            [getattr(v, "by_path", getattr(v, "by_order", {})) for v in self._tracked.values()]
-        ):
-            total += int(np.prod(variable.shape)) * variable.dtype.size
-        return total
+        modules = self._tracked.values()
+        tracked = [getattr(m, "by_path", getattr(m, "by_order", {})) for m in modules]
+        return sum(int(np.prod(v.shape)) * v.dtype.size for v in tf.nest.flatten(tracked))
 
     def _failure(self, step: int, previous: str | None, error: BaseException) -> str:
         needed = self.size_bytes()

@@ -94,11 +94,11 @@ class AdamW(keras.optimizers.AdamW):
         variables, so decaying each just before its Adam step is Keras' update."""
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        dtypes = sorted({tf.as_dtype(v.dtype).name for v in trainable_variables})
-        shared = {"learning_rate": learning_rate}
-        for name in dtypes:
-            shared[name] = self._adam_scalars(tf.as_dtype(name), learning_rate)
         # Handed to each variable's update_step where Keras hands the learning rate.
+        shared = {
+            name: self._adam_scalars(tf.as_dtype(name), learning_rate)
+            for name in sorted({tf.as_dtype(v.dtype).name for v in trainable_variables})
+        }
         super()._backend_update_step(grads, trainable_variables, shared)
 
     def _adam_scalars(self, dtype: tf.DType, learning_rate) -> dict:
@@ -120,21 +120,15 @@ class AdamW(keras.optimizers.AdamW):
         if self.weight_decay is None or not self._use_weight_decay(variable):
             return None
         dtype, factor = tf.as_dtype(variable.dtype), self._rate_factor(variable)
-        key = ("decay", dtype.name, factor)
-        if cache is None or key not in cache:
+        key, cache = ("decay", dtype.name, factor), {} if cache is None else cache
+        if key not in cache:
             rate = scalars["lr"] * tf.cast(self.weight_decay, dtype)
-            rate = rate * tf.cast(factor, dtype) if factor != 1.0 else rate
-            if cache is None:
-                return rate
-            cache[key] = rate
+            cache[key] = rate * tf.cast(factor, dtype) if factor != 1.0 else rate
         return cache[key]
 
     def update_step(self, gradient, variable, learning_rate):
         shared = learning_rate if isinstance(learning_rate, dict) else None
-        if shared is not None:
-            learning_rate = shared["learning_rate"]
-        dtype = tf.as_dtype(variable.dtype)
-        factor = self._rate_factor(variable)
+        dtype, factor = tf.as_dtype(variable.dtype), self._rate_factor(variable)
         if shared is None:  # called on its own, not from apply()
             scalars = self._adam_scalars(dtype, learning_rate)
         else:

@@ -34,39 +34,35 @@ class PerStepCallbacks(keras.callbacks.Callback):
         self.callbacks = list(callbacks)
         self._next_step = 0
 
+    def _each(self, hook: str, *args) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(*args)
+
     def set_model(self, model):
         super().set_model(model)
-        for callback in self.callbacks:
-            callback.set_model(model)
+        self._each("set_model", model)
 
     def set_params(self, params):
         super().set_params(params)
-        for callback in self.callbacks:
-            callback.set_params(params)
+        self._each("set_params", params)
 
     def on_train_begin(self, logs=None):
-        for callback in self.callbacks:
-            callback.on_train_begin(logs)
+        self._each("on_train_begin", logs)
 
     def on_train_end(self, logs=None):
-        for callback in self.callbacks:
-            callback.on_train_end(logs)
+        self._each("on_train_end", logs)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._next_step = 0
-        for callback in self.callbacks:
-            callback.on_epoch_begin(epoch, logs)
+        self._each("on_epoch_begin", epoch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        for callback in self.callbacks:
-            callback.on_epoch_end(epoch, logs)
+        self._each("on_epoch_end", epoch, logs)
 
     def on_train_batch_begin(self, batch, logs=None):
-        for callback in self.callbacks:
-            callback.on_train_batch_begin(batch, logs)
+        self._each("on_train_batch_begin", batch, logs)
 
     def on_train_batch_end(self, batch, logs=None):
         for step in range(self._next_step, batch + 1):
-            for callback in self.callbacks:
-                callback.on_train_batch_end(step, logs)
+            self._each("on_train_batch_end", step, logs)
         self._next_step = batch + 1

@@ -147,7 +147,7 @@ class ClusterStopOnSignal(StopOnSignal):
             termination_watcher_fn=lambda: stop.requested,
             exit_fn=self._stop_here,
             grace_period=0,
-            save_fn=_nothing,
+            save_fn=lambda *args, **kwargs: None,
         )
         self.handler = tf.distribute.experimental.PreemptionCheckpointHandler(
             strategy.cluster_resolver, manager, termination_config=config
@@ -172,7 +172,3 @@ class ClusterStopOnSignal(StopOnSignal):
         if handler is not None:
             handler.__del__()  # what stops its threads; the handler has no public close
         shutil.rmtree(self._scratch, ignore_errors=True)
-
-
-def _nothing(*args, **kwargs) -> None:
-    return None

@@ -109,10 +109,8 @@ def accumulate_gradients(
     _, sums, losses = tf.while_loop(
         lambda step, *_: step < steps, body, (tf.constant(1), sums, first_losses)
     )
-    summed: list = [None] * len(gradients)
-    for i, s in zip(present, sums, strict=True):
-        summed[i] = s
-    return summed, losses, lambda: None
+    summed = dict(zip(present, sums, strict=True))
+    return [summed.get(i) for i in range(len(gradients))], losses, lambda: None
 
 
 def clip_summed_gradient(
@@ -162,14 +160,11 @@ def clip_summed_gradient(
     norm = norms["grad_norm"] * loss_scale
     factor = limit / tf.maximum(norm, limit)
     factor = tf.where(tf.math.is_finite(norm), factor, float("nan")) / replicas
+    takes_scale = getattr(inner, "takes_gradient_scale", False)
     shares = list(gradients)
-    if getattr(inner, "takes_gradient_scale", False):
-        for i, g in zip(present, total, strict=True):
-            shares[i] = g
-        return shares, norms, factor
     for i, g in zip(present, total, strict=True):
-        shares[i] = g * tf.cast(factor, g.dtype)
-    return shares, norms, None
+        shares[i] = g if takes_scale else g * tf.cast(factor, g.dtype)
+    return shares, norms, factor if takes_scale else None
 
 
 @contextmanager
@@ -205,13 +200,11 @@ def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
         return
 
     def cross_replica(distribution, condition):
-        first = distribution.experimental_local_results(condition)[0]
-
-        def apply_everywhere():
-            distribution.extended.call_for_each_replica(apply)
-            return tf.constant(True)
-
-        tf.cond(first, apply_everywhere, lambda: tf.constant(False))
+        tf.cond(
+            distribution.experimental_local_results(condition)[0],
+            lambda: (distribution.extended.call_for_each_replica(apply), tf.constant(True))[1],
+            lambda: tf.constant(False),
+        )
 
     tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition,))
 
@@ -287,9 +280,7 @@ def one_graph_train_function(model) -> Callable | None:
     trim = trim_before_reading(strategy)
 
     def read(iterator):
-        if trim is None:
-            return iterator.get_next()
-        with tf.control_dependencies([trim.op()]):
+        with tf.control_dependencies([] if trim is None else [trim.op()]):
             return iterator.get_next()
 
     on_iterator = tf.function(lambda iterator: step(read(iterator)), reduce_retracing=True)

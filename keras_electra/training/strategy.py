@@ -30,29 +30,34 @@ def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:
     """
     if name not in STRATEGIES:
         raise ConfigError(f"Unknown strategy '{name}'; choose one of: {', '.join(STRATEGIES)}.")
-    if name == "auto":
-        return _auto_strategy()
-    if name == "tpu":
-        resolver = _tpu_resolver()
-        if resolver is None:
-            raise ConfigError(
-                "--strategy tpu found no TPU; run on a TPU host or use --strategy auto."
-            )
-        return _tpu_strategy(resolver)
-    if name == "mirrored":
-        return _mirrored_strategy()
-    if name == "multi_worker":
-        return _multi_worker_strategy()
-    return tf.distribute.OneDeviceStrategy(_first_device())
-
-
-def _auto_strategy() -> tf.distribute.Strategy:
-    resolver = _tpu_resolver()
+    resolver = _tpu_resolver() if name in ("auto", "tpu") else None
     if resolver is not None:
-        return _tpu_strategy(resolver)
-    if len(tf.config.list_logical_devices("GPU")) > 1:
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
+        return tf.distribute.TPUStrategy(resolver)
+    if name == "tpu":
+        raise ConfigError("--strategy tpu found no TPU; run on a TPU host or use --strategy auto.")
+    if name == "multi_worker":  # before anything starts the runtime (listing devices)
+        try:
+            config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
+        except json.JSONDecodeError:
+            raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
+        if not (config.get("cluster", {}).get("worker") and "task" in config):
+            raise ConfigError(
+                "--strategy multi_worker needs TF_CONFIG naming the cluster's workers and this "
+                "task; set it on every worker or use --strategy auto."
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "auto":
+        return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+    if name == "mirrored":
+        devices = gpus or tf.config.list_logical_devices("CPU")  # logical CPUs: for testing
+        if len(devices) < 2:
+            raise ConfigError(
+                "--strategy mirrored needs at least two GPUs (found "
+                f"{len(gpus)}); use --strategy auto or one_device."
+            )
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
+    return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
 
 
 def _tpu_resolver():
@@ -64,45 +69,6 @@ def _tpu_resolver():
     except (ValueError, RuntimeError, tf.errors.OpError):
         return None
     return resolver
-
-
-def _tpu_strategy(resolver) -> tf.distribute.Strategy:
-    return tf.distribute.TPUStrategy(resolver)
-
-
-def _mirrored_strategy() -> tf.distribute.Strategy:
-    """All local GPUs, or (for testing) several logical CPU devices."""
-    gpus = tf.config.list_logical_devices("GPU")
-    cpus = tf.config.list_logical_devices("CPU")
-    devices = gpus if gpus else cpus
-    if len(devices) < 2:
-        raise ConfigError(
-            "--strategy mirrored needs at least two GPUs (found "
-            f"{len(gpus)}); use --strategy auto or one_device."
-        )
-    return tf.distribute.MirroredStrategy([d.name for d in devices])
-
-
-def _multi_worker_strategy() -> tf.distribute.Strategy:
-    if not _tf_config_has_workers():
-        raise ConfigError(
-            "--strategy multi_worker needs TF_CONFIG naming the cluster's workers and this "
-            "task; set it on every worker or use --strategy auto."
-        )
-    return tf.distribute.MultiWorkerMirroredStrategy()
-
-
-def _tf_config_has_workers() -> bool:
-    try:
-        config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
-    except json.JSONDecodeError:
-        raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
-    return bool(config.get("cluster", {}).get("worker")) and "task" in config
-
-
-def _first_device() -> str:
-    gpus = tf.config.list_logical_devices("GPU")
-    return gpus[0].name if gpus else "/cpu:0"
 
 
 # === Several workers ===
