@@ -99,10 +99,7 @@ class PretrainSettings:
     """The options of a pretraining run (see the module docstring)."""
 
     corpus: list[str] = option(
-        [],
-        "text files, directories of *.txt, or TFRecord files",
-        metavar="PATH",
-        required=True,
+        [], "text files, directories of *.txt, or TFRecord files", metavar="PATH", required=True
     )
     preset: str | None = option(
         None,

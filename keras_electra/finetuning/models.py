@@ -221,10 +221,7 @@ class ElectraSpanExtractor(_HeadModel):
         sequence = self.backbone(inputs, training=training)
         logits = self._project(sequence, training)
         padding = (1.0 - ops.cast(inputs["padding_mask"], "float32")) * -10000.0
-        outputs = {
-            "start_logits": logits[..., 0] + padding,
-            "end_logits": logits[..., 1] + padding,
-        }
+        outputs = {"start_logits": logits[..., 0] + padding, "end_logits": logits[..., 1] + padding}
         if self.answerable_head is not None:
             cls = self.head_dropout(sequence[:, 0, :], training=training)
             outputs["answerable"] = ops.cast(self.answerable_head(cls), "float32")[:, 0]

@@ -129,10 +129,7 @@ def finetune(
     hyper = options.hyperparameters()
     seed, dropout = options.seed, options.dropout
     settings = FinetuneSettings.from_options(
-        task,
-        options,
-        training={**hyper, "preset": preset, "seed": seed},
-        source=named,
+        task, options, training={**hyper, "preset": preset, "seed": seed}, source=named
     )
     handler = get_task(task)
 
