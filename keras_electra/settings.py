@@ -75,17 +75,8 @@ def option(
         record: written to ``run.json``.
         cli: has a flag (False: Python callers only, or filled in by the run).
     """
-    metadata = dict(
-        help=help,
-        choices=choices,
-        metavar=metavar,
-        negated=negated,
-        flag=flag,
-        required=required,
-        fixed=fixed,
-        record=record,
-        cli=cli,
-    )
+    metadata = dict(help=help, choices=choices, metavar=metavar, negated=negated, flag=flag)
+    metadata.update(required=required, fixed=fixed, record=record, cli=cli)
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -211,11 +202,9 @@ class PretrainSettings:
     config_overrides: dict = option(
         {}, "ElectraConfig fields to change from the preset", cli=False, record=False
     )
-    # Filled in by the run: a checksum of the vocabulary (a run refuses to resume on a
-    # changed one).
+    # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed
+    # one), and the training kernels' backend and why (keras_electra.layers.backend).
     vocab_sha256: str = option("", "the vocabulary's checksum", cli=False)
-    # Filled in by the run: the training kernels' backend and why
-    # (keras_electra.layers.backend; KERAS_ELECTRA_KERNELS chooses it).
     kernels: str = option("", "the training kernels (KERAS_ELECTRA_KERNELS)", cli=False)
 
     # --- derived views ---
@@ -443,12 +432,8 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
 
 def _value_type(annotation) -> type:
     """``int`` for ``int | None`` (as a string or a type), and so on; else ``str``."""
-    text = annotation if isinstance(annotation, str) else str(annotation)
-    text = getattr(annotation, "__name__", text) if isinstance(annotation, type) else text
-    for name, kind in (("int", int), ("float", float)):
-        if text.startswith(name):
-            return kind
-    return str
+    text = getattr(annotation, "__name__", str(annotation))
+    return {"int": int, "float": float}.get(text.split(" ")[0], str)
 
 
 def from_arguments(args: argparse.Namespace, settings: type = PretrainSettings, **extra):
