@@ -126,17 +126,11 @@ class ElectraConfig:
     embedding_sharing: str = "all"
 
     def __post_init__(self) -> None:
-        positive = (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "embedding_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        )
-        for name in positive:
+        # The sizes: every int field but the special-token ids.
+        sizes = [
+            f.name for f in dataclasses.fields(self) if f.type == "int" and "_id" not in f.name
+        ]
+        for name in sizes:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(
@@ -210,15 +204,11 @@ class ElectraConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def replace(self, **changes: Any) -> ElectraConfig:
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ConfigError(f"Unknown ElectraConfig field(s): {', '.join(sorted(unknown))}.")
-        return dataclasses.replace(self, **changes)
+        return self.from_dict({**self.to_dict(), **changes})
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ElectraConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(values) - names
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ConfigError(f"Unknown ElectraConfig field(s): {', '.join(sorted(unknown))}.")
         return cls(**values)

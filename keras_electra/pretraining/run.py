@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,9 +161,7 @@ def pretrain(
         )
     corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
     settings = dataclasses.replace(settings or PretrainSettings(), corpus=corpus, **options)
-    if not stop_on_signals:
-        return _pretrain(StopRequest(), Path(output_dir), settings)
-    with StopRequest() as stop:
+    with StopRequest() if stop_on_signals else nullcontext(StopRequest()) as stop:
         return _pretrain(stop, Path(output_dir), settings)
 
 
@@ -172,7 +170,8 @@ def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> 
     run = RunDirectory(run_dir)
     # --init hf:ORG/NAME: fetched and converted once, then read as a directory.
     requested = dataclasses.replace(requested, init=local_init(requested.init))
-    settings = requested.resolved(_init_preset(requested.init))
+    init_preset = requested.init and RunDirectory(requested.init).settings().get("preset")
+    settings = requested.resolved(init_preset)
     distribution = _distribution(settings, stop)
     chief = is_chief(distribution)
     config, tokens = _prepare_run_directory(run, settings, chief)
@@ -180,18 +179,7 @@ def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> 
     model, checkpoints, start = _build(run, settings, config, tokens, distribution, chief)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
-        return _train(
-            stop,
-            run_dir,
-            settings,
-            model,
-            tokenizer,
-            checkpoints,
-            start,
-            distribution,
-            health=settings.health,
-            progress=settings.progress,
-        )
+        return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
     except tf.errors.DataLossError as e:
         raise _data_loss(settings, e) from None
 
@@ -201,8 +189,7 @@ def _distribution(settings: PretrainSettings, stop: StopRequest) -> tf.distribut
     distribution = resolve_strategy(settings.strategy)
     if is_multi_worker(distribution):
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
-    _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
-    _check_speed_options(settings, distribution.num_replicas_in_sync)
+    _check_batches(settings, distribution.num_replicas_in_sync)
     return distribution
 
 
@@ -228,20 +215,17 @@ def _prepare_run_directory(
     if sharing is not None:  # checked before anything is written
         objectives.get(settings.objective).check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
+    stored = None  # the run directory's config, when it is resumed
     if resuming:
-        config, tokens = read_run(run, settings)
-        if sharing is not None and sharing != config.embedding_sharing:
+        stored, tokens = read_run(run, settings)
+        if sharing is not None and sharing != stored.embedding_sharing:
             raise ConfigError(
                 f"Run directory '{run.path}' was started with embedding_sharing="
-                f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
+                f"{stored.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
                 "choose a new --output."
             )
         _check_same_vocab(run, tokens, settings.vocab)
-        stored = config
-        config = _sampling_and_size(config, settings, f"Run directory '{run.path}'")
-        if chief and config != stored:  # a new --temperature: the run goes on with it
-            with _writing(run.path):
-                run.write_model_files(config, tokens)
+        config = _sampling_and_size(stored, settings, f"Run directory '{run.path}'")
     else:
         if settings.init is not None:
             config, tokens = _init_source(settings.init, settings, sharing)
@@ -250,17 +234,17 @@ def _prepare_run_directory(
         else:
             tokens = _vocabulary(settings)
             config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
-        if chief:
-            with _writing(run.path):
-                run.write_model_files(config, tokens)
+    if chief and config != stored:  # a new run, or a new --temperature the run goes on with
+        with _writing(run.path):
+            run.write_model_files(config, tokens)
     settings.embedding_sharing = config.embedding_sharing
     settings.temperature = config.temperature
     settings.generator_size = config.generator_hidden_size
     settings.vocab_sha256 = vocab_checksum(tokens)
     settings.kernels = f"{kernels.backend}: {kernels.reason}"
-    if chief and settings.progress:
-        print(kernels.describe(), flush=True)
     if chief:
+        if settings.progress:
+            print(kernels.describe(), flush=True)
         with _writing(run.path):
             run.write_settings(settings.record())
     return config, tokens
@@ -275,9 +259,9 @@ def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source
             f"{source} has a generator of size {config.generator_hidden_size:g}, not "
             f"--generator-size {size:g}; leave the flag out or start a new --output."
         )
-    if settings.temperature is None:
-        return config
-    return config.replace(temperature=settings.temperature)
+    return (
+        config if settings.temperature is None else config.replace(temperature=settings.temperature)
+    )
 
 
 def _build(
@@ -321,9 +305,6 @@ def _train(
     checkpoints: RunCheckpoints,
     start: int,
     distribution: tf.distribute.Strategy,
-    *,
-    health: bool,
-    progress: bool,
 ) -> RunResult:
     """Train from step ``start`` to ``settings.steps`` in logging windows, as resumable fits."""
     chief = is_chief(distribution)
@@ -340,21 +321,19 @@ def _train(
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = dataset.with_options(options)
 
-    probe = _health_probe(model, tokenizer, settings) if health and chief else None
+    probe = _health_probe(model, tokenizer, settings) if settings.health and chief else None
     logger = MetricsLogger(
         RunDirectory(run_dir).metrics_file if chief else None,
         RunDirectory(run_dir).logs_dir if chief else None,
         tokens_per_step=settings.batch_size * settings.max_seq_length,
         total_steps=settings.steps,
         initial_step=start,
-        progress=progress and chief,
+        progress=settings.progress and chief,
         measure=probe.measure if probe is not None else None,
         warnings=collapse_warnings,
     )
-    if is_multi_worker(distribution):
-        stopper = ClusterStopOnSignal(stop, distribution)
-    else:
-        stopper = StopOnSignal(stop)
+    multi_worker = is_multi_worker(distribution)
+    stopper = ClusterStopOnSignal(stop, distribution) if multi_worker else StopOnSignal(stop)
     saver = CheckpointEvery(
         checkpoints,
         settings.checkpoint_every,
@@ -404,10 +383,7 @@ def _train(
 
 def _check_same_vocab(run: RunDirectory, tokens: list[str], vocab: str | None) -> None:
     """A resumed run keeps its vocabulary: a ``--vocab`` that differs from it is refused."""
-    if not vocab:
-        return
-    given = load_vocab(vocab)
-    if given != tokens:
+    if vocab and load_vocab(vocab) != tokens:
         raise ConfigError(
             f"--vocab '{vocab}' differs from the vocabulary run '{run.path}' started with "
             f"({run.vocab_file}, {len(tokens)} tokens); the checkpoints only fit that one, "
@@ -419,20 +395,15 @@ def _diverged(
     settings: PretrainSettings, step: int, checkpoints: RunCheckpoints
 ) -> TrainingDiverged:
     """The one-sentence error of a non-finite step under ``on_nan="stop"``."""
-    latest = checkpoints.latest
-    kept = (
-        f"the last checkpoint (step {latest.rsplit('-', 1)[-1]}) is untouched"
-        if latest
-        else "no checkpoint was written"
-    )
+    latest, kept = checkpoints.latest, "no checkpoint was written"
+    if latest:
+        kept = f"the last checkpoint (step {latest.rsplit('-', 1)[-1]}) is untouched"
     steps = f"step {step}"
     if settings.steps_per_execution > 1:
         steps = f"one of steps {step}-{step + settings.steps_per_execution - 1}"
-    precision = (
-        ""
-        if settings.precision == "float32"
-        else f" or --precision float32 (now {settings.precision})"
-    )
+    precision = ""
+    if settings.precision != "float32":
+        precision = f" or --precision float32 (now {settings.precision})"
     return TrainingDiverged(
         f"Training diverged at {steps}: the loss or gradient norm was NaN or infinite, so "
         f"the update was not applied and {kept}; lower --learning-rate (now "
@@ -443,15 +414,14 @@ def _diverged(
 
 def _data_loss(settings: PretrainSettings, error: tf.errors.DataLossError) -> InputDataError:
     """The one-sentence error of a truncated or corrupt TFRecord shard, naming it."""
-    if is_tfrecord_input(settings.corpus):
-        found = unreadable_tfrecord(settings.corpus)
-        if found is not None:
-            path, detail = found
-            return InputDataError(
-                f"TFRecord shard '{path}' is truncated or corrupt ({detail}); write it again "
-                "with `keras-electra prepare` (or restore it) and rerun the same command to "
-                "resume from the last checkpoint."
-            )
+    found = unreadable_tfrecord(settings.corpus) if is_tfrecord_input(settings.corpus) else None
+    if found is not None:
+        path, detail = found
+        return InputDataError(
+            f"TFRecord shard '{path}' is truncated or corrupt ({detail}); write it again "
+            "with `keras-electra prepare` (or restore it) and rerun the same command to "
+            "resume from the last checkpoint."
+        )
     return InputDataError(
         f"The training data could not be read ({storage_reason(error)}); check the files of "
         "--corpus and rerun the same command to resume from the last checkpoint."
@@ -498,7 +468,14 @@ def _build_model(config: ElectraConfig, settings: PretrainSettings, policy: kera
     return model, optimizer
 
 
-def _check_speed_options(settings: PretrainSettings, replicas: int) -> None:
+def _check_batches(settings: PretrainSettings, replicas: int) -> None:
+    """The global batch splits over the replicas, and each into the micro-batches; the
+    compiled steps divide the logging windows and the run."""
+    if settings.batch_size % replicas:
+        raise ConfigError(
+            f"--batch-size {settings.batch_size} must be a multiple of the {replicas} replicas "
+            "that share each batch."
+        )
     spe, k = settings.steps_per_execution, settings.grad_accumulation
     if spe < 1 or settings.log_every % spe or settings.steps % spe:
         raise ConfigError(
@@ -509,14 +486,6 @@ def _check_speed_options(settings: PretrainSettings, replicas: int) -> None:
         raise ConfigError(
             f"--grad-accumulation {k} must be a positive divisor of the batch per replica "
             f"({settings.batch_size // replicas})."
-        )
-
-
-def _check_divisible(batch_size: int, replicas: int) -> None:
-    if batch_size % replicas:
-        raise ConfigError(
-            f"--batch-size {batch_size} must be a multiple of the {replicas} replicas "
-            "that share each batch."
         )
 
 
@@ -587,10 +556,6 @@ def _init_source(
             )
         config = config.replace(embedding_sharing=sharing)
     return config, tokens
-
-
-def _init_preset(init: str | Path | None) -> str | None:
-    return None if init is None else RunDirectory(init).settings().get("preset")
 
 
 def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
