@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from keras_electra.pretraining.health import average_ranks
+
 
 def accuracy(labels: Sequence, predictions: Sequence) -> float:
     """Fraction of predictions equal to the labels."""
@@ -94,19 +96,6 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     return round(float((x * y).sum() / denominator), 4) if denominator else 0.0
 
 
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), np.float64)
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman correlation: Pearson on average ranks (ties share their mean rank).
 
@@ -114,8 +103,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
         >>> spearman([1, 2, 3, 4], [1, 3, 2, 4])
         0.8
     """
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    return pearson(_average_ranks(x), _average_ranks(y))
+    return pearson(average_ranks(x), average_ranks(y))
 
 
 # === SQuAD ===
