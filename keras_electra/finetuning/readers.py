@@ -134,39 +134,30 @@ def read_table(
         and not str(label_column).isdigit()
     ):
         wanted.pop("label", None)  # unlabelled input: a missing label column is fine
-    indexes = (
-        {}
-        if json_lines
-        else {
-            k: _column_index(path, names, v, k.replace("text_b", "text pair"))
-            for k, v in wanted.items()
-        }
-    )
+    # Where each value is: a JSON object's key, or a table row's index.
+    keys = {
+        k: str(v) if json_lines else _column_index(path, names, v, k.replace("text_b", "text pair"))
+        for k, v in wanted.items()
+    }
     examples = []
     for number, fields in rows:
         row = {"text": None, "text_b": None, "label": None, "file": str(path), "line": number}
-        for key, column in wanted.items():
-            if json_lines:
-                if str(column) not in fields:
-                    if key == "label" and not require_labels:
-                        continue
-                    raise InputDataError(
-                        f"{path}:{number}: no '{column}' field (fields: {', '.join(fields)}); "
-                        "pass the right column name."
-                    )
-                value = fields[str(column)]
-                value = "" if value is None else str(value)
+        values = fields if json_lines else dict(enumerate(fields))
+        for key, column in keys.items():
+            if column in values:
+                row[key] = "" if values[column] is None else str(values[column])
+            elif key == "label" and not require_labels:
+                continue
+            elif json_lines:
+                raise InputDataError(
+                    f"{path}:{number}: no '{column}' field (fields: {', '.join(fields)}); "
+                    "pass the right column name."
+                )
             else:
-                index = indexes[key]
-                if index >= len(fields):
-                    if key == "label" and not require_labels:
-                        continue
-                    raise InputDataError(
-                        f"{path}:{number}: the row has {len(fields)} fields but the {key} column "
-                        f"is number {index + 1}; fix the row (is a tab or comma missing?)."
-                    )
-                value = fields[index]
-            row[key] = value
+                raise InputDataError(
+                    f"{path}:{number}: the row has {len(fields)} fields but the {key} column "
+                    f"is number {column + 1}; fix the row (is a tab or comma missing?)."
+                )
         for key in ("text", "text_b"):
             if key in wanted and not (row[key] or "").strip():
                 raise InputDataError(

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import shutil
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -126,8 +127,7 @@ def finetune(
     config, tokenizer = read_source(source)
     preset = _source_preset(source, config)
     options = options.resolved(preset, task, config.max_position_embeddings)
-    hyper = options.hyperparameters()
-    seed, dropout = options.seed, options.dropout
+    hyper, seed = options.hyperparameters(), options.seed
     settings = FinetuneSettings.from_options(
         task, options, training={**hyper, "preset": preset, "seed": seed}, source=named
     )
@@ -142,21 +142,14 @@ def finetune(
         handler.encode(eval_examples, tokenizer, settings)  # unseen labels fail here
 
     keras.utils.set_random_seed(seed)
-    backbone, tokenizer, config = load_backbone(source, dropout=dropout)
+    backbone, tokenizer, config = load_backbone(source, dropout=options.dropout)
     model = handler.build_model(backbone, settings)
-    num_rows = len(next(iter(x.values())))
-    steps = math.ceil(num_rows / hyper["batch_size"]) * hyper["epochs"]
-    optimizer = create_finetune_optimizer(
-        model,
-        backbone,
-        learning_rate=hyper["learning_rate"],
-        total_steps=steps,
-        warmup_fraction=hyper["warmup_fraction"],
-        layer_decay=hyper["layer_decay"],
-        weight_decay=hyper["weight_decay"],
-    )
+    steps_per_epoch = math.ceil(len(next(iter(x.values()))) / hyper["batch_size"])
+    steps = steps_per_epoch * hyper["epochs"]
+    # The rates, warm-up and decays: the hyperparameters but the epochs and batch size.
+    rates = {k: v for k, v in hyper.items() if k not in ("epochs", "batch_size")}
+    optimizer = create_finetune_optimizer(model, backbone, total_steps=steps, **rates)
     model.compile(optimizer=optimizer, loss=handler.loss(settings), jit_compile=False)
-    steps_per_epoch = math.ceil(num_rows / hyper["batch_size"])
     batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
     resume = None
     if output_dir is not None:
@@ -165,16 +158,11 @@ def finetune(
     settings.training["kernels"] = f"{kernels.backend}: {kernels.reason}"
     if options.progress:
         print(kernels.describe(), flush=True)
-    if resume is None or not stop_on_signals:
-        stop = StopRequest()
+    signals = resume is not None and stop_on_signals
+    with StopRequest() if signals else nullcontext(StopRequest()) as stop:
         records = _train(
             model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
         )
-    else:
-        with StopRequest() as stop:
-            records = _train(
-                model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
-            )
     history: dict[str, list[float]] = {}
     for record in records:
         for k, v in record.items():
@@ -259,18 +247,15 @@ def _train(
     finally:
         logger.bar.close()
     if stopper.stopping and logger.step < steps:
-        if checkpoints is None:
-            raise TrainingInterrupted(
-                f"Stopped by {stop.signal_name} at step {logger.step} of {steps}; nothing was "
-                "saved (no output directory).",
-                step=logger.step,
-                signal_name=stop.signal_name,
+        saved = "; nothing was saved (no output directory)."
+        if checkpoints is not None:
+            saver.save()
+            saved = (
+                f": checkpoint saved in '{checkpoints.directory}'; run the same command again "
+                f"to resume from step {logger.step}."
             )
-        saver.save()
         raise TrainingInterrupted(
-            f"Stopped by {stop.signal_name} at step {logger.step} of {steps}: checkpoint "
-            f"saved in '{checkpoints.directory}'; run the same command again to resume from "
-            f"step {logger.step}.",
+            f"Stopped by {stop.signal_name} at step {logger.step} of {steps}{saved}",
             step=logger.step,
             signal_name=stop.signal_name,
         )
@@ -319,10 +304,8 @@ class _Resume:
     """``OUTPUT_DIR/resume/``: an interrupted fine-tuning's checkpoint, records and identity."""
 
     def __init__(self, run: RunDirectory, fingerprint: str):
-        self.run, self.directory = run, run.path
-        self.fingerprint = fingerprint
-        directory = run.path
-        state = directory / "state.json"
+        self.run, self.directory, self.fingerprint = run, run.path, fingerprint
+        directory, state = run.path, run.path / "state.json"
         if not run.has_checkpoint():
             shutil.rmtree(directory, ignore_errors=True)  # nothing saved: nothing to resume
         elif state.exists():
