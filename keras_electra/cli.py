@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from keras_electra import errors  # noqa: E402 - plain Python
 from keras_electra.config import PRESETS  # noqa: E402 - plain Python
 from keras_electra.settings import (  # noqa: E402 - plain Python
     TASKS,
@@ -101,8 +103,6 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from keras_electra.data import (
         ElectraTokenizer,
         learn_vocab,
@@ -235,18 +235,14 @@ def _run_score(args: argparse.Namespace) -> int:
 
 def _token(path: str | None) -> str | None:
     """The bearer token: the file's first line, else ``$KERAS_ELECTRA_TOKEN``, else None."""
-    from keras_electra.errors import ConfigError
-
     if path is None:
         return os.environ.get("KERAS_ELECTRA_TOKEN") or None
     try:
-        from pathlib import Path
-
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as error:
-        raise ConfigError(f"Cannot read --token-file '{path}' ({error.strerror}).") from None
+        raise errors.ConfigError(f"Cannot read --token-file '{path}' ({error.strerror}).") from None
     if not lines or not lines[0].strip():
-        raise ConfigError(f"--token-file '{path}' is empty.")
+        raise errors.ConfigError(f"--token-file '{path}' is empty.")
     return lines[0].strip()
 
 
@@ -371,21 +367,20 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 def _run_convert(args: argparse.Namespace) -> int:
     from keras_electra.convert import convert, convert_run
-    from keras_electra.errors import ConfigError
 
     if args.target:
         if not args.run:
-            raise ConfigError("--to needs --run DIR, the run or init directory to convert.")
+            raise errors.ConfigError("--to needs --run DIR, the run or init directory to convert.")
         result = convert_run(args.run, args.output, args.target)
     else:
         if not args.source:
-            raise ConfigError("--from needs SRC, the checkpoint to convert.")
+            raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
         google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
         if args.source_format != "google" and google_only:
             flag = "--" + google_only[0].replace("_", "-")
-            raise ConfigError(f"{flag} applies to --from google only.")
+            raise errors.ConfigError(f"{flag} applies to --from google only.")
         if args.generator and args.source_format != "hf":
-            raise ConfigError("--generator applies to --from hf only.")
+            raise errors.ConfigError("--generator applies to --from hf only.")
         options = {}
         if args.source_format == "google":
             options = dict(vocab=args.vocab, preset=args.preset, num_heads=args.num_heads)
@@ -513,7 +508,6 @@ def _import_tensorflow_quietly() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _import_tensorflow_quietly()
-    from keras_electra import errors
 
     def fail(message: str, status: int) -> int:
         print(f"keras-electra {args.command}: {message}", file=sys.stderr)

@@ -178,10 +178,7 @@ def squad_scores(predictions: dict[str, str], golds: dict[str, Sequence[str]]) -
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
-    if tag == "O" or "-" not in tag:
-        return "O", ""
-    prefix, kind = tag.split("-", 1)
-    return prefix, kind
+    return ("O", "") if tag == "O" or "-" not in tag else tuple(tag.split("-", 1))
 
 
 def _chunk_end(prev: str, prev_type: str, tag: str, kind: str) -> bool:

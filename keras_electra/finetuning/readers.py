@@ -68,10 +68,8 @@ def _table_rows(path: Path, header: bool) -> Iterator[tuple[int, list[str] | dic
     else:  # GLUE TSV files are not quoted: quotes are part of the text
         reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
     for fields in reader:
-        number = reader.line_num
-        if not any(f.strip() for f in fields):
-            continue
-        yield number, fields
+        if any(f.strip() for f in fields):  # blank rows are skipped
+            yield reader.line_num, fields
 
 
 def _column_index(path: Path, names: list[str] | None, column: str | int, role: str) -> int:

@@ -284,11 +284,8 @@ class _EpochLog(keras.callbacks.Callback):
             self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}", refresh=False)
 
     def on_epoch_end(self, epoch, logs=None):
-        epoch_number = self.step / self.steps_per_epoch
-        record = {
-            "step": self.step,
-            "epoch": int(epoch_number) if epoch_number.is_integer() else round(epoch_number, 4),
-        }
+        done = self.step / self.steps_per_epoch
+        record = {"step": self.step, "epoch": int(done) if done.is_integer() else round(done, 4)}
         record.update({k: float(v) for k, v in (logs or {}).items()})
         self.records.append(record)
         if self.resume is not None:

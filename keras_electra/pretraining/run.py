@@ -204,13 +204,10 @@ def _prepare_run_directory(
     derive the same vocabulary and config from the same arguments.
     """
     kernels = backend.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
+    fields = ("embedding_sharing", "temperature", "generator_hidden_size")
+    flags = (settings.embedding_sharing, settings.temperature, settings.generator_size)
     overrides = dict(settings.config_overrides)
-    if settings.embedding_sharing is not None:
-        overrides["embedding_sharing"] = settings.embedding_sharing
-    if settings.temperature is not None:
-        overrides["temperature"] = settings.temperature
-    if settings.generator_size is not None:
-        overrides["generator_hidden_size"] = settings.generator_size
+    overrides.update({k: v for k, v in zip(fields, flags, strict=True) if v is not None})
     sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
         objectives.get(settings.objective).check(ElectraConfig(embedding_sharing=sharing))
@@ -259,9 +256,8 @@ def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source
             f"{source} has a generator of size {config.generator_hidden_size:g}, not "
             f"--generator-size {size:g}; leave the flag out or start a new --output."
         )
-    return (
-        config if settings.temperature is None else config.replace(temperature=settings.temperature)
-    )
+    temperature = settings.temperature
+    return config if temperature is None else config.replace(temperature=temperature)
 
 
 def _build(
@@ -285,12 +281,9 @@ def _build(
         _load_init_weights(model, Path(settings.init))
     if is_multi_worker(distribution):
         prepare_multi_worker_fit(model)
-        check_workers_agree(
-            distribution,
-            step=start,
-            vocabulary=zlib.crc32("\n".join(tokens).encode("utf-8")),
-            parameters=model.count_params(),
-        )
+        vocabulary = zlib.crc32("\n".join(tokens).encode("utf-8"))
+        parameters = model.count_params()
+        check_workers_agree(distribution, step=start, vocabulary=vocabulary, parameters=parameters)
     if chief:
         truncate_metrics_log(run.metrics_file, start)
     return model, checkpoints, start
@@ -559,12 +552,8 @@ def _init_source(
 
 
 def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
-    """Load an init directory's weights (generator included) into a fresh model.
-
-    An init directory whose embeddings are shared in another mode (``all``) is read
-    into a model of its own mode first, then transferred (see
-    :func:`~keras_electra.pretraining.pretrainer.transfer_weights`).
-    """
+    """Load an init directory's weights (generator included) into a fresh model; one shared
+    in another mode (``all``) through a model of its own mode (``transfer_weights``)."""
     source, directory = model, RunDirectory(init)
     config = ElectraConfig.load(directory.config_file)
     if config.embedding_sharing != model.config.embedding_sharing:
