@@ -115,11 +115,10 @@ def _run_prepare(args: argparse.Namespace) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     lowercase = not args.cased
-    tokens = (
-        load_vocab(args.vocab)
-        if args.vocab
-        else learn_vocab(args.corpus, args.vocab_size, lowercase=lowercase)
-    )
+    if args.vocab:
+        tokens = load_vocab(args.vocab)
+    else:
+        tokens = learn_vocab(args.corpus, args.vocab_size, lowercase=lowercase)
     vocab_file = out / RunDirectory.VOCAB  # named as in a run directory
     save_vocab(tokens, str(vocab_file))
     files = write_pretraining_tfrecords(
@@ -278,13 +277,9 @@ def _run_finetune(args: argparse.Namespace) -> int:
 
     from keras_electra.finetuning import finetune
 
+    options = from_arguments(args, FinetuneOptions)
     result = finetune(
-        args.run or args.init,
-        args.task,
-        args.train,
-        args.eval,
-        args.output,
-        options=from_arguments(args, FinetuneOptions),
+        args.run or args.init, args.task, args.train, args.eval, args.output, options=options
     )
     print(f"Fine-tuned model: {result.output_dir}")
     if result.metrics:

@@ -175,12 +175,9 @@ class ElectraConfig:
 
     def generator_config(self) -> EncoderConfig:
         hidden = max(1, round(self.generator_hidden_size * self.hidden_size))
-        return EncoderConfig(
-            hidden_size=hidden,
-            num_layers=max(1, round(self.generator_layers * self.num_layers)),
-            num_heads=max(1, hidden // 64),
-            intermediate_size=4 * hidden,
-        )
+        layers = max(1, round(self.generator_layers * self.num_layers))
+        heads = max(1, hidden // 64)
+        return EncoderConfig(hidden, layers, heads, intermediate_size=4 * hidden)
 
     def replaced_prior_logit(self) -> float:
         """The logit of the replaced fraction expected at the start of training.

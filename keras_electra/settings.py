@@ -421,19 +421,14 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
             parser.set_defaults(**{f.name: f.default})
             continue
         default = None if f.default is dataclasses.MISSING else f.default
-        kwargs.update(type=_value_type(f.type), default=default)
-        if "list" in str(f.type):
+        kind = getattr(f.type, "__name__", str(f.type)).split(" ")[0]  # "int | None": int
+        kwargs.update(type={"int": int, "float": float}.get(kind, str), default=default)
+        if kind.startswith("list"):
             kwargs.update(nargs="+", default=None)
         for key in ("choices", "metavar", "required"):
             if meta[key]:
                 kwargs[key] = meta[key]
         parser.add_argument(flag, **kwargs)
-
-
-def _value_type(annotation) -> type:
-    """``int`` for ``int | None`` (as a string or a type), and so on; else ``str``."""
-    text = getattr(annotation, "__name__", str(annotation))
-    return {"int": int, "float": float}.get(text.split(" ")[0], str)
 
 
 def from_arguments(args: argparse.Namespace, settings: type = PretrainSettings, **extra):

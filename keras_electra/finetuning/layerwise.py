@@ -131,15 +131,8 @@ def create_finetune_optimizer(
         >>> opt = create_finetune_optimizer(model, model.backbone, learning_rate=1e-4,
         ...                                 total_steps=1000)  # doctest: +SKIP
     """
-    optimizer = LayerwiseAdamW(
-        layerwise_factors(backbone, layer_decay),
-        **adamw_arguments(
-            learning_rate,
-            total_steps,
-            int(round(warmup_fraction * total_steps)),
-            weight_decay,
-            clip_norm,
-        ),
-    )
+    warmup = int(round(warmup_fraction * total_steps))
+    arguments = adamw_arguments(learning_rate, total_steps, warmup, weight_decay, clip_norm)
+    optimizer = LayerwiseAdamW(layerwise_factors(backbone, layer_decay), **arguments)
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
     return optimizer

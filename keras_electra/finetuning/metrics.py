@@ -177,22 +177,6 @@ def squad_scores(predictions: dict[str, str], golds: dict[str, Sequence[str]]) -
 # === Chunks (conlleval) ===
 
 
-def _split_tag(tag: str) -> tuple[str, str]:
-    return ("O", "") if tag == "O" or "-" not in tag else tuple(tag.split("-", 1))
-
-
-def _chunk_end(prev: str, prev_type: str, tag: str, kind: str) -> bool:
-    """Whether the chunk the previous tag belongs to ends before this tag (conlleval)."""
-    continued = tag not in ("B", "S", "O") and kind == prev_type
-    return prev in ("E", "S") or (prev in ("B", "I") and not continued)
-
-
-def _chunk_start(prev: str, prev_type: str, tag: str, kind: str) -> bool:
-    """Whether a chunk starts at this tag (conlleval)."""
-    continues = prev not in ("O", "E", "S") and kind == prev_type
-    return tag in ("B", "S") or (tag in ("I", "E") and not continues)
-
-
 def extract_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     """Chunks ``(type, start, end_inclusive)`` from BIO or BIOES tags, conlleval's way.
 
@@ -205,11 +189,14 @@ def extract_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     chunks, start, current = [], None, ""
     prev, prev_type = "O", ""
     for i, full in enumerate([*tags, "O"]):
-        tag, kind = _split_tag(full)
-        if start is not None and _chunk_end(prev, prev_type, tag, kind):
+        tag, kind = ("O", "") if full == "O" or "-" not in full else full.split("-", 1)
+        # conlleval: the previous tag's chunk ends before this tag, then one starts at it.
+        continued = tag not in ("B", "S", "O") and kind == prev_type
+        if start is not None and (prev in ("E", "S") or (prev in ("B", "I") and not continued)):
             chunks.append((current, start, i - 1))
             start = None
-        if _chunk_start(prev, prev_type, tag, kind):
+        continues = prev not in ("O", "E", "S") and kind == prev_type
+        if tag in ("B", "S") or (tag in ("I", "E") and not continues):
             start, current = i, kind
         prev, prev_type = tag, kind
     return chunks

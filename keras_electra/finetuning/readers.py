@@ -48,7 +48,7 @@ def _json(text: str, path: Path, fix: str, line: int | None = None):
         raise InputDataError(f"{where}: not valid JSON ({e.msg}); {fix}.") from None
 
 
-def _table_rows(path: Path, header: bool) -> Iterator[tuple[int, list[str] | dict]]:
+def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
     """(line number, fields) per data row; fields is a dict for JSON lines."""
     lines = _open_lines(path)
     suffix = path.suffix.lower()
@@ -115,7 +115,7 @@ def read_table(
         'entailment'
     """
     path = Path(path)
-    rows = _table_rows(path, header)
+    rows = _table_rows(path)
     names: list[str] | None = None
     json_lines = path.suffix.lower() in (".jsonl", ".json", ".ndjson")
     if header and not json_lines:
@@ -125,12 +125,8 @@ def read_table(
         names = [n.strip() for n in first[1]]
     wanted = {"text": text_column, "text_b": text_pair_column, "label": label_column}
     wanted = {k: v for k, v in wanted.items() if v is not None}
-    if (
-        not require_labels
-        and names is not None
-        and str(label_column) not in names
-        and not str(label_column).isdigit()
-    ):
+    label = str(label_column)
+    if not require_labels and names is not None and label not in names and not label.isdigit():
         wanted.pop("label", None)  # unlabelled input: a missing label column is fine
     # Where each value is: a JSON object's key, or a table row's index.
     keys = {
@@ -199,9 +195,7 @@ def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSen
     """
     path = Path(path)
     sentences: list[TaggedSentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    start = 0
+    words, tags, start = [], [], 0
     for number, line in enumerate([*_open_lines(path), ""], 1):
         parts = line.split()
         if not parts or parts[0] == "-DOCSTART-":

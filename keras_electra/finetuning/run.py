@@ -66,16 +66,6 @@ def _source_preset(source: Path, config: ElectraConfig) -> str:
     return preset or infer_preset(config)
 
 
-def _options(options: FinetuneOptions | None, keywords: dict) -> FinetuneOptions:
-    unknown = unknown_fields(FinetuneOptions, keywords)
-    if unknown:
-        raise TypeError(
-            f"finetune() has no option {unknown[0]!r}; the options are the fields of "
-            "keras_electra.settings.FinetuneOptions."
-        )
-    return dataclasses.replace(options or FinetuneOptions(), **keywords)
-
-
 def finetune(
     source: str | Path,
     task: str,
@@ -119,7 +109,13 @@ def finetune(
         >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv", "runs/cls",
         ...                   epochs=3)  # doctest: +SKIP
     """
-    options = _options(options, keywords)
+    unknown = unknown_fields(FinetuneOptions, keywords)
+    if unknown:
+        raise TypeError(
+            f"finetune() has no option {unknown[0]!r}; the options are the fields of "
+            "keras_electra.settings.FinetuneOptions."
+        )
+    options = dataclasses.replace(options or FinetuneOptions(), **keywords)
     check_task(task)
     kernels = backend.choose()  # a bad KERAS_ELECTRA_KERNELS fails before any work
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME

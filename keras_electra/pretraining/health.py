@@ -166,13 +166,9 @@ class HealthProbe:
         if "own_ids" in out:
             out["own_logits"] = model.discriminator_head(states[-1])
         for name, fake in self.corrupted.items():
-            out[f"{name}_logits"] = self._disc_logits(fake)
+            sequence = model.discriminator(self._inputs(fake), training=False)
+            out[f"{name}_logits"] = model.discriminator_head(sequence)
         return out
-
-    def _disc_logits(self, token_ids) -> tf.Tensor:
-        model = self.model
-        sequence = model.discriminator(self._inputs(token_ids), training=False)
-        return model.discriminator_head(sequence)
 
     def _generator_corruption(self) -> tf.Tensor:
         model, masked = self.model, self.masked

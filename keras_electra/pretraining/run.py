@@ -172,7 +172,10 @@ def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> 
     requested = dataclasses.replace(requested, init=local_init(requested.init))
     init_preset = requested.init and RunDirectory(requested.init).settings().get("preset")
     settings = requested.resolved(init_preset)
-    distribution = _distribution(settings, stop)
+    distribution = resolve_strategy(settings.strategy)
+    if is_multi_worker(distribution):
+        stop.arm()  # the workers stop together, at a step they agree on, once training starts
+    _check_batches(settings, distribution.num_replicas_in_sync)
     chief = is_chief(distribution)
     config, tokens = _prepare_run_directory(run, settings, chief)
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
@@ -182,15 +185,6 @@ def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> 
         return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
     except tf.errors.DataLossError as e:
         raise _data_loss(settings, e) from None
-
-
-def _distribution(settings: PretrainSettings, stop: StopRequest) -> tf.distribute.Strategy:
-    """The run's tf.distribute strategy, with the batch and speed options checked for it."""
-    distribution = resolve_strategy(settings.strategy)
-    if is_multi_worker(distribution):
-        stop.arm()  # the workers stop together, at a step they agree on, once training starts
-    _check_batches(settings, distribution.num_replicas_in_sync)
-    return distribution
 
 
 def _prepare_run_directory(
@@ -506,16 +500,10 @@ def model_config(
     single-tower sharing; an explicit other mode is still refused), and a position
     table at least ``settings.max_seq_length`` long."""
     ids = {t: i for i, t in enumerate(tokens)}
+    special = {f"{n}_token_id": ids[f"[{n.upper()}]"] for n in ("pad", "cls", "sep", "mask")}
     overrides = {**objectives.get(settings.objective).config_overrides, **overrides}
     config = ElectraConfig.from_preset(
-        preset,
-        vocab_size=len(tokens),
-        pad_token_id=ids["[PAD]"],
-        cls_token_id=ids["[CLS]"],
-        sep_token_id=ids["[SEP]"],
-        mask_token_id=ids["[MASK]"],
-        lowercase=lowercase,
-        **overrides,
+        preset, vocab_size=len(tokens), lowercase=lowercase, **special, **overrides
     )
     if settings.max_seq_length > config.max_position_embeddings:
         config = config.replace(max_position_embeddings=settings.max_seq_length)

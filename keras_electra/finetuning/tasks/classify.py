@@ -63,13 +63,9 @@ class _SequenceTask(Task):
     """Shared by classification and regression: one text or a pair per example."""
 
     def read(self, path, settings, *, labelled=True):
-        return read_table(
-            path,
-            settings.text_column,
-            settings.text_pair_column,
-            settings.label_column if labelled else None,
-            require_labels=labelled,
-        )
+        label = settings.label_column if labelled else None
+        columns = (settings.text_column, settings.text_pair_column, label)
+        return read_table(path, *columns, require_labels=labelled)
 
     def inputs(self, examples, tokenizer, settings) -> Arrays:
         texts = [e["text"] for e in examples]
