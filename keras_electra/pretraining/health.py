@@ -82,7 +82,9 @@ class HealthProbe:
     def __init__(self, model, batch: Mapping[str, np.ndarray], seed: int = PROBE_SEED):
         c = model.config
         self.model = model
-        self._forward = None
+        # One graph for all the probe's forward passes (traced on the first measure): eager
+        # layer calls would cost more than the arithmetic.
+        self._forward = tf.function(self._forward_pass)
         self.ids = np.asarray(batch["token_ids"], np.int32)
         self.mask = np.asarray(batch["padding_mask"], np.int32)
         self.segments = np.asarray(batch["segment_ids"], np.int32)
@@ -123,10 +125,6 @@ class HealthProbe:
 
     def measure(self) -> dict[str, float]:
         """Every health metric of the model's current weights (inference mode)."""
-        if self._forward is None:
-            # One graph for all the probe's forward passes: eager layer calls would
-            # cost more than the arithmetic.
-            self._forward = tf.function(self._forward_pass)
         tensors = {k: v.numpy() for k, v in self._forward().items()}
         out: dict[str, float] = {}
         layers = sorted(k for k in tensors if k.startswith("hidden_"))

@@ -513,10 +513,8 @@ def model_config(
 def _init_source(
     init: str | Path, settings: PretrainSettings, sharing: str | None = None
 ) -> tuple[ElectraConfig, list[str]]:
-    """The config and vocabulary of an ``--init`` directory, checked against the settings.
-
-    ``sharing``: the run's ``embedding_sharing`` when asked for (default: the directory's).
-    """
+    """The config and vocabulary of an ``--init`` directory, checked against the settings;
+    ``sharing``: the run's ``embedding_sharing`` when asked for (default: the directory's)."""
     source = RunDirectory(init)
     source.require_config(
         f"--init '{init}' is not a run or converted directory",
