@@ -271,10 +271,9 @@ def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExam
                 start = None
                 if answers and not impossible:
                     start = answers[0].get("answer_start")
-                    if (
-                        not isinstance(start, int)
-                        or context[start : start + len(texts[0])] != texts[0]
-                    ):
+                    text = texts[0]
+                    found = isinstance(start, int) and context[start : start + len(text)] == text
+                    if not found:
                         raise InputDataError(
                             f"{where}, question id '{qid}': answer '{texts[0][:40]}' is not at "
                             f"answer_start {start} of the context; fix answer_start."

@@ -36,7 +36,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_electra.atomic import write_json
-from keras_electra.config import ElectraConfig
 from keras_electra.convert.hub import local_init
 from keras_electra.data import fit_options
 from keras_electra.errors import ConfigError, TrainingInterrupted
@@ -56,14 +55,6 @@ from keras_electra.training.callbacks import (
 )
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.preemption import StopOnSignal, StopRequest
-
-
-def _source_preset(source: Path, config: ElectraConfig) -> str:
-    run = RunDirectory(source)
-    preset = run.settings().get("preset")
-    if not preset and run.is_finetuned():
-        preset = FinetuneSettings.load(run.finetune_file).training.get("preset")
-    return preset or infer_preset(config)
 
 
 def finetune(
@@ -121,7 +112,11 @@ def finetune(
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
-    preset = _source_preset(source, config)
+    run = RunDirectory(source)  # its preset: run.json's, a fine-tuned source's, else inferred
+    preset = run.settings().get("preset")
+    if not preset and run.is_finetuned():
+        preset = FinetuneSettings.load(run.finetune_file).training.get("preset")
+    preset = preset or infer_preset(config)
     options = options.resolved(preset, task, config.max_position_embeddings)
     hyper, seed = options.hyperparameters(), options.seed
     settings = FinetuneSettings.from_options(

@@ -215,7 +215,13 @@ def _prepare_run_directory(
                 f"{stored.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
                 "choose a new --output."
             )
-        _check_same_vocab(run, tokens, settings.vocab)
+        if settings.vocab and load_vocab(settings.vocab) != tokens:  # the checkpoints' vocab
+            raise ConfigError(
+                f"--vocab '{settings.vocab}' differs from the vocabulary run '{run.path}' started "
+                f"with ({run.vocab_file}, {len(tokens)} tokens); the checkpoints only fit that "
+                "one, so pass the original file (and data tokenized with it) or start a new "
+                "--output."
+            )
         config = _sampling_and_size(stored, settings, f"Run directory '{run.path}'")
     else:
         if settings.init is not None:
@@ -366,16 +372,6 @@ def _train(
 
 
 # === Helpers ===
-
-
-def _check_same_vocab(run: RunDirectory, tokens: list[str], vocab: str | None) -> None:
-    """A resumed run keeps its vocabulary: a ``--vocab`` that differs from it is refused."""
-    if vocab and load_vocab(vocab) != tokens:
-        raise ConfigError(
-            f"--vocab '{vocab}' differs from the vocabulary run '{run.path}' started with "
-            f"({run.vocab_file}, {len(tokens)} tokens); the checkpoints only fit that one, "
-            "so pass the original file (and data tokenized with it) or start a new --output."
-        )
 
 
 def _diverged(

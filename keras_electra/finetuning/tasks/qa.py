@@ -84,14 +84,12 @@ class QATask(Task):
                 doc.extend(pieces[k + w])
                 piece_to_word.extend([w] * len(pieces[k + w]))
             k += len(words)
+            first_piece.append(len(doc))  # where a word after the last would start
             answer = None
             if labelled and example.answer_start is not None and example.answers:
                 start_word = char_to_word[example.answer_start]
                 end_word = char_to_word[example.answer_start + len(example.answers[0]) - 1]
-                end_piece = (
-                    first_piece[end_word + 1] if end_word + 1 < len(words) else len(doc)
-                ) - 1
-                answer = (first_piece[start_word], end_piece)
+                answer = (first_piece[start_word], first_piece[end_word + 1] - 1)
             room = length - len(query) - 3
             if room < 1:
                 raise ConfigError(
