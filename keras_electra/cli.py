@@ -218,14 +218,10 @@ def _run_score(args: argparse.Namespace) -> int:
             args.server, args.model_name, args.text, token=_token(args.token_file), **options
         )
     if args.json:
-        records = [
-            {
-                "text": text,
-                "tokens": [t for t, _ in row],
-                "replaced_prob": [round(p, 6) for _, p in row],
-            }
-            for text, row in zip(args.text, rows, strict=True)
-        ]
+        records = []
+        for text, row in zip(args.text, rows, strict=True):
+            probs = [round(p, 6) for _, p in row]
+            records.append({"text": text, "tokens": [t for t, _ in row], "replaced_prob": probs})
         print(json.dumps(records, ensure_ascii=False, indent=2))
     else:
         print(format_scores(rows, color=sys.stdout.isatty()))
@@ -448,10 +444,8 @@ def reference_markdown() -> str:
         lines += [f"## keras-electra {name}", "", command.description or helps.get(name, ""), ""]
         lines += [f"Usage: `{' '.join(command.format_usage().split()[1:])}`", ""]
         lines += ["| flag | what it does | default |", "| --- | --- | --- |"]
-        for action in command._actions:
-            if not action.option_strings or action.dest == "help":
-                continue
-            lines.append(f"| {_flag_cell(action)} | {_cell(action)} | {_default_cell(action)} |")
+        flags = [a for a in command._actions if a.option_strings and a.dest != "help"]
+        lines += [f"| {_flag_cell(a)} | {_cell(a)} | {_default_cell(a)} |" for a in flags]
         lines.append("")
     return "\n".join(lines)
 
