@@ -131,8 +131,7 @@ class ElectraConfig:
             f.name for f in dataclasses.fields(self) if f.type == "int" and "_id" not in f.name
         ]
         for name in sizes:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not isinstance(value := getattr(self, name), int) or value <= 0:
                 raise ConfigError(
                     f"ElectraConfig.{name} must be a positive integer, got {value!r}."
                 )

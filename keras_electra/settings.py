@@ -255,8 +255,7 @@ class PretrainSettings:
         if self.keep_checkpoints < 1:
             raise ConfigError("--keep-checkpoints must be at least 1.")
         for name in ("temperature", "generator_size"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
+            if (value := getattr(self, name)) is not None and not value > 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, not {value}.")
 
 
@@ -356,17 +355,15 @@ class FinetuneOptions:
         """A copy with the recipe's values filled in for ``preset`` and ``task``, checked
         against a model with ``max_positions`` positions; one sentence names a bad value."""
         check_task(task)
-        defaults = {**recipe_defaults(preset)}
+        defaults = recipe_defaults(preset)
         defaults["epochs"] = TASK_EPOCHS.get(task, int(defaults["epochs"]))
         defaults["batch_size"] = int(defaults["batch_size"])
         names = (*self.HYPERPARAMETERS, "dropout")
         filled = {n: defaults[n] if getattr(self, n) is None else getattr(self, n) for n in names}
         out = dataclasses.replace(self, **filled)
         for name in ("epochs", "batch_size", "learning_rate", "layer_decay"):
-            if getattr(out, name) <= 0:
-                raise ConfigError(
-                    f"--{name.replace('_', '-')} must be positive, got {getattr(out, name)}."
-                )
+            if (value := getattr(out, name)) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}.")
         if not 0.0 <= out.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
         check_choices(out, ("pooling",))

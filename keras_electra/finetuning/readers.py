@@ -158,12 +158,9 @@ def read_table(
                     f"{path}:{number}: the {'text pair' if key == 'text_b' else 'text'} is empty; "
                     "remove the row or fill it in."
                 )
-        if "label" in wanted and not (row["label"] or "").strip():
-            if require_labels:
-                raise InputDataError(f"{path}:{number}: the label is empty; label the row.")
-            row["label"] = None
-        elif row["label"] is not None:
-            row["label"] = row["label"].strip()
+        row["label"] = (row["label"] or "").strip() or None  # an unlabelled row's is None
+        if "label" in wanted and row["label"] is None and require_labels:
+            raise InputDataError(f"{path}:{number}: the label is empty; label the row.")
         examples.append(row)
     if not examples:
         raise InputDataError(f"{path} has no data rows; add examples.")
