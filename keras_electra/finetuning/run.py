@@ -204,17 +204,15 @@ def _train(
     progress: bool,
 ) -> list[dict]:
     """Fit from the resumed step (0 without one) to ``steps``; return the epoch records."""
-    start, records = 0, []
-    checkpoints = None
+    start, records, checkpoints = 0, [], None
     if resume is not None:
         optimizer.build(model.trainable_variables)  # its slots must exist to be checkpointed
         checkpoints = resume.open(model, optimizer)
         start = checkpoints.restore_latest()
         records = resume.records(start)
     stopper = StopOnSignal(stop)
-    logger = _EpochLog(
-        records, steps_per_epoch, start, resume, progress_bar("finetune", steps, start, progress)
-    )
+    bar = progress_bar("finetune", steps, start, progress)
+    logger = _EpochLog(records, steps_per_epoch, start, resume, bar)
     callbacks: list = [logger]
     if checkpoints is not None:
         saver = CheckpointEvery(
