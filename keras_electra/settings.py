@@ -422,9 +422,7 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
         kwargs.update(type={"int": int, "float": float}.get(kind, str), default=default)
         if kind.startswith("list"):
             kwargs.update(nargs="+", default=None)
-        for key in ("choices", "metavar", "required"):
-            if meta[key]:
-                kwargs[key] = meta[key]
+        kwargs.update({k: meta[k] for k in ("choices", "metavar", "required") if meta[k]})
         parser.add_argument(flag, **kwargs)
 
 

@@ -96,9 +96,8 @@ class _HeadModel(OneGraphTraining, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        backbone = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**{**config, "backbone": backbone})
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
