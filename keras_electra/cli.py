@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from keras_electra import errors  # noqa: E402 - plain Python
 from keras_electra.config import PRESETS  # noqa: E402 - plain Python
 from keras_electra.settings import (  # noqa: E402 - plain Python
     TASKS,
@@ -101,8 +103,6 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from keras_electra.data import (
         ElectraTokenizer,
         learn_vocab,
@@ -115,11 +115,10 @@ def _run_prepare(args: argparse.Namespace) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     lowercase = not args.cased
-    tokens = (
-        load_vocab(args.vocab)
-        if args.vocab
-        else learn_vocab(args.corpus, args.vocab_size, lowercase=lowercase)
-    )
+    if args.vocab:
+        tokens = load_vocab(args.vocab)
+    else:
+        tokens = learn_vocab(args.corpus, args.vocab_size, lowercase=lowercase)
     vocab_file = out / RunDirectory.VOCAB  # named as in a run directory
     save_vocab(tokens, str(vocab_file))
     files = write_pretraining_tfrecords(
@@ -213,26 +212,16 @@ def _run_score(args: argparse.Namespace) -> int:
     if args.model:
         rows = score_with_saved_model(args.model, args.text)
     else:
+        names = ("timeout", "tls", "root_certificates", "client_certificate", "client_key")
+        options = {name: getattr(args, name) for name in names}
         rows = score_with_server(
-            args.server,
-            args.model_name,
-            args.text,
-            timeout=args.timeout,
-            tls=args.tls,
-            root_certificates=args.root_certificates,
-            client_certificate=args.client_certificate,
-            client_key=args.client_key,
-            token=_token(args.token_file),
+            args.server, args.model_name, args.text, token=_token(args.token_file), **options
         )
     if args.json:
-        records = [
-            {
-                "text": text,
-                "tokens": [t for t, _ in row],
-                "replaced_prob": [round(p, 6) for _, p in row],
-            }
-            for text, row in zip(args.text, rows, strict=True)
-        ]
+        records = []
+        for text, row in zip(args.text, rows, strict=True):
+            probs = [round(p, 6) for _, p in row]
+            records.append({"text": text, "tokens": [t for t, _ in row], "replaced_prob": probs})
         print(json.dumps(records, ensure_ascii=False, indent=2))
     else:
         print(format_scores(rows, color=sys.stdout.isatty()))
@@ -241,18 +230,14 @@ def _run_score(args: argparse.Namespace) -> int:
 
 def _token(path: str | None) -> str | None:
     """The bearer token: the file's first line, else ``$KERAS_ELECTRA_TOKEN``, else None."""
-    from keras_electra.errors import ConfigError
-
     if path is None:
         return os.environ.get("KERAS_ELECTRA_TOKEN") or None
     try:
-        from pathlib import Path
-
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as error:
-        raise ConfigError(f"Cannot read --token-file '{path}' ({error.strerror}).") from None
+        raise errors.ConfigError(f"Cannot read --token-file '{path}' ({error.strerror}).") from None
     if not lines or not lines[0].strip():
-        raise ConfigError(f"--token-file '{path}' is empty.")
+        raise errors.ConfigError(f"--token-file '{path}' is empty.")
     return lines[0].strip()
 
 
@@ -288,13 +273,9 @@ def _run_finetune(args: argparse.Namespace) -> int:
 
     from keras_electra.finetuning import finetune
 
+    options = from_arguments(args, FinetuneOptions)
     result = finetune(
-        args.run or args.init,
-        args.task,
-        args.train,
-        args.eval,
-        args.output,
-        options=from_arguments(args, FinetuneOptions),
+        args.run or args.init, args.task, args.train, args.eval, args.output, options=options
     )
     print(f"Fine-tuned model: {result.output_dir}")
     if result.metrics:
@@ -377,31 +358,26 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 def _run_convert(args: argparse.Namespace) -> int:
     from keras_electra.convert import convert, convert_run
-    from keras_electra.errors import ConfigError
 
     if args.target:
         if not args.run:
-            raise ConfigError("--to needs --run DIR, the run or init directory to convert.")
+            raise errors.ConfigError("--to needs --run DIR, the run or init directory to convert.")
         result = convert_run(args.run, args.output, args.target)
     else:
         if not args.source:
-            raise ConfigError("--from needs SRC, the checkpoint to convert.")
-        options = {}
-        if args.source_format == "google":
-            options = dict(
-                vocab=args.vocab,
-                preset=args.preset,
-                lowercase=not args.cased,
-                num_heads=args.num_heads,
-            )
-        elif args.source_format == "hf":
-            options = dict(generator=args.generator)
+            raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
         google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
         if args.source_format != "google" and google_only:
             flag = "--" + google_only[0].replace("_", "-")
-            raise ConfigError(f"{flag} applies to --from google only.")
+            raise errors.ConfigError(f"{flag} applies to --from google only.")
         if args.generator and args.source_format != "hf":
-            raise ConfigError("--generator applies to --from hf only.")
+            raise errors.ConfigError("--generator applies to --from hf only.")
+        options = {}
+        if args.source_format == "google":
+            options = dict(vocab=args.vocab, preset=args.preset, num_heads=args.num_heads)
+            options["lowercase"] = not args.cased
+        elif args.source_format == "hf":
+            options = dict(generator=args.generator)
         result = convert(args.source, args.output, args.source_format, **options)
     print(f"Wrote {result.output}")
     for note in result.notes:
@@ -443,14 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Pretrain, fine-tune, export and serve ELECTRA text encoders.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_pretrain(sub)
-    _add_prepare(sub)
-    _add_export(sub)
-    _add_score(sub)
-    _add_finetune(sub)
-    _add_predict(sub)
-    _add_convert(sub)
-    _add_report(sub)
+    for add in (_add_pretrain, _add_prepare, _add_export, _add_score, _add_finetune):
+        add(sub)
+    for add in (_add_predict, _add_convert, _add_report):
+        add(sub)
     return parser
 
 
@@ -472,10 +444,8 @@ def reference_markdown() -> str:
         lines += [f"## keras-electra {name}", "", command.description or helps.get(name, ""), ""]
         lines += [f"Usage: `{' '.join(command.format_usage().split()[1:])}`", ""]
         lines += ["| flag | what it does | default |", "| --- | --- | --- |"]
-        for action in command._actions:
-            if not action.option_strings or action.dest == "help":
-                continue
-            lines.append(f"| {_flag_cell(action)} | {_cell(action)} | {_default_cell(action)} |")
+        flags = [a for a in command._actions if a.option_strings and a.dest != "help"]
+        lines += [f"| {_flag_cell(a)} | {_cell(a)} | {_default_cell(a)} |" for a in flags]
         lines.append("")
     return "\n".join(lines)
 
@@ -506,13 +476,10 @@ def _default_cell(action: argparse.Action) -> str:
 
 
 def _import_tensorflow_quietly() -> None:
-    """Import TensorFlow with the process's stderr pointed at /dev/null, unless the user
-    asked for TensorFlow's logs (``TF_CPP_MIN_LOG_LEVEL`` below 1).
-
-    TensorFlow 2.21 writes six INFO lines to stderr while it loads (absl's "All log
-    messages before absl::InitializeLog() is called are written to STDERR", oneDNN and
-    CUDA notices), whatever ``TF_CPP_MIN_LOG_LEVEL`` says; a command's error would then
-    not be the one sentence on stderr it is. An import that fails still raises here.
+    """Import TensorFlow with stderr pointed at /dev/null, unless ``TF_CPP_MIN_LOG_LEVEL``
+    is below 1: TensorFlow 2.21 writes six INFO lines (absl's "All log messages before
+    absl::InitializeLog()...", oneDNN and CUDA notices) while it loads, whatever that level
+    says, and a command's error must stay the one sentence on stderr. A failed import raises.
     """
     if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "1":
         return
@@ -530,32 +497,26 @@ def _import_tensorflow_quietly() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _import_tensorflow_quietly()
-    from keras_electra.errors import (
-        INTERRUPTED_EXIT_CODE,
-        ElectraError,
-        TrainingInterrupted,
-        storage_reason,
-    )
+
+    def fail(message: str, status: int) -> int:
+        print(f"keras-electra {args.command}: {message}", file=sys.stderr)
+        return status
 
     try:
         return args.func(args)
-    except ElectraError as e:
-        print(f"keras-electra {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except TrainingInterrupted as e:
-        print(f"keras-electra {args.command}: {e}", file=sys.stderr)
-        return INTERRUPTED_EXIT_CODE
+    except errors.ElectraError as e:
+        return fail(f"error: {e}", 2)
+    except errors.TrainingInterrupted as e:
+        return fail(str(e), errors.INTERRUPTED_EXIT_CODE)
     except OSError as e:  # a write the library does not wrap: one sentence, not a traceback
         where = f" '{e.filename}'" if e.filename else ""
-        print(
-            f"keras-electra {args.command}: error: could not access{where} "
-            f"({storage_reason(e)}); free space or fix the path, then run the command again.",
-            file=sys.stderr,
+        return fail(
+            f"error: could not access{where} ({errors.storage_reason(e)}); free space or fix "
+            "the path, then run the command again.",
+            2,
         )
-        return 2
     except KeyboardInterrupt:
-        print(f"keras-electra {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return fail("interrupted", 130)
 
 
 if __name__ == "__main__":

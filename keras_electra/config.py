@@ -126,19 +126,12 @@ class ElectraConfig:
     embedding_sharing: str = "all"
 
     def __post_init__(self) -> None:
-        positive = (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "embedding_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        )
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+        # The sizes: every int field but the special-token ids.
+        sizes = [
+            f.name for f in dataclasses.fields(self) if f.type == "int" and "_id" not in f.name
+        ]
+        for name in sizes:
+            if not isinstance(value := getattr(self, name), int) or value <= 0:
                 raise ConfigError(
                     f"ElectraConfig.{name} must be a positive integer, got {value!r}."
                 )
@@ -181,12 +174,9 @@ class ElectraConfig:
 
     def generator_config(self) -> EncoderConfig:
         hidden = max(1, round(self.generator_hidden_size * self.hidden_size))
-        return EncoderConfig(
-            hidden_size=hidden,
-            num_layers=max(1, round(self.generator_layers * self.num_layers)),
-            num_heads=max(1, hidden // 64),
-            intermediate_size=4 * hidden,
-        )
+        layers = max(1, round(self.generator_layers * self.num_layers))
+        heads = max(1, hidden // 64)
+        return EncoderConfig(hidden, layers, heads, intermediate_size=4 * hidden)
 
     def replaced_prior_logit(self) -> float:
         """The logit of the replaced fraction expected at the start of training.
@@ -210,15 +200,11 @@ class ElectraConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def replace(self, **changes: Any) -> ElectraConfig:
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ConfigError(f"Unknown ElectraConfig field(s): {', '.join(sorted(unknown))}.")
-        return dataclasses.replace(self, **changes)
+        return self.from_dict({**self.to_dict(), **changes})
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ElectraConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(values) - names
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ConfigError(f"Unknown ElectraConfig field(s): {', '.join(sorted(unknown))}.")
         return cls(**values)

@@ -46,6 +46,10 @@ from keras_electra.errors import ConfigError
 from keras_electra.training.checkpoints import RunCheckpoints, stored_layers
 
 
+def _read_json(path: Path, missing):
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else missing
+
+
 class _Entry:
     """A file or directory inside a run directory, read as an attribute of one."""
 
@@ -144,15 +148,11 @@ class RunDirectory:
 
     def settings(self) -> dict:
         """``run.json`` as a dict ({} when the directory has none)."""
-        if not self.settings_file.is_file():
-            return {}
-        return json.loads(self.settings_file.read_text(encoding="utf-8"))
+        return _read_json(self.settings_file, {})
 
     def eval_metrics(self) -> dict | None:
         """``eval_metrics.json`` (None when there is none)."""
-        if not self.eval_metrics_file.is_file():
-            return None
-        return json.loads(self.eval_metrics_file.read_text(encoding="utf-8"))
+        return _read_json(self.eval_metrics_file, None)
 
     # --- writing (atomically, the files other code reads back) ---
 

@@ -75,17 +75,8 @@ def option(
         record: written to ``run.json``.
         cli: has a flag (False: Python callers only, or filled in by the run).
     """
-    metadata = dict(
-        help=help,
-        choices=choices,
-        metavar=metavar,
-        negated=negated,
-        flag=flag,
-        required=required,
-        fixed=fixed,
-        record=record,
-        cli=cli,
-    )
+    metadata = dict(help=help, choices=choices, metavar=metavar, negated=negated, flag=flag)
+    metadata.update(required=required, fixed=fixed, record=record, cli=cli)
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -99,10 +90,7 @@ class PretrainSettings:
     """The options of a pretraining run (see the module docstring)."""
 
     corpus: list[str] = option(
-        [],
-        "text files, directories of *.txt, or TFRecord files",
-        metavar="PATH",
-        required=True,
+        [], "text files, directories of *.txt, or TFRecord files", metavar="PATH", required=True
     )
     preset: str | None = option(
         None,
@@ -214,11 +202,9 @@ class PretrainSettings:
     config_overrides: dict = option(
         {}, "ElectraConfig fields to change from the preset", cli=False, record=False
     )
-    # Filled in by the run: a checksum of the vocabulary (a run refuses to resume on a
-    # changed one).
+    # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed
+    # one), and the training kernels' backend and why (keras_electra.layers.backend).
     vocab_sha256: str = option("", "the vocabulary's checksum", cli=False)
-    # Filled in by the run: the training kernels' backend and why
-    # (keras_electra.layers.backend; KERAS_ELECTRA_KERNELS chooses it).
     kernels: str = option("", "the training kernels (KERAS_ELECTRA_KERNELS)", cli=False)
 
     # --- derived views ---
@@ -269,8 +255,7 @@ class PretrainSettings:
         if self.keep_checkpoints < 1:
             raise ConfigError("--keep-checkpoints must be at least 1.")
         for name in ("temperature", "generator_size"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
+            if (value := getattr(self, name)) is not None and not value > 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, not {value}.")
 
 
@@ -370,17 +355,15 @@ class FinetuneOptions:
         """A copy with the recipe's values filled in for ``preset`` and ``task``, checked
         against a model with ``max_positions`` positions; one sentence names a bad value."""
         check_task(task)
-        defaults = {**recipe_defaults(preset)}
+        defaults = recipe_defaults(preset)
         defaults["epochs"] = TASK_EPOCHS.get(task, int(defaults["epochs"]))
         defaults["batch_size"] = int(defaults["batch_size"])
         names = (*self.HYPERPARAMETERS, "dropout")
         filled = {n: defaults[n] if getattr(self, n) is None else getattr(self, n) for n in names}
         out = dataclasses.replace(self, **filled)
         for name in ("epochs", "batch_size", "learning_rate", "layer_decay"):
-            if getattr(out, name) <= 0:
-                raise ConfigError(
-                    f"--{name.replace('_', '-')} must be positive, got {getattr(out, name)}."
-                )
+            if (value := getattr(out, name)) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}.")
         if not 0.0 <= out.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
         check_choices(out, ("pooling",))
@@ -435,23 +418,12 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
             parser.set_defaults(**{f.name: f.default})
             continue
         default = None if f.default is dataclasses.MISSING else f.default
-        kwargs.update(type=_value_type(f.type), default=default)
-        if "list" in str(f.type):
+        kind = getattr(f.type, "__name__", str(f.type)).split(" ")[0]  # "int | None": int
+        kwargs.update(type={"int": int, "float": float}.get(kind, str), default=default)
+        if kind.startswith("list"):
             kwargs.update(nargs="+", default=None)
-        for key in ("choices", "metavar", "required"):
-            if meta[key]:
-                kwargs[key] = meta[key]
+        kwargs.update({k: meta[k] for k in ("choices", "metavar", "required") if meta[k]})
         parser.add_argument(flag, **kwargs)
-
-
-def _value_type(annotation) -> type:
-    """``int`` for ``int | None`` (as a string or a type), and so on; else ``str``."""
-    text = annotation if isinstance(annotation, str) else str(annotation)
-    text = getattr(annotation, "__name__", text) if isinstance(annotation, type) else text
-    for name, kind in (("int", int), ("float", float)):
-        if text.startswith(name):
-            return kind
-    return str
 
 
 def from_arguments(args: argparse.Namespace, settings: type = PretrainSettings, **extra):

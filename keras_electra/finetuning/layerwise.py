@@ -54,18 +54,14 @@ def layerwise_factors(backbone: ElectraBackbone, decay: float) -> dict[str, floa
         decay: the per-layer decay (0.8 for Small/Base, 0.9 for Large; 1 disables).
     """
     layers = backbone.encoder.transformer_layers
-    num_layers = len(layers)
-    factors: dict[str, float] = {}
-    bottom = [backbone.embedding]
-    if backbone.encoder.projection is not None:
-        bottom.append(backbone.encoder.projection)
-    for layer in bottom:
-        for v in layer.trainable_variables:
-            factors[v.path] = layer_factor(0, num_layers, decay)
-    for i, layer in enumerate(layers):
-        for v in layer.trainable_variables:
-            factors[v.path] = layer_factor(i + 1, num_layers, decay)
-    return factors
+    bottom = [(0, backbone.embedding), (0, backbone.encoder.projection)]
+    depths = [*bottom, *((i + 1, layer) for i, layer in enumerate(layers))]
+    return {
+        v.path: layer_factor(depth, len(layers), decay)
+        for depth, layer in depths
+        if layer is not None
+        for v in layer.trainable_variables
+    }
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -135,15 +131,8 @@ def create_finetune_optimizer(
         >>> opt = create_finetune_optimizer(model, model.backbone, learning_rate=1e-4,
         ...                                 total_steps=1000)  # doctest: +SKIP
     """
-    optimizer = LayerwiseAdamW(
-        layerwise_factors(backbone, layer_decay),
-        **adamw_arguments(
-            learning_rate,
-            total_steps,
-            int(round(warmup_fraction * total_steps)),
-            weight_decay,
-            clip_norm,
-        ),
-    )
+    warmup = int(round(warmup_fraction * total_steps))
+    arguments = adamw_arguments(learning_rate, total_steps, warmup, weight_decay, clip_norm)
+    optimizer = LayerwiseAdamW(layerwise_factors(backbone, layer_decay), **arguments)
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
     return optimizer

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from keras_electra.pretraining.health import average_ranks
+
 
 def accuracy(labels: Sequence, predictions: Sequence) -> float:
     """Fraction of predictions equal to the labels."""
@@ -94,19 +96,6 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     return round(float((x * y).sum() / denominator), 4) if denominator else 0.0
 
 
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), np.float64)
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman correlation: Pearson on average ranks (ties share their mean rank).
 
@@ -114,8 +103,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
         >>> spearman([1, 2, 3, 4], [1, 3, 2, 4])
         0.8
     """
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    return pearson(_average_ranks(x), _average_ranks(y))
+    return pearson(average_ranks(x), average_ranks(y))
 
 
 # === SQuAD ===
@@ -189,25 +177,6 @@ def squad_scores(predictions: dict[str, str], golds: dict[str, Sequence[str]]) -
 # === Chunks (conlleval) ===
 
 
-def _split_tag(tag: str) -> tuple[str, str]:
-    if tag == "O" or "-" not in tag:
-        return "O", ""
-    prefix, kind = tag.split("-", 1)
-    return prefix, kind
-
-
-def _chunk_end(prev: str, prev_type: str, tag: str, kind: str) -> bool:
-    """Whether the chunk the previous tag belongs to ends before this tag (conlleval)."""
-    continued = tag not in ("B", "S", "O") and kind == prev_type
-    return prev in ("E", "S") or (prev in ("B", "I") and not continued)
-
-
-def _chunk_start(prev: str, prev_type: str, tag: str, kind: str) -> bool:
-    """Whether a chunk starts at this tag (conlleval)."""
-    continues = prev not in ("O", "E", "S") and kind == prev_type
-    return tag in ("B", "S") or (tag in ("I", "E") and not continues)
-
-
 def extract_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     """Chunks ``(type, start, end_inclusive)`` from BIO or BIOES tags, conlleval's way.
 
@@ -220,11 +189,14 @@ def extract_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     chunks, start, current = [], None, ""
     prev, prev_type = "O", ""
     for i, full in enumerate([*tags, "O"]):
-        tag, kind = _split_tag(full)
-        if start is not None and _chunk_end(prev, prev_type, tag, kind):
+        tag, kind = ("O", "") if full == "O" or "-" not in full else full.split("-", 1)
+        # conlleval: the previous tag's chunk ends before this tag, then one starts at it.
+        continued = tag not in ("B", "S", "O") and kind == prev_type
+        if start is not None and (prev in ("E", "S") or (prev in ("B", "I") and not continued)):
             chunks.append((current, start, i - 1))
             start = None
-        if _chunk_start(prev, prev_type, tag, kind):
+        continues = prev not in ("O", "E", "S") and kind == prev_type
+        if tag in ("B", "S") or (tag in ("I", "E") and not continues):
             start, current = i, kind
         prev, prev_type = tag, kind
     return chunks

@@ -34,8 +34,6 @@ from keras_electra.layers.embedding import truncated_normal
 from keras_electra.settings import POOLINGS
 from keras_electra.training.step import OneGraphTraining
 
-"""How a sequence head reads the encoder: the ``[CLS]`` vector or the token mean."""
-
 
 def check_pooling(pooling: str) -> str:
     """``pooling`` if it is one of :data:`POOLINGS`, else a one-sentence ``ValueError``."""
@@ -71,12 +69,14 @@ class _HeadModel(OneGraphTraining, keras.Model):
         self.units = units
         self.dropout = dropout
         self.head_dropout = keras.layers.Dropout(dropout, name="head_dropout")
-        self.head = Dense(
-            units,
-            kernel_initializer=truncated_normal(backbone.config.initializer_range),
-            name="head",
-        )
-        self.head.build((None, backbone.hidden_dim))
+        self.head = self._dense(units, "head")
+
+    def _dense(self, units: int, name: str) -> Dense:
+        """A dense layer on the backbone's vectors, built, initialized as the backbone."""
+        initializer = truncated_normal(self.backbone.config.initializer_range)
+        layer = Dense(units, kernel_initializer=initializer, name=name)
+        layer.build((None, self.backbone.hidden_dim))
+        return layer
 
     def _project(self, x, training):
         return ops.cast(self.head(self.head_dropout(x, training=training)), "float32")
@@ -96,9 +96,8 @@ class _HeadModel(OneGraphTraining, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        backbone = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**{**config, "backbone": backbone})
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -208,23 +207,13 @@ class ElectraSpanExtractor(_HeadModel):
         kwargs.setdefault("name", "electra_span_extractor")
         super().__init__(backbone, 2, dropout, **kwargs)
         self.answerable = answerable
-        self.answerable_head = None
-        if answerable:
-            self.answerable_head = Dense(
-                1,
-                kernel_initializer=truncated_normal(backbone.config.initializer_range),
-                name="answerable_head",
-            )
-            self.answerable_head.build((None, backbone.hidden_dim))
+        self.answerable_head = self._dense(1, "answerable_head") if answerable else None
 
     def call(self, inputs, training=None):
         sequence = self.backbone(inputs, training=training)
         logits = self._project(sequence, training)
         padding = (1.0 - ops.cast(inputs["padding_mask"], "float32")) * -10000.0
-        outputs = {
-            "start_logits": logits[..., 0] + padding,
-            "end_logits": logits[..., 1] + padding,
-        }
+        outputs = {"start_logits": logits[..., 0] + padding, "end_logits": logits[..., 1] + padding}
         if self.answerable_head is not None:
             cls = self.head_dropout(sequence[:, 0, :], training=training)
             outputs["answerable"] = ops.cast(self.answerable_head(cls), "float32")[:, 0]

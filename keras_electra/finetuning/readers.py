@@ -48,7 +48,7 @@ def _json(text: str, path: Path, fix: str, line: int | None = None):
         raise InputDataError(f"{where}: not valid JSON ({e.msg}); {fix}.") from None
 
 
-def _table_rows(path: Path, header: bool) -> Iterator[tuple[int, list[str] | dict]]:
+def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
     """(line number, fields) per data row; fields is a dict for JSON lines."""
     lines = _open_lines(path)
     suffix = path.suffix.lower()
@@ -68,10 +68,8 @@ def _table_rows(path: Path, header: bool) -> Iterator[tuple[int, list[str] | dic
     else:  # GLUE TSV files are not quoted: quotes are part of the text
         reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
     for fields in reader:
-        number = reader.line_num
-        if not any(f.strip() for f in fields):
-            continue
-        yield number, fields
+        if any(f.strip() for f in fields):  # blank rows are skipped
+            yield reader.line_num, fields
 
 
 def _column_index(path: Path, names: list[str] | None, column: str | int, role: str) -> int:
@@ -117,7 +115,7 @@ def read_table(
         'entailment'
     """
     path = Path(path)
-    rows = _table_rows(path, header)
+    rows = _table_rows(path)
     names: list[str] | None = None
     json_lines = path.suffix.lower() in (".jsonl", ".json", ".ndjson")
     if header and not json_lines:
@@ -127,58 +125,42 @@ def read_table(
         names = [n.strip() for n in first[1]]
     wanted = {"text": text_column, "text_b": text_pair_column, "label": label_column}
     wanted = {k: v for k, v in wanted.items() if v is not None}
-    if (
-        not require_labels
-        and names is not None
-        and str(label_column) not in names
-        and not str(label_column).isdigit()
-    ):
+    label = str(label_column)
+    if not require_labels and names is not None and label not in names and not label.isdigit():
         wanted.pop("label", None)  # unlabelled input: a missing label column is fine
-    indexes = (
-        {}
-        if json_lines
-        else {
-            k: _column_index(path, names, v, k.replace("text_b", "text pair"))
-            for k, v in wanted.items()
-        }
-    )
+    # Where each value is: a JSON object's key, or a table row's index.
+    keys = {
+        k: str(v) if json_lines else _column_index(path, names, v, k.replace("text_b", "text pair"))
+        for k, v in wanted.items()
+    }
     examples = []
     for number, fields in rows:
         row = {"text": None, "text_b": None, "label": None, "file": str(path), "line": number}
-        for key, column in wanted.items():
-            if json_lines:
-                if str(column) not in fields:
-                    if key == "label" and not require_labels:
-                        continue
-                    raise InputDataError(
-                        f"{path}:{number}: no '{column}' field (fields: {', '.join(fields)}); "
-                        "pass the right column name."
-                    )
-                value = fields[str(column)]
-                value = "" if value is None else str(value)
+        values = fields if json_lines else dict(enumerate(fields))
+        for key, column in keys.items():
+            if column in values:
+                row[key] = "" if values[column] is None else str(values[column])
+            elif key == "label" and not require_labels:
+                continue
+            elif json_lines:
+                raise InputDataError(
+                    f"{path}:{number}: no '{column}' field (fields: {', '.join(fields)}); "
+                    "pass the right column name."
+                )
             else:
-                index = indexes[key]
-                if index >= len(fields):
-                    if key == "label" and not require_labels:
-                        continue
-                    raise InputDataError(
-                        f"{path}:{number}: the row has {len(fields)} fields but the {key} column "
-                        f"is number {index + 1}; fix the row (is a tab or comma missing?)."
-                    )
-                value = fields[index]
-            row[key] = value
+                raise InputDataError(
+                    f"{path}:{number}: the row has {len(fields)} fields but the {key} column "
+                    f"is number {column + 1}; fix the row (is a tab or comma missing?)."
+                )
         for key in ("text", "text_b"):
             if key in wanted and not (row[key] or "").strip():
                 raise InputDataError(
                     f"{path}:{number}: the {'text pair' if key == 'text_b' else 'text'} is empty; "
                     "remove the row or fill it in."
                 )
-        if "label" in wanted and not (row["label"] or "").strip():
-            if require_labels:
-                raise InputDataError(f"{path}:{number}: the label is empty; label the row.")
-            row["label"] = None
-        elif row["label"] is not None:
-            row["label"] = row["label"].strip()
+        row["label"] = (row["label"] or "").strip() or None  # an unlabelled row's is None
+        if "label" in wanted and row["label"] is None and require_labels:
+            raise InputDataError(f"{path}:{number}: the label is empty; label the row.")
         examples.append(row)
     if not examples:
         raise InputDataError(f"{path} has no data rows; add examples.")
@@ -210,9 +192,7 @@ def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSen
     """
     path = Path(path)
     sentences: list[TaggedSentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    start = 0
+    words, tags, start = [], [], 0
     for number, line in enumerate([*_open_lines(path), ""], 1):
         parts = line.split()
         if not parts or parts[0] == "-DOCSTART-":
@@ -288,10 +268,9 @@ def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExam
                 start = None
                 if answers and not impossible:
                     start = answers[0].get("answer_start")
-                    if (
-                        not isinstance(start, int)
-                        or context[start : start + len(texts[0])] != texts[0]
-                    ):
+                    text = texts[0]
+                    found = isinstance(start, int) and context[start : start + len(text)] == text
+                    if not found:
                         raise InputDataError(
                             f"{where}, question id '{qid}': answer '{texts[0][:40]}' is not at "
                             f"answer_start {start} of the context; fix answer_start."

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import shutil
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -35,7 +36,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_electra.atomic import write_json
-from keras_electra.config import ElectraConfig
 from keras_electra.convert.hub import local_init
 from keras_electra.data import fit_options
 from keras_electra.errors import ConfigError, TrainingInterrupted
@@ -55,24 +55,6 @@ from keras_electra.training.callbacks import (
 )
 from keras_electra.training.checkpoints import RunCheckpoints
 from keras_electra.training.preemption import StopOnSignal, StopRequest
-
-
-def _source_preset(source: Path, config: ElectraConfig) -> str:
-    run = RunDirectory(source)
-    preset = run.settings().get("preset")
-    if not preset and run.is_finetuned():
-        preset = FinetuneSettings.load(run.finetune_file).training.get("preset")
-    return preset or infer_preset(config)
-
-
-def _options(options: FinetuneOptions | None, keywords: dict) -> FinetuneOptions:
-    unknown = unknown_fields(FinetuneOptions, keywords)
-    if unknown:
-        raise TypeError(
-            f"finetune() has no option {unknown[0]!r}; the options are the fields of "
-            "keras_electra.settings.FinetuneOptions."
-        )
-    return dataclasses.replace(options or FinetuneOptions(), **keywords)
 
 
 def finetune(
@@ -118,21 +100,27 @@ def finetune(
         >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv", "runs/cls",
         ...                   epochs=3)  # doctest: +SKIP
     """
-    options = _options(options, keywords)
+    unknown = unknown_fields(FinetuneOptions, keywords)
+    if unknown:
+        raise TypeError(
+            f"finetune() has no option {unknown[0]!r}; the options are the fields of "
+            "keras_electra.settings.FinetuneOptions."
+        )
+    options = dataclasses.replace(options or FinetuneOptions(), **keywords)
     check_task(task)
     kernels = backend.choose()  # a bad KERAS_ELECTRA_KERNELS fails before any work
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
-    preset = _source_preset(source, config)
+    run = RunDirectory(source)  # its preset: run.json's, a fine-tuned source's, else inferred
+    preset = run.settings().get("preset")
+    if not preset and run.is_finetuned():
+        preset = FinetuneSettings.load(run.finetune_file).training.get("preset")
+    preset = preset or infer_preset(config)
     options = options.resolved(preset, task, config.max_position_embeddings)
-    hyper = options.hyperparameters()
-    seed, dropout = options.seed, options.dropout
+    hyper, seed = options.hyperparameters(), options.seed
     settings = FinetuneSettings.from_options(
-        task,
-        options,
-        training={**hyper, "preset": preset, "seed": seed},
-        source=named,
+        task, options, training={**hyper, "preset": preset, "seed": seed}, source=named
     )
     handler = get_task(task)
 
@@ -145,21 +133,14 @@ def finetune(
         handler.encode(eval_examples, tokenizer, settings)  # unseen labels fail here
 
     keras.utils.set_random_seed(seed)
-    backbone, tokenizer, config = load_backbone(source, dropout=dropout)
+    backbone, tokenizer, config = load_backbone(source, dropout=options.dropout)
     model = handler.build_model(backbone, settings)
-    num_rows = len(next(iter(x.values())))
-    steps = math.ceil(num_rows / hyper["batch_size"]) * hyper["epochs"]
-    optimizer = create_finetune_optimizer(
-        model,
-        backbone,
-        learning_rate=hyper["learning_rate"],
-        total_steps=steps,
-        warmup_fraction=hyper["warmup_fraction"],
-        layer_decay=hyper["layer_decay"],
-        weight_decay=hyper["weight_decay"],
-    )
+    steps_per_epoch = math.ceil(len(next(iter(x.values()))) / hyper["batch_size"])
+    steps = steps_per_epoch * hyper["epochs"]
+    # The rates, warm-up and decays: the hyperparameters but the epochs and batch size.
+    rates = {k: v for k, v in hyper.items() if k not in ("epochs", "batch_size")}
+    optimizer = create_finetune_optimizer(model, backbone, total_steps=steps, **rates)
     model.compile(optimizer=optimizer, loss=handler.loss(settings), jit_compile=False)
-    steps_per_epoch = math.ceil(num_rows / hyper["batch_size"])
     batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
     resume = None
     if output_dir is not None:
@@ -168,16 +149,11 @@ def finetune(
     settings.training["kernels"] = f"{kernels.backend}: {kernels.reason}"
     if options.progress:
         print(kernels.describe(), flush=True)
-    if resume is None or not stop_on_signals:
-        stop = StopRequest()
+    signals = resume is not None and stop_on_signals
+    with StopRequest() if signals else nullcontext(StopRequest()) as stop:
         records = _train(
             model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
         )
-    else:
-        with StopRequest() as stop:
-            records = _train(
-                model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
-            )
     history: dict[str, list[float]] = {}
     for record in records:
         for k, v in record.items():
@@ -228,17 +204,15 @@ def _train(
     progress: bool,
 ) -> list[dict]:
     """Fit from the resumed step (0 without one) to ``steps``; return the epoch records."""
-    start, records = 0, []
-    checkpoints = None
+    start, records, checkpoints = 0, [], None
     if resume is not None:
         optimizer.build(model.trainable_variables)  # its slots must exist to be checkpointed
         checkpoints = resume.open(model, optimizer)
         start = checkpoints.restore_latest()
         records = resume.records(start)
     stopper = StopOnSignal(stop)
-    logger = _EpochLog(
-        records, steps_per_epoch, start, resume, progress_bar("finetune", steps, start, progress)
-    )
+    bar = progress_bar("finetune", steps, start, progress)
+    logger = _EpochLog(records, steps_per_epoch, start, resume, bar)
     callbacks: list = [logger]
     if checkpoints is not None:
         saver = CheckpointEvery(
@@ -262,18 +236,15 @@ def _train(
     finally:
         logger.bar.close()
     if stopper.stopping and logger.step < steps:
-        if checkpoints is None:
-            raise TrainingInterrupted(
-                f"Stopped by {stop.signal_name} at step {logger.step} of {steps}; nothing was "
-                "saved (no output directory).",
-                step=logger.step,
-                signal_name=stop.signal_name,
+        saved = "; nothing was saved (no output directory)."
+        if checkpoints is not None:
+            saver.save()
+            saved = (
+                f": checkpoint saved in '{checkpoints.directory}'; run the same command again "
+                f"to resume from step {logger.step}."
             )
-        saver.save()
         raise TrainingInterrupted(
-            f"Stopped by {stop.signal_name} at step {logger.step} of {steps}: checkpoint "
-            f"saved in '{checkpoints.directory}'; run the same command again to resume from "
-            f"step {logger.step}.",
+            f"Stopped by {stop.signal_name} at step {logger.step} of {steps}{saved}",
             step=logger.step,
             signal_name=stop.signal_name,
         )
@@ -302,11 +273,8 @@ class _EpochLog(keras.callbacks.Callback):
             self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}", refresh=False)
 
     def on_epoch_end(self, epoch, logs=None):
-        epoch_number = self.step / self.steps_per_epoch
-        record = {
-            "step": self.step,
-            "epoch": int(epoch_number) if epoch_number.is_integer() else round(epoch_number, 4),
-        }
+        done = self.step / self.steps_per_epoch
+        record = {"step": self.step, "epoch": int(done) if done.is_integer() else round(done, 4)}
         record.update({k: float(v) for k, v in (logs or {}).items()})
         self.records.append(record)
         if self.resume is not None:
@@ -322,10 +290,8 @@ class _Resume:
     """``OUTPUT_DIR/resume/``: an interrupted fine-tuning's checkpoint, records and identity."""
 
     def __init__(self, run: RunDirectory, fingerprint: str):
-        self.run, self.directory = run, run.path
-        self.fingerprint = fingerprint
-        directory = run.path
-        state = directory / "state.json"
+        self.run, self.directory, self.fingerprint = run, run.path, fingerprint
+        directory, state = run.path, run.path / "state.json"
         if not run.has_checkpoint():
             shutil.rmtree(directory, ignore_errors=True)  # nothing saved: nothing to resume
         elif state.exists():
@@ -387,7 +353,5 @@ def predict_file(
     if output_path is not None:
         path = Path(output_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     return rows

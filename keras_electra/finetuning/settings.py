@@ -46,12 +46,10 @@ def infer_preset(config: ElectraConfig) -> str:
     for name, values in PRESETS.items():
         if name != "tiny" and values["hidden_size"] == config.hidden_size:
             return name
-    if config.hidden_size <= PRESETS["tiny"]["hidden_size"]:
+    size = config.hidden_size
+    if size <= PRESETS["tiny"]["hidden_size"]:
         return "tiny"
-    return min(
-        ("small", "base", "large"),
-        key=lambda n: abs(PRESETS[n]["hidden_size"] - config.hidden_size),
-    )
+    return min(("small", "base", "large"), key=lambda n: abs(PRESETS[n]["hidden_size"] - size))
 
 
 def _as_option(name: str) -> Any:
@@ -111,10 +109,8 @@ class FinetuneSettings:
 
     @classmethod
     def load(cls, path: str | Path) -> FinetuneSettings:
-        path = Path(path)
         try:
-            values = json.loads(path.read_text(encoding="utf-8"))
-            return cls(**values)
+            return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as e:
             raise ConfigError(
                 f"{path} is not a valid fine-tuning file ({str(e).splitlines()[0][:120]}); "

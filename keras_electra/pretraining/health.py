@@ -82,7 +82,9 @@ class HealthProbe:
     def __init__(self, model, batch: Mapping[str, np.ndarray], seed: int = PROBE_SEED):
         c = model.config
         self.model = model
-        self._forward = None
+        # One graph for all the probe's forward passes (traced on the first measure): eager
+        # layer calls would cost more than the arithmetic.
+        self._forward = tf.function(self._forward_pass)
         self.ids = np.asarray(batch["token_ids"], np.int32)
         self.mask = np.asarray(batch["padding_mask"], np.int32)
         self.segments = np.asarray(batch["segment_ids"], np.int32)
@@ -123,10 +125,6 @@ class HealthProbe:
 
     def measure(self) -> dict[str, float]:
         """Every health metric of the model's current weights (inference mode)."""
-        if self._forward is None:
-            # One graph for all the probe's forward passes: eager layer calls would
-            # cost more than the arithmetic.
-            self._forward = tf.function(self._forward_pass)
         tensors = {k: v.numpy() for k, v in self._forward().items()}
         out: dict[str, float] = {}
         layers = sorted(k for k in tensors if k.startswith("hidden_"))
@@ -166,13 +164,9 @@ class HealthProbe:
         if "own_ids" in out:
             out["own_logits"] = model.discriminator_head(states[-1])
         for name, fake in self.corrupted.items():
-            out[f"{name}_logits"] = self._disc_logits(fake)
+            sequence = model.discriminator(self._inputs(fake), training=False)
+            out[f"{name}_logits"] = model.discriminator_head(sequence)
         return out
-
-    def _disc_logits(self, token_ids) -> tf.Tensor:
-        model = self.model
-        sequence = model.discriminator(self._inputs(token_ids), training=False)
-        return model.discriminator_head(sequence)
 
     def _generator_corruption(self) -> tf.Tensor:
         model, masked = self.model, self.masked
@@ -247,20 +241,23 @@ def identity_r2(token_ids: np.ndarray, scores: np.ndarray) -> float:
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     """Area under the ROC curve (Mann-Whitney U), ties counted as one half."""
     labels = np.asarray(labels, bool)
-    scores = np.asarray(scores, np.float64)
     positives, negatives = labels.sum(), (~labels).sum()
     if positives == 0 or negatives == 0:
         return float("nan")
-    order = np.argsort(scores, kind="stable")
-    sorted_scores = scores[order]
-    ranks = np.empty(len(scores))
-    # Average ranks over runs of equal scores.
-    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
-    ends = np.r_[starts[1:], len(scores)]
-    for start, end in zip(starts, ends, strict=True):
-        ranks[order[start:end]] = (start + end + 1) / 2.0
-    u = ranks[labels].sum() - positives * (positives + 1) / 2.0
+    u = average_ranks(scores)[labels].sum() - positives * (positives + 1) / 2.0
     return float(u / (positives * negatives))
+
+
+def average_ranks(values) -> np.ndarray:
+    """1-based ranks of ``values``, tied values sharing their mean rank (each NaN its own).
+
+    Examples:
+        >>> average_ranks([3.0, 1.0, 3.0]).tolist()
+        [2.5, 1.0, 2.5]
+    """
+    values = np.asarray(values, np.float64)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True, equal_nan=False)
+    return (np.cumsum(counts) - (counts - 1) / 2.0)[inverse.reshape(-1)]
 
 
 def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
@@ -278,52 +275,33 @@ def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
     """
     warnings: list[dict] = []
     dead_run: list[int] = []
-    seen: set[str] = set()
     for record in records:
-        step = int(record.get("step", 0))
+        step, seen = int(record.get("step", 0)), {w["kind"] for w in warnings}
         recall, disc_auc = record.get("disc_recall"), record.get("disc_auc")
         if recall is not None and disc_auc is not None and recall == 0 and disc_auc < DEAD_AUC:
             dead_run.append(step)
         else:
             dead_run = []
         if len(dead_run) >= DEAD_WINDOWS and "dead_detector" not in seen:
-            seen.add("dead_detector")
-            warnings.append(
-                {
-                    "step": step,
-                    "since": dead_run[0],
-                    "kind": "dead_detector",
-                    "message": (
-                        f"The discriminator stopped detecting replacements at step "
-                        f"{dead_run[0]} (recall 0, AUC {disc_auc:.2f} for {len(dead_run)} "
-                        "windows): it predicts the base rate everywhere; try a lower "
-                        "--learning-rate, a higher --temperature or a smaller --generator-size."
-                    ),
-                }
+            message = (
+                f"The discriminator stopped detecting replacements at step {dead_run[0]} "
+                f"(recall 0, AUC {disc_auc:.2f} for {len(dead_run)} windows): it predicts the "
+                "base rate everywhere; try a lower --learning-rate, a higher --temperature or "
+                "a smaller --generator-size."
             )
-        std = record.get("probe_logit_std")
-        cosine = _final_cosine(record)
-        if (
-            std is not None
-            and cosine is not None
-            and std < FLAT_LOGIT_STD
-            and cosine > COLLAPSED_COSINE
-            and "collapsed_representation" not in seen
-        ):
-            seen.add("collapsed_representation")
             warnings.append(
-                {
-                    "step": step,
-                    "since": step,
-                    "kind": "collapsed_representation",
-                    "message": (
-                        f"The discriminator's token vectors collapsed at step {step} "
-                        f"(final-layer cosine {cosine:.2f}, logit spread {std:.3f}): every "
-                        "token looks the same to it; try a lower --learning-rate or a "
-                        "higher --temperature."
-                    ),
-                }
+                dict(step=step, since=dead_run[0], kind="dead_detector", message=message)
             )
+        std, cosine = record.get("probe_logit_std"), _final_cosine(record)
+        flat = std is not None and std < FLAT_LOGIT_STD
+        if flat and (cosine or 0.0) > COLLAPSED_COSINE and "collapsed_representation" not in seen:
+            message = (
+                f"The discriminator's token vectors collapsed at step {step} (final-layer "
+                f"cosine {cosine:.2f}, logit spread {std:.3f}): every token looks the same to "
+                "it; try a lower --learning-rate or a higher --temperature."
+            )
+            kind = "collapsed_representation"
+            warnings.append(dict(step=step, since=step, kind=kind, message=message))
     return warnings
 
 

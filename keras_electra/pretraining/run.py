@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,9 +161,7 @@ def pretrain(
         )
     corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
     settings = dataclasses.replace(settings or PretrainSettings(), corpus=corpus, **options)
-    if not stop_on_signals:
-        return _pretrain(StopRequest(), Path(output_dir), settings)
-    with StopRequest() as stop:
+    with StopRequest() if stop_on_signals else nullcontext(StopRequest()) as stop:
         return _pretrain(stop, Path(output_dir), settings)
 
 
@@ -172,38 +170,21 @@ def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> 
     run = RunDirectory(run_dir)
     # --init hf:ORG/NAME: fetched and converted once, then read as a directory.
     requested = dataclasses.replace(requested, init=local_init(requested.init))
-    settings = requested.resolved(_init_preset(requested.init))
-    distribution = _distribution(settings, stop)
+    init_preset = requested.init and RunDirectory(requested.init).settings().get("preset")
+    settings = requested.resolved(init_preset)
+    distribution = resolve_strategy(settings.strategy)
+    if is_multi_worker(distribution):
+        stop.arm()  # the workers stop together, at a step they agree on, once training starts
+    _check_batches(settings, distribution.num_replicas_in_sync)
     chief = is_chief(distribution)
     config, tokens = _prepare_run_directory(run, settings, chief)
     tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
     model, checkpoints, start = _build(run, settings, config, tokens, distribution, chief)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
-        return _train(
-            stop,
-            run_dir,
-            settings,
-            model,
-            tokenizer,
-            checkpoints,
-            start,
-            distribution,
-            health=settings.health,
-            progress=settings.progress,
-        )
+        return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
     except tf.errors.DataLossError as e:
         raise _data_loss(settings, e) from None
-
-
-def _distribution(settings: PretrainSettings, stop: StopRequest) -> tf.distribute.Strategy:
-    """The run's tf.distribute strategy, with the batch and speed options checked for it."""
-    distribution = resolve_strategy(settings.strategy)
-    if is_multi_worker(distribution):
-        stop.arm()  # the workers stop together, at a step they agree on, once training starts
-    _check_divisible(settings.batch_size, distribution.num_replicas_in_sync)
-    _check_speed_options(settings, distribution.num_replicas_in_sync)
-    return distribution
 
 
 def _prepare_run_directory(
@@ -217,31 +198,31 @@ def _prepare_run_directory(
     derive the same vocabulary and config from the same arguments.
     """
     kernels = backend.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
+    fields = ("embedding_sharing", "temperature", "generator_hidden_size")
+    flags = (settings.embedding_sharing, settings.temperature, settings.generator_size)
     overrides = dict(settings.config_overrides)
-    if settings.embedding_sharing is not None:
-        overrides["embedding_sharing"] = settings.embedding_sharing
-    if settings.temperature is not None:
-        overrides["temperature"] = settings.temperature
-    if settings.generator_size is not None:
-        overrides["generator_hidden_size"] = settings.generator_size
+    overrides.update({k: v for k, v in zip(fields, flags, strict=True) if v is not None})
     sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
         objectives.get(settings.objective).check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
+    stored = None  # the run directory's config, when it is resumed
     if resuming:
-        config, tokens = read_run(run, settings)
-        if sharing is not None and sharing != config.embedding_sharing:
+        stored, tokens = read_run(run, settings)
+        if sharing is not None and sharing != stored.embedding_sharing:
             raise ConfigError(
                 f"Run directory '{run.path}' was started with embedding_sharing="
-                f"{config.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
+                f"{stored.embedding_sharing!r}, not {sharing!r}; resume with the same value or "
                 "choose a new --output."
             )
-        _check_same_vocab(run, tokens, settings.vocab)
-        stored = config
-        config = _sampling_and_size(config, settings, f"Run directory '{run.path}'")
-        if chief and config != stored:  # a new --temperature: the run goes on with it
-            with _writing(run.path):
-                run.write_model_files(config, tokens)
+        if settings.vocab and load_vocab(settings.vocab) != tokens:  # the checkpoints' vocab
+            raise ConfigError(
+                f"--vocab '{settings.vocab}' differs from the vocabulary run '{run.path}' started "
+                f"with ({run.vocab_file}, {len(tokens)} tokens); the checkpoints only fit that "
+                "one, so pass the original file (and data tokenized with it) or start a new "
+                "--output."
+            )
+        config = _sampling_and_size(stored, settings, f"Run directory '{run.path}'")
     else:
         if settings.init is not None:
             config, tokens = _init_source(settings.init, settings, sharing)
@@ -250,17 +231,17 @@ def _prepare_run_directory(
         else:
             tokens = _vocabulary(settings)
             config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
-        if chief:
-            with _writing(run.path):
-                run.write_model_files(config, tokens)
+    if chief and config != stored:  # a new run, or a new --temperature the run goes on with
+        with _writing(run.path):
+            run.write_model_files(config, tokens)
     settings.embedding_sharing = config.embedding_sharing
     settings.temperature = config.temperature
     settings.generator_size = config.generator_hidden_size
     settings.vocab_sha256 = vocab_checksum(tokens)
     settings.kernels = f"{kernels.backend}: {kernels.reason}"
-    if chief and settings.progress:
-        print(kernels.describe(), flush=True)
     if chief:
+        if settings.progress:
+            print(kernels.describe(), flush=True)
         with _writing(run.path):
             run.write_settings(settings.record())
     return config, tokens
@@ -275,9 +256,8 @@ def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source
             f"{source} has a generator of size {config.generator_hidden_size:g}, not "
             f"--generator-size {size:g}; leave the flag out or start a new --output."
         )
-    if settings.temperature is None:
-        return config
-    return config.replace(temperature=settings.temperature)
+    temperature = settings.temperature
+    return config if temperature is None else config.replace(temperature=temperature)
 
 
 def _build(
@@ -301,12 +281,9 @@ def _build(
         _load_init_weights(model, Path(settings.init))
     if is_multi_worker(distribution):
         prepare_multi_worker_fit(model)
-        check_workers_agree(
-            distribution,
-            step=start,
-            vocabulary=zlib.crc32("\n".join(tokens).encode("utf-8")),
-            parameters=model.count_params(),
-        )
+        vocabulary = zlib.crc32("\n".join(tokens).encode("utf-8"))
+        parameters = model.count_params()
+        check_workers_agree(distribution, step=start, vocabulary=vocabulary, parameters=parameters)
     if chief:
         truncate_metrics_log(run.metrics_file, start)
     return model, checkpoints, start
@@ -321,9 +298,6 @@ def _train(
     checkpoints: RunCheckpoints,
     start: int,
     distribution: tf.distribute.Strategy,
-    *,
-    health: bool,
-    progress: bool,
 ) -> RunResult:
     """Train from step ``start`` to ``settings.steps`` in logging windows, as resumable fits."""
     chief = is_chief(distribution)
@@ -340,21 +314,19 @@ def _train(
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = dataset.with_options(options)
 
-    probe = _health_probe(model, tokenizer, settings) if health and chief else None
+    probe = _health_probe(model, tokenizer, settings) if settings.health and chief else None
     logger = MetricsLogger(
         RunDirectory(run_dir).metrics_file if chief else None,
         RunDirectory(run_dir).logs_dir if chief else None,
         tokens_per_step=settings.batch_size * settings.max_seq_length,
         total_steps=settings.steps,
         initial_step=start,
-        progress=progress and chief,
+        progress=settings.progress and chief,
         measure=probe.measure if probe is not None else None,
         warnings=collapse_warnings,
     )
-    if is_multi_worker(distribution):
-        stopper = ClusterStopOnSignal(stop, distribution)
-    else:
-        stopper = StopOnSignal(stop)
+    multi_worker = is_multi_worker(distribution)
+    stopper = ClusterStopOnSignal(stop, distribution) if multi_worker else StopOnSignal(stop)
     saver = CheckpointEvery(
         checkpoints,
         settings.checkpoint_every,
@@ -402,37 +374,19 @@ def _train(
 # === Helpers ===
 
 
-def _check_same_vocab(run: RunDirectory, tokens: list[str], vocab: str | None) -> None:
-    """A resumed run keeps its vocabulary: a ``--vocab`` that differs from it is refused."""
-    if not vocab:
-        return
-    given = load_vocab(vocab)
-    if given != tokens:
-        raise ConfigError(
-            f"--vocab '{vocab}' differs from the vocabulary run '{run.path}' started with "
-            f"({run.vocab_file}, {len(tokens)} tokens); the checkpoints only fit that one, "
-            "so pass the original file (and data tokenized with it) or start a new --output."
-        )
-
-
 def _diverged(
     settings: PretrainSettings, step: int, checkpoints: RunCheckpoints
 ) -> TrainingDiverged:
     """The one-sentence error of a non-finite step under ``on_nan="stop"``."""
-    latest = checkpoints.latest
-    kept = (
-        f"the last checkpoint (step {latest.rsplit('-', 1)[-1]}) is untouched"
-        if latest
-        else "no checkpoint was written"
-    )
+    latest, kept = checkpoints.latest, "no checkpoint was written"
+    if latest:
+        kept = f"the last checkpoint (step {latest.rsplit('-', 1)[-1]}) is untouched"
     steps = f"step {step}"
     if settings.steps_per_execution > 1:
         steps = f"one of steps {step}-{step + settings.steps_per_execution - 1}"
-    precision = (
-        ""
-        if settings.precision == "float32"
-        else f" or --precision float32 (now {settings.precision})"
-    )
+    precision = ""
+    if settings.precision != "float32":
+        precision = f" or --precision float32 (now {settings.precision})"
     return TrainingDiverged(
         f"Training diverged at {steps}: the loss or gradient norm was NaN or infinite, so "
         f"the update was not applied and {kept}; lower --learning-rate (now "
@@ -443,15 +397,14 @@ def _diverged(
 
 def _data_loss(settings: PretrainSettings, error: tf.errors.DataLossError) -> InputDataError:
     """The one-sentence error of a truncated or corrupt TFRecord shard, naming it."""
-    if is_tfrecord_input(settings.corpus):
-        found = unreadable_tfrecord(settings.corpus)
-        if found is not None:
-            path, detail = found
-            return InputDataError(
-                f"TFRecord shard '{path}' is truncated or corrupt ({detail}); write it again "
-                "with `keras-electra prepare` (or restore it) and rerun the same command to "
-                "resume from the last checkpoint."
-            )
+    found = unreadable_tfrecord(settings.corpus) if is_tfrecord_input(settings.corpus) else None
+    if found is not None:
+        path, detail = found
+        return InputDataError(
+            f"TFRecord shard '{path}' is truncated or corrupt ({detail}); write it again "
+            "with `keras-electra prepare` (or restore it) and rerun the same command to "
+            "resume from the last checkpoint."
+        )
     return InputDataError(
         f"The training data could not be read ({storage_reason(error)}); check the files of "
         "--corpus and rerun the same command to resume from the last checkpoint."
@@ -498,7 +451,14 @@ def _build_model(config: ElectraConfig, settings: PretrainSettings, policy: kera
     return model, optimizer
 
 
-def _check_speed_options(settings: PretrainSettings, replicas: int) -> None:
+def _check_batches(settings: PretrainSettings, replicas: int) -> None:
+    """The global batch splits over the replicas, and each into the micro-batches; the
+    compiled steps divide the logging windows and the run."""
+    if settings.batch_size % replicas:
+        raise ConfigError(
+            f"--batch-size {settings.batch_size} must be a multiple of the {replicas} replicas "
+            "that share each batch."
+        )
     spe, k = settings.steps_per_execution, settings.grad_accumulation
     if spe < 1 or settings.log_every % spe or settings.steps % spe:
         raise ConfigError(
@@ -509,14 +469,6 @@ def _check_speed_options(settings: PretrainSettings, replicas: int) -> None:
         raise ConfigError(
             f"--grad-accumulation {k} must be a positive divisor of the batch per replica "
             f"({settings.batch_size // replicas})."
-        )
-
-
-def _check_divisible(batch_size: int, replicas: int) -> None:
-    if batch_size % replicas:
-        raise ConfigError(
-            f"--batch-size {batch_size} must be a multiple of the {replicas} replicas "
-            "that share each batch."
         )
 
 
@@ -544,16 +496,10 @@ def model_config(
     single-tower sharing; an explicit other mode is still refused), and a position
     table at least ``settings.max_seq_length`` long."""
     ids = {t: i for i, t in enumerate(tokens)}
+    special = {f"{n}_token_id": ids[f"[{n.upper()}]"] for n in ("pad", "cls", "sep", "mask")}
     overrides = {**objectives.get(settings.objective).config_overrides, **overrides}
     config = ElectraConfig.from_preset(
-        preset,
-        vocab_size=len(tokens),
-        pad_token_id=ids["[PAD]"],
-        cls_token_id=ids["[CLS]"],
-        sep_token_id=ids["[SEP]"],
-        mask_token_id=ids["[MASK]"],
-        lowercase=lowercase,
-        **overrides,
+        preset, vocab_size=len(tokens), lowercase=lowercase, **special, **overrides
     )
     if settings.max_seq_length > config.max_position_embeddings:
         config = config.replace(max_position_embeddings=settings.max_seq_length)
@@ -563,10 +509,8 @@ def model_config(
 def _init_source(
     init: str | Path, settings: PretrainSettings, sharing: str | None = None
 ) -> tuple[ElectraConfig, list[str]]:
-    """The config and vocabulary of an ``--init`` directory, checked against the settings.
-
-    ``sharing``: the run's ``embedding_sharing`` when asked for (default: the directory's).
-    """
+    """The config and vocabulary of an ``--init`` directory, checked against the settings;
+    ``sharing``: the run's ``embedding_sharing`` when asked for (default: the directory's)."""
     source = RunDirectory(init)
     source.require_config(
         f"--init '{init}' is not a run or converted directory",
@@ -589,17 +533,9 @@ def _init_source(
     return config, tokens
 
 
-def _init_preset(init: str | Path | None) -> str | None:
-    return None if init is None else RunDirectory(init).settings().get("preset")
-
-
 def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
-    """Load an init directory's weights (generator included) into a fresh model.
-
-    An init directory whose embeddings are shared in another mode (``all``) is read
-    into a model of its own mode first, then transferred (see
-    :func:`~keras_electra.pretraining.pretrainer.transfer_weights`).
-    """
+    """Load an init directory's weights (generator included) into a fresh model; one shared
+    in another mode (``all``) through a model of its own mode (``transfer_weights``)."""
     source, directory = model, RunDirectory(init)
     config = ElectraConfig.load(directory.config_file)
     if config.embedding_sharing != model.config.embedding_sharing:

@@ -63,25 +63,24 @@ class _SequenceTask(Task):
     """Shared by classification and regression: one text or a pair per example."""
 
     def read(self, path, settings, *, labelled=True):
-        return read_table(
-            path,
-            settings.text_column,
-            settings.text_pair_column,
-            settings.label_column if labelled else None,
-            require_labels=labelled,
-        )
+        label = settings.label_column if labelled else None
+        columns = (settings.text_column, settings.text_pair_column, label)
+        return read_table(path, *columns, require_labels=labelled)
 
     def inputs(self, examples, tokenizer, settings) -> Arrays:
-        pairs = None
-        if settings.text_pair_column is not None:
-            pairs = [e["text_b"] for e in examples]
-        return encode_pairs(
-            tokenizer, [e["text"] for e in examples], pairs, settings.max_seq_length
-        )
+        texts = [e["text"] for e in examples]
+        pairs = [e["text_b"] for e in examples] if settings.text_pair_column is not None else None
+        return encode_pairs(tokenizer, texts, pairs, settings.max_seq_length)
 
     def outputs(self, model, examples, tokenizer, settings, batch_size) -> np.ndarray:
         x = self.inputs(examples, tokenizer, settings)
         return np.asarray(model.predict(x, batch_size=batch_size, verbose=0))
+
+    @staticmethod
+    def row(example: dict, **values) -> dict:
+        """A prediction's JSON line: the example's text (and pair) and ``values``."""
+        pair = example.get("text_b")
+        return {"text": example["text"], **({} if pair is None else {"text_b": pair}), **values}
 
 
 class ClassifyTask(_SequenceTask):
@@ -139,17 +138,10 @@ class ClassifyTask(_SequenceTask):
 
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
         logits = self.outputs(model, examples, tokenizer, settings, batch_size)
-        probs = tf.nn.softmax(logits).numpy()
-        rows = []
-        for e, p in zip(examples, probs, strict=True):
-            row = {"text": e["text"]}
-            if e.get("text_b") is not None:
-                row["text_b"] = e["text_b"]
-            row["label"] = settings.labels[int(p.argmax())]
-            row["scores"] = {
-                label: round(float(s), 6) for label, s in zip(settings.labels, p, strict=True)
-            }
-            rows.append(row)
+        rows, labels = [], settings.labels
+        for e, p in zip(examples, tf.nn.softmax(logits).numpy(), strict=True):
+            scores = {label: round(float(s), 6) for label, s in zip(labels, p, strict=True)}
+            rows.append(self.row(e, label=labels[int(p.argmax())], scores=scores))
         return rows
 
 
@@ -192,11 +184,6 @@ class RegressTask(_SequenceTask):
 
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
         values = self.outputs(model, examples, tokenizer, settings, batch_size)[:, 0]
-        rows = []
-        for e, v in zip(examples, values, strict=True):
-            row = {"text": e["text"]}
-            if e.get("text_b") is not None:
-                row["text_b"] = e["text_b"]
-            row["score"] = round(float(v), 6)
-            rows.append(row)
-        return rows
+        return [
+            self.row(e, score=round(float(v), 6)) for e, v in zip(examples, values, strict=True)
+        ]

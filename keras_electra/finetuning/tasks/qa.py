@@ -21,6 +21,9 @@ Examples:
 
 from __future__ import annotations
 
+import bisect
+import re
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -36,20 +39,9 @@ N_BEST = 20
 
 def whitespace_words(text: str) -> tuple[list[str], list[int]]:
     """Words of ``text`` split on whitespace, and the word index of every character."""
-    words: list[str] = []
-    char_to_word: list[int] = []
-    previous_space = True
-    for ch in text:
-        if ch.isspace():
-            previous_space = True
-        else:
-            if previous_space:
-                words.append(ch)
-            else:
-                words[-1] += ch
-            previous_space = False
-        char_to_word.append(max(0, len(words) - 1))
-    return words, char_to_word
+    starts = [match.start() for match in re.finditer(r"\S+", text)]
+    # A space belongs to the word before it (the first word, before any word).
+    return text.split(), [max(0, bisect.bisect_right(starts, i) - 1) for i in range(len(text))]
 
 
 def windows(num_pieces: int, room: int, stride: int) -> list[tuple[int, int]]:
@@ -92,14 +84,12 @@ class QATask(Task):
                 doc.extend(pieces[k + w])
                 piece_to_word.extend([w] * len(pieces[k + w]))
             k += len(words)
+            first_piece.append(len(doc))  # where a word after the last would start
             answer = None
             if labelled and example.answer_start is not None and example.answers:
                 start_word = char_to_word[example.answer_start]
                 end_word = char_to_word[example.answer_start + len(example.answers[0]) - 1]
-                end_piece = (
-                    first_piece[end_word + 1] if end_word + 1 < len(words) else len(doc)
-                ) - 1
-                answer = (first_piece[start_word], end_piece)
+                answer = (first_piece[start_word], first_piece[end_word + 1] - 1)
             room = length - len(query) - 3
             if room < 1:
                 raise ConfigError(
@@ -141,10 +131,8 @@ class QATask(Task):
         )
 
     def loss(self, settings):
-        losses = {
-            "start_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            "end_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        }
+        position = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        losses = {"start_logits": position, "end_logits": position}
         if settings.version_2:
             losses["answerable"] = keras.losses.BinaryCrossentropy(from_logits=True)
         return losses

@@ -103,10 +103,7 @@ class TagTask(Task):
 
     def encode(self, examples, tokenizer, settings, *, labelled=True):
         ids = self.tag_ids(examples, settings) if labelled else None
-        x, y, positions = align_words(
-            tokenizer, [s.words for s in examples], ids, settings.max_seq_length
-        )
-        return x, y, positions
+        return align_words(tokenizer, [s.words for s in examples], ids, settings.max_seq_length)
 
     def build_model(self, backbone, settings):
         return ElectraTagger(backbone, len(settings.labels), dropout=settings.dropout)
@@ -115,9 +112,7 @@ class TagTask(Task):
         return MaskedSparseCrossentropy()
 
     def predicted_tags(self, model, examples, tokenizer, settings, batch_size) -> list[list[str]]:
-        x, _, positions = align_words(
-            tokenizer, [s.words for s in examples], None, settings.max_seq_length
-        )
+        x, _, positions = self.encode(examples, tokenizer, settings, labelled=False)
         best = np.asarray(model.predict(x, batch_size=batch_size, verbose=0)).argmax(-1)
         tags = []
         for i, s in enumerate(examples):
