@@ -1,19 +1,12 @@
 """Every run option, written once: the API, ``run.json`` and the command's flags.
 
 :class:`PretrainSettings` is what :func:`~keras_electra.pretraining.run.pretrain`
-takes (as keywords or as one object); each field carries its help text and its
-command-line form, and ``keras-electra pretrain``'s flags, help and choices are
-generated from the fields (:func:`add_arguments`). The resolved settings (preset
-defaults filled in) are what ``run.json`` records. Per-preset defaults live in one
-table, :data:`keras_electra.config.TRAINING_DEFAULTS`: a field left ``None`` takes
-its preset's value.
-
-Adding an option is one field here (name, type, default, help) plus the code that
-uses it; the flag ``--the-name``, its help and its entry in ``run.json`` follow.
-
-:class:`FinetuneOptions` does the same for ``finetune()`` and ``keras-electra
-finetune``, with the paper's fine-tuning recipe per model size
-(:data:`FINETUNE_RECIPE`).
+takes (as keywords or as one object); ``keras-electra pretrain``'s flags are generated
+from its fields (:func:`add_arguments`; docs/pretraining.md). A field left ``None``
+takes its preset's value from :data:`keras_electra.config.TRAINING_DEFAULTS`. Adding an
+option is one field here (name, type, default, help) plus the code that uses it.
+:class:`FinetuneOptions` does the same for ``finetune()``, with the paper's recipe per
+model size (:data:`FINETUNE_RECIPE`).
 
 This module is plain Python (no TensorFlow), so the command's ``--help`` stays fast.
 

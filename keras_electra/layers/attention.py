@@ -1,20 +1,16 @@
 """Multi-head attention written here, with the weights of Keras' ``MultiHeadAttention``.
 
 :class:`SelfAttention` keeps ``MultiHeadAttention``'s sub-layers, variable names, shapes
-and build order (``query``, ``key``, ``value``, the dropout's seed state, then
-``attention_output``), so checkpoints written with keras-hub's ``TransformerEncoder``
-restore into it and a seed gives the same initial values (``tests/test_layer_layout.py``).
-Its own code means the fast training path needs no private attribute of Keras and a
-subclass keeps it. One call path, two ways through it:
+and build order, so keras-hub-written checkpoints restore into it and a seed gives the
+same initial values (``tests/test_layer_layout.py``; ARCHITECTURE.md, "Known debts").
+One call path, two ways through it:
 
-- the **reference** path (inference, float32 training, returned scores): the
-  projections, a scaled ``q k^T``, a float32 masked softmax, the dropout, the product by
-  the values and the output projection, each an op of its own;
+- the **reference** path (inference, float32 training, returned scores): each step of
+  the math an op of its own;
 - the **fused** path (:meth:`SelfAttention.fused_output`; training with 16-bit scores,
-  where :class:`~keras_electra.layers.encoder.TransformerLayer` enters
-  :func:`~keras_electra.layers.fused.training_kernels`): the three projections as one
-  matmul, and the scale, mask, softmax, dropout and product by the values as one custom
-  gradient (:func:`~keras_electra.layers.fused.attention_values`).
+  inside :func:`~keras_electra.layers.fused.training_kernels`): the three projections
+  as one matmul, and the scale, mask, softmax, dropout and product by the values as one
+  custom gradient (:func:`~keras_electra.layers.fused.attention_values`).
 
 Both split the heads to ``[batch, heads, length, dim]`` and then call
 :meth:`SelfAttention.positions` on the queries and keys: the one seam where a position

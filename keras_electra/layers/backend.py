@@ -1,25 +1,17 @@
 """Which kernels run the training operations: one policy, decided here.
 
-The training operations (the residual dropout + add + LayerNorm, bias + GELU, the
-attention's softmax + dropout with the product by the values, the query/key/value split,
-the dense layers' 2-D matmuls, the masked-LM loss with its sampling, AdamW) each have up
-to three backends:
-
-- ``reference``: TensorFlow's and Keras' own ops, one per step of the math. It is the
-  specification, the only path of inference and export, and the oracle the others are
-  tested against (``tests/test_kernel_conformance.py``).
-- ``xla``: :mod:`keras_electra.layers.fused`'s kernels, one XLA-compiled loop per
-  direction with a hand-written gradient.
-- ``native``: the same math compiled from ``kernels.cc``
-  (:mod:`keras_electra.layers.compiled`), where it builds: Linux, a C++ compiler, no GPU
-  or TPU, a private cache.
-
-The policy: ``KERAS_ELECTRA_KERNELS=reference|xla|native`` if set; else ``native`` where
-the compiled library builds and loads, and ``xla`` where it does not. Within a run, an
-operation the chosen backend cannot take runs on the next one down: ``native`` gives
-float16 tensors, and graphs XLA compiles whole (``--xla``, ``jit_compile``), to the XLA
-kernels. A backend asked for that cannot run here says why, once, and training takes
-the one below it. :func:`choose` is what a run prints and records in ``run.json``.
+The training operations (dropout + add + LayerNorm, bias + GELU, the attention's softmax
++ dropout and product by the values, the query/key/value split, the 2-D matmuls, the
+masked-LM loss with its sampling, AdamW) each have up to three backends: ``reference``
+(TensorFlow's and Keras' own ops: the specification, the only path of inference and
+export, and the oracle of ``tests/test_kernel_conformance.py``), ``xla``
+(:mod:`keras_electra.layers.fused`) and ``native`` (:mod:`keras_electra.layers.compiled`).
+``KERAS_ELECTRA_KERNELS`` chooses, else ``native`` where the compiled library loads and
+``xla`` elsewhere (docs/pretraining.md). Within a run, an operation the chosen backend
+cannot take runs on the next one down: ``native`` gives float16 tensors, and graphs XLA
+compiles whole (``--xla``, ``jit_compile``), to the XLA kernels. A backend asked for
+that cannot run here says why, once, and training takes the one below it.
+:func:`choose` is what a run prints and records in ``run.json``.
 
 Examples:
     >>> choose().backend in BACKENDS

@@ -1,19 +1,16 @@
 """Compiled training kernels: ``kernels.cc`` built once per machine, loaded as TF custom ops.
 
-XLA's CPU code for the fused kernels moves their bytes at 3-7 GB/s on a 2-core Xeon, where
-a NumPy add moves 25 GB/s (``benchmarks/kernel_times.py``); the same loops written in C++
-and vectorized by the compiler run 1.5-2.3x as fast. :func:`kernels` compiles
-``kernels.cc`` with the C++ compiler (``$CXX``, else ``g++``) against the installed
-TensorFlow on first use, into a cache directory keyed by everything the build reads (the
-source, the flags, TensorFlow's version and its compile and link flags, the compiler's
-path and ``--version``, and this CPU, for ``-march=native``), and loads it. Where that
-cannot happen (no compiler, not Linux, a GPU or TPU, ``KERAS_ELECTRA_COMPILED_KERNELS=0``,
-an unsafe cache, a failed build) it returns None, with one warning for the last two, and
+The same loops as XLA's fused kernels, vectorized by the C++ compiler, run about twice as
+fast (docs/measurements.md). :func:`kernels` compiles ``kernels.cc`` with ``$CXX`` (else
+``g++``) against the installed TensorFlow on first use, into
+``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra``) keyed by everything
+the build reads (source, flags, TensorFlow's version and build flags, the compiler's path
+and ``--version``, this CPU for ``-march=native``), and loads it. Where that cannot happen
+(no compiler, not Linux, a GPU or TPU, ``KERAS_ELECTRA_COMPILED_KERNELS=0``, an unsafe
+cache, a failed build) it returns None, with one warning for the last two, and
 :mod:`keras_electra.layers.fused` keeps its XLA kernels, which compute the same values.
-
-The cache is ``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra``). A
-build writes a temporary file and renames it into place, so processes building at once
-(several workers on one machine) never load a partial library.
+A build writes a temporary file and renames it into place, so processes building at
+once never load a partial library.
 
 Loading a library runs its code, so the cache must be the user's alone: the directories
 :func:`kernels` creates are private (mode 0o700), and it builds into or loads from

@@ -1,15 +1,13 @@
 """Dropout whose random bits are a keyed hash of each element's index.
 
-``keras.layers.Dropout`` on TensorFlow draws one float per element (in the compute
-dtype: under ``mixed_bfloat16`` a bfloat16 uniform, so a rate of 0.1 drops 10.2%), then
-multiplies and selects, and its gradient selects again. Here each element's 16-bit draw
-is a hash of its flat index and a 64-bit key (:func:`hash_bits`) drawn once per call
-from the layer's seed, so the rate is exact to 1/65,536 and the bits are never stored:
-a fused kernel recomputes them from the key, forward and backward
-(:mod:`keras_electra.layers.fused`), where TensorFlow's Philox kernel wrote them to
-memory (1M 32-bit draws in 2-3 ms on a 2-core Xeon). Outside the kernels, the kept
-elements' scale ``1 / (1 - rate)`` is one mask tensor, and the gradient is that mask
-times the incoming gradient.
+``keras.layers.Dropout`` on TensorFlow draws one float per element in the compute dtype
+(under ``mixed_bfloat16`` a rate of 0.1 drops 10.2%) and writes it to memory. Here each
+element's 16-bit draw is a hash of its flat index and a 64-bit key (:func:`hash_bits`)
+drawn once per call from the layer's seed, so the rate is exact to 1/65,536 and a fused
+kernel recomputes the bits from the key, forward and backward
+(:mod:`keras_electra.layers.fused`). Outside the kernels, the kept elements' scale
+``1 / (1 - rate)`` is one mask tensor, and the gradient is that mask times the
+incoming gradient.
 
 The hash: the index times the 32-bit golden ratio plus the key's first word, XOR its
 second word, then MurmurHash3's 32-bit finalizer (a bijection with full avalanche); the

@@ -2,29 +2,19 @@
 masked softmax + dropout (with the product by the values: :func:`attention_values`),
 each one XLA kernel per direction; and the masked-LM cross-entropy.
 
-TensorFlow runs the exact GELU as about six element-wise ops forward and more backward,
-each a pass over a ``[tokens, intermediate]`` tensor, and the residual add and LayerNorm
-as another dozen; under ``mixed_bfloat16`` each also converts, and a dropout selects and
-multiplies forward and multiplies backward. Here each chain is one small
-``tf.function(jit_compile=True)`` forward and one hand-written gradient: XLA fuses the
-element-wise work into one loop, while the matmuls stay on TensorFlow's oneDNN kernels
-(whole-step XLA is slower on this CPU because its matmuls are). A dropout inside a kernel
-hashes each element's 16-bit draw from its index and the key of
+Each chain of element-wise ops is one small ``tf.function(jit_compile=True)`` forward
+and one hand-written gradient: XLA fuses the element-wise work into one loop, while the
+matmuls stay on TensorFlow's oneDNN kernels. A dropout inside a kernel hashes each
+element's 16-bit draw from its index and the key of
 :meth:`keras_electra.layers.dropout.Dropout.draw`, forward and backward: no random bits
-are written to memory or kept (TensorFlow's Philox kernel wrote 1M 32-bit draws in 2-3
-ms, XLA's generator in 8.5 ms, on a 2-core Xeon with AMX). The math is done in float32
-and returned in the input's dtype, so under a mixed policy bias gradients are summed in
-float32 too.
-
-Measured on ELECTRA-Small (2-core AMD EPYC, no AMX, batch 32 x 128), bias + GELU fwd +
-bwd on ``[4096, 1024]``: 27 ms with Keras' ops against 5.4 ms fused in bfloat16, 13 ms
-against 5.2 ms in float32. XLA's CPU loops ran about 3x slower on 3-D tensors than on
-2-D views of the same data, so the functions take ``[-1, width]`` views.
+are written to memory or kept. The math is done in float32 and returned in the input's
+dtype, so under a mixed policy bias gradients are summed in float32 too. XLA's CPU loops
+are slower on 3-D tensors, so the functions take ``[-1, width]`` views. Timings against
+Keras' ops: docs/measurements.md.
 
 On a CPU with a C++ compiler the LayerNorm, GELU and attention kernels run as compiled
 custom ops instead (:mod:`keras_electra.layers.compiled`, ``kernels.cc``): the same
-math and hashed draws, outputs within one rounding step of XLA's, about twice as fast
-(XLA's CPU loops reach 4-9 GB/s here where the machine moves 25). The XLA kernels stay
+math and hashed draws, outputs within one rounding step of XLA's. The XLA kernels stay
 everywhere else (no compiler, GPU or TPU, float16, ``KERAS_ELECTRA_KERNELS=xla``).
 
 :class:`keras_electra.layers.encoder.TransformerLayer` uses them when ``training`` is

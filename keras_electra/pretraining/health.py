@@ -1,35 +1,13 @@
 """Run health: what a pretraining run's representations and detector are doing.
 
 A run whose discriminator has collapsed still shows a falling total loss. The
-measurements here show it in one glance. They are taken every logging window on a
-fixed probe (the same token batches, masks, samples and corruptions every time),
-in inference mode, and logged beside the training metrics:
-
-- ``disc_cosine_0 .. disc_cosine_N``: mean pairwise cosine similarity of the
-  ordinary tokens' vectors after the embedding block (0) and after each
-  transformer layer of the discriminator, on the probe text as the generator
-  corrupts it (the input the discriminator trains on; the clean text for
-  ``mlm``). About 0.1-0.2 at initialization; a final layer near 1 means every
-  token has the same vector.
-- ``disc_effective_rank``: the effective rank (exp of the entropy of the
-  normalized singular values; Roy and Vetterli, 2007) of the final layer's
-  token vectors.
-- ``embedding_cosine``: mean pairwise cosine of the word-embedding rows of the
-  most frequent tokens of the probe text, in the table the discriminator reads
-  (for ``embedding_sharing="gdes"`` the folded ``shared + delta``).
-- On the probe text corrupted by the generator (fixed masks and sampling seeds):
-  ``probe_logit_std`` (spread of the discriminator's logits over ordinary
-  tokens), ``probe_mean_prob`` against ``probe_replaced_fraction``, and
-  ``probe_identity_r2``: how much of the logit variance the token identity
-  explains (a detector that scores words, not contexts, reads near 1).
-- Two fixed yardsticks that do not move with the generator: the discriminator's
-  AUC on the probe text with 15% of the ordinary tokens replaced by draws from the
-  text's unigram distribution (``context_auc``: no rarity cue, only context tells
-  them apart; 0.5 for an untrained or collapsed detector) and by uniform draws
-  over the vocabulary (``rarity_auc``: the easy cue).
-
-``[CLS]``, ``[SEP]`` and padding are left out of every statistic: they are never
-replaced and their vectors and logits are outliers.
+measurements here (per-layer token cosines, effective rank, embedding cosine, the
+probe's logit spread and identity R², ``context_auc`` and ``rarity_auc``; each is
+defined in docs/run-health.md) are taken every logging window on a fixed probe (the
+same token batches, masks, samples and corruptions every time), in inference mode,
+and logged beside the training metrics. ``[CLS]``, ``[SEP]`` and padding are left
+out of every statistic: they are never replaced and their vectors and logits are
+outliers.
 
 :func:`collapse_warnings` reads a run's metrics records and says when and how its
 discriminator stopped working; ``pretrain`` prints it during the run and
@@ -209,7 +187,7 @@ def mean_pairwise_cosine(vectors: np.ndarray) -> float:
 
 
 def effective_rank(vectors: np.ndarray) -> float:
-    """exp(entropy) of the normalized singular values of the centred rows."""
+    """exp(entropy) of the normalized singular values of the centred rows (Roy, Vetterli 2007)."""
     v = np.asarray(vectors, np.float64)
     s = np.linalg.svd(v - v.mean(axis=0), compute_uv=False)
     p = s / max(s.sum(), 1e-12)

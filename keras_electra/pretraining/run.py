@@ -1,25 +1,12 @@
 """A pretraining run: corpus in, run directory out, resumable.
 
-``RUN_DIR`` holds everything a run needs to continue or be exported:
-
-- ``config.json``: the :class:`~keras_electra.config.ElectraConfig`;
-- ``vocab.txt``: the WordPiece vocabulary (learned from the corpus or given);
-- ``run.json``: the training settings (preset, objective, batch, corpus, seed);
-- ``checkpoints/``: model + optimizer + step, written atomically;
-- ``logs/``: TensorBoard summaries; ``metrics.jsonl``: one JSON line per window.
-
-Calling :func:`pretrain` again on the same directory resumes from the latest
-checkpoint: same step, optimizer state, masking and dropout random streams and
-data position (the deterministic input pipeline is advanced past the batches
-already seen).
-
-Faults (docs/reliability.md lists them with their tests): SIGTERM
-or SIGINT finishes the step, saves a checkpoint at it and raises
-:class:`~keras_electra.errors.TrainingInterrupted`; a step whose loss or gradient
-norm is not finite stops the run or is skipped (``on_nan``); a failed write
-raises :class:`~keras_electra.errors.StorageError` and keeps the previous
-checkpoint; an unreadable TFRecord shard or a changed vocabulary is named in one
-sentence.
+``RUN_DIR`` holds the config, vocabulary, ``run.json``, checkpoints, TensorBoard logs
+and ``metrics.jsonl`` (docs/pretraining.md lists them). Calling :func:`pretrain`
+again on the same directory resumes from the latest checkpoint: same step, optimizer
+state, random streams and data position. Faults (docs/reliability.md lists them with
+their tests): SIGTERM or SIGINT saves a checkpoint at the step reached and raises
+:class:`~keras_electra.errors.TrainingInterrupted`; a failed write raises
+:class:`~keras_electra.errors.StorageError` and keeps the previous checkpoint.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Checkpoints of a training run: model, optimizer and step, written atomically.
 
-TensorFlow checkpoints are written as ``ckpt-STEP.index`` / ``.data-*`` files
-first; only then is the small ``checkpoint`` state file replaced (write to a
-temporary name, then rename). A run killed while saving therefore still points
-at its previous complete checkpoint.
-
-A save that fails (no space, permission denied, the directory removed) leaves
-the previous checkpoint as the latest one, removes its own partial files and
-raises a :class:`~keras_electra.errors.StorageError` naming the directory and
-the space a checkpoint needs.
-
-Training checkpoints (with an optimizer) also hold the states of the model's
-dropout random generators, so a resumed run draws the same dropout masks as an
-uninterrupted one.
+The ``ckpt-STEP`` files are written first, then the small ``checkpoint`` state file
+is replaced (temporary name, then rename), so a run killed while saving still points
+at its previous complete checkpoint. A failed save removes its own partial files and
+raises :class:`~keras_electra.errors.StorageError` (docs/reliability.md). Training
+checkpoints also hold the dropout generators' states, so a resumed run draws the same
+dropout masks as an uninterrupted one.
 
 With several workers every worker saves (saving may read variables through
 collective ops), but only the chief writes to the run directory; the others

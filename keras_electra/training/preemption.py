@@ -1,13 +1,9 @@
 """Stopping a run cleanly on SIGTERM or SIGINT (a preempted machine, a cluster's drain).
 
-While :class:`StopRequest` is installed, SIGTERM and SIGINT only set a flag. The
-training loop reads it at the end of every step: the step in flight finishes, the
-run writes its partial window's metrics line and a checkpoint at that step, and
-``pretrain`` raises :class:`~keras_electra.errors.TrainingInterrupted`, which the
-command line turns into exit status
-:data:`~keras_electra.errors.INTERRUPTED_EXIT_CODE` (75). Running the same
-command again resumes at that step. A second SIGINT (Ctrl-C twice) stops at once
-with ``KeyboardInterrupt``, saving nothing more.
+While :class:`StopRequest` is installed, SIGTERM and SIGINT only set a flag, read at
+the end of every step; the run then checkpoints and ``pretrain`` raises
+:class:`~keras_electra.errors.TrainingInterrupted` (exit status 75; what a user sees:
+docs/reliability.md). A second SIGINT stops at once with ``KeyboardInterrupt``.
 
 On one process, :class:`StopOnSignal` stops ``fit`` at the first step end after
 the signal. Under ``MultiWorkerMirroredStrategy`` the workers must stop at the
