@@ -1,19 +1,8 @@
 """``keras-electra report``: one figure of a run's health, for people to look at.
 
-Reads ``metrics.jsonl`` of a pretraining run (finished or still going) or of a
-fine-tuning output directory and writes, into the first run's directory (or
-``output``):
-
-- ``report.png``: one panel per group of metrics over steps (losses, generator
-  accuracy, detector AUC/precision/recall and the fixed yardsticks, the
-  representation probes, gradient norms, learning rate, throughput), runs
-  overlaid when several are given, collapse warnings drawn where they start;
-- ``report.html``: the figure embedded, the last window of each run as a table,
-  the warnings, and a fine-tuning directory's ``eval_metrics.json``;
-- ``report.json``: the same summary for programs (panels and the metrics drawn in
-  each, last windows, warnings).
-
-matplotlib is needed by this command only and is imported when it runs.
+Reads the ``metrics.jsonl`` of pretraining runs or fine-tuning directories and writes
+``report.png``, ``report.html`` and ``report.json`` (that summary for programs); what
+each holds: docs/run-health.md. matplotlib is imported only when the command runs.
 
 Examples:
     >>> from keras_electra.report import write_report

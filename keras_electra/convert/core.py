@@ -2,15 +2,9 @@
 
 Every reader (google, hf, keras-hub) returns a :class:`Converted`: the config,
 the vocabulary and the weights under their canonical (TF1) names. This module
-checks them against the model the config describes, loads them, and writes a
-directory that ``pretrain --init``, ``finetune --init`` and ``export --run``
-accept:
-
-- ``config.json``, ``vocab.txt``: as in a pretraining run;
-- ``run.json``: the preset the sizes match and the objective;
-- ``checkpoints/``: the whole pretrainer (generator included) at step 0;
-- ``convert.json``: where the weights came from and everything the conversion
-  reported (ignored optimizer slots, parts initialized at random, extras).
+checks them against the model the config describes, loads them, and writes an init
+directory (docs/checkpoints.md): its ``run.json`` names the objective and the preset the
+sizes match, its checkpoint holds the whole pretrainer (generator included) at step 0.
 """
 
 from __future__ import annotations

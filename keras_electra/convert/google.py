@@ -1,13 +1,9 @@
 """google-research/electra TF1 checkpoints (``model.ckpt-N.index`` / ``.data-*``).
 
-The released checkpoints hold both towers with the original variable names
-(``electra/embeddings/...`` shared, ``electra/embeddings_project``,
-``electra/encoder/layer_N/...``, ``generator/...``, ``generator_predictions/...``,
-``discriminator_predictions/...``) and Adam slots (``.../adam_m``,
-``.../adam_v``), which are skipped. The checkpoint carries no config: sizes are
-read from the tensor shapes (heads = hidden / 64, as in every released model),
-or taken from ``preset`` and checked against the shapes. The vocabulary is the
-``vocab.txt`` released next to the checkpoint (or ``vocab``).
+The released checkpoints hold both towers under the original variable names
+(:mod:`keras_electra.convert.names`) and Adam slots, which are skipped. Sizes come from
+the tensor shapes or ``preset``, the vocabulary from the ``vocab.txt`` next to the
+checkpoint (or ``vocab``): docs/checkpoints.md.
 """
 
 from __future__ import annotations

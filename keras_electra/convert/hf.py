@@ -1,14 +1,10 @@
 """Hugging Face ELECTRA directories (``config.json`` + ``model.safetensors``), without torch.
 
-Reading: a discriminator directory (``ElectraForPreTraining``, or a bare
-``ElectraModel``) and optionally a generator directory (``ElectraForMaskedLM``).
-A directory with ``discriminator/`` and ``generator/`` sub-directories (what
-:func:`write_hf` writes) is read as the pair. ELECTRA shares the embeddings
-between the towers, so the generator's must equal the discriminator's.
-
+Reading: a discriminator directory, optionally a generator directory, or a directory
+holding both (what :func:`write_hf` writes; docs/checkpoints.md). ELECTRA shares the
+embeddings between the towers, so the generator's must equal the discriminator's.
 Writing: ``OUT/discriminator`` and ``OUT/generator``, each a directory that
-``transformers`` loads with ``from_pretrained`` (weights, config, ``vocab.txt``
-and tokenizer settings).
+``transformers`` loads with ``from_pretrained``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """keras-hub ``ElectraBackbone`` presets (``config.json`` + ``model.weights.h5``).
 
-keras-hub's backbone is the discriminator's embeddings and encoder: the same
-Keras layers as ours, so weights keep their layout. Two differences are
-reported, never hidden:
-
-- its transformer layers use the tanh approximation of GELU where ELECTRA (and
-  this library) use the exact erf form, so hidden states differ slightly
-  (``tests/test_convert.py`` measures the difference);
-- it adds a pooler (``pooled_dense``, dense + tanh on ``[CLS]``) that ELECTRA
-  does not have: reading, it is left out and noted; writing, keras-hub
-  initializes it at random, which is noted too.
-
-It holds no generator and no discriminator head: converting from keras-hub
-leaves those at random initial weights (noted).
+keras-hub's backbone is the discriminator's embeddings and encoder, in our layers'
+weight layout. What differs is reported, never hidden (docs/checkpoints.md): its
+tanh-approximate GELU, its pooler (left out reading, initialized at random by
+keras-hub writing), and the generator and discriminator head it lacks (random).
 """
 
 from __future__ import annotations

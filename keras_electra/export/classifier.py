@@ -1,28 +1,15 @@
 """SavedModels of fine-tuned models, for TF Serving 2.21; classifiers and regressors here.
 
-A fine-tuned output directory (``keras-electra finetune --output``, marked by
-``finetune.json``) of any task exports with an in-graph tokenizer, like
-pretraining runs: :func:`keras_electra.export.export` picks the module for its task.
-Taggers (``tag``) export as :class:`~keras_electra.export.tagger.TextTaggerModule`
-and QA models (``qa``) as :class:`~keras_electra.export.qa.QuestionAnsweringModule`
-(see those modules for their signatures).
+A fine-tuned output directory of any task exports with an in-graph tokenizer:
+:func:`keras_electra.export.export` picks the module for its task (taggers:
+:mod:`keras_electra.export.tagger`, QA models: :mod:`keras_electra.export.qa`).
 
-Classification (``C`` classes):
-
-- ``serving_default``: input ``text`` (and ``text_b`` for a pair model),
-  DT_STRING ``[-1]`` -> ``scores`` (float32 softmax ``[-1, C]``) and ``classes``
-  (DT_STRING ``[-1, C]``, the label names in score order);
-- ``classify``: method ``tensorflow/serving/classify``; input ``inputs``
-  (serialized ``tf.Example`` with a bytes feature ``text``, and ``text_b`` for
-  a pair model) -> the same ``scores`` and ``classes``, so TF Serving's Classify
-  API (gRPC ``Classify``, REST ``:classify``) answers.
-
-Regression:
-
-- ``serving_default``: ``text`` (and ``text_b``) -> ``scores`` (float32 ``[-1, 1]``);
-- ``regress``: method ``tensorflow/serving/regress``; input ``inputs``
-  (serialized ``tf.Example``) -> ``outputs`` (float32 ``[-1, 1]``), for TF
-  Serving's Regress API.
+A classifier (``C`` classes) has ``serving_default`` (input ``text``, and ``text_b`` for
+a pair model -> ``scores`` float32 ``[-1, C]``, ``classes`` DT_STRING ``[-1, C]``) and
+``classify`` for TF Serving's Classify API: docs/serving.md. A regressor has
+``serving_default`` (``text``, ``text_b`` -> ``scores`` float32 ``[-1, 1]``) and
+``regress``, method ``tensorflow/serving/regress``: input ``inputs`` (serialized
+``tf.Example``) -> ``outputs`` (float32 ``[-1, 1]``), for TF Serving's Regress API.
 
 ``assets.extra/`` keeps ``config.json``, ``vocab.txt``, ``finetune.json`` and
 ``labels.txt`` and the warmup requests (for every task).

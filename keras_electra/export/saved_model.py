@@ -1,18 +1,11 @@
 """SavedModels with an in-graph tokenizer, for TF Serving 2.21.
 
-An export is a folder ``saved_models/NAME/VERSION/`` holding one SavedModel:
-
-- signature ``serving_default``: input ``text`` (DT_STRING ``[-1]``) ->
-  ``replaced_prob`` (float32 ``[-1, L]``, 0 at padding), ``tokens`` (DT_STRING
-  ``[-1, L]``, empty at padding), ``token_ids`` (int32 ``[-1, L]``),
-  ``num_tokens`` (int32 ``[-1]``, counting ``[CLS]`` and ``[SEP]``);
-- signature ``score_pair``: inputs ``text_a``, ``text_b`` -> the same outputs.
-
-``L`` is fixed (the model's maximum sequence length), so TF Serving's batching
-can concatenate requests. The tokenizer is part of the graph (tf-text
-FastBertTokenizer ops, which TF Serving links); outputs are dense, never ragged.
-``assets.extra/tf_serving_warmup_requests`` holds real-text requests, and
-``assets.extra/`` also keeps the run's ``config.json`` and ``vocab.txt``.
+An export is a folder ``saved_models/NAME/VERSION/`` holding one SavedModel with the
+signatures ``serving_default`` (input ``text``) and ``score_pair`` (``text_a``,
+``text_b``), whose outputs are listed in docs/serving.md. ``L`` is fixed (the model's
+maximum sequence length) and outputs are dense, never ragged, so TF Serving's batching
+can concatenate requests; the tokenizer is tf-text ops TF Serving links.
+``assets.extra/`` holds the warmup requests, the run's ``config.json`` and ``vocab.txt``.
 
 The version folder is written under a temporary non-numeric name and renamed
 at the end, because TF Serving loads any numeric folder it sees.

@@ -1,21 +1,9 @@
 """AdamW with layer-wise learning-rate decay, as ELECTRA fine-tunes.
 
-The rule (the one google-research/electra intended; its code has an
-off-by-one its author acknowledged in issue #51 of that repository): count the
-task head as one more layer on top of the ``L`` transformer layers, and give
-each layer ``decay`` times the rate of the layer above it:
-
-====================================  =======================
-variables                             learning-rate factor
-====================================  =======================
-task head (everything not below)      1
-transformer layer ``i`` (0-based)     ``decay ** (L - i)``
-embeddings (+ their projection)       ``decay ** (L + 1)``
-====================================  =======================
-
-So the top transformer layer trains at ``lr * decay``. The original code put
-the head at depth ``L + 2`` (a leftover of a removed pooler layer), which
-multiplied every backbone layer by one extra ``decay``.
+The task head trains at the full rate, transformer layer ``i`` of ``L`` at
+``lr * decay ** (L - i)`` and the embeddings at ``lr * decay ** (L + 1)``: the rule
+google-research/electra intended, without its code's extra factor (its issue #51;
+docs/finetuning.md).
 
 The factor scales the learning rate inside the update (and so the decoupled
 weight decay too, as in the original optimizer): scaling gradients instead

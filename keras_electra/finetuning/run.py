@@ -2,16 +2,10 @@
 
 :func:`finetune` writes ``OUTPUT_DIR`` with everything needed to predict and to
 export (its layout, saving and loading: :mod:`keras_electra.finetuning.saved`);
-:func:`predict_file` runs such a directory on a file.
-
-SIGTERM or SIGINT during training finishes the step, writes the metrics line of
-the epoch so far and a checkpoint (model, optimizer, dropout generators, step) to
-``OUTPUT_DIR/resume/``, and raises
-:class:`~keras_electra.errors.TrainingInterrupted` (the command exits 75). The
-same call again resumes at that step, with the same batch order (a seeded
-permutation per epoch) and random streams, and ends as an uninterrupted run does;
-``resume/`` is removed once the directory is complete. Another call with other
-settings or other training data on that directory is refused.
+:func:`predict_file` runs such a directory on a file. SIGTERM or SIGINT saves the
+step into ``OUTPUT_DIR/resume/`` and raises
+:class:`~keras_electra.errors.TrainingInterrupted`; the same call resumes there
+(docs/reliability.md).
 
 Examples:
     >>> result = finetune("runs/demo", "classify", "train.tsv", "dev.tsv",

@@ -1,19 +1,11 @@
 """A fine-tuned model directory: what :func:`~keras_electra.finetuning.finetune` writes, loaded.
 
-``OUTPUT_DIR`` holds everything needed to predict and to export:
-
-- ``config.json``, ``vocab.txt``: the backbone's configuration and vocabulary;
-- ``finetune.json``: the task, labels, columns and settings
-  (:class:`~keras_electra.finetuning.settings.FinetuneSettings`);
-- ``labels.txt``: one class (or tag) name per line, in output order;
-- ``checkpoints/``: the fine-tuned weights, keyed by variable path;
-- ``eval_metrics.json``: metric name -> value on the ``--eval`` file;
-- ``metrics.jsonl``: the training loss and metrics of each epoch.
-
-``finetune.json`` is written last: a directory that has it is complete. The
-fine-tuning runner (:mod:`keras_electra.finetuning.run`), the backbone loader
-(:mod:`keras_electra.finetuning.source`, which reuses a fine-tuned backbone) and
-:mod:`keras_electra.export` all read the directory through this module.
+``OUTPUT_DIR`` is a run directory (:mod:`keras_electra.run_directory` lists its files)
+plus ``finetune.json`` (the task, labels, columns and settings:
+:class:`~keras_electra.finetuning.settings.FinetuneSettings`), written last, so a
+directory that has it is complete. The fine-tuning runner, the backbone loader
+(:mod:`keras_electra.finetuning.source`) and :mod:`keras_electra.export` all read the
+directory through this module.
 
 Examples:
     >>> loaded = load_finetuned("runs/sst2")  # doctest: +SKIP
@@ -80,11 +72,7 @@ def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0
 def _write_history(
     path: Path, history: dict[str, list[float]], steps: int, records: list | None = None
 ) -> None:
-    """One ``metrics.jsonl`` line per epoch (``keras-electra report`` draws them).
-
-    ``records`` (step, epoch and metrics each) are written as they are; without
-    them the lines are made from ``history`` (a list of values per metric).
-    """
+    """One ``metrics.jsonl`` line per epoch: ``records`` as they are, else from ``history``."""
     lines = [json.dumps(record) + "\n" for record in records or []]
     epochs = max((len(v) for v in history.values()), default=0) if not records else 0
     for epoch in range(epochs):

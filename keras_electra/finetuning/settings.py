@@ -1,13 +1,8 @@
 """What a fine-tuned model is (``finetune.json``), and the paper's fine-tuning recipe.
 
 The recipe and the fine-tuning options live in :mod:`keras_electra.settings`
-(:class:`~keras_electra.settings.FinetuneOptions`); they are named here too. Defaults
-follow the fine-tuning hyperparameter table of Clark et al. (2020,
-appendix): learning rate 3e-4 (Small), 1e-4 (Base), 5e-5 (Large); layer-wise
-learning-rate decay 0.8 (Small, Base), 0.9 (Large); batch 32; 3 epochs (10 for
-RTE and STS); dropout 0.1; weight decay 0.01; 10% linear warm-up then linear
-decay. ``tiny`` is this project's test size, with a larger learning rate.
-Regression defaults to 10 epochs (the paper's STS setting).
+(:class:`~keras_electra.settings.FinetuneOptions`) and are named here too; the
+recipe's values per model size: docs/finetuning.md.
 
 Examples:
     >>> recipe_defaults("base")["learning_rate"]

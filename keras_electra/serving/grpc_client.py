@@ -1,14 +1,10 @@
 """A gRPC client for models served by TensorFlow Serving (port 8500 by default).
 
 Uses the ``tensorflow-serving-api`` stubs: ``PredictionService`` (Predict,
-Classify, GetModelMetadata) and ``ModelService`` (GetModelStatus). Every call
-has a deadline; calls that fail with ``UNAVAILABLE`` (server down, restarting,
-overloaded) are retried with exponential backoff a bounded number of times;
-every other failure raises :class:`ServingError` at once with the server's
-message. Behind TLS and an authenticating proxy, the channel is encrypted
-(``tls``, ``root_certificates``, a client certificate for mutual TLS) and every
-call carries the credentials as metadata (``token``, ``headers``; see
-:mod:`keras_electra.serving.credentials`).
+Classify, GetModelMetadata) and ``ModelService`` (GetModelStatus). Only ``UNAVAILABLE``
+is retried; every other failure raises :class:`ServingError` at once with the server's
+message. TLS and an authenticating proxy's credentials: docs/serving.md and
+:mod:`keras_electra.serving.credentials`.
 """
 
 from __future__ import annotations

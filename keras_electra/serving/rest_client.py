@@ -1,15 +1,9 @@
 """A REST client for models served by TensorFlow Serving (port 8501 by default).
 
-Speaks TF Serving's RESTful API with the standard library only (no TensorFlow
-import): ``POST /v1/models/NAME[/versions/N|/labels/L]:predict`` (row
-``instances`` or columnar ``inputs``), ``:classify``, ``GET .../metadata`` and
-``GET /v1/models/NAME``. ``bytes`` values travel as ``{"b64": ...}``. The
-server's ``{"error": ...}`` bodies become :class:`ServingError`; a refused
-connection or HTTP 503 is retried with exponential backoff a bounded number of
-times. ``https://`` URLs are verified against the system's certificate authorities
-or ``root_certificates``; a client certificate answers mutual TLS; ``token`` and
-``headers`` go with every request for an authenticating proxy (see
-:mod:`keras_electra.serving.credentials`).
+Speaks TF Serving's RESTful API (``:predict``, ``:classify``, ``.../metadata``, model
+status) with the standard library only, no TensorFlow import. Retries, errors, TLS and
+an authenticating proxy's credentials: docs/serving.md and
+:mod:`keras_electra.serving.credentials`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Write SavedModel warmup requests for TF Serving.
 
-TF Serving (``--enable_model_warmup``, on by default) replays the records of
-``<export_dir>/assets.extra/tf_serving_warmup_requests`` when it loads a
-version, before it marks the version AVAILABLE; a failing record fails the
-load. Each record is a serialized ``tensorflow.serving.PredictionLog``; at most
-1000 records are allowed. (The repository's tests replay the file the way the
-server does with ``replay_warmup`` from ``tests/tfserving_standin``.)
+TF Serving (``--enable_model_warmup``, on by default) replays
+``<export_dir>/assets.extra/tf_serving_warmup_requests`` when it loads a version, and a
+failing record fails the load (docs/serving.md). Each record is a serialized
+``tensorflow.serving.PredictionLog``; at most 1000 are allowed.
 """
 
 from __future__ import annotations
