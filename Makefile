@@ -43,7 +43,7 @@ demo: setup
 # 19.5 minutes on an idle 2-core Xeon without AMX (README, "Benchmarks"; the budget is 20).
 # PYTEST_ARGS adds options (--durations=40, -k ...).
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link
 # or a docstring that does not match its signature.
