@@ -44,7 +44,10 @@ SOURCE = Path(__file__).with_name("kernels.cc")
 ENABLE = "KERAS_ELECTRA_COMPILED_KERNELS"  # "0" keeps the XLA kernels
 # -fno-math-errno: sqrt without errno's branch, so the loops that take one vectorize.
 _FLAGS = "-shared -fPIC -O3 -march=native -mprefer-vector-width=512 -fopenmp-simd".split()
-_FLAGS += ["-fno-math-errno", "-w"]
+# -U__AVX512FP16__: on CPUs with AVX512-FP16 (Sapphire Rapids and later) -march=native turns
+# on Eigen's half-precision packet code, whose header in TensorFlow 2.21 does not compile
+# with g++ 12; the kernels use no float16, and the compiler may still emit the instructions.
+_FLAGS += ["-fno-math-errno", "-w", "-U__AVX512FP16__"]
 
 log = logging.getLogger(__name__)
 # The op module loaded in this process: TensorFlow registers an op once, so a second
