@@ -166,3 +166,28 @@ def test_kernel_times_times_every_fused_kernel_against_the_bandwidth(capsys):
     assert set(agreement) == (fused if "compiled" in engines else set())
     # bf16 outputs: a rounding step is 2**-8 of a value; a few steps at most.
     assert all(0 <= gap <= 2**-5 for gap in agreement.values()), agreement
+
+
+def test_the_data_fingerprint_follows_the_sources_contents_not_where_or_when_installed(tmp_path):
+    """The benchmark's results are keyed by it: a reinstall on another machine (new mtimes,
+    another checkout path) must keep the results, and any changed byte must not."""
+    import os
+
+    data = load_benchmark("data")
+
+    def sources(root: pathlib.Path, text: str) -> list[pathlib.Path]:
+        paths = []
+        for name, body in (("kjv/nt.bzz", text), ("news/data/a.txt", "news")):
+            path = root / "site-packages" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body)
+            paths.append(path)
+        return paths
+
+    first = sources(tmp_path / "one", "In the beginning")
+    again = sources(tmp_path / "two" / "elsewhere", "In the beginning")
+    os.utime(again[0], (1, 1))
+    assert data._fingerprint(first, "8000") == data._fingerprint(again[::-1], "8000")
+    assert data._fingerprint(first, "8000") != data._fingerprint(first, "7000")
+    changed = sources(tmp_path / "three", "In the beginnin.")
+    assert data._fingerprint(first, "8000") != data._fingerprint(changed, "8000")
