@@ -39,8 +39,9 @@ demo: setup
 	  "The king is dead, long live the banana." \
 	  "My lord, the computer is at the gate."
 
-# Two workers, one test file each at a time (files share their module fixtures): about
-# 19.5 minutes on an idle 2-core Xeon without AMX (README, "Benchmarks"; the budget is 20).
+# Two workers, one test file each at a time (files share their module fixtures), the longest
+# first (tests/conftest.py): 12.4 minutes on a 2-core Xeon with AMX, about 25 without AMX
+# (README, "Benchmarks"; the budget is 20).
 # PYTEST_ARGS adds options (--durations=40, -k ...).
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
