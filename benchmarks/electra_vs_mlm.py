@@ -110,6 +110,24 @@ def study_settings(args, manifest: dict) -> dict:
     }
 
 
+def cpu_description() -> str:
+    """The CPU's model name and whether it has AMX (bfloat16 matrix tiles), which sets how
+    fast a cell runs (a result line records it; ``platform.processor()`` is empty on Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.machine()
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in text.splitlines()
+            if line.startswith("model name")
+        ),
+        platform.machine(),
+    )
+    return f"{model}, {os.cpu_count()} cores, {'AMX' if ' amx_bf16' in text else 'no AMX'}"
+
+
 def read_results(path: Path) -> list[dict]:
     """The result lines of ``path`` (a line cut short by a kill is skipped)."""
     if not path.is_file():
@@ -720,9 +738,7 @@ def main(argv: list[str] | None = None) -> int:
                         row = run_cell(
                             key, compute, objective, seed, args, manifest, recipes, tasks
                         )
-                        row.update(
-                            settings=settings, cpu=platform.processor() or platform.machine()
-                        )
+                        row.update(settings=settings, cpu=cpu_description())
                         append_result(args.results, row)
                         done.append(row)
                         brief = {

@@ -68,6 +68,7 @@ def test_electra_vs_mlm_smoke_selects_a_recipe_then_fine_tunes_and_probes_every_
     assert (in_domain / "mlm-seed0" / "run" / "vocab.txt").read_text() == vocab
     assert (in_domain / "none-seed0" / "random" / "vocab.txt").read_text() == vocab
     assert "context_auc" in cells[0]["pretrain"]["metrics"]
+    assert all(" cores, " in c["cpu"] and c["cpu"].endswith("AMX") for c in cells)
     # No test text in the in-domain corpus; a class-balanced labelled set.
     corpus = (domain / "in_domain" / "train.txt").read_text()
     test = bench.read_table(domain / "test.csv")
