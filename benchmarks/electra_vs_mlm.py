@@ -553,7 +553,7 @@ def _difference(a: dict, b: dict, name: str) -> dict:
 def markdown_table(summary: dict) -> str:
     """Fine-tuned and probe accuracy per task, corpus, compute and label budget."""
     header = ["task", "corpus", "compute", "labels"]
-    header += [f"fine-tune {a}" for a in OBJECTIVES] + ["ELECTRA − MLM"]
+    header += [f"fine-tune {a}" for a in OBJECTIVES] + ["ELECTRA − MLM", "best pretrained − none"]
     header += [f"pooled probe {a}" for a in OBJECTIVES] + [
         "bag probe electra",
         "bag probe mlm",
@@ -576,14 +576,29 @@ def markdown_table(summary: dict) -> str:
                 if compute == "x0":
                     continue
                 for n, cells in sorted(budgets.items(), key=lambda kv: int(kv[0])):
-                    diff = cells.get("differences", {}).get("electra_minus_mlm")
+                    differences = cells.get("differences", {})
                     row = [task, corpus, compute.replace("x", "") + "×", n]
                     row += [cell(cells.get("finetune", {}).get(a)) for a in OBJECTIVES]
-                    row.append(f"{diff['mean']:+.3f} ± {diff['se']:.3f}" if diff else "")
+                    for name in ("electra_minus_mlm", "pretrained_minus_none"):
+                        diff = differences.get(name)
+                        text = f"{diff['mean']:+.3f} ± {diff['se']:.3f}" if diff else ""
+                        named = diff and name == "pretrained_minus_none"
+                        row.append(f"{text} ({diff['of']})" if named else text)
                     row += [cell(cells.get("pooled", {}).get(a)) for a in OBJECTIVES]
                     row += [cell(cells.get("bag", {}).get(a)) for a in ("electra", "mlm")]
                     row.append(cell(anchors.get(n, {}).get("anchor", {}).get("ppmi")))
                     lines.append("| " + " | ".join(row) + " |")
+    # The pretrained discriminators' run-health at the end of pretraining (docs/run-health.md).
+    metrics = ["disc_auc", "context_auc", "rarity_auc", "mlm_accuracy"]
+    lines += ["", "| corpus | compute | arm | " + " | ".join(metrics) + " |"]
+    lines.append("|" + " --- |" * (3 + len(metrics)))
+    health = summary["pretraining"]
+    arms = sorted(
+        {tuple(key.split("|")[:3]) for key in health}, key=lambda k: (k[0], int(k[1]), k[2])
+    )
+    for corpus, compute, arm in arms:
+        values = [cell(health.get(f"{corpus}|{compute}|{arm}|{m}")) for m in metrics]
+        lines.append(f"| {corpus} | {compute}× | {arm} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 

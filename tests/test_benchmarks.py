@@ -86,6 +86,7 @@ def test_electra_vs_mlm_smoke_selects_a_recipe_then_fine_tunes_and_probes_every_
     assert budget["finetune"]["none"] == {"mean": accuracy, "std": 0.0, "n": 1}
     assert "electra_minus_mlm" in budget["differences"]
     assert "| tweet_sentiment | in-domain | 1× | 16 |" in out
+    assert "| in-domain:tweet_sentiment | 1× | electra | " in out  # the run-health table
     image = matplotlib.image.imread(results.with_suffix(".png"))
     assert image.shape[0] > 0 and np.ptp(image) > 0
     # A rerun finds everything done and appends nothing.
