@@ -605,7 +605,9 @@ def markdown_table(summary: dict) -> str:
 def plot(summary: dict, path: Path) -> None:
     """Accuracy against the number of labels per task (columns): fine-tuned (top row)
     and the frozen pooled probe with the PPMI anchor (bottom row), per arm (colour) and
-    corpus (solid: in-domain, dashed: prose), at 1× compute."""
+    corpus (solid: in-domain, dashed: prose), at 1× compute; once an in-domain cell has
+    more compute, a third row: fine-tuned accuracy against the compute, per arm (colour)
+    and label budget (marker), no pretraining as a level line per budget."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -614,7 +616,13 @@ def plot(summary: dict, path: Path) -> None:
     colors = {"electra": "tab:blue", "mlm": "tab:orange", "none": "tab:gray", "ppmi": "black"}
     styles = {"in-domain": "-", "prose": "--"}
     tasks = list(summary["accuracy"])
-    fig, axes = plt.subplots(2, len(tasks), figsize=(6 * len(tasks), 8), squeeze=False)
+    scaled = {
+        task: corpora["in-domain"]
+        for task, corpora in summary["accuracy"].items()
+        if len(set(corpora.get("in-domain", {})) - {"x0", "x1"}) > 0
+    }
+    rows = 3 if scaled else 2
+    fig, axes = plt.subplots(rows, len(tasks), figsize=(6 * len(tasks), 4 * rows), squeeze=False)
     for column, task in enumerate(tasks):
         for row, (measures, title) in enumerate(
             ((("finetune",), "fine-tuned"), (("pooled", "anchor"), "frozen probe"))
@@ -648,10 +656,47 @@ def plot(summary: dict, path: Path) -> None:
             ax.set_xlabel("labelled training examples")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
+        if task in scaled:
+            _plot_compute(axes[2][column], task, scaled[task], colors)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def _plot_compute(ax, task: str, computes: dict, colors: dict) -> None:
+    """Fine-tuned test accuracy against pretraining compute (in-domain corpus)."""
+    markers = ["o", "s", "^", "D", "v"]
+    multiples = sorted(int(c[1:]) for c in computes if c != "x0")
+    budgets = sorted({int(n) for c in computes.values() for n in c})
+    for i, n in enumerate(budgets):
+        marker = markers[i % len(markers)]
+        for arm in ("electra", "mlm"):
+            points = [
+                (m, computes[f"x{m}"][str(n)]["finetune"][arm])
+                for m in multiples
+                if arm in computes[f"x{m}"].get(str(n), {}).get("finetune", {})
+            ]
+            if points:
+                ax.errorbar(
+                    [m for m, _ in points],
+                    [e["mean"] for _, e in points],
+                    yerr=[e["std"] for _, e in points],
+                    color=colors[arm],
+                    marker=marker,
+                    capsize=3,
+                    label=f"{arm}, {n} labels",
+                )
+        none = computes["x1"].get(str(n), {}).get("finetune", {}).get("none")
+        if none:
+            ax.axhline(none["mean"], color=colors["none"], ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xticks(multiples, [f"{m}×" for m in multiples])
+    ax.minorticks_off()
+    ax.set_title(f"{task}: fine-tuned against compute (in-domain; dotted: none)")
+    ax.set_xlabel("pretraining compute (multiples of 15.2 TFLOPs)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
 
 
 # === Main ===

@@ -193,3 +193,24 @@ def test_the_data_fingerprint_follows_the_sources_contents_not_where_or_when_ins
     assert data._fingerprint(first, "8000") != data._fingerprint(first, "7000")
     changed = sources(tmp_path / "three", "In the beginnin.")
     assert data._fingerprint(first, "8000") != data._fingerprint(changed, "8000")
+
+
+def test_the_figure_gains_a_compute_row_once_an_in_domain_cell_has_more_compute(tmp_path):
+    import matplotlib.image
+
+    bench = load_benchmark("electra_vs_mlm")
+
+    def entry(mean):
+        return {"mean": mean, "std": 0.01, "n": 3}
+
+    def budgets(arms):
+        return {n: {"finetune": {a: entry(0.5) for a in arms}} for n in ("32", "128")}
+
+    computes = {"x1": budgets(("electra", "mlm", "none"))}
+    summary = {"accuracy": {"bbc_topic": {"in-domain": computes}}, "pretraining": {}}
+    bench.plot(summary, tmp_path / "one.png")
+    computes["x3"] = budgets(("electra", "mlm"))
+    bench.plot(summary, tmp_path / "three.png")
+    one, three = (matplotlib.image.imread(tmp_path / f"{n}.png") for n in ("one", "three"))
+    assert three.shape[0] == one.shape[0] * 3 // 2 and three.shape[1] == one.shape[1]
+    assert np.ptp(three[one.shape[0] :]) > 0  # the new row is drawn, not blank
