@@ -658,6 +658,8 @@ def plot(summary: dict, path: Path) -> None:
             ax.legend(fontsize=7)
         if task in scaled:
             _plot_compute(axes[2][column], task, scaled[task], colors)
+        elif scaled:
+            axes[2][column].axis("off")  # this task has no cell above 1x yet
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
