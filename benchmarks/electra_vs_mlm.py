@@ -523,6 +523,17 @@ def summarize(rows: list[dict]) -> dict:
     for (task, corpus, compute, n, measure, arm), accs in sorted(values.items()):
         entry = table.setdefault(task, {}).setdefault(corpus, {}).setdefault(f"x{compute}", {})
         entry.setdefault(str(n), {}).setdefault(measure, {})[arm] = _mean_std(accs)
+    # No pretraining costs nothing, so it is run once (at 1x) and is the baseline of
+    # every compute: its cells stand beside the 3x and 10x ones too.
+    for corpora in table.values():
+        for computes in corpora.values():
+            for compute, budgets in computes.items():
+                if compute in ("x0", "x1"):
+                    continue
+                for n, cells in budgets.items():
+                    for measure, arms in computes.get("x1", {}).get(n, {}).items():
+                        if "none" in arms and measure in cells:
+                            cells[measure].setdefault("none", arms["none"])
     for cells in _walk(table):
         finetune = cells.get("finetune", {})
         for a, b, name in (
@@ -546,8 +557,23 @@ def _walk(table: dict):
 
 
 def _difference(a: dict, b: dict, name: str) -> dict:
-    se = math.sqrt(a["std"] ** 2 / a["n"] + b["std"] ** 2 / b["n"])
-    return {"of": name, "mean": round(a["mean"] - b["mean"], 4), "se": round(se, 4)}
+    """``a - b`` with its standard error, None when a side has one seed (no spread)."""
+    if min(a["n"], b["n"]) < 2:
+        se = None
+    else:
+        se = round(math.sqrt(a["std"] ** 2 / a["n"] + b["std"] ** 2 / b["n"]), 4)
+    return {"of": name, "mean": round(a["mean"] - b["mean"], 4), "se": se}
+
+
+def _difference_text(diff: dict | None, name: str) -> str:
+    """``+0.037 ± 0.017``, with the arm for best pretrained - none; ``(one seed)`` for no s.e."""
+    if not diff:
+        return ""
+    notes = [diff["of"]] if name == "pretrained_minus_none" else []
+    if diff["se"] is None:
+        notes.append("one seed")
+    text = f"{diff['mean']:+.3f}" + ("" if diff["se"] is None else f" ± {diff['se']:.3f}")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def markdown_table(summary: dict) -> str:
@@ -564,9 +590,8 @@ def markdown_table(summary: dict) -> str:
     def cell(entry: dict | None) -> str:
         if not entry:
             return ""
-        return f"{entry['mean']:.3f} ± {entry['std']:.3f}" + (
-            f" (n={entry['n']})" if entry["n"] != 3 else ""
-        )
+        spread = f" ± {entry['std']:.3f}" if entry["n"] > 1 else ""
+        return f"{entry['mean']:.3f}{spread}" + (f" (n={entry['n']})" if entry["n"] != 3 else "")
 
     accuracy = summary["accuracy"]
     for task, corpora in accuracy.items():
@@ -580,10 +605,7 @@ def markdown_table(summary: dict) -> str:
                     row = [task, corpus, compute.replace("x", "") + "×", n]
                     row += [cell(cells.get("finetune", {}).get(a)) for a in OBJECTIVES]
                     for name in ("electra_minus_mlm", "pretrained_minus_none"):
-                        diff = differences.get(name)
-                        text = f"{diff['mean']:+.3f} ± {diff['se']:.3f}" if diff else ""
-                        named = diff and name == "pretrained_minus_none"
-                        row.append(f"{text} ({diff['of']})" if named else text)
+                        row.append(_difference_text(differences.get(name), name))
                     row += [cell(cells.get("pooled", {}).get(a)) for a in OBJECTIVES]
                     row += [cell(cells.get("bag", {}).get(a)) for a in ("electra", "mlm")]
                     row.append(cell(anchors.get(n, {}).get("anchor", {}).get("ppmi")))

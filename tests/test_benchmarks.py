@@ -214,3 +214,42 @@ def test_the_figure_gains_a_compute_row_once_an_in_domain_cell_has_more_compute(
     one, three = (matplotlib.image.imread(tmp_path / f"{n}.png") for n in ("one", "three"))
     assert three.shape[0] == one.shape[0] * 3 // 2 and three.shape[1] == one.shape[1]
     assert np.ptp(three[one.shape[0] :]) > 0  # the new row is drawn, not blank
+
+
+def test_no_pretraining_is_the_baseline_of_every_compute_and_one_seed_has_no_error_bar():
+    bench = load_benchmark("electra_vs_mlm")
+
+    def cell(objective, compute, seed, accuracy):
+        budgets = {"32": {"accuracy": accuracy}}
+        return {
+            "kind": "cell",
+            "corpus": "in-domain:bbc_topic",
+            "compute": compute,
+            "objective": objective,
+            "seed": seed,
+            "pretrain": {},
+            "tasks": {
+                "bbc_topic": {
+                    "finetune": budgets,
+                    "probes": {kind: budgets for kind in bench.PROBES},
+                }
+            },
+        }
+
+    rows = [cell("none", 1, s, a) for s, a in enumerate((0.40, 0.50, 0.60))]
+    rows += [cell(o, 1, s, 0.45) for o in ("electra", "mlm") for s in range(3)]
+    rows += [cell("electra", 3, 0, 0.70), cell("mlm", 3, 0, 0.65)]
+    summary = bench.summarize(rows)
+    scaled = summary["accuracy"]["bbc_topic"]["in-domain"]["x3"]["32"]
+    assert scaled["finetune"]["none"] == {"mean": 0.5, "std": 0.1, "n": 3}
+    assert scaled["differences"]["pretrained_minus_none"] == {
+        "of": "electra",
+        "mean": 0.2,
+        "se": None,
+    }
+    one = summary["accuracy"]["bbc_topic"]["in-domain"]["x1"]["32"]["differences"]
+    assert one["pretrained_minus_none"]["se"] == round(0.1 / 3**0.5, 4)
+    table = bench.markdown_table(summary)
+    row = next(line for line in table.splitlines() if "| 3× | 32 |" in line)
+    assert "| 0.700 (n=1) | 0.650 (n=1) | 0.500 ± 0.100 |" in row
+    assert "| +0.050 (one seed) | +0.200 (electra; one seed) |" in row
