@@ -612,12 +612,13 @@ def markdown_table(summary: dict) -> str:
                     lines.append("| " + " | ".join(row) + " |")
     # The pretrained discriminators' run-health at the end of pretraining (docs/run-health.md).
     metrics = ["disc_auc", "context_auc", "rarity_auc", "mlm_accuracy"]
-    lines += ["", "| corpus | compute | arm | " + " | ".join(metrics) + " |"]
-    lines.append("|" + " --- |" * (3 + len(metrics)))
     health = summary["pretraining"]
     arms = sorted(
         {tuple(key.split("|")[:3]) for key in health}, key=lambda k: (k[0], int(k[1]), k[2])
     )
+    if arms:
+        lines += ["", "| corpus | compute | arm | " + " | ".join(metrics) + " |"]
+        lines.append("|" + " --- |" * (3 + len(metrics)))
     for corpus, compute, arm in arms:
         values = [cell(health.get(f"{corpus}|{compute}|{arm}|{m}")) for m in metrics]
         lines.append(f"| {corpus} | {compute}× | {arm} | " + " | ".join(values) + " |")

@@ -253,3 +253,4 @@ def test_no_pretraining_is_the_baseline_of_every_compute_and_one_seed_has_no_err
     row = next(line for line in table.splitlines() if "| 3× | 32 |" in line)
     assert "| 0.700 (n=1) | 0.650 (n=1) | 0.500 ± 0.100 |" in row
     assert "| +0.050 (one seed) | +0.200 (electra; one seed) |" in row
+    assert "| corpus | compute | arm |" not in table  # no cell recorded pretraining metrics
