@@ -272,21 +272,41 @@ def pretrain_arm(key: str, compute: int, objective: str, seed: int, args, manife
         validation=[valid],
         progress=False,
     )
-    per_step = step_flops(config, batch, length, objective)
-    last = result.final_metrics
-    record = {
+    record = pretrain_record(
+        work / "run",
+        steps,
+        step_flops(config, batch, length, objective),
+        time.perf_counter() - started,
+        len(result.history),
+    )
+    done.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return work / "run", record, work
+
+
+def pretrain_record(run_dir: Path, steps: int, per_step: float, seconds: float, windows: int):
+    """What a finished pretraining run adds to its cells' result lines, from the run's
+    ``metrics.jsonl``, which holds every window of the run even when it was resumed
+    (``windows``, the number this process logged, then falls short of it): the final
+    metrics, the curve, and the time: this process's wall clock (``seconds``) and the
+    whole run's logged window and probe time (``train_seconds``)."""
+    from keras_electra.report import read_metrics
+
+    whole = read_metrics(run_dir)
+    last = whole[-1] if whole else {}
+    return {
         "steps": steps,
         "step_flops": per_step,
         "flops": steps * per_step,
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(seconds, 1),
+        "train_seconds": round(
+            sum(r.get("window_seconds", 0.0) + r.get("health_seconds", 0.0) for r in whole), 1
+        ),
+        "resumed": len(whole) > windows,
         "metrics": {k: last[k] for k in PRETRAIN_METRICS if k in last},
         "curve": [
-            {"step": r["step"], **{k: r[k] for k in PRETRAIN_METRICS if k in r}}
-            for r in result.history
+            {"step": r["step"], **{k: r[k] for k in PRETRAIN_METRICS if k in r}} for r in whole
         ],
     }
-    done.write_text(json.dumps(record) + "\n", encoding="utf-8")
-    return work / "run", record, work
 
 
 # === Fine-tuning and probes ===

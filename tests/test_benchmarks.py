@@ -254,3 +254,21 @@ def test_no_pretraining_is_the_baseline_of_every_compute_and_one_seed_has_no_err
     assert "| 0.700 (n=1) | 0.650 (n=1) | 0.500 ± 0.100 |" in row
     assert "| +0.050 (one seed) | +0.200 (electra; one seed) |" in row
     assert "| corpus | compute | arm |" not in table  # no cell recorded pretraining metrics
+
+
+def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_path):
+    bench = load_benchmark("electra_vs_mlm")
+    windows = [
+        {"step": 100 * i, "disc_auc": 0.7 + i / 100, "window_seconds": 10.0, "health_seconds": 1.0}
+        for i in (1, 2, 3)
+    ]
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(w) + "\n" for w in windows), encoding="utf-8"
+    )
+    # This process logged only the last window: the run was resumed at step 200.
+    record = bench.pretrain_record(tmp_path, 300, 2.0, 12.34, windows=1)
+    assert record["resumed"] is True
+    assert [point["step"] for point in record["curve"]] == [100, 200, 300]
+    assert record["train_seconds"] == 33.0 and record["seconds"] == 12.3
+    assert record["metrics"] == {"disc_auc": 0.73} and record["flops"] == 600.0
+    assert bench.pretrain_record(tmp_path, 300, 2.0, 40.0, windows=3)["resumed"] is False
