@@ -744,6 +744,80 @@ def _plot_compute(ax, task: str, computes: dict, colors: dict) -> None:
     ax.legend(fontsize=7, ncol=2)
 
 
+HEALTH_CURVES = ("disc_auc", "context_auc", "rarity_auc")
+
+
+def plot_health(rows: list[dict], path: Path) -> bool:
+    """The ELECTRA discriminators' run health during pretraining (rows: ``disc_auc``,
+    ``context_auc``, ``rarity_auc``) against the pretraining compute spent, per corpus
+    (columns), one line per compute multiple (mean over seeds, the band their range).
+    Whether the detector turns from rarity to context as compute grows is the question it
+    answers. Draws nothing (False) when no cell has a curve."""
+    curves: dict = collections.defaultdict(list)
+    for row in rows:
+        record = row.get("pretrain", {})
+        if row.get("kind") == "cell" and row["objective"] == "electra" and record.get("curve"):
+            curves[(row["corpus"], row["compute"])].append(record)
+    if not curves:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    corpora = sorted({corpus for corpus, _ in curves}, key=lambda c: (c == "prose", c))
+    computes = sorted({compute for _, compute in curves})
+    shades = plt.get_cmap("Blues")(np.linspace(0.45, 1.0, len(computes)))
+    fig, axes = plt.subplots(
+        len(HEALTH_CURVES),
+        len(corpora),
+        figsize=(5 * len(corpora), 3 * len(HEALTH_CURVES)),
+        squeeze=False,
+    )
+    for column, corpus in enumerate(corpora):
+        for shade, compute in zip(shades, computes, strict=True):
+            records = curves.get((corpus, compute))
+            if not records:
+                continue
+            for row_index, metric in enumerate(HEALTH_CURVES):
+                ax = axes[row_index][column]
+                by_step: dict = collections.defaultdict(list)
+                for record in records:
+                    for point in record["curve"]:
+                        if metric in point:
+                            by_step[point["step"]].append(point[metric])
+                steps = sorted(by_step)
+                tflops = [step * records[0]["step_flops"] / 1e12 for step in steps]
+                ax.plot(
+                    tflops,
+                    [statistics.mean(by_step[s]) for s in steps],
+                    color=shade,
+                    label=f"{compute}× ({len(records)} seed{'s' * (len(records) > 1)})",
+                )
+                if len(records) > 1:
+                    ax.fill_between(
+                        tflops,
+                        [min(by_step[s]) for s in steps],
+                        [max(by_step[s]) for s in steps],
+                        color=shade,
+                        alpha=0.2,
+                        lw=0,
+                    )
+        for row_index, metric in enumerate(HEALTH_CURVES):
+            ax = axes[row_index][column]
+            ax.axhline(0.5, color="gray", ls=":", lw=1)  # chance for every AUC here
+            ax.set_title(f"{corpus}: ELECTRA {metric}", fontsize=9)
+            ax.set_xlabel("pretraining TFLOPs")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True
+
+
 # === Main ===
 
 
@@ -857,6 +931,8 @@ def main(argv: list[str] | None = None) -> int:
     figure = args.results.with_suffix(".png")
     if summary["accuracy"]:
         plot(summary, figure)
+    health = args.results.with_name(args.results.stem + "_health.png")
+    drew_health = plot_health(done, health)
     print(
         json.dumps(
             {
@@ -864,6 +940,7 @@ def main(argv: list[str] | None = None) -> int:
                 "settings": settings,
                 "summary": summary,
                 "figure": str(figure) if summary["accuracy"] else None,
+                "health_figure": str(health) if drew_health else None,
             }
         )
     )

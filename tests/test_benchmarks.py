@@ -272,3 +272,27 @@ def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_
     assert record["train_seconds"] == 33.0 and record["seconds"] == 12.3
     assert record["metrics"] == {"disc_auc": 0.73} and record["flops"] == 600.0
     assert bench.pretrain_record(tmp_path, 300, 2.0, 40.0, windows=3)["resumed"] is False
+
+
+def test_the_health_figure_draws_each_compute_of_each_corpus_and_nothing_without_curves(tmp_path):
+    import matplotlib.image
+
+    bench = load_benchmark("electra_vs_mlm")
+
+    def cell(corpus, compute, seed, rise):
+        curve = [
+            {"step": s, "disc_auc": 0.8, "context_auc": 0.5 + rise * s, "rarity_auc": 0.9}
+            for s in range(100, 100 * (2 * compute + 1), 100)
+        ]
+        record = {"curve": curve, "step_flops": 1e10}
+        return {"kind": "cell", "corpus": corpus, "compute": compute, "objective": "electra",
+                "seed": seed, "pretrain": record}  # fmt: skip
+
+    rows = [cell("in-domain:bbc_topic", c, s, 1e-4 * c) for c in (1, 3) for s in (0, 1)]
+    rows += [cell("prose", 1, 0, 0.0), {"kind": "anchor"}]
+    assert bench.plot_health(rows, tmp_path / "health.png")
+    image = matplotlib.image.imread(tmp_path / "health.png")
+    assert image.shape[1] > image.shape[0] and np.ptp(image) > 0  # two corpora, three rows
+    mlm = [{**row, "objective": "mlm"} for row in rows if row.get("kind") == "cell"]
+    assert not bench.plot_health(mlm, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
