@@ -645,16 +645,30 @@ def markdown_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display here or in CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: Path) -> None:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def plot(summary: dict, path: Path) -> None:
     """Accuracy against the number of labels per task (columns): fine-tuned (top row)
     and the frozen pooled probe with the PPMI anchor (bottom row), per arm (colour) and
     corpus (solid: in-domain, dashed: prose), at 1× compute; once an in-domain cell has
     more compute, a third row: fine-tuned accuracy against the compute, per arm (colour)
     and label budget (marker), no pretraining as a level line per budget."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     colors = {"electra": "tab:blue", "mlm": "tab:orange", "none": "tab:gray", "ppmi": "black"}
     styles = {"in-domain": "-", "prose": "--"}
@@ -703,10 +717,7 @@ def plot(summary: dict, path: Path) -> None:
             _plot_compute(axes[2][column], task, scaled[task], colors)
         elif scaled:
             axes[2][column].axis("off")  # this task has no cell above 1x yet
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _plot_compute(ax, task: str, computes: dict, colors: dict) -> None:
@@ -732,7 +743,7 @@ def _plot_compute(ax, task: str, computes: dict, colors: dict) -> None:
                     capsize=3,
                     label=f"{arm}, {n} labels",
                 )
-        none = computes["x1"].get(str(n), {}).get("finetune", {}).get("none")
+        none = computes.get("x1", {}).get(str(n), {}).get("finetune", {}).get("none")
         if none:
             ax.axhline(none["mean"], color=colors["none"], ls=":", lw=1)
     ax.set_xscale("log")
@@ -760,10 +771,7 @@ def plot_health(rows: list[dict], path: Path) -> bool:
             curves[(row["corpus"], row["compute"])].append(record)
     if not curves:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     import numpy as np
 
     corpora = sorted({corpus for corpus, _ in curves}, key=lambda c: (c == "prose", c))
@@ -811,10 +819,7 @@ def plot_health(rows: list[dict], path: Path) -> bool:
             ax.set_xlabel("pretraining TFLOPs")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
