@@ -597,7 +597,9 @@ def _difference_text(diff: dict | None, name: str) -> str:
 
 
 def markdown_table(summary: dict) -> str:
-    """Fine-tuned and probe accuracy per task, corpus, compute and label budget."""
+    """Fine-tuned and probe accuracy per task, corpus, compute and label budget; the
+    pretraining run health; and, once the in-domain cells have more than one compute, the
+    two differences along the compute axis (``compute_table``)."""
     header = ["task", "corpus", "compute", "labels"]
     header += [f"fine-tune {a}" for a in OBJECTIVES] + ["ELECTRA − MLM", "best pretrained − none"]
     header += [f"pooled probe {a}" for a in OBJECTIVES] + [
@@ -642,7 +644,40 @@ def markdown_table(summary: dict) -> str:
     for corpus, compute, arm in arms:
         values = [cell(health.get(f"{corpus}|{compute}|{arm}|{m}")) for m in metrics]
         lines.append(f"| {corpus} | {compute}× | {arm} | " + " | ".join(values) + " |")
-    return "\n".join(lines)
+    compute_view = compute_table(summary)
+    return "\n".join(lines + ([""] + compute_view if compute_view else []))
+
+
+def compute_table(summary: dict) -> list[str]:
+    """The study's two questions along the compute axis, one row per task and label budget
+    of the in-domain corpus: best pretrained - none, then ELECTRA - MLM, at each compute.
+    Empty while the in-domain cells have one compute only."""
+    scaled = {
+        task: corpora["in-domain"]
+        for task, corpora in summary["accuracy"].items()
+        if len(set(corpora.get("in-domain", {})) - {"x0"}) > 1
+    }
+    if not scaled:
+        return []
+    multiples = sorted({int(c[1:]) for computes in scaled.values() for c in computes} - {0})
+    names = {
+        "pretrained_minus_none": "best pretrained − none",
+        "electra_minus_mlm": "ELECTRA − MLM",
+    }
+    header = ["task (in-domain)", "labels"] + [
+        f"{title}, {m}×" for title in names.values() for m in multiples
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for task, computes in scaled.items():
+        budgets = sorted({int(n) for c, b in computes.items() if c != "x0" for n in b})
+        for n in budgets:
+            row = [task, str(n)]
+            for name in names:
+                for m in multiples:
+                    cells = computes.get(f"x{m}", {}).get(str(n), {})
+                    row.append(_difference_text(cells.get("differences", {}).get(name), name))
+            lines.append("| " + " | ".join(row) + " |")
+    return lines
 
 
 def _pyplot():

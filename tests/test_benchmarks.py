@@ -254,6 +254,14 @@ def test_no_pretraining_is_the_baseline_of_every_compute_and_one_seed_has_no_err
     assert "| 0.700 (n=1) | 0.650 (n=1) | 0.500 ± 0.100 |" in row
     assert "| +0.050 (one seed) | +0.200 (electra; one seed) |" in row
     assert "| corpus | compute | arm |" not in table  # no cell recorded pretraining metrics
+    # The two questions along the compute axis, one row per task and budget.
+    view = table.split("| task (in-domain) | labels |")[1].splitlines()
+    assert view[0].count("×") == 4
+    assert view[2] == (
+        "| bbc_topic | 32 | -0.050 ± 0.058 (electra) | +0.200 (electra; one seed) "
+        "| +0.000 ± 0.000 | +0.050 (one seed) |"
+    )
+    assert "task (in-domain)" not in bench.markdown_table(bench.summarize(rows[:-2]))
 
 
 def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_path):
