@@ -780,11 +780,13 @@ def _plot_compute(ax, task: str, computes: dict, colors: dict) -> None:
                 )
         none = computes.get("x1", {}).get(str(n), {}).get("finetune", {}).get("none")
         if none:
-            ax.axhline(none["mean"], color=colors["none"], ls=":", lw=1)
+            ax.axhline(
+                none["mean"], color=colors["none"], ls=":", lw=1, label="none" if i == 0 else None
+            )
     ax.set_xscale("log")
     ax.set_xticks(multiples, [f"{m}×" for m in multiples])
     ax.minorticks_off()
-    ax.set_title(f"{task}: fine-tuned against compute (in-domain; dotted: none)")
+    ax.set_title(f"{task}: fine-tuned against compute (in-domain)")
     ax.set_xlabel("pretraining compute (multiples of 15.2 TFLOPs)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
