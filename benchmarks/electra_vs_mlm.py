@@ -33,8 +33,8 @@ batch 32, no layer-wise decay, weight decay 0.01, dropout 0.1, mean pooling, 64 
 Every unit of work is resumable: pretraining resumes from its checkpoints, finished
 fine-tunes and probes are kept under ``--work``, and each finished cell (corpus,
 compute, objective, seed) appends one JSON line to ``--results``; a rerun skips what is
-there with the same settings, so the table grows over several sittings, in the
-background. At the end it prints the table (JSON; ``--markdown`` also as Markdown) and
+there with the same settings (``--tasks``, ``--seeds``, ``--objectives`` only pick which
+cells run), so the table grows over several sittings, in the background. At the end it prints the table (JSON; ``--markdown`` also as Markdown) and
 draws a PNG beside the results: accuracy against the number of labels per task, arm
 and corpus, mean ± std over seeds.
 
@@ -107,6 +107,16 @@ def study_settings(args, manifest: dict) -> dict:
         "recipes": list(args.recipes),
         "tasks": list(args.tasks),
         "data": manifest["fingerprint"],
+    }
+
+
+def same_study(recorded: dict | None, settings: dict) -> bool:
+    """Whether a result line belongs to this study: the same settings, whichever tasks the
+    run that wrote it was asked for (``--tasks`` picks which cells run; it changes none)."""
+    if not recorded:
+        return False
+    return {k: v for k, v in recorded.items() if k != "tasks"} == {
+        k: v for k, v in settings.items() if k != "tasks"
     }
 
 
@@ -522,6 +532,13 @@ def summarize(rows: list[dict]) -> dict:
     with their standard errors."""
     values: dict = collections.defaultdict(list)
     pretraining: dict = collections.defaultdict(list)
+    # A cell run again (a prose cell asked for more tasks) supersedes its earlier line.
+    latest = {
+        (r["corpus"], r["compute"], r["objective"], r["seed"]): r
+        for r in rows
+        if r.get("kind") == "cell"
+    }
+    rows = [r for r in rows if r.get("kind") != "cell"] + list(latest.values())
     for row in rows:
         if row.get("kind") == "anchor":
             for n, result in row["labels"].items():
@@ -924,7 +941,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         manifest = data.build(args.cache or data.DEFAULT_CACHE)
     settings = study_settings(args, manifest)
-    done = [r for r in read_results(args.results) if r.get("settings") == settings]
+    done = [r for r in read_results(args.results) if same_study(r.get("settings"), settings)]
     if not args.table_only:
         tasks = {t: TaskData(t, manifest, args.labels, args.work) for t in args.tasks}
         recipes = select_recipes(args, manifest, tasks, done, settings)
@@ -952,6 +969,7 @@ def main(argv: list[str] | None = None) -> int:
                             r.get("kind") == "cell"
                             and (r["corpus"], r["compute"], r["objective"], r["seed"])
                             == (key, compute, objective, seed)
+                            and set(corpus_tasks(key, args)) <= set(r["tasks"])
                             for r in done
                         ):
                             continue

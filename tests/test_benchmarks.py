@@ -282,6 +282,38 @@ def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_
     assert bench.pretrain_record(tmp_path, 300, 2.0, 40.0, windows=3)["resumed"] is False
 
 
+def test_a_run_of_some_tasks_extends_the_study_and_a_cell_run_again_supersedes_its_line():
+    bench = load_benchmark("electra_vs_mlm")
+    settings = {"preset": "tiny", "data": "f00d", "tasks": ["bbc_topic", "tweet_sentiment"]}
+    # --tasks picks which cells run; a line written by such a run is of the same study.
+    assert bench.same_study({**settings, "tasks": ["bbc_topic"]}, settings)
+    assert not bench.same_study({**settings, "data": "beef"}, settings)
+    assert not bench.same_study(None, settings)
+
+    def cell(accuracies):
+        return {
+            "kind": "cell",
+            "corpus": "prose",
+            "compute": 1,
+            "objective": "electra",
+            "seed": 0,
+            "pretrain": {},
+            "tasks": {
+                task: {
+                    "finetune": {"32": {"accuracy": a}},
+                    "probes": {kind: {"32": {"accuracy": a}} for kind in bench.PROBES},
+                }
+                for task, a in accuracies.items()
+            },
+        }
+
+    # The prose cell first run for one task, then again for both: the later line counts once.
+    summary = bench.summarize([cell({"bbc_topic": 0.4}), cell({"bbc_topic": 0.6, "x": 0.5})])
+    entry = summary["accuracy"]["bbc_topic"]["prose"]["x1"]["32"]["finetune"]["electra"]
+    assert entry == {"mean": 0.6, "std": 0.0, "n": 1}
+    assert summary["accuracy"]["x"]["prose"]["x1"]["32"]["finetune"]["electra"]["n"] == 1
+
+
 def test_the_health_figure_draws_each_compute_of_each_corpus_and_nothing_without_curves(tmp_path):
     import matplotlib.image
 
