@@ -34,9 +34,10 @@ Every unit of work is resumable: pretraining resumes from its checkpoints, finis
 fine-tunes and probes are kept under ``--work``, and each finished cell (corpus,
 compute, objective, seed) appends one JSON line to ``--results``; a rerun skips what is
 there with the same settings (``--tasks``, ``--seeds``, ``--objectives`` only pick which
-cells run), so the table grows over several sittings, in the background. At the end it prints the table (JSON; ``--markdown`` also as Markdown) and
-draws a PNG beside the results: accuracy against the number of labels per task, arm
-and corpus, mean ± std over seeds.
+cells run), so the table grows over several sittings, in the background. At the end it
+prints the table (JSON; ``--markdown`` also as Markdown) and draws a PNG beside the
+results: accuracy against the number of labels per task, arm and corpus, mean ± std over
+seeds.
 
 Usage:
     python benchmarks/data.py                          # once: the data (cached)
@@ -665,15 +666,20 @@ def markdown_table(summary: dict) -> str:
     return "\n".join(lines + ([""] + compute_view if compute_view else []))
 
 
+def _scaled(summary: dict) -> dict:
+    """The in-domain cells (compute -> budgets) of each task that has one above 1×."""
+    return {
+        task: corpora["in-domain"]
+        for task, corpora in summary["accuracy"].items()
+        if set(corpora.get("in-domain", {})) - {"x0", "x1"}
+    }
+
+
 def compute_table(summary: dict) -> list[str]:
     """The study's two questions along the compute axis, one row per task and label budget
     of the in-domain corpus: best pretrained - none, then ELECTRA - MLM, at each compute.
-    Empty while the in-domain cells have one compute only."""
-    scaled = {
-        task: corpora["in-domain"]
-        for task, corpora in summary["accuracy"].items()
-        if len(set(corpora.get("in-domain", {})) - {"x0"}) > 1
-    }
+    Empty while no in-domain cell has more than 1× compute."""
+    scaled = _scaled(summary)
     if not scaled:
         return []
     multiples = sorted({int(c[1:]) for computes in scaled.values() for c in computes} - {0})
@@ -725,11 +731,7 @@ def plot(summary: dict, path: Path) -> None:
     colors = {"electra": "tab:blue", "mlm": "tab:orange", "none": "tab:gray", "ppmi": "black"}
     styles = {"in-domain": "-", "prose": "--"}
     tasks = list(summary["accuracy"])
-    scaled = {
-        task: corpora["in-domain"]
-        for task, corpora in summary["accuracy"].items()
-        if len(set(corpora.get("in-domain", {})) - {"x0", "x1"}) > 0
-    }
+    scaled = _scaled(summary)
     rows = 3 if scaled else 2
     fig, axes = plt.subplots(rows, len(tasks), figsize=(6 * len(tasks), 4 * rows), squeeze=False)
     for column, task in enumerate(tasks):
