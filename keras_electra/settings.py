@@ -273,6 +273,7 @@ FINETUNE_COMMON: dict[str, float] = {
     "dropout": 0.1,
     "weight_decay": 0.01,
     "warmup_fraction": 0.1,
+    "probe_epochs": 0,  # the paper fine-tunes everything from the start
 }
 TASK_EPOCHS: dict[str, int] = {"regress": 10}
 """The paper trains STS (regression) for 10 epochs; pass ``epochs=10`` for RTE too."""
@@ -320,6 +321,11 @@ class FinetuneOptions:
     weight_decay: float | None = option(None, "decoupled weight decay (default: 0.01)")
     warmup_fraction: float | None = option(None, "fraction of warm-up steps (default: 0.1)")
     dropout: float | None = option(None, "dropout of the backbone and the head (default: 0.1)")
+    probe_epochs: int = option(
+        0,
+        "first train only the head for this many passes, the backbone frozen, at 10x the "
+        "learning rate (linear probe, then fine-tune: LP-FT)",
+    )
     pooling: str = option(
         "cls",
         "classify/regress: read the [CLS] vector (default) or the mean of the tokens",
@@ -342,6 +348,7 @@ class FinetuneOptions:
         "layer_decay",
         "weight_decay",
         "warmup_fraction",
+        "probe_epochs",
     )
 
     def resolved(self, preset: str, task: str, max_positions: int) -> FinetuneOptions:
@@ -357,6 +364,8 @@ class FinetuneOptions:
         for name in ("epochs", "batch_size", "learning_rate", "layer_decay"):
             if (value := getattr(out, name)) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}.")
+        if out.probe_epochs < 0:
+            raise ConfigError(f"--probe-epochs must be 0 or more, got {out.probe_epochs}.")
         if not 0.0 <= out.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
         check_choices(out, ("pooling",))

@@ -472,3 +472,58 @@ def test_finetuning_shows_a_progress_bar_with_the_running_loss_unless_quiet(
     assert main([*args, "--output", str(tmp_path / "quiet"), "--quiet"]) == 0
     quiet = capsys.readouterr()
     assert "finetune:" not in quiet.err and "epoch 1" not in quiet.out
+
+
+def test_lp_ft_fits_the_head_on_a_frozen_backbone_then_fine_tunes_everything(
+    tiny_run, classify_data
+):
+    import keras
+
+    from keras_electra.finetuning.run import probe_head
+    from keras_electra.finetuning.settings import FinetuneSettings
+    from keras_electra.finetuning.source import load_backbone, read_source
+    from keras_electra.finetuning.tasks import get_task
+
+    train, dev = classify_data
+    handler = get_task("classify")
+    # Mean pooling: a barely pretrained [CLS] vector hardly varies, the tokens' mean does.
+    settings = FinetuneSettings(
+        task="classify", text_column="sentence", max_seq_length=L, pooling="mean"
+    )
+    _, tokenizer = read_source(tiny_run)
+    examples = handler.read(train, settings)
+    handler.set_labels(examples, settings)
+    x, y, _ = handler.encode(examples, tokenizer, settings)
+    keras.utils.set_random_seed(0)
+    backbone, _, _ = load_backbone(tiny_run, dropout=0.1)
+    model = handler.build_model(backbone, settings)
+    model(x, training=False)
+    frozen = [v.numpy().copy() for v in backbone.weights]
+    head = [v.numpy().copy() for v in model.weights if not any(v is w for w in backbone.weights)]
+    hyper = {"batch_size": 16, "probe_epochs": 2, "learning_rate": 1e-3}
+    loss = handler.loss(settings)
+    before = float(loss(y, model(x, training=False)))
+    probe_head(model, backbone, loss, x, y, hyper, seed=0)
+    after = float(loss(y, model(x, training=False)))
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(frozen, backbone.weights, strict=True))
+    moved = [v for v in model.weights if not any(v is w for w in backbone.weights)]
+    assert any(not np.array_equal(a, v.numpy()) for a, v in zip(head, moved, strict=True))
+    assert after < before, (before, after)
+    assert backbone.trainable  # fine-tuning trains the backbone again
+    # Through finetune(): recorded in finetune.json's training settings, and it learns.
+    result = finetune(
+        tiny_run,
+        "classify",
+        train,
+        dev,
+        None,
+        text_column="sentence",
+        epochs=3,
+        probe_epochs=1,
+        pooling="mean",
+        **FAST,
+    )
+    assert result.settings.training["probe_epochs"] == 1
+    assert result.metrics["accuracy"] >= 0.9, result.metrics
+    with pytest.raises(ConfigError, match="--probe-epochs must be 0 or more"):
+        finetune(tiny_run, "classify", train, dev, None, probe_epochs=-1, **FAST)

@@ -189,6 +189,7 @@ def test_every_finetune_option_reaches_the_options_from_the_command_line():
         "batch_size": (8, "--batch-size", "8"),
         "learning_rate": (2e-5, "--learning-rate", "2e-5"),
         "layer_decay": (0.7, "--layer-decay", "0.7"),
+        "probe_epochs": (2, "--probe-epochs", "2"),
         "weight_decay": (0.0, "--weight-decay", "0"),
         "warmup_fraction": (0.2, "--warmup-fraction", "0.2"),
         "dropout": (0.0, "--dropout", "0"),

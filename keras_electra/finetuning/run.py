@@ -48,6 +48,7 @@ from keras_electra.training.callbacks import (
     truncate_metrics_log,
 )
 from keras_electra.training.checkpoints import RunCheckpoints
+from keras_electra.training.optimizer import adamw_arguments
 from keras_electra.training.preemption import StopOnSignal, StopRequest
 
 
@@ -131,8 +132,10 @@ def finetune(
     model = handler.build_model(backbone, settings)
     steps_per_epoch = math.ceil(len(next(iter(x.values()))) / hyper["batch_size"])
     steps = steps_per_epoch * hyper["epochs"]
+    if hyper["probe_epochs"]:
+        probe_head(model, backbone, handler.loss(settings), x, y, hyper, seed)
     # The rates, warm-up and decays: the hyperparameters but the epochs and batch size.
-    rates = {k: v for k, v in hyper.items() if k not in ("epochs", "batch_size")}
+    rates = {k: v for k, v in hyper.items() if k not in ("epochs", "batch_size", "probe_epochs")}
     optimizer = create_finetune_optimizer(model, backbone, total_steps=steps, **rates)
     model.compile(optimizer=optimizer, loss=handler.loss(settings), jit_compile=False)
     batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
@@ -163,6 +166,23 @@ def finetune(
         if resume is not None:
             shutil.rmtree(resume.directory, ignore_errors=True)
     return result
+
+
+def probe_head(model: keras.Model, backbone, loss, x, y, hyper: dict, seed: int) -> None:
+    """LP-FT's first phase (Kumar et al., 2022, *Fine-Tuning can Distort Pretrained
+    Features*): ``hyper["probe_epochs"]`` passes that train only the head, the backbone
+    frozen, with Adam at 10x the fine-tuning rate (warm-up, then linear decay), so that
+    fine-tuning starts from a fitted head rather than a random one."""
+    batch_size, epochs = hyper["batch_size"], hyper["probe_epochs"]
+    steps = math.ceil(len(next(iter(x.values()))) / batch_size) * epochs
+    rate = adamw_arguments(10 * hyper["learning_rate"], steps, int(0.1 * steps), 0.0, 1.0)
+    backbone.trainable = False
+    try:
+        model.compile(optimizer=keras.optimizers.AdamW(**rate), loss=loss, jit_compile=False)
+        batches = training_batches(x, y, batch_size, epochs, seed + 7919)
+        model.fit(batches, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
+    finally:
+        backbone.trainable = True
 
 
 def training_batches(x, y, batch_size: int, epochs: int, seed: int) -> tf.data.Dataset:
