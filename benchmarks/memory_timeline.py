@@ -4,7 +4,9 @@ Builds the pretrainer as ``step_profile.py`` does (ELECTRA-Small, synthetic batc
 32 x 128), warms it up, and records one step with TensorFlow's profiler at host tracer
 level 3, where the CPU allocator's pool (``mklcpu``, the ``BFCAllocator`` that holds
 every tensor of 256 kB and more) writes an event for each allocation and release:
-its address, bytes, shape and the op that asked for it. From those the script finds
+its address, bytes, shape and the op that asked for it (TensorFlow uses that pool only
+with oneDNN on, its default on CPUs with AVX512-VNNI/BF16 or AMX: the script traces in a
+child process with ``TF_ENABLE_ONEDNN_OPTS=1`` on every other CPU). From those the script finds
 the moment the pool's bytes in use peak and replays the events up to it, so it can
 say which tensors were alive then (grouped by op name, layer numbers folded
 together), and which large tensors (``--large`` MB and up) lived longest.
@@ -137,6 +139,22 @@ def analyse(events, large_mb: float, samples: int = 40) -> list[dict]:
 
 
 def main(argv=None) -> None:
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "1":
+        # The pool that writes allocation events is oneDNN's (mklcpu), which TensorFlow turns
+        # on by default only on CPUs with AVX512-VNNI/BF16 or AMX (not on an AVX2-only AMD
+        # EPYC): trace in a child process that has it on, wherever this one was started.
+        import subprocess
+
+        child = subprocess.run(
+            [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
+            env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1"},
+            capture_output=True,
+            text=True,
+        )
+        print(child.stdout, end="", flush=True)
+        if child.returncode:
+            raise SystemExit(child.stderr.strip().splitlines()[-1] if child.stderr.strip() else 1)
+        return
     from step_profile import add_model_arguments, profile_steps
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

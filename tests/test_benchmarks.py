@@ -18,94 +18,22 @@ def load_benchmark(name: str):
     return module
 
 
-def test_electra_vs_mlm_smoke_selects_a_recipe_then_fine_tunes_and_probes_every_arm(
-    tmp_path, capsys
-):
-    import matplotlib.image
-
-    from keras_electra.config import ElectraConfig
-    from keras_electra.pretraining.flops import equal_compute_steps
-
-    bench = load_benchmark("electra_vs_mlm")
-    results = tmp_path / "results.jsonl"
-    work = tmp_path / "work"
-    argv = ["--smoke", "--work", str(work), "--results", str(results), "--markdown"]
-    assert bench.main(argv) == 0
-    rows = [json.loads(line) for line in results.read_text().splitlines()]
-    recipes, anchors = rows[0], [r for r in rows if r["kind"] == "anchor"]
-    cells = [r for r in rows if r["kind"] == "cell"]
-    # The recipe: chosen once per label budget on the validation split, the candidate with
-    # the best accuracy averaged over the three arms.
-    assert recipes["kind"] == "recipes" and recipes["corpus"] == "in-domain:tweet_sentiment"
-    for n, candidates in recipes["scores"].items():
-        assert len(candidates) == 2 and all(
-            set(c["valid"]) == {"electra", "mlm", "none"} for c in candidates
-        )
-        best = max(candidates, key=lambda c: c["mean"])
-        assert recipes["chosen"][n] == {
-            "learning_rate": best["learning_rate"],
-            "steps": best["steps"],
-        }
-    # Every arm, fine-tuned and probed at the label budget (the selection's seed-0 runs
-    # reused: one fine-tune per arm and candidate in all).
-    assert [(c["corpus"], c["objective"]) for c in cells] == [
-        ("in-domain:tweet_sentiment", arm) for arm in ("electra", "mlm", "none")
-    ]
-    assert len(list(work.glob("*/x1/*/finetune-*"))) == 3 * 2
-    for cell in cells:
-        task = cell["tasks"]["tweet_sentiment"]
-        assert set(task["finetune"]) == {"16"} == set(task["probes"]["pooled"])
-        for n in ("16",):
-            assert 0.0 <= task["finetune"][n]["accuracy"] <= 1.0
-            for kind in ("pooled", "bag"):
-                assert 0.0 <= task["probes"][kind][n]["accuracy"] <= 1.0
-    # Equal compute on each corpus; the in-domain arms read the in-domain vocabulary.
-    in_domain = work / "in-domain-tweet_sentiment" / "x1"
-    config = ElectraConfig.load(in_domain / "electra-seed0" / "run" / "config.json")
-    mlm = next(c for c in cells if c["corpus"].startswith("in-domain") and c["objective"] == "mlm")
-    assert mlm["pretrain"]["steps"] == equal_compute_steps(config, 32, 32, 20) > 20
-    domain = work / "smoke-data" / "tasks" / "tweet_sentiment"
-    vocab = (domain / "in_domain" / "vocab.txt").read_text()
-    assert (in_domain / "mlm-seed0" / "run" / "vocab.txt").read_text() == vocab
-    assert (in_domain / "none-seed0" / "random" / "vocab.txt").read_text() == vocab
-    assert "context_auc" in cells[0]["pretrain"]["metrics"]
-    assert all(" cores, " in c["cpu"] and c["cpu"].endswith("AMX") for c in cells)
-    # No test text in the in-domain corpus; a class-balanced labelled set.
-    corpus = (domain / "in_domain" / "train.txt").read_text()
-    test = bench.read_table(domain / "test.csv")
-    assert test and not any(" ".join(t.split()) in corpus for t, _ in test)
-    sixteen = bench.read_table(work / "labelled" / "tweet_sentiment" / "train-16.csv")
-    assert len(sixteen) == 16 and len({label for _, label in sixteen}) == 3
-    # The count-based anchor at the model's embedding width.
-    assert [a["corpus"] for a in anchors] == ["in-domain:tweet_sentiment"]
-    assert all(a["dim"] == config.embedding_size for a in anchors)
-    out = capsys.readouterr().out
-    summary = json.loads(out[out.index('{"benchmark"') :].splitlines()[0])["summary"]
-    budget = summary["accuracy"]["tweet_sentiment"]["in-domain"]["x1"]["16"]
-    none = next(c for c in cells if c["objective"] == "none" and c["corpus"] != "prose")
-    accuracy = none["tasks"]["tweet_sentiment"]["finetune"]["16"]["accuracy"]
-    assert budget["finetune"]["none"] == {"mean": accuracy, "std": 0.0, "n": 1}
-    assert "electra_minus_mlm" in budget["differences"]
-    assert "| tweet_sentiment | in-domain | 1× | 16 |" in out
-    assert "| in-domain:tweet_sentiment | 1× | electra | " in out  # the run-health table
-    image = matplotlib.image.imread(results.with_suffix(".png"))
-    assert image.shape[0] > 0 and np.ptp(image) > 0
-    # A rerun finds everything done and appends nothing.
-    assert bench.main(argv) == 0
-    assert len(results.read_text().splitlines()) == len(rows)
-    assert "cell " not in capsys.readouterr().out
-
-
 def test_label_draws_are_class_balanced_nested_and_ppmi_vectors_see_cooccurrence(tmp_path):
     from keras_electra.data import ElectraTokenizer
 
     data, probes = load_benchmark("data"), load_benchmark("probes")
     bench = load_benchmark("electra_vs_mlm")
-    args = bench.parse_args(["--labels", "128,32", "--compute", "3,1"])
-    assert args.labels == [32, 128] and args.compute == [1, 3]
-    assert bench.corpus_keys(args) == ["in-domain:bbc_topic", "in-domain:tweet_sentiment", "prose"]
-    assert bench.corpus_tasks("prose", args) == ["bbc_topic", "tweet_sentiment"]
-    assert bench.cell_seeds(10, args) == [0] and bench.cell_seeds(3, args) == [0, 1, 2]
+    args = bench.parse_args(["--labels", "128,32", "--compute", "3,1", "--tasks", "t"])
+    assert args.labels == [32, 128] and args.compute == [1, 3] and args.seeds == [0, 1, 2]
+    # No pretraining first (it has no compute), then each compute's seeds in order: the
+    # first seed of an arm chooses its recipes before the others run.
+    cells = bench.planned_cells(args)
+    assert cells[:3] == [("t", 0, "none", s) for s in (0, 1, 2)]
+    assert cells[3:7] == [("t", 1, "electra", 0), ("t", 1, "mlm", 0), ("t", 1, "electra", 1),
+                          ("t", 1, "mlm", 1)]  # fmt: skip
+    assert len(cells) == 3 + 2 * 2 * 3
+    # Each pretraining seed has its own label draws, shared by its arms.
+    assert [bench.draw_number(s, d, 3) for s in (0, 1) for d in range(3)] == [0, 1, 2, 3, 4, 5]
 
     rows = [(f"a{i}", "a") for i in range(50)] + [(f"b{i}", "b") for i in range(5)]
     subset = data.balanced_order(rows, 0)[:20]
@@ -239,75 +167,6 @@ def test_the_data_fingerprint_follows_the_sources_contents_not_where_or_when_ins
     assert data._fingerprint(first, "8000") != data._fingerprint(changed, "8000")
 
 
-def test_the_figure_gains_a_compute_row_once_an_in_domain_cell_has_more_compute(tmp_path):
-    import matplotlib.image
-
-    bench = load_benchmark("electra_vs_mlm")
-
-    def entry(mean):
-        return {"mean": mean, "std": 0.01, "n": 3}
-
-    def budgets(arms):
-        return {n: {"finetune": {a: entry(0.5) for a in arms}} for n in ("32", "128")}
-
-    computes = {"x1": budgets(("electra", "mlm", "none"))}
-    summary = {"accuracy": {"bbc_topic": {"in-domain": computes}}, "pretraining": {}}
-    bench.plot(summary, tmp_path / "one.png")
-    computes["x3"] = budgets(("electra", "mlm"))
-    bench.plot(summary, tmp_path / "three.png")
-    one, three = (matplotlib.image.imread(tmp_path / f"{n}.png") for n in ("one", "three"))
-    assert three.shape[0] == one.shape[0] * 3 // 2 and three.shape[1] == one.shape[1]
-    assert np.ptp(three[one.shape[0] :]) > 0  # the new row is drawn, not blank
-
-
-def test_no_pretraining_is_the_baseline_of_every_compute_and_one_seed_has_no_error_bar():
-    bench = load_benchmark("electra_vs_mlm")
-
-    def cell(objective, compute, seed, accuracy):
-        budgets = {"32": {"accuracy": accuracy}}
-        return {
-            "kind": "cell",
-            "corpus": "in-domain:bbc_topic",
-            "compute": compute,
-            "objective": objective,
-            "seed": seed,
-            "pretrain": {},
-            "tasks": {
-                "bbc_topic": {
-                    "finetune": budgets,
-                    "probes": {kind: budgets for kind in bench.PROBES},
-                }
-            },
-        }
-
-    rows = [cell("none", 1, s, a) for s, a in enumerate((0.40, 0.50, 0.60))]
-    rows += [cell(o, 1, s, 0.45) for o in ("electra", "mlm") for s in range(3)]
-    rows += [cell("electra", 3, 0, 0.70), cell("mlm", 3, 0, 0.65)]
-    summary = bench.summarize(rows)
-    scaled = summary["accuracy"]["bbc_topic"]["in-domain"]["x3"]["32"]
-    assert scaled["finetune"]["none"] == {"mean": 0.5, "std": 0.1, "n": 3}
-    assert scaled["differences"]["pretrained_minus_none"] == {
-        "of": "electra",
-        "mean": 0.2,
-        "se": None,
-    }
-    one = summary["accuracy"]["bbc_topic"]["in-domain"]["x1"]["32"]["differences"]
-    assert one["pretrained_minus_none"]["se"] == round(0.1 / 3**0.5, 4)
-    table = bench.markdown_table(summary)
-    row = next(line for line in table.splitlines() if "| 3× | 32 |" in line)
-    assert "| 0.700 (n=1) | 0.650 (n=1) | 0.500 ± 0.100 |" in row
-    assert "| +0.050 (one seed) | +0.200 (electra; one seed) |" in row
-    assert "| corpus | compute | arm |" not in table  # no cell recorded pretraining metrics
-    # The two questions along the compute axis, one row per task and budget.
-    view = table.split("| task (in-domain) | labels |")[1].splitlines()
-    assert view[0].count("×") == 4
-    assert view[2] == (
-        "| bbc_topic | 32 | -0.050 ± 0.058 (electra) | +0.200 (electra; one seed) "
-        "| +0.000 ± 0.000 | +0.050 (one seed) |"
-    )
-    assert "task (in-domain)" not in bench.markdown_table(bench.summarize(rows[:-2]))
-
-
 def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_path):
     bench = load_benchmark("electra_vs_mlm")
     windows = [
@@ -326,57 +185,191 @@ def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_
     assert bench.pretrain_record(tmp_path, 300, 2.0, 40.0, windows=3)["resumed"] is False
 
 
-def test_a_run_of_some_tasks_extends_the_study_and_a_cell_run_again_supersedes_its_line():
-    bench = load_benchmark("electra_vs_mlm")
-    settings = {"preset": "tiny", "data": "f00d", "tasks": ["bbc_topic", "tweet_sentiment"]}
-    # --tasks picks which cells run; a line written by such a run is of the same study.
-    assert bench.same_study({**settings, "tasks": ["bbc_topic"]}, settings)
-    assert not bench.same_study({**settings, "data": "beef"}, settings)
-    assert not bench.same_study(None, settings)
-
-    def cell(accuracies):
-        return {
-            "kind": "cell",
-            "corpus": "prose",
-            "compute": 1,
-            "objective": "electra",
-            "seed": 0,
-            "pretrain": {},
-            "tasks": {
-                task: {
-                    "finetune": {"32": {"accuracy": a}},
-                    "probes": {kind: {"32": {"accuracy": a}} for kind in bench.PROBES},
-                }
-                for task, a in accuracies.items()
-            },
-        }
-
-    # The prose cell first run for one task, then again for both: the later line counts once.
-    summary = bench.summarize([cell({"bbc_topic": 0.4}), cell({"bbc_topic": 0.6, "x": 0.5})])
-    entry = summary["accuracy"]["bbc_topic"]["prose"]["x1"]["32"]["finetune"]["electra"]
-    assert entry == {"mean": 0.6, "std": 0.0, "n": 1}
-    assert summary["accuracy"]["x"]["prose"]["x1"]["32"]["finetune"]["electra"]["n"] == 1
-
-
-def test_the_health_figure_draws_each_compute_of_each_corpus_and_nothing_without_curves(tmp_path):
+def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_by_draw(
+    tmp_path, capsys
+):
     import matplotlib.image
 
-    bench = load_benchmark("electra_vs_mlm")
+    from keras_electra.config import ElectraConfig
+    from keras_electra.pretraining.flops import equal_compute_steps
 
-    def cell(corpus, compute, seed, rise):
-        curve = [
-            {"step": s, "disc_auc": 0.8, "context_auc": 0.5 + rise * s, "rarity_auc": 0.9}
-            for s in range(100, 100 * (2 * compute + 1), 100)
-        ]
-        record = {"curve": curve, "step_flops": 1e10}
-        return {"kind": "cell", "corpus": corpus, "compute": compute, "objective": "electra",
-                "seed": seed, "pretrain": record}  # fmt: skip
+    bench, table = load_benchmark("electra_vs_mlm"), load_benchmark("electra_vs_mlm_table")
+    results, work = tmp_path / "results.jsonl", tmp_path / "work"
+    argv = ["--smoke", "--work", str(work), "--results", str(results)]
+    assert bench.main(argv) == 0
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["kind"] for r in rows] == ["data", "anchor", "cell", "cell", "cell"]
+    cells = {r["objective"]: r for r in rows if r["kind"] == "cell"}
+    assert [(c["compute"], c["seed"], c["draws"]) for c in cells.values()] == [
+        (0, 0, [0, 1]),
+        (1, 0, [0, 1]),
+        (1, 0, [0, 1]),
+    ]
+    for objective, cell in cells.items():
+        # The recipe per budget: every candidate's validation accuracy on the first draw,
+        # the best chosen; then each draw (x fine-tuning seed) with the chosen recipe.
+        (selection,) = cell["selection"].values()
+        scores = [c["valid_accuracy"] for c in selection["candidates"]]
+        best = selection["candidates"][scores.index(max(scores))]
+        assert selection["chosen"] == {
+            k: best[k] for k in ("learning_rate", "steps", "probe_steps")
+        }
+        assert cell["recipes"] == {"16": selection["chosen"]}
+        runs = cell["finetune"]["16"]
+        assert [(r["draw"], r["finetune_seed"]) for r in runs] == [(0, 0), (1, 0)]
+        assert runs[0]["valid_accuracy"] == max(scores)  # the selection's run is reused
+        arm = work / "tweet_sentiment" / f"x{cell['compute']}" / f"{objective}-seed0"
+        assert len(list((arm / "finetune").iterdir())) == 2 + 1
+        for kind in ("pooled", "bag"):
+            assert [r["draw"] for r in cell["probes"][kind]["16"]] == [0, 1]
+            assert all(0.0 <= r["accuracy"] <= 1.0 for r in cell["probes"][kind]["16"])
+    # LP-FT is a candidate: its runs trained the head first.
+    assert any(c["probe_steps"] for c in bench.SMOKE_RECIPES)
+    # Equal compute; the arms read the in-domain vocabulary.
+    config = ElectraConfig.load(
+        work / "tweet_sentiment" / "x1" / "electra-seed0" / "run" / "config.json"
+    )
+    assert cells["mlm"]["pretrain"]["steps"] == equal_compute_steps(config, 32, 32, 20) > 20
+    assert "context_auc" in cells["electra"]["pretrain"]["metrics"]
+    assert all(" cores, " in c["cpu"] and c["cpu"].endswith("AMX") for c in cells.values())
+    domain = work / "smoke-data" / "tasks" / "tweet_sentiment"
+    vocab = (domain / "in_domain" / "vocab.txt").read_text()
+    assert (
+        work / "tweet_sentiment" / "x0" / "none-seed0" / "random" / "vocab.txt"
+    ).read_text() == vocab
+    # No test text in the in-domain corpus; class-balanced draws that differ.
+    corpus = (domain / "in_domain" / "train.txt").read_text()
+    test = bench.read_table(domain / "test.csv")
+    assert test and not any(" ".join(t.split()) in corpus for t, _ in test)
+    draws = [
+        bench.read_table(work / "labelled" / "tweet_sentiment" / f"draw{d}-16.csv") for d in (0, 1)
+    ]
+    for drawn in draws:
+        counts = collections.Counter(label for _, label in drawn)
+        assert len(drawn) == 16 and max(counts.values()) - min(counts.values()) <= 1
+    assert draws[0] != draws[1]
+    # The anchors on the same draws, at the model's embedding width.
+    (anchor,) = [r for r in rows if r["kind"] == "anchor"]
+    assert anchor["dim"] == config.embedding_size
+    assert (
+        [r["draw"] for r in anchor["ppmi"]["16"]]
+        == [r["draw"] for r in anchor["tfidf"]["16"]]
+        == [0, 1]
+    )
 
-    rows = [cell("in-domain:bbc_topic", c, s, 1e-4 * c) for c in (1, 3) for s in (0, 1)]
-    rows += [cell("prose", 1, 0, 0.0), {"kind": "anchor"}]
-    assert bench.plot_health(rows, tmp_path / "health.png")
-    image = matplotlib.image.imread(tmp_path / "health.png")
-    assert image.shape[1] > image.shape[0] and np.ptp(image) > 0  # two corpora, three rows
-    mlm = [{**row, "objective": "mlm"} for row in rows if row.get("kind") == "cell"]
-    assert not bench.plot_health(mlm, tmp_path / "none.png")
-    assert not (tmp_path / "none.png").exists()
+    # Another seed of no pretraining: the recipe chosen on seed 0, its own draws.
+    assert bench.main([*argv, "--seeds", "0", "1", "--objectives", "none"]) == 0
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["kind"] for r in rows[5:]] == ["anchor", "cell"]
+    assert [r["draw"] for r in rows[5]["tfidf"]["16"]] == [2, 3]
+    later = rows[6]
+    assert (later["objective"], later["seed"], later["draws"]) == ("none", 1, [2, 3])
+    assert "selection" not in later and later["recipes"] == cells["none"]["recipes"]
+    # A rerun finds everything done and appends nothing; --plan says so.
+    capsys.readouterr()
+    assert bench.main([*argv, "--seeds", "0", "1", "--objectives", "none"]) == 0
+    assert len(results.read_text().splitlines()) == len(rows)
+    assert "cell " not in capsys.readouterr().out
+    assert bench.main([*argv, "--seeds", "0", "1", "--plan"]) == 0
+    left = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (left["cells_done"], left["cells_left"]) == (4, 2)  # ELECTRA and MLM of seed 1
+    assert left["finetune_runs"] == 2 * 2  # two draws x one fine-tuning seed each, no selection
+
+    # The table: pairs by seed, one seed has no interval.
+    figure = tmp_path / "f.png"
+    args = ["--results", str(results), "--markdown", "--figures", "--figure", str(figure)]
+    assert table.main([*args, "--health-figure", str(tmp_path / "h.png")]) == 0
+    out = capsys.readouterr().out
+    assert "**ELECTRA − MLM**: no comparison has two pretraining seeds yet." in out
+    assert "| tweet_sentiment | 1× | 16 | 0." in out and "(2 seed)" not in out
+    none = table.summarize(table.read_study(results))["arms"]["tweet_sentiment|0|16|none"]
+    assert none["n"] == 2 and none["low"] < none["mean"] < none["high"]
+    for path in (figure, tmp_path / "h.png"):
+        image = matplotlib.image.imread(path)
+        assert image.shape[0] > 0 and np.ptp(image) > 0
+
+
+def _cell(task, compute, objective, seed, test, valid, spread=0.0):
+    """A result line whose fine-tunes average to ``test`` / ``valid`` (two draws x two
+    fine-tuning seeds, ``spread`` apart between draws)."""
+    runs = [
+        {"draw": 2 * seed + i, "finetune_seed": f, "accuracy": test + (i - 0.5) * spread,
+         "valid_accuracy": valid, "seconds": 10.0}
+        for i in (0, 1) for f in (0, 1)
+    ]  # fmt: skip
+    probes = {k: {"32": [{"draw": d, "accuracy": test} for d in (0, 1)]} for k in ("pooled", "bag")}
+    pretrain = {"steps": 100, "seconds": 50.0, "metrics": {"disc_auc": 0.8}} if compute else {}
+    return {"kind": "cell", "task": task, "compute": compute, "objective": objective,
+            "seed": seed, "pretrain": pretrain, "finetune": {"32": runs}, "probes": probes,
+            "cpu": "cpu A", "settings": {"s": 1}}  # fmt: skip
+
+
+def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best_arm_on_validation(
+    tmp_path,
+):
+    table = load_benchmark("electra_vs_mlm_table")
+    rows = [{"kind": "data", "tasks": {}, "settings": {"s": 1}}]
+    rows += [_cell("t", 0, "none", s, a, 0.5) for s, a in enumerate((0.50, 0.52, 0.54))]
+    # 1x: ELECTRA - MLM = 0.10, 0.12, 0.08 by seed; MLM better on validation, worse on test.
+    rows += [_cell("t", 1, "electra", s, a, 0.6, 0.02) for s, a in enumerate((0.70, 0.72, 0.74))]
+    rows += [_cell("t", 1, "mlm", s, a, 0.7) for s, a in enumerate((0.60, 0.60, 0.66))]
+    # 3x: a difference whose seeds disagree in sign.
+    rows += [_cell("t", 3, "electra", s, a, 0.6) for s, a in enumerate((0.70, 0.60, 0.66))]
+    rows += [_cell("t", 3, "mlm", s, a, 0.5) for s, a in enumerate((0.65, 0.65, 0.65))]
+    # A line of another study, and a cell superseded by its rerun.
+    rows += [{**_cell("t", 1, "mlm", 0, 0.1, 0.1), "settings": {"s": 0}}]
+    rows.insert(1, _cell("t", 1, "electra", 0, 0.0, 0.0))
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = table.summarize(table.read_study(path))
+    assert summary["cells"] == 15 and summary["computes"] == [1, 3]
+    one = summary["differences"]["electra_minus_mlm"]["t|1|32"]
+    # Student t with 2 degrees of freedom: t = 0.10 / (0.02 / sqrt 3) = sqrt 75, and the
+    # two-sided p-value of t at 2 d.f. is 1 - t / sqrt(t^2 + 2).
+    assert abs(one["mean"] - 0.10) < 1e-9 and one["n"] == 3
+    assert abs((one["high"] - one["low"]) / 2 - 4.302652729911275 * 0.02 / 3**0.5) < 1e-9
+    assert abs(one["p"] - (1 - 75**0.5 / 77**0.5)) < 1e-9
+    three = summary["differences"]["electra_minus_mlm"]["t|3|32"]
+    # Holm over the question's two comparisons: the smaller p doubled, then monotone.
+    assert abs(one["p_holm"] - 2 * one["p"]) < 1e-9 and one["holds"]
+    assert three["p_holm"] == max(three["p"], one["p_holm"]) and not three["holds"]
+    # Best pretrained - none: the arm with the better validation accuracy (MLM at 1x, whose
+    # test accuracy is lower), paired with no pretraining's seed of the same draws.
+    best = summary["differences"]["best_minus_none"]["t|1|32"]
+    assert best["of"] == "mlm" and abs(best["mean"] - (0.62 - 0.52)) < 1e-9
+    assert summary["differences"]["best_minus_none"]["t|3|32"]["of"] == "electra"
+    # Where the spread comes from: ELECTRA 1x has draws 0.02 apart within each seed.
+    parts = summary["components"]["t|1|32|electra"]
+    assert abs(parts["draws"] - 0.02 / 2**0.5) < 1e-9 and parts["finetune_seeds"] == 0.0
+    assert abs(parts["seeds"] - 0.02) < 1e-9
+    assert summary["cost"]["cpu A"] == {
+        "electra_step_seconds": 0.5,
+        "mlm_step_seconds": 0.5,
+        "finetune_run_seconds": 10.0,
+    }
+    made = table.blocks(summary)
+    assert (
+        "**ELECTRA − MLM**: 1 of 2 differences hold after Holm's correction: t at 32 "
+        in made["answers"]
+    )
+    assert (
+        "| ELECTRA − MLM | t | 32 | 1× | +0.100 [+0.050, +0.150] | 3 | 0.026 | yes |"
+        in made["questions"]
+    )
+    # The docs' blocks are replaced between their markers and nowhere else.
+    text = "a\n<!-- study:questions -->\nold\n<!-- /study:questions -->\nb\n"
+    filled = table.fill_blocks(text, made)
+    assert filled.startswith("a\n<!-- study:questions -->\n| question |") and filled.endswith("b\n")
+    assert table.doc_blocks(filled) == {"questions": made["questions"]}
+
+
+def test_the_docs_quote_the_study_exactly_as_its_results_file_gives_it():
+    """README.md and the research page hold the blocks the table script makes of the
+    committed results (``electra_vs_mlm_table.py --write-docs`` regenerates them)."""
+    table = load_benchmark("electra_vs_mlm_table")
+    made = table.blocks(table.summarize(table.read_study(table.RESULTS)))
+    for path in table.DOCS:
+        found = table.doc_blocks(path.read_text(encoding="utf-8"))
+        assert found, f"{path.name} has no study block"
+        for name, text in found.items():
+            assert text == made[name], (path.name, name)

@@ -1,0 +1,730 @@
+"""The ELECTRA-vs-MLM study's statistics, tables and figures, from its results file alone.
+
+Reads ``benchmarks/results/electra_vs_mlm_labels.jsonl`` (written by
+``electra_vs_mlm.py``) and answers the study's two questions per task, label budget and
+compute: does ELECTRA beat masked-LM at equal compute (ELECTRA − MLM), and does the best
+pretrained arm beat no pretraining (best − none, the best arm chosen on validation
+accuracy)?
+
+**The unit is the pretraining seed.** A checkpoint's accuracy is the mean of its
+fine-tunes (label draws × fine-tuning seeds); arms are paired by seed, because seed ``s``
+of every arm fine-tunes on the same label draws. A difference is the mean over seeds of
+the paired differences, with a 95% Student-t interval over seeds (``n − 1`` degrees of
+freedom: three seeds give 2, so the interval is ±4.3 standard errors), and a two-sided
+t-test whose p-values are Holm-corrected over all the comparisons of its question. A
+difference *holds* when its corrected p-value is below 0.05. The variance components
+(between seeds, between draws within a seed, between fine-tuning seeds within a draw)
+say where the spread comes from.
+
+Usage:
+    python benchmarks/electra_vs_mlm_table.py --markdown     # the tables
+    python benchmarks/electra_vs_mlm_table.py --figures      # redraw the PNGs
+    python benchmarks/electra_vs_mlm_table.py --write-docs   # regenerate the docs' blocks
+
+``--write-docs`` rewrites the blocks between ``<!-- study:NAME -->`` and
+``<!-- /study:NAME -->`` in README.md, docs/benchmarks.md and the research page; a test
+fails when a block differs from what this script makes of the committed results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import re
+import statistics
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm_labels.jsonl"
+FIGURE = REPO / "docs" / "research" / "electra_vs_mlm_labels.png"
+HEALTH_FIGURE = REPO / "docs" / "research" / "electra_vs_mlm_labels_health.png"
+DOCS = (
+    REPO / "README.md",
+    REPO / "docs" / "benchmarks.md",
+    REPO / "docs" / "research" / "electra-vs-mlm-labels.md",
+)
+ARMS = ("none", "electra", "mlm")
+QUESTIONS = {
+    "electra_minus_mlm": "ELECTRA − MLM",
+    "best_minus_none": "best pretrained − none",
+}
+ALPHA = 0.05
+HEALTH = ("disc_auc", "context_auc", "rarity_auc", "mlm_accuracy")
+
+
+# === Reading ===
+
+
+def read_study(path: Path = RESULTS) -> list[dict]:
+    """The lines of the newest study in ``path`` (the settings of its last ``data`` line),
+    a cell run again superseding its earlier line."""
+    rows = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by a kill
+    settings = next((r["settings"] for r in reversed(rows) if r.get("kind") == "data"), None)
+    rows = [r for r in rows if r.get("settings") == settings]
+    cells = {}
+    for row in rows:
+        if row.get("kind") == "cell":
+            cells[(row["task"], row["compute"], row["objective"], row["seed"])] = row
+    return [r for r in rows if r.get("kind") != "cell"] + list(cells.values())
+
+
+# === Statistics ===
+
+
+def t_quantile(df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(1 - ALPHA / 2, df))
+
+
+def interval(values: list[float]) -> dict:
+    """Mean, 95% Student-t interval (None for one value), n, and the two-sided p-value of
+    a zero mean."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"mean": mean, "low": None, "high": None, "n": n, "p": None}
+    from scipy.stats import t
+
+    se = statistics.stdev(values) / math.sqrt(n)
+    half = t_quantile(n - 1) * se
+    if se == 0:
+        p = 1.0 if mean == 0 else 0.0
+    else:
+        p = float(2 * t.sf(abs(mean / se), n - 1))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n, "p": p}
+
+
+def holm(pvalues: dict) -> dict:
+    """Holm's step-down adjustment of ``{key: p}`` (family-wise error at any level)."""
+    order = sorted(pvalues, key=lambda k: pvalues[k])
+    adjusted, running = {}, 0.0
+    for i, key in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * pvalues[key]))
+        adjusted[key] = running
+    return adjusted
+
+
+def seed_means(rows: list[dict]) -> dict:
+    """``{(task, compute, budget, arm): {seed: (test mean, valid mean)}}`` over each
+    checkpoint's fine-tunes; no pretraining (compute 0) stands at every compute."""
+    out: dict = collections.defaultdict(dict)
+    for row in rows:
+        if row.get("kind") != "cell":
+            continue
+        for n, runs in row["finetune"].items():
+            test = statistics.fmean(r["accuracy"] for r in runs)
+            valid = statistics.fmean(r["valid_accuracy"] for r in runs)
+            out[(row["task"], row["compute"], int(n), row["objective"])][row["seed"]] = (
+                test,
+                valid,
+            )
+    return out
+
+
+def components(rows: list[dict]) -> dict:
+    """Standard deviations of test accuracy per (task, compute, budget, arm) at each
+    level of the nesting: between pretraining seeds (of their means), between label draws
+    within a seed (of their means), between fine-tuning seeds within a draw."""
+    runs: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
+    for row in rows:
+        if row.get("kind") != "cell":
+            continue
+        for n, results in row["finetune"].items():
+            key = (row["task"], row["compute"], int(n), row["objective"])
+            for r in results:
+                draws = runs[key][row["seed"]]
+                draws.setdefault(r["draw"], []).append(r["accuracy"])
+    out = {}
+    for key, seeds in runs.items():
+        seed_level = [
+            statistics.fmean(a for d in draws.values() for a in d) for draws in seeds.values()
+        ]
+        draw_sd = [
+            statistics.stdev([statistics.fmean(d) for d in draws.values()])
+            for draws in seeds.values()
+            if len(draws) > 1
+        ]
+        finetune_sd = [
+            statistics.stdev(d) for draws in seeds.values() for d in draws.values() if len(d) > 1
+        ]
+        out[key] = {
+            "seeds": statistics.stdev(seed_level) if len(seed_level) > 1 else None,
+            "draws": _pooled(draw_sd),
+            "finetune_seeds": _pooled(finetune_sd),
+        }
+    return out
+
+
+def _pooled(sds: list[float]) -> float | None:
+    return math.sqrt(statistics.fmean(s * s for s in sds)) if sds else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Everything the tables and figures show: per-arm accuracies, the two questions'
+    differences with intervals and Holm-corrected p-values, anchors, probes, variance
+    components, run health and cost."""
+    means = seed_means(rows)
+    computes = sorted({c for (_, c, _, _) in means if c > 0})
+    tasks = sorted({t for (t, _, _, _) in means})
+    budgets = sorted({n for (_, _, n, _) in means})
+    arms: dict = {}
+    for (task, compute, n, arm), seeds in means.items():
+        arms[f"{task}|{compute}|{n}|{arm}"] = {
+            **interval([v[0] for v in seeds.values()]),
+            "valid": statistics.fmean(v[1] for v in seeds.values()),
+        }
+    differences: dict = {}
+    for task in tasks:
+        for compute in computes:
+            for n in budgets:
+                none = means.get((task, 0, n, "none"), {})
+                electra = means.get((task, compute, n, "electra"), {})
+                mlm = means.get((task, compute, n, "mlm"), {})
+                key = f"{task}|{compute}|{n}"
+                paired = sorted(set(electra) & set(mlm))
+                if paired:
+                    differences.setdefault("electra_minus_mlm", {})[key] = {
+                        **interval([electra[s][0] - mlm[s][0] for s in paired]),
+                        "of": "electra",
+                    }
+                valid = {
+                    arm: statistics.fmean(v[1] for v in seeds.values())
+                    for arm, seeds in (("electra", electra), ("mlm", mlm))
+                    if seeds
+                }
+                if valid and none:
+                    best = max(valid, key=lambda a: (valid[a], a == "electra"))
+                    chosen = electra if best == "electra" else mlm
+                    paired = sorted(set(chosen) & set(none))
+                    if paired:
+                        differences.setdefault("best_minus_none", {})[key] = {
+                            **interval([chosen[s][0] - none[s][0] for s in paired]),
+                            "of": best,
+                        }
+    for entries in differences.values():
+        tested = {k: e["p"] for k, e in entries.items() if e["p"] is not None}
+        adjusted = holm(tested)
+        for key, entry in entries.items():
+            entry["p_holm"] = adjusted.get(key)
+            entry["holds"] = entry["p_holm"] is not None and entry["p_holm"] < ALPHA
+            entry["family"] = len(tested)
+    return {
+        "tasks": tasks,
+        "computes": computes,
+        "budgets": budgets,
+        "arms": arms,
+        "differences": differences,
+        "anchors": anchors(rows),
+        "probes": probe_means(rows),
+        "components": {"|".join(map(str, k)): v for k, v in components(rows).items()},
+        "health": health(rows),
+        "cost": cost(rows),
+        "data": next((r["tasks"] for r in rows if r.get("kind") == "data"), {}),
+        "cells": sum(r.get("kind") == "cell" for r in rows),
+    }
+
+
+def anchors(rows: list[dict]) -> dict:
+    """Per task, anchor and budget: mean, interval and spread over every label draw."""
+    values: dict = collections.defaultdict(dict)
+    for row in rows:
+        if row.get("kind") != "anchor":
+            continue
+        for kind in ("ppmi", "tfidf"):
+            for n, results in row[kind].items():
+                for r in results:
+                    values[(row["task"], kind, int(n))][r["draw"]] = r["accuracy"]
+    out = {}
+    for (task, kind, n), by_draw in values.items():
+        accs = list(by_draw.values())
+        sd = statistics.stdev(accs) if len(accs) > 1 else None
+        out[f"{task}|{kind}|{n}"] = {**interval(accs), "sd": sd}
+    return out
+
+
+def probe_means(rows: list[dict]) -> dict:
+    """Frozen-probe accuracy per task, compute, budget, arm and probe: mean over seeds of
+    each checkpoint's mean over draws."""
+    values: dict = collections.defaultdict(list)
+    for row in rows:
+        if row.get("kind") != "cell":
+            continue
+        for kind, budgets in row["probes"].items():
+            for n, results in budgets.items():
+                key = f"{row['task']}|{row['compute']}|{n}|{row['objective']}|{kind}"
+                values[key].append(statistics.fmean(r["accuracy"] for r in results))
+    return {k: interval(v) for k, v in values.items()}
+
+
+def health(rows: list[dict]) -> dict:
+    """The pretrained discriminators' run health at the end of pretraining, mean over seeds."""
+    values: dict = collections.defaultdict(list)
+    for row in rows:
+        if row.get("kind") == "cell" and row["objective"] != "none":
+            for metric, value in row["pretrain"].get("metrics", {}).items():
+                values[f"{row['task']}|{row['compute']}|{row['objective']}|{metric}"].append(value)
+    return {k: statistics.fmean(v) for k, v in values.items()}
+
+
+def cost(rows: list[dict]) -> dict:
+    """Measured time per kind of CPU: seconds per pretraining step of each objective,
+    seconds per fine-tuning run (all runs of the study's lines, selection included)."""
+    steps: dict = collections.defaultdict(lambda: [0.0, 0])
+    runs: dict = collections.defaultdict(list)
+    for row in rows:
+        if row.get("kind") != "cell":
+            continue
+        cpu = row.get("cpu", "unknown")
+        record = row["pretrain"]
+        if record.get("steps") and not record.get("resumed"):
+            total = steps[(cpu, row["objective"])]
+            total[0] += record["seconds"]
+            total[1] += record["steps"]
+        for results in row["finetune"].values():
+            runs[cpu] += [r["seconds"] for r in results]
+    out: dict = {}
+    for (cpu, objective), (seconds, count) in steps.items():
+        out.setdefault(cpu, {})[f"{objective}_step_seconds"] = seconds / count
+    for cpu, seconds in runs.items():
+        out.setdefault(cpu, {})["finetune_run_seconds"] = statistics.fmean(seconds)
+    return out
+
+
+# === Text ===
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
+def _ci(entry: dict | None, signed: bool = False) -> str:
+    """``0.612 [0.580, 0.644]`` (``+0.012 [...]`` when signed; ``(1 seed)`` without one)."""
+    if not entry:
+        return ""
+    fmt = "{:+.3f}" if signed else "{:.3f}"
+    if entry["low"] is None:
+        return fmt.format(entry["mean"]) + f" ({entry['n']} seed)"
+    return f"{fmt.format(entry['mean'])} [{fmt.format(entry['low'])}, {fmt.format(entry['high'])}]"
+
+
+def accuracy_table(summary: dict) -> str:
+    """Fine-tuned test accuracy per task, compute and label budget: each arm's mean over
+    pretraining seeds with its 95% interval; the anchors' mean over draws."""
+    header = ["task", "compute", "labels", "none", "ELECTRA", "MLM", "PPMI probe", "TF-IDF"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    arms, anchor = summary["arms"], summary["anchors"]
+    for task in summary["tasks"]:
+        for compute in summary["computes"]:
+            for n in summary["budgets"]:
+                cells = [
+                    _ci(arms.get(f"{task}|{0 if a == 'none' else compute}|{n}|{a}")) for a in ARMS
+                ]
+                anchors_ = [_ci(anchor.get(f"{task}|{k}|{n}")) for k in ("ppmi", "tfidf")]
+                lines.append(
+                    f"| {task} | {compute}× | {n} | " + " | ".join(cells + anchors_) + " |"
+                )
+    return "\n".join(lines)
+
+
+def questions_table(summary: dict) -> str:
+    """The two questions per task, budget and compute: the difference, its 95% interval,
+    the Holm-corrected p-value, and whether it holds."""
+    header = [
+        "question",
+        "task",
+        "labels",
+        "compute",
+        "difference [95% CI]",
+        "seeds",
+        "p (Holm)",
+        "holds",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for question, title in QUESTIONS.items():
+        entries = summary["differences"].get(question, {})
+        for task in summary["tasks"]:
+            for n in summary["budgets"]:
+                for compute in summary["computes"]:
+                    entry = entries.get(f"{task}|{compute}|{n}")
+                    if not entry:
+                        continue
+                    name = title
+                    if question == "best_minus_none":
+                        name = f"{title} ({entry['of']})"
+                    p = "" if entry["p_holm"] is None else f"{entry['p_holm']:.3f}"
+                    lines.append(
+                        f"| {name} | {task} | {n} | {compute}× | {_ci(entry, True)} | "
+                        f"{entry['n']} | {p} | {'yes' if entry['holds'] else 'no'} |"
+                    )
+    return "\n".join(lines)
+
+
+def components_table(summary: dict) -> str:
+    """Where the spread comes from: standard deviations at each level of the nesting."""
+    header = [
+        "task",
+        "compute",
+        "labels",
+        "arm",
+        "between seeds",
+        "between draws",
+        "between fine-tuning seeds",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for key, sd in sorted(summary["components"].items(), key=_component_order):
+        task, compute, n, arm = key.split("|")
+        values = [_pct(sd[k]) for k in ("seeds", "draws", "finetune_seeds")]
+        lines.append(f"| {task} | {compute}× | {n} | {arm} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def _component_order(item):
+    task, compute, n, arm = item[0].split("|")
+    return task, int(compute), int(n), ARMS.index(arm)
+
+
+def probes_table(summary: dict) -> str:
+    """Frozen probes (mean over seeds) beside the PPMI anchor (mean over draws)."""
+    header = (
+        ["task", "compute", "labels"]
+        + [f"pooled {a}" for a in ARMS]
+        + ["bag ELECTRA", "bag MLM", "PPMI"]
+    )
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    probes = summary["probes"]
+    for task in summary["tasks"]:
+        for compute in summary["computes"]:
+            for n in summary["budgets"]:
+                row = [
+                    _pct(
+                        probes.get(
+                            f"{task}|{0 if a == 'none' else compute}|{n}|{a}|pooled", {}
+                        ).get("mean")
+                    )
+                    for a in ARMS
+                ]
+                row += [
+                    _pct(probes.get(f"{task}|{compute}|{n}|{a}|bag", {}).get("mean"))
+                    for a in ("electra", "mlm")
+                ]
+                row.append(_pct(summary["anchors"].get(f"{task}|ppmi|{n}", {}).get("mean")))
+                lines.append(f"| {task} | {compute}× | {n} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def health_table(summary: dict) -> str:
+    header = ["task", "compute", "arm", *HEALTH]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    keys = sorted(
+        {tuple(k.split("|")[:3]) for k in summary["health"]}, key=lambda k: (k[0], int(k[1]), k[2])
+    )
+    for task, compute, arm in keys:
+        values = [_pct(summary["health"].get(f"{task}|{compute}|{arm}|{m}")) for m in HEALTH]
+        lines.append(f"| {task} | {compute}× | {arm} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def cost_table(summary: dict) -> str:
+    header = ["CPU", "ELECTRA s/step", "MLM s/step", "s per fine-tuning run"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for cpu, c in sorted(summary["cost"].items()):
+        values = [
+            "" if c.get(k) is None else f"{c[k]:.3f}" if "step" in k else f"{c[k]:.1f}"
+            for k in ("electra_step_seconds", "mlm_step_seconds", "finetune_run_seconds")
+        ]
+        lines.append(f"| {cpu} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def data_table(summary: dict) -> str:
+    """What the data fixes changed: near-duplicates dropped, the previous build's leaks
+    and its unbalanced budgets."""
+    header = [
+        "task",
+        "near-duplicates dropped",
+        "pool / valid / test",
+        "previous build: test texts near-duplicating its pool",
+        "previous 32-label budget",
+        "previous 128-label budget",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for task, info in sorted(summary["data"].items()):
+        before = info.get("previous_split", {})
+        budgets = before.get("budget_labels", {})
+        counts = [
+            ", ".join(f"{label} {k}" for label, k in budgets.get(n, {}).items())
+            for n in ("32", "128")
+        ]
+        near = before.get("test_near_duplicating_pool")
+        leaked = "" if near is None else f"{near} of {before.get('test')}"
+        lines.append(
+            f"| {task} | {info.get('near_duplicates_dropped', '')} | "
+            f"{info.get('train', '')} / {info.get('valid', '')} / {info.get('test', '')} | "
+            f"{leaked} | {counts[0]} | {counts[1]} |"
+        )
+    return "\n".join(lines)
+
+
+def answers(summary: dict) -> list[str]:
+    """One sentence per question: what the data support."""
+    out = []
+    for question, title in QUESTIONS.items():
+        entries = summary["differences"].get(question, {})
+        tested = [e for e in entries.values() if e["p"] is not None]
+        if not tested:
+            out.append(f"**{title}**: no comparison has two pretraining seeds yet.")
+            continue
+        holding = sorted((k, e) for k, e in entries.items() if e["holds"])
+        family = len(tested)
+        if not holding:
+            out.append(
+                f"**{title}**: no difference holds after correcting for {family} "
+                f"comparisons; every 95% interval with two or more seeds contains zero"
+                if all(e["low"] <= 0 <= e["high"] for e in tested)
+                else f"**{title}**: no difference holds after correcting for {family} comparisons"
+            )
+            out[-1] += "."
+            continue
+        listed = "; ".join(
+            f"{k.split('|')[0]} at {k.split('|')[2]} labels, {k.split('|')[1]}×: {_ci(e, True)}"
+            + (f" ({e['of']})" if question == "best_minus_none" else "")
+            for k, e in holding
+        )
+        out.append(
+            f"**{title}**: {len(holding)} of {family} differences hold after Holm's correction: "
+            f"{listed}."
+        )
+    return out
+
+
+def blocks(summary: dict) -> dict[str, str]:
+    """The docs' generated blocks, by name."""
+    done = summary["cells"]
+    progress = f"{done} cells of the study's 42 are in"
+    return {
+        "readme": textwrap.fill(" ".join(answers(summary)) + f" ({progress}.)", 88),
+        "answers": "\n\n".join(answers(summary)) + f"\n\n{progress}.",
+        "questions": questions_table(summary),
+        "accuracy": accuracy_table(summary),
+        "components": components_table(summary),
+        "probes": probes_table(summary),
+        "health": health_table(summary),
+        "cost": cost_table(summary),
+        "data": data_table(summary),
+    }
+
+
+MARKER = re.compile(r"^([ \t]*)(<!-- study:(\w+) -->\n)(.*?)^\1(<!-- /study:\3 -->)", re.S | re.M)
+
+
+def fill_blocks(text: str, made: dict[str, str]) -> str:
+    """``text`` with each ``<!-- study:NAME -->`` block replaced by ``made[NAME]``, its
+    lines indented as the marker is (a block inside a list item stays in it)."""
+
+    def replace(m: re.Match) -> str:
+        indent = m.group(1)
+        body = "".join(
+            f"{indent}{line}\n" if line else "\n" for line in made[m.group(3)].splitlines()
+        )
+        return indent + m.group(2) + body + indent + m.group(5)
+
+    return MARKER.sub(replace, text)
+
+
+def doc_blocks(text: str) -> dict[str, str]:
+    """The blocks of ``text`` by name, their indentation removed."""
+    out = {}
+    for m in MARKER.finditer(text):
+        lines = m.group(4).splitlines()
+        out[m.group(3)] = "\n".join(line[len(m.group(1)) :] for line in lines)
+    return out
+
+
+# === Figures ===
+
+
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display here or in CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot(summary: dict, path: Path) -> bool:
+    """Both questions along the compute axis: one row per question, one column per task;
+    each label budget a line of differences with 95% intervals (filled markers where the
+    difference holds after Holm's correction), zero dotted."""
+    plt = _pyplot()
+    tasks, computes, budgets = summary["tasks"], summary["computes"], summary["budgets"]
+    if not summary["differences"]:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"No paired cells yet ({summary['cells']} of 42 in).", ha="center")
+        _save(plt, fig, path)
+        return False
+    fig, axes = plt.subplots(2, len(tasks), figsize=(5.5 * len(tasks), 7), squeeze=False)
+    colors = plt.get_cmap("viridis")([0.1, 0.5, 0.85, 0.3, 0.7][: len(budgets)])
+    for row, (question, title) in enumerate(QUESTIONS.items()):
+        entries = summary["differences"].get(question, {})
+        for column, task in enumerate(tasks):
+            ax = axes[row][column]
+            for i, n in enumerate(budgets):
+                points = [
+                    (c, entries[f"{task}|{c}|{n}"])
+                    for c in computes
+                    if f"{task}|{c}|{n}" in entries
+                ]
+                if not points:
+                    continue
+                x = [c * (1 + 0.06 * (i - 1)) for c, _ in points]
+                y = [e["mean"] for _, e in points]
+                err = [
+                    [0 if e["low"] is None else e["mean"] - e["low"] for _, e in points],
+                    [0 if e["high"] is None else e["high"] - e["mean"] for _, e in points],
+                ]
+                ax.errorbar(x, y, yerr=err, color=colors[i], capsize=3, lw=1, label=f"{n} labels")
+                for xi, (_, e) in zip(x, points, strict=True):
+                    ax.plot(
+                        xi,
+                        e["mean"],
+                        "o",
+                        color=colors[i],
+                        mfc=colors[i] if e["holds"] else "white",
+                    )
+            ax.axhline(0, color="gray", ls=":", lw=1)
+            ax.set_xscale("log")
+            ax.set_xticks(computes, [f"{c}×" for c in computes])
+            ax.minorticks_off()
+            ax.set_title(f"{task}: {title}", fontsize=10)
+            ax.set_xlabel("pretraining compute (multiples of 15.2 TFLOPs)")
+            ax.set_ylabel("test accuracy difference")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(
+        "95% intervals over pretraining seeds; filled: holds after Holm's correction", fontsize=9
+    )
+    _save(plt, fig, path)
+    return True
+
+
+def plot_health(rows: list[dict], path: Path) -> bool:
+    """The ELECTRA discriminators' disc/context/rarity AUC against pretraining compute
+    spent, per task, one line per compute multiple (mean over seeds); a note when no
+    ELECTRA cell is in yet (False)."""
+    curves: dict = collections.defaultdict(list)
+    for row in rows:
+        record = row.get("pretrain") or {}
+        if row.get("kind") == "cell" and row["objective"] == "electra" and record.get("curve"):
+            curves[(row["task"], row["compute"])].append(record)
+    import numpy as np
+
+    plt = _pyplot()
+    if not curves:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No ELECTRA cell yet.", ha="center")
+        _save(plt, fig, path)
+        return False
+    metrics = ("disc_auc", "context_auc", "rarity_auc")
+    tasks = sorted({t for t, _ in curves})
+    computes = sorted({c for _, c in curves})
+    shades = plt.get_cmap("Blues")(np.linspace(0.45, 1.0, len(computes)))
+    fig, axes = plt.subplots(
+        len(metrics), len(tasks), figsize=(5 * len(tasks), 3 * len(metrics)), squeeze=False
+    )
+    for column, task in enumerate(tasks):
+        for shade, compute in zip(shades, computes, strict=True):
+            records = curves.get((task, compute))
+            if not records:
+                continue
+            for r, metric in enumerate(metrics):
+                by_step: dict = collections.defaultdict(list)
+                for record in records:
+                    for point in record["curve"]:
+                        if metric in point:
+                            by_step[point["step"]].append(point[metric])
+                steps = sorted(by_step)
+                tflops = [s * records[0]["step_flops"] / 1e12 for s in steps]
+                axes[r][column].plot(
+                    tflops,
+                    [statistics.fmean(by_step[s]) for s in steps],
+                    color=shade,
+                    label=f"{compute}× ({len(records)} seed{'s' * (len(records) > 1)})",
+                )
+        for r, metric in enumerate(metrics):
+            ax = axes[r][column]
+            ax.axhline(0.5, color="gray", ls=":", lw=1)
+            ax.set_title(f"{task}: ELECTRA {metric}", fontsize=9)
+            ax.set_xlabel("pretraining TFLOPs")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    _save(plt, fig, path)
+    return True
+
+
+def _save(plt, fig, path: Path) -> None:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# === Main ===
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--markdown", action="store_true", help="print every table as Markdown")
+    parser.add_argument("--figures", action="store_true", help="redraw the two figures")
+    parser.add_argument("--write-docs", action="store_true", help="regenerate the docs' blocks")
+    parser.add_argument("--figure", type=Path, default=FIGURE)
+    parser.add_argument("--health-figure", type=Path, default=HEALTH_FIGURE)
+    args = parser.parse_args(argv)
+    rows = read_study(args.results)
+    summary = summarize(rows)
+    made = blocks(summary)
+    if args.figures:
+        plot(summary, args.figure)
+        plot_health(rows, args.health_figure)
+    if args.write_docs:
+        for path in DOCS:
+            text = path.read_text(encoding="utf-8")
+            path.write_text(fill_blocks(text, made), encoding="utf-8")
+    if args.markdown:
+        print(
+            "\n\n".join(
+                made[k]
+                for k in (
+                    "answers",
+                    "questions",
+                    "accuracy",
+                    "components",
+                    "probes",
+                    "health",
+                    "cost",
+                    "data",
+                )
+            )
+        )
+    else:
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
