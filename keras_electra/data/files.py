@@ -7,18 +7,20 @@ import os
 from collections.abc import Sequence
 
 from keras_electra.errors import InputDataError
+from keras_electra.limits import MAX_TEXT_CHARS
 
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
 
 
-MAX_LINE_CHARS = 100_000
-"""Longest line read from a corpus, in characters; longer lines are cut (any file trains)."""
+MAX_LINE_CHARS = MAX_TEXT_CHARS
+"""Longest line read from a corpus, in characters; longer lines are cut (any file trains).
+The export cuts a text it scores at the same length (:mod:`keras_electra.limits`)."""
 
 
 def clean_lines(batch):
     """A batch of raw ``tf.string`` lines cut to :data:`MAX_LINE_CHARS` characters, with
-    invalid UTF-8 replaced by U+FFFD: what the vocabulary learner and the pretraining
-    pipeline both read.
+    invalid UTF-8 replaced by U+FFFD: what the vocabulary learner, the pretraining
+    pipeline and the export's encoder (:func:`keras_electra.encoding.encode_texts`) read.
 
     Examples:
         >>> import tensorflow as tf
