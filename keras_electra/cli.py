@@ -499,13 +499,36 @@ def _import_tensorflow_quietly() -> None:
         os.close(saved)
 
 
+def _not_utf8(args: argparse.Namespace) -> str | None:
+    """The first argument that is not valid UTF-8, or None. Python hands a command line in
+    another encoding over with its bytes escaped as lone surrogates, which no library call
+    can encode."""
+    for value in vars(args).values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return item
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _import_tensorflow_quietly()
 
     def fail(message: str, status: int) -> int:
         print(f"keras-electra {args.command}: {message}", file=sys.stderr)
         return status
+
+    bad = _not_utf8(args)
+    if bad is not None:
+        shown = ascii(bad if len(bad) <= 60 else bad[:60] + "...")
+        return fail(
+            f"error: the argument {shown} is not valid UTF-8; pass arguments in UTF-8 (set a "
+            "UTF-8 locale, or convert the text with iconv).",
+            2,
+        )
+    _import_tensorflow_quietly()
 
     try:
         return args.func(args)

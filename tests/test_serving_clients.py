@@ -309,6 +309,31 @@ def test_texts_are_cut_as_the_export_cuts_them(exports: dict[str, Path]) -> None
     assert row[0][0] == "é" * MAX_TEXT_CHARS
 
 
+def test_score_names_an_argument_that_is_not_utf8_in_one_sentence(exports, tmp_path) -> None:
+    """Bytes that are not UTF-8 on the command line reach Python as lone surrogates, which
+    no library call can encode: one sentence, exit status 2, no traceback."""
+    import subprocess
+    import sys
+
+    from keras_electra.errors import InputDataError
+
+    with pytest.raises(InputDataError, match="Text 2 is not valid UTF-8 .at character 3.") as err:
+        score_with_saved_model(str(exports["echo"]), ["fine", "ab\udcff"])
+    assert "\n" not in str(err.value)
+    root = Path(__file__).resolve().parents[1]
+    for argv in ([b"--model", str(exports["echo"]).encode(), b"caf\xe9"],
+                 [b"--model", str(tmp_path).encode() + b"/\xff", b"fine"],
+                 [b"--server", b"127.0.0.1:9", b"--json", b"\xff\xfe"]):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable.encode(), b"-m", b"keras_electra.cli", b"score", *argv],
+            cwd=root, capture_output=True, timeout=300,
+        )  # fmt: skip
+        err_text = done.stderr.decode("utf-8", "replace").strip()
+        assert done.returncode == 2, err_text
+        assert "Traceback" not in err_text and len(err_text.splitlines()) == 1, err_text
+        assert "is not valid UTF-8" in err_text
+
+
 # -- classify -------------------------------------------------------------------------
 
 
