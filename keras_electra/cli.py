@@ -296,8 +296,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "--batch-size",
         type=int,
         default=MAX_BATCH_SIZE,
-        help=f"texts per batch, at most {MAX_BATCH_SIZE} (serving/batching.config's "
-        "max_batch_size)",
+        help=f"texts the model runs at once (default: {MAX_BATCH_SIZE}, serving/batching.config's "
+        "max_batch_size; memory grows with it)",
     )
     p.set_defaults(func=_run_predict)
 

@@ -337,7 +337,7 @@ def predict_file(
 
     Labels in the file are ignored. Returns the predictions; writes them to
     ``output_path`` (one JSON object per line) when given. The model runs on
-    ``batch_size`` examples at a time, at most :data:`~keras_electra.limits.MAX_BATCH_SIZE`.
+    ``batch_size`` examples at a time (default :data:`~keras_electra.limits.MAX_BATCH_SIZE`).
 
     Examples:
         >>> predict_file("runs/sst2", "test.tsv", "predictions.jsonl")[0]["label"]  # doctest: +SKIP

@@ -50,18 +50,15 @@ class FinetunedModel:
 
     def predict_examples(self, examples: list, batch_size: int = MAX_BATCH_SIZE) -> list[dict]:
         """Predictions for examples read with ``self.task.read(..., labelled=False)``, the
-        model run on ``batch_size`` of them at a time (at most
-        :data:`~keras_electra.limits.MAX_BATCH_SIZE`).
+        model run on ``batch_size`` of them at a time (by default
+        :data:`~keras_electra.limits.MAX_BATCH_SIZE`, so any number of examples takes the
+        memory of one such batch).
 
         Raises:
-            ConfigError: ``batch_size`` is not between 1 and ``MAX_BATCH_SIZE``.
+            ConfigError: ``batch_size`` is below 1.
         """
-        if not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ConfigError(
-                f"--batch-size {batch_size} is outside 1 to {MAX_BATCH_SIZE} (the largest batch "
-                "a model runs at once: keras_electra.limits.MAX_BATCH_SIZE); pass a size in "
-                "that range."
-            )
+        if batch_size < 1:
+            raise ConfigError(f"--batch-size must be 1 or more, got {batch_size}.")
         return self.task.predict(self.model, examples, self.tokenizer, self.settings, batch_size)
 
 
