@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from keras_electra import errors  # noqa: E402 - plain Python
 from keras_electra.config import PRESETS  # noqa: E402 - plain Python
+from keras_electra.limits import MAX_BATCH_SIZE  # noqa: E402 - plain Python and numpy
 from keras_electra.settings import (  # noqa: E402 - plain Python
     TASKS,
     FinetuneOptions,
@@ -184,7 +185,12 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model-name", default="electra", help="model name on the server")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
-    p.add_argument("--tls", action="store_true", help="gRPC over TLS (the system's CAs)")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="gRPC over TLS (the system's CAs); an https:// URL is TLS already, an http:// one "
+        "refuses it",
+    )
     p.add_argument(
         "--root-certificates",
         metavar="FILE",
@@ -198,7 +204,13 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
         "--token-file",
         metavar="FILE",
         help="a bearer token for an authenticating proxy, read from this file (default: "
-        "$KERAS_ELECTRA_TOKEN when set; never on the command line, where ps shows it)",
+        "$KERAS_ELECTRA_TOKEN when set; never on the command line, where ps shows it); sent "
+        "only over TLS unless --insecure",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="send the token over a plaintext connection too (gRPC without TLS, an http:// URL)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of highlighted text")
     p.set_defaults(func=_run_score)
@@ -208,15 +220,15 @@ def _run_score(args: argparse.Namespace) -> int:
     import json
 
     from keras_electra.scoring import format_scores, score_with_saved_model, score_with_server
+    from keras_electra.serving.credentials import read_token
 
     if args.model:
         rows = score_with_saved_model(args.model, args.text)
     else:
         names = ("timeout", "tls", "root_certificates", "client_certificate", "client_key")
-        options = {name: getattr(args, name) for name in names}
-        rows = score_with_server(
-            args.server, args.model_name, args.text, token=_token(args.token_file), **options
-        )
+        options = {name: getattr(args, name) for name in (*names, "insecure")}
+        token = read_token(args.token_file)
+        rows = score_with_server(args.server, args.model_name, args.text, token=token, **options)
     if args.json:
         records = []
         for text, row in zip(args.text, rows, strict=True):
@@ -226,19 +238,6 @@ def _run_score(args: argparse.Namespace) -> int:
     else:
         print(format_scores(rows, color=sys.stdout.isatty()))
     return 0
-
-
-def _token(path: str | None) -> str | None:
-    """The bearer token: the file's first line, else ``$KERAS_ELECTRA_TOKEN``, else None."""
-    if path is None:
-        return os.environ.get("KERAS_ELECTRA_TOKEN") or None
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise errors.ConfigError(f"Cannot read --token-file '{path}' ({error.strerror}).") from None
-    if not lines or not lines[0].strip():
-        raise errors.ConfigError(f"--token-file '{path}' is empty.")
-    return lines[0].strip()
 
 
 def _add_finetune(sub: argparse._SubParsersAction) -> None:
@@ -293,7 +292,13 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="OUT_DIR", help="a fine-tuned model directory")
     p.add_argument("--input", required=True, metavar="FILE", help="examples to predict")
     p.add_argument("--output", metavar="FILE", help="JSON-lines output (default: stdout)")
-    p.add_argument("--batch-size", type=int, default=64, help="texts per batch")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=MAX_BATCH_SIZE,
+        help=f"texts the model runs at once (default: {MAX_BATCH_SIZE}, serving/batching.config's "
+        "max_batch_size; memory grows with it)",
+    )
     p.set_defaults(func=_run_predict)
 
 
@@ -494,13 +499,36 @@ def _import_tensorflow_quietly() -> None:
         os.close(saved)
 
 
+def _not_utf8(args: argparse.Namespace) -> str | None:
+    """The first argument that is not valid UTF-8, or None. Python hands a command line in
+    another encoding over with its bytes escaped as lone surrogates, which no library call
+    can encode."""
+    for value in vars(args).values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return item
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _import_tensorflow_quietly()
 
     def fail(message: str, status: int) -> int:
         print(f"keras-electra {args.command}: {message}", file=sys.stderr)
         return status
+
+    bad = _not_utf8(args)
+    if bad is not None:
+        shown = ascii(bad if len(bad) <= 60 else bad[:60] + "...")
+        return fail(
+            f"error: the argument {shown} is not valid UTF-8; pass arguments in UTF-8 (set a "
+            "UTF-8 locale, or convert the text with iconv).",
+            2,
+        )
+    _import_tensorflow_quietly()
 
     try:
         return args.func(args)

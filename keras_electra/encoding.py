@@ -4,14 +4,17 @@ Used for scoring in process, for fine-tuning inputs and inside exported
 SavedModels, so a sentence is encoded the same way everywhere:
 ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]``, truncated to ``max_length``
 (longest segment first for pairs), padded with ``[PAD]`` to exactly
-``max_length``. Only dense and ragged core ops are used (no trimmer ops), so
-TF Serving runs the result.
+``max_length``. Each text is first cut to :data:`keras_electra.limits.MAX_TEXT_CHARS`
+characters (as the corpus reader cuts a line), so one request's text cannot take the
+server's memory; the clients cut the same before sending. Only dense and ragged core
+ops are used (no trimmer ops), so TF Serving runs the result.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_electra.data.files import clean_lines
 from keras_electra.data.tokenizer import ElectraTokenizer
 
 
@@ -39,13 +42,13 @@ def encode_texts(
         >>> encode_texts(t, tf.constant(["hi there"]), max_length=6)["token_ids"].numpy().tolist()
         [[2, 5, 6, 3, 0, 0]]
     """
-    pieces_a = tokenizer.tokenize(tf.reshape(text_a, [-1]))
+    pieces_a = tokenizer.tokenize(clean_lines(tf.reshape(text_a, [-1])))
     n = pieces_a.nrows()
     len_a = pieces_a.row_lengths()
     if text_b is None:
         keep_a = tf.minimum(len_a, max_length - 2)
     else:
-        pieces_b = tokenizer.tokenize(tf.reshape(text_b, [-1]))
+        pieces_b = tokenizer.tokenize(clean_lines(tf.reshape(text_b, [-1])))
         keep_a, keep_b = _truncate_longest_first(len_a, pieces_b.row_lengths(), max_length - 3)
 
     def column(token_id: int) -> tf.RaggedTensor:

@@ -3,6 +3,7 @@ same values as the XLA kernels they replace, the same dropout draws, used by the
 training step where they build, and the XLA kernels wherever they do not."""
 
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -343,6 +344,156 @@ def test_a_library_in_a_directory_of_another_user_is_never_loaded(tmp_path, monk
     os.chown(library.parent, 65534, 65534)  # nobody's
     reason = f"{library.parent} belongs to uid 65534, not to this user (0)"
     _assert_refused(cache, library, marker, reason)
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: kernels() looks at no cache")
+def test_a_folder_above_the_cache_that_others_can_write_is_refused(tmp_path, monkeypatch, caplog):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # no sticky bit: another user could rename the private cache away
+    monkeypatch.setenv("KERAS_ELECTRA_CACHE", str(shared / "mine" / "cache"))
+    compiled.status.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=compiled.__name__):
+            assert compiled.kernels() is None
+    finally:
+        compiled.status.cache_clear()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"{shared} is writable by group or others without the sticky bit (mode 777)" in warning
+    assert "training uses the XLA kernels" in warning
+    assert not list(shared.glob("mine/cache/kernels/*/*.so"))  # nothing built there
+    shared.chmod(0o1777)  # as /tmp: others may write, but not replace what is not theirs
+    assert compiled._unsafe_above(shared / "mine") is None
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory) -> Path:
+    """A ``KERAS_ELECTRA_CACHE`` holding the library and digest this process built (or
+    loaded), where kernels() looks for them: each test copies it, then tampers."""
+    if not HAS_COMPILER or compiled.kernels() is None:
+        pytest.skip("the compiled kernels do not build here")
+    built = compiled.library_path(compiled._compiler())
+    cache = tmp_path_factory.mktemp("built") / "cache"
+    target = cache.resolve() / "kernels" / built.parent.name / built.name
+    target.parent.mkdir(mode=0o700, parents=True)
+    for directory in (cache, target.parent.parent, target.parent):
+        directory.chmod(0o700)
+    for source in (built, compiled.digest_path(built)):
+        shutil.copy2(source, target.parent / source.name)
+    return cache
+
+
+def _foreign_library(path: Path, marker: Path) -> None:
+    """A valid shared object at ``path``, this user's, mode 0700, whose constructor
+    writes ``marker`` when it is loaded: another library where the built one was."""
+    source = path.with_suffix(".c")
+    source.write_text(
+        "#include <stdio.h>\n"
+        "__attribute__((constructor)) static void planted(void) {\n"
+        f'  FILE *f = fopen("{marker}", "w"); if (f) fclose(f);\n'
+        "}\n"
+    )
+    subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(path)], check=True)
+    path.chmod(0o700)
+
+
+# A few training steps in a fresh process after kernels() looked at the cache: the
+# backend chosen, its reason, the warnings, the losses. With SWAP_TO set, the library's
+# path is replaced by that file between the check and the load (tf.load_op_library is
+# the load; the check came before it).
+_TRAIN = """
+import json, logging, os
+from keras_electra.layers import backend, compiled
+warnings = []
+handler = logging.Handler(logging.WARNING)
+handler.emit = lambda record: warnings.append(record.getMessage())
+compiled.log.addHandler(handler)
+backend.log.addHandler(handler)
+import numpy as np
+import tensorflow as tf
+if os.environ.get("SWAP_TO"):
+    load = tf.load_op_library
+    def swap_then_load(path):
+        library = compiled.library_path(compiled._compiler())
+        os.replace(os.environ["SWAP_TO"], library)
+        return load(path)
+    tf.load_op_library = swap_then_load
+choice = backend.choose()
+from keras_electra.config import ElectraConfig
+from keras_electra.pretraining.pretrainer import ElectraPretrainer
+from keras_electra.training.optimizer import create_optimizer
+config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1, max_position_embeddings=16)
+model = ElectraPretrainer(config, seed=1)
+model.compile(optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=3, warmup_steps=1))
+ids = np.random.default_rng(0).integers(5, 300, (4, 16)).astype("int32")
+batch = {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+history = model.fit(tf.data.Dataset.from_tensors(batch).repeat(3), verbose=0)
+print(json.dumps({"backend": choice.backend, "reason": choice.reason, "warnings": warnings,
+                  "loss": history.history["loss"]}))
+"""
+
+
+def _train_in_a_new_process(cache: Path, **env: str) -> dict:
+    env = {**os.environ, "KERAS_ELECTRA_CACHE": str(cache), **env}
+    for name in (compiled.ENABLE, "KERAS_ELECTRA_KERNELS"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-c", _TRAIN],
+        env=env,
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
+@pytest.mark.parametrize("tampering", ["another-library", "link", "swap", "op-missing"])
+def test_a_library_other_than_the_one_built_is_refused_and_training_falls_back(
+    tampering, built_cache, tmp_path
+):
+    """Another valid shared library in the built one's place (same owner and mode), a
+    symbolic link to a genuine copy, a swap between the check and the load, and a
+    library that loads (its digest recorded) without the ops: each is refused with one
+    warning, and training completes on the XLA kernels. The other library never runs,
+    but where the test itself records its digest."""
+    cache = tmp_path / "cache"
+    shutil.copytree(built_cache, cache)
+    cache.chmod(0o700)
+    (library,) = cache.resolve().glob("kernels/*/kernels.so")
+    marker = tmp_path / "the-other-library-ran"
+    other = tmp_path / "other.so"
+    _foreign_library(other, marker)
+    env = {}
+    if tampering == "another-library":
+        os.replace(other, library)
+        reason = "is not the library built there"
+    elif tampering == "link":
+        genuine = tmp_path / "genuine.so"
+        shutil.copy2(library, genuine)
+        library.unlink()
+        library.symlink_to(genuine)
+        reason = f"{library} is a symbolic link"
+    elif tampering == "swap":
+        env["SWAP_TO"] = str(other)
+        reason = f"{library} was replaced while it was being loaded"
+    else:
+        os.replace(other, library)
+        digest = hashlib.sha256(library.read_bytes()).hexdigest()
+        compiled.digest_path(library).write_text(digest + "\n")
+        reason = f"{library} loads without the op electra_add_layer_norm"
+    result = _train_in_a_new_process(cache, **env)
+    assert result["backend"] == "xla", result
+    assert reason in result["reason"]
+    (warning,) = result["warnings"]
+    assert reason in warning and "training uses the XLA kernels" in warning
+    assert f"remove {library.parent} to build it again" in warning
+    assert len(result["loss"]) == 1 and np.isfinite(result["loss"]).all()
+    # The other library ran only where its digest was recorded: never after a swap,
+    # though the path names it now (what loaded was the open file checked before).
+    assert marker.exists() == (tampering == "op-missing")
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")

@@ -309,9 +309,37 @@ def test_missing_file_and_empty_corpus_errors(tmp_path, tokenizer):
     with pytest.raises(InputDataError, match="has no \\*.txt files"):
         pretraining_dataset(str(tmp_path / "d"), tokenizer, batch_size=2, max_seq_length=16)
     controls = tmp_path / "controls.txt"
-    controls.write_bytes(b"\x01\x02\n\x03\n")
-    with pytest.raises(InputDataError, match="gives no tokens"):
+    controls.write_bytes(b"\x01\x02\n\x03\n")  # mostly control characters: not text
+    with pytest.raises(InputDataError, match="is not text: 60% of its first 64 KiB"):
         pretraining_dataset(str(controls), tokenizer, batch_size=2, max_seq_length=16)
+    spaced = tmp_path / "spaced.txt"
+    spaced.write_bytes(b"\x01" + b" " * 30 + b"\n")  # text-like enough, but no word in it
+    with pytest.raises(InputDataError, match="gives no tokens"):
+        pretraining_dataset(str(spaced), tokenizer, batch_size=2, max_seq_length=16)
+
+
+def test_a_corpus_that_is_mostly_not_text_is_one_sentence(tmp_path, capsys):
+    """300 KB of random bytes (or UTF-16 text) as a corpus: learning a vocabulary and
+    pretraining refuse it in one sentence instead of training on garbage; real text in
+    a legacy encoding with a few accents still passes (its bytes become U+FFFD)."""
+    from keras_electra.cli import main
+
+    junk = tmp_path / "junk.txt"
+    junk.write_bytes(np.random.default_rng(0).bytes(300_000))
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_text("The cat sat on the mat.\n" * 100, encoding="utf-16")
+    for path in (junk, utf16):
+        with pytest.raises(InputDataError, match=f"Corpus file '{path}' is not text") as error:
+            learn_vocab([str(path)], vocab_size=100)
+        assert "\n" not in str(error.value) and "iconv" in str(error.value)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Le café est près de la forêt.\n".encode("latin-1") * 100)
+    assert "caf" in " ".join(learn_vocab([str(latin1)], vocab_size=100))
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["pretrain", "--corpus", str(junk), "--output", str(out), "--steps", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("keras-electra pretrain: error: Corpus file") and "is not text" in line
 
 
 def test_directory_of_text_files_is_read_in_shuffled_file_order(corpus, tokenizer, tmp_path):

@@ -121,7 +121,8 @@ def _with_built_kernels(cache: Path) -> Path:
     target.parent.mkdir(mode=0o700, parents=True)
     for directory in (cache, target.parent.parent, target.parent):
         directory.chmod(0o700)
-    shutil.copy2(built, target)
+    for source in (built, compiled.digest_path(built)):  # the library and its recorded digest
+        shutil.copy2(source, target.parent / source.name)
     target.chmod(0o700)
     return cache
 

@@ -30,6 +30,8 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup  # noqa: E402
 
+from keras_electra.limits import MAX_BATCH_SIZE, MAX_TEXT_CHARS  # noqa: E402
+from keras_electra.scoring import score_with_saved_model, score_with_server  # noqa: E402
 from keras_electra.serving.errors import ServingError  # noqa: E402
 from keras_electra.serving.grpc_client import GrpcClient  # noqa: E402
 from keras_electra.serving.rest_client import RestClient, predict_body  # noqa: E402
@@ -115,6 +117,29 @@ def _expected_scores(text: str, text_b: str = "") -> list[tuple[str, float]]:
     return [(LABELS[0], 1.0 - positive), (LABELS[1], positive)]
 
 
+class _BatchEcho(tf.Module):
+    """Each text back with the size of the batch it came in, as the export's outputs."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        n = tf.shape(text)[0]
+        size = tf.fill([n], tf.strings.as_string(n))
+        return {
+            "tokens": tf.stack([text, size], axis=1),
+            "replaced_prob": tf.stack([tf.zeros([n]), tf.cast(tf.fill([n], n), tf.float32)], 1),
+            "num_tokens": tf.fill([n], 2),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def classify(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        text = tf.io.parse_example(inputs, {"text": tf.io.FixedLenFeature([], tf.string)})
+        n = tf.shape(inputs)[0]
+        return {
+            "classes": tf.stack([text["text"], tf.strings.as_string(tf.fill([n], n))], axis=1),
+            "scores": tf.cast(tf.stack([tf.range(n), tf.fill([n], n)], axis=1), tf.float32),
+        }
+
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("saved_models")
@@ -131,7 +156,14 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         signatures={"serving_default": classifier.serve, "classify": classifier.classify},
     )
     set_signature_method_name(base / "classifier" / "1", "classify", CLASSIFY_METHOD_NAME)
-    return {"electra": base / "electra", "classifier": base / "classifier"}
+    echo = _BatchEcho()
+    tf.saved_model.save(
+        echo,
+        str(base / "echo" / "1"),
+        signatures={"serving_default": echo.serve, "classify": echo.classify},
+    )
+    set_signature_method_name(base / "echo" / "1", "classify", CLASSIFY_METHOD_NAME)
+    return {name: base / name for name in ("electra", "classifier", "echo")}
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +242,96 @@ def test_invalid_utf8_bytes_travel_as_b64_and_come_back_unchanged(
     rest = RestClient(electra_server.rest_url, "electra")
     for request_format in ("row", "columnar"):
         _assert_same(rest.predict({"text": texts}, format=request_format), expected)
+
+
+def test_a_large_batch_goes_in_chunks_of_at_most_max_batch_size_in_order(
+    exports: dict[str, Path], electra_server: ModelServer, electra_runner: SignatureRunner
+) -> None:
+    """70 texts of different lengths through both clients with chunks of 32 (the default)
+    and of 4: each request holds at most that many, and the joined outputs are the one
+    batch's, row for row (the shorter chunks' rows padded as one batch pads them)."""
+    texts = [" ".join(["w"] * (i % 9)) + f" t{i}" for i in range(70)]
+    expected = electra_runner.run("serving_default", {"text": texts})
+
+    def assert_joined(actual: dict[str, np.ndarray]) -> None:  # floats: a batch's rounding
+        assert sorted(actual) == sorted(expected)
+        for name, value in expected.items():
+            assert actual[name].dtype == value.dtype, name
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(actual[name], value, rtol=1e-6, err_msg=name)
+            else:
+                np.testing.assert_array_equal(actual[name], value, err_msg=name)
+
+    for size in (None, 4):
+        options = {} if size is None else {"max_batch_size": size}
+        with GrpcClient(electra_server.grpc_target, "electra", **options) as client:
+            assert_joined(client.predict({"text": texts}))
+        rest = RestClient(electra_server.rest_url, "electra", **options)
+        for request_format in ("columnar", "row"):
+            assert_joined(rest.predict({"text": texts}, format=request_format))
+    with ModelServer(exports["echo"], "echo") as server:
+        for size in (MAX_BATCH_SIZE, 4):
+            with GrpcClient(server.grpc_target, "echo", max_batch_size=size) as client:
+                grpc_rows = client.predict({"text": texts})
+                grpc_classes = client.classify([{"text": t} for t in texts])
+            rest = RestClient(server.rest_url, "echo", max_batch_size=size)
+            rest_rows = rest.predict({"text": texts})
+            rest_classes = rest.classify([{"text": t} for t in texts])
+            sizes = [min(size, 70 - start) for start in range(0, 70, size)]
+            per_row = [n for n in sizes for _ in range(n)]
+            for rows in (grpc_rows, rest_rows):
+                assert [t.decode() for t in rows["tokens"][:, 0]] == texts  # all, in order
+                assert rows["replaced_prob"][:, 1].astype(int).tolist() == per_row
+            for classes in (grpc_classes, rest_classes):
+                assert [label for (label, _), _ in classes] == texts
+                assert [int(float(n)) for _, (n, _) in classes] == per_row
+        # score, against the server and in process: the same rows, at most 32 at a time
+        for rows in (
+            score_with_server(server.grpc_target, "echo", texts),
+            score_with_server(server.rest_url, "echo", texts),
+            score_with_saved_model(str(exports["echo"]), texts),
+        ):
+            assert [row[0][0] for row in rows] == texts
+            assert {row[1][0] for row in rows} == {"32", "6"}
+
+
+def test_texts_are_cut_as_the_export_cuts_them(exports: dict[str, Path]) -> None:
+    long_text = "é" * (MAX_TEXT_CHARS + 7)
+    long_bytes = b"x" * (4 * MAX_TEXT_CHARS + 7)
+    with ModelServer(exports["echo"], "echo") as server:
+        with GrpcClient(server.grpc_target, "echo") as client:
+            grpc_rows = client.predict({"text": [long_text, long_bytes]})
+        rest_rows = RestClient(server.rest_url, "echo").predict({"text": [long_text, long_bytes]})
+    for rows in (grpc_rows, rest_rows):
+        assert rows["tokens"][0, 0].decode() == "é" * MAX_TEXT_CHARS
+        assert len(rows["tokens"][1, 0]) == 4 * MAX_TEXT_CHARS
+    (row,) = score_with_saved_model(str(exports["echo"]), [long_text])
+    assert row[0][0] == "é" * MAX_TEXT_CHARS
+
+
+def test_score_names_an_argument_that_is_not_utf8_in_one_sentence(exports, tmp_path) -> None:
+    """Bytes that are not UTF-8 on the command line reach Python as lone surrogates, which
+    no library call can encode: one sentence, exit status 2, no traceback."""
+    import subprocess
+    import sys
+
+    from keras_electra.errors import InputDataError
+
+    with pytest.raises(InputDataError, match="Text 2 is not valid UTF-8 .at character 3.") as err:
+        score_with_saved_model(str(exports["echo"]), ["fine", "ab\udcff"])
+    assert "\n" not in str(err.value)
+    root = Path(__file__).resolve().parents[1]
+    for argv in ([b"--model", str(exports["echo"]).encode(), b"caf\xe9"],
+                 [b"--model", str(tmp_path).encode() + b"/\xff", b"fine"],
+                 [b"--server", b"127.0.0.1:9", b"--json", b"\xff\xfe"]):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable.encode(), b"-m", b"keras_electra.cli", b"score", *argv],
+            cwd=root, capture_output=True, timeout=300,
+        )  # fmt: skip
+        err_text = done.stderr.decode("utf-8", "replace").strip()
+        assert done.returncode == 2, err_text
+        assert "Traceback" not in err_text and len(err_text.splitlines()) == 1, err_text
+        assert "is not valid UTF-8" in err_text
 
 
 # -- classify -------------------------------------------------------------------------
@@ -371,6 +493,32 @@ def test_rest_server_that_closes_without_answering_fails_in_one_sentence() -> No
             rest.status()
         thread.join(timeout=10)
     assert "\n" not in str(err.value) and err.value.code == "UNAVAILABLE"
+
+
+def test_rest_retries_a_reset_connection_then_succeeds() -> None:
+    """A reset (a proxy restarting) is transient: retried, then the answer is read."""
+    body = json.dumps(_status_body()).encode()
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+    answer += str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(2)
+        port = listener.getsockname()[1]
+
+        def reset_then_answer() -> None:
+            connection, _ = listener.accept()
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            connection.close()  # linger 0: the client reads a reset
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(answer)
+
+        thread = threading.Thread(target=reset_then_answer, daemon=True)
+        thread.start()
+        status = RestClient(f"127.0.0.1:{port}", "m", retries=2, backoff=0.01).status()
+        thread.join(timeout=10)
+    assert status[0]["state"] == "AVAILABLE"
 
 
 class _StubHandler(BaseHTTPRequestHandler):
@@ -658,7 +806,9 @@ def test_deployment_configs_parse_as_tf_serving_protos() -> None:
         (SERVING_DIR / "batching.config").read_text(), _config_message("BatchingParameters")()
     )
     assert 0 < batching.batch_timeout_micros.value <= 10_000
-    assert batching.num_batch_threads.value >= 1 and batching.max_batch_size.value >= 1
+    assert batching.num_batch_threads.value >= 1
+    # One setting: the clients, score and predict send at most what the server batches.
+    assert batching.max_batch_size.value == MAX_BATCH_SIZE
     monitoring = text_format.Parse(
         (SERVING_DIR / "monitoring.config").read_text(), _config_message("MonitoringConfig")()
     )

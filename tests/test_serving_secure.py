@@ -1,27 +1,38 @@
-"""The clients reach a TF Serving behind TLS and an authenticating proxy.
+"""The clients reach a TF Serving behind TLS and an authenticating proxy, and never leak
+its credentials.
 
 TF Serving has no authentication of its own; production puts it behind TLS and a proxy
 that checks a credential. Here the TF Serving stand-in plays both on 127.0.0.1: its gRPC
 server speaks TLS and refuses calls without the expected ``authorization`` metadata
 (UNAUTHENTICATED), its REST server speaks HTTPS and answers 401 without the header, with
 certificates this module makes with ``openssl`` (a CA, the server's certificate for
-127.0.0.1, a client certificate for mutual TLS). The clients succeed with the
-credentials and fail with one sentence without them, and no error or repr shows the
-token.
+127.0.0.1, a client certificate for mutual TLS, a certificate for another name, another
+CA). The clients succeed with the credentials and fail with one sentence without them;
+they send credentials only over TLS (or when told ``insecure``), follow no redirect, say
+which TLS check failed without retrying it, and no error or repr shows the token.
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import tensorflow as tf
 from test_serving_clients import TEXTS, _Discriminator
 from tfserving_standin import ModelServer
 
+from keras_electra.serving import _retry, tls
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.grpc_client import GrpcClient
 from keras_electra.serving.rest_client import RestClient
@@ -38,12 +49,14 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, both CA-signed."""
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, both CA-signed;
+    a server certificate for another name only, and another CA (``other_pem``)."""
     d = tmp_path_factory.mktemp("pki")
-    subject = "/CN=keras-electra test CA"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-days", "2", "-subj", subject, cwd=d)  # fmt: skip
+    for name, subject in (("ca", "/CN=keras-electra test CA"), ("other", "/CN=another CA")):
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                 "-out", f"{name}.pem", "-days", "2", "-subj", subject, cwd=d)  # fmt: skip
     uses = {"server": "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
+            "elsewhere": "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth",
             "client": "extendedKeyUsage=clientAuth"}  # fmt: skip
     for name, extensions in uses.items():
         (d / f"{name}.ext").write_text(extensions + "\n")
@@ -65,8 +78,8 @@ def electra(tmp_path_factory) -> Path:
     return base
 
 
-def _server(electra, pki, *, mutual: bool = False) -> ModelServer:
-    tls = (pki["server_key"].read_bytes(), pki["server_pem"].read_bytes())
+def _server(electra, pki, *, mutual: bool = False, name: str = "server") -> ModelServer:
+    tls = (pki[f"{name}_key"].read_bytes(), pki[f"{name}_pem"].read_bytes())
     return ModelServer(
         electra,
         "electra",
@@ -184,3 +197,198 @@ def test_keras_electra_score_reaches_an_https_server_with_a_token_file(
             refused = subprocess.run(base, capture_output=True, text=True, timeout=300)
             assert refused.returncode == 2
             assert "pass the credentials" in _no_secret(refused.stderr.strip())
+
+
+# -- credentials only over TLS ----------------------------------------------------------
+
+
+def test_plaintext_targets_refuse_credentials_unless_the_caller_opts_in(electra):
+    """Like gRPC's call credentials on an insecure channel: a token or headers bound for a
+    plaintext target are refused in one sentence, unless ``insecure=True``; a token with
+    a trailing newline (as files and environments give it) goes out stripped."""
+    with ModelServer(electra, "electra", required_header=REQUIRED) as server:
+        clients = {
+            "grpc": lambda **kw: GrpcClient(server.grpc_target, "electra", **kw),
+            "rest": lambda **kw: RestClient(server.rest_url, "electra", **kw),
+        }
+        for make in clients.values():
+            for credentials in ({"token": SECRET}, {"headers": {"x-api-key": SECRET}}):
+                with pytest.raises(ServingError, match="would go to .* unencrypted") as refused:
+                    make(**credentials)
+                assert "insecure=True (--insecure)" in _no_secret(refused.value)
+        with clients["grpc"](token=SECRET + "\n", insecure=True) as client:
+            assert client.predict({"text": TEXTS})["num_tokens"].tolist() == [5, 2, 1]
+        rest = clients["rest"](token=f"  {SECRET}\r\n", insecure=True)
+        assert rest.predict({"text": TEXTS})["num_tokens"].tolist() == [5, 2, 1]
+        with pytest.raises(ServingError, match="one word of printable ASCII") as inner:
+            clients["rest"](token="s3cret token", insecure=True).status()
+        _no_secret(inner.value)
+
+
+def test_score_sends_the_environment_token_only_over_tls_or_with_insecure(
+    electra, monkeypatch, capsys
+):
+    from keras_electra.cli import main
+
+    monkeypatch.setenv("KERAS_ELECTRA_TOKEN", SECRET + "\n")
+    with ModelServer(electra, "electra", required_header=REQUIRED) as server:
+        for address in (server.grpc_target, server.rest_url):
+            command = ["score", "--server", address, "--json", "a cat"]
+            capsys.readouterr()
+            assert main(command) == 2
+            assert "--insecure" in _no_secret(capsys.readouterr().err.strip())
+            assert main([*command, "--insecure"]) == 0  # the server got the stripped token
+            assert '"replaced_prob"' in capsys.readouterr().out
+        assert main(["score", "--server", server.rest_url, "--tls", "--insecure", "x"]) == 2
+    error = _no_secret(capsys.readouterr().err.strip())
+    assert "--tls asks for TLS but" in error and "plaintext http:// URL" in error
+
+
+# -- no redirects -----------------------------------------------------------------------
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Records every request (method, path, headers) and answers 200 with ``{}``."""
+
+    def _answer(self) -> None:
+        self.server.seen.append((self.command, self.path, dict(self.headers)))  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        location = getattr(self.server, "location", None)
+        self.send_response(302 if location else 200)
+        if location:
+            self.send_header("Location", location + self.path)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def _http_server(pki=None, location: str | None = None) -> Iterator[Any]:
+    """An HTTP(S) server on 127.0.0.1 that records requests and, given ``location``,
+    answers each with a 302 there."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.seen, server.location = [], location  # type: ignore[attr-defined]
+    scheme = "http"
+    if pki is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(pki["server_pem"], pki["server_key"])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    server.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_redirect_to_plaintext_never_carries_the_token(pki, tmp_path, capsys):
+    """An HTTPS server answering 302 with a plaintext server on another port: neither the
+    client nor ``keras-electra score`` follows it (urllib's default would, resending the
+    Authorization header in cleartext and turning the POST into a GET); one sentence
+    names the Location."""
+    from keras_electra.cli import main
+
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    with _http_server() as plain, _http_server(pki, plain.url + "/elsewhere") as secure:
+        client = RestClient(secure.url, "electra", root_certificates=pki["ca_pem"], token=SECRET)
+        with pytest.raises(ServingError) as refused:
+            client.status()
+        message = _no_secret(refused.value)
+        assert f"redirect (HTTP 302) to {plain.url}/elsewhere/v1/models/electra" in message
+        assert refused.value.http_status == 302
+        client.typed_outputs = False  # straight to the POST
+        with pytest.raises(ServingError, match=r"/elsewhere/v1/models/electra:predict, which"):
+            client.predict({"text": TEXTS})
+        capsys.readouterr()
+        command = ["score", "--server", secure.url, "--root-certificates", str(pki["ca_pem"]),
+                   "--token-file", str(token_file), "a cat"]  # fmt: skip
+        assert main(command) == 2
+        error = _no_secret(capsys.readouterr().err.strip())
+        assert f"to {plain.url}/elsewhere/v1/models/electra/metadata, which" in error
+    assert plain.seen == []  # the plaintext server never saw a request, let alone the token
+    methods = [method for method, _, _ in secure.seen]
+    assert methods == ["GET", "POST", "GET"], methods  # one each: a redirect is not retried
+
+
+# -- TLS failures: what failed, at once ----------------------------------------------------
+
+TLS_FAILURES = {
+    "wrong-ca": "its certificate is not signed by a CA this client trusts",
+    "name-mismatch": "its certificate is not valid for the name '127.0.0.1'",
+    "no-client-certificate": "the server requires a client certificate",
+}
+
+
+@pytest.mark.parametrize("case", sorted(TLS_FAILURES))
+def test_each_tls_failure_says_what_failed_and_is_not_retried(case, electra, pki, monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(_retry, "time", SimpleNamespace(sleep=slept.append))
+    root = pki["other_pem"] if case == "wrong-ca" else pki["ca_pem"]
+    name = "elsewhere" if case == "name-mismatch" else "server"
+    with _server(electra, pki, mutual=case == "no-client-certificate", name=name) as server:
+        options = dict(root_certificates=root, token=SECRET, retries=3)
+        with GrpcClient(server.grpc_target, "electra", **options) as client:
+            with pytest.raises(ServingError) as grpc_error:
+                client.predict({"text": TEXTS})
+        with pytest.raises(ServingError) as rest_error:
+            RestClient(server.rest_url, "electra", **options).predict({"text": TEXTS})
+    for error, where in ((grpc_error.value, server.grpc_target), (rest_error.value, "https://")):
+        message = _no_secret(error)
+        assert message.startswith(f"TLS to TF Serving at {where}") and TLS_FAILURES[case] in message
+        assert error.code == "UNAVAILABLE"
+    assert slept == []  # no second attempt: waiting cannot fix a certificate
+
+
+def test_transient_failures_of_a_tls_client_are_still_retried(electra, pki, monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(_retry, "time", SimpleNamespace(sleep=slept.append))
+    with _server(electra, pki) as server:
+        target, url = server.grpc_target, server.rest_url
+    options = dict(root_certificates=pki["ca_pem"], token=SECRET, retries=2, timeout=5)
+    with GrpcClient(target, "electra", **options) as client:  # nothing listens any more
+        with pytest.raises(ServingError, match="after 3 attempts") as grpc_error:
+            client.status()
+    with pytest.raises(ServingError, match="after 3 attempts") as rest_error:
+        RestClient(url, "electra", **options).status()
+    _no_secret(grpc_error.value)
+    _no_secret(rest_error.value)
+    assert len(slept) == 4  # two waits for each client
+
+
+def test_tls_to_localhost_names_the_certificate_failure_not_another_address(
+    electra, pki, monkeypatch
+):
+    """The server listens on 127.0.0.1 only. Where ``localhost`` resolves to ``::1``
+    first (nothing listens there: "Connection refused"), the certificate failure on
+    127.0.0.1 is still what the client reports."""
+    real = socket.getaddrinfo
+
+    def ipv6_first(host, port, *args, **kwargs):
+        found = real("127.0.0.1" if host == "localhost" else host, port, *args, **kwargs)
+        if host != "localhost":
+            return found
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)), *found]
+
+    with _server(electra, pki) as server:
+        with GrpcClient(f"localhost:{server.grpc_port}", "electra", tls=True, retries=0) as c:
+            with pytest.raises(ServingError, match=TLS_FAILURES["wrong-ca"]):
+                c.status()
+        monkeypatch.setattr(socket, "getaddrinfo", ipv6_first)
+        failure = tls.diagnose("localhost", server.grpc_port, 5.0, root=pki["other_pem"])
+        assert failure is not None and failure.startswith(TLS_FAILURES["wrong-ca"])
+        url = f"https://localhost:{server.rest_port}"
+        rest = RestClient(url, "electra", root_certificates=pki["other_pem"], token=SECRET)
+        with pytest.raises(ServingError, match=TLS_FAILURES["wrong-ca"]) as rest_error:
+            rest.status()
+        assert "Connection refused" not in _no_secret(rest_error.value)

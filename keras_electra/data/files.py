@@ -4,21 +4,36 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Sequence
 
 from keras_electra.errors import InputDataError
+from keras_electra.limits import MAX_TEXT_CHARS
 
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
 
 
-MAX_LINE_CHARS = 100_000
-"""Longest line read from a corpus, in characters; longer lines are cut (any file trains)."""
+MAX_LINE_CHARS = MAX_TEXT_CHARS
+"""Longest line read from a corpus, in characters; longer lines are cut (any file trains).
+The export cuts a text it scores at the same length (:mod:`keras_electra.limits`)."""
+
+TEXT_SAMPLE_BYTES = 64 * 1024
+"""How much of each corpus file :func:`not_text_share` looks at (its beginning)."""
+
+MAX_NOT_TEXT_SHARE = 0.1
+"""The share of undecodable bytes and control characters above which a corpus file is not
+text: real text has almost none (an accented letter of a Latin-1 file is one, a few in a
+hundred), random bytes about half, a UTF-16 file half (its NUL bytes)."""
+
+# Control characters other than whitespace (tab, newline, vertical tab, form feed, return),
+# C1 controls, and the replacement character a byte that is not UTF-8 decodes to.
+_NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
 
 
 def clean_lines(batch):
     """A batch of raw ``tf.string`` lines cut to :data:`MAX_LINE_CHARS` characters, with
-    invalid UTF-8 replaced by U+FFFD: what the vocabulary learner and the pretraining
-    pipeline both read.
+    invalid UTF-8 replaced by U+FFFD: what the vocabulary learner, the pretraining
+    pipeline and the export's encoder (:func:`keras_electra.encoding.encode_texts`) read.
 
     Examples:
         >>> import tensorflow as tf
@@ -160,14 +175,58 @@ pass paths to existing UTF-8 text files or directories.
     return resolve_files(items, ".txt", "Corpus file")
 
 
+def not_text_share(data: bytes) -> float:
+    """The share of ``data``'s characters that are not text: bytes that do not decode as
+    UTF-8, and control characters other than whitespace.
+
+    Examples:
+        >>> not_text_share("Ünïcödé text\\n".encode()), not_text_share(b"\\x00\\xff ab")
+        (0.0, 0.4)
+    """
+    text = data.decode("utf-8", "replace")
+    return len(_NOT_TEXT.findall(text)) / len(text) if text else 0.0
+
+
+def check_text_files(files: Sequence[str]) -> None:
+    """Raises if a local file's beginning (:data:`TEXT_SAMPLE_BYTES`) is mostly not text
+    (:data:`MAX_NOT_TEXT_SHARE`): a binary file, or text in another encoding, would train
+    on a vocabulary of garbage without a word.
+
+    Raises:
+        InputDataError: one sentence naming the file, the share and the fix.
+
+    Examples:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.bin")
+        >>> _ = open(path, "wb").write(bytes(range(256)) * 4)
+        >>> check_text_files([path])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.InputDataError: Corpus file '...a.bin' is not text: 61% of ...
+    """
+    for path in files:
+        if is_remote(path):
+            continue
+        with open(path, "rb") as f:
+            share = not_text_share(f.read(TEXT_SAMPLE_BYTES))
+        if share > MAX_NOT_TEXT_SHARE:
+            raise InputDataError(
+                f"Corpus file '{path}' is not text: {share:.0%} of its first "
+                f"{TEXT_SAMPLE_BYTES // 1024} KiB are bytes that are not UTF-8 or control "
+                "characters (real text has almost none); pass UTF-8 text files (convert "
+                "others with iconv), or TFRecords from `keras-electra prepare`."
+            )
+
+
 def check_corpus_has_text(files: Sequence[str]) -> None:
-    """Raises if no file has a non-blank line (reads only until the first one).
+    """Raises if a file is mostly not text (:func:`check_text_files`), or no file has a
+    non-blank line (reads only until the first one).
 
     Args:
         files: resolved text files.
 
     Raises:
-        InputDataError: if every line of every file is blank.
+        InputDataError: if a file is not text, or every line of every file is blank.
 
     Examples:
         >>> import tempfile, os
@@ -175,6 +234,7 @@ def check_corpus_has_text(files: Sequence[str]) -> None:
         >>> _ = open(path, "w").write("Hi.\\n")
         >>> check_corpus_has_text([path])
     """
+    check_text_files(files)
     for path in files:
         with open(path, "rb") as f:
             for line in f:

@@ -12,7 +12,12 @@ import collections
 import os
 from collections.abc import Iterable, Sequence
 
-from keras_electra.data.files import clean_lines, is_remote, resolve_corpus_files
+from keras_electra.data.files import (
+    check_text_files,
+    clean_lines,
+    is_remote,
+    resolve_corpus_files,
+)
 from keras_electra.errors import ConfigError, InputDataError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -140,6 +145,9 @@ def count_words(
     Returns:
         A ``Counter`` from word (``str``) to count.
 
+    Raises:
+        InputDataError: if a file is missing or mostly not text (``check_text_files``).
+
     Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
@@ -151,6 +159,7 @@ def count_words(
     from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
     paths = resolve_corpus_files(files)
+    check_text_files(paths)
     splitter = BasicTokenizer(lower_case=lowercase)
     lines = tf.data.TextLineDataset(paths)
     if max_lines is not None:
@@ -213,7 +222,7 @@ def learn_vocab(
         The vocabulary, in id order.
 
     Raises:
-        InputDataError: if a file is missing or the corpus has no words.
+        InputDataError: if a file is missing or mostly not text, or the corpus has no words.
         ConfigError: if ``vocab_size`` is too small to hold the special tokens.
 
     Examples:

@@ -39,6 +39,7 @@ from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import get_task
 from keras_electra.layers import backend
+from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import FinetuneOptions, check_task, unknown_fields
 from keras_electra.training.callbacks import (
@@ -350,12 +351,13 @@ def predict_file(
     input_path: str | Path,
     output_path: str | Path | None = None,
     *,
-    batch_size: int = 64,
+    batch_size: int = MAX_BATCH_SIZE,
 ) -> list[dict]:
     """Run a fine-tuned model on a file (same format and columns as training) to JSON lines.
 
     Labels in the file are ignored. Returns the predictions; writes them to
-    ``output_path`` (one JSON object per line) when given.
+    ``output_path`` (one JSON object per line) when given. The model runs on
+    ``batch_size`` examples at a time (default :data:`~keras_electra.limits.MAX_BATCH_SIZE`).
 
     Examples:
         >>> predict_file("runs/sst2", "test.tsv", "predictions.jsonl")[0]["label"]  # doctest: +SKIP

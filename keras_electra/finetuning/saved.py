@@ -29,6 +29,7 @@ from keras_electra.errors import ConfigError
 from keras_electra.finetuning.settings import FinetuneSettings
 from keras_electra.finetuning.tasks import Task, get_task
 from keras_electra.layers.backbone import ElectraBackbone
+from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.run_directory import RunDirectory
 
 
@@ -47,8 +48,17 @@ class FinetunedModel:
     # One record per epoch (and per stretch of one cut by a stop): step, epoch, metrics.
     records: list = field(default_factory=list)
 
-    def predict_examples(self, examples: list, batch_size: int = 64) -> list[dict]:
-        """Predictions for examples read with ``self.task.read(..., labelled=False)``."""
+    def predict_examples(self, examples: list, batch_size: int = MAX_BATCH_SIZE) -> list[dict]:
+        """Predictions for examples read with ``self.task.read(..., labelled=False)``, the
+        model run on ``batch_size`` of them at a time (by default
+        :data:`~keras_electra.limits.MAX_BATCH_SIZE`, so any number of examples takes the
+        memory of one such batch).
+
+        Raises:
+            ConfigError: ``batch_size`` is below 1.
+        """
+        if batch_size < 1:
+            raise ConfigError(f"--batch-size must be 1 or more, got {batch_size}.")
         return self.task.predict(self.model, examples, self.tokenizer, self.settings, batch_size)
 
 

@@ -1,11 +1,13 @@
-"""What the two clients share: the model they address and bounded retry with exponential
-backoff (stdlib only)."""
+"""What the two clients share: the model they address, bounded retry with exponential
+backoff, and the largest batch they send at once (stdlib and :mod:`keras_electra.limits`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from keras_electra.limits import MAX_BATCH_SIZE
 
 T = TypeVar("T")
 
@@ -43,10 +45,13 @@ def call_with_retries(
 
 
 class ModelClient:
-    """The model a client addresses (name, then a version or a label) and its retry policy.
+    """The model a client addresses (name, then a version or a label), its retry policy
+    and the most rows one request carries (``max_batch_size``: larger batches go as
+    consecutive requests, their outputs joined in order; None sends any batch whole).
 
     Raises:
-        ValueError: when both a version and a version label are given.
+        ValueError: when both a version and a version label are given, or
+            ``max_batch_size`` is not positive.
     """
 
     def __init__(
@@ -57,12 +62,16 @@ class ModelClient:
         timeout: float,
         retries: int,
         backoff: float,
+        max_batch_size: int | None = MAX_BATCH_SIZE,
     ) -> None:
         if version is not None and version_label is not None:
             raise ValueError("give a model version or a version label, not both")
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be positive or None, not {max_batch_size}")
         self.model_name = model_name
         self.version = version
         self.version_label = version_label
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
+        self.max_batch_size = max_batch_size

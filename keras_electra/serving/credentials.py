@@ -8,6 +8,11 @@ call (a token that expires is refreshed there). :func:`read_pem` reads the certi
 of TLS (the CA that signed the server's certificate; a client certificate and key for
 mutual TLS).
 
+Credentials travel only over TLS: :func:`check_plaintext` refuses them on a plaintext
+channel unless the caller opts in (``insecure=True``, ``--insecure``), as gRPC refuses call
+credentials on an insecure channel. A token is stripped of surrounding whitespace (a token
+file's or ``$KERAS_ELECTRA_TOKEN``'s newline) and must be one word of printable ASCII.
+
 Nothing here shows a credential: the repr names the headers, never their values, and the
 clients' errors name the server, never what was sent.
 
@@ -21,6 +26,8 @@ Examples:
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -29,6 +36,8 @@ from keras_electra.serving.errors import ServingError
 Token = str | Callable[[], str]
 Headers = Mapping[str, str] | Callable[[], Mapping[str, str]]
 Pem = str | bytes | Path
+TOKEN_ENV = "KERAS_ELECTRA_TOKEN"
+_TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: what a header value carries
 
 
 class CallCredentials:
@@ -46,7 +55,7 @@ class CallCredentials:
         self._headers = headers
 
     def __bool__(self) -> bool:
-        return self._token is not None or self._headers is not None
+        return self._token is not None or callable(self._headers) or bool(self._headers)
 
     def headers(self) -> dict[str, str]:
         """The headers of one call, names lower-cased (as gRPC metadata requires)."""
@@ -54,8 +63,14 @@ class CallCredentials:
         out = {str(name).lower(): str(value) for name, value in (extra or {}).items()}
         if self._token is not None:
             token = self._token() if callable(self._token) else self._token
+            token = (token or "").strip()
             if not token:
-                raise ServingError("The token function returned no token.")
+                raise ServingError("The token is empty (or the token function returned none).")
+            if not _TOKEN.fullmatch(token):
+                raise ServingError(
+                    "The token holds a space, a control or a non-ASCII character; pass the "
+                    "token alone, one word of printable ASCII."
+                )
             out["authorization"] = f"Bearer {token}"
         return out
 
@@ -67,6 +82,49 @@ class CallCredentials:
         if self._token is not None:
             names.append("authorization")
         return f"CallCredentials({', '.join(f'{n}=<hidden>' for n in names)})"
+
+
+def check_plaintext(target: str, credentials: CallCredentials, insecure: bool) -> None:
+    """Refuses credentials bound for a plaintext channel, unless ``insecure``.
+
+    Raises:
+        ServingError: one sentence naming the target and both fixes.
+
+    Examples:
+        >>> check_plaintext("localhost:8500", CallCredentials(), insecure=False)
+    """
+    if credentials and not insecure:
+        raise ServingError(
+            f"A token or headers would go to {target} unencrypted; connect over TLS (tls=True "
+            "or an https:// URL; --tls or --root-certificates), or pass insecure=True "
+            "(--insecure) to send them in plaintext anyway."
+        )
+
+
+def read_token(path: str | os.PathLike | None) -> str | None:
+    """The bearer token of the command line: the first line of the file ``path``, else
+    ``$KERAS_ELECTRA_TOKEN``, else None; surrounding whitespace (a newline) stripped.
+
+    Raises:
+        ServingError: the file cannot be read or is empty (one sentence).
+
+    Examples:
+        >>> import os
+        >>> os.environ["KERAS_ELECTRA_TOKEN"] = "s3cret\\n"
+        >>> read_token(None)
+        's3cret'
+        >>> del os.environ["KERAS_ELECTRA_TOKEN"]
+    """
+    if path is None:
+        return os.environ.get(TOKEN_ENV, "").strip() or None
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not UTF-8 text"
+        raise ServingError(f"Cannot read --token-file '{path}' ({reason}).") from None
+    if not lines or not lines[0].strip():
+        raise ServingError(f"--token-file '{path}' is empty; write the token on its first line.")
+    return lines[0].strip()
 
 
 def read_pem(value: Pem | None, what: str) -> bytes | None:

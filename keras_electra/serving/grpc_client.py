@@ -2,8 +2,11 @@
 
 Uses the ``tensorflow-serving-api`` stubs: ``PredictionService`` (Predict,
 Classify, GetModelMetadata) and ``ModelService`` (GetModelStatus). Only ``UNAVAILABLE``
-is retried; every other failure raises :class:`ServingError` at once with the server's
-message. TLS and an authenticating proxy's credentials: docs/serving.md and
+is retried, and not when it is a TLS failure (:mod:`keras_electra.serving.tls` says
+which); every other failure raises :class:`ServingError` at once with the server's
+message. Credentials go only over TLS (or with ``insecure=True``); a batch larger than
+``max_batch_size`` goes as consecutive requests (:mod:`keras_electra.limits`). TLS and an
+authenticating proxy's credentials: docs/serving.md and
 :mod:`keras_electra.serving.credentials`.
 """
 
@@ -25,6 +28,16 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from keras_electra.limits import (
+    MAX_BATCH_SIZE,
+    TEXT_INPUTS,
+    batch_slices,
+    cap_text,
+    cap_texts,
+    join_outputs,
+    split_inputs,
+)
+from keras_electra.serving import tls as tls_failures
 from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
 from keras_electra.serving.credentials import (
     CallCredentials,
@@ -32,6 +45,7 @@ from keras_electra.serving.credentials import (
     Pem,
     Token,
     check_client_pair,
+    check_plaintext,
     read_pem,
 )
 from keras_electra.serving.errors import ServingError
@@ -41,6 +55,22 @@ from keras_electra.serving.tensors import (
     ndarray_to_tensor_proto,
     tensor_proto_to_ndarray,
 )
+
+
+def host_port(target: str) -> tuple[str, int] | None:
+    """The host and port of a gRPC target (``host:port``, ``[::1]:port``,
+    ``dns:///host:port``, ``ipv4:``/``ipv6:`` addresses), or None (a Unix socket).
+
+    Examples:
+        >>> host_port("dns:///localhost:8500"), host_port("[::1]:8500"), host_port("unix:/s")
+        (('localhost', 8500), ('::1', 8500), None)
+    """
+    for prefix in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        target = target.removeprefix(prefix)
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
 
 
 class GrpcClient(ModelClient):
@@ -64,9 +94,18 @@ class GrpcClient(ModelClient):
             ``client_key``.
         client_key: The client certificate's private key (PEM).
         token: Sent with every call as ``authorization: Bearer TOKEN`` metadata; a
-            function is called before each call (for tokens that expire).
+            function is called before each call (for tokens that expire). Only over
+            TLS, unless ``insecure``.
         headers: More metadata for every call (``{"x-api-key": KEY}``), or a
-            function returning it.
+            function returning it. Only over TLS, unless ``insecure``.
+        insecure: Send ``token`` and ``headers`` over a plaintext channel too (else a
+            client without TLS refuses them).
+        max_batch_size: Most rows per request (:data:`~keras_electra.limits.MAX_BATCH_SIZE`,
+            TF Serving's batching limit); larger batches go as consecutive requests.
+
+    Raises:
+        ServingError: credentials without TLS and without ``insecure``; a client
+            certificate without its key.
 
     Examples:
         >>> with GrpcClient("localhost:8500", "electra") as client:  # doctest: +SKIP
@@ -94,19 +133,30 @@ class GrpcClient(ModelClient):
         client_key: Pem | None = None,
         token: Token | None = None,
         headers: Headers | None = None,
+        insecure: bool = False,
+        max_batch_size: int | None = MAX_BATCH_SIZE,
     ) -> None:
-        super().__init__(model_name, version, version_label, timeout, retries, backoff)
+        super().__init__(
+            model_name, version, version_label, timeout, retries, backoff, max_batch_size
+        )
         self.target = target
         check_client_pair(client_certificate, client_key)
         self.tls = bool(tls or root_certificates is not None or client_certificate is not None)
         self.credentials = CallCredentials(token, headers)
+        if not self.tls:
+            check_plaintext(target, self.credentials, insecure)
         limit = max_message_mb * 1024 * 1024
         options = [(f"grpc.max_{way}_message_length", limit) for way in ("send", "receive")]
+        # The certificates, kept to tell a TLS failure's cause (tls.diagnose).
+        self._pems = (
+            read_pem(root_certificates, "root certificate"),
+            read_pem(client_certificate, "client certificate"),
+            read_pem(client_key, "client key"),
+        )
         if self.tls:
+            root, chain, key = self._pems
             secure = grpc.ssl_channel_credentials(
-                root_certificates=read_pem(root_certificates, "root certificate"),
-                private_key=read_pem(client_key, "client key"),
-                certificate_chain=read_pem(client_certificate, "client certificate"),
+                root_certificates=root, private_key=key, certificate_chain=chain
             )
             self._channel = grpc.secure_channel(target, secure, options=options)
         else:
@@ -122,10 +172,34 @@ class GrpcClient(ModelClient):
             spec.version_label = self.version_label
         return spec
 
+    def _tls_failure(self, details: str) -> ServingError | None:
+        """The error of a failed TLS connection, from gRPC's text or, where that does not
+        say (a closed socket; another address's error), a handshake of our own; else None."""
+        address = host_port(self.target)
+        host = address[0] if address else self.target
+        sent_certificate = self._pems[1] is not None
+        failure = tls_failures.failure_from_text(details, host, sent_certificate)
+        if failure is None and address is not None:
+            failure = tls_failures.diagnose(*address, min(self.timeout, 5.0), *self._pems)
+        if failure is None:
+            return None
+        return ServingError(
+            f"TLS to TF Serving at {self.target} failed: {failure}.",
+            code="UNAVAILABLE",
+            details=details,
+        )
+
     def _call(self, rpc: str, method: Callable[..., Any], request: Any) -> Any:
         def attempt() -> Any:
             metadata = tuple(self.credentials.headers().items()) or None
-            return method(request, timeout=self.timeout, metadata=metadata)
+            try:
+                return method(request, timeout=self.timeout, metadata=metadata)
+            except grpc.RpcError as err:
+                if self.tls and err.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                    failure = self._tls_failure(err.details())  # type: ignore[attr-defined]
+                    if failure is not None:  # not retried: trying again cannot fix it
+                        raise failure from None
+                raise
 
         def retryable(err: Exception) -> bool:
             return isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAVAILABLE
@@ -136,15 +210,6 @@ class GrpcClient(ModelClient):
             )
         except RetriesExhausted as exhausted:
             details = exhausted.error.details()  # type: ignore[attr-defined]
-            if self.tls and "ssl" in details.lower():
-                raise ServingError(
-                    f"Could not open a TLS connection to TF Serving at {self.target} "
-                    f"({details.split(': ')[-1]}); pass root_certificates= the CA that "
-                    "signed its certificate (--root-certificates), and a client "
-                    "certificate if it asks for one.",
-                    code="UNAVAILABLE",
-                    details=details,
-                ) from None
             raise ServingError(
                 f"Could not reach TF Serving at {self.target} after {exhausted.attempts} "
                 f"attempts (UNAVAILABLE: {details}); check that the server is running and "
@@ -182,6 +247,11 @@ class GrpcClient(ModelClient):
     ) -> dict[str, np.ndarray]:
         """Runs a signature through ``PredictionService.Predict``.
 
+        A batch of more than ``max_batch_size`` rows goes as consecutive requests, whose
+        outputs are joined in order (:func:`keras_electra.limits.join_outputs`); the
+        strings of the text inputs are cut as the export cuts them
+        (:func:`keras_electra.limits.cap_texts`).
+
         Args:
             inputs: Input alias to array-like. Strings may be ``str`` (sent as
                 UTF-8) or ``bytes``; numeric dtypes are sent as they are.
@@ -199,6 +269,15 @@ class GrpcClient(ModelClient):
             >>> client.predict(pair, "score_pair")["num_tokens"]  # doctest: +SKIP
             array([4], dtype=int32)
         """
+        chunks = split_inputs(cap_texts(inputs), self.max_batch_size)
+        return join_outputs([self._predict(c, signature_name, output_filter) for c in chunks])
+
+    def _predict(
+        self,
+        inputs: Mapping[str, Any],
+        signature_name: str,
+        output_filter: Sequence[str] | None,
+    ) -> dict[str, np.ndarray]:
         request = predict_pb2.PredictRequest(
             model_spec=self._model_spec(signature_name), output_filter=list(output_filter or [])
         )
@@ -222,7 +301,8 @@ class GrpcClient(ModelClient):
             signature_name: A signature following the Classify contract.
 
         Returns:
-            Per example, the ``(label, score)`` pairs in the model's class order.
+            Per example, the ``(label, score)`` pairs in the model's class order
+            (``max_batch_size`` examples per request, as :meth:`predict`).
 
         Raises:
             ServingError: If the server rejects the request or cannot be reached.
@@ -231,10 +311,20 @@ class GrpcClient(ModelClient):
             >>> client.classify([{"text": "a wonderful film"}])  # doctest: +SKIP
             [[('negative', 0.03), ('positive', 0.97)]]
         """
+        return [
+            result
+            for part in batch_slices(len(examples), self.max_batch_size)
+            for result in self._classify(examples[part], signature_name)
+        ]
+
+    def _classify(
+        self, examples: Sequence[Mapping[str, Any]], signature_name: str
+    ) -> list[list[tuple[str, float]]]:
         request = classification_pb2.ClassificationRequest(
             model_spec=self._model_spec(signature_name)
         )
         for example in examples:
+            example = {k: cap_text(v) if k in TEXT_INPUTS else v for k, v in example.items()}
             try:
                 request.input.example_list.examples.add().CopyFrom(make_example(example))
             except TypeError as err:

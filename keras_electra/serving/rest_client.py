@@ -1,8 +1,13 @@
 """A REST client for models served by TensorFlow Serving (port 8501 by default).
 
 Speaks TF Serving's RESTful API (``:predict``, ``:classify``, ``.../metadata``, model
-status) with the standard library only, no TensorFlow import. Retries, errors, TLS and
-an authenticating proxy's credentials: docs/serving.md and
+status) with the standard library only, no TensorFlow import. It follows no redirect (a
+redirect would carry the credentials to another address, perhaps in plaintext: it is
+refused in one sentence naming the Location), sends credentials only to an ``https://``
+URL (or with ``insecure=True``), does not retry a TLS failure
+(:mod:`keras_electra.serving.tls`), and sends a batch larger than ``max_batch_size`` as
+consecutive requests (:mod:`keras_electra.limits`). Retries, errors, TLS and an
+authenticating proxy's credentials: docs/serving.md and
 :mod:`keras_electra.serving.credentials`.
 """
 
@@ -10,16 +15,25 @@ from __future__ import annotations
 
 import json
 import ssl
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from http.client import HTTPException
-from typing import Any, Literal
-from urllib.parse import quote
+from typing import Any, Literal, NoReturn
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 
+from keras_electra.limits import (
+    MAX_BATCH_SIZE,
+    TEXT_INPUTS,
+    batch_slices,
+    cap_text,
+    cap_texts,
+    join_outputs,
+    split_inputs,
+)
+from keras_electra.serving import tls as tls_failures
 from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
 from keras_electra.serving.credentials import (
     CallCredentials,
@@ -27,7 +41,7 @@ from keras_electra.serving.credentials import (
     Pem,
     Token,
     check_client_pair,
-    read_pem,
+    check_plaintext,
 )
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.json_codec import as_array, decode_tensor, encode_tensor
@@ -127,6 +141,21 @@ def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | N
     return body
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirect handler follows a 30x to any URL, resending the request's headers
+    (the credentials) there, https to http included; this one follows none."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl) -> NoReturn:  # noqa: ANN001
+        fp.close()
+        location = newurl if len(newurl) <= 200 else newurl[:200] + "..."
+        raise ServingError(
+            f"TF Serving at {req.full_url} answered with a redirect (HTTP {code}) to "
+            f"{location}, which the client does not follow (the request's credentials would "
+            "go there too); use that address as the URL if you trust it.",
+            http_status=code,
+        )
+
+
 class RestClient(ModelClient):
     """Talks to one model on a TF Serving REST endpoint.
 
@@ -150,9 +179,18 @@ class RestClient(ModelClient):
             ``client_key``.
         client_key: The client certificate's private key (PEM).
         token: Sent with every request as ``Authorization: Bearer TOKEN``; a
-            function is called before each request (for tokens that expire).
+            function is called before each request (for tokens that expire). Only to
+            an ``https://`` URL, unless ``insecure``.
         headers: More headers for every request (``{"X-Api-Key": KEY}``), or a
-            function returning them.
+            function returning them. Only to an ``https://`` URL, unless ``insecure``.
+        insecure: Send ``token`` and ``headers`` to an ``http://`` URL too (else they
+            are refused there).
+        max_batch_size: Most rows per request (:data:`~keras_electra.limits.MAX_BATCH_SIZE`,
+            TF Serving's batching limit); larger batches go as consecutive requests.
+
+    Raises:
+        ServingError: credentials for an ``http://`` URL without ``insecure``,
+            certificates for one, a URL with ``user:password@``.
 
     Examples:
         >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
@@ -177,8 +215,12 @@ class RestClient(ModelClient):
         client_key: Pem | None = None,
         token: Token | None = None,
         headers: Headers | None = None,
+        insecure: bool = False,
+        max_batch_size: int | None = MAX_BATCH_SIZE,
     ) -> None:
-        super().__init__(model_name, version, version_label, timeout, retries, backoff)
+        super().__init__(
+            model_name, version, version_label, timeout, retries, backoff, max_batch_size
+        )
         if "://" not in base_url:
             base_url = "http://" + base_url
         if "@" in base_url.split("://", 1)[1].split("/", 1)[0]:
@@ -190,12 +232,18 @@ class RestClient(ModelClient):
         check_client_pair(client_certificate, client_key)
         self.credentials = CallCredentials(token, headers)
         self._tls = None
+        self._pems = (root_certificates, client_certificate, client_key)
         if self.base_url.startswith("https://"):
-            self._tls = _tls_context(root_certificates, client_certificate, client_key)
+            self._tls = tls_failures.client_context(*self._pems)
         elif root_certificates is not None or client_certificate is not None:
             raise ServingError(
                 f"Certificates were given but '{self.base_url}' is not an https:// URL."
             )
+        else:
+            check_plaintext(self.base_url, self.credentials, insecure)
+        self._opener = urllib.request.build_opener(
+            urllib.request.HTTPSHandler(context=self._tls), _RefuseRedirects()
+        )
         self.typed_outputs = typed_outputs
         self._metadata: dict[str, Any] | None = None
 
@@ -209,6 +257,22 @@ class RestClient(ModelClient):
             url += f"/labels/{quote(self.version_label, safe='')}"
         return url
 
+    def _tls_failure(self, url: str, error: BaseException) -> ServingError | None:
+        """The error of a failed TLS connection (from the ``ssl`` error, or where a closed
+        or reset connection does not say, a handshake of our own), else None."""
+        if self._tls is None or not isinstance(error, OSError | HTTPException):
+            return None
+        address = urlsplit(url)
+        host, port = address.hostname or "", address.port or 443
+        sent_certificate = self._pems[1] is not None
+        failure = tls_failures.failure_from_error(error, host, sent_certificate)
+        unclear = ssl.SSLError | ConnectionResetError | ConnectionAbortedError | HTTPException
+        if failure is None and isinstance(error, unclear):  # (a refusal: no server to ask)
+            failure = tls_failures.diagnose(host, port, min(self.timeout, 5.0), *self._pems)
+        if failure is None:
+            return None
+        return ServingError(f"TLS to TF Serving at {url} failed: {failure}.", code="UNAVAILABLE")
+
     def _request(self, url: str, body: Mapping[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
 
@@ -219,15 +283,21 @@ class RestClient(ModelClient):
             request = urllib.request.Request(
                 url, data=data, method="GET" if body is None else "POST", headers=headers
             )
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self._tls) as answer:
-                return answer.read()
+            try:
+                with self._opener.open(request, timeout=self.timeout) as answer:
+                    return answer.read()
+            except (urllib.error.URLError, ssl.SSLError, ConnectionError, HTTPException) as err:
+                reason = err.reason if isinstance(err, urllib.error.URLError) else err
+                failure = self._tls_failure(url, reason)
+                if failure is not None:  # not retried: trying again cannot fix it
+                    raise failure from None
+                raise
 
         def retryable(err: Exception) -> bool:
             if isinstance(err, urllib.error.HTTPError):
                 return err.code == 503
-            return isinstance(err, urllib.error.URLError) and isinstance(
-                err.reason, (ConnectionRefusedError, ConnectionResetError)
-            )
+            reason = err.reason if isinstance(err, urllib.error.URLError) else err
+            return isinstance(reason, ConnectionRefusedError | ConnectionResetError)
 
         try:
             raw = call_with_retries(
@@ -238,6 +308,15 @@ class RestClient(ModelClient):
             if isinstance(err, urllib.error.HTTPError):
                 raise self._http_error(url, err) from None
             reason = getattr(err, "reason", err)
+            if not isinstance(reason, ConnectionRefusedError):  # a reset, a hang-up
+                times = f" on all {exhausted.attempts} attempts" if exhausted.attempts > 1 else ""
+                raise ServingError(
+                    f"TF Serving at {url} closed the connection without an answer "
+                    f"({reason or type(reason).__name__}){times}; check "
+                    "that the URL is its REST port (--rest_api_port) and whether a proxy in "
+                    "front of it wants credentials.",
+                    code="UNAVAILABLE",
+                ) from None
             raise ServingError(
                 f"Could not reach TF Serving at {url} after {exhausted.attempts} attempts "
                 f"({reason}); check that the server is running and that its REST port "
@@ -253,16 +332,13 @@ class RestClient(ModelClient):
                 code="DEADLINE_EXCEEDED",
             ) from err
         except (urllib.error.URLError, ssl.SSLError, ConnectionError, HTTPException) as err:
-            # urllib wraps only what fails while connecting. Under TLS 1.3 a server that
-            # wants a client certificate says so after the handshake, so its alert (an
-            # SSLError) or its closed socket (RemoteDisconnected, a reset) reaches us bare.
+            # urllib wraps only what fails while connecting: a reset or closed connection
+            # later (or an SSLError that tls did not recognize) reaches us bare.
             reason = err.reason if isinstance(err, urllib.error.URLError) else err
             if isinstance(reason, ssl.SSLError):
                 raise ServingError(
                     f"Could not open a TLS connection to TF Serving at {url} "
-                    f"({getattr(reason, 'reason', None) or reason}); pass "
-                    "root_certificates= the CA that signed its certificate "
-                    "(--root-certificates), and a client certificate if it asks for one.",
+                    f"({getattr(reason, 'reason', None) or reason}).",
                     code="UNAVAILABLE",
                 ) from None
             if isinstance(reason, (ConnectionError, HTTPException)):
@@ -327,6 +403,9 @@ class RestClient(ModelClient):
             ``bytes``). If the server omits the name because the signature has
             a single output, the key is that output's name when
             ``typed_outputs`` is on, else ``"outputs"`` / ``"predictions"``.
+            A batch of more than ``max_batch_size`` rows goes as consecutive
+            requests, joined in order, its texts cut as
+            :meth:`~keras_electra.serving.grpc_client.GrpcClient.predict` cuts them.
 
         Raises:
             ServingError: If the server rejects the request or cannot be reached.
@@ -336,6 +415,16 @@ class RestClient(ModelClient):
             array([[b'a', b'b']], dtype=object)
         """
         types = self._output_types(signature_name)
+        chunks = split_inputs(cap_texts(inputs), self.max_batch_size)
+        return join_outputs([self._predict(c, signature_name, format, types) for c in chunks])
+
+    def _predict(
+        self,
+        inputs: Mapping[str, Any],
+        signature_name: str | None,
+        format: PredictFormat,
+        types: dict[str, str],
+    ) -> dict[str, np.ndarray]:
         body = predict_body(inputs, signature_name, format)
         response = self._request(f"{self.model_url}:predict", body)
         key = "outputs" if format == "columnar" else "predictions"
@@ -356,6 +445,19 @@ class RestClient(ModelClient):
         """Classifies examples through ``:classify``; the examples (see
         :func:`classify_body`), the result and the errors are those of
         :meth:`~keras_electra.serving.grpc_client.GrpcClient.classify`."""
+        return [
+            result
+            for part in batch_slices(len(examples), self.max_batch_size)
+            for result in self._classify(examples[part], signature_name)
+        ]
+
+    def _classify(
+        self, examples: Sequence[Mapping[str, Any]], signature_name: str | None
+    ) -> list[list[tuple[str, float]]]:
+        examples = [
+            {name: cap_text(v) if name in TEXT_INPUTS else v for name, v in example.items()}
+            for example in examples
+        ]
         response = self._request(
             f"{self.model_url}:classify", classify_body(examples, signature_name)
         )
@@ -394,18 +496,3 @@ class RestClient(ModelClient):
             }
             for item in response.get("model_version_status", [])
         ]
-
-
-def _tls_context(root: Pem | None, certificate: Pem | None, key: Pem | None) -> ssl.SSLContext:
-    """A verifying TLS context: the system's CAs, or ``root``; a client certificate for
-    mutual TLS (``ssl`` loads a certificate chain from files only, so PEM given as
-    bytes is written to a private temporary file for the call)."""
-    roots = read_pem(root, "root certificate")
-    context = ssl.create_default_context(cadata=roots.decode("ascii") if roots else None)
-    if certificate is not None:
-        pair = read_pem(certificate, "client certificate") + b"\n" + read_pem(key, "client key")
-        with tempfile.NamedTemporaryFile(suffix=".pem") as handle:  # created 0600
-            handle.write(pair)
-            handle.flush()
-            context.load_cert_chain(handle.name)
-    return context

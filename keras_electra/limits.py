@@ -1,0 +1,160 @@
+"""How much one request may hold: the bounds every text entry point keeps, and the split.
+
+A caller can hand ``score``, the clients or ``predict`` any number of texts of any length;
+what reaches a model at once is bounded by two settings, declared here once:
+
+- :data:`MAX_BATCH_SIZE` texts per model call (or per request to a server): larger
+  batches are split into consecutive chunks, run one after another, and their outputs
+  joined in order. It is ``serving/batching.config``'s ``max_batch_size``, so a chunk is
+  never larger than what TF Serving merges concurrent requests into
+  (``tests/test_serving_clients.py`` checks that the two agree).
+- :data:`MAX_TEXT_CHARS` characters per text: the export's in-graph encoder
+  (:func:`keras_electra.encoding.encode_texts`) cuts each text there, as the corpus reader
+  cuts each line (``data.files.MAX_LINE_CHARS`` is this value), and the clients cut the same
+  before sending, so a request is bounded and its result unchanged (the model reads at most
+  its sequence length of word pieces anyway).
+
+Plain Python and numpy: the REST client imports this without TensorFlow.
+
+Examples:
+    >>> [len(part["text"]) for part in split_inputs({"text": ["a"] * 70}, 32)]
+    [32, 32, 6]
+    >>> len(cap_text("x" * (MAX_TEXT_CHARS + 5))) == MAX_TEXT_CHARS
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+MAX_BATCH_SIZE = 32
+"""Most texts sent to a model at once: ``max_batch_size`` of ``serving/batching.config``."""
+
+MAX_TEXT_CHARS = 100_000
+"""Longest text a model reads, in characters; longer texts are cut (bytes: 4 per character)."""
+
+TEXT_INPUTS = ("text", "text_a", "text_b")
+"""The exports' text inputs (``serving_default``, ``score_pair``) and Classify features."""
+
+
+def batch_slices(total: int, size: int | None) -> list[slice]:
+    """Consecutive slices of at most ``size`` rows covering ``range(total)`` in order
+    (one slice when ``size`` is None or 0).
+
+    Examples:
+        >>> batch_slices(5, 2)
+        [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+        >>> batch_slices(0, 2)
+        [slice(0, 0, None)]
+    """
+    if not size or total <= size:
+        return [slice(0, total)]
+    return [slice(start, min(start + size, total)) for start in range(0, total, size)]
+
+
+def cap_text(value: Any) -> Any:
+    """``value`` cut as the export cuts it: a ``str`` to :data:`MAX_TEXT_CHARS` characters,
+    ``bytes`` to four bytes per character (the export cuts bytes there first, then
+    characters); anything else unchanged.
+
+    Examples:
+        >>> cap_text(b"abc"), cap_text(7)
+        (b'abc', 7)
+    """
+    if isinstance(value, str):
+        return value[:MAX_TEXT_CHARS]
+    if isinstance(value, bytes | np.bytes_):
+        return bytes(value[: 4 * MAX_TEXT_CHARS])
+    return value
+
+
+def cap_texts(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """``inputs`` with every string of a :data:`TEXT_INPUTS` input cut by :func:`cap_text`
+    (a list, tuple or 1-D array of strings, or one string); other inputs as they are.
+
+    Examples:
+        >>> capped = cap_texts({"text": ["x" * (MAX_TEXT_CHARS + 1)], "n": [1]})
+        >>> len(capped["text"][0]), capped["n"]
+        (100000, [1])
+    """
+    out = dict(inputs)
+    for name in TEXT_INPUTS:
+        value = out.get(name)
+        if isinstance(value, str | bytes):
+            out[name] = cap_text(value)
+        elif isinstance(value, list | tuple) or (
+            isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "OSU"
+        ):
+            out[name] = [cap_text(item) for item in value]
+    return out
+
+
+def _rows(value: Any) -> int | None:
+    """The leading (batch) size of an input, or None for a scalar."""
+    if isinstance(value, str | bytes):
+        return None
+    if isinstance(value, np.ndarray):
+        return value.shape[0] if value.ndim else None
+    if isinstance(value, Sequence):
+        return len(value)
+    return None
+
+
+def split_inputs(inputs: Mapping[str, Any], size: int | None) -> list[dict[str, Any]]:
+    """``inputs`` as consecutive chunks of at most ``size`` rows, in order: each input's
+    rows ``[i:i + size]``. One chunk (``inputs`` itself) when ``size`` is None or 0, when
+    the batch is no larger, or when the inputs do not share one batch size (a scalar input,
+    or different sizes: the server then says what is wrong with the request).
+
+    Examples:
+        >>> split_inputs({"a": [1, 2, 3], "b": ["x", "y", "z"]}, 2)
+        [{'a': [1, 2], 'b': ['x', 'y']}, {'a': [3], 'b': ['z']}]
+        >>> split_inputs({"a": [1, 2, 3], "b": 5}, 2)
+        [{'a': [1, 2, 3], 'b': 5}]
+    """
+    sizes = {_rows(value) for value in inputs.values()}
+    if len(sizes) != 1 or None in sizes:
+        return [dict(inputs)]
+    (total,) = sizes
+    return [
+        {name: value[part] for name, value in inputs.items()} for part in batch_slices(total, size)
+    ]
+
+
+def _fill(dtype: np.dtype) -> Any:
+    return b"" if dtype.kind == "O" else np.zeros((), dtype)[()]
+
+
+def join_outputs(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The outputs of consecutive chunks as one batch: each output concatenated along its
+    first axis, in order. Where the chunks' other axes differ (a model whose output width
+    follows its longest text), shorter rows are padded with zeros (empty strings), as one
+    batch of all the texts would be. An output without a batch axis (a scalar) is the
+    first chunk's.
+
+    Examples:
+        >>> joined = join_outputs([{"p": np.ones((2, 3))}, {"p": np.ones((1, 4))}])
+        >>> joined["p"].shape, float(joined["p"][0, 3])
+        ((3, 4), 0.0)
+    """
+    if len(parts) == 1:
+        return dict(parts[0])
+    joined = {}
+    for name in parts[0]:
+        arrays = [np.asarray(part[name]) for part in parts]
+        if any(array.ndim == 0 for array in arrays):
+            joined[name] = arrays[0]
+            continue
+        width = tuple(max(sizes) for sizes in zip(*(a.shape[1:] for a in arrays), strict=True))
+        padded = []
+        for array in arrays:
+            if array.shape[1:] != width:
+                full = np.full((array.shape[0], *width), _fill(array.dtype), array.dtype)
+                full[tuple(slice(0, n) for n in array.shape)] = array
+                array = full
+            padded.append(array)
+        joined[name] = np.concatenate(padded, axis=0)
+    return joined
