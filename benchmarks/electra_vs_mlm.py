@@ -66,6 +66,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm_labels.jsonl"
 WORK = REPO / "benchmarks" / "cache" / "electra_vs_mlm"
 OBJECTIVES = ("electra", "mlm", "none")
+TASKS = ["bbc_topic", "tweet_sentiment"]
 FINETUNE = {
     "layer_decay": 1.0,
     "weight_decay": 0.01,
@@ -558,17 +559,14 @@ def run_cell(task: TaskData, compute: int, objective: str, seed: int, args, mani
 
 
 def plan(args, manifest: dict, done: list[dict]) -> dict:
-    """The cells left, and their cost: pretraining steps, fine-tuning runs and optimizer
-    steps (the selection's runs on each arm's first seed included)."""
+    """Every cell of the study in the order it runs, with its cost (pretraining steps and
+    fine-tuning runs, the recipe selection's on each arm's first seed included) and
+    whether it is done; the totals of the cells left."""
     finished = {cell_key(r) for r in done if r.get("kind") == "cell"}
     cells = []
     for task, compute, objective, seed in planned_cells(args):
-        if (task, compute, objective, seed) in finished:
-            continue
-        selecting = seed == args.seeds[0]
         runs = len(args.labels) * args.draws * args.finetune_seeds
-        steps_per_run = sum(r["steps"] for r in args.recipes) / len(args.recipes)
-        if selecting:
+        if seed == args.seeds[0]:
             runs += len(args.labels) * (len(args.recipes) - 1)
         cells.append(
             {
@@ -578,14 +576,16 @@ def plan(args, manifest: dict, done: list[dict]) -> dict:
                 "seed": seed,
                 "pretrain_steps": pretrain_steps(task, compute, objective, args, manifest),
                 "finetune_runs": runs,
-                "finetune_steps": round(runs * steps_per_run),
+                "done": (task, compute, objective, seed) in finished,
             }
         )
+    left = [c for c in cells if not c["done"]]
     return {
-        "cells_done": len(finished),
-        "cells_left": len(cells),
-        "pretrain_steps": sum(c["pretrain_steps"] for c in cells),
-        "finetune_runs": sum(c["finetune_runs"] for c in cells),
+        "kind": "plan",
+        "cells_done": len(cells) - len(left),
+        "cells_left": len(left),
+        "pretrain_steps_left": sum(c["pretrain_steps"] for c in left),
+        "finetune_runs_left": sum(c["finetune_runs"] for c in left),
         "cells": cells,
     }
 
@@ -616,7 +616,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--finetune-seeds", type=int, default=2, help="fine-tuning seeds per label draw"
     )
-    parser.add_argument("--tasks", nargs="+", default=["bbc_topic", "tweet_sentiment"])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--electra-steps", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -626,7 +626,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--cache", type=Path, help="the data cache (default: benchmarks/cache)")
     parser.add_argument(
-        "--plan", action="store_true", help="print the cells left and their cost; run nothing"
+        "--plan",
+        action="store_true",
+        help="print every cell, its cost and whether it is done (and, for the whole study, "
+        "record it for the cost table); run nothing",
     )
     parser.add_argument(
         "--smoke",
@@ -674,7 +677,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = study_settings(args, manifest)
     done = [r for r in read_results(args.results) if r.get("settings") == settings]
     if args.plan:
-        print(json.dumps(plan(args, manifest, done)))
+        row = {**plan(args, manifest, done), "settings": settings}
+        whole = (args.tasks, args.seeds, args.compute, args.objectives)
+        if not args.smoke and whole == (TASKS, [0, 1, 2], [1, 3, 10], list(OBJECTIVES)):
+            append_result(args.results, row)  # the whole study's plan, for its cost table
+        print(json.dumps(row))
         return 0
     if not any(r.get("kind") == "data" for r in done):
         row = data_row(manifest, settings)

@@ -298,6 +298,27 @@ def cost(rows: list[dict]) -> dict:
         out.setdefault(cpu, {})[f"{objective}_step_seconds"] = seconds / count
     for cpu, seconds in runs.items():
         out.setdefault(cpu, {})["finetune_run_seconds"] = statistics.fmean(seconds)
+    # The whole study's cost at these rates, from its plan (``electra_vs_mlm.py --plan``).
+    plan = next((r for r in reversed(rows) if r.get("kind") == "plan"), None)
+    finished = {
+        (r["task"], r["compute"], r["objective"], r["seed"])
+        for r in rows
+        if r.get("kind") == "cell"
+    }
+    for rates in out.values():
+        needed = ("electra_step_seconds", "mlm_step_seconds", "finetune_run_seconds")
+        if plan is None or not all(k in rates for k in needed):
+            continue
+        hours = {"all": 0.0, "left": 0.0}
+        for c in plan["cells"]:
+            step = rates.get(f"{c['objective']}_step_seconds", 0.0)
+            seconds = (
+                c["pretrain_steps"] * step + c["finetune_runs"] * rates["finetune_run_seconds"]
+            )
+            hours["all"] += seconds / 3600
+            key = (c["task"], c["compute"], c["objective"], c["seed"])
+            hours["left"] += 0.0 if key in finished else seconds / 3600
+        rates["study_hours"], rates["hours_left"] = hours["all"], hours["left"]
     return out
 
 
@@ -436,13 +457,20 @@ def health_table(summary: dict) -> str:
 
 
 def cost_table(summary: dict) -> str:
+    """Seconds per pretraining step and per fine-tuning run on each kind of CPU, and what
+    the whole study and its cells left cost there, in CPU hours (2 cores)."""
     header = ["CPU", "ELECTRA s/step", "MLM s/step", "s per fine-tuning run"]
+    header += ["whole study, hours", "cells left, hours"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    formats = {
+        "electra_step_seconds": "{:.3f}",
+        "mlm_step_seconds": "{:.3f}",
+        "finetune_run_seconds": "{:.1f}",
+        "study_hours": "{:.0f}",
+        "hours_left": "{:.0f}",
+    }
     for cpu, c in sorted(summary["cost"].items()):
-        values = [
-            "" if c.get(k) is None else f"{c[k]:.3f}" if "step" in k else f"{c[k]:.1f}"
-            for k in ("electra_step_seconds", "mlm_step_seconds", "finetune_run_seconds")
-        ]
+        values = ["" if c.get(k) is None else f.format(c[k]) for k, f in formats.items()]
         lines.append(f"| {cpu} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 

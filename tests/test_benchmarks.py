@@ -273,7 +273,8 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     assert bench.main([*argv, "--seeds", "0", "1", "--plan"]) == 0
     left = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert (left["cells_done"], left["cells_left"]) == (4, 2)  # ELECTRA and MLM of seed 1
-    assert left["finetune_runs"] == 2 * 2  # two draws x one fine-tuning seed each, no selection
+    assert left["finetune_runs_left"] == 2 * 2  # two draws x one fine-tuning seed, no selection
+    assert [c["done"] for c in left["cells"]] == [True, True, True, True, False, False]
 
     # The table: pairs by seed, one seed has no interval.
     figure = tmp_path / "f.png"
@@ -319,6 +320,14 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     # A line of another study, and a cell superseded by its rerun.
     rows += [{**_cell("t", 1, "mlm", 0, 0.1, 0.1), "settings": {"s": 0}}]
     rows.insert(1, _cell("t", 1, "electra", 0, 0.0, 0.0))
+    # The study's plan: a cell done (0.6 h at 0.5 s/step and 10 s/run) and one left (1 h).
+    plan = [
+        {"task": "t", "compute": 1, "objective": "electra", "seed": 0, "pretrain_steps": 3600,
+         "finetune_runs": 36},
+        {"task": "t", "compute": 5, "objective": "mlm", "seed": 9, "pretrain_steps": 7200,
+         "finetune_runs": 0},
+    ]  # fmt: skip
+    rows.append({"kind": "plan", "cells": plan, "settings": {"s": 1}})
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = table.summarize(table.read_study(path))
@@ -342,11 +351,13 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     parts = summary["components"]["t|1|32|electra"]
     assert abs(parts["draws"] - 0.02 / 2**0.5) < 1e-9 and parts["finetune_seeds"] == 0.0
     assert abs(parts["seeds"] - 0.02) < 1e-9
-    assert summary["cost"]["cpu A"] == {
+    cost = summary["cost"]["cpu A"]
+    assert {k: cost[k] for k in ("electra_step_seconds", "mlm_step_seconds")} == {
         "electra_step_seconds": 0.5,
         "mlm_step_seconds": 0.5,
-        "finetune_run_seconds": 10.0,
     }
+    assert cost["finetune_run_seconds"] == 10.0
+    assert abs(cost["study_hours"] - 1.6) < 1e-9 and abs(cost["hours_left"] - 1.0) < 1e-9
     made = table.blocks(summary)
     assert (
         "**ELECTRA − MLM**: 1 of 2 differences hold after Holm's correction: t at 32 "
