@@ -171,11 +171,19 @@ def _run_export(args: argparse.Namespace) -> int:
 def _add_score(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "score",
-        help="show how likely each token is to have been replaced",
-        description="Score sentences with an exported model in process (--model) or with a "
-        "TF Serving server over gRPC (--server HOST:PORT).",
+        help="answer texts with an export: replaced tokens, classes, values, tags or answers",
+        description="Answer texts with any export of `keras-electra export`, in process "
+        "(--model) or from TF Serving (--server: gRPC, or REST at an http:// or https:// URL): "
+        "a pretrained model's per-token replacement probabilities, a classifier's labels "
+        "(most likely first), a regressor's value, a tagger's tag per word, a QA model's "
+        "answer and its word span. The export's signatures say which.",
     )
-    p.add_argument("text", nargs="+", help="sentences to score")
+    p.add_argument(
+        "text",
+        nargs="+",
+        help="texts to score; an export of pairs takes them in pairs: text then text_b (a "
+        "pair classifier or regressor), question then context (QA)",
+    )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--model", metavar="DIR", help="saved_models/NAME or a version folder")
     where.add_argument(
@@ -212,31 +220,32 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="send the token over a plaintext connection too (gRPC without TLS, an http:// URL)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of highlighted text")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list, one object per example (its inputs, then the answer's fields), "
+        "instead of text",
+    )
     p.set_defaults(func=_run_score)
 
 
 def _run_score(args: argparse.Namespace) -> int:
     import json
 
-    from keras_electra.scoring import format_scores, score_with_saved_model, score_with_server
+    from keras_electra.scoring import format_answers, score_with_saved_model, score_with_server
     from keras_electra.serving.credentials import read_token
 
     if args.model:
-        rows = score_with_saved_model(args.model, args.text)
+        scores = score_with_saved_model(args.model, args.text)
     else:
         names = ("timeout", "tls", "root_certificates", "client_certificate", "client_key")
         options = {name: getattr(args, name) for name in (*names, "insecure")}
         token = read_token(args.token_file)
-        rows = score_with_server(args.server, args.model_name, args.text, token=token, **options)
+        scores = score_with_server(args.server, args.model_name, args.text, token=token, **options)
     if args.json:
-        records = []
-        for text, row in zip(args.text, rows, strict=True):
-            probs = [round(p, 6) for _, p in row]
-            records.append({"text": text, "tokens": [t for t, _ in row], "replaced_prob": probs})
-        print(json.dumps(records, ensure_ascii=False, indent=2))
+        print(json.dumps(scores.records(), ensure_ascii=False, indent=2))
     else:
-        print(format_scores(rows, color=sys.stdout.isatty()))
+        print(format_answers(scores, color=sys.stdout.isatty()))
     return 0
 
 
@@ -287,9 +296,15 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "predict",
         help="run a fine-tuned model on a file and write JSON-lines predictions",
         description="Read --input in the format and columns the model was fine-tuned on "
-        "(labels are ignored) and write one JSON object per example.",
+        "(labels are ignored) and write one JSON object per example. --model is a fine-tuned "
+        "directory or its export (read in process, as `score --model` reads it).",
     )
-    p.add_argument("--model", required=True, metavar="OUT_DIR", help="a fine-tuned model directory")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="OUT_DIR",
+        help="a fine-tuned model directory, or its export (saved_models/NAME or a version folder)",
+    )
     p.add_argument("--input", required=True, metavar="FILE", help="examples to predict")
     p.add_argument("--output", metavar="FILE", help="JSON-lines output (default: stdout)")
     p.add_argument(

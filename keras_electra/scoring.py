@@ -1,16 +1,31 @@
-"""Score sentences with a discriminator: per-token replacement probabilities, in process or
-from a TF Serving server.
+"""Score texts: any export's answers, in process or from a TF Serving server, and a
+pretraining run's replaced-token probabilities.
 
-Any number of texts of any length: they reach the model :data:`~keras_electra.limits.
-MAX_BATCH_SIZE` at a time, each cut to :data:`~keras_electra.limits.MAX_TEXT_CHARS`
-characters as the export cuts it, so memory follows one chunk, not the whole call. A text
-that is not valid UTF-8 (a command-line argument in another encoding) is one sentence.
+``score_with_saved_model`` and ``score_with_server`` read every export ``keras-electra
+export`` writes (replaced-token probabilities, a classifier's labels, a regressor's value,
+a tagger's tags, a QA model's answer) through the one reader of an export's signatures,
+:mod:`keras_electra.serving.export_reader`, and return :class:`Scores`: the answers with
+the texts they answer. Any number of texts of any length: they reach the model
+:data:`~keras_electra.limits.MAX_BATCH_SIZE` at a time, each cut to
+:data:`~keras_electra.limits.MAX_TEXT_CHARS` characters as the export cuts it, so memory
+follows one chunk, not the whole call. A text that is not valid UTF-8 (a command-line
+argument in another encoding) is one sentence.
+
+Examples:
+    >>> scores = score_with_saved_model("saved_models/sst2", ["a fine film"])  # doctest: +SKIP
+    >>> scores.kind, scores[0].label  # doctest: +SKIP
+    ('classify', 'pos')
+    >>> print(format_answers(scores))  # doctest: +SKIP
+    a fine film -> pos(0.93) neg(0.07)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -19,8 +34,20 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
 from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text
+from keras_electra.serving.export_reader import (
+    Answer,
+    Classification,
+    ExportReader,
+    Regression,
+    Tagging,
+    TokenScores,
+    export_reader,
+    saved_model_signatures,
+)
 
-TokenScores = list[tuple[str, float]]
+Texts = Sequence[str | bytes] | Mapping[str, Sequence[str | bytes]]
+"""Texts in the export's input order (consecutive pairs for a two-input export), or its
+inputs by name (``{"question": [...], "context": [...]}``)."""
 
 
 def utf8_texts(texts: Sequence[str | bytes]) -> list[bytes]:
@@ -79,24 +106,9 @@ def score_texts(
     return rows
 
 
-def rows_from_outputs(outputs: dict) -> list[TokenScores]:
-    """Turn ``serving_default`` outputs (``tokens``, ``replaced_prob``, ``num_tokens``) into rows.
-
-    ``[CLS]`` and ``[SEP]`` are dropped, as in :func:`score_texts`.
-    """
-    columns = (outputs["tokens"], outputs["replaced_prob"], outputs["num_tokens"])
-    rows = []
-    for tokens, probs, n in zip(*map(np.asarray, columns), strict=True):
-        pairs = [
-            (t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t), float(p))
-            for t, p in zip(tokens[:n], probs[:n], strict=True)
-        ]
-        rows.append([(t, p) for t, p in pairs if t not in ("[CLS]", "[SEP]")])
-    return rows
-
-
-def latest_version_dir(path: str) -> str:
-    """``path`` itself if it holds a SavedModel, else its highest numeric version folder."""
+def find_export(path: str | Path) -> str | None:
+    """``path`` itself if it holds a SavedModel, else its highest numeric version folder
+    that does, else None."""
     base = Path(path)
     if (base / "saved_model.pb").is_file():
         return str(base)
@@ -104,44 +116,146 @@ def latest_version_dir(path: str) -> str:
     versions = sorted(
         int(p.name) for p in found if p.name.isdigit() and (p / "saved_model.pb").is_file()
     )
-    if not versions:
+    return str(base / str(versions[-1])) if versions else None
+
+
+def latest_version_dir(path: str | Path) -> str:
+    """:func:`find_export`'s folder; an error if there is none.
+
+    Raises:
+        ElectraError: no SavedModel at ``path``.
+    """
+    found = find_export(path)
+    if found is None:
         raise ElectraError(
             f"No SavedModel at '{path}' (expected saved_model.pb or numeric version folders); "
             "create one with `keras-electra export`."
         )
-    return str(base / str(versions[-1]))
+    return found
 
 
-def score_with_saved_model(path: str, texts: Sequence[str | bytes]) -> list[TokenScores]:
-    """Score texts with an exported model, in process (``serving_default``), at most
-    :data:`~keras_electra.limits.MAX_BATCH_SIZE` at a time.
+@dataclass(frozen=True)
+class Scores(Sequence):
+    """An export's answers, one per example, with the inputs they answer.
 
-    The export is code: ``tf.saved_model.load`` runs whatever ops it holds, so load only
-    exports you trust (docs/serving.md, "Threat model")."""
-    encoded = utf8_texts(texts)
-    serve = tf.saved_model.load(latest_version_dir(path)).signatures["serving_default"]
-    rows = []
-    for part in batch_slices(len(encoded), MAX_BATCH_SIZE):
-        outputs = serve(text=tf.constant(encoded[part], tf.string))
-        rows += rows_from_outputs({k: v.numpy() for k, v in outputs.items()})
-    return rows
+    A sequence of the answers (``scores[0]``, ``len(scores)``); ``kind`` says which they
+    are (:mod:`keras_electra.serving.export_reader`).
+
+    Attributes:
+        reader: the export's reader (kind, inputs, JSON fields).
+        inputs: each input's texts, as sent (UTF-8, cut to the export's length).
+        answers: one answer per example.
+    """
+
+    reader: ExportReader
+    inputs: dict[str, list[bytes]]
+    answers: list
+
+    @property
+    def kind(self) -> str:
+        """``replaced_token``, ``classify``, ``regress``, ``tag`` or ``qa``."""
+        return self.reader.kind
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.answers[index]
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def __iter__(self) -> Iterator:
+        return iter(self.answers)
+
+    def texts(self, name: str) -> list[str]:
+        """One input's texts, decoded."""
+        return [text.decode("utf-8", "replace") for text in self.inputs[name]]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One JSON object per example: its inputs by name, then the answer's fields
+        (``score --json``).
+
+        Examples:
+            >>> scores.records()[0]  # doctest: +SKIP
+            {'text': 'a fine film', 'label': 'pos', 'scores': {'pos': 0.93, 'neg': 0.07}}
+        """
+        columns = [self.texts(name) for name in self.reader.inputs]
+        return [
+            {**dict(zip(self.reader.inputs, row, strict=True)), **self.reader.record(answer)}
+            for *row, answer in zip(*columns, self.answers, strict=True)
+        ]
+
+
+def _inputs(reader: ExportReader, texts: Texts) -> dict[str, list[bytes]]:
+    """``texts`` laid out as the export's inputs, as UTF-8 cut to the export's length."""
+    if isinstance(texts, Mapping):
+        inputs = reader.check_inputs(texts)
+    else:
+        inputs = reader.feeds(texts)
+    return {name: utf8_texts(values) for name, values in inputs.items()}
+
+
+def score_with_saved_model(
+    path: str | Path, texts: Texts, *, batch_size: int = MAX_BATCH_SIZE
+) -> Scores:
+    """An export's answers to ``texts``, in process, ``batch_size`` examples at a time.
+
+    Reads any export ``keras-electra export`` writes (the kind from its signatures:
+    :func:`~keras_electra.serving.export_reader.export_reader`). The export is code:
+    ``tf.saved_model.load`` runs whatever ops it holds, so load only exports you trust
+    (docs/serving.md, "Threat model").
+
+    Args:
+        path: ``saved_models/NAME`` (its highest version) or a version folder.
+        texts: the texts in the export's input order (pairs for a pair classifier or
+            regressor, ``question`` then ``context`` for QA), or the inputs by name.
+        batch_size: examples per call of the model.
+
+    Raises:
+        ElectraError: no SavedModel at ``path``.
+        ServingError: an export of no kind keras-electra reads (one sentence naming its
+            signatures).
+        InputDataError: texts that do not fit the export's inputs, or are not UTF-8.
+
+    Examples:
+        >>> scores = score_with_saved_model("saved_models/electra", ["Long live"])  # doctest: +SKIP
+        >>> scores.kind, scores[0][:2]  # doctest: +SKIP
+        ('replaced_token', [('long', 0.02), ('live', 0.05)])
+    """
+    directory = latest_version_dir(path)
+    loaded = tf.saved_model.load(directory)
+    reader = export_reader(saved_model_signatures(loaded), f"The export at '{directory}'")
+    inputs = _inputs(reader, texts)
+    serve = loaded.signatures[reader.signature]
+    total = len(next(iter(inputs.values())))
+    answers: list = []
+    for part in batch_slices(total, batch_size) if total else ():
+        outputs = serve(**{name: tf.constant(v[part], tf.string) for name, v in inputs.items()})
+        answers += reader.read({name: value.numpy() for name, value in outputs.items()})
+    return Scores(reader, inputs, answers)
 
 
 def score_with_server(
-    target: str, model_name: str, texts: Sequence[str | bytes], *, tls: bool = False, **client_args
-) -> list[TokenScores]:
-    """Score texts with a TF Serving server: over gRPC for ``HOST:PORT``, over its REST
-    API for an ``http://`` or ``https://`` URL; the client sends them
-    :data:`~keras_electra.limits.MAX_BATCH_SIZE` per request. ``tls`` asks for TLS
-    (gRPC; an ``https://`` URL says it itself, an ``http://`` one refuses it);
-    ``client_args`` go to the client (``timeout``; ``token``, ``headers``,
-    ``root_certificates``, a client certificate; ``insecure``).
+    target: str, model_name: str, texts: Texts, *, tls: bool = False, **client_args
+) -> Scores:
+    """A served export's answers to ``texts``: over gRPC for ``HOST:PORT``, over its REST
+    API for an ``http://`` or ``https://`` URL.
+
+    The model's metadata says its kind (as :func:`score_with_saved_model` reads an export's
+    signatures); the client sends the texts :data:`~keras_electra.limits.MAX_BATCH_SIZE`
+    per request. ``tls`` asks for TLS (gRPC; an ``https://`` URL says it itself, an
+    ``http://`` one refuses it); ``client_args`` go to the client (``timeout``; ``token``,
+    ``headers``, ``root_certificates``, a client certificate; ``insecure``).
 
     Raises:
         ConfigError: ``tls`` with an ``http://`` URL.
-        ServingError: what the client raises (one sentence).
+        ServingError: what the client raises, or a model of no kind keras-electra reads
+            (one sentence).
+        InputDataError: texts that do not fit the model's inputs, or are not UTF-8.
+
+    Examples:
+        >>> scores = score_with_server("localhost:8500", "sst2", ["fine"])  # doctest: +SKIP
+        >>> scores[0].scores  # doctest: +SKIP
+        [('pos', 0.93), ('neg', 0.07)]
     """
-    inputs = {"text": np.array(utf8_texts(texts), object)}
     if target.startswith(("http://", "https://")):
         from keras_electra.serving.rest_client import RestClient
 
@@ -150,11 +264,17 @@ def score_with_server(
                 f"--tls asks for TLS but '{target}' is a plaintext http:// URL; use its "
                 "https:// URL, or leave out --tls."
             )
-        return rows_from_outputs(RestClient(target, model_name, **client_args).predict(inputs))
-    from keras_electra.serving.grpc_client import GrpcClient
+        client: Any = nullcontext(RestClient(target, model_name, **client_args))
+    else:
+        from keras_electra.serving.grpc_client import GrpcClient
 
-    with GrpcClient(target, model_name, tls=tls, **client_args) as client:
-        return rows_from_outputs(client.predict(inputs))
+        client = GrpcClient(target, model_name, tls=tls, **client_args)
+    with client as served:
+        source = f"Model '{model_name}' at {target}"
+        reader = export_reader(served.metadata()["signatures"], source)
+        inputs = _inputs(reader, texts)
+        feeds = {name: np.array(values, object) for name, values in inputs.items()}
+        return Scores(reader, inputs, reader.read(served.predict(feeds, reader.signature)))
 
 
 def format_scores(scores: list[TokenScores], color: bool = False, threshold: float = 0.5) -> str:
@@ -169,3 +289,50 @@ def format_scores(scores: list[TokenScores], color: bool = False, threshold: flo
         return text
 
     return "\n".join(" ".join(show(token, p) for token, p in row) for row in scores)
+
+
+def _show_classification(texts: list[str], answer: Classification) -> str:
+    shown = " ".join(f"{label}({p:.2f})" for label, p in answer.scores)
+    return f"{' | '.join(texts)} -> {shown}"
+
+
+def _show_regression(texts: list[str], answer: Regression) -> str:
+    return f"{' | '.join(texts)} -> {answer.value:.4f}"
+
+
+def _show_tagging(texts: list[str], answer: Tagging) -> str:
+    return " ".join(f"{word}/{tag}" for word, tag in zip(answer.words, answer.tags, strict=True))
+
+
+def _show_answer(texts: list[str], answer: Answer) -> str:
+    if answer.start_word < 0:
+        return f"{texts[0]} -> no answer (score {answer.score:.2f})"
+    span = f"context words {answer.start_word}-{answer.end_word}"
+    return f'{texts[0]} -> "{answer.text}" ({span}, score {answer.score:.2f})'
+
+
+_SHOW = {
+    "classify": _show_classification,
+    "regress": _show_regression,
+    "tag": _show_tagging,
+    "qa": _show_answer,
+}
+
+
+def format_answers(scores: Scores, color: bool = False) -> str:
+    """Render an export's answers as text, one line per example: replaced-token scores as
+    :func:`format_scores` does; ``TEXT -> label(p) ...`` most likely first (a pair as
+    ``TEXT | TEXT_B``); ``TEXT -> value``; ``word/TAG ...``; ``QUESTION -> "answer"
+    (context words i-j, score s)``.
+
+    Examples:
+        >>> scores = score_with_saved_model("saved_models/ner", ["Ann ran"])  # doctest: +SKIP
+        >>> print(format_answers(scores))  # doctest: +SKIP
+        Ann/B-PER ran/O
+    """
+    if scores.kind == "replaced_token":
+        return format_scores(list(scores), color=color)
+    show = _SHOW[scores.kind]
+    columns = [scores.texts(name) for name in scores.reader.inputs]
+    rows = zip(*columns, scores.answers, strict=True)
+    return "\n".join(show(list(texts), answer) for *texts, answer in rows)

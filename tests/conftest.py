@@ -136,6 +136,46 @@ def pretrain_command(*args: str) -> int:
     return main(["pretrain", *small, *args])
 
 
+def score_everywhere(export_dir, texts: list[str], capsys) -> dict[str, tuple[str, list]]:
+    """``keras-electra score`` on ``texts`` in process (``--model``) and through the
+    stand-in TF Serving's gRPC and REST servers, each as text and with ``--json``: for
+    each of ``model``, ``grpc`` and ``rest``, the printed lines and the JSON records."""
+    import json
+
+    from tfserving_standin import ModelServer
+
+    from keras_electra.cli import main
+
+    def run(*where: str) -> tuple[str, list]:
+        capsys.readouterr()
+        assert main(["score", *where, *texts]) == 0, capsys.readouterr().err
+        shown = capsys.readouterr().out
+        assert main(["score", *where, "--json", *texts]) == 0, capsys.readouterr().err
+        return shown, json.loads(capsys.readouterr().out)
+
+    found = {"model": run("--model", str(export_dir))}
+    with ModelServer(export_dir, "served") as server:
+        found["grpc"] = run("--server", server.grpc_target, "--model-name", "served")
+        found["rest"] = run("--server", server.rest_url, "--model-name", "served")
+    return found
+
+
+def assert_same_records(actual, expected, atol: float = 1e-5) -> None:
+    """JSON values equal, floats within ``atol`` (the servers' float32 arrives as JSON)."""
+    if isinstance(expected, dict):
+        assert list(actual) == list(expected), (actual, expected)  # the keys, in order
+        for key, value in expected.items():
+            assert_same_records(actual[key], value, atol)
+    elif isinstance(expected, list):
+        assert len(actual) == len(expected), (actual, expected)
+        for a, e in zip(actual, expected, strict=True):
+            assert_same_records(a, e, atol)
+    elif isinstance(expected, float):
+        assert abs(actual - expected) <= atol, (actual, expected)
+    else:
+        assert actual == expected, (actual, expected)
+
+
 def traced_step_ops(policy: str, **config) -> list:
     """The ops of a small pretrainer's traced train function under ``policy``, with
     the bodies of the functions it calls (the custom gradients' and kernels');

@@ -15,14 +15,14 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import marker_squad
+from conftest import assert_same_records, marker_squad, score_everywhere
 from tfserving_standin import SignatureRunner, replay_warmup
 
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError
 from keras_electra.export import TextClassifierModule
 from keras_electra.export.qa import MAX_WINDOWS, PADDING_LOGIT
-from keras_electra.finetuning import finetune, load_finetuned, save_finetuned
+from keras_electra.finetuning import finetune, load_finetuned, predict_file, save_finetuned
 from keras_electra.finetuning.readers import QAExample, TaggedSentence
 from keras_electra.finetuning.tasks.tagging import align_words
 from keras_electra.serving.errors import ServingError
@@ -160,6 +160,27 @@ def test_tagger_export_keeps_assets_warms_up_and_uses_serving_ops(tagger_export)
     audit_ops(tagger_export)
 
 
+def test_score_gives_a_tagger_exports_tags_in_process_and_over_grpc_and_rest(
+    tagger, tagger_export, words, capsys
+):
+    sentences = ["the king rode to London", "Ünïcödé  queen\u3000in\u00a0Rome 🙂 中文", ""]
+    split = [s.split() for s in sentences]
+    examples = [TaggedSentence(w, ["O"] * len(w), 1) for w in split]
+    rows = load_finetuned(tagger.output_dir).predict_examples(examples)
+    expected = [{"text": s, **row} for s, row in zip(sentences, rows, strict=True)]
+    for where, (shown, records) in score_everywhere(tagger_export, sentences, capsys).items():
+        assert records == expected, where
+        lines = [" ".join(f"{w}/{t}" for w, t in zip(*row.values(), strict=True)) for row in rows]
+        assert shown.split("\n")[:-1] == lines, where  # the last line empty, as its text
+
+
+def test_predict_reads_a_tagger_export_as_its_directory(tagger, tagger_export):
+    train = tagger.output_dir.parent / "train.conll"
+    from_directory = predict_file(tagger.output_dir, train)
+    assert predict_file(tagger_export, train) == from_directory
+    assert set(from_directory[0]) == {"words", "tags"} and len(from_directory) == 128
+
+
 def test_classifier_module_refuses_other_tasks(tagger):
     with pytest.raises(ConfigError, match=r"use export\(\)"):
         TextClassifierModule(tagger)
@@ -279,6 +300,51 @@ def test_qa_export_matches_keras_logits_and_answers(reader, reader_export, words
             assert first == last == -1
     assert got["answer_score"][4] == 0 and got["answer_start_word"][4] == -1  # empty context
     assert got["tokens"][0, 0, 0] == b"[CLS]" and got["tokens"][0, 0, -1] in (b"", b"[SEP]")
+
+
+def test_score_gives_a_qa_exports_answers_and_spans_in_process_and_over_grpc_and_rest(
+    reader, reader_export, words, capsys
+):
+    pairs = qa_inputs(words)
+    feeds = {"question": texts(*(q for q, _ in pairs)), "context": texts(*(c for _, c in pairs))}
+    with SignatureRunner(reader_export) as runner:
+        got = runner.run("serving_default", feeds)
+    expected = [
+        {
+            "question": question,
+            "context": context,
+            "answer": got["answer"][i].decode(),
+            "start_word": int(got["answer_start_word"][i]),
+            "end_word": int(got["answer_end_word"][i]),
+            "score": float(got["answer_score"][i]),
+        }
+        for i, (question, context) in enumerate(pairs)
+    ]
+    answered = [bool(record["answer"]) for record in expected]
+    assert any(answered) and not all(answered)  # answers and null decisions
+    arguments = [text for pair in pairs for text in pair]  # question, context, question, ...
+    for where, (shown, records) in score_everywhere(reader_export, arguments, capsys).items():
+        assert_same_records(records, expected, 1e-4)
+        lines = []
+        for r in records:
+            if r["start_word"] < 0:
+                lines.append(f"{r['question']} -> no answer (score {r['score']:.2f})")
+            else:
+                span = f"context words {r['start_word']}-{r['end_word']}"
+                lines.append(f'{r["question"]} -> "{r["answer"]}" ({span}, score {r["score"]:.2f})')
+        assert shown.splitlines() == lines, where
+
+
+def test_predict_reads_a_qa_export_as_its_directory(reader, reader_export, tmp_path):
+    squad = json.loads((reader.output_dir.parent / "train.json").read_text(encoding="utf-8"))
+    squad["data"] = squad["data"][:24]
+    data = tmp_path / "questions.json"
+    data.write_text(json.dumps(squad), encoding="utf-8")
+    from_directory = predict_file(reader.output_dir, data)
+    from_export = predict_file(reader_export, data)
+    keys = ("id", "question", "answer")
+    assert [{k: row[k] for k in keys} for row in from_export] == from_directory
+    assert set(from_export[0]) == {*keys, "start_word", "end_word", "score"}
 
 
 def test_qa_export_reads_at_most_max_windows_warms_up_and_uses_serving_ops(

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import marker_squad
+from conftest import assert_same_records, marker_squad, score_everywhere
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
 from keras_electra.cli import main
@@ -104,6 +104,19 @@ def serialized_examples(*features):
             tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
         )
     return np.array(examples, object)
+
+
+def label_records(labels, probs, sentences, pairs=None) -> list[dict]:
+    """``score --json``'s records of a classifier: the inputs, the top label, every label's
+    probability, most likely first."""
+    records = []
+    for i, p in enumerate(probs):
+        order = np.argsort(-p, kind="stable")
+        record = {"text": sentences[i], **({} if pairs is None else {"text_b": pairs[i]})}
+        record["label"] = labels[order[0]]
+        record["scores"] = {labels[k]: float(p[k]) for k in order}
+        records.append(record)
+    return records
 
 
 # === Classification ===
@@ -242,11 +255,26 @@ def test_pairs_through_the_command_line_export_and_classify(tiny_run, words, tmp
     first = json.loads(capsys.readouterr().out.splitlines()[0])
     assert set(first) == {"text", "text_b", "label", "scores"}
 
+    # score takes a pair model's texts in pairs: text, text_b, text, text_b...
+    exported = str(tmp_path / "saved" / "pairs")
+    pairs = [text for pair in zip(a, b, strict=True) for text in pair]
+    assert main(["score", "--model", exported, "--json", *pairs]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert_same_records(records, label_records(finetuned.settings.labels, expected, a, b), 2e-5)
+    assert main(["score", "--model", exported, "good one"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "This classifier export reads texts in pairs (text, text_b) and got 1; pass text then "
+        "text_b for each example."
+    )
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
 
 # === Regression ===
 
 
-def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path):
+@pytest.fixture(scope="module")
+def regressor(tiny_run, words, tmp_path_factory):
     def write(path, n, seed):
         rng = random.Random(seed)
         with path.open("w", encoding="utf-8") as f:
@@ -257,22 +285,31 @@ def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path)
                 f.write(json.dumps({"text": " ".join(sentence), "score": 5 * k / 3}) + "\n")
         return path
 
-    train, dev = write(tmp_path / "train.jsonl", 256, 4), write(tmp_path / "dev.jsonl", 128, 5)
-    result = finetune(
+    d = tmp_path_factory.mktemp("regress")
+    train, dev = write(d / "train.jsonl", 256, 4), write(d / "dev.jsonl", 128, 5)
+    return finetune(
         tiny_run,
         "regress",
         train,
         dev,
-        tmp_path / "sts",
+        d / "sts",
         label_column="score",
         epochs=4,
         pooling="mean",  # the mean-pooled head through save, load and export
         **FAST,
     )
+
+
+@pytest.fixture(scope="module")
+def regressor_export(regressor, tmp_path_factory):
+    return export(regressor.output_dir, tmp_path_factory.mktemp("saved") / "sts")
+
+
+def test_regressor_learns_a_keyword_count_and_exports(regressor, regressor_export):
+    result, exported = regressor, regressor_export
     assert result.settings.pooling == "mean"
     assert result.metrics["pearson"] >= 0.8 and result.metrics["spearman"] >= 0.8, result.metrics
 
-    exported = export(tmp_path / "sts", tmp_path / "saved" / "sts")
     sentences = ["good good good", "nothing at all", "one good"]
     expected = keras_scores(result, sentences)
     assert expected.shape == (3, 1)
@@ -286,6 +323,72 @@ def test_regressor_learns_a_keyword_count_and_exports(tiny_run, words, tmp_path)
         np.testing.assert_allclose(
             runner.run("regress", {"inputs": examples})["outputs"], expected, atol=1e-5
         )
+
+
+# === score and predict read every export ===
+
+
+def test_score_gives_a_classifier_exports_labels_in_process_and_over_grpc_and_rest(
+    classifier, classifier_export, capsys
+):
+    sentences = ["the good king", "a bad end to it"]
+    probs = tf.nn.softmax(keras_scores(classifier, sentences)).numpy()
+    expected = label_records(classifier.settings.labels, probs, sentences)
+    found = score_everywhere(classifier_export, sentences, capsys)
+    assert set(found) == {"model", "grpc", "rest"}
+    for where, (shown, records) in found.items():
+        assert_same_records(records, expected, 2e-5)  # labels most likely first
+        lines = [
+            f"{r['text']} -> " + " ".join(f"{label}({p:.2f})" for label, p in r["scores"].items())
+            for r in records
+        ]
+        assert shown.splitlines() == lines, where
+
+
+def test_score_gives_a_regressor_exports_value_in_process_and_over_grpc_and_rest(
+    regressor, regressor_export, capsys
+):
+    sentences = ["good good good", "nothing at all"]
+    values = keras_scores(regressor, sentences)[:, 0]
+    expected = [{"text": s, "score": float(v)} for s, v in zip(sentences, values, strict=True)]
+    for where, (shown, records) in score_everywhere(regressor_export, sentences, capsys).items():
+        assert_same_records(records, expected, 2e-5)
+        assert shown.splitlines() == [f"{r['text']} -> {r['score']:.4f}" for r in records], where
+
+
+def by_label(rows: list[dict]) -> list[dict]:
+    """Rows with their ``scores`` in label order (an export's come most likely first)."""
+    return [{**row, "scores": dict(sorted(row["scores"].items()))} for row in rows]
+
+
+def test_predict_reads_a_classifier_or_regressor_export_as_its_directory(
+    classifier, classifier_export, classify_data, regressor, regressor_export, capsys
+):
+    dev = classify_data[1]
+    from_directory = predict_file(classifier.output_dir, dev)
+    from_export = predict_file(classifier_export.parent, dev)  # saved_models/NAME: its latest
+    assert_same_records(by_label(from_export), by_label(from_directory), 2e-5)
+    capsys.readouterr()
+    command = ["predict", "--model", str(classifier_export), "--input", str(dev)]
+    assert main([*command, "--batch-size", "5"]) == 0  # 128 examples, 26 calls
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert_same_records(lines, from_export, 1e-5)  # batches of 5, not 32: float rounding
+
+    dev = regressor.output_dir.parent / "dev.jsonl"
+    from_directory = predict_file(regressor.output_dir, dev)
+    assert_same_records(predict_file(regressor_export, dev), from_directory, 2e-5)
+    assert set(from_directory[0]) == {"text", "score"}
+
+
+def test_predict_on_no_model_is_one_sentence(classify_data, tmp_path, capsys):
+    assert main(["predict", "--model", str(tmp_path), "--input", str(classify_data[1])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "is neither a fine-tuned model directory (no finetune.json) nor an export (no "
+        "saved_model.pb); pass the --output of `keras-electra finetune` or of `keras-electra "
+        "export`."
+    )
+    assert len(err.splitlines()) == 1
 
 
 # === Tagging ===

@@ -32,7 +32,7 @@ from tfserving_standin import SignatureRunner
 from keras_electra.data import pretraining_dataset
 from keras_electra.export import export
 from keras_electra.pretraining.run import pretrain
-from keras_electra.scoring import rows_from_outputs
+from keras_electra.serving.export_reader import read_token_scores
 
 STEPS = 600
 # The mixed precisions' shorter runs (tests/test_learning_mixed.py) keep the suite within
@@ -202,7 +202,7 @@ def test_the_exported_demo_model_flags_the_implanted_word(trained, tmp_path):
     exported = export(trained.run_dir, tmp_path / "demo")
     texts = np.array([t.format(w).encode() for t, w in IMPLANTED], object)
     with SignatureRunner(str(exported)) as runner:
-        rows = rows_from_outputs(runner.run("serving_default", {"text": texts}))
+        rows = read_token_scores(runner.run("serving_default", {"text": texts}))
     hits = []
     for (template, _), row in zip(IMPLANTED, rows, strict=True):
         target = template.split().index("{}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -30,9 +31,16 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup  # noqa: E402
 
+from keras_electra.errors import InputDataError  # noqa: E402
 from keras_electra.limits import MAX_BATCH_SIZE, MAX_TEXT_CHARS  # noqa: E402
 from keras_electra.scoring import score_with_saved_model, score_with_server  # noqa: E402
 from keras_electra.serving.errors import ServingError  # noqa: E402
+from keras_electra.serving.export_reader import (  # noqa: E402
+    KINDS,
+    Classification,
+    export_reader,
+    saved_model_signatures,
+)
 from keras_electra.serving.grpc_client import GrpcClient  # noqa: E402
 from keras_electra.serving.rest_client import RestClient, predict_body  # noqa: E402
 from keras_electra.serving.signatures import (  # noqa: E402
@@ -117,6 +125,14 @@ def _expected_scores(text: str, text_b: str = "") -> list[tuple[str, float]]:
     return [(LABELS[0], 1.0 - positive), (LABELS[1], positive)]
 
 
+class _Unknown(tf.Module):
+    """A model of no kind keras-electra exports."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def serve(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"y": 2.0 * x}
+
+
 class _BatchEcho(tf.Module):
     """Each text back with the size of the batch it came in, as the export's outputs."""
 
@@ -163,7 +179,10 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         signatures={"serving_default": echo.serve, "classify": echo.classify},
     )
     set_signature_method_name(base / "echo" / "1", "classify", CLASSIFY_METHOD_NAME)
-    return {name: base / name for name in ("electra", "classifier", "echo")}
+    unknown = _Unknown()
+    signatures = {"serving_default": unknown.serve, "double": unknown.serve}
+    tf.saved_model.save(unknown, str(base / "unknown" / "1"), signatures=signatures)
+    return {name: base / name for name in ("electra", "classifier", "echo", "unknown")}
 
 
 @pytest.fixture(scope="module")
@@ -407,6 +426,109 @@ def test_metadata_and_status_agree_over_grpc_and_rest(classifier_server: ModelSe
         "dtype": "DT_FLOAT",
         "shape": [-1, 2],
     }
+
+
+# -- the export reader --------------------------------------------------------------------
+
+
+def _signatures(inputs: list[str], outputs: list[str]) -> dict:
+    spec = {"dtype": "DT_STRING", "shape": [-1]}
+    return {
+        "serving_default": {
+            "inputs": {name: spec for name in inputs},
+            "outputs": {name: spec for name in outputs},
+        }
+    }
+
+
+def test_the_reader_tells_every_kind_of_export_from_its_signatures() -> None:
+    qa_outputs = ["answer", "answer_start_word", "answer_end_word", "answer_score", "tokens"]
+    cases = {
+        ("replaced_token", ("text",)): (["text"], ["replaced_prob", "tokens", "num_tokens"]),
+        ("classify", ("text",)): (["text"], ["scores", "classes"]),
+        ("classify", ("text", "text_b")): (["text_b", "text"], ["scores", "classes"]),
+        ("regress", ("text",)): (["text"], ["scores"]),
+        ("regress", ("text", "text_b")): (["text", "text_b"], ["scores"]),
+        ("tag", ("text",)): (["text"], ["tag_probs", "tags", "words", "num_words"]),
+        ("qa", ("question", "context")): (["context", "question"], qa_outputs),
+    }
+    for (kind, layout), (inputs, outputs) in cases.items():
+        reader = export_reader(_signatures(inputs, outputs))
+        assert (reader.kind, reader.inputs, reader.signature) == (kind, layout, "serving_default")
+    assert [k.name for k in KINDS] == ["replaced_token", "classify", "regress", "tag", "qa"]
+    pair = export_reader(_signatures(["text", "text_b"], ["scores", "classes"]))
+    assert pair.feeds(["a", "b", "c", "d"]) == {"text": ["a", "c"], "text_b": ["b", "d"]}
+    odd = (
+        r"^This classifier export reads texts in pairs \(text, text_b\) and got 3; pass text "
+        r"then text_b for each example\.$"
+    )
+    with pytest.raises(InputDataError, match=odd):
+        pair.feeds(["a", "b", "c"])
+    other = "takes the inputs text, text_b, each as long as the others, not text .2.; pass those"
+    with pytest.raises(InputDataError, match=other):
+        pair.check_inputs({"text": ["a", "b"]})
+    # Labels most likely first; rows of a whole batch.
+    classes = np.array([[b"x", b"y"]] * 2, object)
+    answers = pair.read({"classes": classes, "scores": np.array([[0.1, 0.9], [0.7, 0.3]])})
+    assert [a.label for a in answers] == ["y", "x"]
+    assert isinstance(answers[0], Classification) and [n for n, _ in answers[1].scores] == [
+        "x",
+        "y",
+    ]
+    assert pair.record(answers[0]) == {"label": "y", "scores": {"y": 0.9, "x": 0.1}}
+
+
+def test_a_loaded_export_and_its_server_show_the_reader_the_same_signatures(
+    exports: dict[str, Path], classifier_server: ModelServer
+) -> None:
+    loaded = saved_model_signatures(tf.saved_model.load(str(exports["classifier"] / "1")))
+    with GrpcClient(classifier_server.grpc_target, "classifier") as client:
+        served = client.metadata()["signatures"]
+    assert loaded == {
+        name: {part: signature[part] for part in ("inputs", "outputs")}
+        for name, signature in served.items()
+    }
+    assert export_reader(loaded).kind == export_reader(served).kind == "classify"
+
+
+def test_an_export_of_no_known_kind_is_one_sentence_naming_its_signatures(
+    exports: dict[str, Path], capsys
+) -> None:
+    from keras_electra.cli import main
+
+    named = (
+        "has the signatures double(x -> y), serving_default(x -> y), none of which "
+        "keras-electra reads (the replaced-token, classifier, regressor, tagger and QA exports "
+        "of `keras-electra export`)"
+    )
+    with pytest.raises(ServingError, match=rf"^The export at '.*unknown.1' {re.escape(named)}"):
+        score_with_saved_model(exports["unknown"], ["1.0"])
+    with ModelServer(exports["unknown"], "unknown") as server:
+        for where in (
+            ["--model", str(exports["unknown"])],
+            ["--server", server.grpc_target, "--model-name", "unknown"],
+            ["--server", server.rest_url, "--model-name", "unknown", "--json"],
+        ):
+            capsys.readouterr()
+            assert main(["score", *where, "1.0"]) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+            assert named in err, err
+            assert err.endswith("call it with GrpcClient or RestClient's predict() instead.")
+
+
+def test_predict_on_a_pretrained_export_is_one_sentence(exports: dict[str, Path], tmp_path) -> None:
+    from keras_electra.errors import ConfigError
+    from keras_electra.finetuning import predict_file
+
+    data = tmp_path / "x.csv"
+    data.write_text("text\na b c\n", encoding="utf-8")
+    message = (
+        r"^The export at '.*electra.1' holds no fine-tuned model \(no "
+        r"assets.extra/finetune.json\); score a pretrained export with `keras-electra score`"
+    )
+    with pytest.raises(ConfigError, match=message):
+        predict_file(exports["electra"], data)
 
 
 def test_version_labels_and_unknown_versions(classifier_server: ModelServer) -> None:

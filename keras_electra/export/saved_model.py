@@ -25,7 +25,7 @@ from keras_electra.errors import ConfigError, ElectraError
 from keras_electra.pretraining.run import load_run
 from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.signatures import set_signature_method_name
-from keras_electra.serving.warmup import predict_log, write_warmup_requests
+from keras_electra.serving.warmup import ASSETS_EXTRA, predict_log, write_warmup_requests
 
 SIGNATURE_NAMES = ("serving_default", "score_pair")
 
@@ -163,7 +163,7 @@ def export_module(
             set_signature_method_name(tmp, name, method)
         write_warmup_requests(tmp, module.warmup_records())
         for name, path in (extra_files or {}).items():
-            shutil.copy(path, tmp / "assets.extra" / name)
+            shutil.copy(path, tmp / ASSETS_EXTRA / name)
         os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -41,6 +41,8 @@ from keras_electra.finetuning.tasks import get_task
 from keras_electra.layers import backend
 from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.run_directory import RunDirectory
+from keras_electra.scoring import find_export, latest_version_dir, score_with_saved_model
+from keras_electra.serving.warmup import ASSETS_EXTRA
 from keras_electra.settings import FinetuneOptions, check_task, unknown_fields
 from keras_electra.training.callbacks import (
     CheckpointEvery,
@@ -355,19 +357,63 @@ def predict_file(
 ) -> list[dict]:
     """Run a fine-tuned model on a file (same format and columns as training) to JSON lines.
 
-    Labels in the file are ignored. Returns the predictions; writes them to
-    ``output_path`` (one JSON object per line) when given. The model runs on
-    ``batch_size`` examples at a time (default :data:`~keras_electra.limits.MAX_BATCH_SIZE`).
+    ``model_dir`` is a fine-tuned directory or its export (``saved_models/NAME`` or a
+    version folder), which runs in process and is read as ``keras-electra score`` reads it
+    (:mod:`keras_electra.serving.export_reader`); both write the same fields, and a QA
+    export's lines also hold the answer's word span and score. Labels in the file are
+    ignored. Returns the predictions; writes them to ``output_path`` (one JSON object per
+    line) when given. The model runs on ``batch_size`` examples at a time (default
+    :data:`~keras_electra.limits.MAX_BATCH_SIZE`).
+
+    Raises:
+        ConfigError: ``model_dir`` is neither, or is a pretrained export; ``batch_size``
+            below 1.
 
     Examples:
         >>> predict_file("runs/sst2", "test.tsv", "predictions.jsonl")[0]["label"]  # doctest: +SKIP
         '1'
+        >>> predict_file("saved_models/sst2", "test.tsv")[0]["label"]  # doctest: +SKIP
+        '1'
     """
-    loaded = load_finetuned(model_dir)
-    examples = loaded.task.read(input_path, loaded.settings, labelled=False)
-    rows = loaded.predict_examples(examples, batch_size)
+    run = RunDirectory(model_dir)
+    if run.is_finetuned():
+        loaded = load_finetuned(model_dir)
+        examples = loaded.task.read(input_path, loaded.settings, labelled=False)
+        rows = loaded.predict_examples(examples, batch_size)
+    elif find_export(model_dir) is not None:
+        rows = _predict_with_export(model_dir, input_path, batch_size)
+    else:
+        raise ConfigError(
+            f"'{run.path}' is neither a fine-tuned model directory (no {run.FINETUNE}) nor an "
+            "export (no saved_model.pb); pass the --output of `keras-electra finetune` or of "
+            "`keras-electra export`."
+        )
     if output_path is not None:
         path = Path(output_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     return rows
+
+
+def _predict_with_export(path: str | Path, input_path: str | Path, batch_size: int) -> list[dict]:
+    """:func:`predict_file` with an export: the ``finetune.json`` it keeps says how to read
+    the file, and :func:`~keras_electra.scoring.score_with_saved_model` answers."""
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be 1 or more, got {batch_size}.")
+    directory = Path(latest_version_dir(path))
+    settings_file = directory / ASSETS_EXTRA / RunDirectory.FINETUNE
+    if not settings_file.is_file():
+        raise ConfigError(
+            f"The export at '{directory}' holds no fine-tuned model (no {ASSETS_EXTRA}/"
+            f"{RunDirectory.FINETUNE}); score a pretrained export with `keras-electra score`, "
+            "or pass a fine-tuned directory or its export."
+        )
+    settings = FinetuneSettings.load(settings_file)
+    task = get_task(settings.task)
+    examples = task.read(input_path, settings, labelled=False)
+    inputs = task.export_inputs(examples, settings)
+    scores = score_with_saved_model(directory, inputs, batch_size=batch_size)
+    return [
+        task.export_row(example, scores.reader.record(answer))
+        for example, answer in zip(examples, scores, strict=True)
+    ]

@@ -23,6 +23,9 @@ from typing import Any
 TensorSpecDict = dict[str, Any]
 SignatureDict = dict[str, Any]
 
+DEFAULT_SIGNATURE = "serving_default"
+"""The signature TF Serving runs when a request names none."""
+
 
 def tensor_info_to_dict(info: Mapping[str, Any]) -> TensorSpecDict:
     """Reduces a JSON ``TensorInfo`` to its dtype and shape.

@@ -22,7 +22,6 @@ from keras_electra.serving.errors import ServingError
 PREDICT_METHOD_NAME = "tensorflow/serving/predict"
 CLASSIFY_METHOD_NAME = "tensorflow/serving/classify"
 REGRESS_METHOD_NAME = "tensorflow/serving/regress"
-DEFAULT_SIGNATURE = "serving_default"
 SERVE_TAG = "serve"
 
 # Keys TF Serving's Classify API requires (tensorflow/cc/saved_model/signature_constants.h).

@@ -18,7 +18,10 @@ from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.tensors import ndarray_to_tensor_proto
 
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+ASSETS_EXTRA = "assets.extra"
+"""The export's folder for files TF Serving does not load: warmup requests, and the
+model's own files (``config.json``, ``vocab.txt``; ``finetune.json``, ``labels.txt``)."""
+WARMUP_FILE = os.path.join(ASSETS_EXTRA, "tf_serving_warmup_requests")
 MAX_WARMUP_RECORDS = 1000
 
 

@@ -26,12 +26,12 @@ from tensorflow_serving.apis import (
 )
 
 from keras_electra.serving.errors import ServingError
+from keras_electra.serving.metadata import DEFAULT_SIGNATURE
 from keras_electra.serving.signatures import (
     CLASSIFY_INPUTS,
     CLASSIFY_METHOD_NAME,
     CLASSIFY_OUTPUT_CLASSES,
     CLASSIFY_OUTPUT_SCORES,
-    DEFAULT_SIGNATURE,
 )
 from keras_electra.serving.tensors import ndarray_to_tensor_proto, tensor_proto_to_ndarray
 

@@ -52,6 +52,17 @@ class Task:
     def predict(self, model, examples, tokenizer, settings, batch_size: int = 64) -> list[dict]:
         raise NotImplementedError
 
+    def export_inputs(self, examples: list, settings: FinetuneSettings) -> dict[str, list[str]]:
+        """The examples as the task's export takes them: its ``serving_default`` inputs by
+        name (``keras-electra predict`` on an export)."""
+        raise NotImplementedError
+
+    def export_row(self, example, answer: dict) -> dict:
+        """A prediction's JSON line from the export's answer (its JSON fields:
+        :meth:`keras_electra.serving.export_reader.ExportReader.record`), with the fields
+        :meth:`predict` writes."""
+        raise NotImplementedError
+
 
 def word_pieces(tokenizer: ElectraTokenizer, words: list[str]) -> list[list[int]]:
     """Word-piece ids of each word; a word that yields none becomes ``[UNK]``.

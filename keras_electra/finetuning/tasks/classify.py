@@ -76,6 +76,15 @@ class _SequenceTask(Task):
         x = self.inputs(examples, tokenizer, settings)
         return np.asarray(model.predict(x, batch_size=batch_size, verbose=0))
 
+    def export_inputs(self, examples, settings):
+        inputs = {"text": [e["text"] for e in examples]}
+        if settings.text_pair_column is not None:
+            inputs["text_b"] = [e["text_b"] for e in examples]
+        return inputs
+
+    def export_row(self, example, answer):
+        return self.row(example, **answer)
+
     @staticmethod
     def row(example: dict, **values) -> dict:
         """A prediction's JSON line: the example's text (and pair) and ``values``."""

@@ -174,3 +174,13 @@ class QATask(Task):
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
         predicted = self.answers(model, examples, tokenizer, settings, batch_size)
         return [{"id": e.qid, "question": e.question, "answer": predicted[e.qid]} for e in examples]
+
+    def export_inputs(self, examples, settings):
+        return {
+            "question": [e.question for e in examples],
+            "context": [e.context for e in examples],
+        }
+
+    def export_row(self, example, answer):
+        # The export's answer also has its word span and score.
+        return {"id": example.qid, "question": example.question, **answer}

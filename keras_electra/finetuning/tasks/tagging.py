@@ -130,3 +130,10 @@ class TagTask(Task):
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
         predicted = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
         return [{"words": s.words, "tags": t} for s, t in zip(examples, predicted, strict=True)]
+
+    def export_inputs(self, examples, settings):
+        # The export splits its text on whitespace as the CoNLL reader split the lines.
+        return {"text": [" ".join(s.words) for s in examples]}
+
+    def export_row(self, example, answer):
+        return {"words": example.words, "tags": answer["tags"]}

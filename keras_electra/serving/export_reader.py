@@ -1,0 +1,414 @@
+"""The one reader of an export's signatures: what kind of export it is, how to read its outputs.
+
+``keras-electra export`` writes five kinds of SavedModel, told apart by the inputs and
+outputs of their ``serving_default`` signature (docs/serving.md lists every output):
+
+- ``replaced_token`` (a pretrained discriminator): ``text`` -> ``tokens``,
+  ``replaced_prob``, ``num_tokens``; an answer is :data:`TokenScores`;
+- ``classify``: ``text`` (and ``text_b``) -> ``classes``, ``scores``; :class:`Classification`;
+- ``regress``: ``text`` (and ``text_b``) -> ``scores`` ``[-1, 1]``; :class:`Regression`;
+- ``tag``: ``text`` -> ``words``, ``tags``, ``num_words``; :class:`Tagging`;
+- ``qa``: ``question``, ``context`` -> ``answer``, ``answer_start_word``,
+  ``answer_end_word``, ``answer_score``; :class:`Answer`.
+
+:func:`export_reader` takes the signatures as plain dicts, either a server's metadata
+(``GrpcClient.metadata()["signatures"]`` or ``RestClient``'s:
+:mod:`keras_electra.serving.metadata`) or a loaded SavedModel's
+(:func:`saved_model_signatures`), and returns an :class:`ExportReader`: the export's kind,
+its inputs in order, how texts are laid out as those inputs, how its outputs read as one
+answer per row, and each answer's JSON fields. ``keras-electra score`` and ``predict`` read
+exports through here only. A model of no kind here is one sentence naming its signatures.
+
+Plain Python and numpy: no TensorFlow import.
+
+Examples:
+    >>> signatures = {"serving_default": {
+    ...     "inputs": {"text": {"dtype": "DT_STRING", "shape": [-1]}},
+    ...     "outputs": {"classes": {"dtype": "DT_STRING", "shape": [-1, 2]},
+    ...                 "scores": {"dtype": "DT_FLOAT", "shape": [-1, 2]}}}}
+    >>> reader = export_reader(signatures)
+    >>> reader.kind, reader.inputs
+    ('classify', ('text',))
+    >>> outputs = {"classes": [[b"neg", b"pos"]], "scores": [[0.25, 0.75]]}
+    >>> reader.read(outputs)
+    [Classification(label='pos', scores=[('pos', 0.75), ('neg', 0.25)])]
+    >>> reader.record(reader.read(outputs)[0])
+    {'label': 'pos', 'scores': {'pos': 0.75, 'neg': 0.25}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from keras_electra.errors import InputDataError
+from keras_electra.serving.errors import ServingError
+from keras_electra.serving.metadata import DEFAULT_SIGNATURE, SignatureDict
+
+TokenScores = list[tuple[str, float]]
+"""A replaced-token export's answer: each word piece and the probability it was replaced."""
+
+Outputs = Mapping[str, Any]
+T = TypeVar("T")
+
+
+# === Answers ===
+
+
+@dataclass(frozen=True)
+class Classification:
+    """A classifier's answer: the most likely label, and every label's probability, most
+    likely first."""
+
+    label: str
+    scores: list[tuple[str, float]]
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A regressor's answer: the predicted value."""
+
+    value: float
+
+
+@dataclass(frozen=True)
+class Tagging:
+    """A tagger's answer: the text's whitespace words and each word's tag (``O`` for words
+    past the model's sequence length)."""
+
+    words: list[str]
+    tags: list[str]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A QA model's answer: the answer's text (its context words joined by one space; ``""``
+    when a SQuAD 2.0 model declines), its first and last word as indexes into
+    ``context.split()`` (-1 for no answer), and the span's start + end logit."""
+
+    text: str
+    start_word: int
+    end_word: int
+    score: float
+
+
+# === Reading outputs ===
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def read_token_scores(outputs: Outputs) -> list[TokenScores]:
+    """A replaced-token export's outputs as rows of ``(token, probability)``, without
+    ``[CLS]`` and ``[SEP]``.
+
+    Examples:
+        >>> read_token_scores({"tokens": [[b"[CLS]", b"hi", b"[SEP]", b""]],
+        ...                    "replaced_prob": [[0.0, 0.5, 0.0, 0.0]], "num_tokens": [3]})
+        [[('hi', 0.5)]]
+    """
+    columns = (outputs["tokens"], outputs["replaced_prob"], outputs["num_tokens"])
+    rows = []
+    for tokens, probs, n in zip(*map(np.asarray, columns), strict=True):
+        pairs = [(_text(t), float(p)) for t, p in zip(tokens[:n], probs[:n], strict=True)]
+        rows.append([(t, p) for t, p in pairs if t not in ("[CLS]", "[SEP]")])
+    return rows
+
+
+def read_classifications(outputs: Outputs) -> list[Classification]:
+    """A classifier's ``classes`` and ``scores`` as answers, labels most likely first (the
+    export's order among equal probabilities).
+
+    Examples:
+        >>> read_classifications({"classes": [[b"a", b"b", b"c"]], "scores": [[0.2, 0.2, 0.6]]})
+        [Classification(label='c', scores=[('c', 0.6), ('a', 0.2), ('b', 0.2)])]
+    """
+    answers = []
+    classes, scores = np.asarray(outputs["classes"]), np.asarray(outputs["scores"])
+    for names, probs in zip(classes, scores, strict=True):
+        ranked = [(_text(names[i]), float(probs[i])) for i in np.argsort(-probs, kind="stable")]
+        answers.append(Classification(ranked[0][0], ranked))
+    return answers
+
+
+def read_regressions(outputs: Outputs) -> list[Regression]:
+    """A regressor's ``scores`` (``[-1, 1]``) as answers.
+
+    Examples:
+        >>> read_regressions({"scores": [[2.5], [0.0]]})
+        [Regression(value=2.5), Regression(value=0.0)]
+    """
+    scores = np.asarray(outputs["scores"])
+    return [Regression(float(value)) for value in scores.reshape(len(scores), -1)[:, 0]]
+
+
+def read_taggings(outputs: Outputs) -> list[Tagging]:
+    """A tagger's ``words``, ``tags`` and ``num_words`` as answers.
+
+    Examples:
+        >>> read_taggings({"words": [[b"Ann", b"ran"]], "tags": [[b"B-PER", b"O"]],
+        ...                "num_words": [2]})
+        [Tagging(words=['Ann', 'ran'], tags=['B-PER', 'O'])]
+    """
+    columns = (outputs["words"], outputs["tags"], outputs["num_words"])
+    return [
+        Tagging([_text(w) for w in words[:n]], [_text(t) for t in tags[:n]])
+        for words, tags, n in zip(*map(np.asarray, columns), strict=True)
+    ]
+
+
+def read_answers(outputs: Outputs) -> list[Answer]:
+    """A QA model's ``answer``, ``answer_start_word``, ``answer_end_word`` and
+    ``answer_score`` as answers.
+
+    Examples:
+        >>> read_answers({"answer": [b"Bob"], "answer_start_word": [2],
+        ...               "answer_end_word": [2], "answer_score": [7.5]})
+        [Answer(text='Bob', start_word=2, end_word=2, score=7.5)]
+    """
+    names = ("answer", "answer_start_word", "answer_end_word", "answer_score")
+    return [
+        Answer(_text(text), int(start), int(end), float(score))
+        for text, start, end, score in zip(*(np.asarray(outputs[n]) for n in names), strict=True)
+    ]
+
+
+# === Answers as JSON fields ===
+
+
+def _round(value: float) -> float:
+    return round(float(value), 6)
+
+
+def _token_record(answer: TokenScores) -> dict[str, Any]:
+    return {"tokens": [t for t, _ in answer], "replaced_prob": [_round(p) for _, p in answer]}
+
+
+def _classification_record(answer: Classification) -> dict[str, Any]:
+    return {"label": answer.label, "scores": {label: _round(p) for label, p in answer.scores}}
+
+
+def _regression_record(answer: Regression) -> dict[str, Any]:
+    return {"score": _round(answer.value)}
+
+
+def _tagging_record(answer: Tagging) -> dict[str, Any]:
+    return {"words": answer.words, "tags": answer.tags}
+
+
+def _answer_record(answer: Answer) -> dict[str, Any]:
+    return {
+        "answer": answer.text,
+        "start_word": answer.start_word,
+        "end_word": answer.end_word,
+        "score": _round(answer.score),
+    }
+
+
+# === The kinds ===
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of export: the input layouts and outputs that identify it, how its outputs
+    read as answers and how an answer reads as JSON fields."""
+
+    name: str
+    title: str
+    layouts: tuple[tuple[str, ...], ...]
+    outputs: tuple[str, ...]
+    read: Callable[[Outputs], list]
+    record: Callable[[Any], dict[str, Any]]
+
+
+KINDS = (
+    Kind(
+        "replaced_token",
+        "replaced-token",
+        (("text",),),
+        ("tokens", "replaced_prob", "num_tokens"),
+        read_token_scores,
+        _token_record,
+    ),
+    Kind(
+        "classify",
+        "classifier",
+        (("text",), ("text", "text_b")),
+        ("classes", "scores"),
+        read_classifications,
+        _classification_record,
+    ),
+    # After classify: a regressor's serving_default has `scores` without `classes`.
+    Kind(
+        "regress",
+        "regressor",
+        (("text",), ("text", "text_b")),
+        ("scores",),
+        read_regressions,
+        _regression_record,
+    ),
+    Kind(
+        "tag",
+        "tagger",
+        (("text",),),
+        ("words", "tags", "num_words"),
+        read_taggings,
+        _tagging_record,
+    ),
+    Kind(
+        "qa",
+        "QA",
+        (("question", "context"),),
+        ("answer", "answer_start_word", "answer_end_word", "answer_score"),
+        read_answers,
+        _answer_record,
+    ),
+)
+"""Every kind, in the order :func:`export_reader` tries them."""
+
+
+@dataclass(frozen=True)
+class ExportReader:
+    """How to call one export and read what it answers (from :func:`export_reader`).
+
+    Attributes:
+        spec: the export's :class:`Kind`.
+        inputs: the signature's text inputs, in the order texts are laid out.
+        signature: the signature to run (``serving_default``).
+    """
+
+    spec: Kind
+    inputs: tuple[str, ...]
+    signature: str = DEFAULT_SIGNATURE
+
+    @property
+    def kind(self) -> str:
+        """``replaced_token``, ``classify``, ``regress``, ``tag`` or ``qa``."""
+        return self.spec.name
+
+    @property
+    def title(self) -> str:
+        """The kind in words (``classifier``), for messages."""
+        return self.spec.title
+
+    def feeds(self, texts: Sequence[T]) -> dict[str, list[T]]:
+        """``texts`` as the export's inputs: one text each for a one-input export, else
+        consecutive pairs (``text``, ``text_b``; ``question``, ``context``).
+
+        Raises:
+            InputDataError: a two-input export given an odd number of texts.
+
+        Examples:
+            >>> qa = ExportReader(KINDS[-1], ("question", "context"))
+            >>> qa.feeds(["Who ran?", "Ann ran.", "Why?", "No idea."])
+            {'question': ['Who ran?', 'Why?'], 'context': ['Ann ran.', 'No idea.']}
+        """
+        width = len(self.inputs)
+        if len(texts) % width:
+            raise InputDataError(
+                f"This {self.title} export reads texts in pairs ({', '.join(self.inputs)}) and "
+                f"got {len(texts)}; pass {' then '.join(self.inputs)} for each example."
+            )
+        return {name: list(texts[i::width]) for i, name in enumerate(self.inputs)}
+
+    def check_inputs(self, inputs: Mapping[str, Sequence[T]]) -> dict[str, list[T]]:
+        """``inputs`` by name, checked against the export's: the same names, the same length.
+
+        Raises:
+            InputDataError: other input names, or inputs of different lengths.
+        """
+        if set(inputs) != set(self.inputs) or len({len(v) for v in inputs.values()}) > 1:
+            given = ", ".join(f"{name} ({len(v)})" for name, v in inputs.items())
+            raise InputDataError(
+                f"This {self.title} export takes the inputs {', '.join(self.inputs)}, each as "
+                f"long as the others, not {given or 'none'}; pass those inputs."
+            )
+        return {name: list(inputs[name]) for name in self.inputs}
+
+    def read(self, outputs: Outputs) -> list:
+        """The signature's outputs (numpy arrays or lists, strings as ``bytes`` or ``str``)
+        as one answer per row."""
+        return self.spec.read(outputs)
+
+    def record(self, answer: Any) -> dict[str, Any]:
+        """One answer as JSON fields (floats to 6 decimals), as ``score --json`` and
+        ``predict`` write them."""
+        return self.spec.record(answer)
+
+
+def _describe(signatures: Mapping[str, SignatureDict]) -> str:
+    shown = [
+        f"{name}({', '.join(sig.get('inputs', {}))} -> {', '.join(sig.get('outputs', {}))})"
+        for name, sig in sorted(signatures.items())
+    ]
+    return "the signatures " + ", ".join(shown) if shown else "no signatures"
+
+
+def export_reader(
+    signatures: Mapping[str, SignatureDict], source: str = "The model"
+) -> ExportReader:
+    """The reader for an export, from its signatures.
+
+    Args:
+        signatures: signature name to ``{"inputs": {...}, "outputs": {...}}`` as
+            :mod:`keras_electra.serving.metadata` gives them (a client's ``metadata()``)
+            or :func:`saved_model_signatures` (a loaded SavedModel).
+        source: what the model is, for the error (``"The export at 'saved_models/x/1'"``).
+
+    Raises:
+        ServingError: no kind's inputs and outputs are in ``serving_default``; the
+            sentence names the signatures the model has.
+
+    Examples:
+        >>> export_reader({"serving_default": {"inputs": {"x": {}}, "outputs": {"y": {}}}})
+        Traceback (most recent call last):
+        ...
+        keras_electra.serving.errors.ServingError: The model has the signatures
+        serving_default(x -> y), none of which keras-electra reads (...); call it with
+        GrpcClient or RestClient's predict() instead.
+    """
+    signature = signatures.get(DEFAULT_SIGNATURE, {})
+    inputs, outputs = set(signature.get("inputs", {})), set(signature.get("outputs", {}))
+    for kind in KINDS:
+        layout = next((names for names in kind.layouts if set(names) == inputs), None)
+        if layout is not None and set(kind.outputs) <= outputs:
+            return ExportReader(kind, layout)
+    raise ServingError(
+        f"{source} has {_describe(signatures)}, none of which keras-electra reads (the "
+        "replaced-token, classifier, regressor, tagger and QA exports of `keras-electra "
+        "export`); call it with GrpcClient or RestClient's predict() instead."
+    )
+
+
+def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
+    """A loaded SavedModel's signatures (``tf.saved_model.load(path)``) as
+    :mod:`keras_electra.serving.metadata` gives a server's: name to ``{"inputs",
+    "outputs"}`` of ``{"dtype": "DT_...", "shape": [dims]}``, -1 for an unknown dimension.
+
+    Examples:
+        >>> loaded = tf.saved_model.load("saved_models/sst2/1")  # doctest: +SKIP
+        >>> saved_model_signatures(loaded)["serving_default"]["outputs"]["scores"]  # doctest: +SKIP
+        {'dtype': 'DT_FLOAT', 'shape': [-1, 2]}
+    """
+    from tensorflow.core.framework import types_pb2  # loaded is TensorFlow's already
+
+    def spec(tensor: Any) -> dict[str, Any]:
+        dims = None if tensor.shape.rank is None else tensor.shape.as_list()
+        return {
+            "dtype": types_pb2.DataType.Name(tensor.dtype.as_datatype_enum),
+            "shape": None if dims is None else [-1 if d is None else d for d in dims],
+        }
+
+    result = {}
+    for name, function in sorted(loaded.signatures.items()):
+        _, inputs = function.structured_input_signature
+        outputs = function.structured_outputs
+        result[name] = {
+            "inputs": {key: spec(value) for key, value in sorted(inputs.items())},
+            "outputs": {key: spec(value) for key, value in sorted(outputs.items())},
+        }
+    return result
