@@ -176,8 +176,9 @@ def summarize(rows: list[dict]) -> dict:
     components, run health and cost."""
     means = seed_means(rows)
     computes = sorted({c for (_, c, _, _) in means if c > 0})
-    tasks = sorted({t for (t, _, _, _) in means})
-    budgets = sorted({n for (_, _, n, _) in means})
+    anchored = anchors(rows)
+    tasks = sorted({t for (t, _, _, _) in means} | {k.split("|")[0] for k in anchored})
+    budgets = sorted({n for (_, _, n, _) in means} | {int(k.split("|")[2]) for k in anchored})
     arms: dict = {}
     for (task, compute, n, arm), seeds in means.items():
         arms[f"{task}|{compute}|{n}|{arm}"] = {
@@ -225,7 +226,7 @@ def summarize(rows: list[dict]) -> dict:
         "budgets": budgets,
         "arms": arms,
         "differences": differences,
-        "anchors": anchors(rows),
+        "anchors": anchored,
         "probes": probe_means(rows),
         "components": {"|".join(map(str, k)): v for k, v in components(rows).items()},
         "health": health(rows),
@@ -346,7 +347,7 @@ def accuracy_table(summary: dict) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     arms, anchor = summary["arms"], summary["anchors"]
     for task in summary["tasks"]:
-        for compute in summary["computes"]:
+        for compute in summary["computes"] or [0]:  # no pretraining alone, before any arm
             for n in summary["budgets"]:
                 cells = [
                     _ci(arms.get(f"{task}|{0 if a == 'none' else compute}|{n}|{a}")) for a in ARMS
@@ -425,7 +426,7 @@ def probes_table(summary: dict) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     probes = summary["probes"]
     for task in summary["tasks"]:
-        for compute in summary["computes"]:
+        for compute in summary["computes"] or [0]:  # no pretraining alone, before any arm
             for n in summary["budgets"]:
                 row = [
                     _pct(
@@ -539,7 +540,7 @@ def answers(summary: dict) -> list[str]:
 def blocks(summary: dict) -> dict[str, str]:
     """The docs' generated blocks, by name."""
     done = summary["cells"]
-    progress = f"{done} cells of the study's 42 are in"
+    progress = f"{done} cell{'s' * (done != 1)} of the study's 42 {'are' if done != 1 else 'is'} in"
     return {
         "readme": textwrap.fill(" ".join(answers(summary)) + f" ({progress}.)", 88),
         "answers": "\n\n".join(answers(summary)) + f"\n\n{progress}.",
