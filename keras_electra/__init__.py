@@ -1,12 +1,12 @@
 """keras-electra: ELECTRA pretraining, fine-tuning and TF Serving export for Keras 3."""
 
-import os
+from keras_electra.keras_backend import use_tensorflow
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+use_tensorflow()  # before any module of the package imports keras
 
 from keras_electra.config import PRESETS, ElectraConfig  # noqa: E402
 from keras_electra.errors import ConfigError, ElectraError, InputDataError  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["PRESETS", "ConfigError", "ElectraConfig", "ElectraError", "InputDataError"]

@@ -21,7 +21,7 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from keras_electra import errors  # noqa: E402 - plain Python
+from keras_electra import __version__, errors  # noqa: E402 - plain Python
 from keras_electra.config import PRESETS  # noqa: E402 - plain Python
 from keras_electra.limits import MAX_BATCH_SIZE  # noqa: E402 - plain Python and numpy
 from keras_electra.settings import (  # noqa: E402 - plain Python
@@ -438,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keras-electra",
         description="Pretrain, fine-tune, export and serve ELECTRA text encoders.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_pretrain, _add_prepare, _add_export, _add_score, _add_finetune):
         add(sub)

@@ -33,6 +33,10 @@ class ConfigError(ElectraError):
     """A configuration is invalid or does not match a checkpoint."""
 
 
+class BackendError(ElectraError, ImportError):
+    """Keras runs another backend than TensorFlow in this process (raised on import)."""
+
+
 class StorageError(ElectraError):
     """A file of a run could not be written or read (no space, permissions, removed)."""
 

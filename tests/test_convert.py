@@ -152,6 +152,36 @@ def test_hf_pair_converts_with_parity(tmp_path, shape):
     )
 
 
+@pytest.mark.parametrize("einsum", [False, True], ids=["dense", "einsum-dense"])
+def test_tf_model_h5_converts_with_parity(tmp_path, einsum):
+    """transformers' TF weights file (what the Hub's older repositories publish beside
+    pytorch_model.bin) in place of model.safetensors: read with h5py, same outputs."""
+    from hf_hub_standin import tf_weights_h5
+
+    disc, gen = build_hf_pair(SIZES["projected"], seed=7)
+    disc_dir, gen_dir = save_hf_pair(disc, gen, tmp_path)
+    for folder, model in ((disc_dir, disc), (gen_dir, gen)):
+        (folder / "model.safetensors").unlink()
+        state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+        heads = model.config.num_attention_heads if einsum else None
+        (folder / "tf_model.h5").write_bytes(tf_weights_h5(state, heads=heads))
+    result = convert(disc_dir, tmp_path / "ours", "hf", generator=gen_dir)
+    model, _, _ = load_run(result.output)
+    ids, mask, segments = batch()
+    assert_parity(
+        our_outputs(model, ids, mask, segments), hf_outputs(disc, gen, ids, mask, segments), mask
+    )
+    (disc_dir / "tf_model.h5").write_bytes(b"not HDF5")
+    with pytest.raises(ConfigError, match="cannot be read as HDF5"):
+        convert(disc_dir, tmp_path / "bad", "hf")
+    (disc_dir / "tf_model.h5").unlink()
+    (disc_dir / "pytorch_model.bin").write_bytes(b"a pickle")
+    with pytest.raises(
+        ConfigError, match="only pytorch_model.bin, a pickle keras-electra does not"
+    ):
+        convert(disc_dir, tmp_path / "pickle", "hf")
+
+
 def test_ours_to_hf_loads_in_transformers_and_round_trips_exactly(tmp_path):
     disc, gen = build_hf_pair(SIZES["projected"], seed=3)
     disc_dir, gen_dir = save_hf_pair(disc, gen, tmp_path)

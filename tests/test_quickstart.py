@@ -2,80 +2,28 @@
 
 The test writes a small ELECTRA checkpoint in Hugging Face's layout (config.json,
 model.safetensors, vocab.txt: what ``keras-electra convert --to hf`` writes) and serves
-it the way the Hub serves files (``/ORG/NAME/resolve/REVISION/FILE`` with the commit and
-ETag headers ``huggingface_hub`` reads), and points ``HF_ENDPOINT`` at it. Then the
-quickstart's commands run as a user runs them, each a ``keras-electra`` process:
-fine-tune from ``--init hf:ORG/NAME``, export, and classify through the exported model
-served over gRPC; ``convert --from hf hf:ORG/NAME`` reads the same model, offline from
-the cache once fetched; offline without it, and an unknown model, are one sentence.
+it the way the Hub serves files (``tests/hf_hub_standin.py``), and points ``HF_ENDPOINT``
+at it. Then the quickstart's commands run as a user runs them, each a ``keras-electra``
+process: fine-tune from ``--init hf:ORG/NAME``, export, and classify through the exported
+model served over gRPC; ``convert --from hf hf:ORG/NAME`` reads the same model, offline
+from the cache once fetched; offline without it, and an unknown model, are one sentence.
 """
 
 import csv
-import hashlib
-import http.server
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+from hf_hub_standin import Hub, Repo
 from tfserving_standin import ModelServer
 
 from keras_electra.serving import GrpcClient
 
 MODEL = "test-org/electra-tiny-discriminator"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-class _Hub(http.server.ThreadingHTTPServer):
-    """Files of one model under ``/ORG/NAME/resolve/REVISION/FILE``; counts requests."""
-
-    def __init__(self, files: dict[str, bytes]):
-        self.files, self.requests = files, []
-        super().__init__(("127.0.0.1", 0), _HubHandler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _HubHandler(http.server.BaseHTTPRequestHandler):
-    def _answer(self, body: bool) -> None:
-        self.server.requests.append(self.path)
-        found = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path.split("?")[0])
-        if found is None or found.group(1) != MODEL:
-            self._missing("RepoNotFound")
-            return
-        data = self.server.files.get(found.group(3))
-        if data is None:
-            self._missing("EntryNotFound")
-            return
-        self.send_response(200)
-        self.send_header("X-Repo-Commit", COMMIT)
-        self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-    def _missing(self, code: str) -> None:
-        self.send_response(404)
-        self.send_header("X-Error-Code", code)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def do_HEAD(self):  # noqa: N802 - http.server's names
-        self._answer(body=False)
-
-    def do_GET(self):  # noqa: N802
-        self._answer(body=True)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -88,12 +36,9 @@ def hub(tiny_run, tmp_path_factory):
     files = {p.name: p.read_bytes() for p in (written / "discriminator").iterdir()}
     assert {"config.json", "model.safetensors", "vocab.txt"} <= set(files)
     del files["tokenizer_config.json"]  # optional: many released models lack it
-    server = _Hub(files)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = Hub({MODEL: Repo({"main": files})})
     yield server
-    server.shutdown()
-    server.server_close()
+    server.close()
 
 
 def _cli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -168,7 +113,8 @@ def test_the_quickstart_from_released_weights_fetch_finetune_export_and_serve(
     assert done.returncode == 0, done.stderr[-3000:]
     assert any(r.endswith("/model.safetensors") for r in hub.requests)
     # Converted once into the keras-electra cache, keyed by the model's commit.
-    assert (tmp_path / "ke-cache" / "hub" / MODEL.replace("/", "--") / COMMIT).is_dir()
+    commit = hub.repos[MODEL].commit("main")
+    assert (tmp_path / "ke-cache" / "hub" / MODEL.replace("/", "--") / commit).is_dir()
 
     done = _cli(
         "export", "--run", "runs/cls", "--output", "saved_models/cls", env=env, cwd=tmp_path

@@ -65,16 +65,20 @@ def read(source: str | Path, source_format: str, **options) -> Converted:
         raise ConfigError(
             f"Unknown source format '{source_format}'; choose one of: {', '.join(SOURCES)}."
         )
+    notes: list[str] = []  # for hf:ORG/NAME: which weights file was read, from where
     if source_format == "hf":  # a directory, or hf:ORG/NAME fetched from the Hub
-        source = local_source(source)
+        source, notes = local_source(source)
         if options.get("generator") is not None:
-            options = {**options, "generator": local_source(options["generator"])}
+            generator, more = local_source(options["generator"])
+            options, notes = {**options, "generator": generator}, notes + more
     elif is_hub_id(source):
         raise ConfigError(f"'{source}' is a Hugging Face model: convert it with --from hf.")
     if not Path(source).exists() and not Path(str(source) + ".index").exists():
         raise ConfigError(f"'{source}' does not exist.")
     readers = {"google": read_google, "hf": read_hf, "keras-hub": read_keras_hub}
-    return readers[source_format](source, **options)
+    converted = readers[source_format](source, **options)
+    converted.notes[:0] = notes
+    return converted
 
 
 def convert(source: str | Path, output: str | Path, source_format: str, **options) -> ConvertResult:

@@ -1,5 +1,8 @@
 """Hugging Face ELECTRA directories (``config.json`` + ``model.safetensors``), without torch.
 
+The weights are ``model.safetensors``, else transformers' TensorFlow file ``tf_model.h5``
+(:mod:`keras_electra.convert.hf_tf`); ``pytorch_model.bin`` is a pickle and is never read.
+
 Reading: a discriminator directory, optionally a generator directory, or a directory
 holding both (what :func:`write_hf` writes; docs/checkpoints.md). ELECTRA shares the
 embeddings between the towers, so the generator's must equal the discriminator's.
@@ -23,6 +26,8 @@ from keras_electra.convert.core import (
     read_model,
     special_token_ids,
 )
+from keras_electra.convert.hf_tf import WEIGHTS_FILE as TF_WEIGHTS_FILE
+from keras_electra.convert.hf_tf import read_tf_weights
 from keras_electra.convert.names import (
     DISCRIMINATOR,
     GENERATOR,
@@ -137,16 +142,18 @@ def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         raise ConfigError(
             f"'{path}/config.json' describes a '{config.get('model_type')}' model, not ELECTRA."
         )
-    weights = path / WEIGHTS_FILE
-    if not weights.is_file():
+    if (path / WEIGHTS_FILE).is_file():
+        state = load_file(str(path / WEIGHTS_FILE))
+    elif (path / TF_WEIGHTS_FILE).is_file():
+        state = read_tf_weights(path / TF_WEIGHTS_FILE)
+    else:
         hint = "."
         if (path / "pytorch_model.bin").is_file():
             hint = (
-                " (only pytorch_model.bin, which needs torch to read); re-save it with "
-                "transformers' save_pretrained(..., safe_serialization=True)."
+                " (only pytorch_model.bin, a pickle keras-electra does not open); re-save it "
+                "with transformers' save_pretrained(DIR), which writes model.safetensors."
             )
-        raise ConfigError(f"'{path}' has no {WEIGHTS_FILE}{hint}")
-    state = load_file(str(weights))
+        raise ConfigError(f"'{path}' has no {WEIGHTS_FILE} or {TF_WEIGHTS_FILE}{hint}")
     if not any(k.startswith("electra.") for k in state):  # a bare ElectraModel
         state = {f"electra.{k}": v for k, v in state.items()}
     return config, state

@@ -5,13 +5,30 @@
 ``pretrain --init hf:...`` and ``finetune --init hf:...`` start from one, converted once
 into an init directory kept under the keras-electra cache
 (``$KERAS_ELECTRA_CACHE/hub``, else ``~/.cache/keras_electra/hub``), keyed by the
-model's commit.
+commit its files were read from.
+
+What is read: ``config.json``, ``vocab.txt``, ``tokenizer_config.json`` if there (its
+``do_lower_case``), and the weights, from the first place that has them:
+
+1. ``model.safetensors`` on the main branch;
+2. ``model.safetensors`` on the Hub's safetensors conversion pull request
+   (``refs/pr/N``), where older repositories (google/electra-* among them) often carry
+   it and where transformers reads it from: an open pull request titled "Adding
+   `safetensors` variant of this model" by the Hub's conversion bot, ``SFconvertbot``
+   (anyone can open a pull request, so the author is checked), whose
+   ``pytorch_model.bin`` is main's (it converts the weights main has now); every file is
+   read from that revision;
+3. ``tf_model.h5`` on the main branch (transformers' TensorFlow weights, read as arrays:
+   :mod:`keras_electra.convert.hf_tf`).
+
+``pytorch_model.bin`` is a pickle and is never read: a model with only that is one
+sentence saying how to convert it. Which file was read is said (a note of
+``convert``, a line when ``--init`` converts, ``convert.json``).
 
 The files come through ``huggingface_hub``'s own cache, so a model fetched once is read
-offline afterwards (``HF_HUB_OFFLINE=1``), ``HF_ENDPOINT`` points at a mirror, and
-``HF_TOKEN`` opens private models. What is read: ``config.json``, ``vocab.txt``,
-``model.safetensors`` and, if there, ``tokenizer_config.json`` (its ``do_lower_case``).
-A failure is one sentence naming the model and what to do.
+offline afterwards (``HF_HUB_OFFLINE=1``; a conversion pull request is then found among
+the cached revisions), ``HF_ENDPOINT`` points at a mirror, and ``HF_TOKEN`` opens
+private models. A failure is one sentence naming the model and what to do.
 
 Examples:
     >>> is_hub_id("hf:google/electra-small-discriminator"), is_hub_id("runs/mine")
@@ -20,19 +37,50 @@ Examples:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from keras_electra.convert.core import write_init_dir
+from keras_electra.convert.hf import WEIGHTS_FILE as SAFETENSORS
 from keras_electra.convert.hf import read_hf
+from keras_electra.convert.hf_tf import WEIGHTS_FILE as TF_WEIGHTS
 from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.run_directory import RunDirectory
 
 PREFIX = "hf:"
-REQUIRED = ("config.json", "vocab.txt", "model.safetensors")
+MAIN = "main"
+REQUIRED = ("config.json", "vocab.txt")
 OPTIONAL = ("tokenizer_config.json",)
+PICKLE = "pytorch_model.bin"
+# The Hub's automatic safetensors conversion (what transformers reads): its pull request.
+CONVERSION_TITLE = "Adding `safetensors` variant of this model"
+CONVERSION_AUTHOR = "SFconvertbot"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A Hub model's files on this machine: ``folder`` (huggingface_hub's snapshot of one
+    commit, named by it) holds the config, vocabulary and ``weights``, read from
+    ``revision`` (``main`` or a conversion pull request's ``refs/pr/N``)."""
+
+    model: str
+    folder: Path
+    weights: str
+    revision: str
+
+    def describe(self) -> str:
+        """Which file was read, from where: ``model.safetensors from its main branch
+        (commit 0123456789ab)``."""
+        where = (
+            "its main branch"
+            if self.revision == MAIN
+            else f"its safetensors conversion pull request {self.revision}"
+        )
+        return f"{self.weights} from {where} (commit {self.folder.name[:12]})"
 
 
 def is_hub_id(source: str | Path | None) -> bool:
@@ -47,58 +95,27 @@ def cache_root() -> Path:
     return Path(root).expanduser() / "hub"
 
 
-def fetch(model: str) -> Path:
-    """The local snapshot directory of Hub model ``hf:ORG/NAME`` (downloaded if needed).
+def fetch(model: str) -> Snapshot:
+    """Hub model ``hf:ORG/NAME``'s files on this machine (downloaded if needed), the
+    weights from the first place of the module's list that has them.
 
     Raises:
         ConfigError: for a malformed id.
-        InputDataError: the model or one of its files cannot be had (one sentence).
+        InputDataError: the model or its files cannot be had (one sentence).
     """
-    repo_id = _repo_id(model)
-    try:
-        from huggingface_hub import constants, hf_hub_download
-        from huggingface_hub.errors import (
-            EntryNotFoundError,
-            HfHubHTTPError,
-            LocalEntryNotFoundError,
-            RepositoryNotFoundError,
-        )
-    except ImportError:  # pragma: no cover - a dependency of the package
-        raise InputDataError(
-            f"Fetching '{model}' needs huggingface_hub: pip install huggingface_hub."
-        ) from None
-    endpoint = os.environ.get("HF_ENDPOINT")  # read now, not when huggingface_hub loaded
-    cache = os.environ.get("HF_HUB_CACHE")
-    for name in REQUIRED + OPTIONAL:  # the first sets `folder` or raises
-        try:
-            path = hf_hub_download(repo_id, name, endpoint=endpoint, cache_dir=cache)
-        except EntryNotFoundError as error:  # LocalEntryNotFoundError too: offline, not cached
-            if name in OPTIONAL:  # a model without it (offline: the required files are here)
-                continue
-            if not isinstance(error, LocalEntryNotFoundError):
-                raise InputDataError(
-                    f"Hugging Face model '{repo_id}' has no {name}; keras-electra reads ELECTRA "
-                    f"models with {', '.join(REQUIRED)}."
-                ) from None
-            raise InputDataError(
-                f"Could not fetch Hugging Face model '{repo_id}': the Hub is not reachable "
-                f"(or HF_HUB_OFFLINE is set) and its {name} is not in the cache "
-                f"'{cache or constants.HF_HUB_CACHE}'; connect once, or convert a local copy with "
-                "`keras-electra convert --from hf DIR`."
-            ) from None
-        except RepositoryNotFoundError:
-            raise InputDataError(
-                f"Hugging Face has no model '{repo_id}' (or it is private: set HF_TOKEN); "
-                "check the name at huggingface.co."
-            ) from None
-        except (HfHubHTTPError, OSError) as error:
-            raise InputDataError(
-                f"Could not fetch {name} of Hugging Face model '{repo_id}' "
-                f"({_reason(error)}); retry, or convert a local copy with "
-                "`keras-electra convert --from hf DIR`."
-            ) from None
-        folder = Path(path).parent
-    return folder
+    hub = _Hub(model)
+    hub.files(MAIN)  # the config and vocabulary, or the sentence saying why not
+    weights = hub.file(MAIN, SAFETENSORS)
+    if weights is not None:
+        return Snapshot(model, weights.parent, SAFETENSORS, MAIN)
+    for revision in hub.conversion_revisions():  # every file from that revision
+        weights = hub.file(revision, SAFETENSORS)
+        if weights is not None and hub.files(revision, required=False) is not None:
+            return Snapshot(model, weights.parent, SAFETENSORS, revision)
+    weights = hub.file(MAIN, TF_WEIGHTS)
+    if weights is not None:
+        return Snapshot(model, weights.parent, TF_WEIGHTS, MAIN)
+    raise hub.no_weights()
 
 
 def init_directory(model: str) -> Path:
@@ -106,7 +123,8 @@ def init_directory(model: str) -> Path:
     ``hf:ORG/NAME``: its discriminator converted once (the generator starts fresh; for
     the released generator too, use ``keras-electra convert --from hf ... --generator``)."""
     snapshot = fetch(model)
-    target = cache_root() / _repo_id(model).replace("/", "--") / snapshot.name
+    _check_discriminator(model, snapshot.folder)
+    target = cache_root() / _repo_id(model).replace("/", "--") / snapshot.folder.name
     if RunDirectory(target).has_config():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +132,9 @@ def init_directory(model: str) -> Path:
     try:
         # convert(snapshot, ..., "hf") through its reader and writer: the package
         # imports this module (for hf: sources), so this module does not import it.
-        write_init_dir(read_hf(snapshot), partial / "init")
+        converted = read_hf(snapshot.folder)
+        converted.notes.append(_note(snapshot))
+        write_init_dir(converted, partial / "init")
         try:
             os.replace(partial / "init", target)
         except OSError:  # another process converted it first
@@ -122,17 +142,211 @@ def init_directory(model: str) -> Path:
                 raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+    print(f"Converted {model}: {snapshot.describe()}, into {target}", flush=True)
     return target
 
 
-def local_source(source: str | Path) -> str | Path:
-    """``source`` itself, or for ``hf:ORG/NAME`` the fetched snapshot directory."""
-    return fetch(source) if is_hub_id(source) else source
+def local_source(source: str | Path) -> tuple[str | Path, list[str]]:
+    """``source`` itself, or for ``hf:ORG/NAME`` the fetched snapshot directory; with the
+    notes to report (for a Hub model: which weights file was read, from where)."""
+    if not is_hub_id(source):
+        return source, []
+    snapshot = fetch(source)
+    return snapshot.folder, [_note(snapshot)]
 
 
 def local_init(init: str | Path | None) -> str | Path | None:
     """``init`` itself, or for ``hf:ORG/NAME`` its converted init directory."""
     return str(init_directory(init)) if is_hub_id(init) else init
+
+
+class _Hub:
+    """One Hub model through huggingface_hub, every failure a sentence: its files by
+    revision (None where a file is absent, or cannot be had now and is not cached) and
+    its conversion pull requests."""
+
+    def __init__(self, model: str):
+        self.model, self.repo_id = model, _repo_id(model)
+        self.endpoint = os.environ.get("HF_ENDPOINT")  # read now, not when huggingface_hub loaded
+        self.cache = os.environ.get("HF_HUB_CACHE")
+        self.unreachable: str | None = None  # a file that could not be had, if any
+        try:
+            import huggingface_hub  # noqa: F401
+        except ImportError:  # pragma: no cover - a dependency of the package
+            raise InputDataError(
+                f"Fetching '{model}' needs huggingface_hub: pip install huggingface_hub."
+            ) from None
+
+    def files(self, revision: str, required: bool = True) -> Path | None:
+        """The folder holding the config and vocabulary at ``revision`` (None when
+        ``required`` is off and one is missing)."""
+        folder = None
+        for name in REQUIRED + OPTIONAL:
+            path = self.file(revision, name, needed=name in REQUIRED)
+            if path is not None:
+                folder = path.parent
+            elif name in REQUIRED:
+                if not required:
+                    return None
+                if self.unreachable:
+                    raise self._offline(name)
+                raise InputDataError(
+                    f"Hugging Face model '{self.repo_id}' has no {name}; keras-electra reads "
+                    f"ELECTRA models with {', '.join(REQUIRED)} and {SAFETENSORS} or "
+                    f"{TF_WEIGHTS}."
+                )
+        return folder
+
+    def file(self, revision: str, name: str, needed: bool = True) -> Path | None:
+        """The local path of file ``name`` at ``revision``, or None (remembered as
+        ``unreachable`` when it could not be had now and is ``needed``)."""
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import (
+            EntryNotFoundError,
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+
+        where = dict(revision=revision, endpoint=self.endpoint, cache_dir=self.cache)
+        try:
+            return Path(hf_hub_download(self.repo_id, name, **where))
+        except LocalEntryNotFoundError:  # offline (or the Hub unreachable) and not cached
+            if needed:
+                self.unreachable = self.unreachable or name
+            return None
+        except EntryNotFoundError:
+            return None
+        except RepositoryNotFoundError:
+            raise InputDataError(
+                f"Hugging Face has no model '{self.repo_id}' (or it is private: set HF_TOKEN); "
+                "check the name at huggingface.co."
+            ) from None
+        except RevisionNotFoundError:
+            if revision != MAIN:  # a pull request removed since it was listed
+                return None
+            raise InputDataError(
+                f"Hugging Face model '{self.repo_id}' has no main branch; check the name at "
+                "huggingface.co."
+            ) from None
+        except (HfHubHTTPError, OSError) as error:
+            raise InputDataError(
+                f"Could not fetch {name} of Hugging Face model '{self.repo_id}' "
+                f"({_reason(error)}); retry, or convert a local copy with "
+                "`keras-electra convert --from hf DIR`."
+            ) from None
+
+    def conversion_revisions(self) -> list[str]:
+        """The conversion pull requests' revisions (``refs/pr/N``), newest first: listed
+        by the Hub, else (offline) found among the cached revisions."""
+        from huggingface_hub import HfApi
+
+        try:
+            listed = HfApi(endpoint=self.endpoint).get_repo_discussions(
+                self.repo_id, discussion_type="pull_request", discussion_status="open"
+            )
+            pulls = [
+                d.git_reference
+                for d in listed
+                if d.title == CONVERSION_TITLE and d.author == CONVERSION_AUTHOR
+            ]
+        except _network_errors():  # offline or unreachable: what an earlier fetch cached
+            return self._cached_conversions()
+        if not pulls:
+            return []
+        pulls.sort(key=lambda ref: -int(ref.rsplit("/", 1)[-1]))
+        main = self._etag(MAIN, PICKLE)  # converted from the weights main has now, or stale
+        return [ref for ref in pulls if main is not None and self._etag(ref, PICKLE) == main]
+
+    def no_weights(self) -> InputDataError:
+        """The sentence for a model with no weights keras-electra reads."""
+        if self.unreachable:
+            return self._offline(self.unreachable)
+        places = (
+            f"no {SAFETENSORS} (on its main branch or a safetensors conversion pull request) "
+            f"and no {TF_WEIGHTS}"
+        )
+        if self._etag(MAIN, PICKLE) is not None:
+            return InputDataError(
+                f"Hugging Face model '{self.repo_id}' has its weights only as {PICKLE}, a "
+                f"pickle keras-electra does not open ({places}); load it with transformers and "
+                "save_pretrained(DIR), which writes model.safetensors, then pass DIR."
+            )
+        return InputDataError(
+            f"Hugging Face model '{self.repo_id}' has {places}; keras-electra reads ELECTRA "
+            "weights from those files."
+        )
+
+    def _etag(self, revision: str, name: str) -> str | None:
+        """The ETag of file ``name`` at ``revision`` (an LFS file's: its SHA-256), or None."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+        url = hf_hub_url(self.repo_id, name, revision=revision, endpoint=self.endpoint)
+        try:
+            return get_hf_file_metadata(url).etag
+        except _network_errors():
+            return None
+
+    def _cached_conversions(self) -> list[str]:
+        from huggingface_hub import scan_cache_dir
+        from huggingface_hub.utils import CacheNotFound
+
+        try:
+            repos = scan_cache_dir(self.cache).repos
+        except CacheNotFound:
+            return []
+        refs = {
+            ref
+            for repo in repos
+            if repo.repo_id == self.repo_id and repo.repo_type == "model"
+            for revision in repo.revisions
+            if SAFETENSORS in {f.file_name for f in revision.files}
+            for ref in revision.refs
+            if ref.startswith("refs/pr/")
+        }
+        return sorted(refs, key=lambda ref: -int(ref.rsplit("/", 1)[-1]))
+
+    def _offline(self, name: str) -> InputDataError:
+        from huggingface_hub import constants
+
+        return InputDataError(
+            f"Could not fetch Hugging Face model '{self.repo_id}': the Hub is not reachable "
+            f"(or HF_HUB_OFFLINE is set) and its {name} is not in the cache "
+            f"'{self.cache or constants.HF_HUB_CACHE}'; connect once, or convert a local copy "
+            "with `keras-electra convert --from hf DIR`."
+        )
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """What a Hub request raises when it cannot be answered: huggingface_hub's HTTP error,
+    ``OSError`` (offline mode, connections) and its HTTP library's own error (requests',
+    httpx's or httpx2's, by huggingface_hub's version: the bases of its HTTP error)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    bases = [b for b in HfHubHTTPError.__mro__[1:] if b not in (Exception, BaseException, object)]
+    return (HfHubHTTPError, OSError, *bases)
+
+
+def _check_discriminator(model: str, folder: Path) -> None:
+    """``--init`` starts from a discriminator: a generator repository is one sentence."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # read_hf names the problem
+    if "ElectraForMaskedLM" in (config.get("architectures") or []):
+        partner = model.replace("-generator", "-discriminator")
+        partner = partner if partner != model else "its discriminator"
+        raise ConfigError(
+            f"'{model}' is an ELECTRA generator (ElectraForMaskedLM) and --init starts from a "
+            f"discriminator; pass {partner}, or convert both with `keras-electra convert "
+            f"--from hf {partner if partner.startswith(PREFIX) else 'DISCRIMINATOR'} "
+            f"--generator {model} --output DIR` and pass --init DIR."
+        )
+
+
+def _note(snapshot: Snapshot) -> str:
+    return f"Read {snapshot.model}: {snapshot.describe()}."
 
 
 def _repo_id(model: str) -> str:

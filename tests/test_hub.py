@@ -1,0 +1,221 @@
+"""``hf:ORG/NAME`` against a Hub on 127.0.0.1 laid out like the released ELECTRA repositories.
+
+google/electra-{small,base,large}-{discriminator,generator} publish ``pytorch_model.bin``,
+``tf_model.h5`` and Flax weights on their main branch; older repositories often carry
+``model.safetensors`` only on the Hub's safetensors conversion pull request, newer ones on
+main. The
+tiny run's discriminator (and generator) is served in each layout: safetensors on main;
+safetensors only on a conversion pull request (beside a stale one and one by another
+author, which are not read); only ``tf_model.h5``; only ``pytorch_model.bin`` (one
+sentence, never downloaded). Each readable layout gives the run's weights exactly, and
+``pretrain --init`` and ``finetune --init`` start from it; ``convert`` says which file it
+read, online and offline.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hf_hub_standin import Hub, Repo, conversion_pull, tf_weights_h5
+
+from keras_electra.convert import convert, convert_run, read_hf
+from keras_electra.convert.hub import fetch, init_directory
+from keras_electra.errors import ConfigError, InputDataError
+
+ORG = "test-org"
+# layout -> (weights file read, revision read from)
+READABLE = {
+    "safetensors-on-main": ("model.safetensors", "main"),
+    "safetensors-on-pr": ("model.safetensors", "refs/pr/5"),
+    "tf-weights-only": ("tf_model.h5", "main"),
+}
+PICKLE = b"\x80\x04 a pickle the library must never download"
+
+
+@pytest.fixture(scope="module")
+def written(tiny_run, tmp_path_factory) -> Path:
+    """The tiny run in Hugging Face's layout: ``discriminator/`` and ``generator/``, the
+    generator reading the discriminator's embeddings as the released pairs do (the tiny
+    preset's towers have their own)."""
+    from safetensors.numpy import load_file, save_file
+
+    out = tmp_path_factory.mktemp("hf") / "electra"
+    convert_run(tiny_run, out, "hf")
+    disc = load_file(str(out / "discriminator" / "model.safetensors"))
+    gen_file = out / "generator" / "model.safetensors"
+    shared = {k: v for k, v in disc.items() if k.startswith("electra.embeddings.")}
+    shared["generator_lm_head.weight"] = shared["electra.embeddings.word_embeddings.weight"]
+    save_file({**load_file(str(gen_file)), **shared}, str(gen_file))
+    return out
+
+
+def _released(folder: Path, safetensors: bool) -> dict[str, bytes]:
+    """A main branch like google/electra-*'s: config, vocabulary, tokenizer settings,
+    PyTorch, TF and Flax weights; ``model.safetensors`` too if ``safetensors``."""
+    from safetensors.numpy import load_file
+
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    weights = files.pop("model.safetensors")
+    files["pytorch_model.bin"] = PICKLE
+    files["tf_model.h5"] = tf_weights_h5(load_file(str(folder / "model.safetensors")))
+    files["flax_model.msgpack"] = b"flax weights, never read"
+    return {**files, "model.safetensors": weights} if safetensors else files
+
+
+@pytest.fixture(scope="module")
+def hub(written):
+    from safetensors.numpy import load_file, save
+
+    disc = written / "discriminator"
+    on_pr = _released(disc, safetensors=False)
+    weights = (disc / "model.safetensors").read_bytes()
+    # Another author's pull request with the conversion's title: other weights, never read.
+    zeros = save(
+        {k: np.zeros_like(v) for k, v in load_file(str(disc / "model.safetensors")).items()}
+    )
+    pickle_only = {k: v for k, v in on_pr.items() if k not in ("tf_model.h5", "flax_model.msgpack")}
+    repos = {
+        f"{ORG}/safetensors-on-main": Repo({"main": _released(disc, safetensors=True)}),
+        f"{ORG}/safetensors-on-pr": Repo(
+            {
+                "main": on_pr,
+                # converted from older weights than main's: stale
+                "refs/pr/3": {**on_pr, "pytorch_model.bin": b"older", "model.safetensors": zeros},
+                "refs/pr/5": {**on_pr, "model.safetensors": weights},
+                "refs/pr/7": {**on_pr, "model.safetensors": zeros},
+            },
+            pulls=[conversion_pull(3), conversion_pull(5), conversion_pull(7, author="someone")],
+        ),
+        f"{ORG}/tf-weights-only": Repo({"main": on_pr}),
+        f"{ORG}/pickle-only": Repo({"main": pickle_only}),
+        f"{ORG}/tiny-generator": Repo(
+            {"main": _released(written / "generator", safetensors=False)}
+        ),
+    }
+    server = Hub(repos)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def hub_env(hub, tmp_path, monkeypatch) -> dict[str, str]:
+    """``HF_ENDPOINT`` at the hub, fresh Hugging Face and keras-electra caches."""
+    env = {
+        "HF_ENDPOINT": hub.url,
+        "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+        "KERAS_ELECTRA_CACHE": str(tmp_path / "ke-cache"),  # kernels: loaded by tiny_run
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def _assert_same_weights(read: dict, expected: dict) -> None:
+    assert read.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(read[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("layout", sorted(READABLE))
+def test_each_layout_reads_the_released_weights_and_says_which_file(layout, hub, hub_env, written):
+    before = len(hub.downloads)
+    snapshot = fetch(f"hf:{ORG}/{layout}")
+    assert (snapshot.weights, snapshot.revision) == READABLE[layout]
+    where = "its main branch" if snapshot.revision == "main" else "its safetensors conversion "
+    assert snapshot.describe().startswith(f"{snapshot.weights} from {where}")
+    _assert_same_weights(
+        read_hf(snapshot.folder).weights, read_hf(written / "discriminator").weights
+    )
+    downloads = hub.downloads[before:]
+    assert not [d for d in downloads if d.endswith("/pytorch_model.bin")]  # a HEAD at most
+    assert not [d for d in downloads if "refs%2Fpr%2F3" in d or "refs%2Fpr%2F7" in d]
+
+
+@pytest.mark.parametrize("layout", sorted(READABLE))
+def test_pretrain_and_finetune_start_from_each_layout(layout, hub_env, small_corpus, tmp_path):
+    from keras_electra.finetuning import finetune
+    from keras_electra.pretraining.run import load_run, pretrain
+
+    model = f"hf:{ORG}/{layout}"
+    result = pretrain(
+        [str(small_corpus)], tmp_path / "run", init=model, steps=1, batch_size=4,
+        max_seq_length=16, log_every=1, progress=False,
+    )  # fmt: skip
+    assert result.step == 1
+    init = init_directory(model)  # converted once, kept in the keras-electra cache
+    assert init.parent.parent == Path(hub_env["KERAS_ELECTRA_CACHE"]) / "hub"
+    assert load_run(tmp_path / "run")[0].config == load_run(init)[0].config
+    record = (init / "convert.json").read_text(encoding="utf-8")
+    assert f"Read {model}: {READABLE[layout][0]} from" in record
+    train = _train_csv(init, tmp_path / "train.csv")
+    tuned = finetune(
+        model, "classify", train, output_dir=tmp_path / "cls", epochs=1, batch_size=8,
+        max_seq_length=16, progress=False,
+    )  # fmt: skip
+    assert (tmp_path / "cls" / "finetune.json").is_file() and tuned.model is not None
+
+
+def _train_csv(init: Path, path: Path) -> Path:
+    words = [w for w in (init / "vocab.txt").read_text().split("\n") if w.isalpha()][:200]
+    rng = random.Random(0)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        for i in range(16):
+            writer.writerow([" ".join(rng.sample(words, 5)), ("pos", "neg")[i % 2]])
+    return path
+
+
+def test_a_model_with_only_pytorch_weights_is_one_sentence(hub, hub_env):
+    with pytest.raises(InputDataError) as raised:
+        fetch(f"hf:{ORG}/pickle-only")
+    sentence = str(raised.value)
+    assert "only as pytorch_model.bin" in sentence and "save_pretrained(DIR)" in sentence
+    assert ". " not in sentence and sentence.endswith(".")
+    assert not [d for d in hub.downloads if d.endswith("/pytorch_model.bin")]
+
+
+def test_the_released_generator_converts_from_tf_weights_and_is_no_init(
+    hub, hub_env, written, tmp_path
+):
+    disc, gen = f"hf:{ORG}/tf-weights-only", f"hf:{ORG}/tiny-generator"
+    result = convert(disc, tmp_path / "pair", "hf", generator=gen)
+    assert [n.split(" (commit")[0] for n in result.notes[:2]] == [
+        f"Read {disc}: tf_model.h5 from its main branch",
+        f"Read {gen}: tf_model.h5 from its main branch",
+    ]
+    pair = read_hf(fetch(disc).folder, generator=fetch(gen).folder)
+    _assert_same_weights(pair.weights, read_hf(written).weights)
+    assert any(name.startswith("generator/") for name in pair.weights)
+    with pytest.raises(ConfigError, match=f"generator .* pass hf:{ORG}/tiny-discriminator"):
+        init_directory(gen)
+
+
+def test_convert_says_which_file_it_read_online_and_offline(hub, hub_env, tmp_path):
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "keras_electra.cli", *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env},
+        )  # fmt: skip
+
+    model = f"hf:{ORG}/safetensors-on-pr"
+    done = cli("convert", "--from", "hf", model, "--output", "online")
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = f"note: Read {model}: model.safetensors from its safetensors conversion pull request"
+    assert f"{read} refs/pr/5" in done.stdout, done.stdout
+    asked = len(hub.requests)
+    done = cli("convert", "--from", "hf", model, "--output", "offline", HF_HUB_OFFLINE="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{read} refs/pr/5" in done.stdout and len(hub.requests) == asked  # from the cache
+    done = cli("convert", "--from", "hf", f"hf:{ORG}/pickle-only", "--output", "x")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "pytorch_model.bin" in done.stderr
