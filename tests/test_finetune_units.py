@@ -201,6 +201,7 @@ def test_recipe_defaults_follow_the_paper_and_tasks_are_checked():
         "dropout": 0.1,
         "weight_decay": 0.01,
         "warmup_fraction": 0.1,
+        "probe_epochs": 0,  # the paper fine-tunes everything from the start (no LP-FT)
         "learning_rate": 5e-5,
         "layer_decay": 0.9,
     }
