@@ -5,12 +5,16 @@ Run, fine-tuning and export directories are read back by resumed runs, by
 either the old one or the new one, never a prefix. :func:`write_atomic` writes a
 sibling temporary file and renames it over the target (atomic on POSIX file
 systems); a failed write removes the temporary file and re-raises.
+:func:`check_writable` says, before anything is written, whether a directory can be.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+from keras_electra.errors import StorageError
 
 
 def write_atomic(path: str | Path, text: str | bytes) -> Path:
@@ -36,3 +40,38 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
 def write_json(path: str | Path, value, indent: int | None = 2) -> Path:
     """:func:`write_atomic` of ``value`` as JSON and a final newline."""
     return write_atomic(path, json.dumps(value, indent=indent) + "\n")
+
+
+def check_writable(directory: str | Path, flag: str = "--output") -> None:
+    """Raise :class:`~keras_electra.errors.StorageError` (one sentence naming ``flag``)
+    unless ``directory`` can be written: it is a directory this user can write, or the
+    nearest folder above it that exists is one (so it can be created). Writes nothing;
+    a URL (``gs://...``) is left to the write itself.
+
+    Examples:
+        >>> import tempfile
+        >>> a_file = tempfile.mkstemp()[1]
+        >>> check_writable(a_file + "/run")
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.StorageError: Cannot write --output '.../run': '...' is not a \
+folder you can write to; pass a directory you can write, or fix its permissions.
+    """
+    if "://" in str(directory):
+        return
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise StorageError(f"{flag} '{path}' is a file; pass a directory.")
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+        return
+    shown = existing if path.is_absolute() else os.path.relpath(existing)
+    why = "is not a folder you can write to"
+    if existing.is_dir() and os.statvfs(existing).f_flag & os.ST_RDONLY:
+        why = "is on a read-only file system"
+    raise StorageError(
+        f"Cannot write {flag} '{path}': '{shown}' {why}; pass a directory you can write, or "
+        "fix its permissions."
+    )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -27,6 +26,7 @@ from keras_electra.limits import MAX_BATCH_SIZE  # noqa: E402 - plain Python and
 from keras_electra.settings import (  # noqa: E402 - plain Python
     TASKS,
     FinetuneOptions,
+    PrepareSettings,
     PretrainSettings,
     add_arguments,
     from_arguments,
@@ -60,6 +60,9 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     from keras_electra.scoring import format_scores, score_texts
 
     result = pretrain(args.corpus, args.output, settings=from_arguments(args, PretrainSettings))
+    if args.dry_run:
+        print(result.describe())
+        return 0
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")
     if metrics:
@@ -82,59 +85,18 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "TFRecords, for corpora too large to tokenize on the fly.",
     )
     p.add_argument(
-        "--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories"
-    )
-    p.add_argument(
         "--output", required=True, metavar="DIR", help="where the shards and vocab.txt go"
     )
-    p.add_argument("--vocab", metavar="FILE", help="BERT-format vocab.txt (default: learn one)")
-    p.add_argument("--vocab-size", type=int, default=30522, help="size of a learned vocabulary")
-    p.add_argument("--cased", action="store_true", help="keep case (learned vocabularies)")
-    p.add_argument(
-        "--max-seq-length",
-        type=int,
-        default=128,
-        help="tokens per example (pretrain with the same --max-seq-length)",
-    )
-    p.add_argument("--num-shards", type=int, default=8, help="TFRecord files to write")
-    p.add_argument(
-        "--seed", type=int, default=0, help="seeds how sentences are packed into examples"
-    )
+    # One flag per PrepareSettings field: --max-seq-length for max_seq_length, and so on.
+    add_arguments(p, PrepareSettings)
     p.set_defaults(func=_run_prepare)
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
-    from keras_electra.data import (
-        ElectraTokenizer,
-        learn_vocab,
-        load_vocab,
-        save_vocab,
-        write_pretraining_tfrecords,
-    )
-    from keras_electra.run_directory import RunDirectory
+    from keras_electra.data.prepare import prepare
 
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    lowercase = not args.cased
-    if args.vocab:
-        tokens = load_vocab(args.vocab)
-    else:
-        tokens = learn_vocab(args.corpus, args.vocab_size, lowercase=lowercase)
-    vocab_file = out / RunDirectory.VOCAB  # named as in a run directory
-    save_vocab(tokens, str(vocab_file))
-    files = write_pretraining_tfrecords(
-        args.corpus,
-        ElectraTokenizer(tokens, lowercase=lowercase),
-        str(out),
-        max_seq_length=args.max_seq_length,
-        num_shards=args.num_shards,
-        seed=args.seed,
-    )
-    print(f"Wrote {len(files)} shards and {vocab_file.name} to {out}")
-    print(
-        f"Pretrain with: keras-electra pretrain --corpus {out} --vocab {vocab_file} "
-        f"--max-seq-length {args.max_seq_length} --output RUN_DIR"
-    )
+    result = prepare(args.corpus, args.output, settings=from_arguments(args, PrepareSettings))
+    print(result.describe())
     return 0
 
 
@@ -285,6 +247,9 @@ def _run_finetune(args: argparse.Namespace) -> int:
     result = finetune(
         args.run or args.init, args.task, args.train, args.eval, args.output, options=options
     )
+    if args.dry_run:
+        print(result.describe())
+        return 0
     print(f"Fine-tuned model: {result.output_dir}")
     if result.metrics:
         print(f"Eval metrics: {json.dumps(result.metrics)}")

@@ -191,6 +191,46 @@ class ElectraConfig:
         """How many positions per sequence the masking step may select."""
         return max(1, int((self.mask_prob + 0.005) * seq_length))
 
+    # === Parameter counts (from the sizes, without building a model) ===
+
+    def embedding_parameters(self) -> int:
+        """Weights of one embedding block: the word, position and segment tables and
+        their LayerNorm (what ``embedding_sharing="all"`` shares)."""
+        rows = self.vocab_size + self.max_position_embeddings + self.type_vocab_size
+        return (rows + 2) * self.embedding_size
+
+    def tower_parameters(self, encoder: EncoderConfig) -> int:
+        """Weights of one transformer tower: the projection from the embedding size
+        (when it differs), per layer the attention's four projections, the
+        feed-forward and two LayerNorms, and a final LayerNorm with ``normalize_first``.
+
+        Examples:
+            >>> config = ElectraConfig.from_preset("base")
+            >>> config.tower_parameters(config.discriminator_config())
+            85054464
+        """
+        h, f, e = encoder.hidden_size, encoder.intermediate_size, self.embedding_size
+        projection = e * h + h if e != h else 0
+        layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
+        return projection + encoder.num_layers * layer + (2 * h if self.normalize_first else 0)
+
+    def backbone_parameters(self) -> int:
+        """The discriminator with its embeddings: what fine-tuning trains and an export
+        holds (a task's head aside).
+
+        Examples:
+            >>> f"{ElectraConfig.from_preset('base').backbone_parameters() / 1e6:.1f} M"
+            '108.9 M'
+        """
+        return self.embedding_parameters() + self.tower_parameters(self.discriminator_config())
+
+    def lm_head_parameters(self, hidden: int) -> int:
+        """Weights of a masked-LM head on a ``hidden``-wide tower: the dense layer to the
+        embedding size, its LayerNorm and the output bias (the output matrix is the
+        tied word table)."""
+        e = self.embedding_size
+        return hidden * e + e + 2 * e + self.vocab_size
+
     # === Serialization ===
 
     def to_dict(self) -> dict[str, Any]:

@@ -129,6 +129,11 @@ class RunDirectory:
     def has_checkpoint(self) -> bool:
         return tf.train.latest_checkpoint(str(self.checkpoint_dir)) is not None
 
+    def latest_step(self) -> int | None:
+        """The step of the latest checkpoint, from its name (None without one)."""
+        latest = tf.train.latest_checkpoint(str(self.checkpoint_dir))
+        return None if latest is None else int(latest.rsplit("-", 1)[-1])
+
     # --- reading ---
 
     def config_and_vocab(self) -> tuple[ElectraConfig, list[str]]:

@@ -6,7 +6,7 @@ from its fields (:func:`add_arguments`; docs/pretraining.md). A field left ``Non
 takes its preset's value from :data:`keras_electra.config.TRAINING_DEFAULTS`. Adding an
 option is one field here (name, type, default, help) plus the code that uses it.
 :class:`FinetuneOptions` does the same for ``finetune()``, with the paper's recipe per
-model size (:data:`FINETUNE_RECIPE`).
+model size (:data:`FINETUNE_RECIPE`), and :class:`PrepareSettings` for ``prepare()``.
 
 This module is plain Python (no TensorFlow), so the command's ``--help`` stays fast.
 
@@ -76,6 +76,10 @@ def option(
 
 
 PER_PRESET = "(default: per preset)"
+DRY_RUN = (
+    "check the settings and every input (files, TFRecords, vocabulary, output directory), "
+    "print the plan and exit without training or writing anything"
+)
 
 
 @dataclass
@@ -187,6 +191,12 @@ class PretrainSettings:
         choices=ON_NAN,
     )
     progress: bool = option(True, "hide the progress bar", negated="--no-progress", record=False)
+    dry_run: bool = option(
+        False,
+        f"{DRY_RUN}; the plan: model size and parameters, tokens and FLOPs per step, steps, "
+        "memory per device, checkpoints",
+        record=False,
+    )
     # ElectraConfig fields to change, for a new run. When resuming, and with --init, only
     # embedding_sharing counts: a resumed run must keep its own mode, and an init
     # directory that shares "all" can start a run in any mode (the discriminator's own
@@ -340,6 +350,11 @@ class FinetuneOptions:
     max_answer_length: int = option(30, "qa: longest answer")
     seed: int = option(0, "seeds the head's initial weights, dropout and the data order")
     progress: bool = option(True, "no progress bar and no per-epoch lines", negated="--quiet")
+    dry_run: bool = option(
+        False,
+        f"{DRY_RUN}; the plan: model size and parameters, examples, steps, tokens and FLOPs "
+        "per step, memory",
+    )
 
     HYPERPARAMETERS = (
         "epochs",
@@ -379,6 +394,33 @@ class FinetuneOptions:
     def hyperparameters(self) -> dict[str, Any]:
         """The optimizer's settings (after :meth:`resolved`), as ``finetune.json`` records."""
         return {name: getattr(self, name) for name in self.HYPERPARAMETERS}
+
+
+# --- prepare ---
+
+
+@dataclass
+class PrepareSettings:
+    """The options of ``keras-electra prepare``: a corpus packed once into sharded
+    TFRecords (:func:`keras_electra.data.prepare.prepare`)."""
+
+    corpus: list[str] = option([], "text files or directories", metavar="PATH", required=True)
+    vocab: str | None = option(None, "BERT-format vocab.txt (default: learn one)", metavar="FILE")
+    vocab_size: int = option(30522, "size of a learned vocabulary")
+    lowercase: bool = option(True, "keep case (learned vocabularies)", negated="--cased")
+    max_seq_length: int = option(
+        128,
+        "tokens per example: the length you will pretrain at, which pretrain's "
+        "--max-seq-length must match (the presets' lengths: "
+        + ", ".join(f"{name} {d['max_seq_length']}" for name, d in TRAINING_DEFAULTS.items())
+        + ")",
+    )
+    num_shards: int = option(8, "TFRecord files to write")
+    seed: int = option(0, "seeds how sentences are packed into examples")
+    dry_run: bool = option(
+        False,
+        f"{DRY_RUN}; the plan: corpus files, vocabulary, example length, shards",
+    )
 
 
 def check_choices(settings: Any, names: tuple[str, ...], values: dict | None = None) -> None:

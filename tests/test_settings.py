@@ -13,6 +13,7 @@ from keras_electra.finetuning import finetune
 from keras_electra.pretraining.run import pretrain
 from keras_electra.settings import (
     FinetuneOptions,
+    PrepareSettings,
     PretrainSettings,
     add_arguments,
     from_arguments,
@@ -58,6 +59,7 @@ def test_every_field_with_a_flag_reaches_the_settings_from_the_command_line():
         "grad_accumulation": (2, "--grad-accumulation", "2"),
         "on_nan": ("skip", "--on-nan", "skip"),
         "progress": (False, "--no-progress"),
+        "dry_run": (True, "--dry-run"),
     }
     with_flags = {name for name, f in FIELDS.items() if f.metadata["cli"]}
     assert with_flags == set(given) | {"corpus"}, "a new option needs a case here"
@@ -201,6 +203,7 @@ def test_every_finetune_option_reaches_the_options_from_the_command_line():
         "max_answer_length": (10, "--max-answer-length", "10"),
         "seed": (3, "--seed", "3"),
         "progress": (False, "--quiet"),
+        "dry_run": (True, "--dry-run"),
     }
     assert set(FT_FIELDS) == set(given), "a new option needs a case here"
     argv = [token for _, *flag in given.values() for token in flag]
@@ -209,6 +212,29 @@ def test_every_finetune_option_reaches_the_options_from_the_command_line():
         assert getattr(options, name) == value, name
         assert value != FT_FIELDS[name].default, f"{name}: pick a value other than the default"
     assert from_arguments(parse_finetune(), FinetuneOptions) == FinetuneOptions()
+
+
+def test_every_prepare_option_reaches_the_settings_from_the_command_line():
+    given = {
+        "corpus": (["c1", "c2"], "--corpus", "c1", "c2"),
+        "vocab": ("v.txt", "--vocab", "v.txt"),
+        "vocab_size": (900, "--vocab-size", "900"),
+        "lowercase": (False, "--cased"),
+        "max_seq_length": (512, "--max-seq-length", "512"),
+        "num_shards": (2, "--num-shards", "2"),
+        "seed": (5, "--seed", "5"),
+        "dry_run": (True, "--dry-run"),
+    }
+    fields = {f.name: f for f in dataclasses.fields(PrepareSettings)}
+    assert set(fields) == set(given), "a new option needs a case here"
+    argv = [token for _, *flag in given.values() for token in flag]
+    args = build_parser().parse_args(["prepare", "--output", "o", *argv])
+    settings = from_arguments(args, PrepareSettings)
+    for name, (value, *_) in given.items():
+        assert getattr(settings, name) == value, name
+        assert value != fields[name].default, f"{name}: pick a value other than the default"
+    defaults = build_parser().parse_args(["prepare", "--output", "o", "--corpus", "c"])
+    assert from_arguments(defaults, PrepareSettings) == PrepareSettings(corpus=["c"])
 
 
 def test_finetune_defaults_follow_the_papers_recipe_per_size_and_task():

@@ -105,9 +105,7 @@ def write_pretraining_tfrecords(
     """
     from tqdm import tqdm
 
-    check_shapes(None, max_seq_length)
-    if not isinstance(num_shards, int) or num_shards < 1:
-        raise ConfigError(f"num_shards={num_shards!r} is invalid; use a positive integer.")
+    check_writing(max_seq_length, num_shards)
     examples = pretraining_examples(files, tokenizer, max_seq_length=max_seq_length, seed=seed)
     output_dir = os.fspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
@@ -145,6 +143,21 @@ def write_pretraining_tfrecords(
     }
     write_json(os.path.join(output_dir, METADATA_FILE), metadata)
     return paths
+
+
+def check_writing(max_seq_length: int, num_shards: int) -> None:
+    """Raises :class:`ConfigError` for a length or shard count no writing can use
+    (:func:`write_pretraining_tfrecords` checks this first; so does a dry run).
+
+    Examples:
+        >>> check_writing(128, 0)
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: num_shards=0 is invalid; use a positive integer.
+    """
+    check_shapes(None, max_seq_length)
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ConfigError(f"num_shards={num_shards!r} is invalid; use a positive integer.")
 
 
 def resolve_tfrecord_files(paths: PathsLike) -> list[str]:
@@ -236,16 +249,8 @@ def record_passes(
             examples, the files hold no example, their length is not
             ``max_seq_length``, or they were written with another vocabulary.
     """
-    files = resolve_tfrecord_files(paths)
-    if tokenizer is not None:
-        _check_vocab_size(files, tokenizer)
-    path, length = _first_record_length(files)
-    if length != max_seq_length:
-        raise InputDataError(
-            f"TFRecord file '{path}' holds examples of length {length}, not "
-            f"max_seq_length={max_seq_length}; pass max_seq_length={length} or write the "
-            "records again with this length."
-        )
+    vocab_size = tokenizer.vocab_size if tokenizer is not None else None
+    files = check_records(paths, max_seq_length=max_seq_length, vocab_size=vocab_size)
     names = tf.constant(files, tf.string)
     cycle = min(len(files), _MAX_SHUFFLED_READERS if shuffle_files else _MAX_ORDERED_READERS)
 
@@ -272,7 +277,46 @@ def record_passes(
     return read_pass, parse
 
 
-def _check_vocab_size(files: Sequence[str], tokenizer: ElectraTokenizer) -> None:
+def check_records(
+    paths: PathsLike, *, max_seq_length: int, vocab_size: int | None = None
+) -> list[str]:
+    """Checks TFRecord files against a run's settings before anything reads them: the
+    files exist, the first record is a pretraining example of ``max_seq_length`` tokens,
+    and (with ``vocab_size``) a directory's ``metadata.json`` names that vocabulary size.
+    :func:`record_passes` (so every pretraining pipeline) and a dry run call this.
+
+    Returns:
+        The files, in order.
+
+    Raises:
+        InputDataError: one sentence naming the file and the fix.
+    """
+    files = resolve_tfrecord_files(paths)
+    if vocab_size is not None:
+        _check_vocab_size(files, vocab_size)
+    path, length = _first_record_length(files)
+    if length != max_seq_length:
+        raise InputDataError(
+            f"TFRecord file '{path}' holds examples of length {length}, not "
+            f"max_seq_length={max_seq_length}; pass --max-seq-length {length} "
+            f"(max_seq_length={length}) or write the records again with `keras-electra "
+            f"prepare --max-seq-length {max_seq_length}`."
+        )
+    return files
+
+
+def record_metadata(paths: PathsLike) -> dict:
+    """The ``metadata.json`` that :func:`write_pretraining_tfrecords` wrote next to the
+    first file of ``paths`` ({} when there is none, as for records written elsewhere)."""
+    files = resolve_tfrecord_files(paths)
+    metadata_path = os.path.join(os.path.dirname(files[0]), METADATA_FILE)
+    if not tf.io.gfile.exists(metadata_path):
+        return {}
+    with tf.io.gfile.GFile(metadata_path, "r") as f:
+        return json.load(f)
+
+
+def _check_vocab_size(files: Sequence[str], expected: int) -> None:
     """Raises if a directory's ``metadata.json`` names another vocabulary size."""
     for directory in {os.path.dirname(p) for p in files}:
         metadata_path = os.path.join(directory, METADATA_FILE)
@@ -280,11 +324,12 @@ def _check_vocab_size(files: Sequence[str], tokenizer: ElectraTokenizer) -> None
             continue
         with tf.io.gfile.GFile(metadata_path, "r") as f:
             vocab_size = json.load(f).get("vocab_size")
-        if vocab_size is not None and vocab_size != tokenizer.vocab_size:
+        if vocab_size is not None and vocab_size != expected:
             raise InputDataError(
                 f"The TFRecords in '{directory}' were written with a {vocab_size}-token "
-                f"vocabulary but the tokenizer has {tokenizer.vocab_size} tokens; write them "
-                "again with this vocabulary."
+                f"vocabulary but the tokenizer has {expected} tokens; pass the --vocab they "
+                "were prepared with (their directory's vocab.txt) or write them again with "
+                "this vocabulary."
             )
 
 

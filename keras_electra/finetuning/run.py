@@ -29,11 +29,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_electra.atomic import write_json
+from keras_electra.atomic import check_writable, write_json
 from keras_electra.convert.hub import local_init
 from keras_electra.data import fit_options
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
+from keras_electra.finetuning.plan import FinetunePlan
 from keras_electra.finetuning.saved import FinetunedModel, load_finetuned, save_finetuned
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
@@ -65,7 +66,7 @@ def finetune(
     options: FinetuneOptions | None = None,
     stop_on_signals: bool = True,
     **keywords,
-) -> FinetunedModel:
+) -> FinetunedModel | FinetunePlan:
     """Fine-tune a pretrained discriminator on a task; evaluate and save it.
 
     The options are the fields of :class:`~keras_electra.settings.FinetuneOptions`,
@@ -92,7 +93,11 @@ def finetune(
         TrainingInterrupted: stopped by SIGTERM/SIGINT; the same call resumes.
 
     Returns:
-        A :class:`FinetunedModel` with the trained model and ``metrics``.
+        A :class:`FinetunedModel` with the trained model and ``metrics``; with
+        ``dry_run=True``, the :class:`~keras_electra.finetuning.plan.FinetunePlan`: the
+        source, options and data checked as a run checks them before it trains (the
+        data read and encoded, an interrupted run in ``output_dir`` compared), nothing
+        trained or written, no weights read.
 
     Examples:
         >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv", "runs/cls",
@@ -106,11 +111,15 @@ def finetune(
         )
     options = dataclasses.replace(options or FinetuneOptions(), **keywords)
     check_task(task)
-    kernels = backend.choose()  # a bad KERAS_ELECTRA_KERNELS fails before any work
+    backend.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
     run = RunDirectory(source)  # its preset: run.json's, a fine-tuned source's, else inferred
+    if not run.has_checkpoint():
+        raise ConfigError(
+            f"The source directory '{named}' has no checkpoint yet; pretrain it first."
+        )
     preset = run.settings().get("preset")
     if not preset and run.is_finetuned():
         preset = FinetuneSettings.load(run.finetune_file).training.get("preset")
@@ -129,12 +138,34 @@ def finetune(
     x, y, _ = handler.encode(train_examples, tokenizer, settings)
     if eval_examples is not None:
         handler.encode(eval_examples, tokenizer, settings)  # unseen labels fail here
+    rows = len(next(iter(x.values())))
+    steps_per_epoch = math.ceil(rows / hyper["batch_size"])
+    steps = steps_per_epoch * hyper["epochs"]
+    fingerprint = _fingerprint(settings, source, x, y)
+    if options.dry_run:
+        resume_step = 0
+        if output_dir is not None:
+            check_writable(output_dir)
+            resume_step = _resumable_step(RunDirectory(output_dir).resume_dir, fingerprint)
+        return FinetunePlan(
+            source=named,
+            output_dir=None if output_dir is None else Path(output_dir),
+            config=config,
+            preset=preset,
+            options=options,
+            settings=settings,
+            train_examples=len(train_examples),
+            train_rows=rows,
+            eval_examples=None if eval_examples is None else len(eval_examples),
+            steps=steps,
+            steps_per_epoch=steps_per_epoch,
+            resume_step=resume_step,
+        )
 
+    kernels = backend.choose()
     keras.utils.set_random_seed(seed)
     backbone, tokenizer, config = load_backbone(source, dropout=options.dropout)
     model = handler.build_model(backbone, settings)
-    steps_per_epoch = math.ceil(len(next(iter(x.values()))) / hyper["batch_size"])
-    steps = steps_per_epoch * hyper["epochs"]
     if hyper["probe_epochs"]:
         probe_head(model, backbone, handler.loss(settings), x, y, hyper, seed)
     # The rates, warm-up and decays: the hyperparameters but the epochs and batch size.
@@ -144,7 +175,7 @@ def finetune(
     batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
     resume = None
     if output_dir is not None:
-        resume = _Resume(RunDirectory(output_dir).resume_dir, _fingerprint(settings, source, x, y))
+        resume = _Resume(RunDirectory(output_dir).resume_dir, fingerprint)
     # Recorded in finetune.json, not in the fingerprint: a resume may run on other kernels.
     settings.training["kernels"] = f"{kernels.backend}: {kernels.reason}"
     if options.progress:
@@ -308,17 +339,8 @@ class _Resume:
 
     def __init__(self, run: RunDirectory, fingerprint: str):
         self.run, self.directory, self.fingerprint = run, run.path, fingerprint
-        directory, state = run.path, run.path / "state.json"
-        if not run.has_checkpoint():
-            shutil.rmtree(directory, ignore_errors=True)  # nothing saved: nothing to resume
-        elif state.exists():
-            stored = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
-            if stored != fingerprint:
-                raise ConfigError(
-                    f"'{directory.parent}' holds a fine-tuning interrupted with other settings "
-                    "or training data; rerun that command to finish it, delete "
-                    f"'{directory}', or choose a new --output."
-                )
+        if not _resumable_step(run, fingerprint):
+            shutil.rmtree(run.path, ignore_errors=True)  # nothing saved: nothing to resume
 
     def open(self, model: keras.Model, optimizer) -> RunCheckpoints:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -335,6 +357,22 @@ class _Resume:
     def append(self, record: dict) -> None:
         with self.run.metrics_file.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def _resumable_step(run: RunDirectory, fingerprint: str) -> int:
+    """The step the interrupted fine-tuning in ``run`` (``OUTPUT_DIR/resume/``) resumes
+    at, 0 for none; raises if it was started with other settings or training data."""
+    step = run.latest_step() or 0
+    state = run.path / "state.json"
+    if step and state.exists():
+        stored = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
+        if stored != fingerprint:
+            raise ConfigError(
+                f"'{run.path.parent}' holds a fine-tuning interrupted with other settings "
+                f"or training data; rerun that command to finish it, delete '{run.path}', "
+                "or choose a new --output."
+            )
+    return step
 
 
 def _fingerprint(settings: FinetuneSettings, source: Path, x, y) -> str:

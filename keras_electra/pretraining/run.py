@@ -7,6 +7,12 @@ state, random streams and data position. Faults (docs/reliability.md lists them 
 their tests): SIGTERM or SIGINT saves a checkpoint at the step reached and raises
 :class:`~keras_electra.errors.TrainingInterrupted`; a failed write raises
 :class:`~keras_electra.errors.StorageError` and keeps the previous checkpoint.
+
+With ``dry_run=True`` the same checks run (the settings, the strategy's name and
+``TF_CONFIG``, the corpus or TFRecords against the length and vocabulary, a resumed
+run's or ``--init``'s files, the output directory) and :func:`pretrain` returns the
+run's :class:`~keras_electra.pretraining.plan.PretrainPlan` instead of training;
+nothing is written, no model is built.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from keras_electra.atomic import check_writable
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.hub import local_init
 from keras_electra.data import (
@@ -31,7 +38,7 @@ from keras_electra.data import (
     pretraining_dataset,
     resolve_corpus_files,
 )
-from keras_electra.data.tfrecords import unreadable_tfrecord
+from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
 from keras_electra.errors import (
     ConfigError,
     InputDataError,
@@ -45,6 +52,7 @@ from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
 from keras_electra.pretraining.loading import read_run, vocab_checksum
+from keras_electra.pretraining.plan import PretrainPlan, describe_data
 from keras_electra.pretraining.pretrainer import (
     NONFINITE_MESSAGE,
     ElectraPretrainer,
@@ -68,6 +76,7 @@ from keras_electra.training.strategy import (
     is_chief,
     is_multi_worker,
     prepare_multi_worker_fit,
+    replicas_here,
     resolve_strategy,
 )
 
@@ -99,7 +108,7 @@ def pretrain(
     settings: PretrainSettings | None = None,
     stop_on_signals: bool = True,
     **options,
-) -> RunResult:
+) -> RunResult | PretrainPlan:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
 
     Every option is a field of :class:`~keras_electra.settings.PretrainSettings`
@@ -125,7 +134,9 @@ def pretrain(
             they share; only the chief writes the run directory.
 
     Returns:
-        A :class:`RunResult` with the trained model and the metrics history.
+        A :class:`RunResult` with the trained model and the metrics history; with
+        ``dry_run=True``, the run's :class:`~keras_electra.pretraining.plan.PretrainPlan`
+        (every input checked, nothing trained or written).
 
     Raises:
         TrainingInterrupted: stopped by SIGTERM/SIGINT (a checkpoint is saved).
@@ -152,13 +163,18 @@ def pretrain(
         return _pretrain(stop, Path(output_dir), settings)
 
 
-def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> RunResult:
-    """Resolve the settings, prepare the run directory, build the model, then train."""
+def _pretrain(
+    stop: StopRequest, run_dir: Path, requested: PretrainSettings
+) -> RunResult | PretrainPlan:
+    """Resolve the settings, prepare the run directory, build the model, then train (or,
+    for a dry run, make the same checks and return the plan)."""
     run = RunDirectory(run_dir)
     # --init hf:ORG/NAME: fetched and converted once, then read as a directory.
     requested = dataclasses.replace(requested, init=local_init(requested.init))
     init_preset = requested.init and RunDirectory(requested.init).settings().get("preset")
     settings = requested.resolved(init_preset)
+    if settings.dry_run:
+        return _plan(run, settings)
     distribution = resolve_strategy(settings.strategy)
     if is_multi_worker(distribution):
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
@@ -174,17 +190,83 @@ def _pretrain(stop: StopRequest, run_dir: Path, requested: PretrainSettings) -> 
         raise _data_loss(settings, e) from None
 
 
+def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
+    """A dry run: the checks a run makes before it trains, with the hardware it cannot
+    see assumed, and the plan; nothing is written and no model is built."""
+    check_writable(run.path)  # a run finds out by writing, and says why
+    replicas, devices = replicas_here(settings.strategy)
+    _check_batches(settings, replicas or 1)
+    backend.requested()  # a bad KERAS_ELECTRA_KERNELS (the choice itself builds kernels)
+    resumed = run.config_file.exists()
+    config, tokens, source = _run_model(run, settings, chief=True, learn=False)
+    files = _check_data(settings, tokens)
+    if tokens is not None:
+        vocabulary = f"{source} ({len(tokens):,} pieces)"
+    else:
+        vocabulary = f"learned from the corpus when the run starts ({config.vocab_size:,} pieces)"
+    return PretrainPlan(
+        settings=settings,
+        run_dir=run.path,
+        config=config,
+        start_step=(run.latest_step() or 0) if resumed else 0,
+        resumed=resumed,
+        vocabulary=vocabulary,
+        data=describe_data(settings, files),
+        replicas=replicas,
+        devices=devices,
+    )
+
+
+def _check_data(settings: PretrainSettings, tokens: list[str] | None) -> list[str]:
+    """The corpus checked against the run before any model is built (text: that the files
+    exist and hold text; TFRecords: their length and vocabulary, as the pipeline checks
+    them again when it reads); returns the files."""
+    if is_tfrecord_input(settings.corpus):
+        vocab_size = len(tokens) if tokens is not None else None
+        return check_records(
+            settings.corpus, max_seq_length=settings.max_seq_length, vocab_size=vocab_size
+        )
+    files = resolve_corpus_files(settings.corpus)
+    check_corpus_has_text(files)
+    return files
+
+
 def _prepare_run_directory(
     run: RunDirectory, settings: PretrainSettings, chief: bool
 ) -> tuple[ElectraConfig, list[str]]:
-    """The run's model config and vocabulary: the run directory's own when it is resumed,
-    else from ``--init`` or the preset and the corpus, written there; and ``run.json``.
+    """The run's model config and vocabulary (:func:`_run_model`), written to the run
+    directory with ``run.json``.
 
     Only the chief writes the run directory. The other workers read the chief's files
     once it has checkpointed (before that they may be half-written) and otherwise
     derive the same vocabulary and config from the same arguments.
     """
     kernels = backend.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
+    config, tokens, _ = _run_model(run, settings, chief)
+    _check_data(settings, tokens)
+    stored = run.config_and_vocab()[0] if run.config_file.exists() and chief else None
+    if chief and config != stored:  # a new run, or a new --temperature the run goes on with
+        with _writing(run.path):
+            run.write_model_files(config, tokens)
+    settings.vocab_sha256 = vocab_checksum(tokens)
+    settings.kernels = f"{kernels.backend}: {kernels.reason}"
+    if chief:
+        if settings.progress:
+            print(kernels.describe(), flush=True)
+        with _writing(run.path):
+            run.write_settings(settings.record())
+    return config, tokens
+
+
+def _run_model(
+    run: RunDirectory, settings: PretrainSettings, chief: bool, learn: bool = True
+) -> tuple[ElectraConfig, list[str] | None, str]:
+    """The run's model config and vocabulary, checked, and where the vocabulary comes
+    from: the run directory's own when it is resumed, else ``--init``'s, else the preset's
+    config with ``--vocab`` or (``learn``) a vocabulary learned from the corpus; without
+    ``learn`` (a dry run) such a vocabulary is None and the config has the size it will
+    have. Sets the settings the config decides (sharing, temperature, generator size).
+    """
     fields = ("embedding_sharing", "temperature", "generator_hidden_size")
     flags = (settings.embedding_sharing, settings.temperature, settings.generator_size)
     overrides = dict(settings.config_overrides)
@@ -193,8 +275,8 @@ def _prepare_run_directory(
     if sharing is not None:  # checked before anything is written
         objectives.get(settings.objective).check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
-    stored = None  # the run directory's config, when it is resumed
     if resuming:
+        source = str(run.vocab_file)
         stored, tokens = read_run(run, settings)
         if sharing is not None and sharing != stored.embedding_sharing:
             raise ConfigError(
@@ -210,28 +292,19 @@ def _prepare_run_directory(
                 "--output."
             )
         config = _sampling_and_size(stored, settings, f"Run directory '{run.path}'")
+    elif settings.init is not None:
+        source = str(RunDirectory(settings.init).vocab_file)
+        config, tokens = _init_source(settings.init, settings, sharing)
+        objectives.get(settings.objective).check(config)
+        config = _sampling_and_size(config, settings, f"--init '{settings.init}'")
     else:
-        if settings.init is not None:
-            config, tokens = _init_source(settings.init, settings, sharing)
-            objectives.get(settings.objective).check(config)
-            config = _sampling_and_size(config, settings, f"--init '{settings.init}'")
-        else:
-            tokens = _vocabulary(settings)
-            config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
-    if chief and config != stored:  # a new run, or a new --temperature the run goes on with
-        with _writing(run.path):
-            run.write_model_files(config, tokens)
+        source = settings.vocab or "learned"
+        tokens = _vocabulary(settings, learn)
+        config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
     settings.embedding_sharing = config.embedding_sharing
     settings.temperature = config.temperature
     settings.generator_size = config.generator_hidden_size
-    settings.vocab_sha256 = vocab_checksum(tokens)
-    settings.kernels = f"{kernels.backend}: {kernels.reason}"
-    if chief:
-        if settings.progress:
-            print(kernels.describe(), flush=True)
-        with _writing(run.path):
-            run.write_settings(settings.record())
-    return config, tokens
+    return config, tokens, source
 
 
 def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source: str):
@@ -459,8 +532,9 @@ def _check_batches(settings: PretrainSettings, replicas: int) -> None:
         )
 
 
-def _vocabulary(settings: PretrainSettings) -> list[str]:
-    """The ``--vocab`` file's tokens, or a vocabulary learned from the corpus."""
+def _vocabulary(settings: PretrainSettings, learn: bool = True) -> list[str] | None:
+    """The ``--vocab`` file's tokens, or a vocabulary learned from the corpus (None
+    without ``learn``: a dry run does not read the whole corpus)."""
     if is_tfrecord_input(settings.corpus):
         if not settings.vocab:
             raise ConfigError(
@@ -471,23 +545,35 @@ def _vocabulary(settings: PretrainSettings) -> list[str]:
         check_corpus_has_text(resolve_corpus_files(settings.corpus))
     if settings.vocab:
         return load_vocab(settings.vocab)
+    if not learn:
+        return None
     size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
     return learn_vocab(settings.corpus, size, lowercase=settings.lowercase)
 
 
 def model_config(
-    preset: str, tokens: list[str], lowercase: bool, settings: PretrainSettings, overrides: dict
+    preset: str,
+    tokens: list[str] | None,
+    lowercase: bool,
+    settings: PretrainSettings,
+    overrides: dict,
 ) -> ElectraConfig:
     """The config ``pretrain`` builds for a new run: the preset's sizes, the vocabulary's
-    special-token ids, the objective's ``config_overrides`` (the MLM baseline's
-    single-tower sharing; an explicit other mode is still refused), and a position
-    table at least ``settings.max_seq_length`` long."""
-    ids = {t: i for i, t in enumerate(tokens)}
-    special = {f"{n}_token_id": ids[f"[{n.upper()}]"] for n in ("pad", "cls", "sep", "mask")}
+    size and special-token ids (``tokens`` None, for a dry run's vocabulary yet to be
+    learned: ``settings.vocab_size`` or the preset's, and the default ids), the
+    objective's ``config_overrides`` (the MLM baseline's single-tower sharing; an
+    explicit other mode is still refused), and a position table at least
+    ``settings.max_seq_length`` long."""
+    if tokens is None:
+        size = settings.vocab_size or ElectraConfig.from_preset(preset).vocab_size
+        special = {"vocab_size": size}
+    else:
+        ids = {t: i for i, t in enumerate(tokens)}
+        names = ("pad", "cls", "sep", "mask")
+        special = {f"{n}_token_id": ids[f"[{n.upper()}]"] for n in names}
+        special["vocab_size"] = len(tokens)
     overrides = {**objectives.get(settings.objective).config_overrides, **overrides}
-    config = ElectraConfig.from_preset(
-        preset, vocab_size=len(tokens), lowercase=lowercase, **special, **overrides
-    )
+    config = ElectraConfig.from_preset(preset, lowercase=lowercase, **special, **overrides)
     if settings.max_seq_length > config.max_position_embeddings:
         config = config.replace(max_position_embeddings=settings.max_seq_length)
     return config
@@ -504,6 +590,8 @@ def _init_source(
         "pass the --output of `keras-electra pretrain` or `keras-electra convert`",
     )
     config, tokens = read_run(source, None)
+    if not source.has_checkpoint():
+        raise ConfigError(f"--init '{init}' has no checkpoint.")
     if settings.max_seq_length > config.max_position_embeddings:
         raise ConfigError(
             f"--max-seq-length {settings.max_seq_length} exceeds the {init} model's "

@@ -28,23 +28,13 @@ def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:
         >>> resolve_strategy("one_device").num_replicas_in_sync
         1
     """
-    if name not in STRATEGIES:
-        raise ConfigError(f"Unknown strategy '{name}'; choose one of: {', '.join(STRATEGIES)}.")
+    check_strategy(name)  # before anything starts the runtime (listing devices)
     resolver = _tpu_resolver() if name in ("auto", "tpu") else None
     if resolver is not None:
         return tf.distribute.TPUStrategy(resolver)
     if name == "tpu":
         raise ConfigError("--strategy tpu found no TPU; run on a TPU host or use --strategy auto.")
-    if name == "multi_worker":  # before anything starts the runtime (listing devices)
-        try:
-            config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
-        except json.JSONDecodeError:
-            raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
-        if not (config.get("cluster", {}).get("worker") and "task" in config):
-            raise ConfigError(
-                "--strategy multi_worker needs TF_CONFIG naming the cluster's workers and this "
-                "task; set it on every worker or use --strategy auto."
-            )
+    if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
@@ -58,6 +48,71 @@ def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:
             )
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+
+
+def check_strategy(name: str) -> None:
+    """Check what a ``--strategy`` value needs besides the hardware: a known name and,
+    for ``multi_worker``, a ``TF_CONFIG`` naming the cluster's workers and this task.
+    :func:`resolve_strategy` checks this first; a dry run checks only this (the
+    hardware is often not on the machine that plans the run).
+
+    Raises:
+        ConfigError: one sentence naming the fix.
+
+    Examples:
+        >>> check_strategy("mirrored")
+        >>> check_strategy("gpu")
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: Unknown strategy 'gpu'; choose one of: auto, tpu, \
+mirrored, multi_worker, one_device.
+    """
+    if name not in STRATEGIES:
+        raise ConfigError(f"Unknown strategy '{name}'; choose one of: {', '.join(STRATEGIES)}.")
+    if name == "multi_worker":
+        _cluster_workers()
+
+
+def _cluster_workers() -> list[str]:
+    """The workers ``TF_CONFIG`` names; raises unless it names them and this task."""
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
+    except json.JSONDecodeError:
+        raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
+    workers = config.get("cluster", {}).get("worker") if isinstance(config, dict) else None
+    if not (workers and "task" in config):
+        raise ConfigError(
+            "--strategy multi_worker needs TF_CONFIG naming the cluster's workers and this "
+            "task; set it on every worker or use --strategy auto."
+        )
+    return list(workers)
+
+
+def replicas_here(name: str) -> tuple[int | None, str]:
+    """How many replicas ``--strategy name`` would split the batch over on this machine,
+    found without starting the strategy (no TPU is connected, no cluster joined), and
+    what they are; ``None`` where only the run can tell (a TPU, GPUs this machine lacks,
+    several workers).
+
+    Examples:
+        >>> replicas_here("one_device")[0]
+        1
+    """
+    check_strategy(name)
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    if name == "one_device":
+        return 1, "one device (" + ("the first GPU" if gpus else "the CPU") + ")"
+    if name == "tpu":
+        return None, "a TPU's cores (the run connects to the TPU when it starts)"
+    if name == "multi_worker":
+        workers = len(_cluster_workers())
+        return None, f"{workers} workers in TF_CONFIG, each with its devices"
+    if gpus > 1:
+        return gpus, f"MirroredStrategy over {gpus} GPUs"
+    if name == "mirrored":
+        return None, f"MirroredStrategy over two or more GPUs ({gpus} here)"
+    where = "one GPU" if gpus else "the CPU"
+    return 1, f"{where} here (a TPU, when the run finds one, takes its place)"
 
 
 def _tpu_resolver():

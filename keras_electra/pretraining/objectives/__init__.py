@@ -11,7 +11,9 @@ the rest, without branching on a name:
 - :meth:`Objective.metrics` makes its metrics, :meth:`Objective.compute` its losses
   on a prepared (micro-)batch and :meth:`Objective.update_metrics` records them;
 - :attr:`Objective.gradient_parts` names the parts whose gradient norms are logged;
-- :meth:`Objective.forward_flops` counts a step's cost (``pretraining.flops``).
+- :meth:`Objective.forward_flops` counts a step's cost (``pretraining.flops``) and
+  :meth:`Objective.parameters` the weights it trains and :meth:`Objective.kept_activations`
+  the memory its step keeps (a dry run's plan, ``pretraining.memory``).
 
 The objectives: ``electra`` (:mod:`.electra`, replaced-token detection) and ``mlm``
 (:mod:`.mlm`, a BERT-style masked LM on the discriminator tower). A new one is a module
@@ -129,6 +131,20 @@ class Objective:
 
     def forward_flops(self, config: ElectraConfig, batch: int, length: int) -> dict[str, float]:
         """Forward matmul FLOPs of one step by part (see :mod:`keras_electra.pretraining.flops`)."""
+        raise NotImplementedError
+
+    def parameters(self, config: ElectraConfig) -> dict[str, int]:
+        """The weights pretraining trains, by part (embeddings, towers, heads), counted from
+        ``config`` without building the model (``model.count_params()`` less its step
+        counter)."""
+        raise NotImplementedError
+
+    def kept_activations(
+        self, config: ElectraConfig, sequences: int, length: int, precision: str
+    ) -> dict[str, float]:
+        """Bytes a step on ``sequences`` sequences keeps for its backward pass:
+        ``activations`` (its towers') and ``logits`` (its masked-LM heads'), as
+        :mod:`keras_electra.pretraining.memory` estimates them."""
         raise NotImplementedError
 
 

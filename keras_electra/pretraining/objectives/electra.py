@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras_electra.layers import DiscriminatorHead, ElectraBackbone
 from keras_electra.pretraining import objective
 from keras_electra.pretraining.flops import lm_head_flops, tower_flops
+from keras_electra.pretraining.memory import lm_logits, tower_activations
 from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
 from keras_electra.pretraining.objectives.mlm import lm_head, predict_masked
 
@@ -139,3 +140,30 @@ class ReplacedTokenDetection(Objective):
         if config.corrective_weight > 0:
             parts["corrective_head"] = lm_head_flops(h, config, batch, length)
         return parts
+
+    def parameters(self, config):
+        disc, gen = config.discriminator_config(), config.generator_config()
+        block, h = config.embedding_parameters(), disc.hidden_size
+        # The discriminator's own embedding weights besides the shared block: none
+        # ("all"), its position and segment tables and LayerNorm ("word"), a whole block
+        # ("none"), or a delta per table and its own LayerNorm ("gdes": a block's worth).
+        word_table = config.vocab_size * config.embedding_size
+        own = {"all": 0, "word": block - word_table, "none": block, "gdes": block}
+        parts = {
+            "embeddings": block + own[config.embedding_sharing],
+            "generator": config.tower_parameters(gen),
+            "generator_head": config.lm_head_parameters(gen.hidden_size),
+            "discriminator": config.tower_parameters(disc),
+            "discriminator_head": h * h + h + h + 1,
+        }
+        if config.corrective_weight > 0:
+            parts["corrective_head"] = config.lm_head_parameters(h)
+        return parts
+
+    def kept_activations(self, config, sequences, length, precision):
+        towers = (config.generator_config(), config.discriminator_config())
+        heads = 2 if config.corrective_weight > 0 else 1
+        return {
+            "activations": sum(tower_activations(t, sequences, length, precision) for t in towers),
+            "logits": heads * lm_logits(config, sequences, length),
+        }

@@ -16,6 +16,7 @@ from keras_electra.errors import ConfigError
 from keras_electra.layers import GeneratorHead
 from keras_electra.pretraining import objective
 from keras_electra.pretraining.flops import lm_head_flops, tower_flops
+from keras_electra.pretraining.memory import lm_logits, tower_activations
 from keras_electra.pretraining.objectives import (
     LossTotals,
     Objective,
@@ -115,4 +116,19 @@ class MaskedLM(Objective):
         return {
             "discriminator": tower_flops(disc, config.embedding_size, batch, length),
             "mlm_head": lm_head_flops(disc.hidden_size, config, batch, length),
+        }
+
+    def parameters(self, config):
+        disc = config.discriminator_config()
+        return {
+            "embeddings": config.embedding_parameters(),
+            "discriminator": config.tower_parameters(disc),
+            "mlm_head": config.lm_head_parameters(disc.hidden_size),
+        }
+
+    def kept_activations(self, config, sequences, length, precision):
+        disc = config.discriminator_config()
+        return {
+            "activations": tower_activations(disc, sequences, length, precision),
+            "logits": lm_logits(config, sequences, length),
         }

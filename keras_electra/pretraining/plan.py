@@ -1,0 +1,205 @@
+"""A pretraining run worked out before it starts: what ``pretrain --dry-run`` prints.
+
+:func:`~keras_electra.pretraining.run.pretrain` with ``dry_run=True`` makes the checks a
+run makes before it trains and returns a :class:`PretrainPlan`: the resolved settings,
+the model's sizes and parameters (counted from the config:
+:meth:`~keras_electra.pretraining.objectives.Objective.parameters`), the data, tokens and
+FLOPs per step (:mod:`~keras_electra.pretraining.flops`), the memory per device
+(:mod:`~keras_electra.pretraining.memory`, an estimate) and where the checkpoints go.
+:meth:`PretrainPlan.describe` is the text the command prints.
+
+Examples:
+    >>> plan = pretrain(["tfrecords-512/"], "runs/base", preset="base",
+    ...                 vocab="tfrecords-512/vocab.txt", dry_run=True)  # doctest: +SKIP
+    >>> print(plan.describe())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from keras_electra.config import ElectraConfig
+from keras_electra.data.files import is_remote
+from keras_electra.data.tfrecords import is_tfrecord_input, record_metadata
+from keras_electra.pretraining import objectives
+from keras_electra.pretraining.flops import step_flops
+from keras_electra.pretraining.memory import step_memory
+from keras_electra.run_directory import RunDirectory
+from keras_electra.settings import PretrainSettings
+
+DRY_RUN_NOTE = "Dry run: every input checked; nothing was trained or written."
+
+# Device counts the memory per device is shown for when the strategy's devices are not
+# on the machine that plans the run (a TPU host's cores, several GPUs or workers).
+DEVICE_COUNTS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass
+class PretrainPlan:
+    """What a pretraining run will do, checked but not started.
+
+    Attributes:
+        settings: the resolved settings (the preset's defaults filled in).
+        run_dir: the run directory.
+        config: the model's config (for a vocabulary still to be learned, with the size
+            it will have).
+        start_step: the step the run starts from (a resumed run's latest checkpoint).
+        resumed: the run directory holds a run that this one continues.
+        vocabulary: where the vocabulary comes from, and its size.
+        data: the corpus: its kind, files and examples.
+        replicas: the devices that share each batch here, or None where only the run
+            can tell (a TPU, GPUs this machine lacks, several workers).
+        devices: what those devices are.
+    """
+
+    settings: PretrainSettings
+    run_dir: Path
+    config: ElectraConfig
+    start_step: int
+    resumed: bool
+    vocabulary: str
+    data: str
+    replicas: int | None
+    devices: str
+
+    def parameters(self) -> dict[str, int]:
+        """The weights pretraining trains, by part."""
+        return objectives.get(self.settings.objective).parameters(self.config)
+
+    def tokens_per_step(self) -> int:
+        return self.settings.batch_size * self.settings.max_seq_length
+
+    def flops_per_step(self) -> float:
+        """Matmul FLOPs of one step (forward and backward, the global batch)."""
+        s = self.settings
+        return step_flops(self.config, s.batch_size, s.max_seq_length, s.objective)
+
+    def memory_per_device(self, replicas: int) -> dict[str, float]:
+        """Estimated bytes per device with ``replicas`` devices sharing the batch, by part."""
+        s = self.settings
+        sequences = max(1, s.batch_size // replicas // s.grad_accumulation)
+        return step_memory(
+            self.config,
+            s.objective,
+            sequences=sequences,
+            length=s.max_seq_length,
+            precision=s.precision,
+        )
+
+    def describe(self) -> str:
+        """The plan as the command prints it: one line per subject."""
+        s, c = self.settings, self.config
+        disc, gen = c.discriminator_config(), c.generator_config()
+        run = RunDirectory(self.run_dir)
+        rows = {}
+        if not self.resumed:
+            rows["run"] = f"{self.run_dir} (a new run)"
+        elif self.start_step >= s.steps:
+            rows["run"] = f"{self.run_dir}: already at step {self.start_step:,}; nothing to train"
+        else:
+            rows["run"] = f"{self.run_dir}: resumes at step {self.start_step:,}"
+        if s.init and not self.resumed:
+            rows["run"] += f", from the weights of --init {s.init}"
+        towers = f"{disc.num_layers} layers x {disc.hidden_size} ({disc.num_heads} heads, "
+        towers += f"feed-forward {disc.intermediate_size}), embeddings {c.embedding_size}"
+        if "generator" in self.parameters():
+            towers += f", generator {gen.num_layers} x {gen.hidden_size}"
+        rows["model"] = f"{s.preset}: {towers}; {s.objective}, sharing {c.embedding_sharing}"
+        rows["parameters"] = (
+            f"{format_count(c.backbone_parameters())} in the discriminator (fine-tuned and "
+            f"exported), {format_count(sum(self.parameters().values()))} trained in pretraining"
+        )
+        rows["vocabulary"] = self.vocabulary
+        rows["data"] = self.data
+        rows["steps"] = (
+            f"{s.steps:,} (warm-up {s.warmup_steps:,}), learning rate {s.learning_rate:g}, "
+            f"{s.optimizer}, batch {s.batch_size:,} x {s.max_seq_length} tokens"
+            + (f" in {s.grad_accumulation} micro-batches" if s.grad_accumulation > 1 else "")
+        )
+        remaining = max(0, s.steps - self.start_step)
+        rows["per step"] = (
+            f"{self.tokens_per_step():,} tokens, {format_flops(self.flops_per_step())} (matmuls, "
+            f"forward + backward); {format_flops(remaining * self.flops_per_step())} to step "
+            f"{s.steps:,}"
+        )
+        rows["devices"] = f"--strategy {s.strategy}: {self.devices}; --precision {s.precision}"
+        rows["memory"] = self._memory_row()
+        every = f"every {s.checkpoint_every:,} steps, the last {s.keep_checkpoints} kept"
+        rows["checkpoint"] = f"{run.checkpoint_dir} {every}"
+        rows["metrics"] = f"{run.metrics_file} every {s.log_every:,} steps, {run.logs_dir}"
+        asked = os.environ.get("KERAS_ELECTRA_KERNELS")
+        rows["kernels"] = (
+            f"KERAS_ELECTRA_KERNELS={asked}"
+            if asked
+            else "chosen when the run starts (compiled C++ on a CPU with g++, else XLA)"
+        )
+        width = max(map(len, rows))
+        lines = [DRY_RUN_NOTE, *(f"  {k.ljust(width)}  {v}" for k, v in rows.items())]
+        return "\n".join(lines)
+
+    def _memory_row(self) -> str:
+        """The memory estimate: for this machine's devices, or for several device counts."""
+        s = self.settings
+        if self.replicas is not None:
+            parts = self.memory_per_device(self.replicas)
+            sequences = max(1, s.batch_size // self.replicas // s.grad_accumulation)
+            shown = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
+            return (
+                f"~{format_bytes(sum(parts.values()))} per device, estimated ({shown}; "
+                f"{sequences:,} sequences per device and micro-batch; TensorFlow's own "
+                "memory not included)"
+            )
+        counts = [
+            n
+            for n in DEVICE_COUNTS
+            if s.batch_size % n == 0 and (s.batch_size // n) % s.grad_accumulation == 0
+        ]
+        shown = ", ".join(
+            f"{format_bytes(sum(self.memory_per_device(n).values()))} with {n}" for n in counts
+        )
+        return f"~{shown} devices: per device, estimated (TensorFlow's own memory not included)"
+
+
+def describe_data(settings: PretrainSettings, files: list[str]) -> str:
+    """The corpus in a line: TFRecords (files, examples and their length) or text (files,
+    size; packed as it is read)."""
+    count = f"{len(files):,} file{'s' if len(files) != 1 else ''}"
+    if is_tfrecord_input(settings.corpus):
+        metadata = record_metadata(files)
+        examples = metadata.get("num_examples")
+        line = f"TFRecords: {count} of {settings.max_seq_length}-token examples"
+        if examples:
+            passes = settings.steps * settings.batch_size / examples
+            line += f", {examples:,} of them ({passes:,.1f} passes to step {settings.steps:,})"
+        return line
+    local = [f for f in files if not is_remote(f)]
+    size = sum(os.path.getsize(f) for f in local)
+    return (
+        f"text: {count}, {size / 1e6:,.1f} MB, packed into {settings.max_seq_length}-token "
+        "examples as it is read"
+    )
+
+
+def format_count(count: int) -> str:
+    """A parameter count as a reader takes it in: ``'108.9 M'``, or the number below 100,000."""
+    return f"{count / 1e6:,.1f} M" if count >= 1e5 else f"{count:,}"
+
+
+def format_flops(value: float) -> str:
+    """FLOPs in the largest unit below them.
+
+    Examples:
+        >>> format_flops(8.75e12), format_flops(3e21)
+        ('8.75 TFLOPs', '3,000.00 EFLOPs')
+    """
+    for unit, scale in (("EFLOPs", 1e18), ("PFLOPs", 1e15), ("TFLOPs", 1e12), ("GFLOPs", 1e9)):
+        if value >= scale:
+            return f"{value / scale:,.2f} {unit}"
+    return f"{value / 1e6:,.2f} MFLOPs"
+
+
+def format_bytes(value: float) -> str:
+    """Bytes in GB (from 0.1 GB) or MB."""
+    return f"{value / 1e9:,.1f} GB" if value >= 1e8 else f"{value / 1e6:,.0f} MB"

@@ -1,0 +1,279 @@
+"""``--dry-run`` for pretrain, finetune and prepare: the checks a run makes before it
+trains, the plan, and nothing written; and the counts the plan is made of (parameters
+from the config, the memory estimate)."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from keras_electra.cli import main
+from keras_electra.config import ElectraConfig
+from keras_electra.data.prepare import prepare
+from keras_electra.errors import ConfigError
+from keras_electra.pretraining import objectives
+from keras_electra.pretraining.memory import STATE_BYTES, step_memory
+from keras_electra.pretraining.run import pretrain
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def one_sentence(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# === The counts ===
+
+
+@pytest.mark.parametrize(
+    "objective, sharing, normalize_first, embedding_size",
+    [
+        ("electra", "all", False, 32),
+        ("electra", "all", True, 64),  # embedding = hidden: no projection
+        ("electra", "gdes", False, 32),
+        ("electra", "word", True, 32),
+        ("electra", "none", False, 64),
+        ("mlm", "all", False, 32),
+    ],
+)
+def test_parameters_counted_from_the_config_are_the_built_models(
+    objective, sharing, normalize_first, embedding_size
+):
+    from keras_electra.pretraining.pretrainer import ElectraPretrainer
+
+    config = ElectraConfig.from_preset(
+        "tiny",
+        vocab_size=300,
+        hidden_size=64,
+        num_heads=2,
+        intermediate_size=96,
+        num_layers=2,
+        max_position_embeddings=40,
+        embedding_size=embedding_size,
+        embedding_sharing=sharing,
+        normalize_first=normalize_first,
+        corrective_weight=0.0 if normalize_first else 1.0,
+        generator_hidden_size=0.5,
+    )
+    model = ElectraPretrainer(config, objective=objective)
+    trained = sum(int(v.numpy().size) for v in model.trainable_weights)
+    assert sum(objectives.get(objective).parameters(config).values()) == trained
+    assert config.backbone_parameters() == model.discriminator_backbone().count_params()
+
+
+def test_the_readmes_parameter_counts_are_the_configs():
+    """The presets table's two parameter columns, recomputed from the config."""
+    rows = [line for line in README.read_text(encoding="utf-8").splitlines() if "| `" in line]
+    found = 0
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        preset = cells[0].strip("`")
+        if preset not in ("small", "small++", "base", "large"):
+            continue
+        config = ElectraConfig.from_preset(preset)
+        trained = sum(objectives.get("electra").parameters(config).values())
+        assert cells[7] == f"{config.backbone_parameters() / 1e6:.1f} M", preset
+        assert cells[8] == f"{trained / 1e6:.1f} M", preset
+        found += 1
+    assert found == 4
+
+
+def test_the_memory_estimate_adds_up():
+    config = ElectraConfig.from_preset("small")
+    kwargs = dict(sequences=32, length=128)
+    full = step_memory(config, "electra", precision="float32", **kwargs)
+    mixed = step_memory(config, "electra", precision="mixed_bfloat16", **kwargs)
+    trained = sum(objectives.get("electra").parameters(config).values())
+    assert full["state"] == mixed["state"] == STATE_BYTES * trained  # float32 variables
+    assert mixed["activations"] == pytest.approx(full["activations"] / 2)
+    half = step_memory(config, "electra", precision="float32", sequences=16, length=128)
+    assert half["activations"] == pytest.approx(full["activations"] / 2)
+    mlm = step_memory(config, "mlm", precision="float32", **kwargs)
+    assert mlm["activations"] < full["activations"]  # one tower
+
+
+# === pretrain --dry-run ===
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, small_corpus):
+    """A few hundred lines prepared at 128 and at 512 tokens (with prepare(), as the
+    command), one vocabulary."""
+    root = tmp_path_factory.mktemp("records")
+    corpus = root / "corpus.txt"
+    lines = small_corpus.read_text(encoding="utf-8").splitlines()[:400]
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    first = prepare([corpus], root / "tfrecords-128", max_seq_length=128, vocab_size=600,
+                    num_shards=2)  # fmt: skip
+    prepare([corpus], root / "tfrecords-512", max_seq_length=512, num_shards=2,
+            vocab=str(first.vocab_file))  # fmt: skip
+    return root
+
+
+def no_model_built(monkeypatch):
+    """A dry run builds no model and learns no vocabulary: either fails the test."""
+    import keras_electra.pretraining.run as run_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dry run built a model or learned a vocabulary")
+
+    monkeypatch.setattr(run_module, "ElectraPretrainer", refuse)
+    monkeypatch.setattr(run_module, "learn_vocab", refuse)
+
+
+def test_base_on_128_token_records_is_one_sentence_naming_the_fix(records, tmp_path, capsys):
+    data = records / "tfrecords-128"
+    argv = ["pretrain", "--preset", "base", "--corpus", data, "--vocab", data / "vocab.txt"]
+    argv += ["--output", tmp_path / "runs" / "base", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and out == ""
+    sentence = one_sentence(err)
+    assert "holds examples of length 128, not max_seq_length=512" in sentence
+    assert "pass --max-seq-length 128" in sentence
+    assert "prepare --max-seq-length 512" in sentence
+    assert not (tmp_path / "runs").exists()
+
+
+def test_base_passes_with_matching_records_or_length(records, tmp_path, capsys, monkeypatch):
+    no_model_built(monkeypatch)
+    output = tmp_path / "runs" / "base"
+    for length, extra in ((512, []), (128, ["--max-seq-length", "128"])):
+        data = records / f"tfrecords-{length}"
+        argv = ["pretrain", "--preset", "base", "--corpus", data, "--vocab", data / "vocab.txt"]
+        argv += ["--output", output, "--precision", "mixed_float16", "--dry-run", *extra]
+        status, out, err = run_cli(capsys, *argv)
+        assert status == 0, err
+        assert out.startswith("Dry run: every input checked; nothing was trained or written.")
+        plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
+        assert plan["model"].startswith("base: 12 layers x 768")
+        assert "in the discriminator" in plan["parameters"]
+        assert plan["per step"].startswith(f"{256 * length:,} tokens, ")
+        assert "FLOPs" in plan["per step"]
+        assert f"{length}-token examples" in plan["data"]
+        assert plan["checkpoint"].startswith(f"{output / 'checkpoints'} every 500 steps")
+        assert "GB" in plan["memory"]
+    assert not output.parent.exists()  # nothing written
+
+
+def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys, monkeypatch):
+    no_model_built(monkeypatch)
+    data = records / "tfrecords-128"
+    base = ["pretrain", "--corpus", data, "--vocab", data / "vocab.txt", "--dry-run"]
+    cases = [
+        # another vocabulary than the records'
+        (["--vocab", tiny_run / "vocab.txt", "--output", tmp_path / "r"], "-token vocabulary"),
+        # a resumed run's fixed settings
+        (["--output", tiny_run, "--batch-size", "16"], "was started with batch_size=8"),
+        # an output that cannot be a directory
+        (["--output", data / "vocab.txt"], "is a file; pass a directory"),
+        # a batch the micro-batches do not divide
+        (["--batch-size", "6", "--grad-accumulation", "4", "--output", tmp_path / "r"],
+         "--grad-accumulation 4 must be a positive divisor"),
+    ]  # fmt: skip
+    for extra, expected in cases:
+        status, _, err = run_cli(capsys, *base, *extra)
+        assert status == 2 and expected in one_sentence(err), (extra, err)
+    status, _, err = run_cli(capsys, "pretrain", "--corpus", tmp_path / "none", "--output",
+                             tmp_path / "r", "--dry-run")  # fmt: skip
+    assert status == 2 and "does not exist" in one_sentence(err)
+    # A strategy or precision that does not exist (the command's choices refuse them first).
+    for name, value in (("strategy", "gpu"), ("precision", "fp8")):
+        with pytest.raises(ConfigError, match=f"Unknown {name} '{value}'; choose one of"):
+            pretrain([data], tmp_path / "r", vocab=str(data / "vocab.txt"), dry_run=True,
+                     **{name: value})  # fmt: skip
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_dry_run_of_a_resumed_run_says_where_it_resumes(tiny_run, small_corpus, capsys):
+    settings = json.loads((tiny_run / "run.json").read_text())
+    before = sorted(p.name for p in tiny_run.rglob("*"))
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tiny_run, "--steps", "10"]
+    argv += ["--batch-size", settings["batch_size"], "--max-seq-length", "32", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 0, err
+    assert f"{tiny_run}: resumes at step 4" in out
+    assert re.search(rf"^  vocabulary +{re.escape(str(tiny_run / 'vocab.txt'))} \(", out, re.M)
+    assert sorted(p.name for p in tiny_run.rglob("*")) == before
+
+
+def test_multi_worker_and_tpu_are_planned_without_their_hardware(
+    records, tmp_path, capsys, monkeypatch
+):
+    no_model_built(monkeypatch)
+    data = records / "tfrecords-128"
+    argv = ["pretrain", "--preset", "small", "--corpus", data, "--vocab", data / "vocab.txt"]
+    argv += ["--output", tmp_path / "r", "--dry-run"]
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    status, _, err = run_cli(capsys, *argv, "--strategy", "multi_worker")
+    assert status == 2 and "needs TF_CONFIG naming the cluster's workers" in one_sentence(err)
+    cluster = {"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    status, out, err = run_cli(capsys, *argv, "--strategy", "multi_worker")
+    assert status == 0, err
+    assert "2 workers in TF_CONFIG" in out and "per device, estimated" in out
+    status, out, err = run_cli(capsys, *argv, "--strategy", "tpu", "--precision", "mixed_bfloat16")
+    assert status == 0, err
+    assert "a TPU's cores" in out and "GB with 8" in out
+
+
+def test_the_python_api_returns_the_plan(records, tmp_path, monkeypatch):
+    no_model_built(monkeypatch)
+    data = records / "tfrecords-512"
+    plan = pretrain([data], tmp_path / "r", preset="base", vocab=str(data / "vocab.txt"),
+                    dry_run=True)  # fmt: skip
+    assert plan.settings.max_seq_length == 512 and plan.tokens_per_step() == 256 * 512
+    assert plan.flops_per_step() > 0 and sum(plan.memory_per_device(8).values()) > 0
+    assert not (tmp_path / "r").exists()
+
+
+# === prepare --dry-run ===
+
+
+def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_path, capsys):
+    out = tmp_path / "tfrecords-512"
+    argv = ["prepare", "--corpus", small_corpus, "--output", out, "--max-seq-length", "512"]
+    status, text, err = run_cli(capsys, *argv, "--dry-run")
+    assert status == 0, err
+    assert "512 tokens each" in text and "--max-seq-length 512" in text
+    assert not out.exists()
+    status, _, err = run_cli(capsys, "prepare", "--corpus", tmp_path / "none.txt", "--output",
+                             out, "--dry-run")  # fmt: skip
+    assert status == 2 and "does not exist" in one_sentence(err)
+    status, _, err = run_cli(capsys, *argv, "--num-shards", "0", "--dry-run")
+    assert status == 2 and "num_shards=0 is invalid" in one_sentence(err)
+
+
+# === finetune --dry-run ===
+
+
+def test_finetune_dry_run_reads_the_data_and_writes_nothing(tiny_run, tmp_path, capsys):
+    train = tmp_path / "train.csv"
+    rows = ["sentence,label"] + [
+        f"the king {i} is here,{'pos' if i % 2 else 'neg'}" for i in range(40)
+    ]
+    train.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "runs" / "cls"
+    argv = ["finetune", "--run", tiny_run, "--task", "classify", "--train", train]
+    argv += ["--text-column", "sentence", "--output", out, "--batch-size", "8", "--dry-run"]
+    status, text, err = run_cli(capsys, *argv)
+    assert status == 0, err
+    assert "2 labels (neg, pos)" in text and "40 training examples" in text
+    assert "15 (3 epochs of 5)" in text and str(out) in text
+    assert not out.exists()
+    status, _, err = run_cli(capsys, *argv, "--label-column", "gold")
+    assert status == 2 and "gold" in one_sentence(err)
+    empty = tmp_path / "empty-run"
+    shutil.copytree(tiny_run, empty, ignore=shutil.ignore_patterns("checkpoints"))
+    argv[2] = empty
+    status, _, err = run_cli(capsys, *argv)
+    assert status == 2 and "has no checkpoint yet" in one_sentence(err)
