@@ -36,8 +36,9 @@ MAX_BATCH_SIZE = 32
 MAX_TEXT_CHARS = 100_000
 """Longest text a model reads, in characters; longer texts are cut (bytes: 4 per character)."""
 
-TEXT_INPUTS = ("text", "text_a", "text_b")
-"""The exports' text inputs (``serving_default``, ``score_pair``) and Classify features."""
+TEXT_INPUTS = ("text", "text_a", "text_b", "question", "context")
+"""The exports' text inputs (``serving_default``, ``score_pair``, a QA export's) and
+Classify features."""
 
 
 def batch_slices(total: int, size: int | None) -> list[slice]:

@@ -328,6 +328,19 @@ def test_texts_are_cut_as_the_export_cuts_them(exports: dict[str, Path]) -> None
     assert row[0][0] == "é" * MAX_TEXT_CHARS
 
 
+def test_every_text_input_of_every_export_kind_is_cut() -> None:
+    from keras_electra.limits import TEXT_INPUTS, cap_texts
+    from keras_electra.serving.export_reader import KINDS
+
+    names = {name for kind in KINDS for layout in kind.layouts for name in layout}
+    names |= {"text_a", "text_b"}  # score_pair's inputs
+    assert names == set(TEXT_INPUTS)
+    long_text = "q" * (MAX_TEXT_CHARS + 3)
+    capped = cap_texts({name: [long_text, "short"] for name in names} | {"n": [long_text]})
+    assert all(capped[name] == ["q" * MAX_TEXT_CHARS, "short"] for name in names)
+    assert capped["n"] == [long_text]
+
+
 def test_score_names_an_argument_that_is_not_utf8_in_one_sentence(exports, tmp_path) -> None:
     """Bytes that are not UTF-8 on the command line reach Python as lone surrogates, which
     no library call can encode: one sentence, exit status 2, no traceback."""
