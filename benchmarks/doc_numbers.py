@@ -173,8 +173,14 @@ def speed_memory_ratio() -> str:
     return _range(ratios) + "×"
 
 
-def speed_peak_gb() -> str:
-    peaks = [r["peak_rss_mb"] / 1000 for f in SPEED_RUNS for r in _ours_bf16(f)]
+def speed_peak_gb(precision: str = "mixed_bfloat16") -> str:
+    """Our peak resident memory in ``precision`` over every round of the runs."""
+    peaks = [
+        r["peak_rss_mb"] / 1000
+        for f in SPEED_RUNS
+        for r in _results(f)
+        if r["engine"] == "keras" and r["precision"] == precision
+    ]
     return _range(peaks, unit=" GB")
 
 
@@ -368,9 +374,40 @@ def first_study_accuracies() -> str:
     )
 
 
-def _sweep(recipe: str, step: int) -> dict:
+def finetune_real_table() -> str:
+    """The tweet-sentiment example: accuracy and macro-F1 per model."""
+    rows = read_json("finetune_real_dataset.json")["runs"][0]["results"]
+    return _table(
+        ["", "accuracy", "macro-F1"],
+        [
+            [
+                r["model"],
+                f"{r['accuracy']:.3f}",
+                "" if "macro_f1" not in r else f"{r['macro_f1']:.3f}",
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _sigterm() -> dict:
+    return read_json("sigterm_trials.json")["runs"][0]["results"]
+
+
+def sigterm_count() -> str:
+    r = _sigterm()
+    return f"{r['exited_75']} of {r['trials']}"
+
+
+def sigterm_seconds() -> str:
+    s = _sigterm()["seconds_to_exit"]
+    return f"{s['min']:.1f}–{s['max']:.1f} s of the signal (mean {s['mean']:.1f} s"
+
+
+def _sweep(recipe: str, step: int | None = None) -> dict:
+    """A recipe's health at ``step``, or its last window's metrics (``None``)."""
     row = next(r for r in read_lines("recipe_sweep.jsonl") if r["recipe"] == recipe)
-    return row["at"][str(step)]
+    return row["last"] if step is None else row["at"][str(step)]
 
 
 # === The registry: name -> (results file, renderer) ===
@@ -382,6 +419,7 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "speed.bf16_over_float32": (SPEED_RUNS[0], speed_bf16_over_float32),
     "speed.memory_ratio": (SPEED_RUNS[0], speed_memory_ratio),
     "speed.peak_gb": (SPEED_RUNS[0], speed_peak_gb),
+    "speed.peak_gb_float32": (SPEED_RUNS[0], lambda: speed_peak_gb("float32")),
     "speed.epyc_bf16_over_float32": (EPYC_RUNS[0], epyc_bf16_over_float32),
     "kernels.compiled_over_xla": (KERNEL_TIMES, compiled_speedup),
     "speed-table": (SPEED_RUNS[0], speed_table),
@@ -417,11 +455,33 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
         "health_overhead.json",
         lambda: f"{_health()['first_window']['health_seconds']:.1f}",
     ),
+    "finetune-real-table": ("finetune_real_dataset.json", finetune_real_table),
+    "sigterm.count": ("sigterm_trials.json", sigterm_count),
+    "sigterm.seconds": ("sigterm_trials.json", sigterm_seconds),
+    "sigterm.steps": (
+        "sigterm_trials.json",
+        lambda: ", ".join(map(str, _sigterm()["stopped_at_steps"])),
+    ),
+    "sigterm.weight_difference": (
+        "sigterm_trials.json",
+        lambda: str(_sigterm()["largest_weight_difference_from_an_uninterrupted_run"]),
+    ),
     "first_study.accuracies": ("electra_vs_mlm.jsonl", first_study_accuracies),
     "recipe.tiny_auc": ("recipe_sweep.jsonl", lambda: f"{_sweep('gdes-t2', 600)['disc_auc']:.2f}"),
     "recipe.tiny_recall": (
         "recipe_sweep.jsonl",
         lambda: f"{_sweep('gdes-t2', 600)['disc_recall']:.2f}",
+    ),
+    "recipe.t2_auc": ("recipe_sweep.jsonl", lambda: f"{_sweep('t2')['disc_auc']:.2f}"),
+    "recipe.t2_recall": ("recipe_sweep.jsonl", lambda: f"{_sweep('t2')['disc_recall']:.2f}"),
+    "recipe.t2_cosine": ("recipe_sweep.jsonl", lambda: f"{_sweep('t2')['disc_cosine_2']:.2f}"),
+    "recipe.t2_logit_std": (
+        "recipe_sweep.jsonl",
+        lambda: f"{_sweep('t2')['probe_logit_std']:.2f}",
+    ),
+    "recipe.paper_logit_std": (
+        "recipe_sweep.jsonl",
+        lambda: f"{_sweep('paper')['probe_logit_std']:.2f}",
     ),
     "recipe.paper_auc_300": (
         "recipe_sweep.jsonl",
