@@ -8,9 +8,9 @@ exactly those places:
   ``electra_vs_mlm_table.py``'s renderers, through this script;
 - a number in a sentence: ``<!-- n:NAME -->2.19<!-- /n -->``.
 
-Each name renders from one results file in ``benchmarks/results/`` (``SOURCES`` says which).
-``tests/test_benchmarks.py`` runs the check, so a page that drifts from its results file, or
-a name this script does not know, fails the suite.
+Each name renders from its results files in ``benchmarks/results/`` (``SOURCES`` says
+which). ``tests/test_benchmarks.py`` runs the check, so a page that drifts from its results
+file, a name this script does not know, or one no page quotes, fails the suite.
 
 **The results files.** ``benchmarks/results/index.json`` describes every file there, in one
 schema: ``{"FILE": {"date": ..., "machine": ..., "command": ..., "written_by": ...}}``
@@ -335,10 +335,6 @@ def demo_time() -> str:
     return _minutes(run["seconds"])
 
 
-def _suite(machine: str) -> dict:
-    return next(r for r in read_json("test_suite.json")["runs"] if machine in r["machine"])
-
-
 def suite_table() -> str:
     rows = [
         [
@@ -401,7 +397,7 @@ def sigterm_count() -> str:
 
 def sigterm_seconds() -> str:
     s = _sigterm()["seconds_to_exit"]
-    return f"{s['min']:.1f}–{s['max']:.1f} s of the signal (mean {s['mean']:.1f} s"
+    return f"{s['min']:.1f}–{s['max']:.1f}"
 
 
 def _sweep(recipe: str, step: int | None = None) -> dict:
@@ -412,18 +408,18 @@ def _sweep(recipe: str, step: int | None = None) -> dict:
 
 # === The registry: name -> (results file, renderer) ===
 
-SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
-    "speed.over_torch": (SPEED_RUNS[0], speed_over_torch),
-    "speed.over_torch_median": (SPEED_RUNS[0], speed_over_torch_by_median),
-    "speed.tokens": (SPEED_RUNS[0], speed_tokens),
-    "speed.bf16_over_float32": (SPEED_RUNS[0], speed_bf16_over_float32),
-    "speed.memory_ratio": (SPEED_RUNS[0], speed_memory_ratio),
-    "speed.peak_gb": (SPEED_RUNS[0], speed_peak_gb),
-    "speed.peak_gb_float32": (SPEED_RUNS[0], lambda: speed_peak_gb("float32")),
-    "speed.epyc_bf16_over_float32": (EPYC_RUNS[0], epyc_bf16_over_float32),
+SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
+    "speed.over_torch": (SPEED_RUNS, speed_over_torch),
+    "speed.over_torch_median": (SPEED_RUNS, speed_over_torch_by_median),
+    "speed.tokens": (SPEED_RUNS, speed_tokens),
+    "speed.bf16_over_float32": (SPEED_RUNS, speed_bf16_over_float32),
+    "speed.memory_ratio": (SPEED_RUNS, speed_memory_ratio),
+    "speed.peak_gb": (SPEED_RUNS, speed_peak_gb),
+    "speed.peak_gb_float32": (SPEED_RUNS, lambda: speed_peak_gb("float32")),
+    "speed.epyc_bf16_over_float32": (EPYC_RUNS, epyc_bf16_over_float32),
     "kernels.compiled_over_xla": (KERNEL_TIMES, compiled_speedup),
-    "speed-table": (SPEED_RUNS[0], speed_table),
-    "speed-runs": (SPEED_RUNS[0], speed_runs),
+    "speed-table": (SPEED_RUNS, speed_table),
+    "speed-runs": (SPEED_RUNS, speed_runs),
     "serving.batch1": ("serving_throughput.json", lambda: _n(_serving(1)["sentences_per_sec"])),
     "serving.batch1_p50": ("serving_throughput.json", lambda: f"{_serving(1)['p50_ms']:.1f}"),
     "serving.batch32": ("serving_throughput.json", lambda: _n(_serving(32)["sentences_per_sec"])),
@@ -438,9 +434,6 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "demo.gate": ("demo.json", lambda: f"{max(_score(2, 'gate')):.2f}"),
     "demo.time": ("demo.json", demo_time),
     "suite-table": ("test_suite.json", suite_table),
-    "suite.tests": ("test_suite.json", lambda: str(_suite("with AMX")["passed"])),
-    "suite.time_amx": ("test_suite.json", lambda: _minutes(_suite("with AMX")["seconds"])),
-    "suite.time_no_amx": ("test_suite.json", lambda: _minutes(_suite("without AMX")["seconds"])),
     "health.overhead": ("health_overhead.json", lambda: f"{_health()['overhead_median']:.1%}"),
     "health.overhead_max": ("health_overhead.json", lambda: f"{_health()['overhead_max']:.1%}"),
     "health.probe_seconds": (
@@ -458,6 +451,7 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "finetune-real-table": ("finetune_real_dataset.json", finetune_real_table),
     "sigterm.count": ("sigterm_trials.json", sigterm_count),
     "sigterm.seconds": ("sigterm_trials.json", sigterm_seconds),
+    "sigterm.mean": ("sigterm_trials.json", lambda: f"{_sigterm()['seconds_to_exit']['mean']:.1f}"),
     "sigterm.steps": (
         "sigterm_trials.json",
         lambda: ", ".join(map(str, _sigterm()["stopped_at_steps"])),
@@ -530,12 +524,13 @@ def fill(text: str) -> str:
 def drift(root: Path = REPO) -> list[str]:
     """One sentence per place where a page differs from its results file, per unknown
     name, and per results file the index does not describe (an empty list: none)."""
-    problems = []
+    problems, quoted = [], set()
     for path in pages(root):
         text = path.read_text(encoding="utf-8")
         where = path.relative_to(root)
         for m in BLOCK.finditer(text):
             indent, kind, name = m.group(1), m.group(2), m.group(3)
+            quoted.add(name)
             found = "\n".join(line[len(indent) :] for line in m.group(4).splitlines())
             try:
                 made = render(kind, name)
@@ -547,6 +542,7 @@ def drift(root: Path = REPO) -> list[str]:
                     f"{where}: block {kind}:{name} differs from what its results file gives."
                 )
         for m in INLINE.finditer(text):
+            quoted.add(m.group(1))
             try:
                 made = render("n", m.group(1))
             except KeyError as error:
@@ -556,6 +552,9 @@ def drift(root: Path = REPO) -> list[str]:
                 problems.append(
                     f"{where}: {m.group(1)} says {m.group(2)!r}, its results file gives {made!r}."
                 )
+    problems += [
+        f"{name} in SOURCES is quoted by no page." for name in SOURCES if name not in quoted
+    ]
     return problems + index_problems()
 
 
@@ -575,7 +574,9 @@ def index_problems() -> list[str]:
         missing = [k for k in INDEX_FIELDS if not entry.get(k)]
         if missing:
             problems.append(f"index.json's entry for {name} has no {', '.join(missing)}.")
-    sources = {source for source, _ in SOURCES.values()} | {"electra_vs_mlm_labels.jsonl"}
+    sources = {"electra_vs_mlm_labels.jsonl"}
+    for files, _ in SOURCES.values():
+        sources.update((files,) if isinstance(files, str) else files)
     problems += [
         f"{s}, a source of the docs' numbers, is not in index.json."
         for s in sorted(sources - set(index))
@@ -591,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--list", action="store_true", help="print every name and its text")
     args = parser.parse_args(argv)
     if args.list:
-        for name, (source, _) in SOURCES.items():
+        for name, (files, _) in SOURCES.items():
+            source = files if isinstance(files, str) else ", ".join(files)
             print(f"{name} ({source}): {render('n', name)}")
         return 0
     if args.write:

@@ -416,6 +416,11 @@ def test_every_number_the_docs_quote_is_what_its_results_file_gives(tmp_path, mo
         "docs/research/electra-vs-mlm-labels.md: block study:answers differs from what its "
         "results file gives.",
     ], problems
+    # A figure no page quotes any more is one to drop from the script.
+    bare = tmp_path / "bare"
+    (bare / "docs").mkdir(parents=True)
+    (bare / "README.md").write_text("No numbers.\n", encoding="utf-8")
+    assert "speed.over_torch in SOURCES is quoted by no page." in numbers.drift(bare)
     # Writing puts the numbers back, and leaves the rest of the page as it was.
     refilled = numbers.fill(edited.replace("serving.batchone", "serving.batch1"))
     assert refilled == readme
