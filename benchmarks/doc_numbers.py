@@ -361,6 +361,30 @@ def _first_study() -> dict[tuple[str, str], float]:
     return {k: statistics.fmean(v) for k, v in values.items()}
 
 
+def first_study_table() -> str:
+    """Per objective and fine-tuning point: test accuracy, mean ± standard deviation over
+    seeds, and the pretraining's last-window health at the full budget (mean over seeds)."""
+    rows = read_lines("electra_vs_mlm.jsonl")
+    points: dict = {}
+    for row in rows:
+        for i, point in enumerate(row["points"]):
+            points.setdefault((row["objective"], i), []).append((row, point))
+    out = []
+    for (objective, i), cells in sorted(points.items()):
+        tflops = statistics.fmean(p["flops"] for _, p in cells) / 1e12
+        line = [objective, str(len(cells)), f"{tflops:.1f}"]
+        for task in ("bbc_topic", "tweet_sentiment"):
+            accs = [p["tasks"][task]["accuracy"] for _, p in cells]
+            line.append(f"{_n(statistics.fmean(accs), 3)} ± {_n(statistics.stdev(accs), 3)}")
+        last = i == len(cells[0][0]["points"]) - 1
+        for metric in ("disc_auc", "context_auc", "mlm_accuracy"):
+            values = [r["pretrain"][metric] for r, _ in cells if metric in r.get("pretrain", {})]
+            line.append(_n(statistics.fmean(values), 3) if values and last else "")
+        out.append(line)
+    header = ["objective", "seeds", "pretraining TFLOPs", "bbc_topic", "tweet_sentiment"]
+    return _table(header + ["disc_auc", "context_auc", "MLM accuracy"], out)
+
+
 def first_study_accuracies() -> str:
     acc = _first_study()
     names = (("none", "no pretraining"), ("mlm", "MLM"), ("electra", "ELECTRA"))
@@ -461,6 +485,7 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
         lambda: str(_sigterm()["largest_weight_difference_from_an_uninterrupted_run"]),
     ),
     "first_study.accuracies": ("electra_vs_mlm.jsonl", first_study_accuracies),
+    "first-study-table": ("electra_vs_mlm.jsonl", first_study_table),
     "recipe.tiny_auc": ("recipe_sweep.jsonl", lambda: f"{_sweep('gdes-t2', 600)['disc_auc']:.2f}"),
     "recipe.tiny_recall": (
         "recipe_sweep.jsonl",
