@@ -430,6 +430,57 @@ def _sweep(recipe: str, step: int | None = None) -> dict:
     return row["last"] if step is None else row["at"][str(step)]
 
 
+# The tiny-recipe sweep's rows: recipe, its steps, the page's label, the three windows.
+RECIPE_ROWS = (
+    ("paper", 600, "the paper: temperature 1, `all` sharing"),
+    ("t2", 600, "temperature 2"),
+    ("t2-clm1", 600, "temperature 2 + corrective LM, weight 1"),
+    ("paper-clm1", 600, "temperature 1 + corrective LM, weight 1"),
+    ("t2-clm5", 600, "temperature 2 + corrective LM, weight 5"),
+    ("t2-prenorm", 600, "temperature 2 + pre-LayerNorm towers"),
+    ("t2-deep4", 600, "temperature 2 + 4 × 96 discriminator (≈ same encoder FLOPs)"),
+    ("paper-prenorm", 600, "temperature 1 + pre-LayerNorm towers"),
+    ("gdes-t2", 600, "temperature 2 + `gdes` sharing (**the tiny default**)"),
+    ("word-t2", 600, "temperature 2 + `word` sharing"),
+    ("none-t2", 600, "temperature 2 + `none` sharing"),
+    ("gdes-t2-lr2e-3", 600, "the tiny default at learning rate 2e-3"),
+    (
+        "gdes-t2-short-v4k",
+        1200,
+        "the tiny default at lr 1e-3, 64-token sequences, 4,000-piece vocabulary, 1,200 "
+        "steps (same tokens)",
+    ),
+)
+
+
+def recipe_table() -> str:
+    """Every lever of the tiny-recipe sweep: `disc_auc` at three windows, the rest at the
+    last; the highest MLM accuracy of the 600-step runs in bold, a run at other steps
+    marked †."""
+    runs = {(r["recipe"], r["steps"]): r for r in read_lines("recipe_sweep.jsonl")}
+    rows, best = [], max(runs[k[:2]]["last"]["mlm_accuracy"] for k in RECIPE_ROWS if k[1] == 600)
+    for recipe, steps, label in RECIPE_ROWS:
+        at = runs[(recipe, steps)]["at"]
+        windows = sorted(at, key=int)[-3:]
+        last = at[windows[-1]]
+        mlm = f"{last['mlm_accuracy']:.3f}"
+        aucs = " / ".join(f"{at[w]['disc_auc']:.2f}" for w in windows)
+        rows.append(
+            [
+                label,
+                aucs + (" †" if steps != 600 else ""),
+                f"{last['disc_recall']:.2f}",
+                f"{last['context_auc']:.3f}",
+                f"{last['rarity_auc']:.2f}",
+                f"{last['cosine']:.2f}",
+                f"**{mlm}**" if last["mlm_accuracy"] == best and steps == 600 else mlm,
+            ]
+        )
+    header = ["recipe (600 steps, lr 5e-4)", "disc_auc @150 / 300 / 600", "recall @600"]
+    header += ["context_auc @600", "rarity_auc @600", "cosine @600", "MLM acc @600"]
+    return _table(header, rows)
+
+
 # === The registry: name -> (results file, renderer) ===
 
 SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
@@ -486,6 +537,7 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
     ),
     "first_study.accuracies": ("electra_vs_mlm.jsonl", first_study_accuracies),
     "first-study-table": ("electra_vs_mlm.jsonl", first_study_table),
+    "recipe-table": ("recipe_sweep.jsonl", recipe_table),
     "recipe.tiny_auc": ("recipe_sweep.jsonl", lambda: f"{_sweep('gdes-t2', 600)['disc_auc']:.2f}"),
     "recipe.tiny_recall": (
         "recipe_sweep.jsonl",
