@@ -40,8 +40,8 @@ demo: setup
 	  "My lord, the computer is at the gate."
 
 # Two workers, one test file each at a time (files share their module fixtures), the longest
-# first (tests/conftest.py): 12.4 minutes on a 2-core Xeon with AMX, about 25 without AMX
-# (README, "Benchmarks"; the budget is 20).
+# first (tests/conftest.py); the budget is 20 minutes, the measured times are in
+# docs/benchmarks.md ("The demo and the test suite", from benchmarks/results/test_suite.json).
 # PYTEST_ARGS adds options (--durations=40, -k ...).
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)

@@ -21,18 +21,20 @@ Usage:
     python benchmarks/electra_vs_mlm_table.py --figures      # redraw the PNGs
     python benchmarks/electra_vs_mlm_table.py --write-docs   # regenerate the docs' blocks
 
-``--write-docs`` rewrites the blocks between ``<!-- study:NAME -->`` and
-``<!-- /study:NAME -->`` in README.md, docs/benchmarks.md and the research page; a test
-fails when a block differs from what this script makes of the committed results.
+The docs quote the study in blocks between ``<!-- study:NAME -->`` and
+``<!-- /study:NAME -->`` (README.md, docs/benchmarks.md, the research page), made by
+:func:`blocks`; ``benchmarks/doc_numbers.py`` writes and checks them with every other
+number the docs quote (``--write-docs`` runs its ``--write``), and a test fails when a
+block differs from what the committed results give.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import math
-import re
 import statistics
 import sys
 import textwrap
@@ -42,11 +44,6 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm_labels.jsonl"
 FIGURE = REPO / "docs" / "research" / "electra_vs_mlm_labels.png"
 HEALTH_FIGURE = REPO / "docs" / "research" / "electra_vs_mlm_labels_health.png"
-DOCS = (
-    REPO / "README.md",
-    REPO / "docs" / "benchmarks.md",
-    REPO / "docs" / "research" / "electra-vs-mlm-labels.md",
-)
 ARMS = ("none", "electra", "mlm")
 QUESTIONS = {
     "electra_minus_mlm": "ELECTRA − MLM",
@@ -554,32 +551,6 @@ def blocks(summary: dict) -> dict[str, str]:
     }
 
 
-MARKER = re.compile(r"^([ \t]*)(<!-- study:(\w+) -->\n)(.*?)^\1(<!-- /study:\3 -->)", re.S | re.M)
-
-
-def fill_blocks(text: str, made: dict[str, str]) -> str:
-    """``text`` with each ``<!-- study:NAME -->`` block replaced by ``made[NAME]``, its
-    lines indented as the marker is (a block inside a list item stays in it)."""
-
-    def replace(m: re.Match) -> str:
-        indent = m.group(1)
-        body = "".join(
-            f"{indent}{line}\n" if line else "\n" for line in made[m.group(3)].splitlines()
-        )
-        return indent + m.group(2) + body + indent + m.group(5)
-
-    return MARKER.sub(replace, text)
-
-
-def doc_blocks(text: str) -> dict[str, str]:
-    """The blocks of ``text`` by name, their indentation removed."""
-    out = {}
-    for m in MARKER.finditer(text):
-        lines = m.group(4).splitlines()
-        out[m.group(3)] = "\n".join(line[len(m.group(1)) :] for line in lines)
-    return out
-
-
 # === Figures ===
 
 
@@ -731,9 +702,12 @@ def main(argv: list[str] | None = None) -> int:
         plot(summary, args.figure)
         plot_health(rows, args.health_figure)
     if args.write_docs:
-        for path in DOCS:
-            text = path.read_text(encoding="utf-8")
-            path.write_text(fill_blocks(text, made), encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(
+            "doc_numbers", REPO / "benchmarks" / "doc_numbers.py"
+        )
+        numbers = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(numbers)
+        numbers.main(["--write"])
     if args.markdown:
         print(
             "\n\n".join(

@@ -11,7 +11,8 @@ the random draws, multiplies and selects of dropout count as dropout) and per op
         [--baseline REF]   # the same for commit REF's keras_electra
 
 Output: one JSON object per line (``category`` rows, then the top ``op`` types, then a
-``summary`` with the wall time per step), or ``--markdown`` for the table in docs/measurements.md.
+``summary`` with the wall time per step), or ``--markdown`` for the table in
+benchmarks/measurements.md.
 Op time is summed over threads, so it can exceed wall time when ops run in parallel;
 shares are of total op time.
 """

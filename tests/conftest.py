@@ -14,7 +14,7 @@ SAMPLE_VALID = REPO / "data" / "sample" / "shakespeare_valid.txt"
 
 
 # The longest files, longest first (seconds of one worker in the last timed run:
-# docs/measurements.md, "The test suite's time"). `make test` runs two workers that each take
+# benchmarks/measurements.md, "The test suite's time"). `make test` runs two workers that each take
 # whole files in collection order (`--dist loadfile --no-loadscope-reorder`); starting the
 # long ones first lets the short ones fill in behind them, instead of one worker running a
 # long file alone at the end. Files not named here follow, in their usual order.

@@ -367,20 +367,75 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
         "| ELECTRA − MLM | t | 32 | 1× | +0.100 [+0.050, +0.150] | 3 | 0.026 | yes |"
         in made["questions"]
     )
-    # The docs' blocks are replaced between their markers and nowhere else.
-    text = "a\n<!-- study:questions -->\nold\n<!-- /study:questions -->\nb\n"
-    filled = table.fill_blocks(text, made)
-    assert filled.startswith("a\n<!-- study:questions -->\n| question |") and filled.endswith("b\n")
-    assert table.doc_blocks(filled) == {"questions": made["questions"]}
 
 
-def test_the_docs_quote_the_study_exactly_as_its_results_file_gives_it():
-    """README.md and the research page hold the blocks the table script makes of the
-    committed results (``electra_vs_mlm_table.py --write-docs`` regenerates them)."""
-    table = load_benchmark("electra_vs_mlm_table")
-    made = table.blocks(table.summarize(table.read_study(table.RESULTS)))
-    for path in table.DOCS:
-        found = table.doc_blocks(path.read_text(encoding="utf-8"))
-        assert found, f"{path.name} has no study block"
-        for name, text in found.items():
-            assert text == made[name], (path.name, name)
+def test_every_number_the_docs_quote_is_what_its_results_file_gives(tmp_path, monkeypatch):
+    """``doc_numbers.py --check`` passes on the committed pages; on a copy of them an edited
+    number, an edited table row, a study block and an unknown name each fail, naming the
+    page and the place, and ``fill`` puts the results' text back. A results file the index
+    does not describe fails too."""
+    numbers = load_benchmark("doc_numbers")
+    assert numbers.main(["--check"]) == 0
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    benchmarks = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    # The headline figures are marked where they are quoted, README and docs alike.
+    for name in ("speed.over_torch", "speed.bf16_over_float32", "serving.batch1"):
+        for text in (readme, benchmarks):
+            assert f"<!-- n:{name} -->{numbers.render('n', name)}<!-- /n -->" in text, name
+    assert "<!-- study:readme -->" in readme and "<!-- numbers:speed-table -->" in benchmarks
+    assert numbers.render("n", "speed.over_torch") == "2.02–2.19×"
+
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO / "docs", copy / "docs", ignore=shutil.ignore_patterns("hooks"))
+    shutil.copy(REPO / "README.md", copy / "README.md")
+    assert numbers.drift(copy) == []
+    edited = readme.replace(
+        "<!-- n:speed.over_torch -->2.02–2.19×<!-- /n -->",
+        "<!-- n:speed.over_torch -->2.05–2.19×<!-- /n -->",
+    )
+    edited = edited.replace(
+        "<!-- n:serving.batch1 -->348<!-- /n -->", "<!-- n:serving.batchone -->348<!-- /n -->"
+    )
+    assert edited.count("2.05–2.19×") == 1 and "serving.batchone" in edited
+    (copy / "README.md").write_text(edited, encoding="utf-8")
+    row = "| 1 | **keras-electra, mixed_bfloat16** | 6,070 / 6,281 |"
+    assert row in benchmarks
+    (copy / "docs" / "benchmarks.md").write_text(
+        benchmarks.replace(row, row.replace("6,281", "6,381")), encoding="utf-8"
+    )
+    study = copy / "docs" / "research" / "electra-vs-mlm-labels.md"
+    text = study.read_text(encoding="utf-8")
+    study.write_text(
+        text.replace("<!-- /study:answers -->", "one more line\n<!-- /study:answers -->")
+    )
+    problems = numbers.drift(copy)
+    assert problems == [
+        "README.md: speed.over_torch says '2.05–2.19×', its results file gives '2.02–2.19×'.",
+        "README.md: No results file gives 'serving.batchone': add it to SOURCES in doc_numbers.py.",
+        "docs/benchmarks.md: block numbers:speed-table differs from what its results file gives.",
+        "docs/research/electra-vs-mlm-labels.md: block study:answers differs from what its "
+        "results file gives.",
+    ], problems
+    # A figure no page quotes any more is one to drop from the script.
+    bare = tmp_path / "bare"
+    (bare / "docs").mkdir(parents=True)
+    (bare / "README.md").write_text("No numbers.\n", encoding="utf-8")
+    assert "speed.over_torch in SOURCES is quoted by no page." in numbers.drift(bare)
+    # Writing puts the numbers back, and leaves the rest of the page as it was.
+    refilled = numbers.fill(edited.replace("serving.batchone", "serving.batch1"))
+    assert refilled == readme
+
+    # The results directory holds exactly the files its index describes.
+    results = tmp_path / "results"
+    results.mkdir()
+    index = {"a.json": dict.fromkeys(numbers.INDEX_FIELDS, "x"), "gone.json": {"date": "x"}}
+    (results / "index.json").write_text(json.dumps(index), encoding="utf-8")
+    (results / "a.json").write_text("{}", encoding="utf-8")
+    (results / "stray.jsonl").write_text("{}", encoding="utf-8")
+    monkeypatch.setattr(numbers, "RESULTS", results)
+    monkeypatch.setattr(numbers, "INDEX", results / "index.json")
+    problems = numbers.index_problems()
+    assert "benchmarks/results/stray.jsonl is not described in index.json." in problems
+    assert "index.json describes gone.json, which is not in benchmarks/results/." in problems
+    assert "index.json's entry for gone.json has no machine, command, written_by." in problems
+    assert "demo.json, a source of the docs' numbers, is not in index.json." in problems

@@ -1,7 +1,7 @@
 """Compiled training kernels: ``kernels.cc`` built once per machine, loaded as TF custom ops.
 
 The same loops as XLA's fused kernels, vectorized by the C++ compiler, run about twice as
-fast (docs/measurements.md). :func:`kernels` compiles ``kernels.cc`` with ``$CXX`` (else
+fast (benchmarks/measurements.md). :func:`kernels` compiles ``kernels.cc`` with ``$CXX`` (else
 ``g++``) against the installed TensorFlow on first use, into
 ``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra``) keyed by everything
 the build reads (source, flags, TensorFlow's version and build flags, the compiler's path

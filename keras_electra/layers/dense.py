@@ -1,7 +1,7 @@
 """Dense layers' training path: bias gradients summed in float32, projections as 2-D matmuls.
 
 Two things Keras' ``Dense`` and ``EinsumDense`` do on TensorFlow cost accuracy or time
-in training (measured in docs/measurements.md):
+in training (measured in benchmarks/measurements.md):
 
 - **Bias gradients under a 16-bit policy.** ``tf.nn.bias_add``'s gradient,
   ``BiasAddGrad``, accumulates a bfloat16 gradient in bfloat16 (10% off over 4,096

@@ -10,7 +10,7 @@ element's 16-bit draw from its index and the key of
 are written to memory or kept. The math is done in float32 and returned in the input's
 dtype, so under a mixed policy bias gradients are summed in float32 too. XLA's CPU loops
 are slower on 3-D tensors, so the functions take ``[-1, width]`` views. Timings against
-Keras' ops: docs/measurements.md.
+Keras' ops: benchmarks/measurements.md.
 
 On a CPU with a C++ compiler the LayerNorm, GELU and attention kernels run as compiled
 custom ops instead (:mod:`keras_electra.layers.compiled`, ``kernels.cc``): the same
