@@ -275,18 +275,21 @@ print(json.dumps({"loaded": loaded, "warnings": warnings}))
 """
 
 
-def _kernels_in_a_new_process(cache: Path) -> dict:
-    env = {**os.environ, "KERAS_ELECTRA_CACHE": str(cache)}
-    env.pop(compiled.ENABLE, None)
+def _run_in_a_new_process(script: str, cache: Path, **env: str) -> dict:
+    """``script``'s last printed line, read as JSON, from a fresh Python process with the
+    kernel cache at ``cache``, the kernel choice unset and ``env`` added."""
+    unset = (compiled.ENABLE, "KERAS_ELECTRA_KERNELS")
+    env = {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
+    env["KERAS_ELECTRA_CACHE"] = str(cache)
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE],
+        [sys.executable, "-c", script],
         env=env,
         cwd=Path(__file__).parents[1],
         capture_output=True,
         text=True,
         timeout=1200,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -307,7 +310,7 @@ def _plant(library: Path, marker: Path) -> None:
 def _assert_refused(cache: Path, library: Path, marker: Path, reason: str) -> None:
     """kernels() in a new process returns None with one warning naming ``reason`` and
     the library, and never loads the planted library, which does run when loaded."""
-    result = _kernels_in_a_new_process(cache)
+    result = _run_in_a_new_process(_PROBE, cache)
     assert result["loaded"] == [False, False]
     (warning,) = result["warnings"]
     assert reason in warning and str(library) in warning
@@ -433,22 +436,6 @@ print(json.dumps({"backend": choice.backend, "reason": choice.reason, "warnings"
 """
 
 
-def _train_in_a_new_process(cache: Path, **env: str) -> dict:
-    env = {**os.environ, "KERAS_ELECTRA_CACHE": str(cache), **env}
-    for name in (compiled.ENABLE, "KERAS_ELECTRA_KERNELS"):
-        env.pop(name, None)
-    done = subprocess.run(
-        [sys.executable, "-c", _TRAIN],
-        env=env,
-        cwd=Path(__file__).parents[1],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
-
-
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
 @pytest.mark.parametrize("tampering", ["another-library", "link", "swap", "op-missing"])
 def test_a_library_other_than_the_one_built_is_refused_and_training_falls_back(
@@ -484,7 +471,7 @@ def test_a_library_other_than_the_one_built_is_refused_and_training_falls_back(
         digest = hashlib.sha256(library.read_bytes()).hexdigest()
         compiled.digest_path(library).write_text(digest + "\n")
         reason = f"{library} loads without the op electra_add_layer_norm"
-    result = _train_in_a_new_process(cache, **env)
+    result = _run_in_a_new_process(_TRAIN, cache, **env)
     assert result["backend"] == "xla", result
     assert reason in result["reason"]
     (warning,) = result["warnings"]
