@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from keras_electra.atomic import check_writable
+from keras_electra.data.beam import (
+    beam_available,
+    count_words_beam,
+    describe_options,
+    pipeline_options,
+    write_tfrecords_beam,
+)
 from keras_electra.data.files import check_corpus_has_text, is_remote, resolve_corpus_files
 from keras_electra.data.tfrecords import check_writing, shard_name, write_pretraining_tfrecords
 from keras_electra.data.tokenizer import ElectraTokenizer
-from keras_electra.data.vocab import learn_vocab, load_vocab, save_vocab
+from keras_electra.data.vocab import learn_vocab, load_vocab, save_vocab, vocab_from_counts
+from keras_electra.errors import ConfigError
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PrepareSettings, unknown_fields
 
@@ -80,6 +89,7 @@ class PrepareResult:
             + f", {size:,.1f} MB",
             "vocabulary": f"{vocabulary}, written to {self.vocab_file}",
             "examples": f"{s.max_seq_length} tokens each, packed with seed {s.seed}",
+            "pipeline": _pipeline_row(s),
             "shards": f"{len(self.shards)} in {self.output_dir} ({Path(self.shards[0]).name}, "
             "...) and metadata.json",
             "then": pretrain,
@@ -87,6 +97,15 @@ class PrepareResult:
         width = max(map(len, rows))
         lines = [f"  {k.ljust(width)}  {v}" for k, v in rows.items()]
         return "\n".join(["Dry run: every input checked; nothing was written.", *lines])
+
+
+def _pipeline_row(s: PrepareSettings) -> str:
+    if not uses_beam(s):
+        return "in this process" + (
+            "" if beam_available() else ' (one core; pip install "keras-electra[beam]" for all)'
+        )
+    _, described = pipeline_options(s.beam_options, s.workers)
+    return "Apache Beam, " + describe_options(described)
 
 
 def prepare(
@@ -128,23 +147,63 @@ def prepare(
     check_writing(s.max_seq_length, s.num_shards)
     tokens = load_vocab(s.vocab) if s.vocab else None
     if s.dry_run:
+        uses_beam(s)  # the options' checks
         files = resolve_corpus_files(corpus)
         check_corpus_has_text(files)  # what learning a vocabulary or packing checks first
         check_writable(out)
         shards = [str(out / shard_name(i, s.num_shards)) for i in range(s.num_shards)]
         size = len(tokens) if tokens is not None else s.vocab_size
         return PrepareResult(out, s, files, size, shards, written=False)
-    if tokens is None:
-        tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
+    beam = uses_beam(s)
+    if not beam and not beam_available():
+        print(IN_PROCESS_HINT, file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
+    if tokens is None:
+        if beam:
+            counts = count_words_beam(
+                corpus,
+                s.lowercase,
+                temp_dir=str(out / ".word-counts"),
+                pipeline_args=s.beam_options,
+                num_workers=s.workers,
+            )
+            tokens = vocab_from_counts(counts, s.vocab_size)
+        else:
+            tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
     result = PrepareResult(out, s, resolve_corpus_files(corpus), len(tokens), [], written=True)
     save_vocab(tokens, str(result.vocab_file))
-    result.shards = write_pretraining_tfrecords(
-        corpus,
-        ElectraTokenizer(tokens, lowercase=s.lowercase),
-        str(out),
-        max_seq_length=s.max_seq_length,
-        num_shards=s.num_shards,
-        seed=s.seed,
-    )
+    tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
+    options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
+    if beam:
+        result.shards = write_tfrecords_beam(
+            corpus,
+            tokenizer,
+            str(out),
+            pipeline_args=s.beam_options,
+            num_workers=s.workers,
+            **options,
+        )
+    else:
+        result.shards = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
     return result
+
+
+IN_PROCESS_HINT = (
+    "Packing in this process, on one core; for a large corpus, install the beam extra "
+    '(pip install "keras-electra[beam]") to use every core, or a Beam runner such as Dataflow.'
+)
+
+
+def uses_beam(settings: PrepareSettings) -> bool:
+    """Whether ``prepare`` runs as a Beam pipeline: with Beam options, or with the beam
+    extra installed and ``workers`` other than 1; else it packs in this process.
+
+    Raises:
+        ConfigError: Beam options without the beam extra installed, or ``workers`` < 1.
+    """
+    if settings.workers is not None and settings.workers < 1:
+        raise ConfigError(f"workers={settings.workers} is invalid; use a positive integer.")
+    if settings.beam_options:
+        pipeline_options(settings.beam_options, settings.workers)  # checks them
+        return True
+    return settings.workers != 1 and beam_available()
