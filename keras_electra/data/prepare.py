@@ -155,6 +155,7 @@ def prepare(
         size = len(tokens) if tokens is not None else s.vocab_size
         return PrepareResult(out, s, files, size, shards, written=False)
     beam = uses_beam(s)
+    check_corpus_has_text(resolve_corpus_files(corpus))  # before a vocabulary is learned
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)

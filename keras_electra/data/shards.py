@@ -22,13 +22,14 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from keras_electra.data.packing import Packer
 
-_READ_BYTES = 4 << 20  # text read (and tokenized) at a time
+_READ_BYTES = 1 << 20  # text read (and tokenized) at a time
 _TOKENIZE_LINES = 4096
 _BOUNDARY_WINDOW = 1 << 16
 
@@ -240,24 +241,46 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def shard_examples(
-    plan: ShardPlan, tokenizer, packer_factory: Callable[[], Packer]
-) -> Iterator[tuple[dict[str, np.ndarray], int]]:
-    """The shard's packed examples in blocks (dicts of int32 ``[n, length]`` arrays), each
-    with the bytes of text it took."""
+def _tokenized_blocks(plan: ShardPlan, tokenizer) -> Iterator[tuple[list, int] | None]:
+    """The shard's lines tokenized, block by block: ``([(flat ids, row splits, blank),
+    ...], bytes)`` per block, and ``None`` at each piece's end."""
     import tensorflow as tf
 
     from keras_electra.data.pretraining import tokenize_batch
 
-    packer = packer_factory()
     for path, start, end in plan.pieces:
         for lines, size in read_lines(path, start, end):
+            batches = []
             for i in range(0, len(lines), _TOKENIZE_LINES):
                 ids, blank = tokenize_batch(tokenizer, tf.constant(lines[i : i + _TOKENIZE_LINES]))
-                packer.add(ids.flat_values.numpy(), ids.row_splits.numpy(), blank.numpy())
+                batches.append((ids.flat_values.numpy(), ids.row_splits.numpy(), blank.numpy()))
+            yield batches, size
+        yield None
+
+
+def shard_examples(
+    plan: ShardPlan, tokenizer, packer_factory: Callable[[], Packer]
+) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+    """The shard's packed examples in blocks (dicts of int32 ``[n, length]`` arrays), each
+    with the bytes of text it took. A thread reads and tokenizes the next block (TensorFlow
+    releases the GIL) while this one is packed and serialized."""
+    packer = packer_factory()
+    with ThreadPoolExecutor(1) as pool:
+        blocks = _tokenized_blocks(plan, tokenizer)
+        pending = pool.submit(next, blocks, StopIteration)
+        while True:
+            block = pending.result()
+            if block is StopIteration:
+                return
+            pending = pool.submit(next, blocks, StopIteration)
+            if block is None:
+                packer.finish()  # a piece ends at a document's end, or at its file's end
+                yield packer.take(), 0
+                continue
+            batches, size = block
+            for flat, splits, blank in batches:
+                packer.add(flat, splits, blank)
             yield packer.take(), size
-        packer.finish()  # a piece ends at a document's end, or at its file's end
-        yield packer.take(), 0
 
 
 def write_shard(
