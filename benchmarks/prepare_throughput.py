@@ -154,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-shards", type=int, default=8)
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=1, help="runs of each side (best kept)")
+    parser.add_argument(
+        "--scaling-mb",
+        type=float,
+        default=0,
+        help="also time the in-process writer and Beam with 1 and N workers on the corpus "
+        "repeated to this many MB (the pipeline's start-up cost amortized)",
+    )
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--tag", default="")
     args = parser.parse_args(argv)
@@ -209,14 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(path, ignore_errors=True)
         return str(path)
 
-    def ours_in_process():
+    def ours_in_process(text: Path = corpus):
         return write_pretraining_tfrecords(
-            str(corpus), tokenizer, fresh("in_process"), progress=False, **settings
+            str(text), tokenizer, fresh("in_process"), progress=False, **settings
         )
 
-    def ours_beam(workers: int):
+    def ours_beam(workers: int, text: Path = corpus):
         return write_tfrecords_beam(
-            str(corpus),
+            str(text),
             tokenizer,
             fresh(f"beam_{workers}"),
             num_workers=workers,
@@ -238,6 +245,26 @@ def main(argv: list[str] | None = None) -> int:
         run(name, peer_prepare, str(corpus), str(vocab_file), peer_out, args.max_seq_length, lines)
         peer_batches[lines] = best[name]
     peer_best = min(peer_batches.values())
+    scaling = {}
+    if args.scaling_mb:
+        big = work / "repeated.txt"
+        data = corpus.read_bytes()
+        with open(big, "wb") as f:
+            for _ in range(max(1, round(args.scaling_mb / megabytes))):
+                f.write(data + b"\n")
+        size = big.stat().st_size / 1e6
+        for name, call in (
+            ("in_process", lambda: ours_in_process(big)),
+            ("beam_1", lambda: ours_beam(1, big)),
+            (f"beam_{args.workers}", lambda: ours_beam(args.workers, big)),
+        ):
+            seconds, _ = timed(call)
+            print(f"scaling {name}: {seconds:.2f} s", file=sys.stderr)
+            scaling[name] = {"seconds": round(seconds, 3), "mb_per_s": round(size / seconds, 3)}
+        scaling["corpus_mb"] = round(size, 3)
+        scaling["beam_scaling"] = round(
+            scaling["beam_1"]["seconds"] / scaling[f"beam_{args.workers}"]["seconds"], 3
+        )
     rate = {k: round(megabytes / v, 3) for k, v in best.items() if k.startswith("prepare")}
     ours_best = max(rate["prepare_in_process"], rate[f"prepare_beam_{args.workers}"])
     result = {
@@ -261,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "vocab_beam_same_as_in_process": beam_tokens == tokens,
         "identical_outputs": identical,
+        "large_corpus": scaling,
         "repeats": args.repeats,
     }
     os.makedirs(args.output, exist_ok=True)

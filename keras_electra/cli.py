@@ -98,8 +98,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 def _run_prepare(args: argparse.Namespace) -> int:
     from keras_electra.data.prepare import prepare
 
-    settings = from_arguments(args, PrepareSettings)
-    settings.beam_options = list(getattr(args, "beam_options", []))
+    settings = from_arguments(args, PrepareSettings, beam_options=args.beam_options)
     result = prepare(args.corpus, args.output, settings=settings)
     print(result.describe())
     return 0
@@ -499,13 +498,20 @@ def _not_utf8(args: argparse.Namespace) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line parsed; for ``prepare``, flags it does not know are Apache Beam's
+    pipeline options (``args.beam_options``, checked by Beam when the pipeline is made)."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown and getattr(args, "command", None) == "prepare":
-        args.beam_options = unknown  # Apache Beam's pipeline options (prepare --help)
+    if getattr(args, "command", None) == "prepare":
+        args.beam_options = unknown
     elif unknown:
         parser.parse_args(argv)  # argparse's own message and exit status
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
 
     def fail(message: str, status: int) -> int:
         print(f"keras-electra {args.command}: {message}", file=sys.stderr)

@@ -92,9 +92,7 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
             *args,
         ]
     options = PipelineOptions(args)
-    shown = {
-        k: v for k, v in options.get_all_options().items() if k in _RECORDED_OPTIONS and v
-    }
+    shown = {k: v for k, v in options.get_all_options().items() if k in _RECORDED_OPTIONS and v}
     return options, shown
 
 

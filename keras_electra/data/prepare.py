@@ -89,7 +89,7 @@ class PrepareResult:
             + f", {size:,.1f} MB",
             "vocabulary": f"{vocabulary}, written to {self.vocab_file}",
             "examples": f"{s.max_seq_length} tokens each, packed with seed {s.seed}",
-            "pipeline": _pipeline_row(s),
+            "pipeline": _pipeline_row(s, self.corpus_files),
             "shards": f"{len(self.shards)} in {self.output_dir} ({Path(self.shards[0]).name}, "
             "...) and metadata.json",
             "then": pretrain,
@@ -99,8 +99,8 @@ class PrepareResult:
         return "\n".join(["Dry run: every input checked; nothing was written.", *lines])
 
 
-def _pipeline_row(s: PrepareSettings) -> str:
-    if not uses_beam(s):
+def _pipeline_row(s: PrepareSettings, files: list[str]) -> str:
+    if not uses_beam(s, corpus_bytes(files)):
         return "in this process" + (
             "" if beam_available() else ' (one core; pip install "keras-electra[beam]" for all)'
         )
@@ -147,15 +147,16 @@ def prepare(
     check_writing(s.max_seq_length, s.num_shards)
     tokens = load_vocab(s.vocab) if s.vocab else None
     if s.dry_run:
-        uses_beam(s)  # the options' checks
         files = resolve_corpus_files(corpus)
         check_corpus_has_text(files)  # what learning a vocabulary or packing checks first
         check_writable(out)
         shards = [str(out / shard_name(i, s.num_shards)) for i in range(s.num_shards)]
         size = len(tokens) if tokens is not None else s.vocab_size
+        uses_beam(s, corpus_bytes(files))  # the options' checks
         return PrepareResult(out, s, files, size, shards, written=False)
-    beam = uses_beam(s)
-    check_corpus_has_text(resolve_corpus_files(corpus))  # before a vocabulary is learned
+    files = resolve_corpus_files(corpus)
+    check_corpus_has_text(files)  # before a vocabulary is learned
+    beam = uses_beam(s, corpus_bytes(files))
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
@@ -171,7 +172,7 @@ def prepare(
             tokens = vocab_from_counts(counts, s.vocab_size)
         else:
             tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
-    result = PrepareResult(out, s, resolve_corpus_files(corpus), len(tokens), [], written=True)
+    result = PrepareResult(out, s, files, len(tokens), [], written=True)
     save_vocab(tokens, str(result.vocab_file))
     tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
     options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
@@ -195,16 +196,43 @@ IN_PROCESS_HINT = (
 )
 
 
-def uses_beam(settings: PrepareSettings) -> bool:
-    """Whether ``prepare`` runs as a Beam pipeline: with Beam options, or with the beam
-    extra installed and ``workers`` other than 1; else it packs in this process.
+LOCAL_BEAM_MIN_BYTES = 256 * 10**6
+"""A corpus this large (bytes) or larger is packed by Beam's DirectRunner on every core when
+the beam extra is installed and neither ``workers`` nor Beam options say otherwise; a
+smaller one in this process, since the DirectRunner's workers take tens of seconds to start
+(docs/pretraining.md has the measurements)."""
+
+
+def corpus_bytes(files: list[str]) -> int:
+    """The corpus files' total size."""
+    import tensorflow as tf
+
+    return sum(tf.io.gfile.stat(f).length if is_remote(f) else os.path.getsize(f) for f in files)
+
+
+def uses_beam(settings: PrepareSettings, size: int) -> bool:
+    """Whether ``prepare`` runs as a Beam pipeline for a corpus of ``size`` bytes: with Beam
+    options, with ``workers`` above 1, or (the beam extra installed, ``workers`` not given)
+    for a corpus of :data:`LOCAL_BEAM_MIN_BYTES` or more; else it packs in this process.
 
     Raises:
-        ConfigError: Beam options without the beam extra installed, or ``workers`` < 1.
+        ConfigError: Beam options or ``workers`` above 1 without the beam extra, or
+            ``workers`` below 1.
     """
-    if settings.workers is not None and settings.workers < 1:
-        raise ConfigError(f"workers={settings.workers} is invalid; use a positive integer.")
+    workers = settings.workers
+    if workers is not None and workers < 1:
+        raise ConfigError(f"workers={workers} is invalid; use a positive integer.")
     if settings.beam_options:
-        pipeline_options(settings.beam_options, settings.workers)  # checks them
+        pipeline_options(settings.beam_options, workers)  # checks them
         return True
-    return settings.workers != 1 and beam_available()
+    if workers == 1:
+        return False
+    if workers is not None:
+        if not beam_available():
+            raise ConfigError(
+                f"--workers {workers} runs prepare on Apache Beam, which is not installed; "
+                'install the beam extra (pip install "keras-electra[beam]") or pass '
+                "--workers 1."
+            )
+        return True
+    return beam_available() and size >= LOCAL_BEAM_MIN_BYTES
