@@ -67,6 +67,8 @@ SKIP_REASONS = {
     "and convert --from hf hf: against a local hub)",
     "serving.example.com": "a TLS proxy with token checks on a remote host "
     "(tests/test_serving_secure.py runs these flags against a local one)",
+    "DataflowRunner": "runs on Google Cloud Dataflow (tests/test_prepare_beam.py runs the "
+    "same pipeline on Beam's DirectRunner)",
 }
 # Exactly the commands skipped, as `page: the command's first tokens`.
 SKIPPED = {
@@ -75,6 +77,8 @@ SKIPPED = {
     "docs/checkpoints.md: finetune --init hf:google/electra-small-discriminator",
     "docs/checkpoints.md: pretrain --init hf:google/electra-small-discriminator",
     "docs/checkpoints.md: convert --from hf hf:google/electra-small-discriminator",
+    "docs/pretraining.md: prepare --corpus gs://bucket/wikipedia/ --output gs://bucket/wiki-128/ "
+    "--runner DataflowRunner",
     "docs/quickstart.md: finetune --init hf:google/electra-small-discriminator",
     "serving/README.md: score --server serving.example.com:443",
     "serving/README.md: score --server https://serving.example.com",

@@ -73,15 +73,16 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     args = list(args)
-    known = set(PipelineOptions([]).get_all_options())
-    for arg in args:
-        name = arg[2:].split("=", 1)[0].replace("-", "_") if arg.startswith("--") else None
-        if name is not None and name not in known:
-            raise ConfigError(
-                f"Unknown option {arg.split('=', 1)[0]}; prepare's own flags are listed by "
-                "`keras-electra prepare --help`, and any other must be an Apache Beam "
-                "pipeline option (--runner, --project, --temp_location, ...)."
-            )
+    given = PipelineOptions(args)
+    unknown = set(given.get_all_options(retain_unknown_options=True)) - set(
+        given.get_all_options()
+    )
+    if unknown:
+        raise ConfigError(
+            f"Unknown option --{sorted(unknown)[0]}; prepare's own flags are listed by "
+            "`keras-electra prepare --help`, and any other must be an Apache Beam "
+            "pipeline option (--runner, --project, --temp_location, ...)."
+        )
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         workers = num_workers or os.cpu_count() or 1
         args = [
@@ -152,10 +153,16 @@ def write_tfrecords_beam(
 ) -> list[str]:
     """:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords` as a Beam pipeline.
 
+    The shards and their examples are the in-process writer's, byte for byte.
+
     Args:
-        files, tokenizer, output_dir, max_seq_length, num_shards, seed: as for
-            :func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`; the
-            shards and their examples are the same.
+        files: text files, directories of ``*.txt`` files, or glob patterns (local or
+            ``gs://``).
+        tokenizer: the tokenizer.
+        output_dir: the directory to write into (local or ``gs://``).
+        max_seq_length: tokens per example.
+        num_shards: number of TFRecord files (each one worker's unit of work).
+        seed: the packing seed.
         pipeline_args: Beam options (``["--runner", "DataflowRunner", ...]``).
         num_workers: local worker processes when no ``--runner`` is given (default:
             every core).

@@ -105,10 +105,13 @@ class Packer:
 
     Args:
         max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
-        cls_id, sep_id, pad_id: the special tokens' ids.
-        seed: the stateless seed pair (see :func:`packing_seed`).
-        single_segment_prob, random_length_prob: as in
-            :func:`~keras_electra.data.pretraining.pack_examples`.
+        cls_id: the id of ``[CLS]``.
+        sep_id: the id of ``[SEP]``.
+        pad_id: the id of ``[PAD]``.
+        seed: the stateless seed pair
+            (:func:`~keras_electra.data.pretraining.packing_seed`).
+        single_segment_prob: as in :func:`~keras_electra.data.pretraining.pack_examples`.
+        random_length_prob: as in :func:`~keras_electra.data.pretraining.pack_examples`.
     """
 
     def __init__(

@@ -2,7 +2,10 @@
 
 :func:`prepare` learns a WordPiece vocabulary (or takes ``vocab``), writes it as
 ``vocab.txt`` (named as in a run directory) and the packed examples as TFRecord
-shards next to it (:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`).
+shards next to it, in this process
+(:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`) or as an Apache Beam
+pipeline (:mod:`keras_electra.data.beam`: every core, or any Beam runner); both write
+the same shards.
 Pretraining on them needs the same ``--max-seq-length``: the records hold examples of
 exactly that many tokens. With ``dry_run=True`` it checks the corpus, the vocabulary,
 the length and the output directory and writes nothing.
@@ -124,14 +127,16 @@ def prepare(
         settings: the options as one object.
         **options: fields of :class:`~keras_electra.settings.PrepareSettings`
             (``max_seq_length``, ``vocab``, ``vocab_size``, ``num_shards``, ``seed``,
-            ``lowercase``, ``dry_run``).
+            ``lowercase``, ``dry_run``, ``workers``, ``beam_options``: see
+            :func:`uses_beam` for when it runs on Apache Beam).
 
     Returns:
         A :class:`PrepareResult`; with ``dry_run=True`` nothing is written.
 
     Raises:
         InputDataError: a corpus file is missing or not text, or the vocabulary is unusable.
-        ConfigError: a length or shard count no writing can use.
+        ConfigError: a length or shard count no writing can use, or Beam options the
+            installed Beam does not know (or without Beam installed).
         StorageError: (dry run) the output directory cannot be written.
         TypeError: a keyword that is not an option.
     """
@@ -198,9 +203,12 @@ IN_PROCESS_HINT = (
 
 LOCAL_BEAM_MIN_BYTES = 256 * 10**6
 """A corpus this large (bytes) or larger is packed by Beam's DirectRunner on every core when
-the beam extra is installed and neither ``workers`` nor Beam options say otherwise; a
-smaller one in this process, since the DirectRunner's workers take tens of seconds to start
-(docs/pretraining.md has the measurements)."""
+the beam extra is installed, the machine has :data:`LOCAL_BEAM_MIN_CORES` cores or more and
+neither ``workers`` nor Beam options say otherwise; else in this process. The DirectRunner's
+workers take tens of seconds to start, and on 2 cores the in-process writer (which tokenizes
+in a second thread) was faster than two workers even at 100 MB (docs/pretraining.md)."""
+
+LOCAL_BEAM_MIN_CORES = 4
 
 
 def corpus_bytes(files: list[str]) -> int:
@@ -235,4 +243,5 @@ def uses_beam(settings: PrepareSettings, size: int) -> bool:
                 "--workers 1."
             )
         return True
-    return beam_available() and size >= LOCAL_BEAM_MIN_BYTES
+    cores = os.cpu_count() or 1
+    return size >= LOCAL_BEAM_MIN_BYTES and cores >= LOCAL_BEAM_MIN_CORES and beam_available()

@@ -107,7 +107,7 @@ def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
         >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
         >>> _ = open(path, "w").write("One.\\nTwo.\\n\\nThree.\\n")
         >>> [[(s, e) for _, s, e in p.pieces] for p in plan_shards([path], 2)]
-        [[(0, 10)], [(10, 18)]]
+        [[(0, 11)], [(11, 18)]]
     """
     sizes = [_size(path) for path in files]
     total = sum(sizes)
