@@ -247,3 +247,24 @@ def test_prepare_names_an_unknown_beam_option(corpus, tmp_path, capsys):
         capsys, "--corpus", corpus[0], "--output", str(tmp_path), "--runer", "DataflowRunner"
     )
     assert code == 2 and "Unknown option --runer" in err
+
+
+def test_prepare_writes_to_a_url_and_pretraining_reads_it(corpus, tmp_path):
+    """``--output gs://...`` with TensorFlow's in-memory ``ram://`` filesystem for gs://."""
+    from keras_electra.data import pretraining_dataset
+    from keras_electra.data.prepare import prepare
+
+    url = f"ram://bucket-{tmp_path.name}/records"
+    result = prepare(corpus, url, vocab_size=60, max_seq_length=LENGTH, num_shards=2, workers=1)
+    assert str(result.vocab_file) == f"{url}/vocab.txt" and tf.io.gfile.exists(result.vocab_file)
+    local = write_pretraining_tfrecords(
+        corpus,
+        ElectraTokenizer.from_vocab_file(str(result.vocab_file)),
+        str(tmp_path / "local"),
+        max_seq_length=LENGTH,
+        num_shards=2,
+        progress=False,
+    )
+    assert records(result.shards) == records(local)
+    batches = pretraining_dataset(url, batch_size=4, max_seq_length=LENGTH, shuffle=False)
+    assert next(iter(batches))["token_ids"].shape == (4, LENGTH)

@@ -74,9 +74,7 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
 
     args = list(args)
     given = PipelineOptions(args)
-    unknown = set(given.get_all_options(retain_unknown_options=True)) - set(
-        given.get_all_options()
-    )
+    unknown = set(given.get_all_options(retain_unknown_options=True)) - set(given.get_all_options())
     if unknown:
         raise ConfigError(
             f"Unknown option --{sorted(unknown)[0]}; prepare's own flags are listed by "

@@ -34,7 +34,13 @@ from keras_electra.data.beam import (
 from keras_electra.data.files import check_corpus_has_text, is_remote, resolve_corpus_files
 from keras_electra.data.tfrecords import check_writing, shard_name, write_pretraining_tfrecords
 from keras_electra.data.tokenizer import ElectraTokenizer
-from keras_electra.data.vocab import learn_vocab, load_vocab, save_vocab, vocab_from_counts
+from keras_electra.data.vocab import (
+    learn_vocab,
+    load_vocab,
+    save_vocab,
+    validate_vocab,
+    vocab_from_counts,
+)
 from keras_electra.errors import ConfigError
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PrepareSettings, unknown_fields
@@ -53,7 +59,7 @@ class PrepareResult:
         written: False for a dry run.
     """
 
-    output_dir: Path
+    output_dir: Path | str
     settings: PrepareSettings
     corpus_files: list[str]
     vocab_size: int
@@ -61,8 +67,10 @@ class PrepareResult:
     written: bool
 
     @property
-    def vocab_file(self) -> Path:
-        return self.output_dir / RunDirectory.VOCAB
+    def vocab_file(self) -> Path | str:
+        if isinstance(self.output_dir, Path):
+            return self.output_dir / RunDirectory.VOCAB
+        return f"{self.output_dir}/{RunDirectory.VOCAB}"  # a URL such as gs://
 
     def describe(self) -> str:
         """What the command prints: what was written and how to pretrain on it, or the
@@ -74,7 +82,7 @@ class PrepareResult:
         )
         if self.written:
             return (
-                f"Wrote {len(self.shards)} shards and {self.vocab_file.name} to "
+                f"Wrote {len(self.shards)} shards and {RunDirectory.VOCAB} to "
                 f"{self.output_dir}\nPretrain with: {pretrain}"
             )
         local = [f for f in self.corpus_files if not is_remote(f)]
@@ -148,14 +156,17 @@ def prepare(
         )
     corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
     s = dataclasses.replace(settings or PrepareSettings(), corpus=corpus, **options)
-    out = Path(output_dir)
+    out_name = os.fspath(output_dir)
+    remote = is_remote(out_name)  # gs://bucket/dir: written through tf.io.gfile
+    out: Path | str = out_name.rstrip("/") if remote else Path(out_name)
     check_writing(s.max_seq_length, s.num_shards)
     tokens = load_vocab(s.vocab) if s.vocab else None
     if s.dry_run:
         files = resolve_corpus_files(corpus)
         check_corpus_has_text(files)  # what learning a vocabulary or packing checks first
-        check_writable(out)
-        shards = [str(out / shard_name(i, s.num_shards)) for i in range(s.num_shards)]
+        if not remote:
+            check_writable(out)
+        shards = [os.path.join(str(out), shard_name(i, s.num_shards)) for i in range(s.num_shards)]
         size = len(tokens) if tokens is not None else s.vocab_size
         uses_beam(s, corpus_bytes(files))  # the options' checks
         return PrepareResult(out, s, files, size, shards, written=False)
@@ -164,21 +175,31 @@ def prepare(
     beam = uses_beam(s, corpus_bytes(files))
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(str(out))
     if tokens is None:
         if beam:
+            temp = os.path.join(str(out), ".word-counts")
             counts = count_words_beam(
                 corpus,
                 s.lowercase,
-                temp_dir=str(out / ".word-counts"),
+                temp_dir=temp,
                 pipeline_args=s.beam_options,
                 num_workers=s.workers,
             )
+            if tf.io.gfile.exists(temp):
+                tf.io.gfile.rmtree(temp)
             tokens = vocab_from_counts(counts, s.vocab_size)
         else:
             tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
     result = PrepareResult(out, s, files, len(tokens), [], written=True)
-    save_vocab(tokens, str(result.vocab_file))
+    if remote:
+        validate_vocab(tokens)
+        with tf.io.gfile.GFile(str(result.vocab_file), "w") as f:
+            f.write("".join(f"{token}\n" for token in tokens))
+    else:
+        save_vocab(tokens, str(result.vocab_file))
     tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
     options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
     if beam:
@@ -196,8 +217,9 @@ def prepare(
 
 
 IN_PROCESS_HINT = (
-    "Packing in this process, on one core; for a large corpus, install the beam extra "
-    '(pip install "keras-electra[beam]") to use every core, or a Beam runner such as Dataflow.'
+    "Packing in this process; for a large corpus, install the beam extra "
+    '(pip install "keras-electra[beam]") to pack on every core of a larger machine or on a '
+    "Beam runner such as Dataflow."
 )
 
 
