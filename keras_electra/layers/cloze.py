@@ -54,6 +54,9 @@ class TwoTowerCloze(keras.Model):
         (2, 6, 64)
     """
 
+    #: It reads the original text (a masked LM generator reads the masked one).
+    reads_masked_text = False
+
     def __init__(
         self, config: ElectraConfig | dict, embedding: keras.layers.Layer | None = None, **kwargs
     ):
