@@ -52,7 +52,7 @@ def export(
     if run.is_finetuned():
         module = finetuned_module(load_finetuned(run.path), max_length)
         extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
-    elif run.stored_objective() == "electric":
+    elif run.settings().get("objective") == "electric":
         module = EnergyModule.from_run(run.path, max_length)
         extra = run.model_files()
     else:
