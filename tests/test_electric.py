@@ -185,7 +185,7 @@ def oracle_loss(model: ElectraPretrainer, prepared) -> tf.Tensor:
 
     noisy_inputs = dict(inputs, token_ids=noisy)
     energies = model.discriminator_head(model.discriminator(noisy_inputs, training=True))
-    log_q = tf.gather(tf.nn.log_softmax(tf.stop_gradient(logits)), noisy, batch_dims=2)
+    log_q = -tf.nn.sparse_softmax_cross_entropy_with_logits(noisy, tf.stop_gradient(logits))
     nce_logits = energies + log_q + math.log(c.mask_prob / (1 - c.mask_prob))
     per_token = tf.nn.sigmoid_cross_entropy_with_logits(labels=resampled, logits=nce_logits)
     weights = tf.cast(real, tf.float32)
@@ -251,3 +251,19 @@ def test_electric_is_a_plugin_with_its_own_towers_metrics_and_checks():
         objectives.get("electric").check(cfg.replace(temperature=2.0))
     with pytest.raises(ConfigError, match="corrective_weight needs --objective electra"):
         objectives.get("electric").check(cfg.replace(corrective_weight=1.0))
+
+
+def test_a_run_that_sets_another_temperature_is_refused_in_one_sentence(small_corpus, tmp_path):
+    from keras_electra.pretraining.run import pretrain
+
+    # A dry run resolves the config as a run does (a run checks it after learning the
+    # vocabulary, before its first write).
+    with pytest.raises(ConfigError, match="^--objective electric samples from the cloze"):
+        pretrain(
+            [str(small_corpus)],
+            tmp_path / "run",
+            objective="electric",
+            temperature=2.0,
+            dry_run=True,
+        )
+    assert not (tmp_path / "run").exists()
