@@ -63,7 +63,8 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
 
     Args:
         config: the :class:`ElectraConfig`.
-        objective: the name of a registered objective: ``"electra"`` or ``"mlm"``.
+        objective: the name of a registered objective: ``"electra"``, ``"mlm"`` or
+            ``"electric"``.
         seed: seed of the masking and sampling random streams.
         **kwargs: ``keras.Model``'s, such as ``dtype``: a Keras dtype policy like
             ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
