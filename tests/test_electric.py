@@ -267,3 +267,18 @@ def test_a_run_that_sets_another_temperature_is_refused_in_one_sentence(small_co
             dry_run=True,
         )
     assert not (tmp_path / "run").exists()
+
+
+def test_a_google_research_electric_checkpoint_is_refused_in_one_sentence(tmp_path):
+    from keras_electra.convert.google import read_google
+
+    graph = tf.Graph()
+    with graph.as_default():
+        names = ("electra/embeddings/word_embeddings", "generator_ltr/encoder/layer_0/x")
+        for name in names:
+            tf.compat.v1.get_variable(name, initializer=tf.zeros([4, 2]))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver().save(session, str(tmp_path / "model.ckpt-1"))
+    with pytest.raises(ConfigError, match=r"is an Electric checkpoint .* does not read"):
+        read_google(tmp_path / "model.ckpt-1")
