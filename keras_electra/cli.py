@@ -57,7 +57,7 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
 
 def _run_pretrain(args: argparse.Namespace) -> int:
     from keras_electra.pretraining.run import pretrain
-    from keras_electra.scoring import format_scores, score_texts
+    from keras_electra.scoring import format_scores, score_sentences, score_texts
 
     result = pretrain(args.corpus, args.output, settings=from_arguments(args, PretrainSettings))
     if args.dry_run:
@@ -70,7 +70,14 @@ def _run_pretrain(args: argparse.Namespace) -> int:
             f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float | int) and k != "step"
         )
         print(f"Last window: {shown}")
-    if args.sample and result.model.discriminator_head is not None:  # a replaced-token head
+    if args.sample and result.model.objective == "electric":
+        print("\nDiscriminator: each token's energy (how badly it fits), the sentence's score")
+        for text, (tokens, score) in zip(
+            args.sample, score_sentences(result.model, result.tokenizer, args.sample), strict=True
+        ):
+            shown = " ".join(f"{token}({energy:.2f})" for token, energy in tokens)
+            print(f"{text} -> sentence_score {score:.3f}: {shown}")
+    elif args.sample and result.model.discriminator_head is not None:  # a replaced-token head
         print("\nDiscriminator: probability that each token was replaced")
         scores = score_texts(result.model, result.tokenizer, args.sample)
         print(format_scores(scores, color=sys.stdout.isatty()))
@@ -110,7 +117,8 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
         help="export a run as a TF Serving SavedModel with an in-graph tokenizer",
         description="Write saved_models/NAME/VERSION/ with warmup requests; TF Serving loads "
         "the highest version. A pretraining run (or converted directory) exports "
-        "replaced-token scores (serving_default, score_pair); a fine-tuned directory exports "
+        "replaced-token scores (serving_default, score_pair), an Electric run (--objective "
+        "electric) per-token energies and a sentence score; a fine-tuned directory exports "
         "its task: classify/regress (serving_default plus classify/regress methods), tag "
         "(per-word tag probabilities) or qa (answer span and start/end logits).",
     )
@@ -140,7 +148,8 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
         help="answer texts with an export: replaced tokens, classes, values, tags or answers",
         description="Answer texts with any export of `keras-electra export`, in process "
         "(--model) or from TF Serving (--server: gRPC, or REST at an http:// or https:// URL): "
-        "a pretrained model's per-token replacement probabilities, a classifier's labels "
+        "a pretrained model's per-token replacement probabilities (an Electric model's "
+        "per-token energies and sentence score, higher: more plausible), a classifier's labels "
         "(most likely first), a regressor's value, a tagger's tag per word, a QA model's "
         "answer and its word span. The export's signatures say which.",
     )

@@ -181,9 +181,10 @@ class RunDirectory:
 
     def stored_objective(self) -> str | None:
         """What the latest checkpoint holds: a pretrainer of that objective (``electra``,
-        ``mlm``), or ``None`` for the discriminator backbone alone. ``run.json`` says it;
-        without one, the checkpoint's variable names do (the generator's tower only
-        an ``electra`` pretrainer has, the heads under the pretrainer's name ``mlm`` too).
+        ``mlm``, ``electric``), or ``None`` for the discriminator backbone alone.
+        ``run.json`` says it; without one, the checkpoint's variable names do (the cloze
+        model's towers only ``electric`` has, the generator's tower only ``electra``, the
+        heads under the pretrainer's name ``mlm`` too).
 
         Raises:
             ConfigError: when there is no checkpoint yet.
@@ -197,6 +198,8 @@ class RunDirectory:
                 f"The directory '{self.path}' has no checkpoint yet; pretrain it first."
             )
         layers = stored_layers(latest)
+        if "generator_left_to_right" in layers:  # Electric's cloze model
+            return "electric"
         if "generator" in layers:
             return "electra"
         return "mlm" if "electra_pretrainer" in layers else None

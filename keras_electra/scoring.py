@@ -39,6 +39,7 @@ from keras_electra.serving.export_reader import (
     Classification,
     ExportReader,
     Regression,
+    SentenceScore,
     Tagging,
     TokenScores,
     export_reader,
@@ -106,6 +107,35 @@ def score_texts(
     return rows
 
 
+def score_sentences(
+    model, tokenizer: ElectraTokenizer, texts: Sequence[str], max_length: int | None = None
+) -> list[tuple[TokenScores, float]]:
+    """Each token's energy and each text's sentence score, from an Electric pretrainer's
+    discriminator (what its export answers; :mod:`keras_electra.export.electric`).
+
+    Returns:
+        For each text, ``(token, energy)`` pairs without ``[CLS]``/``[SEP]`` and the
+        sentence score ``-sum`` of those energies (higher: more plausible).
+    """
+    max_length = max_length or model.config.max_position_embeddings
+    encoded = utf8_texts(texts)
+    rows = []
+    for part in batch_slices(len(encoded), MAX_BATCH_SIZE):
+        inputs = encode_texts(
+            tokenizer, tf.constant(encoded[part], tf.string), max_length=max_length
+        )
+        energies = model(inputs, training=False).numpy()
+        tokens = tokenizer.detokenize_ids(inputs["token_ids"]).numpy()
+        lengths = inputs["padding_mask"].numpy().sum(axis=1)
+        for row, energy, n in zip(tokens, energies, lengths, strict=True):
+            pairs = [
+                (t.decode("utf-8", "replace"), float(e))
+                for t, e in zip(row[1 : n - 1], energy[1 : n - 1], strict=True)
+            ]
+            rows.append((pairs, -float(sum(e for _, e in pairs))))
+    return rows
+
+
 def find_export(path: str | Path) -> str | None:
     """``path`` itself if it holds a SavedModel, else its highest numeric version folder
     that does, else None."""
@@ -153,7 +183,8 @@ class Scores(Sequence):
 
     @property
     def kind(self) -> str:
-        """``replaced_token``, ``classify``, ``regress``, ``tag`` or ``qa``."""
+        """``replaced_token``, ``sentence_score``, ``classify``, ``regress``, ``tag`` or
+        ``qa``."""
         return self.reader.kind
 
     def __getitem__(self, index: int | slice) -> Any:
@@ -311,7 +342,13 @@ def _show_answer(texts: list[str], answer: Answer) -> str:
     return f'{texts[0]} -> "{answer.text}" ({span}, score {answer.score:.2f})'
 
 
+def _show_sentence(texts: list[str], answer: SentenceScore) -> str:
+    energies = " ".join(f"{token}({energy:.2f})" for token, energy in answer.tokens)
+    return f"{texts[0]} -> sentence_score {answer.score:.3f}: {energies}"
+
+
 _SHOW = {
+    "sentence_score": _show_sentence,
     "classify": _show_classification,
     "regress": _show_regression,
     "tag": _show_tagging,
@@ -321,7 +358,8 @@ _SHOW = {
 
 def format_answers(scores: Scores, color: bool = False) -> str:
     """Render an export's answers as text, one line per example: replaced-token scores as
-    :func:`format_scores` does; ``TEXT -> label(p) ...`` most likely first (a pair as
+    :func:`format_scores` does; an Electric export's as ``TEXT -> sentence_score s:
+    token(energy) ...``; ``TEXT -> label(p) ...`` most likely first (a pair as
     ``TEXT | TEXT_B``); ``TEXT -> value``; ``word/TAG ...``; ``QUESTION -> "answer"
     (context words i-j, score s)``.
 

@@ -32,6 +32,7 @@ from keras_electra.errors import ConfigError
 OBJECTIVES: dict[str, Any] = {
     "electra": "keras_electra.pretraining.objectives.electra:ReplacedTokenDetection",
     "mlm": "keras_electra.pretraining.objectives.mlm:MaskedLM",
+    "electric": "keras_electra.pretraining.objectives.electric:EnergyCloze",
 }
 ON_NAN = ("stop", "skip")
 OPTIMIZERS = ("adamw", "lamb")

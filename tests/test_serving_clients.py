@@ -458,6 +458,10 @@ def test_the_reader_tells_every_kind_of_export_from_its_signatures() -> None:
     qa_outputs = ["answer", "answer_start_word", "answer_end_word", "answer_score", "tokens"]
     cases = {
         ("replaced_token", ("text",)): (["text"], ["replaced_prob", "tokens", "num_tokens"]),
+        ("sentence_score", ("text",)): (
+            ["text"],
+            ["energy", "sentence_score", "tokens", "token_ids", "num_tokens"],
+        ),
         ("classify", ("text",)): (["text"], ["scores", "classes"]),
         ("classify", ("text", "text_b")): (["text_b", "text"], ["scores", "classes"]),
         ("regress", ("text",)): (["text"], ["scores"]),
@@ -468,7 +472,8 @@ def test_the_reader_tells_every_kind_of_export_from_its_signatures() -> None:
     for (kind, layout), (inputs, outputs) in cases.items():
         reader = export_reader(_signatures(inputs, outputs))
         assert (reader.kind, reader.inputs, reader.signature) == (kind, layout, "serving_default")
-    assert [k.name for k in KINDS] == ["replaced_token", "classify", "regress", "tag", "qa"]
+    names = ["replaced_token", "sentence_score", "classify", "regress", "tag", "qa"]
+    assert [k.name for k in KINDS] == names
     pair = export_reader(_signatures(["text", "text_b"], ["scores", "classes"]))
     assert pair.feeds(["a", "b", "c", "d"]) == {"text": ["a", "c"], "text_b": ["b", "d"]}
     odd = (
@@ -511,8 +516,8 @@ def test_an_export_of_no_known_kind_is_one_sentence_naming_its_signatures(
 
     named = (
         "has the signatures double(x -> y), serving_default(x -> y), none of which "
-        "keras-electra reads (the replaced-token, classifier, regressor, tagger and QA exports "
-        "of `keras-electra export`)"
+        "keras-electra reads (the replaced-token, sentence-score, classifier, regressor, tagger "
+        "and QA exports of `keras-electra export`)"
     )
     with pytest.raises(ServingError, match=rf"^The export at '.*unknown.1' {re.escape(named)}"):
         score_with_saved_model(exports["unknown"], ["1.0"])

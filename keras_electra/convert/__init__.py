@@ -112,6 +112,12 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
     if target not in TARGETS:
         raise ConfigError(f"Unknown target format '{target}'; choose one of: {', '.join(TARGETS)}.")
     model, tokenizer, _ = load_run(run_dir)
+    if model.objective == "electric":
+        raise ConfigError(
+            f"'{run_dir}' was pretrained with the electric objective, whose two-tower cloze "
+            f"generator and energy head the {target} format cannot represent; export it with "
+            "`keras-electra export` or fine-tune it instead."
+        )
     if model.generator is None:
         raise ConfigError(
             f"'{run_dir}' was pretrained with the mlm objective; only ELECTRA models convert."

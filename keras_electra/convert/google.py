@@ -57,6 +57,12 @@ def read_google(
     names = [n for n in shapes if n not in NON_WEIGHTS and not n.endswith(OPTIMIZER_SUFFIXES)]
     skipped = len(shapes) - len(names)
     weights = {n: np.asarray(reader.get_tensor(n)) for n in names}
+    if any(n.startswith(("generator_ltr/", "generator_rtl/")) for n in weights):
+        raise ConfigError(
+            f"'{path}' is an Electric checkpoint (generator_ltr/, generator_rtl/), which convert "
+            "does not read: its discriminator is an energy model, not a replaced-token "
+            "detector; pretrain with --objective electric instead."
+        )
     tokens = _vocabulary(prefix, vocab)
     config = _config(weights, tokens, preset, lowercase, num_heads, str(path))
     notes = [f"Skipped {skipped} optimizer and step variables."] if skipped else []

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from keras_electra.errors import ConfigError
 from keras_electra.export.classifier import finetuned_module
+from keras_electra.export.electric import EnergyModule
 from keras_electra.export.saved_model import ReplacedTokenModule, export_module
 from keras_electra.finetuning.saved import load_finetuned
 from keras_electra.run_directory import RunDirectory
@@ -22,8 +23,10 @@ def export(
 
     A directory with ``finetune.json`` (``keras-electra finetune --output``) exports
     with its task's signatures (:func:`~keras_electra.export.classifier.finetuned_module`);
-    any other (``keras-electra pretrain --output``, or a converted init directory)
-    with replaced-token detection's (:class:`ReplacedTokenModule`). The version folder
+    an Electric run (``--objective electric``) with energies and a sentence score
+    (:class:`~keras_electra.export.electric.EnergyModule`); any other (``keras-electra
+    pretrain --output``, or a converted init directory) with replaced-token detection's
+    (:class:`ReplacedTokenModule`). The version folder
     is written under a temporary name and renamed when complete.
 
     Args:
@@ -49,6 +52,9 @@ def export(
     if run.is_finetuned():
         module = finetuned_module(load_finetuned(run.path), max_length)
         extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
+    elif run.settings().get("objective") == "electric":
+        module = EnergyModule.from_run(run.path, max_length)
+        extra = run.model_files()
     else:
         module = ReplacedTokenModule.from_run(run.path, max_length)
         extra = run.model_files()

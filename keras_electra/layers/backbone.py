@@ -30,6 +30,9 @@ class ElectraBackbone(keras.Model):
             new one it builds (an :class:`ElectraEmbedding` or
             :class:`~keras_electra.layers.embedding.GdesEmbedding`); a new
             :class:`ElectraEmbedding` from ``config`` when omitted.
+        direction: the attention pattern of the tower's encoder: ``None`` (full), or
+            ``"left_to_right"`` / ``"right_to_left"`` (causal; the towers of Electric's
+            cloze generator, :mod:`keras_electra.pretraining.objectives.electric`).
 
     Examples:
         >>> import numpy as np
@@ -47,6 +50,7 @@ class ElectraBackbone(keras.Model):
         config: ElectraConfig | dict,
         tower: str = "discriminator",
         embedding: keras.layers.Layer | None = None,
+        direction: str | None = None,
         **kwargs,
     ):
         # A fixed name keeps variable paths (the checkpoint keys) the same in every process.
@@ -58,6 +62,7 @@ class ElectraBackbone(keras.Model):
             raise ValueError(f"tower must be 'discriminator' or 'generator', got {tower!r}.")
         self.config = config
         self.tower = tower
+        self.direction = direction
         sizes = getattr(config, f"{tower}_config")()  # discriminator_config or generator_config
         self.hidden_dim = sizes.hidden_size
 
@@ -75,6 +80,7 @@ class ElectraBackbone(keras.Model):
             layer_norm_epsilon=config.layer_norm_epsilon,
             initializer_range=config.initializer_range,
             normalize_first=config.normalize_first,
+            direction=direction,
             dtype=self.dtype_policy,
             name=f"{tower}_encoder",
         )
@@ -95,4 +101,7 @@ class ElectraBackbone(keras.Model):
 
     # === Config ===
     def get_config(self):
-        return {"config": self.config.to_dict(), "tower": self.tower, "name": self.name}
+        config = {"config": self.config.to_dict(), "tower": self.tower, "name": self.name}
+        if self.direction is not None:
+            config["direction"] = self.direction
+        return config

@@ -26,6 +26,27 @@ def _plain_dense(layer) -> bool:
     )
 
 
+# The attention patterns of a tower: full, or causal in one direction.
+DIRECTIONS = (None, "left_to_right", "right_to_left")
+
+
+def causal_mask(length, direction: str | None):
+    """The ``[1, length, length]`` int32 mask of a causal tower (query ``i`` may attend to
+    key ``j`` where it is 1): ``j <= i`` for ``"left_to_right"``, ``j >= i`` for
+    ``"right_to_left"``; None for a full tower (``direction`` None).
+
+    Examples:
+        >>> causal_mask(3, "left_to_right").numpy()[0].tolist()
+        [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    if direction is None:
+        return None
+    query = tf.range(length)[:, None]
+    key = tf.range(length)[None, :]
+    allowed = key <= query if direction == "left_to_right" else key >= query
+    return tf.cast(allowed, tf.int32)[None]
+
+
 def _self_attention_mask(padding_mask, attention_mask):
     """The attention's ``[batch, 1 or length, length]`` int32 mask: the padding mask
     ``[batch, length]`` with a query axis, the element-wise minimum with an
@@ -236,6 +257,10 @@ class ElectraEncoder(Serialized, keras.layers.Layer):
         layer_norm_epsilon: LayerNorm epsilon.
         initializer_range: stddev of the truncated-normal initializer.
         normalize_first: pre-LayerNorm layers plus a final LayerNorm.
+        direction: ``None`` (each position attends to every real position), or a causal
+            tower: ``"left_to_right"`` (position ``t`` attends to positions ``<= t``) or
+            ``"right_to_left"`` (to positions ``>= t``), as the two towers of Electric's
+            cloze generator.
 
     Examples:
         >>> import numpy as np
@@ -255,6 +280,7 @@ class ElectraEncoder(Serialized, keras.layers.Layer):
         "layer_norm_epsilon",
         "initializer_range",
         "normalize_first",
+        "direction",
     )
 
     def __init__(
@@ -268,9 +294,12 @@ class ElectraEncoder(Serialized, keras.layers.Layer):
         layer_norm_epsilon: float = 1e-12,
         initializer_range: float = 0.02,
         normalize_first: bool = False,
+        direction: str | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}.")
         self.keep(locals())
 
         # === Layers ===
@@ -318,8 +347,9 @@ class ElectraEncoder(Serialized, keras.layers.Layer):
         x = embeddings
         if self.projection is not None:
             x = self.projection(x)
+        causal = causal_mask(keras.ops.shape(x)[1], self.direction)
         for layer in self.transformer_layers:
-            x = layer(x, padding_mask=padding_mask, training=training)
+            x = layer(x, padding_mask=padding_mask, attention_mask=causal, training=training)
         if self.final_layer_norm is not None:
             x = self.final_layer_norm(x)
         return x

@@ -148,7 +148,11 @@ class HealthProbe:
 
     def _generator_corruption(self) -> tf.Tensor:
         model, masked = self.model, self.masked
-        hidden = model.generator(self._inputs(masked.token_ids), training=False)
+        # A masked LM reads the masked text; Electric's cloze model the original.
+        reads = (
+            masked.token_ids if getattr(model.generator, "reads_masked_text", True) else self.ids
+        )
+        hidden = model.generator(self._inputs(reads), training=False)
         logits = model.generator_head(hidden, masked.positions)
         sampled = objective.sample_tokens(
             logits,

@@ -53,10 +53,13 @@ def tower_activations(encoder: EncoderConfig, sequences: int, length: int, preci
     return encoder.num_layers * per_layer
 
 
-def lm_logits(config: ElectraConfig, sequences: int, length: int) -> float:
-    """Bytes of one masked-LM head's float32 logits at the masked positions, and their
-    gradient."""
-    return 2 * 4.0 * sequences * config.max_predictions(length) * config.vocab_size
+def lm_logits(
+    config: ElectraConfig, sequences: int, length: int, positions: int | None = None
+) -> float:
+    """Bytes of one masked-LM head's float32 logits at the masked positions (or at
+    ``positions`` per sequence), and their gradient."""
+    positions = config.max_predictions(length) if positions is None else positions
+    return 2 * 4.0 * sequences * positions * config.vocab_size
 
 
 def step_memory(

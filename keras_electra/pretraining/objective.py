@@ -87,10 +87,7 @@ def mask_tokens(
             tf.random.stateless_uniform(tf.shape(token_ids), seed=seeds[0]),
             tf.random.stateless_uniform([batch, max_predictions], seed=seeds[1]),
         )
-    candidates = tf.cast(padding_mask, tf.bool)
-    for token_id in special_ids:
-        candidates &= tf.not_equal(token_ids, token_id)
-
+    candidates = candidate_mask(token_ids, padding_mask, special_ids) > 0
     num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1)
     num_to_predict = tf.cast(tf.round(tf.cast(num_candidates, tf.float32) * mask_prob), tf.int32)
     num_to_predict = tf.clip_by_value(num_to_predict, 1, max_predictions)
@@ -111,6 +108,17 @@ def mask_tokens(
         token_ids, positions, tf.fill(tf.shape(positions), mask_token_id), chosen & use_mask
     )
     return MaskedBatch(masked_ids, positions, labels, weights)
+
+
+def candidate_mask(
+    token_ids: tf.Tensor, padding_mask: tf.Tensor, special_ids: tuple[int, ...]
+) -> tf.Tensor:
+    """``[B, L]`` float32: 1 for a real token that is not one of ``special_ids`` (the
+    positions masking may choose and a cloze model predicts)."""
+    keep = tf.cast(padding_mask, tf.bool)
+    for token_id in special_ids:
+        keep &= tf.not_equal(token_ids, token_id)
+    return tf.cast(keep, tf.float32)
 
 
 def scatter_tokens(

@@ -63,7 +63,8 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
 
     Args:
         config: the :class:`ElectraConfig`.
-        objective: the name of a registered objective: ``"electra"`` or ``"mlm"``.
+        objective: the name of a registered objective: ``"electra"``, ``"mlm"`` or
+            ``"electric"``.
         seed: seed of the masking and sampling random streams.
         **kwargs: ``keras.Model``'s, such as ``dtype``: a Keras dtype policy like
             ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
@@ -211,7 +212,15 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     def compute_objective(self, batch: dict, training: bool = False) -> ObjectiveOutput:
         """Mask, run the generator, sample, run the discriminator, compute losses."""
         prepared = self.prepare_batch(batch)
-        return self.objective_from(prepared, loss_totals(prepared), training=training)
+        return self.objective_from(
+            prepared, loss_totals(prepared, self.special_ids), training=training
+        )
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        """The ids never masked nor predicted: ``[PAD]``, ``[CLS]`` and ``[SEP]``."""
+        c = self.config
+        return (c.pad_token_id, c.cls_token_id, c.sep_token_id)
 
     def prepare_batch(self, batch: dict) -> PreparedBatch:
         """Step 1, which needs no gradient: draw this step's random numbers and mask ~15%."""
@@ -227,7 +236,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         masked = objective.mask_tokens(
             token_ids,
             padding_mask,
-            special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
+            special_ids=self.special_ids,
             mask_token_id=c.mask_token_id,
             mask_prob=c.mask_prob,
             mask_token_prob=c.mask_token_prob,
@@ -320,7 +329,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     def train_step(self, data):
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         prepared = self.prepare_batch(batch)
-        totals = loss_totals(prepared)
+        totals = loss_totals(prepared, self.special_ids)
         compute = self._compiled_gradients or self._loss_and_gradients
         gradients, losses, record_tokens = accumulate_gradients(
             lambda micro: compute(micro, totals),
@@ -436,7 +445,8 @@ def gradient_parts(variables) -> list[str]:
     """Which of :data:`GRADIENT_PARTS` each variable belongs to, from its path.
 
     Paths start with the owning layer: ``embedding/...`` (the shared, or the generator's,
-    block), ``generator/...``, ``discriminator/...``, and the heads under the pretrainer's
+    block), ``generator/...`` (Electric's two towers: ``generator_left_to_right/...``,
+    ``generator_right_to_left/...``), ``discriminator/...``, and the heads under the pretrainer's
     own name. Every embedding weight counts as "embeddings", a tower's own included (the
     discriminator's own block or GDES deltas and LayerNorm, ``discriminator/embedding/...``).
     "generator" and "discriminator" are the towers' encoders (projection and layers).
@@ -446,8 +456,10 @@ def gradient_parts(variables) -> list[str]:
         names = v.path.split("/")
         if names[0] == "embedding" or names[1:2] == ["embedding"]:
             parts.append("embeddings")
-        elif names[0] in ("generator", "discriminator"):
+        elif names[0] == "discriminator":
             parts.append(names[0])
+        elif names[0] == "generator" or names[0].startswith("generator_"):
+            parts.append("generator")  # the tower, or the cloze generator's two
         else:
             parts.append("heads")
     return parts
@@ -486,15 +498,18 @@ def transfer_weights(source: ElectraPretrainer, target: ElectraPretrainer) -> No
         v.assign(values[path].numpy())
 
 
-def loss_totals(prepared: PreparedBatch) -> LossTotals:
-    """The global batch's number of predicted tokens and of real tokens.
+def loss_totals(prepared: PreparedBatch, special_ids: tuple[int, ...] = ()) -> LossTotals:
+    """The global batch's number of predicted tokens, of real tokens and of candidates
+    (real tokens other than ``special_ids``).
 
-    They normalize the MLM and discriminator losses; summed over the replicas in
+    They normalize the MLM, discriminator and cloze losses; summed over the replicas in
     sync, so every replica (and every micro-batch) divides by the same counts.
     """
     predicted = tf.reduce_sum(prepared.masked.weights)
     real = tf.reduce_sum(tf.cast(prepared.padding_mask, tf.float32))
-    return LossTotals(global_sum(predicted), global_sum(real))
+    candidates = objective.candidate_mask(prepared.token_ids, prepared.padding_mask, special_ids)
+    candidates = tf.reduce_sum(candidates)
+    return LossTotals(global_sum(predicted), global_sum(real), global_sum(candidates))
 
 
 def _features(batch: dict) -> dict:

@@ -301,6 +301,7 @@ def _run_model(
         source = settings.vocab or "learned"
         tokens = _vocabulary(settings, learn)
         config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
+    objectives.get(settings.objective).check(config)  # with the flags applied, before a write
     settings.embedding_sharing = config.embedding_sharing
     settings.temperature = config.temperature
     settings.generator_size = config.generator_hidden_size

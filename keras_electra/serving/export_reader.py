@@ -1,10 +1,12 @@
 """The one reader of an export's signatures: what kind of export it is, how to read its outputs.
 
-``keras-electra export`` writes five kinds of SavedModel, told apart by the inputs and
+``keras-electra export`` writes six kinds of SavedModel, told apart by the inputs and
 outputs of their ``serving_default`` signature (docs/serving.md lists every output):
 
 - ``replaced_token`` (a pretrained discriminator): ``text`` -> ``tokens``,
   ``replaced_prob``, ``num_tokens``; an answer is :data:`TokenScores`;
+- ``sentence_score`` (an Electric discriminator): ``text`` -> ``tokens``, ``energy``,
+  ``sentence_score``, ``num_tokens``; an answer is :class:`SentenceScore`;
 - ``classify``: ``text`` (and ``text_b``) -> ``classes``, ``scores``; :class:`Classification`;
 - ``regress``: ``text`` (and ``text_b``) -> ``scores`` ``[-1, 1]``; :class:`Regression`;
 - ``tag``: ``text`` -> ``words``, ``tags``, ``num_words``; :class:`Tagging`;
@@ -56,6 +58,16 @@ T = TypeVar("T")
 
 
 # === Answers ===
+
+
+@dataclass(frozen=True)
+class SentenceScore:
+    """An Electric export's answer: each word piece with its energy (how badly it fits its
+    context), and the sentence's score, ``-sum`` of the energies (a pseudo-log-likelihood:
+    higher means more plausible)."""
+
+    tokens: list[tuple[str, float]]
+    score: float
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,25 @@ def read_token_scores(outputs: Outputs) -> list[TokenScores]:
         pairs = [(_text(t), float(p)) for t, p in zip(tokens[:n], probs[:n], strict=True)]
         rows.append([(t, p) for t, p in pairs if t not in ("[CLS]", "[SEP]")])
     return rows
+
+
+def read_sentence_scores(outputs: Outputs) -> list[SentenceScore]:
+    """An Electric export's outputs as answers: ``(token, energy)`` without ``[CLS]`` and
+    ``[SEP]``, and the sentence score.
+
+    Examples:
+        >>> read_sentence_scores({"tokens": [[b"[CLS]", b"hi", b"[SEP]", b""]],
+        ...                       "energy": [[0.0, 1.5, 0.0, 0.0]], "num_tokens": [3],
+        ...                       "sentence_score": [-1.5]})
+        [SentenceScore(tokens=[('hi', 1.5)], score=-1.5)]
+    """
+    renamed = {**outputs, "replaced_prob": outputs["energy"]}
+    return [
+        SentenceScore(tokens, float(score))
+        for tokens, score in zip(
+            read_token_scores(renamed), np.asarray(outputs["sentence_score"]), strict=True
+        )
+    ]
 
 
 def read_classifications(outputs: Outputs) -> list[Classification]:
@@ -188,6 +219,14 @@ def _token_record(answer: TokenScores) -> dict[str, Any]:
     return {"tokens": [t for t, _ in answer], "replaced_prob": [_round(p) for _, p in answer]}
 
 
+def _sentence_record(answer: SentenceScore) -> dict[str, Any]:
+    return {
+        "tokens": [t for t, _ in answer.tokens],
+        "energy": [_round(e) for _, e in answer.tokens],
+        "sentence_score": _round(answer.score),
+    }
+
+
 def _classification_record(answer: Classification) -> dict[str, Any]:
     return {"label": answer.label, "scores": {label: _round(p) for label, p in answer.scores}}
 
@@ -233,6 +272,14 @@ KINDS = (
         ("tokens", "replaced_prob", "num_tokens"),
         read_token_scores,
         _token_record,
+    ),
+    Kind(
+        "sentence_score",
+        "sentence-score",
+        (("text",),),
+        ("tokens", "energy", "sentence_score", "num_tokens"),
+        read_sentence_scores,
+        _sentence_record,
     ),
     Kind(
         "classify",
@@ -287,7 +334,8 @@ class ExportReader:
 
     @property
     def kind(self) -> str:
-        """``replaced_token``, ``classify``, ``regress``, ``tag`` or ``qa``."""
+        """``replaced_token``, ``sentence_score``, ``classify``, ``regress``, ``tag`` or
+        ``qa``."""
         return self.spec.name
 
     @property
@@ -379,8 +427,8 @@ def export_reader(
             return ExportReader(kind, layout)
     raise ServingError(
         f"{source} has {_describe(signatures)}, none of which keras-electra reads (the "
-        "replaced-token, classifier, regressor, tagger and QA exports of `keras-electra "
-        "export`); call it with GrpcClient or RestClient's predict() instead."
+        "replaced-token, sentence-score, classifier, regressor, tagger and QA exports of "
+        "`keras-electra export`); call it with GrpcClient or RestClient's predict() instead."
     )
 
 

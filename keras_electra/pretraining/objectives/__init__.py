@@ -15,8 +15,9 @@ the rest, without branching on a name:
   :meth:`Objective.parameters` the weights it trains and :meth:`Objective.kept_activations`
   the memory its step keeps (a dry run's plan, ``pretraining.memory``).
 
-The objectives: ``electra`` (:mod:`.electra`, replaced-token detection) and ``mlm``
-(:mod:`.mlm`, a BERT-style masked LM on the discriminator tower). A new one is a module
+The objectives: ``electra`` (:mod:`.electra`, replaced-token detection), ``mlm``
+(:mod:`.mlm`, a BERT-style masked LM on the discriminator tower) and ``electric``
+(:mod:`.electric`, the energy-based cloze model). A new one is a module
 with an :class:`Objective` subclass plus one line in :data:`keras_electra.settings.OBJECTIVES`
 (or a call to :func:`register`): then ``ElectraPretrainer(config, objective=name)``,
 ``pretrain(objective=name)`` and ``--objective name`` train it. The masking, sampling and
@@ -27,10 +28,10 @@ Examples:
     >>> mlm = objectives.get("mlm")
     >>> mlm.name, mlm.gradient_parts, mlm.config_overrides
     ('mlm', ('discriminator', 'embeddings', 'heads'), {'embedding_sharing': 'all'})
-    >>> objectives.get("bert")
+    >>> objectives.get("bert")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    keras_electra.errors.ConfigError: Unknown objective 'bert'; choose one of: electra, mlm.
+    keras_electra.errors.ConfigError: Unknown objective 'bert'; choose one of: electra, mlm, ...
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class LossTotals(NamedTuple):
 
     predicted: tf.Tensor  # masked positions the MLM predicts
     real: tf.Tensor  # real (non-padding) tokens the discriminator labels
+    # real tokens that are not special ([CLS], [SEP]): the positions a cloze model predicts
+    candidates: tf.Tensor | None = None
 
 
 class ObjectiveOutput(NamedTuple):

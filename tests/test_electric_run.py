@@ -1,0 +1,143 @@
+"""An Electric run end to end: ``keras-electra pretrain --objective electric --preset
+tiny`` with its health metrics and report, its export's energies and sentence scores in
+process and from the TF Serving stand-in (gRPC and REST, through the clients), and the
+formats that cannot hold it refusing in one sentence."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tfserving_standin import ModelServer
+
+from keras_electra.cli import main
+from keras_electra.convert import convert_run
+from keras_electra.errors import ConfigError
+from keras_electra.scoring import format_answers, score_with_saved_model, score_with_server
+from keras_electra.serving.export_reader import SentenceScore, export_reader
+from keras_electra.serving.grpc_client import GrpcClient
+from keras_electra.serving.rest_client import RestClient
+
+TEXTS = ["the king is dead", "long live the king"]
+VALID = Path(__file__).parents[1] / "data" / "sample" / "shakespeare_valid.txt"
+# The fraction of pairs the sentence score must rank right (see the ranking test).
+RANKED = 0.7
+
+
+# The short run: 60 steps of 8 x 32 tokens at a learning rate of 3e-3 (about 10 s more
+# than 4 steps: the vocabulary, the traces and the kernels' build dominate).
+STEPS = 60
+
+
+@pytest.fixture(scope="module")
+def electric_run(tmp_path_factory, small_corpus) -> Path:
+    run_dir = tmp_path_factory.mktemp("electric") / "run"
+    main(
+        ["pretrain", "--objective", "electric", "--preset", "tiny", "--corpus", str(small_corpus)]
+        + ["--output", str(run_dir), "--steps", str(STEPS), "--batch-size", "8"]
+        + ["--learning-rate", "0.003", "--warmup-steps", "6", "--max-seq-length", "32"]
+        + ["--vocab-size", "2000", "--log-every", str(STEPS // 2), "--no-progress"]
+        + ["--sample", TEXTS[0]]
+    )
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def electric_export(electric_run, tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("saved") / "electric"
+    main(["export", "--run", str(electric_run), "--output", str(base)])
+    return base
+
+
+def test_the_cli_run_records_electrics_metrics_health_and_report(electric_run, capsys):
+    run = json.loads((electric_run / "run.json").read_text())
+    config = json.loads((electric_run / "config.json").read_text())
+    assert run["objective"] == "electric" and config["temperature"] == 1.0
+    last = json.loads((electric_run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == STEPS
+    assert {"cloze_loss", "cloze_accuracy", "disc_loss", "disc_auc", "grad_norm_generator"} <= set(
+        last
+    )
+    # Health: the probe's own corruption (the cloze model's samples) and the fixed ones.
+    assert {"context_auc", "rarity_auc", "probe_replaced_fraction", "disc_effective_rank"} <= set(
+        last
+    )
+    assert 0.05 < last["probe_replaced_fraction"] < 0.3
+    assert main(["report", str(electric_run)]) == 0
+    report = json.loads((electric_run / "report.json").read_text())
+    assert "cloze_loss" in json.dumps(report)
+    assert (electric_run / "report.png").stat().st_size > 0
+
+
+def test_the_export_scores_sentences_in_process_and_from_tf_serving(electric_export, capsys):
+    capsys.readouterr()
+    main(["score", "--model", str(electric_export), "--json", *TEXTS])
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["text"] for r in rows] == TEXTS
+    assert rows[0]["tokens"] == ["the", "king", "is", "dead"]
+    assert rows[0]["sentence_score"] == pytest.approx(-sum(rows[0]["energy"]), abs=1e-4)
+
+    with ModelServer(electric_export, "electric") as server:
+        for target in (server.grpc_target, server.rest_url):
+            served = score_with_server(target, "electric", TEXTS)
+            assert served.kind == "sentence_score" and isinstance(served[0], SentenceScore)
+            assert [a.score for a in served] == pytest.approx(
+                [r["sentence_score"] for r in rows], abs=1e-5
+            )
+        assert format_answers(served).startswith("the king is dead -> sentence_score ")
+        main(
+            ["score", "--server", server.grpc_target, "--model-name", "electric", "--json"] + TEXTS
+        )
+        assert json.loads(capsys.readouterr().out)[0]["sentence_score"] == rows[0]["sentence_score"]
+        # The clients' own calls, read by the export reader.
+        with GrpcClient(server.grpc_target, "electric") as client:
+            reader = export_reader(client.metadata()["signatures"])
+            outputs = client.predict({"text": TEXTS})
+        rest = RestClient(server.rest_url, "electric").predict({"text": TEXTS})
+        assert reader.kind == "sentence_score"
+        np.testing.assert_allclose(outputs["sentence_score"], rest["sentence_score"], 1e-6)
+        assert outputs["energy"].shape == (2, 32)
+        assert reader.read(outputs)[0].score == pytest.approx(rows[0]["sentence_score"], abs=1e-5)
+
+
+def test_formats_that_cannot_hold_an_electric_run_refuse_in_one_sentence(electric_run, tmp_path):
+    for target in ("hf", "keras-hub"):
+        with pytest.raises(ConfigError, match=r"^'.*' was pretrained with the electric objective"):
+            convert_run(electric_run, tmp_path / target, target)
+
+
+def implanted_pairs(vocab: list[str], count: int = 200, seed: int = 0) -> list[tuple[str, str]]:
+    """Held-back lines of 6-12 words, each with a copy where one inner word (a whole word
+    piece) is replaced by a random whole word of the vocabulary: the same number of
+    pieces, one out of place."""
+    words_in_vocab = {w for w in vocab if w.isalpha() and w.islower() and len(w) > 2}
+    choices = sorted(words_in_vocab)
+    rng = random.Random(seed)
+    pairs = []
+    for line in VALID.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        inner = [i for i in range(1, len(words) - 1) if words[i].lower() in words_in_vocab]
+        if not 6 <= len(words) <= 12 or not inner:
+            continue
+        i, implant = rng.choice(inner), rng.choice(choices)
+        if implant != words[i].lower():
+            pairs.append((line, " ".join([*words[:i], implant, *words[i + 1 :]])))
+        if len(pairs) == count:
+            break
+    return pairs
+
+
+def test_the_sentence_score_ranks_originals_above_implanted_copies(electric_run, electric_export):
+    vocab = (electric_run / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    pairs = implanted_pairs(vocab)
+    assert len(pairs) == 200
+    scores = score_with_saved_model(electric_export, [text for pair in pairs for text in pair])
+    originals, copies = scores[0::2], scores[1::2]
+    assert all(len(a.tokens) == len(b.tokens) for a, b in zip(originals, copies, strict=True))
+    ranked = np.mean([a.score > b.score for a, b in zip(originals, copies, strict=True)])
+    # Measured: 0.89 after this run's 60 steps (0.865 with the same recipe through
+    # pretrain() at seed 0), 0.45 after one step (chance: 0.5).
+    assert ranked >= RANKED, f"{ranked:.3f} of {len(pairs)} pairs ranked right"
