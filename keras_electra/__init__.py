@@ -7,6 +7,6 @@ use_tensorflow()  # before any module of the package imports keras
 from keras_electra.config import PRESETS, ElectraConfig  # noqa: E402
 from keras_electra.errors import ConfigError, ElectraError, InputDataError  # noqa: E402
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["PRESETS", "ConfigError", "ElectraConfig", "ElectraError", "InputDataError"]
