@@ -318,9 +318,13 @@ def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, heads, m
         m.setattr(
             encoder_module.TransformerLayer,
             "call",
-            lambda self, inputs, padding_mask=None, training=None: (
+            lambda self, inputs, padding_mask=None, attention_mask=None, training=None: (
                 keras_hub.layers.TransformerEncoder.call(
-                    self, inputs, padding_mask=padding_mask, training=training
+                    self,
+                    inputs,
+                    padding_mask=padding_mask,
+                    attention_mask=attention_mask,
+                    training=training,
                 )
             ),
         )
