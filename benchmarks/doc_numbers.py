@@ -261,7 +261,7 @@ def _serving(batch: int, engine: str = "savedmodel") -> dict:
 
 
 SERVING_ENGINES = {
-    "savedmodel": "SavedModel, TF Serving's session path",
+    "savedmodel": "SavedModel, TF Serving's TF1 graph loader",
     "keras": "Keras model in process",
 }
 
