@@ -1,5 +1,5 @@
 """The tiny preset learns under mixed precision as it does in float32: the checks of
-tests/test_learning.py, with the same thresholds, on 150-step runs in mixed_bfloat16 and
+tests/test_learning.py, with the same thresholds, on 100-step runs in mixed_bfloat16 and
 mixed_float16 (``KERAS_ELECTRA_LEARNING_STEPS=600`` runs them whole, by hand, and then the
 two checks that need the whole run apply too)."""
 
