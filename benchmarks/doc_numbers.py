@@ -284,8 +284,8 @@ def serving_table() -> str:
 
 
 def _demo() -> dict:
-    """The run whose scores the README shows."""
-    return next(r for r in read_json("demo.json")["runs"] if r.get("output"))
+    """The run whose scores the README shows: the latest with its printed lines."""
+    return [r for r in read_json("demo.json")["runs"] if r.get("output")][-1]
 
 
 def _demo_scores() -> list[list[tuple[str, float]]]:
@@ -330,9 +330,12 @@ def demo_others() -> str:
 
 
 def demo_time() -> str:
-    """The clean-clone demo on an otherwise idle machine, the install included."""
-    run = next(r for r in read_json("demo.json")["runs"] if r["conditions"] == "idle")
-    return _minutes(run["seconds"])
+    """The latest clean-clone demo on an otherwise idle machine, the install included."""
+    return _minutes(_idle_demo()["seconds"])
+
+
+def _idle_demo() -> dict:
+    return [r for r in read_json("demo.json")["runs"] if r["conditions"] == "idle"][-1]
 
 
 def suite_table() -> str:

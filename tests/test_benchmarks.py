@@ -4,9 +4,11 @@ import collections
 import importlib.util
 import json
 import pathlib
+import re
 import shutil
 
 import numpy as np
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -439,3 +441,32 @@ def test_every_number_the_docs_quote_is_what_its_results_file_gives(tmp_path, mo
     assert "index.json describes gone.json, which is not in benchmarks/results/." in problems
     assert "index.json's entry for gone.json has no machine, command, written_by." in problems
     assert "demo.json, a source of the docs' numbers, is not in index.json." in problems
+
+
+def test_the_fresh_clone_benchmark_reads_what_make_demo_and_make_test_print():
+    fresh = load_benchmark("fresh_clone")
+    printed = "\n".join(
+        [
+            "Wrote saved_models/demo/1",
+            "the(0.04) king(0.19) is(0.05) dead(0.20) .(0.02)",
+            "my(0.03) lord(0.05) co(0.20) ##mp(0.28) ##ute(0.68) ##r(0.13)",
+            "warnings: none (0.5)",
+        ]
+    )
+    assert fresh.scored_lines(printed) == printed.splitlines()[1:3]
+    closing = "=========== 790 passed, 14 skipped, 3 warnings in 1114.52s (0:18:34) ============"
+    assert fresh.suite_counts(f"....\n{closing}\n") == {
+        "passed": 790,
+        "skipped": 14,
+        "seconds": 1114.52,
+    }
+    failed = fresh.suite_counts("2 failed, 700 passed, 1 error in 12.00s")
+    assert (failed["failed"], failed["passed"], failed["errors"], failed["skipped"]) == (
+        2,
+        700,
+        1,
+        0,
+    )
+    with pytest.raises(ValueError, match="no closing line"):
+        fresh.suite_counts("Interrupted: 1 error during collection")
+    assert re.fullmatch(r"\d+-core .+ \((no )?AMX\)", fresh.machine())
