@@ -484,6 +484,39 @@ def recipe_table() -> str:
     return _table(header, rows)
 
 
+# === Corpus preparation ===
+
+PREPARE = "prepare_throughput_2026-11-28.json"
+PREPARE_ROWS = (
+    ("`prepare`, in process", "prepare_in_process"),
+    ("`prepare` on Beam, DirectRunner, 1 worker", "prepare_beam_1"),
+    ("`prepare` on Beam, DirectRunner, 2 workers", "prepare_beam_2"),
+    ("peer (`tokenizers`, 1,000 lines a batch: its best)", "prepare_peer_batch_1000"),
+    ("vocabulary: `learn_vocab`", "vocab_ours"),
+    ("vocabulary: Beam word count (2 workers) + the learner", "vocab_beam_2"),
+    ("vocabulary: `tokenizers`' WordPiece trainer", "vocab_peer"),
+)
+
+
+def prepare_table() -> str:
+    """``prepare`` and vocabulary learning against the ``tokenizers`` peer, one run."""
+    run = read_json(PREPARE)
+    head = (
+        f"{run['corpus_mb']:.0f} MB, {run['vocab_size']:,} pieces, {run['max_seq_length']} tokens"
+    )
+    rows = []
+    for label, key in PREPARE_ROWS:
+        rate = run["mb_per_s"].get(key)
+        rows.append([label, f"{run['seconds'][key]:.2f}", "" if rate is None else f"{rate:.2f}"])
+    return _table([head, "seconds", "MB/s"], rows)
+
+
+def prepare_large(key: str) -> str:
+    """One writer on the corpus repeated to 100 MB: seconds (MB/s)."""
+    run = read_json(PREPARE)["large_corpus"][key]
+    return f"{run['seconds']:.1f} s ({run['mb_per_s']:.2f} MB/s)"
+
+
 # === The registry: name -> (results file, renderer) ===
 
 SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
@@ -541,6 +574,19 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
     "first_study.accuracies": ("electra_vs_mlm.jsonl", first_study_accuracies),
     "first-study-table": ("electra_vs_mlm.jsonl", first_study_table),
     "recipe-table": ("recipe_sweep.jsonl", recipe_table),
+    "prepare-table": (PREPARE, prepare_table),
+    "prepare.ours_over_peer": (PREPARE, lambda: f"{read_json(PREPARE)['ours_over_peer']:.1f}"),
+    "prepare.vocab_over_peer": (
+        PREPARE,
+        lambda: f"{read_json(PREPARE)['vocab_speed_over_peer']:.2f}",
+    ),
+    "prepare.large_in_process": (PREPARE, lambda: prepare_large("in_process")),
+    "prepare.large_beam_1": (PREPARE, lambda: prepare_large("beam_1")),
+    "prepare.large_beam_2": (PREPARE, lambda: prepare_large("beam_2")),
+    "prepare.large_scaling": (
+        PREPARE,
+        lambda: f"{read_json(PREPARE)['large_corpus']['beam_scaling']:.2f}",
+    ),
     "recipe.tiny_auc": ("recipe_sweep.jsonl", lambda: f"{_sweep('gdes-t2', 600)['disc_auc']:.2f}"),
     "recipe.tiny_recall": (
         "recipe_sweep.jsonl",

@@ -89,7 +89,10 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "prepare",
         help="tokenize and pack a corpus into sharded TFRecords",
         description="Write pretraining examples (token ids, padding mask, segment ids) as sharded "
-        "TFRecords, for corpora too large to tokenize on the fly.",
+        "TFRecords, for corpora too large to tokenize on the fly. With the beam extra "
+        '(pip install "keras-electra[beam]") it runs as an Apache Beam pipeline, on every '
+        "local core by default; any flag not listed here is a Beam pipeline option "
+        "(--runner DataflowRunner --project P --region R --temp_location gs://B/tmp).",
     )
     p.add_argument(
         "--output", required=True, metavar="DIR", help="where the shards and vocab.txt go"
@@ -102,7 +105,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 def _run_prepare(args: argparse.Namespace) -> int:
     from keras_electra.data.prepare import prepare
 
-    result = prepare(args.corpus, args.output, settings=from_arguments(args, PrepareSettings))
+    settings = from_arguments(args, PrepareSettings, beam_options=args.beam_options)
+    result = prepare(args.corpus, args.output, settings=settings)
     print(result.describe())
     return 0
 
@@ -503,8 +507,20 @@ def _not_utf8(args: argparse.Namespace) -> str | None:
     return None
 
 
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line parsed; for ``prepare``, flags it does not know are Apache Beam's
+    pipeline options (``args.beam_options``, checked by Beam when the pipeline is made)."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if getattr(args, "command", None) == "prepare":
+        args.beam_options = unknown
+    elif unknown:
+        parser.parse_args(argv)  # argparse's own message and exit status
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
 
     def fail(message: str, status: int) -> int:
         print(f"keras-electra {args.command}: {message}", file=sys.stderr)

@@ -416,8 +416,21 @@ class PrepareSettings:
         + ", ".join(f"{name} {d['max_seq_length']}" for name, d in TRAINING_DEFAULTS.items())
         + ")",
     )
-    num_shards: int = option(8, "TFRecord files to write")
+    num_shards: int = option(
+        8, "TFRecord files to write (one a worker's unit: use a few per worker and core)"
+    )
     seed: int = option(0, "seeds how sentences are packed into examples")
+    workers: int | None = option(
+        None,
+        "processes on this machine (default: every core when the beam extra is installed; "
+        "1 packs in this process)",
+    )
+    beam_options: list[str] = option(
+        [],
+        "Apache Beam pipeline options: on the command line, any flag prepare does not "
+        "know (--runner DataflowRunner --project P --region R --temp_location gs://B/tmp)",
+        cli=False,
+    )
     dry_run: bool = option(
         False,
         f"{DRY_RUN}; the plan: corpus files, vocabulary, example length, shards",

@@ -235,8 +235,9 @@ def test_packing_single_segment_probability_one():
 
 def test_packing_coin_flip_is_seeded_and_takes_both_branches():
     # A first segment of 5 < 6 tokens takes the next sentence half the time: over 20
-    # documents both outcomes occur, and the same seed repeats them exactly.
-    lines = [[10, 11, 12, 13, 14], [20, 21, 22, 23, 24], []] * 20
+    # documents both outcomes occur, and the same seed repeats them exactly. (Each draw
+    # hashes the document's first line: identical documents pack identically.)
+    lines = [line for doc in range(20) for line in ([10 + doc, 11, 12, 13, 14], [20] * 5, [])]
     outcomes = [tuple(ex["segment_ids"]) for ex in pack(lines, max_seq_length=16, seed=7)]
     assert len(outcomes) == 20 and len(set(outcomes)) == 2
     assert outcomes == [tuple(ex["segment_ids"]) for ex in pack(lines, max_seq_length=16, seed=7)]

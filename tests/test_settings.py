@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from keras_electra.cli import build_parser
+from keras_electra.cli import build_parser, parse_arguments
 from keras_electra.config import TRAINING_DEFAULTS
 from keras_electra.errors import ConfigError
 from keras_electra.finetuning import finetune
@@ -224,12 +224,15 @@ def test_every_prepare_option_reaches_the_settings_from_the_command_line():
         "num_shards": (2, "--num-shards", "2"),
         "seed": (5, "--seed", "5"),
         "dry_run": (True, "--dry-run"),
+        "workers": (3, "--workers", "3"),
+        # Any flag prepare does not know is an Apache Beam pipeline option.
+        "beam_options": (["--runner", "DirectRunner"], "--runner", "DirectRunner"),
     }
     fields = {f.name: f for f in dataclasses.fields(PrepareSettings)}
     assert set(fields) == set(given), "a new option needs a case here"
     argv = [token for _, *flag in given.values() for token in flag]
-    args = build_parser().parse_args(["prepare", "--output", "o", *argv])
-    settings = from_arguments(args, PrepareSettings)
+    args = parse_arguments(["prepare", "--output", "o", *argv])
+    settings = from_arguments(args, PrepareSettings, beam_options=args.beam_options)
     for name, (value, *_) in given.items():
         assert getattr(settings, name) == value, name
         assert value != fields[name].default, f"{name}: pick a value other than the default"

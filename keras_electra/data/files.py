@@ -235,7 +235,15 @@ def check_corpus_has_text(files: Sequence[str]) -> None:
         >>> check_corpus_has_text([path])
     """
     check_text_files(files)
+    if all(not is_remote(p) and os.path.getsize(p) == 0 for p in files):
+        shown = ", ".join(f"'{p}'" for p in files[:3]) + (" ..." if len(files) > 3 else "")
+        raise InputDataError(
+            f"The corpus ({shown}) is empty (0 bytes); pass UTF-8 text files with one "
+            "sentence per line."
+        )
     for path in files:
+        if is_remote(path):
+            return  # read when packed: a URL's text is not fetched twice
         with open(path, "rb") as f:
             for line in f:
                 if line.strip():

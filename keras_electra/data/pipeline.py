@@ -38,7 +38,8 @@ def pretraining_dataset(
     corpus (epoch ``e``) packs with seed ``(seed, e)``, and with ``shuffle`` reads the
     files in a new seeded order. TFRecords (``*.tfrecord`` files or a directory of
     them, written by :func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`):
-    with ``shuffle`` each pass reads the files in a new seeded order, interleaved. Either
+    with ``shuffle`` each pass reads the files in a new seeded order, interleaved (without
+    it, one after another: the examples of a corpus prepared once, in its order). Either
     way, with ``shuffle`` each pass's examples are shuffled within blocks of
     ``shuffle_buffer`` (the first batch waits for one block, or one pass if that is
     shorter). The sequence of batches depends only on the files, the tokenizer and

@@ -2,7 +2,10 @@
 
 :func:`prepare` learns a WordPiece vocabulary (or takes ``vocab``), writes it as
 ``vocab.txt`` (named as in a run directory) and the packed examples as TFRecord
-shards next to it (:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`).
+shards next to it, in this process
+(:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`) or as an Apache Beam
+pipeline (:mod:`keras_electra.data.beam`: every core, or any Beam runner); both write
+the same shards.
 Pretraining on them needs the same ``--max-seq-length``: the records hold examples of
 exactly that many tokens. With ``dry_run=True`` it checks the corpus, the vocabulary,
 the length and the output directory and writes nothing.
@@ -16,14 +19,29 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from keras_electra.atomic import check_writable
+from keras_electra.data.beam import (
+    beam_available,
+    count_words_beam,
+    describe_options,
+    pipeline_options,
+    write_tfrecords_beam,
+)
 from keras_electra.data.files import check_corpus_has_text, is_remote, resolve_corpus_files
 from keras_electra.data.tfrecords import check_writing, shard_name, write_pretraining_tfrecords
 from keras_electra.data.tokenizer import ElectraTokenizer
-from keras_electra.data.vocab import learn_vocab, load_vocab, save_vocab
+from keras_electra.data.vocab import (
+    learn_vocab,
+    load_vocab,
+    save_vocab,
+    validate_vocab,
+    vocab_from_counts,
+)
+from keras_electra.errors import ConfigError
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PrepareSettings, unknown_fields
 
@@ -41,7 +59,7 @@ class PrepareResult:
         written: False for a dry run.
     """
 
-    output_dir: Path
+    output_dir: Path | str
     settings: PrepareSettings
     corpus_files: list[str]
     vocab_size: int
@@ -49,8 +67,10 @@ class PrepareResult:
     written: bool
 
     @property
-    def vocab_file(self) -> Path:
-        return self.output_dir / RunDirectory.VOCAB
+    def vocab_file(self) -> Path | str:
+        if isinstance(self.output_dir, Path):
+            return self.output_dir / RunDirectory.VOCAB
+        return f"{self.output_dir}/{RunDirectory.VOCAB}"  # a URL such as gs://
 
     def describe(self) -> str:
         """What the command prints: what was written and how to pretrain on it, or the
@@ -62,7 +82,7 @@ class PrepareResult:
         )
         if self.written:
             return (
-                f"Wrote {len(self.shards)} shards and {self.vocab_file.name} to "
+                f"Wrote {len(self.shards)} shards and {RunDirectory.VOCAB} to "
                 f"{self.output_dir}\nPretrain with: {pretrain}"
             )
         local = [f for f in self.corpus_files if not is_remote(f)]
@@ -80,6 +100,7 @@ class PrepareResult:
             + f", {size:,.1f} MB",
             "vocabulary": f"{vocabulary}, written to {self.vocab_file}",
             "examples": f"{s.max_seq_length} tokens each, packed with seed {s.seed}",
+            "pipeline": _pipeline_row(s, self.corpus_files),
             "shards": f"{len(self.shards)} in {self.output_dir} ({Path(self.shards[0]).name}, "
             "...) and metadata.json",
             "then": pretrain,
@@ -87,6 +108,15 @@ class PrepareResult:
         width = max(map(len, rows))
         lines = [f"  {k.ljust(width)}  {v}" for k, v in rows.items()]
         return "\n".join(["Dry run: every input checked; nothing was written.", *lines])
+
+
+def _pipeline_row(s: PrepareSettings, files: list[str]) -> str:
+    if not uses_beam(s, corpus_bytes(files)):
+        return "in this process" + (
+            "" if beam_available() else ' (one core; pip install "keras-electra[beam]" for all)'
+        )
+    _, described = pipeline_options(s.beam_options, s.workers)
+    return "Apache Beam, " + describe_options(described)
 
 
 def prepare(
@@ -105,14 +135,16 @@ def prepare(
         settings: the options as one object.
         **options: fields of :class:`~keras_electra.settings.PrepareSettings`
             (``max_seq_length``, ``vocab``, ``vocab_size``, ``num_shards``, ``seed``,
-            ``lowercase``, ``dry_run``).
+            ``lowercase``, ``dry_run``, ``workers``, ``beam_options``: see
+            :func:`uses_beam` for when it runs on Apache Beam).
 
     Returns:
         A :class:`PrepareResult`; with ``dry_run=True`` nothing is written.
 
     Raises:
         InputDataError: a corpus file is missing or not text, or the vocabulary is unusable.
-        ConfigError: a length or shard count no writing can use.
+        ConfigError: a length or shard count no writing can use, or Beam options the
+            installed Beam does not know (or without Beam installed).
         StorageError: (dry run) the output directory cannot be written.
         TypeError: a keyword that is not an option.
     """
@@ -124,27 +156,114 @@ def prepare(
         )
     corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
     s = dataclasses.replace(settings or PrepareSettings(), corpus=corpus, **options)
-    out = Path(output_dir)
+    out_name = os.fspath(output_dir)
+    remote = is_remote(out_name)  # gs://bucket/dir: written through tf.io.gfile
+    out: Path | str = out_name.rstrip("/") if remote else Path(out_name)
     check_writing(s.max_seq_length, s.num_shards)
     tokens = load_vocab(s.vocab) if s.vocab else None
     if s.dry_run:
         files = resolve_corpus_files(corpus)
         check_corpus_has_text(files)  # what learning a vocabulary or packing checks first
-        check_writable(out)
-        shards = [str(out / shard_name(i, s.num_shards)) for i in range(s.num_shards)]
+        if not remote:
+            check_writable(out)
+        shards = [os.path.join(str(out), shard_name(i, s.num_shards)) for i in range(s.num_shards)]
         size = len(tokens) if tokens is not None else s.vocab_size
+        uses_beam(s, corpus_bytes(files))  # the options' checks
         return PrepareResult(out, s, files, size, shards, written=False)
+    files = resolve_corpus_files(corpus)
+    check_corpus_has_text(files)  # before a vocabulary is learned
+    beam = uses_beam(s, corpus_bytes(files))
+    if not beam and not beam_available():
+        print(IN_PROCESS_HINT, file=sys.stderr)
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(str(out))
     if tokens is None:
-        tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
-    out.mkdir(parents=True, exist_ok=True)
-    result = PrepareResult(out, s, resolve_corpus_files(corpus), len(tokens), [], written=True)
-    save_vocab(tokens, str(result.vocab_file))
-    result.shards = write_pretraining_tfrecords(
-        corpus,
-        ElectraTokenizer(tokens, lowercase=s.lowercase),
-        str(out),
-        max_seq_length=s.max_seq_length,
-        num_shards=s.num_shards,
-        seed=s.seed,
-    )
+        if beam:
+            temp = os.path.join(str(out), ".word-counts")
+            counts = count_words_beam(
+                corpus,
+                s.lowercase,
+                temp_dir=temp,
+                pipeline_args=s.beam_options,
+                num_workers=s.workers,
+            )
+            if tf.io.gfile.exists(temp):
+                tf.io.gfile.rmtree(temp)
+            tokens = vocab_from_counts(counts, s.vocab_size)
+        else:
+            tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
+    result = PrepareResult(out, s, files, len(tokens), [], written=True)
+    if remote:
+        validate_vocab(tokens)
+        with tf.io.gfile.GFile(str(result.vocab_file), "w") as f:
+            f.write("".join(f"{token}\n" for token in tokens))
+    else:
+        save_vocab(tokens, str(result.vocab_file))
+    tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
+    options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
+    if beam:
+        result.shards = write_tfrecords_beam(
+            corpus,
+            tokenizer,
+            str(out),
+            pipeline_args=s.beam_options,
+            num_workers=s.workers,
+            **options,
+        )
+    else:
+        result.shards = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
     return result
+
+
+IN_PROCESS_HINT = (
+    "Packing in this process; for a large corpus, install the beam extra "
+    '(pip install "keras-electra[beam]") to pack on every core of a larger machine or on a '
+    "Beam runner such as Dataflow."
+)
+
+
+LOCAL_BEAM_MIN_BYTES = 256 * 10**6
+"""A corpus this large (bytes) or larger is packed by Beam's DirectRunner on every core when
+the beam extra is installed, the machine has :data:`LOCAL_BEAM_MIN_CORES` cores or more and
+neither ``workers`` nor Beam options say otherwise; else in this process. The DirectRunner's
+workers take tens of seconds to start, and on 2 cores the in-process writer (which tokenizes
+in a second thread) was faster than two workers even at 100 MB (docs/pretraining.md)."""
+
+LOCAL_BEAM_MIN_CORES = 4
+
+
+def corpus_bytes(files: list[str]) -> int:
+    """The corpus files' total size."""
+    import tensorflow as tf
+
+    return sum(tf.io.gfile.stat(f).length if is_remote(f) else os.path.getsize(f) for f in files)
+
+
+def uses_beam(settings: PrepareSettings, size: int) -> bool:
+    """Whether ``prepare`` runs as a Beam pipeline for a corpus of ``size`` bytes: with Beam
+    options, with ``workers`` above 1, or (the beam extra installed, ``workers`` not given)
+    for a corpus of :data:`LOCAL_BEAM_MIN_BYTES` or more; else it packs in this process.
+
+    Raises:
+        ConfigError: Beam options or ``workers`` above 1 without the beam extra, or
+            ``workers`` below 1.
+    """
+    workers = settings.workers
+    if workers is not None and workers < 1:
+        raise ConfigError(f"workers={workers} is invalid; use a positive integer.")
+    if settings.beam_options:
+        pipeline_options(settings.beam_options, workers)  # checks them
+        return True
+    if workers == 1:
+        return False
+    if workers is not None:
+        if not beam_available():
+            raise ConfigError(
+                f"--workers {workers} runs prepare on Apache Beam, which is not installed; "
+                'install the beam extra (pip install "keras-electra[beam]") or pass '
+                "--workers 1."
+            )
+        return True
+    cores = os.cpu_count() or 1
+    return size >= LOCAL_BEAM_MIN_BYTES and cores >= LOCAL_BEAM_MIN_CORES and beam_available()

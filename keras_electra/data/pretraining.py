@@ -7,10 +7,12 @@ than :data:`MAX_LINE_CHARS` characters are cut to that length, so any file gives
 examples (or one clear error).
 
 Everything runs in the ``tf.data`` graph: lines are tokenized in parallel batches with
-:class:`ElectraTokenizer`, then packed by a ``Dataset.scan`` that follows ELECTRA's
-``ExampleBuilder`` rules, with stateless random numbers keyed on ``(seed, epoch,
-example index)``. The output is therefore deterministic for a given seed (and does not
-depend on TensorFlow's global seed), so ``dataset.skip(n)`` reproduces a position.
+:class:`ElectraTokenizer` (:func:`tokenize_batch`), then packed by a ``Dataset.scan`` that
+follows ELECTRA's ``ExampleBuilder`` rules, each random choice a hash of ``(seed, epoch,
+document, index in the document)`` (:mod:`keras_electra.data.packing`, which also holds
+the same rule in plain Python for the TFRecord writers: both give the same examples). The
+output is therefore deterministic for a given seed (and does not depend on TensorFlow's
+global seed), so ``dataset.skip(n)`` reproduces a position.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_electra.config import FEATURES
+from keras_electra.data import packing
 from keras_electra.data.files import (
     MAX_LINE_CHARS,  # noqa: F401 (this module documents it)
     PathsLike,
@@ -114,6 +117,24 @@ def line_dataset(
     )
 
 
+def tokenize_batch(
+    tokenizer: ElectraTokenizer, batch: tf.Tensor
+) -> tuple[tf.RaggedTensor, tf.Tensor]:
+    """A batch of raw lines as the pipeline reads them: ``(ids, blank)``, the lines cut to
+    :data:`MAX_LINE_CHARS` characters with invalid UTF-8 replaced, tokenized, and whether
+    each is blank (whitespace only: a document's end). The TFRecord writers call it too."""
+    batch = clean_lines(batch)
+    blank = tf.equal(tf.strings.length(tf.strings.strip(batch)), 0)
+    return tokenizer.tokenize(batch), blank
+
+
+def packing_seed(seed: int, epoch: int = 0) -> tuple[int, int]:
+    """The stateless seed pair that pass ``epoch`` packs with (what the writers give
+    :class:`~keras_electra.data.packing.Packer`)."""
+    pair = _stream_seed(seed, epoch, _PACKING).numpy().tolist()
+    return int(pair[0]), int(pair[1])
+
+
 def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.data.Dataset:
     """Tokenizes a dataset of lines in parallel batches.
 
@@ -136,9 +157,7 @@ def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.da
     """
 
     def tokenize(batch: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
-        batch = clean_lines(batch)
-        blank = tf.equal(tf.strings.length(tf.strings.strip(batch)), 0)
-        return tokenizer.tokenize(batch), blank
+        return tokenize_batch(tokenizer, batch)
 
     return (
         lines.batch(_TOKENIZE_BATCH)
@@ -167,13 +186,16 @@ def pack_examples(
     segment if it is empty, or stays under its target, or (with probability 0.5) if the
     second segment is empty and the first is under target; otherwise to the second.
     The first segment is cut to ``max_seq_length - 2`` tokens, the second to what is
-    left. With probability ``random_length_prob`` the next target length is
+    left. With probability ``random_length_prob`` an example's target length is
     ``randint(5, max_seq_length)``.
 
     ELECTRA assigns an example's sentences to segments when the example is complete;
     the rule only looks at earlier sentences, so this ``Dataset.scan`` assigns each
     sentence as it arrives (same rule, same distribution) and keeps only the tokens
-    that survive trimming, which keeps the state small and each step cheap.
+    that survive trimming, which keeps the state small and each step cheap. Each draw
+    is a hash of the seed, the document (its first line's ids) and the example's or
+    line's index in it (:mod:`keras_electra.data.packing`): a document packs the same
+    wherever it is read, which lets the writers pack a corpus's pieces in parallel.
 
     Args:
         token_lines: a dataset of ``(ids, blank)`` as made by :func:`tokenize_lines`.
@@ -203,17 +225,9 @@ def pack_examples(
     seed = tf.convert_to_tensor(seed, dtype=tf.int64)
     if seed.shape.rank == 0:
         seed = tf.stack([seed, tf.constant(0, tf.int64)])
-    fold_in, one = tf.random.experimental.stateless_fold_in, tf.constant(1, tf.int64)
-    example_seed, coin_seed = fold_in(seed, one), fold_in(seed, one + 1)
-
-    def next_target_after(count: tf.Tensor) -> tf.Tensor:
-        """The target length of the example after example ``count``."""
-        key = fold_in(example_seed, 2 * count + 1)
-        draw = tf.random.stateless_uniform([], seed=key)
-        random_length = tf.random.stateless_uniform(
-            [], seed=fold_in(key, one), minval=5, maxval=length + 1, dtype=tf.int32
-        )
-        return tf.where(draw < random_length_prob, random_length, length)
+    key = packing.seed_key_tf(seed)
+    single_segment_prob = tf.constant(single_segment_prob, tf.float64)
+    random_length_prob = tf.constant(random_length_prob, tf.float64)
 
     def make_example(first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
         second = second[: tf.maximum(0, length - tf.size(first) - 3)]
@@ -233,31 +247,48 @@ def pack_examples(
         }
 
     empty_example = {name: tf.zeros([length], tf.int32) for name in FEATURES}
-
-    def new_example(target: tf.Tensor, count: tf.Tensor, line_no: tf.Tensor) -> tuple:
-        """The state at example ``count``'s start: the first and second segments' tokens
-        (cut to length - 2 and length - 3) and their lengths before cutting, the target
-        length and its first-segment target (drawn here), the examples made and lines seen."""
-        draw = tf.random.stateless_uniform([], seed=fold_in(example_seed, 2 * count))
-        first_target = tf.where(draw < single_segment_prob, 1 << 30, (target - 3) // 2)
-        empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
-        return (empty, empty, zero, zero, target, first_target, count, line_no)
-
-    zero = tf.constant(0, tf.int64)
-    initial_state = new_example(tf.constant(length), zero, zero)
+    empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
+    # The state: the first and second segments' tokens (cut to length - 2 and length - 3)
+    # and their lengths before cutting; the document's key (set by its first line with
+    # tokens), its examples made and lines with tokens seen (packing's hash indices); the
+    # example's target length and its first segment's (drawn at its first line).
+    initial_state = (
+        (empty, empty, zero, zero),
+        (tf.constant(0, tf.uint64), tf.constant(False), zero, zero),
+        (zero, zero),
+    )
 
     def step(state, line):
-        first, second, first_len, second_len, target, first_target, count, line_no = state
+        (first, second, first_len, second_len), (doc, has_doc, example, line_no), targets = state
         ids, blank = line
         ids = tf.cast(ids, tf.int32)
         num = tf.size(ids)
         pending = first_len + second_len
         append = ~blank & (num > 0)
-        coin = tf.random.stateless_uniform([], seed=fold_in(coin_seed, line_no))
-        to_first = (
-            tf.equal(first_len, 0)
-            | (first_len + num < first_target)
-            | (tf.equal(second_len, 0) & (first_len < first_target) & (coin < 0.5))
+
+        def example_start():
+            key_now = tf.cond(has_doc, lambda: doc, lambda: packing.document_key_tf(key, ids))
+            drawn = packing.targets_tf(
+                key_now, example, length, single_segment_prob, random_length_prob
+            )
+            return key_now, drawn
+
+        doc, targets = tf.cond(
+            append & (~has_doc | tf.equal(pending, 0)), example_start, lambda: (doc, targets)
+        )
+        target, first_target = targets
+        # The coin decides only a sentence that would overflow a non-empty first segment
+        # while the second is empty; drawn only then (the same draw as the writers').
+        undecided = (
+            (first_len > 0)
+            & (first_len + num >= first_target)
+            & tf.equal(second_len, 0)
+            & (first_len < first_target)
+        )
+        to_first = (tf.equal(first_len, 0) | (first_len + num < first_target)) | tf.cond(
+            undecided,
+            lambda: packing.uniform_tf(doc, packing.COIN, line_no) < 0.5,
+            lambda: tf.constant(False),
         )
         add_first = tf.where(append & to_first, num, 0)
         add_second = tf.where(append & ~to_first, num, 0)
@@ -266,15 +297,18 @@ def pack_examples(
         first_len += add_first
         second_len += add_second
         flush = (blank & (pending > 0)) | (append & (first_len + second_len >= target))
-        line_no += 1
+        # A blank line ends the document: the next one starts afresh.
+        has_doc = (has_doc | append) & ~blank
+        line_no = tf.where(blank, 0, line_no + tf.cast(append, tf.int32))
+        made = tf.where(blank, 0, example + tf.cast(flush, tf.int32))
 
         def emit():
-            state = new_example(next_target_after(count), count + 1, line_no)
+            state = ((empty, empty, zero, zero), (doc, has_doc, made, line_no), targets)
             return state, (True, make_example(first, second))
 
         def keep():
-            state = (first, second, first_len, second_len, target, first_target, count, line_no)
-            return state, (False, empty_example)
+            segments = (first, second, first_len, second_len)
+            return (segments, (doc, has_doc, made, line_no), targets), (False, empty_example)
 
         return tf.cond(flush, emit, keep)
 

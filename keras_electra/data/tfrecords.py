@@ -9,17 +9,33 @@ them to the pipeline's ``token_ids``, ``padding_mask`` and ``segment_ids``.
 
 from __future__ import annotations
 
-import glob
+import functools
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
 from keras_electra.atomic import write_json
-from keras_electra.data.files import PathsLike, _as_list, resolve_files
-from keras_electra.data.pretraining import check_shapes, file_order, pretraining_examples
+from keras_electra.data.files import (
+    PathsLike,
+    _as_list,
+    check_corpus_has_text,
+    resolve_corpus_files,
+    resolve_files,
+)
+from keras_electra.data.packing import Packer
+from keras_electra.data.pretraining import (
+    RANDOM_LENGTH_PROB,
+    SINGLE_SEGMENT_PROB,
+    check_shapes,
+    file_order,
+    packing_seed,
+)
+from keras_electra.data.shards import ShardPlan, plan_shards, write_shard
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
 
@@ -34,8 +50,8 @@ RECORD_FEATURES = {
     "segment_ids": "segment_ids",
 }
 
-# Readers kept open at once when reading shards in order (shuffle=False).
-_MAX_ORDERED_READERS = 64
+# Readers kept open at once when reading shuffled shards (in order: one at a time, so the
+# shards give back the corpus's examples in its order).
 _MAX_SHUFFLED_READERS = 16
 
 
@@ -49,14 +65,6 @@ def shard_name(index: int, num_shards: int) -> str:
     return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}{TFRECORD_SUFFIX}"
 
 
-def _serialize(example: dict[str, Any]) -> bytes:
-    features = {
-        stored: tf.train.Feature(int64_list=tf.train.Int64List(value=example[name].tolist()))
-        for name, stored in RECORD_FEATURES.items()
-    }
-    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
-
-
 def write_pretraining_tfrecords(
     files: PathsLike,
     tokenizer: ElectraTokenizer,
@@ -67,30 +75,33 @@ def write_pretraining_tfrecords(
     seed: int = 0,
     progress: bool = True,
 ) -> list[str]:
-    """Packs a text corpus once and writes the examples as sharded TFRecords.
+    """Packs a text corpus once and writes the examples as sharded TFRecords, in this
+    process (:mod:`keras_electra.data.beam` runs the same on all cores or a cluster).
 
     The examples are those of :func:`pretraining_examples` (one pass, packed with
-    ``seed``, files in the order given), dealt round-robin to the shards: reading the
-    shards interleaved in order (``pretraining_dataset(..., shuffle=False)``) gives them
-    back in the same order. Each shard is written to a temporary name and renamed
-    when complete; old ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed.
-    A ``metadata.json`` records the number of examples, ``max_seq_length``, the
-    vocabulary size, ``lowercase``, the seed and the shard names.
+    ``seed``, files in the order given): shard ``i`` holds the ``i``-th of
+    ``num_shards`` document-aligned ranges of the corpus (:mod:`keras_electra.data.shards`),
+    so reading the shards one after another gives them back in the same order. Each
+    shard is written to a temporary name and renamed when complete; a rerun with the same
+    corpus and settings keeps the finished shards (it resumes), and other
+    ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed. ``metadata.json``
+    records the number of examples, ``max_seq_length``, the vocabulary size,
+    ``lowercase``, the seed, the shard names, the corpus's size and how it was run.
 
     Args:
         files: text files, directories of ``*.txt`` files, or glob patterns.
         tokenizer: the tokenizer.
-        output_dir: the directory to write into (created if needed).
+        output_dir: the directory to write into (created if needed; local or ``gs://``).
         max_seq_length: tokens per example.
         num_shards: number of TFRecord files.
         seed: the packing seed.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (bytes of text packed).
 
     Returns:
         The shard paths, in order.
 
     Raises:
-        InputDataError: if a corpus file is missing or the corpus has no text.
+        InputDataError: if a corpus file is missing, not text, or the corpus has no text.
         ConfigError: if ``max_seq_length`` or ``num_shards`` is invalid.
 
     Examples:
@@ -105,44 +116,130 @@ def write_pretraining_tfrecords(
     """
     from tqdm import tqdm
 
+    job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
+    factory = job.packer_factory(tokenizer)
+    with tqdm(
+        total=job.corpus_bytes,
+        unit="B",
+        unit_scale=True,
+        desc="Packing",
+        disable=not progress,
+    ) as bar:
+        counts = [
+            write_shard(plan, path, tokenizer, factory, on_bytes=bar.update)
+            for plan, path in zip(job.plans, job.paths, strict=True)
+        ]
+    job.finish(counts, {"runner": "in-process"})
+    return job.paths
+
+
+# The settings metadata.json states at its top level (all are under "settings" too).
+_SUMMARY = ("max_seq_length", "vocab_size", "lowercase", "seed", "num_shards", "corpus_files")
+
+
+@dataclass
+class WritingJob:
+    """A TFRecord writing prepared by :func:`start_writing`: the shards' plans and paths,
+    the settings recorded in ``metadata.json``; :meth:`finish` writes the metadata."""
+
+    output_dir: str
+    plans: list[ShardPlan]
+    paths: list[str]
+    settings: dict[str, Any]
+
+    @property
+    def corpus_bytes(self) -> int:
+        return sum(plan.num_bytes for plan in self.plans)
+
+    def packer_factory(self, tokenizer: ElectraTokenizer) -> Callable[[], Packer]:
+        """A function making the packer every shard packs with (the one rule and seed)."""
+        return functools.partial(
+            Packer,
+            self.settings["max_seq_length"],
+            tokenizer.cls_id,
+            tokenizer.sep_id,
+            tokenizer.pad_id,
+            tuple(self.settings["packing_seed"]),
+            SINGLE_SEGMENT_PROB,
+            RANDOM_LENGTH_PROB,
+        )
+
+    def finish(self, counts: Sequence[int], pipeline: dict[str, Any]) -> None:
+        """Writes ``metadata.json``: the examples counted, the settings and ``pipeline``
+        (how the shards were written)."""
+        metadata = {
+            "num_examples": int(sum(counts)),
+            **{k: self.settings[k] for k in _SUMMARY},
+            "shards": [os.path.basename(p) for p in self.paths],
+            "shard_examples": [int(c) for c in counts],
+            "corpus_bytes": self.corpus_bytes,
+            "pipeline": pipeline,
+            "complete": True,
+            "settings": self.settings,
+        }
+        _write_metadata(self.output_dir, metadata)
+
+
+def start_writing(
+    files: PathsLike,
+    tokenizer: ElectraTokenizer,
+    output_dir: str,
+    max_seq_length: int,
+    num_shards: int,
+    seed: int,
+) -> WritingJob:
+    """Checks the corpus and settings, plans the shards and readies ``output_dir``: its
+    finished shards are kept when its ``metadata.json`` names the same corpus and
+    settings (a rerun resumes), removed otherwise, with any partial (``.tmp``) file."""
     check_writing(max_seq_length, num_shards)
-    examples = pretraining_examples(files, tokenizer, max_seq_length=max_seq_length, seed=seed)
+    paths = resolve_corpus_files(files)
+    check_corpus_has_text(paths)
+    plans = plan_shards(paths, num_shards)
     output_dir = os.fspath(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    paths = [os.path.join(output_dir, shard_name(i, num_shards)) for i in range(num_shards)]
-    temp_paths = [f"{path}.tmp" for path in paths]
-    writers = [tf.io.TFRecordWriter(path) for path in temp_paths]
-    count = 0
-    try:
-        with tqdm(unit=" examples", desc="Writing TFRecords", disable=not progress) as bar:
-            for example in examples.as_numpy_iterator():
-                writers[count % num_shards].write(_serialize(example))
-                count += 1
-                bar.update(1)
-    except BaseException:
-        for writer, temp in zip(writers, temp_paths, strict=True):
-            writer.close()
-            if os.path.exists(temp):
-                os.remove(temp)
-        raise
-    for writer in writers:
-        writer.close()
-    for old in glob.glob(os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}")):
-        if old not in paths:
-            os.remove(old)
-    for temp, path in zip(temp_paths, paths, strict=True):
-        os.replace(temp, path)
-    metadata = {
-        "num_examples": count,
+    tf.io.gfile.makedirs(output_dir)
+    vocab = "\n".join(tokenizer.vocab).encode("utf-8")
+    settings = {
         "max_seq_length": int(max_seq_length),
         "vocab_size": tokenizer.vocab_size,
+        "vocab_sha256": hashlib.sha256(vocab).hexdigest(),
         "lowercase": tokenizer.lowercase,
         "seed": int(seed),
+        "packing_seed": list(packing_seed(seed)),
         "num_shards": num_shards,
-        "shards": [os.path.basename(p) for p in paths],
+        "corpus_files": len(paths),
+        "corpus_bytes": sum(plan.num_bytes for plan in plans),
+        "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
     }
-    write_json(os.path.join(output_dir, METADATA_FILE), metadata)
-    return paths
+    shard_paths = [os.path.join(output_dir, shard_name(i, num_shards)) for i in range(num_shards)]
+    previous = _read_metadata(output_dir)
+    same = previous.get("settings") == settings
+    pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
+    for old in tf.io.gfile.glob(pattern):
+        if old.endswith(".tmp") or not same or old not in shard_paths:
+            tf.io.gfile.remove(old)
+    if not same:
+        _write_metadata(output_dir, {"complete": False, "settings": settings})
+    return WritingJob(output_dir, plans, shard_paths, settings)
+
+
+def _read_metadata(directory: str) -> dict:
+    path = os.path.join(directory, METADATA_FILE)
+    if not tf.io.gfile.exists(path):
+        return {}
+    with tf.io.gfile.GFile(path, "r") as f:
+        try:
+            return json.load(f)
+        except ValueError:
+            return {}
+
+
+def _write_metadata(directory: str, metadata: dict) -> None:
+    path = os.path.join(directory, METADATA_FILE)
+    if "://" in directory:
+        with tf.io.gfile.GFile(path, "w") as f:  # an object store's write is atomic
+            f.write(json.dumps(metadata, indent=2))
+    else:
+        write_json(path, metadata)
 
 
 def check_writing(max_seq_length: int, num_shards: int) -> None:
@@ -239,8 +336,8 @@ def record_passes(
     """Checks TFRecord files once and returns how to read a pass and parse its batches.
 
     The reader :func:`keras_electra.data.pipeline.pretraining_dataset` uses for
-    TFRecords: ``read_pass(epoch)`` gives the pass's serialized records (with
-    ``shuffle_files``, the files in a new seeded order, interleaved), and
+    TFRecords: ``read_pass(epoch)`` gives the pass's serialized records (the files one
+    after another; with ``shuffle_files``, in a new seeded order, interleaved), and
     ``parse(batch)`` turns a batch of them into the pipeline's feature names. If a
     directory has a ``metadata.json``, its vocabulary size must match the tokenizer's.
 
@@ -252,7 +349,7 @@ def record_passes(
     vocab_size = tokenizer.vocab_size if tokenizer is not None else None
     files = check_records(paths, max_seq_length=max_seq_length, vocab_size=vocab_size)
     names = tf.constant(files, tf.string)
-    cycle = min(len(files), _MAX_SHUFFLED_READERS if shuffle_files else _MAX_ORDERED_READERS)
+    cycle = min(len(files), _MAX_SHUFFLED_READERS) if shuffle_files else 1
 
     def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
         order = file_order(names, seed, epoch) if shuffle_files else names

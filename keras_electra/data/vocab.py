@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from keras_electra.data.files import (
     check_text_files,
@@ -156,46 +156,57 @@ def count_words(
         2
     """
     import tensorflow as tf
-    from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
     paths = resolve_corpus_files(files)
     check_text_files(paths)
-    splitter = BasicTokenizer(lower_case=lowercase)
     lines = tf.data.TextLineDataset(paths)
     if max_lines is not None:
         lines = lines.take(max_lines)
+    split = _word_splitter(lowercase)
+    words = lines.batch(_COUNT_BATCH).map(split, num_parallel_calls=tf.data.AUTOTUNE)
+    counts: dict[bytes, int] = {}
+    for unique, n in words.as_numpy_iterator():
+        _add_counts(counts, unique, n)
+    return _decoded(counts)
 
-    def split(batch: tf.Tensor) -> tf.Tensor:
-        return splitter.tokenize(clean_lines(batch)).flat_values
 
-    words = lines.batch(1024).map(split, num_parallel_calls=tf.data.AUTOTUNE)
-    counts: collections.Counter = collections.Counter()
-    for batch in words.as_numpy_iterator():
-        counts.update(batch.tolist())
+_COUNT_BATCH = 4096
+
+
+def _word_splitter(lowercase: bool):
+    """A function from a batch of raw lines to its distinct words and their counts."""
+    import tensorflow as tf
+    from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+
+    splitter = BasicTokenizer(lower_case=lowercase)
+
+    def split(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        words = splitter.tokenize(clean_lines(batch)).flat_values
+        unique, _, n = tf.unique_with_counts(words, out_idx=tf.int64)
+        return unique, n
+
+    return split
+
+
+def _add_counts(counts: dict[bytes, int], unique, n) -> None:
+    for word, k in zip(unique.tolist(), n.tolist(), strict=True):
+        counts[word] = counts.get(word, 0) + k
+
+
+def _decoded(counts: dict[bytes, int]) -> collections.Counter:
     counts.pop(b"", None)
     return collections.Counter({word.decode("utf-8"): n for word, n in counts.items()})
 
 
-def _threshold_bounds(word_counts: Iterable[tuple[str, int]], vocab_size: int) -> tuple[int, int]:
-    """Brackets the count threshold at which the learner yields ``vocab_size`` tokens.
+def count_lines(lines: Sequence[bytes], lowercase: bool, counts: dict[bytes, int]) -> None:
+    """Adds the words of raw lines to ``counts`` (word bytes -> count), split as
+    :func:`count_words` splits them; the Beam word count calls it on each piece."""
+    import tensorflow as tf
 
-    A vocabulary at threshold ``t`` holds every frequent word's pieces, so it is at least
-    as large as the number of words seen ``t`` times or more, and at most as large as the
-    number of substrings seen ``t`` times or more. Searching only between those two
-    thresholds keeps the learner's binary search short.
-    """
-    word_counts = list(word_counts)
-    counts = sorted((n for _, n in word_counts), reverse=True)
-    lower = counts[min(vocab_size, len(counts)) - 1]
-    substrings: collections.Counter = collections.Counter()
-    for word, n in word_counts:
-        for start in range(len(word)):
-            prefix = "##" if start else ""
-            for end in range(start + 1, min(len(word), start + 50) + 1):
-                substrings[prefix + word[start:end]] += n
-    sub_counts = sorted(substrings.values(), reverse=True)
-    upper = sub_counts[min(vocab_size, len(sub_counts)) - 1] + 1
-    return max(1, lower), max(2, lower + 1, upper)
+    split = _word_splitter(lowercase)
+    for i in range(0, len(lines), _COUNT_BATCH):
+        unique, n = split(tf.constant(list(lines[i : i + _COUNT_BATCH])))
+        _add_counts(counts, unique.numpy(), n.numpy())
 
 
 def learn_vocab(
@@ -207,8 +218,9 @@ def learn_vocab(
     """Learns a WordPiece vocabulary from text files.
 
     Words are counted with the tokenizer's normalization and splitting
-    (:func:`count_words`), then tensorflow-text's WordPiece learner picks the
-    sub-words. The result starts with :data:`SPECIAL_TOKENS` (``[PAD]`` = 0), then
+    (:func:`count_words`; :func:`keras_electra.data.beam.count_words_beam` counts on
+    every core or a cluster), then :func:`vocab_from_counts` picks the sub-words. The
+    result starts with :data:`SPECIAL_TOKENS` (``[PAD]`` = 0), then
     every character seen (so few words become ``[UNK]``), then the learned pieces by
     frequency. It has at most ``vocab_size`` tokens; a small corpus may give fewer.
 
@@ -233,26 +245,52 @@ def learn_vocab(
         >>> vocab[:5]
         ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
     """
-    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+    _check_vocab_size(vocab_size)
+    counts = count_words(files, lowercase=lowercase, max_lines=max_lines)
+    return vocab_from_counts(counts, vocab_size)
 
+
+def _check_vocab_size(vocab_size: int) -> None:
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ConfigError(
             f"vocab_size={vocab_size} leaves no room for words; use a vocab_size above "
             f"{len(SPECIAL_TOKENS)} (8000 to 30000 is typical)."
         )
-    counts = count_words(files, lowercase=lowercase, max_lines=max_lines)
+
+
+def vocab_from_counts(counts: dict[str, int], vocab_size: int) -> list[str]:
+    """A WordPiece vocabulary of at most ``vocab_size`` tokens from word counts.
+
+    tensorflow-text's WordPiece learner runs once, at the count of the
+    ``vocab_size``-th most frequent word (where its vocabulary is at least that large:
+    every word that frequent is a token), and its pieces are kept by count. The learner's
+    own binary search over thresholds would run it about six times for a vocabulary of
+    the same kind.
+
+    Raises:
+        InputDataError: if there are no words.
+        ConfigError: if ``vocab_size`` is too small to hold the special tokens.
+
+    Examples:
+        >>> vocab_from_counts({"low": 5, "lower": 2, "newest": 6}, 40)[:6]
+        ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'e']
+    """
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
+    _check_vocab_size(vocab_size)
     word_counts = [(w, n) for w, n in counts.items() if w not in SPECIAL_TOKENS]
     if not word_counts:
         raise InputDataError(
             "The corpus has no words to learn a vocabulary from; pass non-empty UTF-8 text files."
         )
-    lower, upper = _threshold_bounds(word_counts, vocab_size)
+    frequencies = sorted((n for _, n in word_counts), reverse=True)
+    threshold = max(1, frequencies[min(vocab_size, len(frequencies)) - 1])
     vocab = learner.learn(
         word_counts,
         vocab_size=vocab_size,
         reserved_tokens=list(SPECIAL_TOKENS),
-        upper_thresh=upper,
-        lower_thresh=lower,
+        upper_thresh=threshold,
+        lower_thresh=threshold,
     )
-    # The learner's binary search may overshoot slightly; the rarest pieces come last.
+    # Reserved tokens, then every character, then the pieces by count: the rarest go.
     return list(vocab[:vocab_size])

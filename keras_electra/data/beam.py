@@ -1,0 +1,286 @@
+"""``keras-electra prepare`` as an Apache Beam pipeline: all local cores, or any runner.
+
+Install the extra (``pip install "keras-electra[beam]"``). :func:`write_tfrecords_beam`
+writes the same shards as the in-process writer
+(:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`): the driver checks the
+corpus and cuts it into document-aligned shards (:func:`~keras_electra.data.shards.plan_shards`),
+then each shard is one element of the pipeline, packed and written atomically by
+:func:`~keras_electra.data.shards.write_shard` on whichever worker gets it, and
+``metadata.json`` is written last. A shard's content does not depend on the worker, so
+the output is the same for any number of workers, and a rerun skips finished shards.
+:func:`count_words_beam` counts a corpus's words for the vocabulary learner with a
+Beam combine.
+
+Without ``--runner`` the pipeline runs on Beam's DirectRunner across every local core
+(``--direct_num_workers`` = the CPU count, ``--direct_running_mode=multi_processing``);
+any other Beam options pass through, e.g. ``--runner DataflowRunner --project P --region R
+--temp_location gs://B/tmp``, with the corpus and the output on ``gs://``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from keras_electra.data.files import PathsLike
+from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.errors import ConfigError
+
+INSTALL_HINT = 'pip install "keras-electra[beam]"'
+
+
+def beam_available() -> bool:
+    """Whether Apache Beam is installed (the ``beam`` extra).
+
+    Examples:
+        >>> isinstance(beam_available(), bool)
+        True
+    """
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # Beam's import warns about Google Cloud clients it lacks
+    try:
+        import apache_beam  # noqa: F401
+    except ImportError:
+        return False
+    finally:
+        root.setLevel(level)
+    return True
+
+
+def _require_beam(args: Sequence[str] = ()) -> None:
+    if not beam_available():
+        shown = f" ({' '.join(args)[:60]})" if args else ""
+        raise ConfigError(
+            f"Apache Beam pipeline options{shown} need the beam extra; install it with "
+            f"`{INSTALL_HINT}`, or leave them out to prepare in this process."
+        )
+
+
+def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
+    """Beam ``PipelineOptions`` from command-line style ``args``; without ``--runner``, the
+    DirectRunner on ``num_workers`` local processes (default: every core).
+
+    Returns:
+        ``(options, described)``: the options and the dict ``metadata.json`` records.
+    """
+    _require_beam(args)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args = list(args)
+    given = PipelineOptions(args)
+    unknown = set(given.get_all_options(retain_unknown_options=True)) - set(given.get_all_options())
+    if unknown:
+        raise ConfigError(
+            f"Unknown option --{sorted(unknown)[0]}; prepare's own flags are listed by "
+            "`keras-electra prepare --help`, and any other must be an Apache Beam "
+            "pipeline option (--runner, --project, --temp_location, ...)."
+        )
+    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+        workers = num_workers or os.cpu_count() or 1
+        args = [
+            "--runner=DirectRunner",
+            f"--direct_num_workers={workers}",
+            "--direct_running_mode=" + ("multi_processing" if workers > 1 else "in_memory"),
+            "--default_sdk_harness_log_level=WARNING",
+            *args,
+        ]
+    options = PipelineOptions(args)
+    shown = {k: v for k, v in options.get_all_options().items() if k in _RECORDED_OPTIONS and v}
+    return options, shown
+
+
+# The options metadata.json records (not credentials, not machine-specific paths).
+_RECORDED_OPTIONS = (
+    "runner",
+    "direct_num_workers",
+    "direct_running_mode",
+    "project",
+    "region",
+    "num_workers",
+    "max_num_workers",
+    "machine_type",
+    "job_name",
+)
+
+
+class _WriteShard:
+    """A Beam ``DoFn``'s work: build the tokenizer once per worker, write a shard."""
+
+    def __init__(self, vocab: list[str], lowercase: bool, settings: dict, paths: list[str]):
+        self.vocab, self.lowercase = vocab, lowercase
+        self.settings, self.paths = settings, paths
+        self.tokenizer = None
+
+    def __call__(self, plan) -> tuple[int, int]:
+        from keras_electra.data.shards import write_shard
+        from keras_electra.data.tfrecords import WritingJob
+
+        if self.tokenizer is None:
+            self.tokenizer = ElectraTokenizer(self.vocab, lowercase=self.lowercase)
+        job = WritingJob("", [], self.paths, self.settings)
+        count = write_shard(
+            plan, self.paths[plan.index], self.tokenizer, job.packer_factory(self.tokenizer)
+        )
+        return plan.index, count
+
+
+def _finish(counts: list[tuple[int, int]], output_dir: str, paths, settings, described) -> None:
+    from keras_electra.data.tfrecords import WritingJob
+
+    ordered = [count for _, count in sorted(counts)]
+    WritingJob(output_dir, [], paths, settings).finish(ordered, described)
+
+
+def write_tfrecords_beam(
+    files: PathsLike,
+    tokenizer: ElectraTokenizer,
+    output_dir: str,
+    *,
+    max_seq_length: int,
+    num_shards: int = 8,
+    seed: int = 0,
+    pipeline_args: Sequence[str] = (),
+    num_workers: int | None = None,
+    progress: bool = True,
+) -> list[str]:
+    """:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords` as a Beam pipeline.
+
+    The shards and their examples are the in-process writer's, byte for byte.
+
+    Args:
+        files: text files, directories of ``*.txt`` files, or glob patterns (local or
+            ``gs://``).
+        tokenizer: the tokenizer.
+        output_dir: the directory to write into (local or ``gs://``).
+        max_seq_length: tokens per example.
+        num_shards: number of TFRecord files (each one worker's unit of work).
+        seed: the packing seed.
+        pipeline_args: Beam options (``["--runner", "DataflowRunner", ...]``).
+        num_workers: local worker processes when no ``--runner`` is given (default:
+            every core).
+        progress: a progress bar of finished shards (a local output directory).
+
+    Returns:
+        The shard paths, in order.
+
+    Raises:
+        ConfigError: Beam is not installed.
+        InputDataError: a corpus file is missing, not text, or the corpus has no text.
+    """
+    import apache_beam as beam
+
+    from keras_electra.data.tfrecords import start_writing
+
+    options, described = pipeline_options(pipeline_args, num_workers)
+    job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
+    write = _WriteShard(tokenizer.vocab, tokenizer.lowercase, job.settings, job.paths)
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(job.paths, done, progress), daemon=True)
+    watcher.start()
+    try:
+        with beam.Pipeline(options=options) as pipeline:
+            _ = (
+                pipeline
+                | "Shards" >> beam.Create(job.plans)
+                | "Spread" >> beam.Reshuffle()
+                | "Pack and write" >> beam.Map(write)
+                | "Counts" >> beam.combiners.ToList()
+                | "Metadata"
+                >> beam.Map(_finish, job.output_dir, job.paths, job.settings, described)
+            )
+    finally:
+        done.set()
+        watcher.join()
+    return job.paths
+
+
+def _watch(paths: list[str], done: threading.Event, progress: bool) -> None:
+    """A progress bar of the shards whose final file exists (polled: any runner)."""
+    if not progress or any("://" in p for p in paths):
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=len(paths), unit=" shards", desc="Packing") as bar:
+        while True:
+            finished = sum(os.path.exists(p) for p in paths)
+            bar.update(finished - bar.n)
+            if done.wait(1.0):
+                bar.update(sum(os.path.exists(p) for p in paths) - bar.n)
+                return
+
+
+# --- word counts for the vocabulary learner ------------------------------------------------
+
+
+def _count_piece(plan, lowercase: bool) -> list[tuple[str, int]]:
+    from keras_electra.data.shards import read_lines
+    from keras_electra.data.vocab import count_lines
+
+    counts: dict[bytes, int] = {}
+    for path, start, end in plan.pieces:
+        for lines, _ in read_lines(path, start, end):
+            count_lines(lines, lowercase, counts)
+    counts.pop(b"", None)
+    return [(word.decode("utf-8"), n) for word, n in counts.items()]
+
+
+def count_words_beam(
+    files: PathsLike,
+    lowercase: bool = True,
+    *,
+    temp_dir: str,
+    pipeline_args: Sequence[str] = (),
+    num_workers: int | None = None,
+) -> dict[str, int]:
+    """A corpus's word counts (as :func:`~keras_electra.data.vocab.count_words` counts
+    them) from a Beam pipeline: pieces of the corpus counted in parallel and summed by a
+    combine; the counts pass through ``temp_dir`` (local or ``gs://``) to the caller.
+
+    Raises:
+        ConfigError: Beam is not installed.
+        InputDataError: a corpus file is missing or not text.
+    """
+    import apache_beam as beam
+    import tensorflow as tf
+
+    from keras_electra.data.files import check_text_files, resolve_corpus_files
+    from keras_electra.data.shards import plan_shards
+
+    options, _ = pipeline_options(pipeline_args, num_workers)
+    paths = resolve_corpus_files(files)
+    check_text_files(paths)
+    workers = num_workers or os.cpu_count() or 1
+    size = sum(tf.io.gfile.stat(p).length for p in paths)
+    pieces = plan_shards(paths, max(4 * workers, size // (64 << 20) + 1))
+    prefix = os.path.join(temp_dir, "word-counts")
+    with beam.Pipeline(options=options) as pipeline:
+        _ = (
+            pipeline
+            | "Pieces" >> beam.Create([p for p in pieces if p.pieces])
+            | "Spread" >> beam.Reshuffle()
+            | "Count" >> beam.FlatMap(_count_piece, lowercase)
+            | "Sum" >> beam.CombinePerKey(sum)
+            | "Lines" >> beam.Map(lambda item: json.dumps(item, ensure_ascii=False))
+            | "Write" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl")
+        )
+    counts: dict[str, int] = {}
+    for name in tf.io.gfile.glob(prefix + "*.jsonl"):
+        with tf.io.gfile.GFile(name, "r") as f:
+            for line in f:
+                word, n = json.loads(line)
+                counts[word] = n
+        tf.io.gfile.remove(name)
+    return counts
+
+
+def describe_options(described: dict[str, Any]) -> str:
+    """One line naming the runner and its workers, for the command's output."""
+    runner = described.get("runner", "DirectRunner")
+    workers = described.get("direct_num_workers") or described.get("num_workers")
+    return f"{runner}" + (f" ({workers} workers)" if workers else "")

@@ -1,0 +1,270 @@
+"""Corpus preparation at scale (issue 51): one packing rule, whoever packs.
+
+The in-process writer, the Beam pipeline (DirectRunner, 1 and 2 workers) and the
+on-the-fly ``tf.data`` pipeline give the same examples for the same corpus, vocabulary,
+length and seed; shards are cut at document boundaries, written atomically and skipped
+when a rerun finds them finished; bad input is one sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.cli import main
+from keras_electra.data import ElectraTokenizer, pretraining_examples, write_pretraining_tfrecords
+from keras_electra.data.beam import beam_available
+from keras_electra.data.packing import Packer
+from keras_electra.data.pretraining import (
+    _PACKING,
+    _stream_seed,
+    line_dataset,
+    pack_examples,
+    packing_seed,
+    tokenize_lines,
+)
+from keras_electra.data.shards import plan_shards, serializer
+from keras_electra.data.vocab import SPECIAL_TOKENS, count_words
+from keras_electra.errors import InputDataError
+
+needs_beam = pytest.mark.skipif(
+    not beam_available(),
+    reason="Apache Beam is not installed (the beam extra; `make test` installs it with dev)",
+)
+
+WORDS = "the cat sat on mat dog ran far away and then came home a big red".split()
+VOCAB = [*SPECIAL_TOKENS, ".", ",", "!", "?", *WORDS, "##s", "##ed", "un", "##happy"]
+LENGTH = 24
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return ElectraTokenizer(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> list[str]:
+    """Three files: documents of sentences, CRLF line ends, whitespace-only lines, a line
+    with no token, a file without a final newline, a long document."""
+    rng = np.random.default_rng(0)
+    root = tmp_path_factory.mktemp("corpus")
+
+    def sentence() -> str:
+        return " ".join(rng.choice(WORDS, size=rng.integers(2, 14))).capitalize() + "."
+
+    def document(n: int) -> str:
+        return "\n".join(sentence() for _ in range(n))
+
+    first = "\n\n".join(document(int(rng.integers(1, 8))) for _ in range(40)) + "\n"
+    second = "\r\n".join(document(3).split("\n")) + "\r\n \t\n" + "###\n" + document(60)
+    third = "\n\n\n".join(document(int(rng.integers(2, 5))) for _ in range(15))
+    paths = []
+    for name, text in (("a.txt", first), ("b.txt", second), ("c.txt", third)):
+        path = root / name
+        path.write_bytes(text.encode("utf-8"))
+        paths.append(str(path))
+    return paths
+
+
+def records(paths: list[str]) -> list[bytes]:
+    return [r.numpy() for path in paths for r in tf.data.TFRecordDataset(path)]
+
+
+def as_rows(serialized: list[bytes]) -> list[tuple]:
+    rows = []
+    for record in serialized:
+        feature = tf.train.Example.FromString(record).features.feature
+        rows.append(
+            tuple(
+                tuple(feature[name].int64_list.value)
+                for name in ("input_ids", "input_mask", "segment_ids")
+            )
+        )
+    return rows
+
+
+def test_packer_equals_the_tf_data_scan(corpus, tokenizer):
+    # The rule's Python form and its tf.data form, at probabilities that exercise every
+    # branch (single segments, random lengths, the coin), over the same lines. (The
+    # default probabilities: test_shards_start_at_documents_and_read_back_as_one_pass.)
+    for probs in ((0.5, 0.5),):
+        seed = _stream_seed(7, 0, _PACKING)
+        lines = tokenize_lines(line_dataset(corpus), tokenizer)
+        want = list(
+            pack_examples(
+                lines,
+                max_seq_length=LENGTH,
+                cls_id=tokenizer.cls_id,
+                sep_id=tokenizer.sep_id,
+                pad_id=tokenizer.pad_id,
+                seed=seed,
+                single_segment_prob=probs[0],
+                random_length_prob=probs[1],
+            ).as_numpy_iterator()
+        )
+        packer = Packer(
+            LENGTH, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, packing_seed(7), *probs
+        )
+        for ids, blank in lines.ragged_batch(50):
+            packer.add(ids.flat_values.numpy(), ids.row_splits.numpy(), blank.numpy())
+        packer.finish()
+        got = packer.take()
+        assert len(want) > 40 and len(got["token_ids"]) == len(want)
+        for name in got:
+            assert np.array_equal(got[name], np.stack([w[name] for w in want])), name
+
+
+def test_serializer_writes_protobufs_bytes(tokenizer):
+    ids = np.array([[2, 5, 300, 20000, 3, 0], [2, 7, 3, 8, 3, 0]], np.int32)
+    examples = {
+        "token_ids": ids,
+        "padding_mask": (np.arange(6) < 5).astype(np.int32)[None].repeat(2, 0),
+        "segment_ids": np.array([[0] * 6, [0, 0, 0, 1, 1, 0]], np.int32),
+    }
+    for row, record in enumerate(serializer(6)(examples)):
+        feature = {
+            stored: tf.train.Feature(int64_list=tf.train.Int64List(value=examples[name][row]))
+            for name, stored in (
+                ("token_ids", "input_ids"),
+                ("padding_mask", "input_mask"),
+                ("segment_ids", "segment_ids"),
+            )
+        }
+        proto = tf.train.Example(features=tf.train.Features(feature=feature))
+        assert record == proto.SerializeToString(deterministic=True)
+
+
+def test_shards_start_at_documents_and_read_back_as_one_pass(corpus, tokenizer, tmp_path):
+    for plan in plan_shards(corpus, 7):
+        for path, start, _ in plan.pieces:
+            data = open(path, "rb").read()
+            before = data[: start - 1].rsplit(b"\n", 1)[-1] if start else b""
+            assert start == 0 or (data[start - 1 : start] == b"\n" and not before.strip())
+    streamed = list(pretraining_examples(corpus, tokenizer, max_seq_length=LENGTH, seed=3))
+    names = ("token_ids", "padding_mask", "segment_ids")
+    want = [tuple(tuple(ex[k].numpy().tolist()) for k in names) for ex in streamed]
+    for shards in (1, 7, 40):  # 40: more shards than documents in some ranges (empty ones)
+        out = str(tmp_path / f"r{shards}")
+        paths = write_pretraining_tfrecords(
+            corpus, tokenizer, out, max_seq_length=LENGTH, num_shards=shards, seed=3, progress=False
+        )
+        assert as_rows(records(paths)) == want
+        with open(os.path.join(out, "metadata.json"), encoding="utf-8") as f:
+            metadata = json.load(f)
+        assert metadata["num_examples"] == len(want) and metadata["complete"]
+        assert metadata["corpus_bytes"] == sum(os.path.getsize(p) for p in corpus)
+        assert metadata["pipeline"] == {"runner": "in-process"}
+
+
+def test_an_interrupted_run_resumes(corpus, tokenizer, tmp_path):
+    out = tmp_path / "records"
+    options = {"max_seq_length": LENGTH, "num_shards": 4, "seed": 1, "progress": False}
+    paths = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
+    finished = {p: open(p, "rb").read() for p in paths}
+    # As a run stopped while writing shard 2 leaves the directory: shards 0 and 1 final,
+    # shard 2 partial under its temporary name, 3 not begun, metadata incomplete.
+    os.replace(paths[2], paths[2] + ".tmp")
+    with open(paths[2] + ".tmp", "r+b") as f:
+        f.truncate(10)
+    os.remove(paths[3])
+    metadata = json.loads((out / "metadata.json").read_text())
+    (out / "metadata.json").write_text(
+        json.dumps({"complete": False, "settings": metadata["settings"]})
+    )
+    os.utime(paths[0], (1, 1))  # a finished shard is kept: its time stays
+    write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
+    assert os.path.getmtime(paths[0]) == 1
+    assert {p: open(p, "rb").read() for p in paths} == finished
+    assert sorted(os.listdir(out)) == sorted([*map(os.path.basename, paths), "metadata.json"])
+    assert json.loads((out / "metadata.json").read_text())["complete"]
+    # Another seed is another corpus of examples: nothing is kept.
+    write_pretraining_tfrecords(corpus, tokenizer, str(out), **{**options, "seed": 2})
+    assert os.path.getmtime(paths[0]) != 1
+
+
+@needs_beam
+def test_beam_writes_the_same_shards_with_one_and_two_workers(corpus, tokenizer, tmp_path):
+    from keras_electra.data.beam import count_words_beam, write_tfrecords_beam
+
+    options = {"max_seq_length": LENGTH, "num_shards": 5, "seed": 4}
+    want = write_pretraining_tfrecords(
+        corpus, tokenizer, str(tmp_path / "in_process"), progress=False, **options
+    )
+    runs = {
+        1: [],
+        2: ["--direct_running_mode=multi_threading"],  # two workers in one process: fast
+    }
+    for workers, args in runs.items():
+        out = tmp_path / f"beam_{workers}"
+        got = write_tfrecords_beam(
+            corpus,
+            tokenizer,
+            str(out),
+            num_workers=workers,
+            pipeline_args=args,
+            progress=False,
+            **options,
+        )
+        assert [open(p, "rb").read() for p in got] == [open(p, "rb").read() for p in want]
+        metadata = json.loads((out / "metadata.json").read_text())
+        assert metadata["pipeline"]["runner"] == "DirectRunner"
+        assert metadata["pipeline"]["direct_num_workers"] == workers
+    counts = count_words_beam(
+        corpus, temp_dir=str(tmp_path / "counts"), num_workers=2, pipeline_args=runs[2]
+    )
+    assert counts == dict(count_words(corpus))
+
+
+def run_prepare(capsys, *args: str) -> tuple[int, str]:
+    code = main(["prepare", *args])
+    return code, capsys.readouterr().err.strip()
+
+
+def test_bad_input_is_one_sentence(tmp_path, capsys):
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(bytes(range(256)) * 64)
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    out = str(tmp_path / "out")
+    for path, reason in ((binary, "is not text"), (empty, "is empty")):
+        code, err = run_prepare(capsys, "--corpus", str(path), "--output", out, "--workers", "1")
+        assert code == 2 and reason in err, err
+        lines = [line for line in err.splitlines() if "keras-electra prepare" in line]
+        assert len(lines) == 1 and lines[0].count(". ") == 0 and lines[0].endswith(".")
+    with pytest.raises(InputDataError, match="is empty"):
+        write_pretraining_tfrecords(
+            [str(empty)], ElectraTokenizer(VOCAB), out, max_seq_length=LENGTH, progress=False
+        )
+
+
+@needs_beam
+def test_prepare_names_an_unknown_beam_option(corpus, tmp_path, capsys):
+    code, err = run_prepare(
+        capsys, "--corpus", corpus[0], "--output", str(tmp_path), "--runer", "DataflowRunner"
+    )
+    assert code == 2 and "Unknown option --runer" in err
+
+
+def test_prepare_writes_to_a_url_and_pretraining_reads_it(corpus, tmp_path):
+    """``--output gs://...`` with TensorFlow's in-memory ``ram://`` filesystem for gs://."""
+    from keras_electra.data import pretraining_dataset
+    from keras_electra.data.prepare import prepare
+
+    url = f"ram://bucket-{tmp_path.name}/records"
+    result = prepare(corpus, url, vocab_size=60, max_seq_length=LENGTH, num_shards=2, workers=1)
+    assert str(result.vocab_file) == f"{url}/vocab.txt" and tf.io.gfile.exists(result.vocab_file)
+    local = write_pretraining_tfrecords(
+        corpus,
+        ElectraTokenizer.from_vocab_file(str(result.vocab_file)),
+        str(tmp_path / "local"),
+        max_seq_length=LENGTH,
+        num_shards=2,
+        progress=False,
+    )
+    assert records(result.shards) == records(local)
+    batches = pretraining_dataset(url, batch_size=4, max_seq_length=LENGTH, shuffle=False)
+    assert next(iter(batches))["token_ids"].shape == (4, LENGTH)
