@@ -96,6 +96,20 @@ def test_learn_vocab_puts_special_tokens_first_and_bounds_size(corpus):
     assert all(token == token.lower() for token in vocab[5:])
 
 
+def test_a_learned_vocabulary_spells_every_word_of_its_corpus(tmp_path):
+    # Rare letters inside rare words: their continuation pieces (##j, ##v, ##x) rank last
+    # by count, and a vocabulary cut without them turns each such word into [UNK].
+    # More distinct frequent words than the vocabulary holds, from the letters a to i.
+    words = [a + b + c for a in "abcdefghi" for b in "abcdefghi" for c in "abcdefghi"][:300]
+    path = tmp_path / "corpus.txt"
+    path.write_text(" ".join(words * 5) + "\najax quiz ovum\n", encoding="utf-8")
+    vocab = learn_vocab([str(path)], vocab_size=100)
+    assert len(vocab) <= 100
+    assert {"##j", "##v", "##x", "##z", "q"} <= set(vocab)
+    ids = ElectraTokenizer(vocab).tokenize(["ajax quiz ovum"]).flat_values.numpy().tolist()
+    assert vocab.index("[UNK]") not in ids, [vocab[i] for i in ids]
+
+
 def test_learn_vocab_rejects_too_small_size(corpus):
     with pytest.raises(ConfigError, match="vocab_size=5"):
         learn_vocab([corpus], vocab_size=5)

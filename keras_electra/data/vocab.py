@@ -292,5 +292,12 @@ def vocab_from_counts(counts: dict[str, int], vocab_size: int) -> list[str]:
         upper_thresh=threshold,
         lower_thresh=threshold,
     )
-    # Reserved tokens, then every character, then the pieces by count: the rarest go.
-    return list(vocab[:vocab_size])
+    # Reserved tokens, every character alone and as a word's continuation (``##c``, which
+    # the learner ranks among the pieces: cutting a rare one would turn every word that
+    # needs it into [UNK]), then the pieces by count: the rarest go.
+    inner = {f"##{c}" for word, _ in word_counts for c in word[1:]}
+    first = [t for t in vocab[len(SPECIAL_TOKENS) :] if len(t) == 1]
+    kept = [*SPECIAL_TOKENS, *first, *sorted(inner)]
+    chosen = set(kept)
+    kept += [t for t in vocab[len(SPECIAL_TOKENS) :] if t not in chosen]
+    return kept[:vocab_size]
