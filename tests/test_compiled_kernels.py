@@ -275,14 +275,15 @@ print(json.dumps({"loaded": loaded, "warnings": warnings}))
 """
 
 
-def _run_in_a_new_process(script: str, cache: Path, **env: str) -> dict:
-    """``script``'s last printed line, read as JSON, from a fresh Python process with the
-    kernel cache at ``cache``, the kernel choice unset and ``env`` added."""
+def _run_in_a_new_process(script: str, cache: Path, *args: str, **env: str) -> dict:
+    """``script``'s last printed line, read as JSON, from a fresh Python process given
+    ``args``, with the kernel cache at ``cache``, the kernel choice unset and ``env``
+    added."""
     unset = (compiled.ENABLE, "KERAS_ELECTRA_KERNELS")
     env = {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
     env["KERAS_ELECTRA_CACHE"] = str(cache)
     done = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", script, *args],
         env=env,
         cwd=Path(__file__).parents[1],
         capture_output=True,
@@ -400,12 +401,14 @@ def _foreign_library(path: Path, marker: Path) -> None:
     path.chmod(0o700)
 
 
-# A few training steps in a fresh process after kernels() looked at the cache: the
-# backend chosen, its reason, the warnings, the losses. With SWAP_TO set, the library's
-# path is replaced by that file between the check and the load (tf.load_op_library is
-# the load; the check came before it).
+# Cases in turn in one fresh process, each with its own cache: a few training steps after
+# kernels() looked at the cache; per case the backend chosen, its reason, the warnings, the
+# losses, and how many libraries this process had loaded as its own before the case (none:
+# every case is refused). With a case's "swap_to" set, the library's path is replaced by
+# that file between the check and the load (tf.load_op_library is the load; the check
+# came before it).
 _TRAIN = """
-import json, logging, os
+import json, logging, os, sys, traceback
 from keras_electra.layers import backend, compiled
 warnings = []
 handler = logging.Handler(logging.WARNING)
@@ -414,64 +417,106 @@ compiled.log.addHandler(handler)
 backend.log.addHandler(handler)
 import numpy as np
 import tensorflow as tf
-if os.environ.get("SWAP_TO"):
-    load = tf.load_op_library
-    def swap_then_load(path):
+load = tf.load_op_library
+swap_to = None
+def swap_then_load(path):
+    if swap_to:
         library = compiled.library_path(compiled._compiler())
-        os.replace(os.environ["SWAP_TO"], library)
-        return load(path)
-    tf.load_op_library = swap_then_load
-choice = backend.choose()
-from keras_electra.config import ElectraConfig
-from keras_electra.pretraining.pretrainer import ElectraPretrainer
-from keras_electra.training.optimizer import create_optimizer
-config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1, max_position_embeddings=16)
-model = ElectraPretrainer(config, seed=1)
-model.compile(optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=3, warmup_steps=1))
-ids = np.random.default_rng(0).integers(5, 300, (4, 16)).astype("int32")
-batch = {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
-history = model.fit(tf.data.Dataset.from_tensors(batch).repeat(3), verbose=0)
-print(json.dumps({"backend": choice.backend, "reason": choice.reason, "warnings": warnings,
-                  "loss": history.history["loss"]}))
+        os.replace(swap_to, library)
+    return load(path)
+tf.load_op_library = swap_then_load
+
+def train():
+    choice = backend.choose()
+    from keras_electra.config import ElectraConfig
+    from keras_electra.pretraining.pretrainer import ElectraPretrainer
+    from keras_electra.training.optimizer import create_optimizer
+    config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1,
+                                       max_position_embeddings=16)
+    model = ElectraPretrainer(config, seed=1)
+    model.compile(optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=3,
+                                             warmup_steps=1))
+    ids = np.random.default_rng(0).integers(5, 300, (4, 16)).astype("int32")
+    batch = {"token_ids": ids, "padding_mask": np.ones_like(ids),
+             "segment_ids": np.zeros_like(ids)}
+    history = model.fit(tf.data.Dataset.from_tensors(batch).repeat(3), verbose=0)
+    return {"backend": choice.backend, "reason": choice.reason, "warnings": list(warnings),
+            "loss": history.history["loss"]}
+
+results = {}
+for name, case in json.loads(sys.argv[1]).items():
+    os.environ["KERAS_ELECTRA_CACHE"] = case["cache"]
+    swap_to = case.get("swap_to")
+    backend.clear()  # kernels() and the backend choice look at this case's cache
+    warnings.clear()
+    loaded_before = len(compiled._LOADED)
+    try:
+        results[name] = {"loaded_before": loaded_before, **train()}
+    except Exception:
+        results[name] = {"error": traceback.format_exc()[-3000:]}
+print(json.dumps(results))
 """
+
+# The order the one process takes the cases in. Only "op-missing" and "swap" load a
+# library (the other one, whose constructor writes that case's marker; the genuine copy),
+# and a loaded library stays loaded: they come last, the genuine copy's ops (which would
+# stay registered) last of all. Every case is refused before kernels() keeps a module, so
+# each starts as a fresh process would: kernels() has loaded nothing (see loaded_before).
+TAMPERINGS = ["another-library", "link", "op-missing", "swap"]
+
+
+@pytest.fixture(scope="module")
+def tampered(built_cache, tmp_path_factory) -> dict:
+    """Each tampering done to its own copy of the built cache, then one fresh process
+    trains after kernels() looked at each in turn: per tampering the library, the marker
+    its other library writes when it runs, the reason expected, and the process's result."""
+    cases, expected = {}, {}
+    for tampering in TAMPERINGS:
+        tmp_path = tmp_path_factory.mktemp(tampering)
+        cache = tmp_path / "cache"
+        shutil.copytree(built_cache, cache)
+        cache.chmod(0o700)
+        (library,) = cache.resolve().glob("kernels/*/kernels.so")
+        marker = tmp_path / "the-other-library-ran"
+        other = tmp_path / "other.so"
+        _foreign_library(other, marker)
+        case = {"cache": str(cache)}
+        if tampering == "another-library":
+            os.replace(other, library)
+            reason = "is not the library built there"
+        elif tampering == "link":
+            genuine = tmp_path / "genuine.so"
+            shutil.copy2(library, genuine)
+            library.unlink()
+            library.symlink_to(genuine)
+            reason = f"{library} is a symbolic link"
+        elif tampering == "swap":
+            case["swap_to"] = str(other)
+            reason = f"{library} was replaced while it was being loaded"
+        else:
+            os.replace(other, library)
+            digest = hashlib.sha256(library.read_bytes()).hexdigest()
+            compiled.digest_path(library).write_text(digest + "\n")
+            reason = f"{library} loads without the op electra_add_layer_norm"
+        cases[tampering] = case
+        expected[tampering] = {"library": library, "marker": marker, "reason": reason}
+    first = Path(cases[TAMPERINGS[0]]["cache"])
+    results = _run_in_a_new_process(_TRAIN, first, json.dumps(cases))
+    return {name: {**expected[name], "result": results[name]} for name in TAMPERINGS}
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
 @pytest.mark.parametrize("tampering", ["another-library", "link", "swap", "op-missing"])
-def test_a_library_other_than_the_one_built_is_refused_and_training_falls_back(
-    tampering, built_cache, tmp_path
-):
+def test_a_library_other_than_the_one_built_is_refused_and_training_falls_back(tampering, tampered):
     """Another valid shared library in the built one's place (same owner and mode), a
     symbolic link to a genuine copy, a swap between the check and the load, and a
     library that loads (its digest recorded) without the ops: each is refused with one
     warning, and training completes on the XLA kernels. The other library never runs,
     but where the test itself records its digest."""
-    cache = tmp_path / "cache"
-    shutil.copytree(built_cache, cache)
-    cache.chmod(0o700)
-    (library,) = cache.resolve().glob("kernels/*/kernels.so")
-    marker = tmp_path / "the-other-library-ran"
-    other = tmp_path / "other.so"
-    _foreign_library(other, marker)
-    env = {}
-    if tampering == "another-library":
-        os.replace(other, library)
-        reason = "is not the library built there"
-    elif tampering == "link":
-        genuine = tmp_path / "genuine.so"
-        shutil.copy2(library, genuine)
-        library.unlink()
-        library.symlink_to(genuine)
-        reason = f"{library} is a symbolic link"
-    elif tampering == "swap":
-        env["SWAP_TO"] = str(other)
-        reason = f"{library} was replaced while it was being loaded"
-    else:
-        os.replace(other, library)
-        digest = hashlib.sha256(library.read_bytes()).hexdigest()
-        compiled.digest_path(library).write_text(digest + "\n")
-        reason = f"{library} loads without the op electra_add_layer_norm"
-    result = _run_in_a_new_process(_TRAIN, cache, **env)
+    case = tampered[tampering]
+    library, marker, reason, result = (case[k] for k in ("library", "marker", "reason", "result"))
+    assert "error" not in result, result["error"]
+    assert result["loaded_before"] == 0
     assert result["backend"] == "xla", result
     assert reason in result["reason"]
     (warning,) = result["warnings"]

@@ -237,7 +237,9 @@ def test_a_killed_worker_restarted_with_its_cluster_resumes_from_the_last_backup
     logs = tmp_path / "logs"
     logs.mkdir()
     run_dir = tmp_path / "run"
-    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=12, checkpoint_every=4)
+    # No health probe (the first test runs it on a cluster): its first measurement on the
+    # chief, at every cluster start, is seconds of tracing this test's claim does not need.
+    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=8, checkpoint_every=4, health=False)
     weights = [str(tmp_path / f"w{i}.npz") for i in range(2)]
 
     # Worker 1 dies (SIGKILL) after step 7; the chief has backed up step 4 and cannot
@@ -256,13 +258,13 @@ def test_a_killed_worker_restarted_with_its_cluster_resumes_from_the_last_backup
 
     for result in results:
         # Resumed at step 4, not 0: the first window of the restarted job ends at step 6.
-        assert [r["step"] for r in result["history"]] == [6, 8, 10, 12]
-        assert result["step"] == 12
+        assert [r["step"] for r in result["history"]] == [6, 8]
+        assert result["step"] == 8
     assert _max_difference(*weights) == 0.0
-    assert _latest_checkpoint_step(run_dir / "checkpoints") == 12
+    assert _latest_checkpoint_step(run_dir / "checkpoints") == 8
     # The lines the chief logged after its backup (step 6) were replaced on resume.
     steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
-    assert steps == [2, 4, 6, 8, 10, 12]
+    assert steps == [2, 4, 6, 8]
 
 
 def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_resumes(
