@@ -23,17 +23,15 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_electra.data.tokenizer import ElectraTokenizer
-from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
-from keras_electra.export.saved_model import WARMUP_TEXTS
+from keras_electra.export.saved_model import ReplacedTokenModule
 from keras_electra.pretraining.objectives.electric import sentence_scores
-from keras_electra.pretraining.run import load_run
-from keras_electra.run_directory import RunDirectory
-from keras_electra.serving.warmup import predict_log
 
 
-class EnergyModule(tf.Module):
-    """Electric's discriminator with its tokenizer, as TF Serving signatures.
+class EnergyModule(ReplacedTokenModule):
+    """Electric's discriminator with its tokenizer, as TF Serving signatures: the
+    replaced-token module's signatures and warm-up, with energies and a sentence score
+    for outputs.
 
     Args:
         tokenizer: the run's tokenizer.
@@ -51,14 +49,8 @@ class EnergyModule(tf.Module):
         special_ids: tuple[int, ...],
         max_length: int,
     ):
-        super().__init__(name="electric_energies")
-        self.tokenizer = tokenizer
-        self.discriminator = discriminator
-        self.head = head
+        super().__init__(tokenizer, discriminator, head, max_length, name="electric_energies")
         self.special_ids = tuple(int(i) for i in special_ids)
-        self.max_length = max_length
-        # As ReplacedTokenModule: track the tf.Variables the graph captures.
-        self.model_variables = [v.value for v in [*discriminator.variables, *head.variables]]
 
     def _score(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         mask = inputs["padding_mask"]
@@ -76,21 +68,6 @@ class EnergyModule(tf.Module):
             "num_tokens": tf.reduce_sum(mask, axis=1),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serve(self, text):
-        return self._score(encode_texts(self.tokenizer, text, max_length=self.max_length))
-
-    @tf.function(
-        input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in ("text_a", "text_b")]
-    )
-    def score_pair(self, text_a, text_b):
-        tf.debugging.assert_equal(
-            tf.shape(text_a),
-            tf.shape(text_b),
-            message="text_a and text_b must have the same length",
-        )
-        return self._score(encode_texts(self.tokenizer, text_a, text_b, max_length=self.max_length))
-
     @classmethod
     def from_run(cls, run_dir: str | Path, max_length: int | None = None) -> EnergyModule:
         """The module for an Electric run's discriminator (latest checkpoint).
@@ -98,29 +75,19 @@ class EnergyModule(tf.Module):
         Raises:
             ConfigError: if the run was not pretrained with ``--objective electric``.
         """
-        model, tokenizer, _ = load_run(run_dir)
+        return super().from_run(run_dir, max_length)
+
+    @classmethod
+    def _check_run(cls, model, run_dir: str | Path) -> None:
         if model.objective != "electric":
             raise ConfigError(
                 f"Run '{run_dir}' was pretrained with --objective {model.objective}, which "
                 "gives no energies; export it as it is, or pretrain with --objective electric."
             )
-        settings = RunDirectory(run_dir).settings()
-        length = (
-            max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
-        )
-        c = model.config
-        specials = (c.cls_token_id, c.sep_token_id)
+
+    @classmethod
+    def _from_model(cls, model, tokenizer: ElectraTokenizer, length: int) -> EnergyModule:
+        specials = (model.config.cls_token_id, model.config.sep_token_id)
         return cls(
             tokenizer, model.discriminator_backbone(), model.discriminator_head, specials, length
         )
-
-    def signatures(self) -> dict:
-        return {"serving_default": self.serve, "score_pair": self.score_pair}
-
-    def warmup_records(self) -> list:
-        texts = list(WARMUP_TEXTS)
-        return [
-            predict_log({"text": texts}, "serving_default"),
-            predict_log({"text": texts[:1]}, "serving_default"),
-            predict_log({"text_a": texts[:2], "text_b": texts[2:]}, "score_pair"),
-        ]

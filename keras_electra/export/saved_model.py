@@ -47,8 +47,15 @@ class ReplacedTokenModule(tf.Module):
         max_length: the fixed sequence length ``L`` of every output.
     """
 
-    def __init__(self, tokenizer: ElectraTokenizer, discriminator, head, max_length: int):
-        super().__init__(name="electra_replaced_token_detection")
+    def __init__(
+        self,
+        tokenizer: ElectraTokenizer,
+        discriminator,
+        head,
+        max_length: int,
+        name: str = "electra_replaced_token_detection",
+    ):
+        super().__init__(name=name)
         self.tokenizer = tokenizer
         self.discriminator = discriminator
         self.head = head
@@ -98,18 +105,25 @@ class ReplacedTokenModule(tf.Module):
             ConfigError: if the run has no replaced-token head (``--objective mlm``).
         """
         model, tokenizer, _ = load_run(run_dir)
+        cls._check_run(model, run_dir)
+        settings = RunDirectory(run_dir).settings()
+        length = (
+            max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
+        )
+        return cls._from_model(model, tokenizer, length)
+
+    @classmethod
+    def _check_run(cls, model, run_dir: str | Path) -> None:
         if model.discriminator_head is None:
             raise ConfigError(
                 f"Run '{run_dir}' was trained with --objective mlm and has no replaced-token "
                 "head to export; fine-tune it or pretrain with --objective electra."
             )
-        settings = RunDirectory(run_dir).settings()
-        length = (
-            max_length or settings.get("max_seq_length") or model.config.max_position_embeddings
-        )
+
+    @classmethod
+    def _from_model(cls, model, tokenizer: ElectraTokenizer, length: int) -> ReplacedTokenModule:
         # A plain backbone with the discriminator's effective embeddings in every sharing mode.
-        discriminator = model.discriminator_backbone()
-        return cls(tokenizer, discriminator, model.discriminator_head, length)
+        return cls(tokenizer, model.discriminator_backbone(), model.discriminator_head, length)
 
     def signatures(self) -> dict:
         return {"serving_default": self.serve, "score_pair": self.score_pair}
