@@ -347,8 +347,14 @@ def suite_table() -> str:
             _minutes(r["seconds_with_install"]),
         ]
         for r in read_json("test_suite.json")["runs"]
+        if not r.get("failed") and not r.get("errors")
     ]
     return _table(["machine (2 cores, idle)", "tests", "time", "with the install"], rows)
+
+
+def _wheel() -> dict:
+    """The latest wheel built in a clean clone and used from a new virtualenv."""
+    return read_json("wheel_install.json")["runs"][-1]
 
 
 def _health() -> dict:
@@ -548,7 +554,11 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
     "demo.long": ("demo.json", lambda: f"{max(_score(0, 'long')):.2f}"),
     "demo.gate": ("demo.json", lambda: f"{max(_score(2, 'gate')):.2f}"),
     "demo.time": ("demo.json", demo_time),
+    "demo.machine": ("demo.json", lambda: _idle_demo()["machine"]),
     "suite-table": ("test_suite.json", suite_table),
+    "wheel.install": ("wheel_install.json", lambda: _minutes(_wheel()["install_seconds"])),
+    "wheel.commands": ("wheel_install.json", lambda: _minutes(_wheel()["commands_seconds"])),
+    "wheel.machine": ("wheel_install.json", lambda: _wheel()["machine"]),
     "health.overhead": ("health_overhead.json", lambda: f"{_health()['overhead_median']:.1%}"),
     "health.overhead_max": ("health_overhead.json", lambda: f"{_health()['overhead_max']:.1%}"),
     "health.probe_seconds": (

@@ -80,15 +80,18 @@ def last_window(run_dir: Path) -> dict:
     return json.loads(lines[-1])
 
 
-def _run(command: list[str], cwd: Path, log: Path, env: dict | None = None) -> tuple[float, str]:
-    """Run ``command``; its output goes to ``log`` too. Returns (seconds, output)."""
+def _run(
+    command: list[str], cwd: Path, log: Path, env: dict | None = None, check: bool = True
+) -> tuple[float, str]:
+    """Run ``command``; its output goes to ``log`` too. Returns (seconds, output); a
+    failure stops the benchmark unless ``check`` is false."""
     start = time.monotonic()
     done = subprocess.run(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     seconds = time.monotonic() - start
     log.write_text(done.stdout, encoding="utf-8")
-    if done.returncode:
+    if done.returncode and check:
         tail = "\n".join(done.stdout.splitlines()[-30:])
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}); see {log}:\n{tail}")
     return seconds, done.stdout
@@ -120,16 +123,20 @@ def demo(clone: Path, base: dict, logs: Path) -> None:
 
 
 def test(clone: Path, base: dict, logs: Path) -> None:
-    seconds, output = _run(["make", "test"], clone, logs / "test.log")
+    # A failing suite is recorded too (its "failed" count), then ends the benchmark.
+    seconds, output = _run(["make", "test"], clone, logs / "test.log", check=False)
+    counts = suite_counts(output)
     _append(
         "test_suite.json",
         {
             **base,
             "command": "make test (a clean clone)",
-            **suite_counts(output),
+            **counts,
             "seconds_with_install": round(seconds),
         },
     )
+    if counts.get("failed") or counts.get("errors"):
+        raise SystemExit(f"make test failed; see {logs / 'test.log'}")
 
 
 def wheel(clone: Path, base: dict, logs: Path) -> None:

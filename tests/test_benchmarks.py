@@ -286,7 +286,9 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     assert "**ELECTRA − MLM**: no comparison has two pretraining seeds yet." in out
     assert "| tweet_sentiment | 1× | 16 | 0." in out and "(2 seed)" not in out
     none = table.summarize(table.read_study(results))["arms"]["tweet_sentiment|0|16|none"]
-    assert none["n"] == 2 and none["low"] < none["mean"] < none["high"]
+    # Two seeds give an interval (a zero-width one when a few smoke steps leave both seeds
+    # predicting the majority class: the same accuracy).
+    assert none["n"] == 2 and none["low"] <= none["mean"] <= none["high"]
     for path in (figure, tmp_path / "h.png"):
         image = matplotlib.image.imread(path)
         assert image.shape[0] > 0 and np.ptp(image) > 0
