@@ -439,6 +439,18 @@ def _sweep(recipe: str, step: int | None = None) -> dict:
     return row["last"] if step is None else row["at"][str(step)]
 
 
+def _paper_warning() -> str:
+    """The health warning of the temperature-1 run."""
+    row = next(r for r in read_lines("recipe_sweep.jsonl") if r["recipe"] == "paper")
+    return row["warnings"][0]
+
+
+def _sweep_range(metric: str, recipes: tuple[str, ...] = ("paper", "t2")) -> str:
+    """The range of ``metric`` over the recipes' windows at steps 150, 300 and 600."""
+    values = [_sweep(r, step)[metric] for r in recipes for step in (150, 300, 600)]
+    return f"{min(values):.2f}–{max(values):.2f}"
+
+
 # The tiny-recipe sweep's rows: recipe, its steps, the page's label, the three windows.
 RECIPE_ROWS = (
     ("paper", 600, "the paper: temperature 1, `all` sharing"),
@@ -617,6 +629,20 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
         "recipe_sweep.jsonl",
         lambda: f"{_sweep('paper')['probe_logit_std']:.2f}",
     ),
+    "recipe.paper_auc_150": (
+        "recipe_sweep.jsonl",
+        lambda: f"{_sweep('paper', 150)['disc_auc']:.2f}",
+    ),
+    "recipe.paper_cosine": (
+        "recipe_sweep.jsonl",
+        lambda: f"{_sweep('paper')['disc_cosine_2']:.2f}",
+    ),
+    "recipe.paper_warning_step": (
+        "recipe_sweep.jsonl",
+        lambda: re.search(r"at step (\d+)", _paper_warning()).group(1),
+    ),
+    "recipe.rarity_range": ("recipe_sweep.jsonl", lambda: _sweep_range("rarity_auc")),
+    "recipe.context_range": ("recipe_sweep.jsonl", lambda: _sweep_range("context_auc")),
     "recipe.paper_auc_300": (
         "recipe_sweep.jsonl",
         lambda: f"{_sweep('paper', 300)['disc_auc']:.2f}",
