@@ -1,11 +1,11 @@
 """The tiny preset learns under mixed precision as it does in float32: the checks of
-tests/test_learning.py, with the same thresholds, on 100-step runs in mixed_bfloat16 and
-mixed_float16 (``KERAS_ELECTRA_LEARNING_STEPS=600`` runs them whole, by hand, and then the
-two checks that need the whole run apply too)."""
+tests/test_learning.py, with the same thresholds, on the same 100-step runs in
+mixed_bfloat16 and mixed_float16 (``KERAS_ELECTRA_LEARNING_STEPS=600`` runs them whole, by
+hand, with the whole run's bars)."""
 
 import pytest
 from test_learning import (  # noqa: F401  (collected here again, with this file's runs)
-    MIXED,
+    SHORT,
     test_discriminator_detects_out_of_context_tokens_in_held_out_text,
     test_generator_beats_the_most_frequent_token_baseline,
     test_the_detector_still_works_at_the_last_window,
@@ -18,4 +18,4 @@ from test_learning import (  # noqa: F401  (collected here again, with this file
 
 @pytest.fixture(scope="module", params=["mixed_bfloat16", "mixed_float16"])
 def trained(request, tmp_path_factory):
-    return train(request.param, MIXED, tmp_path_factory)
+    return train(request.param, SHORT, tmp_path_factory)
