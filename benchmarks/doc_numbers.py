@@ -342,7 +342,8 @@ def suite_table() -> str:
     rows = [
         [
             r["machine"],
-            f"{r['passed']} passed, {r['skipped']} skipped",
+            f"{r['passed']} passed, {r['skipped']} skipped"
+            + (f" (without {', '.join(r['without'])})" if r.get("without") else ""),
             _minutes(r["seconds"]),
             _minutes(r["seconds_with_install"]),
         ]

@@ -18,6 +18,7 @@ records what it was.
 
     python benchmarks/fresh_clone.py                      # all three (~45 min on 2 cores)
     python benchmarks/fresh_clone.py --parts demo wheel   # without the suite
+    python benchmarks/fresh_clone.py --parts test --without apache-beam  # without the Beam extra
 """
 
 from __future__ import annotations
@@ -122,17 +123,26 @@ def demo(clone: Path, base: dict, logs: Path) -> None:
     )
 
 
-def test(clone: Path, base: dict, logs: Path) -> None:
+def test(clone: Path, base: dict, logs: Path, without: list[str] = ()) -> None:
+    """``make test``; with ``without``, those packages are uninstalled from the test
+    install (``make .venv/.dev``) before the suite runs, and the run says so."""
     # A failing suite is recorded too (its "failed" count), then ends the benchmark.
-    seconds, output = _run(["make", "test"], clone, logs / "test.log", check=False)
+    seconds = 0.0
+    if without:
+        seconds, _ = _run(["make", ".venv/.dev"], clone, logs / "install.log")
+        python = str(clone / ".venv" / "bin" / "python")
+        _run([python, "-m", "pip", "uninstall", "-y", *without], clone, logs / "uninstall.log")
+    more, output = _run(["make", "test"], clone, logs / "test.log", check=False)
     counts = suite_counts(output)
     _append(
         "test_suite.json",
         {
             **base,
-            "command": "make test (a clean clone)",
+            "command": "make test (a clean clone"
+            + (f", without {', '.join(without)})" if without else ")"),
+            **({"without": list(without)} if without else {}),
             **counts,
-            "seconds_with_install": round(seconds),
+            "seconds_with_install": round(seconds + more),
         },
     )
     if counts.get("failed") or counts.get("errors"):
@@ -197,6 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--conditions", default="idle", help="what else the machine ran")
     parser.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
+    parser.add_argument(
+        "--without",
+        nargs="+",
+        default=[],
+        metavar="PACKAGE",
+        help="uninstall these from the test install before the suite (an optional extra's "
+        "packages, e.g. apache-beam: the suite must pass without them)",
+    )
     args = parser.parse_args(argv)
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
@@ -212,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "conditions": args.conditions,
     }
+    parts = {"demo": demo, "test": lambda *a: test(*a, without=args.without), "wheel": wheel}
     for part in PARTS:
         if part in args.parts:
-            {"demo": demo, "test": test, "wheel": wheel}[part](clone, base, logs)
+            parts[part](clone, base, logs)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0
