@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_electra.internals import stored_value
 from keras_electra.layers import attention as attention_module
 from keras_electra.layers.attention import SelfAttention, float32_softmax
-from keras_electra.layers.dense import stored_value
 from keras_electra.layers.fused import attention_values, training_kernels
 
 
@@ -107,5 +107,5 @@ def test_stored_value_reads_float32_inside_a_mixed_layer_and_passes_the_gradient
         y = tf.reduce_sum(tf.cast(layer(x), tf.float32))
     assert layer.seen == (tf.bfloat16, tf.float32)
     np.testing.assert_array_equal(tape.gradient(y, layer.bias).numpy(), [4.0, 4.0, 4.0])
-    with pytest.raises(RuntimeError, match="no longer keeps a variable's stored value"):
+    with pytest.raises(RuntimeError, match="no longer has a variable.s stored value"):
         stored_value(object())

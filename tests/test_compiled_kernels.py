@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 from conftest import traced_step_ops
 
+from keras_electra import internals
 from keras_electra.layers import compiled, fused
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
@@ -553,7 +554,8 @@ def test_the_cache_key_covers_every_input_of_the_build(monkeypatch):
 
 def test_the_private_xla_context_check_exists_and_tells_xla_graphs_apart():
     """``_in_xla_function`` calls TensorFlow's private
-    ``control_flow_util.GraphOrParentsInXlaContext``: the day it moves, this fails."""
+    ``control_flow_util.GraphOrParentsInXlaContext`` (through keras_electra.internals): the
+    day it moves, this fails."""
     from tensorflow.python.ops import control_flow_util
 
     assert callable(control_flow_util.GraphOrParentsInXlaContext)
@@ -571,9 +573,9 @@ def test_the_private_xla_context_check_exists_and_tells_xla_graphs_apart():
 
 def test_without_the_private_xla_context_check_it_assumes_xla_and_warns_once(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "tensorflow.python.ops.control_flow_util", None)
-    compiled._warn_once.cache_clear()
-    with caplog.at_level(logging.WARNING, logger=compiled.__name__):
+    internals._warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger=internals.__name__):
         assert compiled._in_xla_function() and compiled._in_xla_function()
-    compiled._warn_once.cache_clear()
+    internals._warn_once.cache_clear()
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "GraphOrParentsInXlaContext" in warning.getMessage()

@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.layers import backend
-from keras_electra.pretraining import objective, objectives
+from keras_electra.pretraining import masking, objectives
 from keras_electra.pretraining.flops import step_flops
 from keras_electra.pretraining.objectives import electric
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
@@ -70,14 +70,14 @@ def test_the_loss_and_its_gradients_match_the_papers_equations():
     token_ids, real = tf.constant(data["token_ids"]), tf.constant(data["padding_mask"])
     cloze_logits = tf.constant(rng.normal(0, 2, (4, LENGTH, VOCAB)), tf.float32)
     energies = tf.constant(rng.normal(0, 2, (4, LENGTH)), tf.float32)
-    candidates = objective.candidate_mask(token_ids, real, (0, 2, 3))
-    masked = objective.mask_tokens(
+    candidates = masking.candidate_mask(token_ids, real, (0, 2, 3))
+    masked = masking.mask_tokens(
         token_ids, real, special_ids=(0, 2, 3), mask_token_id=4, max_predictions=4,
         seeds=(tf.constant([1, 2]), tf.constant([3, 4])),
     )  # fmt: skip
     sampled = tf.constant(rng.integers(5, VOCAB, (4, 4)), tf.int32)
     sampled = tf.where(tf.range(4)[None] == 0, masked.labels, sampled)  # a few originals drawn
-    noisy = objective.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
+    noisy = masking.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
     labels = electric.resampled_labels(token_ids, masked.positions, masked.weights)
     # The label is "resampled" where a resample drew the original token too.
     drew_original = tf.reduce_sum(labels * tf.cast(tf.equal(noisy, token_ids), tf.float32))
@@ -177,7 +177,7 @@ def oracle_loss(model: ElectraPretrainer, prepared) -> tf.Tensor:
     cloze = tf.reduce_sum(cross_entropy * candidates) / (tf.reduce_sum(candidates) + 1e-6)
 
     at_masked = tf.gather(logits, masked.positions, batch_dims=1)
-    sampled = objective.sample_tokens(at_masked, masked.labels, uniform=prepared.sample_uniforms)
+    sampled = masking.sample_tokens(at_masked, masked.labels, uniform=prepared.sample_uniforms)
     rows = tf.tile(tf.range(ids.shape[0])[:, None], [1, masked.positions.shape[1]])
     where = tf.boolean_mask(tf.stack([rows, masked.positions], -1), masked.weights > 0)
     noisy = tf.tensor_scatter_nd_update(ids, where, tf.boolean_mask(sampled, masked.weights > 0))

@@ -13,6 +13,8 @@ runs on the way to a submodule.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 from pathlib import Path
 
 import pytest
@@ -248,48 +250,214 @@ def test_components_are_found(graph, expected):
     assert sorted(strongly_connected(graph), key=sorted) == expected
 
 
+# === Keras' and TensorFlow's private names (issue 50) ===
+# keras_electra/internals.py is the one module that may use them; everywhere else, a use
+# is a reach a Keras or TensorFlow release can break without notice.
+ADAPTER = ROOT / "internals.py"
+FOREIGN = ("keras", "tensorflow", "tf_keras")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _representatives() -> dict[type, object]:
+    """An instance of each Keras/TensorFlow class keras_electra builds on, as it is once
+    used (built), so that the private attributes set in ``__init__`` and ``build`` count."""
+    import keras
+    import tensorflow as tf
+
+    dense = keras.layers.Dense(2)
+    inputs = keras.Input((3,))
+    functional = keras.Model(inputs, dense(inputs))
+    norm = keras.layers.LayerNormalization()
+    norm.build((None, 3))
+    embedding = keras.layers.Embedding(4, 2)
+    embedding.build((None,))
+    adamw = keras.optimizers.AdamW()
+    adamw.build(functional.trainable_variables)
+    base = keras.optimizers.Optimizer(learning_rate=0.1)
+    base.build(functional.trainable_variables)
+    layer = keras.layers.Layer()
+    return {
+        type(x): x
+        for x in (
+            dense,
+            functional,
+            norm,
+            embedding,
+            adamw,
+            base,
+            layer,
+            keras.Model(),
+            keras.Variable(1.0),
+            tf.Variable(1.0),
+            tf.Module(),
+            keras.callbacks.Callback(),
+            keras.metrics.Mean(),
+            keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()),
+            tf.distribute.get_strategy(),
+        )
+    }
+
+
+@functools.cache
+def _foreign_privates() -> tuple[dict[type, frozenset[str]], frozenset[str]]:
+    """Per Keras/TensorFlow class: the private names its class and, where there is one,
+    its representative instance have; and the union of them all."""
+    per_class: dict[type, frozenset[str]] = {}
+    for cls, instance in _representatives().items():
+        for base in cls.__mro__:
+            if base.__module__.split(".")[0] in FOREIGN:
+                per_class.setdefault(base, frozenset(n for n in dir(base) if _private(n)))
+        names = {n for n in dir(instance) if _private(n)}  # instance attributes too
+        per_class[cls] = per_class.get(cls, frozenset()) | names
+    return per_class, frozenset().union(*per_class.values())
+
+
+@functools.cache
+def _package_classes() -> tuple[type, ...]:
+    """Every class keras_electra's modules define (those that import here)."""
+    classes = []
+    for name in module_files(ROOT, PACKAGE):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # an optional extra's module
+            continue
+        classes += [c for c in vars(module).values() if isinstance(c, type)]
+    return tuple(c for c in set(classes) if c.__module__.startswith(PACKAGE))
+
+
+def _class_privates(cls: type | None, bases: list[str]) -> frozenset[str]:
+    """The Keras/TensorFlow private names a class inherits: from its runtime MRO where the
+    class could be imported, and from every package class it is mixed into (a mixin's
+    method named as Keras' private one overrides it there); else (a class made inside a
+    function) every known one when a base is spelled ``keras.`` or ``tf.``."""
+    per_class, every = _foreign_privates()
+    if cls is None:
+        return every if any(b.split(".")[0] in ("keras", "tf") for b in bases) else frozenset()
+    names: set[str] = set()
+    for user in (cls, *(c for c in _package_classes() if cls in c.__mro__)):
+        for base in user.__mro__[1:]:
+            if base.__module__.split(".")[0] in FOREIGN:
+                names |= per_class.get(base) or {n for n in dir(base) if _private(n)}
+    return frozenset(names)
+
+
+def _runtime_class(module: str | None, name: str) -> type | None:
+    if module is None:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    return found if isinstance(found, type) else None
+
+
 def private_reaches(path: Path, root: Path = ROOT) -> list[str]:
-    """The places in ``path`` that import Keras' internals (``keras.src``) or assign a
-    private attribute (``_name``) of an object other than ``self`` or ``cls``: by
-    ``x._name = ...``, ``setattr(x, "_name", ...)`` or ``object.__setattr__``."""
+    """The places in ``path`` that reach into Keras or TensorFlow internals:
+
+    - an import of ``keras.src`` or ``tensorflow.python``, or ``tf.__internal__``;
+    - a Keras/TensorFlow private name (see :func:`_foreign_privates`) read, called or
+      assigned: on ``self``, ``cls`` or ``super()`` inside a class that inherits it, on
+      any other object anywhere, or through ``getattr``/``setattr``/``hasattr``;
+    - a method of such a class that overrides one of those names;
+    - any private attribute (``_name``) assigned on an object other than ``self`` or
+      ``cls``: ``x._name = ...``, ``setattr(x, "_name", ...)`` or ``object.__setattr__``.
+    """
+    relative = path.relative_to(root.parent)
+    module = ".".join(relative.with_suffix("").parts) if root == ROOT else None
+    if module and module.endswith(".__init__"):
+        module = module[: -len(".__init__")]
+    _, every = _foreign_privates()
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
+
+    def where(node) -> str:
+        return f"{relative}:{getattr(node, 'lineno', 0)}"
+
+    def visit(node, inherited: frozenset[str]) -> None:
+        if isinstance(node, ast.ClassDef):
+            bases = [ast.unparse(b) for b in node.bases]
+            names = _class_privates(_runtime_class(module, node.name), bases)
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name in names:
+                    found.append(f"{where(item)} overrides {node.name}.{item.name}")
+            for child in ast.iter_child_nodes(node):
+                visit(child, names)
+            return
         if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            names.append(getattr(node, "module", None) or "")
-            if any(n == "keras.src" or n.startswith("keras.src.") for n in names):
-                found.append(f"{where} imports keras.src")
-        targets = []
-        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        for target in targets:
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            modules.append(getattr(node, "module", None) or "")
+            for name in modules:
+                for internal in ("keras.src", "tensorflow.python"):
+                    if name == internal or name.startswith(f"{internal}."):
+                        found.append(f"{where(node)} imports {internal}")
+        if isinstance(node, ast.Attribute):
+            owner = ast.unparse(node.value)
+            if node.attr == "__internal__" and owner in ("tf", "tensorflow"):
+                found.append(f"{where(node)} uses {owner}.__internal__")
+            mine = owner in ("self", "cls", "super()")
+            if _private(node.attr) and node.attr in (inherited if mine else every):
+                found.append(f"{where(node)} uses {owner}.{node.attr}")
             if (
-                isinstance(target, ast.Attribute)
-                and target.attr.startswith("_")
-                and not (isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"))
+                _private(node.attr)
+                and isinstance(node.ctx, ast.Store)
+                and owner not in ("self", "cls")
+                and node.attr not in every
             ):
-                found.append(f"{where} assigns {ast.unparse(target)}")
+                found.append(f"{where(node)} assigns {owner}.{node.attr}")
         if isinstance(node, ast.Call):
             call = ast.unparse(node.func)
+            name = node.args[1] if len(node.args) > 1 else None
+            constant = isinstance(name, ast.Constant) and isinstance(name.value, str)
             if call.endswith("__setattr__"):
-                found.append(f"{where} calls {call}")
-            elif call == "setattr" and len(node.args) > 1:
-                name = node.args[1]
-                private = isinstance(name, ast.Constant) and str(name.value).startswith("_")
-                if private or not isinstance(name, ast.Constant):
-                    owner = ast.unparse(node.args[0])
-                    if owner not in ("self", "cls"):
-                        found.append(f"{where} sets an attribute of {owner}")
-    return found
+                found.append(f"{where(node)} calls {call}")
+            elif call in ("getattr", "setattr", "hasattr") and constant and name.value in every:
+                found.append(f"{where(node)} uses {name.value} through {call}")
+            elif call == "setattr" and name is not None:
+                if (not constant or _private(name.value)) and ast.unparse(node.args[0]) not in (
+                    "self",
+                    "cls",
+                ):
+                    found.append(f"{where(node)} sets an attribute of {ast.unparse(node.args[0])}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, inherited)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), frozenset())
+    return sorted(set(found), key=lambda f: (int(f.split(":")[1].split()[0]), f))
 
 
-def test_no_keras_internals_are_imported_or_private_attributes_patched():
-    """Issue 40: a Keras minor release must not be able to turn off the fast path
-    silently. The one deliberate reach into a Keras object is a read
-    (layers/dense.stored_value), which tests/test_attention.py watches."""
-    found = [hit for path in sorted(ROOT.rglob("*.py")) for hit in private_reaches(path)]
+def test_keras_and_tensorflow_internals_are_used_only_in_the_adapter():
+    """Issue 50: every reach into Keras' or TensorFlow's internals is in
+    keras_electra/internals.py, where each says why and what it was checked against; a
+    use anywhere else (a call, a read, an override, an import) fails here."""
+    found = [
+        hit
+        for path in sorted(ROOT.rglob("*.py"))
+        if path != ADAPTER
+        for hit in private_reaches(path)
+    ]
     assert not found, "\n".join(found)
+
+
+def test_the_adapter_reaches_what_it_says_and_nothing_is_left_unlisted():
+    """The adapter does reach (so the check above is not vacuous), and the versions it
+    names are the ones installed, or the reaches were not checked against these."""
+    import keras
+    import tensorflow as tf
+
+    from keras_electra import internals
+
+    reaches = private_reaches(ADAPTER)
+    for name in ("_value", "_flatten_layers", "_autoconvert_optionals", "_momentums"):
+        assert any(name in r for r in reaches), (name, reaches)
+    assert any("overrides" in r and "_maybe_symbolic_build" in r for r in reaches), reaches
+    assert any("imports tensorflow.python" in r for r in reaches), reaches
+    installed = {"keras": keras.__version__, "tensorflow": tf.__version__}
+    assert internals.CHECKED_WITH == installed, (
+        "Check keras_electra/internals.py's reaches against the installed Keras and "
+        "TensorFlow (the suite runs each), then update CHECKED_WITH."
+    )
 
 
 def test_the_private_reach_check_sees_what_it_should(tmp_path):
@@ -298,18 +466,36 @@ def test_the_private_reach_check_sees_what_it_should(tmp_path):
     planted.write_text(
         "from keras.src.backend import AutocastScope\n"
         "import keras.src.layers\n"
+        "from tensorflow.python.ops import control_flow_util\n"
         "layer._softmax = None\n"
         "object.__setattr__(layer, 'call', f)\n"
         "setattr(layer, '_x', 1)\n"
         "self._fine = 1\n"
-        "layer.public = 1\n",
+        "layer.public = 1\n"
+        "model._flatten_layers(include_self=False)\n"
+        "getattr(variable, '_value', variable)\n"
+        "tf.__internal__.distribute.strategy_supports_no_merge_call()\n"
+        "class Decayed(keras.optimizers.AdamW):\n"
+        "    def _apply_weight_decay(self, variables):\n"
+        "        return self._use_weight_decay(variables[0])\n"
+        "    def _mine(self):\n"
+        "        return self._own\n"
+        "class Plain:\n"
+        "    def _apply_weight_decay(self):\n"
+        "        return self._use_weight_decay\n",
         encoding="utf-8",
     )
     found = private_reaches(planted, planted.parent)
     assert [f.split(" ", 1)[1] for f in found] == [
         "imports keras.src",
         "imports keras.src",
+        "imports tensorflow.python",
         "assigns layer._softmax",
         "calls object.__setattr__",
         "sets an attribute of layer",
+        "uses model._flatten_layers",
+        "uses _value through getattr",
+        "uses tf.__internal__",
+        "overrides Decayed._apply_weight_decay",
+        "uses self._use_weight_decay",
     ], found

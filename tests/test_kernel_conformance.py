@@ -27,7 +27,7 @@ from conftest import pretrain_command, traced_step_ops
 from keras_electra.config import ElectraConfig
 from keras_electra.layers import backend, fused
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
-from keras_electra.pretraining import objective
+from keras_electra.pretraining import masking
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.training.optimizer import create_optimizer
 
@@ -216,7 +216,7 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
     uniform = tf.constant(rng.random(64), F32)
     monkeypatch.setenv(backend.ENV, "reference")
     loss, best, probs = fused.sparse_cross_entropy(logits, labels, probabilities=True)
-    expected = objective.inverse_cdf(probs, uniform).numpy()
+    expected = masking.inverse_cdf(probs, uniform).numpy()
     use("native")
     got_loss, got_best, sampled = fused.sparse_cross_entropy(logits, labels, uniform=uniform)
     assert (sampled.numpy() == expected).mean() >= 0.98, (sampled.numpy(), expected)

@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.layers import DiscriminatorHead
-from keras_electra.pretraining import objective, objectives
+from keras_electra.pretraining import masking, objectives
 from keras_electra.pretraining.flops import step_flops, tower_flops
 from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
@@ -57,7 +57,7 @@ class MaskDetection(Objective):
             "padding_mask": prepared.padding_mask,
         }
         logits = model.discriminator_head(model.discriminator(inputs, training=training))
-        loss = objective.disc_loss(logits, labels, prepared.padding_mask)
+        loss = masking.disc_loss(logits, labels, prepared.padding_mask)
         loss *= share(tf.reduce_sum(tf.cast(prepared.padding_mask, tf.float32)), totals.real)
         tokens = {"logits": logits, "labels": labels, "mask": prepared.padding_mask}
         return ObjectiveOutput({"loss": loss, "mask_loss": loss}, masked, tokens)

@@ -18,6 +18,7 @@ global seed), so ``dataset.skip(n)`` reproduces a position.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -221,19 +222,61 @@ def pack_examples(
         ([2, 5, 6, 3, 7, 3, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0])
     """
     check_shapes(None, max_seq_length)
-    length = int(max_seq_length)
     seed = tf.convert_to_tensor(seed, dtype=tf.int64)
     if seed.shape.rank == 0:
         seed = tf.stack([seed, tf.constant(0, tf.int64)])
-    key = packing.seed_key_tf(seed)
-    single_segment_prob = tf.constant(single_segment_prob, tf.float64)
-    random_length_prob = tf.constant(random_length_prob, tf.float64)
+    packer = _Packer(
+        int(max_seq_length),
+        (cls_id, sep_id, pad_id),
+        packing.seed_key_tf(seed),
+        tf.constant(single_segment_prob, tf.float64),
+        tf.constant(random_length_prob, tf.float64),
+    )
+    return (
+        token_lines.scan(packer.initial_state(), packer.step)
+        .filter(lambda emitted, example: emitted)
+        .map(lambda emitted, example: example)
+    )
 
-    def make_example(first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
+
+class _PackState(NamedTuple):
+    """:func:`pack_examples`' state between lines."""
+
+    first: tf.Tensor  # the first segment's tokens, cut to length - 2
+    second: tf.Tensor  # the second segment's, cut to length - 3
+    first_len: tf.Tensor  # the first segment's length before cutting
+    second_len: tf.Tensor  # the second's
+    doc: tf.Tensor  # the document's key, set by its first line with tokens
+    has_doc: tf.Tensor  # whether ``doc`` is set
+    example: tf.Tensor  # the document's examples made (packing's hash index)
+    line_no: tf.Tensor  # the document's lines with tokens seen (packing's hash index)
+    target: tf.Tensor  # the example's target length, drawn at its first line
+    first_target: tf.Tensor  # its first segment's
+
+
+class _Packer:
+    """:func:`pack_examples`' rules, as a ``Dataset.scan`` step over ``(ids, blank)`` lines."""
+
+    def __init__(self, length: int, ids: tuple[int, int, int], key, single_prob, random_prob):
+        self.length = length
+        self.cls_id, self.sep_id, self.pad_id = ids
+        self.key, self.single_prob, self.random_prob = key, single_prob, random_prob
+        self.empty_example = {name: tf.zeros([length], tf.int32) for name in FEATURES}
+
+    def initial_state(self) -> _PackState:
+        empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
+        return _PackState(
+            empty, empty, zero, zero, tf.constant(0, tf.uint64), tf.constant(False), zero, zero,
+            zero, zero,
+        )  # fmt: skip
+
+    def make_example(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
+        """``[CLS] first [SEP] second [SEP]`` (the second cut to fit), padded."""
+        length = self.length
         second = second[: tf.maximum(0, length - tf.size(first) - 3)]
         has_second = tf.cast(tf.size(second) > 0, tf.int32)
-        sep = tf.constant([sep_id], tf.int32)
-        ids = tf.concat([[cls_id], first, sep, second, sep[:has_second]], axis=0)
+        sep = tf.constant([self.sep_id], tf.int32)
+        ids = tf.concat([[self.cls_id], first, sep, second, sep[:has_second]], axis=0)
         segments = tf.cast(tf.range(tf.size(ids)) >= tf.size(first) + 2, tf.int32)
         padding = [[0, length - tf.size(ids)]]
 
@@ -241,82 +284,78 @@ def pack_examples(
             return tf.reshape(tf.pad(values, padding, constant_values=value), [length])
 
         return {
-            "token_ids": pad(ids, pad_id),
+            "token_ids": pad(ids, self.pad_id),
             "padding_mask": pad(tf.ones_like(ids)),
             "segment_ids": pad(segments),
         }
 
-    empty_example = {name: tf.zeros([length], tf.int32) for name in FEATURES}
-    empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
-    # The state: the first and second segments' tokens (cut to length - 2 and length - 3)
-    # and their lengths before cutting; the document's key (set by its first line with
-    # tokens), its examples made and lines with tokens seen (packing's hash indices); the
-    # example's target length and its first segment's (drawn at its first line).
-    initial_state = (
-        (empty, empty, zero, zero),
-        (tf.constant(0, tf.uint64), tf.constant(False), zero, zero),
-        (zero, zero),
-    )
-
-    def step(state, line):
-        (first, second, first_len, second_len), (doc, has_doc, example, line_no), targets = state
-        ids, blank = line
-        ids = tf.cast(ids, tf.int32)
-        num = tf.size(ids)
-        pending = first_len + second_len
-        append = ~blank & (num > 0)
-
-        def example_start():
-            key_now = tf.cond(has_doc, lambda: doc, lambda: packing.document_key_tf(key, ids))
-            drawn = packing.targets_tf(
-                key_now, example, length, single_segment_prob, random_length_prob
-            )
-            return key_now, drawn
-
-        doc, targets = tf.cond(
-            append & (~has_doc | tf.equal(pending, 0)), example_start, lambda: (doc, targets)
+    def _example_start(self, state: _PackState, ids: tf.Tensor):
+        """The document's key (from this line, its first with tokens) and the new
+        example's targets."""
+        doc = tf.cond(
+            state.has_doc, lambda: state.doc, lambda: packing.document_key_tf(self.key, ids)
         )
-        target, first_target = targets
-        # The coin decides only a sentence that would overflow a non-empty first segment
-        # while the second is empty; drawn only then (the same draw as the writers').
+        drawn = packing.targets_tf(
+            doc, state.example, self.length, self.single_prob, self.random_prob
+        )
+        return doc, drawn
+
+    def _to_first(self, state: _PackState, num: tf.Tensor) -> tf.Tensor:
+        """Whether a line of ``num`` tokens goes to the first segment. The coin decides
+        only a line that would overflow a non-empty first segment while the second is
+        empty; it is drawn only then (the same draw as the writers')."""
+        first_len, first_target = state.first_len, state.first_target
         undecided = (
             (first_len > 0)
             & (first_len + num >= first_target)
-            & tf.equal(second_len, 0)
+            & tf.equal(state.second_len, 0)
             & (first_len < first_target)
         )
-        to_first = (tf.equal(first_len, 0) | (first_len + num < first_target)) | tf.cond(
+        return (tf.equal(first_len, 0) | (first_len + num < first_target)) | tf.cond(
             undecided,
-            lambda: packing.uniform_tf(doc, packing.COIN, line_no) < 0.5,
+            lambda: packing.uniform_tf(state.doc, packing.COIN, state.line_no) < 0.5,
             lambda: tf.constant(False),
         )
+
+    def step(self, state: _PackState, line):
+        ids, blank = line
+        ids = tf.cast(ids, tf.int32)
+        num = tf.size(ids)
+        pending = state.first_len + state.second_len
+        append = ~blank & (num > 0)
+        doc, (target, first_target) = tf.cond(
+            append & (~state.has_doc | tf.equal(pending, 0)),
+            lambda: self._example_start(state, ids),
+            lambda: (state.doc, (state.target, state.first_target)),
+        )
+        state = state._replace(doc=doc, target=target, first_target=first_target)
+        to_first = self._to_first(state, num)
         add_first = tf.where(append & to_first, num, 0)
         add_second = tf.where(append & ~to_first, num, 0)
-        first = tf.concat([first, ids[:add_first]], axis=0)[: length - 2]
-        second = tf.concat([second, ids[:add_second]], axis=0)[: length - 3]
-        first_len += add_first
-        second_len += add_second
+        first = tf.concat([state.first, ids[:add_first]], axis=0)[: self.length - 2]
+        second = tf.concat([state.second, ids[:add_second]], axis=0)[: self.length - 3]
+        first_len = state.first_len + add_first
+        second_len = state.second_len + add_second
         flush = (blank & (pending > 0)) | (append & (first_len + second_len >= target))
         # A blank line ends the document: the next one starts afresh.
-        has_doc = (has_doc | append) & ~blank
-        line_no = tf.where(blank, 0, line_no + tf.cast(append, tf.int32))
-        made = tf.where(blank, 0, example + tf.cast(flush, tf.int32))
+        state = state._replace(
+            has_doc=(state.has_doc | append) & ~blank,
+            line_no=tf.where(blank, 0, state.line_no + tf.cast(append, tf.int32)),
+            example=tf.where(blank, 0, state.example + tf.cast(flush, tf.int32)),
+        )
 
         def emit():
-            state = ((empty, empty, zero, zero), (doc, has_doc, made, line_no), targets)
-            return state, (True, make_example(first, second))
+            empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
+            emptied = state._replace(first=empty, second=empty, first_len=zero, second_len=zero)
+            return emptied, (True, self.make_example(first, second))
 
         def keep():
-            segments = (first, second, first_len, second_len)
-            return (segments, (doc, has_doc, made, line_no), targets), (False, empty_example)
+            kept = state._replace(
+                first=first, second=second, first_len=first_len, second_len=second_len
+            )
+            return kept, (False, self.empty_example)
 
         return tf.cond(flush, emit, keep)
-
-    return (
-        token_lines.scan(initial_state, step)
-        .filter(lambda emitted, example: emitted)
-        .map(lambda emitted, example: example)
-    )
 
 
 def pretraining_examples(

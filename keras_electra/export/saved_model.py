@@ -22,7 +22,7 @@ import tensorflow as tf
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError
-from keras_electra.pretraining.run import load_run
+from keras_electra.pretraining.loading import load_run
 from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.signatures import set_signature_method_name
 from keras_electra.serving.warmup import ASSETS_EXTRA, predict_log, write_warmup_requests

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_electra import internals
 from keras_electra.layers.backbone import ElectraBackbone
 from keras_electra.training.optimizer import AdamW, adamw_arguments, no_decay_variables
 
@@ -83,7 +84,7 @@ class LayerwiseAdamW(AdamW):
     def _rate_factor(self, variable) -> float:
         # Scales the variable's Adam step and its decoupled weight decay
         # (variable -= v * wd * lr * factor).
-        return self._factor_list[self._get_variable_index(variable)]
+        return self._factor_list[internals.variable_index(self, variable)]
 
     def get_config(self):
         return {**super().get_config(), "factors": self.factors}

@@ -59,6 +59,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_electra import internals
+
 SOURCE = Path(__file__).with_name("kernels.cc")
 ENABLE = "KERAS_ELECTRA_COMPILED_KERNELS"  # "0" keeps the XLA kernels
 # -fno-math-errno: sqrt without errno's branch, so the loops that take one vectorize.
@@ -357,23 +359,10 @@ def status() -> tuple:
         return None, f"their build or load failed ({detail})"
 
 
-@functools.cache
-def _warn_once(message: str) -> None:
-    log.warning(message)  # the first time only
-
-
 def _in_xla_function() -> bool:
     """Whether the graph being traced is compiled by XLA as a whole (``jit_compile``),
-    which cannot take a custom op."""
-    try:  # TensorFlow's private API, here only (tests/test_compiled_kernels.py checks it)
-        from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
-    except ImportError:  # a TensorFlow without it: assume it may be
-        _warn_once(
-            "This TensorFlow has no tensorflow.python.ops.control_flow_util."
-            "GraphOrParentsInXlaContext, so every traced graph keeps the XLA kernels."
-        )
-        return True
-    return GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    which cannot take a custom op (tests/test_compiled_kernels.py checks it)."""
+    return internals.in_xla_context()
 
 
 def ops_for(*dtypes):

@@ -30,24 +30,6 @@ from keras_electra.layers import backend
 _EQUATIONS = {"abc,cde->abde": 1, "abcd,cde->abe": 2, "abc,cd->abd": 1, "ab,bc->ac": 1}
 
 
-def stored_value(variable) -> tf.Tensor:
-    """A Keras variable's value in its stored dtype (float32 under a mixed policy), read
-    where Keras would cast it to the compute dtype (in a layer's ``call``); its gradient
-    reaches the variable. Kernels that add a float32 bias read it this way.
-
-    Keras has no public read that skips its autocasting, so this is the one place that
-    reaches into the variable (``_value``); ``tests/test_attention.py`` fails the day
-    Keras moves it.
-    """
-    stored = getattr(variable, "_value", variable)
-    if not isinstance(stored, (tf.Variable, tf.Tensor)):
-        raise RuntimeError(
-            f"Keras {keras.__version__} no longer keeps a variable's stored value where "
-            "keras_electra.layers.dense.stored_value reads it; please report this."
-        )
-    return tf.identity(stored)
-
-
 @tf.custom_gradient
 def bias_add(x: tf.Tensor, bias: tf.Tensor):
     """``x + bias``, ``bias`` over ``x``'s trailing axes, the bias gradient accumulated

@@ -5,9 +5,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_electra.internals import stored_value
 from keras_electra.layers import backend
 from keras_electra.layers.attention import SelfAttention, clone_initializer
-from keras_electra.layers.dense import Dense, bias_add, stored_value
+from keras_electra.layers.dense import Dense, bias_add
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.fused import add_layer_norm, bias_gelu, bias_gelu_matmul, training_kernels

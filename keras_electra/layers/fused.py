@@ -345,7 +345,7 @@ def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf
     ``block`` entries (the last padded with zeros), a cumulative sum over the block totals
     finds the block and one over its entries the index, the index one cumulative sum
     would give up to float32 rounding (on the ``native`` backend, one kernel).
-    :func:`keras_electra.pretraining.objective.sample_tokens` draws with it.
+    :func:`keras_electra.pretraining.masking.sample_tokens` draws with it.
 
     Args:
         probs: ``[..., V]`` non-negative weights (need not sum to exactly 1).

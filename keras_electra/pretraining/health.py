@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_electra.layers.embedding import TABLES
-from keras_electra.pretraining import objective
+from keras_electra.pretraining import masking
 
 PROBE_SEED = 1234
 TOP_TOKENS = 200
@@ -89,7 +89,7 @@ class HealthProbe:
 
         # Fixed masks and sampling seed for the generator's own corruption.
         if model.generator is not None:
-            self.masked = objective.mask_tokens(
+            self.masked = masking.mask_tokens(
                 self.ids,
                 self.mask,
                 special_ids=(c.pad_token_id, c.cls_token_id, c.sep_token_id),
@@ -154,14 +154,14 @@ class HealthProbe:
         )
         hidden = model.generator(self._inputs(reads), training=False)
         logits = model.generator_head(hidden, masked.positions)
-        sampled = objective.sample_tokens(
+        sampled = masking.sample_tokens(
             logits,
             masked.labels,
             seed=self.sample_seed,
             temperature=model.config.temperature,
             disallow_correct=model.config.disallow_correct,
         )
-        return objective.replace_tokens(self.ids, masked.positions, sampled, masked.weights)
+        return masking.replace_tokens(self.ids, masked.positions, sampled, masked.weights)
 
 
 def hidden_states(backbone, inputs: dict) -> list[tf.Tensor]:

@@ -9,7 +9,7 @@ import tensorflow as tf
 from keras_electra.config import FEATURES, ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.layers import ElectraBackbone, ElectraEmbedding, GdesEmbedding
-from keras_electra.pretraining import objective, objectives
+from keras_electra.pretraining import masking, objectives
 from keras_electra.pretraining.objectives import (
     GRADIENT_PARTS,
     LossTotals,
@@ -233,7 +233,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             tf.shape(token_ids)[0], (tf.shape(token_ids)[1], max_predictions, max_predictions)
         )
         # 1. Mask ~15% of the real tokens.
-        masked = objective.mask_tokens(
+        masked = masking.mask_tokens(
             token_ids,
             padding_mask,
             special_ids=self.special_ids,
@@ -507,7 +507,7 @@ def loss_totals(prepared: PreparedBatch, special_ids: tuple[int, ...] = ()) -> L
     """
     predicted = tf.reduce_sum(prepared.masked.weights)
     real = tf.reduce_sum(tf.cast(prepared.padding_mask, tf.float32))
-    candidates = objective.candidate_mask(prepared.token_ids, prepared.padding_mask, special_ids)
+    candidates = masking.candidate_mask(prepared.token_ids, prepared.padding_mask, special_ids)
     candidates = tf.reduce_sum(candidates)
     return LossTotals(global_sum(predicted), global_sum(real), global_sum(candidates))
 

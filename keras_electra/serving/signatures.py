@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
+from keras_electra import internals
 from keras_electra.atomic import write_atomic
 from keras_electra.serving.errors import ServingError
 
@@ -129,6 +130,4 @@ def _rewrite_fingerprint(export_dir: str) -> None:
     """Regenerates ``fingerprint.pb`` (TensorFlow uses it for metrics only)."""
     if not os.path.exists(os.path.join(export_dir, "fingerprint.pb")):
         return
-    from tensorflow.python.saved_model import fingerprinting_utils  # no public API for this
-
-    fingerprinting_utils.write_fingerprint(export_dir)
+    internals.write_saved_model_fingerprint(export_dir)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_electra import internals
+
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class Lamb(keras.optimizers.Optimizer):
+class Lamb(internals.OptimizerHooks, keras.optimizers.Optimizer):
     """LAMB ("Large Batch Optimization for Deep Learning: Training BERT in 76 minutes").
 
     For each variable ``w`` with gradient ``g`` at step ``t`` (Algorithm 2 of the
@@ -68,7 +70,7 @@ class Lamb(keras.optimizers.Optimizer):
             var_list, ["momentum", "velocity"]
         )
 
-    def _apply_weight_decay(self, variables):
+    def decay_weights(self, variables):
         """No separate decay step: LAMB decays inside its update (see :meth:`update_step`)."""
 
     def update_step(self, gradient, variable, learning_rate):
@@ -76,7 +78,7 @@ class Lamb(keras.optimizers.Optimizer):
         lr = ops.cast(learning_rate, dtype)
         gradient = ops.cast(gradient, dtype)
         step = ops.cast(self.iterations + 1, dtype)
-        index = self._get_variable_index(variable)
+        index = internals.variable_index(self, variable)
         m, v = self._momentums[index], self._velocities[index]
 
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
@@ -84,7 +86,7 @@ class Lamb(keras.optimizers.Optimizer):
         m_hat = ops.divide(m, 1 - ops.power(ops.cast(self.beta_1, dtype), step))
         v_hat = ops.divide(v, 1 - ops.power(ops.cast(self.beta_2, dtype), step))
         update = ops.divide(m_hat, ops.add(ops.sqrt(v_hat), self.epsilon))
-        if self._use_weight_decay(variable):  # not a LayerNorm parameter or bias
+        if internals.uses_weight_decay(self, variable):  # not a LayerNorm parameter or bias
             if self.weight_decay:
                 decay = ops.cast(self.weight_decay, dtype)
                 update = ops.add(update, ops.multiply(decay, variable))

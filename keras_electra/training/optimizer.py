@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_electra import internals
 from keras_electra.errors import ConfigError
 from keras_electra.settings import OPTIMIZERS
 from keras_electra.training.lamb import Lamb
@@ -47,7 +48,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class AdamW(keras.optimizers.AdamW):
+class AdamW(internals.OptimizerHooks, keras.optimizers.AdamW):
     """Keras' AdamW, each dense update one fused kernel.
 
     The same update as :class:`keras.optimizers.AdamW` (the moments, the bias-corrected
@@ -88,18 +89,18 @@ class AdamW(keras.optimizers.AdamW):
         :class:`~keras_electra.finetuning.layerwise.LayerwiseAdamW`)."""
         return 1.0
 
-    def _apply_weight_decay(self, variables):
+    def decay_weights(self, variables):
         """Nothing here: each variable is decayed in its own update (:meth:`update_step`),
         inside the fused kernel where it runs. The decay does not depend on the other
         variables, so decaying each just before its Adam step is Keras' update."""
 
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    def update_variables(self, gradients, variables, learning_rate):
         # Handed to each variable's update_step where Keras hands the learning rate.
         shared = {
             name: self._adam_scalars(tf.as_dtype(name), learning_rate)
-            for name in sorted({tf.as_dtype(v.dtype).name for v in trainable_variables})
+            for name in sorted({tf.as_dtype(v.dtype).name for v in variables})
         }
-        super()._backend_update_step(grads, trainable_variables, shared)
+        super().update_variables(gradients, variables, shared)
 
     def _adam_scalars(self, dtype: tf.DType, learning_rate) -> dict:
         """``ResourceApplyAdam``'s scalar arguments for this step, in ``dtype``."""
@@ -117,7 +118,7 @@ class AdamW(keras.optimizers.AdamW):
     def _decay_rate(self, variable, scalars: dict, cache: dict | None):
         """``lr * weight_decay * factor`` for this variable, or None where it is not
         decayed; made once per (dtype, factor) per step when ``cache`` is the step's."""
-        if self.weight_decay is None or not self._use_weight_decay(variable):
+        if self.weight_decay is None or not internals.uses_weight_decay(self, variable):
             return None
         dtype, factor = tf.as_dtype(variable.dtype), self._rate_factor(variable)
         key, cache = ("decay", dtype.name, factor), {} if cache is None else cache
@@ -139,8 +140,8 @@ class AdamW(keras.optimizers.AdamW):
             scalars = {**scalars, "lr": scalars["lr"] * factor}
         sparse = isinstance(gradient, tf.IndexedSlices)
         kernels = None if sparse or self.amsgrad else _update_kernels(dtype)
-        index = self._get_variable_index(variable)
-        moments = dict(m=self._momentums[index].handle, v=self._velocities[index].handle)
+        m, v = internals.adam_slots(self, variable)
+        moments = dict(m=m.handle, v=v.handle)
         if kernels is not None:
             kernels.electra_apply_adam_w(
                 var=variable.handle,  # a mirrored variable's: this device's copy
@@ -181,7 +182,7 @@ INITIAL_LOSS_SCALE = 2.0**11
 def no_decay_variables(model: keras.Model) -> list:
     """LayerNorm parameters and biases: excluded from weight decay."""
     excluded = []
-    for layer in model._flatten_layers(include_self=False):
+    for layer in internals.flatten_layers(model):
         if isinstance(layer, keras.layers.LayerNormalization):
             excluded.extend(layer.trainable_variables)
     seen = {id(v) for v in excluded}

@@ -32,6 +32,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_electra import internals
 from keras_electra.training.heap import trim_before_reading
 
 
@@ -174,14 +175,12 @@ def clipped_already(optimizer, scale: tf.Tensor | None = None):
     by ``scale`` where that returned one (the optimizer's ``gradient_scale``). A
     trace-time switch: the update traced inside it has no clipping ops."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    clip = inner.global_clipnorm
-    inner.global_clipnorm = None
     if scale is not None:
         inner.gradient_scale = scale
     try:
-        yield
+        with internals.unclipped(inner):
+            yield
     finally:
-        inner.global_clipnorm = clip
         if scale is not None:
             inner.gradient_scale = None
 
@@ -195,7 +194,7 @@ def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
     a branch may not call ``merge_call``. ``condition`` must be the same on
     every replica.
     """
-    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+    if internals.strategy_supports_no_merge_call():
         tf.cond(condition, lambda: (apply(), tf.constant(True))[1], lambda: tf.constant(False))
         return
 
@@ -276,7 +275,7 @@ def one_graph_train_function(model) -> Callable | None:
     def step(data):
         return mean_over_replicas(strategy.run(model.train_step, args=(data,)), strategy)
 
-    step = model._autoconvert_optionals(step)  # Keras' inputs: an Optional leaf is None
+    step = internals.autoconvert_optionals(model, step)  # an Optional leaf is None
     trim = trim_before_reading(strategy)
 
     def read(iterator):
@@ -299,7 +298,7 @@ def one_graph_train_function(model) -> Callable | None:
     return function
 
 
-class OneGraphTraining:
+class OneGraphTraining(internals.SymbolicBuildHook):
     """Mixin for a ``keras.Model``: ``fit`` trains through :func:`one_graph_train_function`,
     with the optimizer's variables built before the step is traced.
 
@@ -313,21 +312,17 @@ class OneGraphTraining:
         >>> class Model(OneGraphTraining, keras.Model): ...  # doctest: +SKIP
     """
 
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    def skip_symbolic_build(self) -> bool:
         # Keras' fit first reduces one input batch across the replicas to build the
         # model symbolically, which a multi-worker strategy cannot do for a dict of
         # tensors (keras-team/keras#20329). A model and optimizer built beforehand
-        # need no symbolic build. (An override of Keras' own method: if Keras renames
-        # it, tests/test_multi_worker.py fails.)
-        strategy = self.distribute_strategy
+        # need no symbolic build.
         optimizer = getattr(self, "optimizer", None)
-        if (
-            isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        return (
+            isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy)
             and self.built
             and (optimizer is None or optimizer.built)
-        ):
-            return None
-        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        )
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:

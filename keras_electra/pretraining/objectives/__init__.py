@@ -21,7 +21,7 @@ The objectives: ``electra`` (:mod:`.electra`, replaced-token detection), ``mlm``
 with an :class:`Objective` subclass plus one line in :data:`keras_electra.settings.OBJECTIVES`
 (or a call to :func:`register`): then ``ElectraPretrainer(config, objective=name)``,
 ``pretrain(objective=name)`` and ``--objective name`` train it. The masking, sampling and
-loss functions they share are :mod:`keras_electra.pretraining.objective`'s.
+loss functions they share are :mod:`keras_electra.pretraining.masking`'s.
 
 Examples:
     >>> from keras_electra.pretraining import objectives
@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
-from keras_electra.pretraining.objective import MaskedBatch
+from keras_electra.pretraining.masking import MaskedBatch
 from keras_electra.settings import OBJECTIVES
 
 # The parts whose gradient norms can be logged: "generator" is the generator's tower
@@ -81,7 +81,7 @@ class ObjectiveOutput(NamedTuple):
     Attributes:
         losses: this (micro-)batch's share of each loss by metric name; ``"loss"`` is
             the weighted sum that is minimized.
-        masked: the batch's :class:`~keras_electra.pretraining.objective.MaskedBatch`.
+        masked: the batch's :class:`~keras_electra.pretraining.masking.MaskedBatch`.
         tokens: the per-token tensors its :meth:`Objective.update_metrics` reads.
     """
 

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from keras_electra.layers import DiscriminatorHead, ElectraBackbone
-from keras_electra.pretraining import objective
+from keras_electra.pretraining import masking
 from keras_electra.pretraining.flops import lm_head_flops, tower_flops
 from keras_electra.pretraining.memory import lm_logits, tower_activations
 from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
@@ -67,7 +67,7 @@ class ReplacedTokenDetection(Objective):
         shared = c.temperature == 1.0 and not c.disallow_correct
 
         def sampler(logits):
-            return objective.sample_tokens(
+            return masking.sample_tokens(
                 logits,
                 masked.labels,
                 uniform=prepared.sample_uniforms,
@@ -84,8 +84,8 @@ class ReplacedTokenDetection(Objective):
             sample=shared,
             sampler=None if shared else sampler,
         )
-        fake_ids = objective.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
-        labels = objective.replaced_labels(fake_ids, token_ids, padding_mask)
+        fake_ids = masking.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
+        labels = masking.replaced_labels(fake_ids, token_ids, padding_mask)
 
         # 4. The discriminator spots the replaced tokens.
         disc_inputs = dict(
@@ -93,7 +93,7 @@ class ReplacedTokenDetection(Objective):
         )
         disc_hidden = model.discriminator(disc_inputs, training=training)
         disc_logits = model.discriminator_head(disc_hidden, training=training)
-        disc_loss = objective.disc_loss(disc_logits, labels, padding_mask)
+        disc_loss = masking.disc_loss(disc_logits, labels, padding_mask)
         disc_loss *= share(tf.reduce_sum(tf.cast(padding_mask, tf.float32)), totals.real)
         loss = c.mlm_weight * mlm_loss + c.disc_weight * disc_loss
         losses = {"loss": loss, "mlm_loss": mlm_loss, "disc_loss": disc_loss}
@@ -101,7 +101,7 @@ class ReplacedTokenDetection(Objective):
         # 5. Optionally, the corrective LM on the discriminator's output.
         if model.corrective_head is not None:
             logits = model.corrective_head(disc_hidden, masked.positions, training=training)
-            corrective = objective.mlm_loss(logits, masked.labels, masked.weights)
+            corrective = masking.mlm_loss(logits, masked.labels, masked.weights)
             corrective *= share(tf.reduce_sum(masked.weights), totals.predicted)
             losses["loss"] = loss + c.corrective_weight * corrective
             losses["corrective_loss"] = corrective

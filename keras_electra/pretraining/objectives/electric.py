@@ -40,7 +40,7 @@ from keras_electra.errors import ConfigError
 from keras_electra.layers import DiscriminatorHead
 from keras_electra.layers.cloze import TwoTowerCloze
 from keras_electra.layers.fused import sparse_cross_entropy
-from keras_electra.pretraining import objective
+from keras_electra.pretraining import masking
 from keras_electra.pretraining.flops import tower_flops
 from keras_electra.pretraining.memory import lm_logits, tower_activations
 from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
@@ -71,7 +71,7 @@ def noise_logits(energies: tf.Tensor, log_q: tf.Tensor, resample_rate: float) ->
 
 def resampled_labels(token_ids: tf.Tensor, positions: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
     """``[B, L]`` float32: 1.0 at every resampled position, whatever was drawn there."""
-    written = objective.scatter_tokens(
+    written = masking.scatter_tokens(
         tf.zeros_like(token_ids), positions, tf.ones_like(positions), weights > 0
     )
     return tf.cast(written, tf.float32)
@@ -104,9 +104,9 @@ def electric_losses(
         the real tokens, its "resampled" logits ``[B, L]`` and the cloze model's most
         likely token per position ``[B, L]``.
     """
-    cloze_loss, predicted = objective.mlm_loss_and_predictions(cloze_logits, token_ids, candidates)
+    cloze_loss, predicted = masking.mlm_loss_and_predictions(cloze_logits, token_ids, candidates)
     logits = noise_logits(energies, log_noise(cloze_logits, noisy_ids), resample_rate)
-    return cloze_loss, objective.disc_loss(logits, labels, padding_mask), logits, predicted
+    return cloze_loss, masking.disc_loss(logits, labels, padding_mask), logits, predicted
 
 
 def sentence_scores(energies: tf.Tensor, scored: tf.Tensor) -> tf.Tensor:
@@ -160,7 +160,7 @@ class EnergyCloze(Objective):
         c = model.config
         token_ids, padding_mask, masked = prepared.token_ids, prepared.padding_mask, prepared.masked
         features = dict(segment_ids=prepared.segment_ids, padding_mask=padding_mask)
-        candidates = objective.candidate_mask(token_ids, padding_mask, model.special_ids)
+        candidates = masking.candidate_mask(token_ids, padding_mask, model.special_ids)
 
         # 1. The cloze model: q(x_t | x_{\t}) at every position of the original text
         #    (its loss, on every candidate, with the discriminator's below).
@@ -171,10 +171,8 @@ class EnergyCloze(Objective):
 
         # 2. Resample the masked positions from q (no gradient through the draw).
         at_masked = tf.gather(logits, masked.positions, batch_dims=1)
-        sampled = objective.sample_tokens(
-            at_masked, masked.labels, uniform=prepared.sample_uniforms
-        )
-        noisy_ids = objective.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
+        sampled = masking.sample_tokens(at_masked, masked.labels, uniform=prepared.sample_uniforms)
+        noisy_ids = masking.replace_tokens(token_ids, masked.positions, sampled, masked.weights)
         labels = resampled_labels(token_ids, masked.positions, masked.weights)
 
         # 3. The energies of the noisy text; NCE's logit of "resampled"; the losses.

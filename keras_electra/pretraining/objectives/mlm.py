@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from keras_electra.errors import ConfigError
 from keras_electra.layers import GeneratorHead
-from keras_electra.pretraining import objective
+from keras_electra.pretraining import masking
 from keras_electra.pretraining.flops import lm_head_flops, tower_flops
 from keras_electra.pretraining.memory import lm_logits, tower_activations
 from keras_electra.pretraining.objectives import (
@@ -67,7 +67,7 @@ def predict_masked(
         # by side the two made the step's memory peak.
         with tf.control_dependencies([sampled]):
             logits = tf.identity(logits)
-    loss, predicted, *draws = objective.mlm_loss_and_predictions(
+    loss, predicted, *draws = masking.mlm_loss_and_predictions(
         logits, masked.labels, masked.weights, uniform=prepared.sample_uniforms if sample else None
     )
     if sample:
