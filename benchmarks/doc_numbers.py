@@ -35,7 +35,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -440,6 +440,11 @@ def _sweep(recipe: str, step: int | None = None) -> dict:
     return row["last"] if step is None else row["at"][str(step)]
 
 
+def _sweep_number(recipe: str, metric: str, step: int | None = None) -> tuple:
+    """A source for a recipe's metric at ``step`` (its last window's: ``None``), 2 decimals."""
+    return "recipe_sweep.jsonl", field(partial(_sweep, recipe, step), metric, spec=".2f")
+
+
 def _paper_warning() -> str:
     """The health warning of the temperature-1 run."""
     row = next(r for r in read_lines("recipe_sweep.jsonl") if r["recipe"] == "paper")
@@ -542,6 +547,19 @@ def prepare_large(key: str) -> str:
 
 # === The registry: name -> (results file, renderer) ===
 
+
+def field(getter: Callable[[], dict], *keys: str, spec: str = "") -> Callable[[], str]:
+    """A number's text: ``getter()``'s value at ``keys`` (nested), formatted by ``spec``."""
+
+    def text() -> str:
+        value = getter()
+        for key in keys:
+            value = value[key]
+        return format(value, spec)
+
+    return text
+
+
 SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
     "speed.over_torch": (SPEED_RUNS, speed_over_torch),
     "speed.over_torch_median": (SPEED_RUNS, speed_over_torch_by_median),
@@ -555,99 +573,87 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
     "speed-table": (SPEED_RUNS, speed_table),
     "speed-runs": (SPEED_RUNS, speed_runs),
     "serving.batch1": ("serving_throughput.json", lambda: _n(_serving(1)["sentences_per_sec"])),
-    "serving.batch1_p50": ("serving_throughput.json", lambda: f"{_serving(1)['p50_ms']:.1f}"),
+    "serving.batch1_p50": (
+        "serving_throughput.json",
+        field(partial(_serving, 1), "p50_ms", spec=".1f"),
+    ),
     "serving.batch32": ("serving_throughput.json", lambda: _n(_serving(32)["sentences_per_sec"])),
     "serving-table": ("serving_throughput.json", serving_table),
     "demo-output": ("demo.json", demo_output),
-    "demo.disc_auc": ("demo.json", lambda: f"{_demo()['disc_auc']:.2f}"),
-    "demo.recall": ("demo.json", lambda: f"{_demo()['disc_recall']:.2f}"),
+    "demo.disc_auc": ("demo.json", field(_demo, "disc_auc", spec=".2f")),
+    "demo.recall": ("demo.json", field(_demo, "disc_recall", spec=".2f")),
     "demo.banana": ("demo.json", lambda: _range(_score(1, "banana"))),
     "demo.others": ("demo.json", demo_others),
     "demo.computer": ("demo.json", lambda: f"{max(_score(2, 'computer')):.2f}"),
     "demo.long": ("demo.json", lambda: f"{max(_score(0, 'long')):.2f}"),
     "demo.gate": ("demo.json", lambda: f"{max(_score(2, 'gate')):.2f}"),
     "demo.time": ("demo.json", demo_time),
-    "demo.machine": ("demo.json", lambda: _idle_demo()["machine"]),
+    "demo.machine": ("demo.json", field(_idle_demo, "machine")),
     "suite-table": ("test_suite.json", suite_table),
     "wheel.install": ("wheel_install.json", lambda: _minutes(_wheel()["install_seconds"])),
     "wheel.commands": ("wheel_install.json", lambda: _minutes(_wheel()["commands_seconds"])),
-    "wheel.machine": ("wheel_install.json", lambda: _wheel()["machine"]),
-    "health.overhead": ("health_overhead.json", lambda: f"{_health()['overhead_median']:.1%}"),
-    "health.overhead_max": ("health_overhead.json", lambda: f"{_health()['overhead_max']:.1%}"),
+    "wheel.machine": ("wheel_install.json", field(_wheel, "machine")),
+    "health.overhead": ("health_overhead.json", field(_health, "overhead_median", spec=".1%")),
+    "health.overhead_max": ("health_overhead.json", field(_health, "overhead_max", spec=".1%")),
     "health.probe_seconds": (
         "health_overhead.json",
-        lambda: f"{_health()['health_seconds_median']:.2f}",
+        field(_health, "health_seconds_median", spec=".2f"),
     ),
     "health.window_seconds": (
         "health_overhead.json",
-        lambda: f"{_health()['window_seconds_median']:.1f}",
+        field(_health, "window_seconds_median", spec=".1f"),
     ),
     "health.trace_seconds": (
         "health_overhead.json",
-        lambda: f"{_health()['first_window']['health_seconds']:.1f}",
+        field(_health, "first_window", "health_seconds", spec=".1f"),
     ),
     "finetune-real-table": ("finetune_real_dataset.json", finetune_real_table),
     "sigterm.count": ("sigterm_trials.json", sigterm_count),
     "sigterm.seconds": ("sigterm_trials.json", sigterm_seconds),
-    "sigterm.mean": ("sigterm_trials.json", lambda: f"{_sigterm()['seconds_to_exit']['mean']:.1f}"),
+    "sigterm.mean": ("sigterm_trials.json", field(_sigterm, "seconds_to_exit", "mean", spec=".1f")),
     "sigterm.steps": (
         "sigterm_trials.json",
         lambda: ", ".join(map(str, _sigterm()["stopped_at_steps"])),
     ),
     "sigterm.weight_difference": (
         "sigterm_trials.json",
-        lambda: str(_sigterm()["largest_weight_difference_from_an_uninterrupted_run"]),
+        field(_sigterm, "largest_weight_difference_from_an_uninterrupted_run"),
     ),
     "first_study.accuracies": ("electra_vs_mlm.jsonl", first_study_accuracies),
     "first-study-table": ("electra_vs_mlm.jsonl", first_study_table),
     "recipe-table": ("recipe_sweep.jsonl", recipe_table),
     "prepare-table": (PREPARE, prepare_table),
-    "prepare.ours_over_peer": (PREPARE, lambda: f"{read_json(PREPARE)['ours_over_peer']:.1f}"),
+    "prepare.ours_over_peer": (
+        PREPARE,
+        field(partial(read_json, PREPARE), "ours_over_peer", spec=".1f"),
+    ),
     "prepare.vocab_over_peer": (
         PREPARE,
-        lambda: f"{read_json(PREPARE)['vocab_speed_over_peer']:.2f}",
+        field(partial(read_json, PREPARE), "vocab_speed_over_peer", spec=".2f"),
     ),
     "prepare.large_in_process": (PREPARE, lambda: prepare_large("in_process")),
     "prepare.large_beam_1": (PREPARE, lambda: prepare_large("beam_1")),
     "prepare.large_beam_2": (PREPARE, lambda: prepare_large("beam_2")),
     "prepare.large_scaling": (
         PREPARE,
-        lambda: f"{read_json(PREPARE)['large_corpus']['beam_scaling']:.2f}",
+        field(partial(read_json, PREPARE), "large_corpus", "beam_scaling", spec=".2f"),
     ),
-    "recipe.tiny_auc": ("recipe_sweep.jsonl", lambda: f"{_sweep('gdes-t2', 600)['disc_auc']:.2f}"),
-    "recipe.tiny_recall": (
-        "recipe_sweep.jsonl",
-        lambda: f"{_sweep('gdes-t2', 600)['disc_recall']:.2f}",
-    ),
-    "recipe.t2_auc": ("recipe_sweep.jsonl", lambda: f"{_sweep('t2')['disc_auc']:.2f}"),
-    "recipe.t2_recall": ("recipe_sweep.jsonl", lambda: f"{_sweep('t2')['disc_recall']:.2f}"),
-    "recipe.t2_cosine": ("recipe_sweep.jsonl", lambda: f"{_sweep('t2')['disc_cosine_2']:.2f}"),
-    "recipe.t2_logit_std": (
-        "recipe_sweep.jsonl",
-        lambda: f"{_sweep('t2')['probe_logit_std']:.2f}",
-    ),
-    "recipe.paper_logit_std": (
-        "recipe_sweep.jsonl",
-        lambda: f"{_sweep('paper')['probe_logit_std']:.2f}",
-    ),
-    "recipe.paper_auc_150": (
-        "recipe_sweep.jsonl",
-        lambda: f"{_sweep('paper', 150)['disc_auc']:.2f}",
-    ),
-    "recipe.paper_cosine": (
-        "recipe_sweep.jsonl",
-        lambda: f"{_sweep('paper')['disc_cosine_2']:.2f}",
-    ),
+    "recipe.tiny_auc": _sweep_number("gdes-t2", "disc_auc", 600),
+    "recipe.tiny_recall": _sweep_number("gdes-t2", "disc_recall", 600),
+    "recipe.t2_auc": _sweep_number("t2", "disc_auc"),
+    "recipe.t2_recall": _sweep_number("t2", "disc_recall"),
+    "recipe.t2_cosine": _sweep_number("t2", "disc_cosine_2"),
+    "recipe.t2_logit_std": _sweep_number("t2", "probe_logit_std"),
+    "recipe.paper_logit_std": _sweep_number("paper", "probe_logit_std"),
+    "recipe.paper_auc_150": _sweep_number("paper", "disc_auc", 150),
+    "recipe.paper_cosine": _sweep_number("paper", "disc_cosine_2"),
     "recipe.paper_warning_step": (
         "recipe_sweep.jsonl",
         lambda: re.search(r"at step (\d+)", _paper_warning()).group(1),
     ),
     "recipe.rarity_range": ("recipe_sweep.jsonl", lambda: _sweep_range("rarity_auc")),
     "recipe.context_range": ("recipe_sweep.jsonl", lambda: _sweep_range("context_auc")),
-    "recipe.paper_auc_300": (
-        "recipe_sweep.jsonl",
-        lambda: f"{_sweep('paper', 300)['disc_auc']:.2f}",
-    ),
+    "recipe.paper_auc_300": _sweep_number("paper", "disc_auc", 300),
 }
 
 

@@ -53,7 +53,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import shutil
 import sys
@@ -62,6 +61,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_info import cpu_description  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm_labels.jsonl"
 WORK = REPO / "benchmarks" / "cache" / "electra_vs_mlm"
@@ -116,24 +117,6 @@ def study_settings(args, manifest: dict) -> dict:
         "recipes": list(args.recipes),
         "data": manifest["fingerprint"],
     }
-
-
-def cpu_description() -> str:
-    """The CPU's model name and whether it has AMX (bfloat16 matrix tiles), which sets how
-    fast a cell runs (a result line records it; ``platform.processor()`` is empty on Linux)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return platform.machine()
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in text.splitlines()
-            if line.startswith("model name")
-        ),
-        platform.machine(),
-    )
-    return f"{model}, {os.cpu_count()} cores, {'AMX' if ' amx_bf16' in text else 'no AMX'}"
 
 
 def read_results(path: Path) -> list[dict]:

@@ -39,21 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PARTS = ("demo", "test", "wheel")
 SCORED = re.compile(r"^(?:\S+\(\d\.\d+\) ?)+$")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_info import machine  # noqa: E402
+
 SUMMARY = re.compile(r"^=*\s*(?P<counts>\d+ (?:passed|failed).*?) in (?P<seconds>[\d.]+)s\b")
-
-
-def machine() -> str:
-    """'2-core AMD EPYC (no AMX)': the CPU model, its core count and whether it has AMX."""
-    text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in text.splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown CPU",
-    )
-    return f"{os.cpu_count()}-core {model} ({'AMX' if ' amx_bf16' in text else 'no AMX'})"
 
 
 def scored_lines(output: str) -> list[str]:

@@ -35,20 +35,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else the platform's."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
+sys.path.insert(0, str(REPO / "benchmarks"))
+from machine_info import cpu_model  # noqa: E402
 
 
 def peer_prepare(corpus: str, vocab_file: str, out: str, length: int, batch_lines: int) -> int:

@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -35,6 +34,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from machine_info import cpu_model  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results" / "score_memory.jsonl"
 CORPUS = REPO / "data" / "sample" / "shakespeare.txt"
 TARGET_GIB = 1.5
@@ -43,16 +45,6 @@ TARGET_GIB = 1.5
 def _rss_mib() -> float:
     """This process's peak resident memory so far, in MiB (Linux: ru_maxrss is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_export(directory: Path) -> Path:
@@ -142,7 +134,7 @@ def main() -> None:
             )
             record.update(
                 date=datetime.date.today().isoformat(),
-                cpu=_cpu_model(),
+                cpu=cpu_model(),
                 cores=os.cpu_count(),
                 export="tiny preset, 128-token sequences, 2 steps",
             )
