@@ -338,12 +338,18 @@ def _idle_demo() -> dict:
     return [r for r in read_json("demo.json")["runs"] if r["conditions"] == "idle"][-1]
 
 
+def _workers(run: dict) -> re.Match | None:
+    """The worker count a run chose with ``PYTEST_ARGS="-n N"``, where it did."""
+    return re.search(r"(?:^|\s)-n\s*(\d+)", run.get("pytest_args", ""))
+
+
 def suite_table() -> str:
     rows = [
         [
             r["machine"],
             f"{r['passed']} passed, {r['skipped']} skipped"
-            + (f" (without {', '.join(r['without'])})" if r.get("without") else ""),
+            + (f" (without {', '.join(r['without'])})" if r.get("without") else "")
+            + (f" ({m.group(1)} workers)" if (m := _workers(r)) else ""),
             _minutes(r["seconds"]),
             _minutes(r["seconds_with_install"]),
         ]

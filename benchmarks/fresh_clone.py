@@ -130,6 +130,8 @@ def test(clone: Path, base: dict, logs: Path, without: list[str] = ()) -> None:
             "command": "make test (a clean clone"
             + (f", without {', '.join(without)})" if without else ")"),
             **({"without": list(without)} if without else {}),
+            # Options passed through make (PYTEST_ARGS): "-n 3" runs three workers.
+            **({"pytest_args": os.environ["PYTEST_ARGS"]} if os.environ.get("PYTEST_ARGS") else {}),
             **counts,
             "seconds_with_install": round(seconds + more),
         },
