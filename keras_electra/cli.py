@@ -519,6 +519,16 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """The checks that need no TensorFlow, made before it loads (seconds): a ``--corpus``
+    path of ``pretrain`` or ``prepare`` that does not exist. The library makes them again,
+    in the same words."""
+    if args.command in ("pretrain", "prepare") and getattr(args, "corpus", None):
+        from keras_electra.data.files import check_corpus_paths_exist
+
+        check_corpus_paths_exist(args.corpus)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
 
@@ -534,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
             "UTF-8 locale, or convert the text with iconv).",
             2,
         )
+    try:
+        _check_paths(args)
+    except errors.ElectraError as e:
+        return fail(f"error: {e}", 2)
     _import_tensorflow_quietly()
 
     try:

@@ -127,6 +127,30 @@ def test_missing_corpus_file_is_one_sentence(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("command", ["pretrain", "prepare"])
+def test_a_missing_corpus_is_one_sentence_before_tensorflow_loads(tmp_path, command):
+    """The command checks its --corpus paths before it imports TensorFlow (seconds)."""
+    code = (
+        "import sys\n"
+        "from keras_electra.cli import main\n"
+        f"status = main([{command!r}, '--corpus', sys.argv[1], '--output', sys.argv[2]])\n"
+        "print(status, 'tensorflow' in sys.modules)\n"
+    )
+    missing = str(tmp_path / "nope.txt")
+    done = subprocess.run(
+        [sys.executable, "-c", code, missing, str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["2", "False"], done.stderr
+    assert one_sentence(done.stderr) == (
+        f"keras-electra {command}: error: Corpus file '{missing}' does not exist; "
+        "pass paths to existing UTF-8 text files or directories."
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_empty_corpus_is_one_sentence(tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n   \n")

@@ -165,14 +165,25 @@ def resolve_corpus_files(paths: PathsLike) -> list[str]:
         keras_electra.errors.InputDataError: Corpus file 'missing.txt' does not exist; \
 pass paths to existing UTF-8 text files or directories.
     """
-    items = _as_list(paths)
-    for item in items:
-        if not (os.path.exists(item) or glob.has_magic(item)):
+    check_corpus_paths_exist(paths)
+    return resolve_files(_as_list(paths), ".txt", "Corpus file")
+
+
+def check_corpus_paths_exist(paths: PathsLike) -> None:
+    """Raises :class:`InputDataError` for the first local path that does not exist (not a
+    glob pattern or a URL), in the words of :func:`resolve_corpus_files`. Needs no
+    TensorFlow: ``keras-electra`` checks its ``--corpus`` with it before loading
+    TensorFlow, so a mistyped path is one sentence at once.
+
+    Examples:
+        >>> check_corpus_paths_exist(["data/*.txt", "gs://bucket/corpus"])  # not checked
+    """
+    for item in _as_list(paths):
+        if not (os.path.exists(item) or glob.has_magic(item) or is_remote(item)):
             raise InputDataError(
                 f"Corpus file '{item}' does not exist; "
                 "pass paths to existing UTF-8 text files or directories."
             )
-    return resolve_files(items, ".txt", "Corpus file")
 
 
 def not_text_share(data: bytes) -> float:
