@@ -1,4 +1,4 @@
-"""ELECTRA vs masked-LM vs no pretraining at equal compute, with scarce labels and in-domain text.
+"""ELECTRA vs MLM vs Electric vs no pretraining at equal compute, scarce labels, in-domain text.
 
 Clark et al. (2020) show replaced-token detection learning more per FLOP than masked-LM.
 This benchmark reruns that comparison on data and compute a user has, along the axes
@@ -11,8 +11,11 @@ variance that decides whether a difference is real measured on every axis that h
    validation or test text);
 2. an arm pretrains on the task's in-domain corpus: ``electra`` for ``--electra-steps``
    times each ``--compute`` multiple, ``mlm`` for the steps that cost the same FLOPs
-   (:mod:`keras_electra.pretraining.flops`: generator included); ``none`` is the same
-   discriminator with random weights (and the corpus's vocabulary), whatever the compute;
+   (:mod:`keras_electra.pretraining.flops`: generator included), ``electric`` (Clark et
+   al. 2020b's energy-based cloze model, its two-tower cloze generator included) for the
+   steps that cost the same FLOPs at the ``--electric-compute`` multiples only (1x by
+   default); ``none`` is the same discriminator with random weights (and the corpus's
+   vocabulary), whatever the compute;
 3. the axes of variance are separate: the pretraining seed (``--seeds``; for ``none``
    the seed of its random weights), the label draw (``--draws`` class-balanced nested
    draws per pretraining seed: seed ``s`` fine-tunes on draws ``s * draws ...``, the same
@@ -31,8 +34,9 @@ variance that decides whether a difference is real measured on every axis that h
 Every unit of work is resumable: pretraining resumes from its checkpoints, finished
 fine-tunes and probes are kept under ``--work``, and each finished cell (task, compute,
 arm, pretraining seed) appends one JSON line to ``--results``; a rerun skips what is
-there with the same settings (``--tasks``, ``--seeds``, ``--objectives``, ``--compute``
-only pick which cells run), so the study grows over several sittings, in the background.
+there with the same settings (``--tasks``, ``--seeds``, ``--objectives``, ``--compute``,
+``--electric-compute`` only pick which cells run), so the study grows over several
+sittings, in the background.
 The statistics, tables and figures come from the results file alone:
 ``benchmarks/electra_vs_mlm_table.py``.
 
@@ -66,7 +70,8 @@ from machine_info import cpu_description  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm_labels.jsonl"
 WORK = REPO / "benchmarks" / "cache" / "electra_vs_mlm"
-OBJECTIVES = ("electra", "mlm", "none")
+# Electric came later; planned_cells runs it after the others' cells of its compute and seed.
+OBJECTIVES = ("electra", "mlm", "none", "electric")
 TASKS = ["bbc_topic", "tweet_sentiment"]
 FINETUNE = {
     "layer_decay": 1.0,
@@ -96,6 +101,7 @@ PRETRAIN_METRICS = (
     "context_auc",
     "rarity_auc",
     "mlm_accuracy",
+    "cloze_accuracy",
 )
 PROBES = ("pooled", "bag")
 
@@ -145,14 +151,20 @@ def cell_key(row: dict) -> tuple:
 def planned_cells(args) -> list[tuple[str, int, str, int]]:
     """(task, compute, objective, seed) in the order they run: no pretraining first (compute
     0: it does not depend on the compute), then by compute, pretraining seed, task, arm, so
-    that each compute's first seed, whose checkpoints choose the recipes, runs first."""
+    that each compute's first seed, whose checkpoints choose the recipes, runs first.
+    Electric, at the ``--electric-compute`` multiples only, comes after that compute and
+    seed's other arms of every task: the others keep the order they had before it."""
     cells = []
     if "none" in args.objectives:
         cells += [(t, 0, "none", s) for s in args.seeds for t in args.tasks]
+    others = [o for o in args.objectives if o not in ("none", "electric")]
+    electric = "electric" in args.objectives
     for compute in args.compute:
         for seed in args.seeds:
             for task in args.tasks:
-                cells += [(task, compute, o, seed) for o in args.objectives if o != "none"]
+                cells += [(task, compute, o, seed) for o in others]
+            if electric and compute in args.electric_compute:
+                cells += [(task, compute, "electric", seed) for task in args.tasks]
     return cells
 
 
@@ -241,7 +253,7 @@ def write_random_source(directory: Path, config, vocab_file: str | Path, seed: i
 
 def pretrain_steps(task: str, compute: int, objective: str, args, manifest: dict) -> int:
     """The optimizer steps of an arm: ``--electra-steps`` x compute for ELECTRA, the same
-    FLOPs for the others (0 for no pretraining)."""
+    FLOPs for the others (MLM, Electric; 0 for no pretraining)."""
     from keras_electra.pretraining.flops import equal_compute_steps
 
     if objective == "none":
@@ -593,6 +605,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(default: 1,3,10)",
     )
     parser.add_argument(
+        "--electric-compute",
+        type=lambda s: sorted({int(x) for x in s.split(",")}),
+        default=[1],
+        help="the --compute multiples at which the electric arm runs too, comma-separated "
+        "(default: 1)",
+    )
+    parser.add_argument(
         "--seeds", nargs="+", type=int, help="pretraining seeds (default: 0 1 2; --smoke: 0)"
     )
     parser.add_argument("--draws", type=int, default=3, help="label draws per pretraining seed")
@@ -628,8 +647,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.max_seq_length, args.tasks, args.labels = 32, ["tweet_sentiment"], [16]
         args.compute, args.draws, args.finetune_seeds = [1], 2, 1
         args.recipes = SMOKE_RECIPES
-    if min(args.labels) < 2 or min(args.compute) < 1:
-        parser.error("--labels need at least 2 examples and --compute multiples of at least 1")
+    if min(args.labels) < 2 or min(args.compute + args.electric_compute) < 1:
+        parser.error(
+            "--labels need at least 2 examples and --compute and --electric-compute "
+            "multiples of at least 1"
+        )
     if args.draws < 1 or args.finetune_seeds < 1:
         parser.error("--draws and --finetune-seeds must be at least 1")
     return args
@@ -661,8 +683,8 @@ def main(argv: list[str] | None = None) -> int:
     done = [r for r in read_results(args.results) if r.get("settings") == settings]
     if args.plan:
         row = {**plan(args, manifest, done), "settings": settings}
-        whole = (args.tasks, args.seeds, args.compute, args.objectives)
-        if not args.smoke and whole == (TASKS, [0, 1, 2], [1, 3, 10], list(OBJECTIVES)):
+        whole = (args.tasks, args.seeds, args.compute, args.electric_compute, args.objectives)
+        if not args.smoke and whole == (TASKS, [0, 1, 2], [1, 3, 10], [1], list(OBJECTIVES)):
             append_result(args.results, row)  # the whole study's plan, for its cost table
         print(json.dumps(row))
         return 0

@@ -3,16 +3,18 @@
 Reads ``benchmarks/results/electra_vs_mlm_labels.jsonl`` (written by
 ``electra_vs_mlm.py``) and answers the study's two questions per task, label budget and
 compute: does ELECTRA beat masked-LM at equal compute (ELECTRA − MLM), and does the best
-pretrained arm beat no pretraining (best − none, the best arm chosen on validation
-accuracy)?
+pretrained arm of the two beat no pretraining (best − none, the best arm chosen on
+validation accuracy)? Beside them, where the Electric arm (1× by default) stands:
+Electric − ELECTRA and Electric − MLM at equal compute.
 
 **The unit is the pretraining seed.** A checkpoint's accuracy is the mean of its
 fine-tunes (label draws × fine-tuning seeds); arms are paired by seed, because seed ``s``
 of every arm fine-tunes on the same label draws. A difference is the mean over seeds of
 the paired differences, with a 95% Student-t interval over seeds (``n − 1`` degrees of
 freedom: three seeds give 2, so the interval is ±4.3 standard errors), and a two-sided
-t-test whose p-values are Holm-corrected over all the comparisons of its question. A
-difference *holds* when its corrected p-value is below 0.05. The variance components
+t-test whose p-values are Holm-corrected over all the comparisons of its question
+(Electric's two differences are one question, corrected together). A difference *holds*
+when its corrected p-value is below 0.05. The variance components
 (between seeds, between draws within a seed, between fine-tuning seeds within a draw)
 say where the spread comes from.
 
@@ -44,13 +46,25 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "electra_vs_mlm_labels.jsonl"
 FIGURE = REPO / "docs" / "research" / "electra_vs_mlm_labels.png"
 HEALTH_FIGURE = REPO / "docs" / "research" / "electra_vs_mlm_labels_health.png"
-ARMS = ("none", "electra", "mlm")
+ARMS = ("none", "electra", "mlm", "electric")
 QUESTIONS = {
     "electra_minus_mlm": "ELECTRA − MLM",
     "best_minus_none": "best pretrained − none",
+    "electric_minus_electra": "Electric − ELECTRA",
+    "electric_minus_mlm": "Electric − MLM",
 }
+# Holm's correction runs over a family: a question's comparisons; Electric's two
+# differences answer one question (where does Electric stand?), so they are one family.
+FAMILIES = {"electric_minus_electra": "electric", "electric_minus_mlm": "electric"}
+# The questions asked at every compute (the figure's rows; the README's summary).
+MAIN_QUESTIONS = ("electra_minus_mlm", "best_minus_none")
+# The computes the driver runs Electric at by default (its --electric-compute).
+ELECTRIC_COMPUTES = (1,)
+# The whole study: 2 tasks x 3 seeds x (none + ELECTRA and MLM at 3 computes + Electric at 1x).
+STUDY_CELLS = 48
+NOT_YET = "not yet"
 ALPHA = 0.05
-HEALTH = ("disc_auc", "context_auc", "rarity_auc", "mlm_accuracy")
+HEALTH = ("disc_auc", "context_auc", "rarity_auc", "mlm_accuracy", "cloze_accuracy")
 
 
 # === Reading ===
@@ -168,7 +182,7 @@ def _pooled(sds: list[float]) -> float | None:
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Everything the tables and figures show: per-arm accuracies, the two questions'
+    """Everything the tables and figures show: per-arm accuracies, the questions'
     differences with intervals and Holm-corrected p-values, anchors, probes, variance
     components, run health and cost."""
     means = seed_means(rows)
@@ -189,13 +203,19 @@ def summarize(rows: list[dict]) -> dict:
                 none = means.get((task, 0, n, "none"), {})
                 electra = means.get((task, compute, n, "electra"), {})
                 mlm = means.get((task, compute, n, "mlm"), {})
+                electric = means.get((task, compute, n, "electric"), {})
                 key = f"{task}|{compute}|{n}"
-                paired = sorted(set(electra) & set(mlm))
-                if paired:
-                    differences.setdefault("electra_minus_mlm", {})[key] = {
-                        **interval([electra[s][0] - mlm[s][0] for s in paired]),
-                        "of": "electra",
-                    }
+                for question, arm, of, other in (
+                    ("electra_minus_mlm", electra, "electra", mlm),
+                    ("electric_minus_electra", electric, "electric", electra),
+                    ("electric_minus_mlm", electric, "electric", mlm),
+                ):
+                    paired = sorted(set(arm) & set(other))
+                    if paired:
+                        differences.setdefault(question, {})[key] = {
+                            **interval([arm[s][0] - other[s][0] for s in paired]),
+                            "of": of,
+                        }
                 valid = {
                     arm: statistics.fmean(v[1] for v in seeds.values())
                     for arm, seeds in (("electra", electra), ("mlm", mlm))
@@ -210,10 +230,14 @@ def summarize(rows: list[dict]) -> dict:
                             **interval([chosen[s][0] - none[s][0] for s in paired]),
                             "of": best,
                         }
-    for entries in differences.values():
-        tested = {k: e["p"] for k, e in entries.items() if e["p"] is not None}
-        adjusted = holm(tested)
+    families: dict = collections.defaultdict(dict)
+    for question, entries in differences.items():
         for key, entry in entries.items():
+            families[FAMILIES.get(question, question)][(question, key)] = entry
+    for members in families.values():
+        tested = {k: e["p"] for k, e in members.items() if e["p"] is not None}
+        adjusted = holm(tested)
+        for key, entry in members.items():
             entry["p_holm"] = adjusted.get(key)
             entry["holds"] = entry["p_holm"] is not None and entry["p_holm"] < ALPHA
             entry["family"] = len(tested)
@@ -298,14 +322,18 @@ def cost(rows: list[dict]) -> dict:
         out.setdefault(cpu, {})["finetune_run_seconds"] = statistics.fmean(seconds)
     # The whole study's cost at these rates, from its plan (``electra_vs_mlm.py --plan``).
     plan = next((r for r in reversed(rows) if r.get("kind") == "plan"), None)
+    if plan is None:
+        return out
     finished = {
         (r["task"], r["compute"], r["objective"], r["seed"])
         for r in rows
         if r.get("kind") == "cell"
     }
+    # Every objective the plan pretrains needs its rate measured first.
+    pretrained = sorted({c["objective"] for c in plan["cells"] if c["pretrain_steps"]})
+    needed = [f"{o}_step_seconds" for o in pretrained] + ["finetune_run_seconds"]
     for rates in out.values():
-        needed = ("electra_step_seconds", "mlm_step_seconds", "finetune_run_seconds")
-        if plan is None or not all(k in rates for k in needed):
+        if not all(k in rates for k in needed):
             continue
         hours = {"all": 0.0, "left": 0.0}
         for c in plan["cells"]:
@@ -337,17 +365,32 @@ def _ci(entry: dict | None, signed: bool = False) -> str:
     return f"{fmt.format(entry['mean'])} [{fmt.format(entry['low'])}, {fmt.format(entry['high'])}]"
 
 
+def _missing(arm: str, compute: int) -> str:
+    """What a table shows for an arm with no cell in yet: "not yet" where the study runs
+    it (every arm at every compute, Electric at its computes; compute 0 is the row shown
+    before any pretrained cell), nothing where it does not."""
+    planned = arm != "electric" or compute in (0, *ELECTRIC_COMPUTES)
+    return NOT_YET if planned else ""
+
+
+def _arm_key(task: str, compute: int, n: int, arm: str) -> str:
+    """An arm's key in the summary (no pretraining stands at compute 0)."""
+    return f"{task}|{0 if arm == 'none' else compute}|{n}|{arm}"
+
+
 def accuracy_table(summary: dict) -> str:
     """Fine-tuned test accuracy per task, compute and label budget: each arm's mean over
     pretraining seeds with its 95% interval; the anchors' mean over draws."""
-    header = ["task", "compute", "labels", "none", "ELECTRA", "MLM", "PPMI probe", "TF-IDF"]
+    header = ["task", "compute", "labels", "none", "ELECTRA", "MLM", "Electric"]
+    header += ["PPMI probe", "TF-IDF"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     arms, anchor = summary["arms"], summary["anchors"]
     for task in summary["tasks"]:
         for compute in summary["computes"] or [0]:  # no pretraining alone, before any arm
             for n in summary["budgets"]:
                 cells = [
-                    _ci(arms.get(f"{task}|{0 if a == 'none' else compute}|{n}|{a}")) for a in ARMS
+                    _ci(arms.get(_arm_key(task, compute, n, a))) or _missing(a, compute)
+                    for a in ARMS
                 ]
                 anchors_ = [_ci(anchor.get(f"{task}|{k}|{n}")) for k in ("ppmi", "tfidf")]
                 lines.append(
@@ -418,25 +461,20 @@ def probes_table(summary: dict) -> str:
     header = (
         ["task", "compute", "labels"]
         + [f"pooled {a}" for a in ARMS]
-        + ["bag ELECTRA", "bag MLM", "PPMI"]
+        + ["bag ELECTRA", "bag MLM", "bag Electric", "PPMI"]
     )
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     probes = summary["probes"]
+
+    def mean(task, compute, n, arm, kind):
+        entry = probes.get(f"{_arm_key(task, compute, n, arm)}|{kind}")
+        return _pct(entry["mean"]) if entry else _missing(arm, compute)
+
     for task in summary["tasks"]:
         for compute in summary["computes"] or [0]:  # no pretraining alone, before any arm
             for n in summary["budgets"]:
-                row = [
-                    _pct(
-                        probes.get(
-                            f"{task}|{0 if a == 'none' else compute}|{n}|{a}|pooled", {}
-                        ).get("mean")
-                    )
-                    for a in ARMS
-                ]
-                row += [
-                    _pct(probes.get(f"{task}|{compute}|{n}|{a}|bag", {}).get("mean"))
-                    for a in ("electra", "mlm")
-                ]
+                row = [mean(task, compute, n, a, "pooled") for a in ARMS]
+                row += [mean(task, compute, n, a, "bag") for a in ("electra", "mlm", "electric")]
                 row.append(_pct(summary["anchors"].get(f"{task}|ppmi|{n}", {}).get("mean")))
                 lines.append(f"| {task} | {compute}× | {n} | " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -446,7 +484,8 @@ def health_table(summary: dict) -> str:
     header = ["task", "compute", "arm", *HEALTH]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     keys = sorted(
-        {tuple(k.split("|")[:3]) for k in summary["health"]}, key=lambda k: (k[0], int(k[1]), k[2])
+        {tuple(k.split("|")[:3]) for k in summary["health"]},
+        key=lambda k: (k[0], int(k[1]), ARMS.index(k[2])),
     )
     for task, compute, arm in keys:
         values = [_pct(summary["health"].get(f"{task}|{compute}|{arm}|{m}")) for m in HEALTH]
@@ -457,12 +496,13 @@ def health_table(summary: dict) -> str:
 def cost_table(summary: dict) -> str:
     """Seconds per pretraining step and per fine-tuning run on each kind of CPU, and what
     the whole study and its cells left cost there, in CPU hours (2 cores)."""
-    header = ["CPU", "ELECTRA s/step", "MLM s/step", "s per fine-tuning run"]
+    header = ["CPU", "ELECTRA s/step", "MLM s/step", "Electric s/step", "s per fine-tuning run"]
     header += ["whole study, hours", "cells left, hours"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     formats = {
         "electra_step_seconds": "{:.3f}",
         "mlm_step_seconds": "{:.3f}",
+        "electric_step_seconds": "{:.3f}",
         "finetune_run_seconds": "{:.1f}",
         "study_hours": "{:.0f}",
         "hours_left": "{:.0f}",
@@ -502,17 +542,20 @@ def data_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def answers(summary: dict) -> list[str]:
-    """One sentence per question: what the data support."""
+def answers(summary: dict, questions=tuple(QUESTIONS)) -> list[str]:
+    """One sentence per question: what the data support (Holm's family named where it is
+    more than the question's own comparisons)."""
     out = []
-    for question, title in QUESTIONS.items():
+    for question in questions:
+        title = QUESTIONS[question]
         entries = summary["differences"].get(question, {})
         tested = [e for e in entries.values() if e["p"] is not None]
         if not tested:
             out.append(f"**{title}**: no comparison has two pretraining seeds yet.")
             continue
         holding = sorted((k, e) for k, e in entries.items() if e["holds"])
-        family = len(tested)
+        family = tested[0]["family"]
+        scope = "" if family == len(tested) else f" over {family} comparisons"
         if not holding:
             out.append(
                 f"**{title}**: no difference holds after correcting for {family} "
@@ -528,8 +571,8 @@ def answers(summary: dict) -> list[str]:
             for k, e in holding
         )
         out.append(
-            f"**{title}**: {len(holding)} of {family} differences hold after Holm's correction: "
-            f"{listed}."
+            f"**{title}**: {len(holding)} of {len(tested)} differences hold after Holm's "
+            f"correction{scope}: {listed}."
         )
     return out
 
@@ -537,9 +580,10 @@ def answers(summary: dict) -> list[str]:
 def blocks(summary: dict) -> dict[str, str]:
     """The docs' generated blocks, by name."""
     done = summary["cells"]
-    progress = f"{done} cell{'s' * (done != 1)} of the study's 42 {'are' if done != 1 else 'is'} in"
+    are = "are" if done != 1 else "is"
+    progress = f"{done} cell{'s' * (done != 1)} of the study's {STUDY_CELLS} {are} in"
     return {
-        "readme": textwrap.fill(" ".join(answers(summary)) + f" ({progress}.)", 88),
+        "readme": textwrap.fill(" ".join(answers(summary, MAIN_QUESTIONS)) + f" ({progress}.)", 88),
         "answers": "\n\n".join(answers(summary)) + f"\n\n{progress}.",
         "questions": questions_table(summary),
         "accuracy": accuracy_table(summary),
@@ -565,20 +609,23 @@ def _pyplot():
 
 
 def plot(summary: dict, path: Path) -> bool:
-    """Both questions along the compute axis: one row per question, one column per task;
+    """Both main questions along the compute axis (Electric, at one compute, is in the
+    tables): one row per question, one column per task;
     each label budget a line of differences with 95% intervals (filled markers where the
     difference holds after Holm's correction), zero dotted."""
     plt = _pyplot()
     tasks, computes, budgets = summary["tasks"], summary["computes"], summary["budgets"]
-    if not summary["differences"]:
+    if not any(summary["differences"].get(q) for q in MAIN_QUESTIONS):
         fig, ax = plt.subplots(figsize=(6, 2))
         ax.axis("off")
-        ax.text(0.5, 0.5, f"No paired cells yet ({summary['cells']} of 42 in).", ha="center")
+        text = f"No paired cells yet ({summary['cells']} of {STUDY_CELLS} in)."
+        ax.text(0.5, 0.5, text, ha="center")
         _save(plt, fig, path)
         return False
     fig, axes = plt.subplots(2, len(tasks), figsize=(5.5 * len(tasks), 7), squeeze=False)
     colors = plt.get_cmap("viridis")([0.1, 0.5, 0.85, 0.3, 0.7][: len(budgets)])
-    for row, (question, title) in enumerate(QUESTIONS.items()):
+    for row, question in enumerate(MAIN_QUESTIONS):
+        title = QUESTIONS[question]
         entries = summary["differences"].get(question, {})
         for column, task in enumerate(tasks):
             ax = axes[row][column]

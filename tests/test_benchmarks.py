@@ -28,12 +28,27 @@ def test_label_draws_are_class_balanced_nested_and_ppmi_vectors_see_cooccurrence
     args = bench.parse_args(["--labels", "128,32", "--compute", "3,1", "--tasks", "t"])
     assert args.labels == [32, 128] and args.compute == [1, 3] and args.seeds == [0, 1, 2]
     # No pretraining first (it has no compute), then each compute's seeds in order: the
-    # first seed of an arm chooses its recipes before the others run.
+    # first seed of an arm chooses its recipes before the others run. Electric (at 1x
+    # only, by default) after its compute and seed's other arms.
     cells = bench.planned_cells(args)
     assert cells[:3] == [("t", 0, "none", s) for s in (0, 1, 2)]
-    assert cells[3:7] == [("t", 1, "electra", 0), ("t", 1, "mlm", 0), ("t", 1, "electra", 1),
-                          ("t", 1, "mlm", 1)]  # fmt: skip
-    assert len(cells) == 3 + 2 * 2 * 3
+    assert cells[3:9] == [("t", 1, o, s) for s in (0, 1) for o in ("electra", "mlm", "electric")]
+    assert len(cells) == 3 + 3 * 3 + 2 * 3
+    # The other cells keep the order they had before Electric (a resumed study's queue).
+    before = bench.parse_args(
+        ["--compute", "3,1", "--tasks", "t", "--objectives", "electra", "mlm", "none"]
+    )
+    assert bench.planned_cells(before) == [c for c in cells if c[2] != "electric"]
+    # With two tasks, both tasks' ELECTRA and MLM of a seed run before its Electric cells.
+    both = bench.parse_args(["--compute", "1", "--tasks", "a", "b", "--seeds", "0"])
+    assert [(t, o) for t, _, o, _ in bench.planned_cells(both)] == [
+        ("a", "none"), ("b", "none"), ("a", "electra"), ("a", "mlm"), ("b", "electra"),
+        ("b", "mlm"), ("a", "electric"), ("b", "electric"),
+    ]  # fmt: skip
+    # --electric-compute picks its computes among --compute's.
+    at3 = bench.parse_args(["--compute", "3,1", "--tasks", "t", "--electric-compute", "3"])
+    electric = [c for c in bench.planned_cells(at3) if c[2] == "electric"]
+    assert electric == [("t", 3, "electric", s) for s in (0, 1, 2)]
     # Each pretraining seed has its own label draws, shared by its arms.
     assert [bench.draw_number(s, d, 3) for s in (0, 1) for d in range(3)] == [0, 1, 2, 3, 4, 5]
 
@@ -193,19 +208,21 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     import matplotlib.image
 
     from keras_electra.config import ElectraConfig
-    from keras_electra.pretraining.flops import equal_compute_steps
+    from keras_electra.pretraining.flops import equal_compute_steps, step_flops
 
     bench, table = load_benchmark("electra_vs_mlm"), load_benchmark("electra_vs_mlm_table")
     results, work = tmp_path / "results.jsonl", tmp_path / "work"
     argv = ["--smoke", "--work", str(work), "--results", str(results)]
     assert bench.main(argv) == 0
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [r["kind"] for r in rows] == ["data", "anchor", "cell", "cell", "cell"]
+    assert [r["kind"] for r in rows] == ["data", "anchor", "cell", "cell", "cell", "cell"]
     cells = {r["objective"]: r for r in rows if r["kind"] == "cell"}
-    assert [(c["compute"], c["seed"], c["draws"]) for c in cells.values()] == [
-        (0, 0, [0, 1]),
-        (1, 0, [0, 1]),
-        (1, 0, [0, 1]),
+    # Electric (at 1x) after the other arms of its compute and seed.
+    assert [(o, c["compute"], c["seed"], c["draws"]) for o, c in cells.items()] == [
+        ("none", 0, 0, [0, 1]),
+        ("electra", 1, 0, [0, 1]),
+        ("mlm", 1, 0, [0, 1]),
+        ("electric", 1, 0, [0, 1]),
     ]
     for objective, cell in cells.items():
         # The recipe per budget: every candidate's validation accuracy on the first draw,
@@ -233,6 +250,19 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     )
     assert cells["mlm"]["pretrain"]["steps"] == equal_compute_steps(config, 32, 32, 20) > 20
     assert "context_auc" in cells["electra"]["pretrain"]["metrics"]
+    # Electric's steps cost what ELECTRA's 20 do (its two cloze towers and its head at
+    # every position make a step dearer: fewer steps), within half a step.
+    electric = cells["electric"]["pretrain"]
+    assert electric["steps"] == equal_compute_steps(config, 32, 32, 20, "electric") < 20
+    assert electric["step_flops"] == step_flops(config, 32, 32, "electric")
+    electra_flops = cells["electra"]["pretrain"]["flops"]
+    assert electra_flops == 20 * step_flops(config, 32, 32, "electra")
+    assert abs(electric["flops"] - electra_flops) <= electric["step_flops"] / 2
+    assert {"disc_auc", "cloze_accuracy"} <= set(electric["metrics"])
+    electric_config = ElectraConfig.load(
+        work / "tweet_sentiment" / "x1" / "electric-seed0" / "run" / "config.json"
+    )
+    assert step_flops(electric_config, 32, 32, "electric") == electric["step_flops"]
     assert all(" cores, " in c["cpu"] and c["cpu"].endswith("AMX") for c in cells.values())
     domain = work / "smoke-data" / "tasks" / "tweet_sentiment"
     vocab = (domain / "in_domain" / "vocab.txt").read_text()
@@ -262,9 +292,9 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     # Another seed of no pretraining: the recipe chosen on seed 0, its own draws.
     assert bench.main([*argv, "--seeds", "0", "1", "--objectives", "none"]) == 0
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [r["kind"] for r in rows[5:]] == ["anchor", "cell"]
-    assert [r["draw"] for r in rows[5]["tfidf"]["16"]] == [2, 3]
-    later = rows[6]
+    assert [r["kind"] for r in rows[6:]] == ["anchor", "cell"]
+    assert [r["draw"] for r in rows[6]["tfidf"]["16"]] == [2, 3]
+    later = rows[7]
     assert (later["objective"], later["seed"], later["draws"]) == ("none", 1, [2, 3])
     assert "selection" not in later and later["recipes"] == cells["none"]["recipes"]
     # A rerun finds everything done and appends nothing; --plan says so.
@@ -274,9 +304,20 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     assert "cell " not in capsys.readouterr().out
     assert bench.main([*argv, "--seeds", "0", "1", "--plan"]) == 0
     left = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert (left["cells_done"], left["cells_left"]) == (4, 2)  # ELECTRA and MLM of seed 1
-    assert left["finetune_runs_left"] == 2 * 2  # two draws x one fine-tuning seed, no selection
-    assert [c["done"] for c in left["cells"]] == [True, True, True, True, False, False]
+    assert (left["cells_done"], left["cells_left"]) == (5, 3)  # ELECTRA, MLM, Electric of seed 1
+    assert left["finetune_runs_left"] == 3 * 2  # two draws x one fine-tuning seed, no selection
+    assert [(c["objective"], c["seed"], c["done"]) for c in left["cells"]] == [
+        ("none", 0, True),
+        ("none", 1, True),
+        ("electra", 0, True),
+        ("mlm", 0, True),
+        ("electric", 0, True),
+        ("electra", 1, False),
+        ("mlm", 1, False),
+        ("electric", 1, False),
+    ]
+    electric_steps = {c["pretrain_steps"] for c in left["cells"] if c["objective"] == "electric"}
+    assert electric_steps == {electric["steps"]}
 
     # The table: pairs by seed, one seed has no interval.
     figure = tmp_path / "f.png"
@@ -284,7 +325,13 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     assert table.main([*args, "--health-figure", str(tmp_path / "h.png")]) == 0
     out = capsys.readouterr().out
     assert "**ELECTRA − MLM**: no comparison has two pretraining seeds yet." in out
+    assert "**Electric − ELECTRA**: no comparison has two pretraining seeds yet." in out
     assert "| tweet_sentiment | 1× | 16 | 0." in out and "(2 seed)" not in out
+    # The accuracy table's row at 1x: ELECTRA, MLM and Electric of one seed each; the
+    # Electric differences of one seed, untested.
+    rows_1x = [line for line in out.splitlines() if line.startswith("| tweet_sentiment | 1× |")]
+    assert rows_1x[0].count("(1 seed)") == 3 and "not yet" not in rows_1x[0]
+    assert "| Electric − MLM | tweet_sentiment | 16 | 1× | " in out
     none = table.summarize(table.read_study(results))["arms"]["tweet_sentiment|0|16|none"]
     # Two seeds give an interval (a zero-width one when a few smoke steps leave both seeds
     # predicting the majority class: the same accuracy).
@@ -321,6 +368,9 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     # 3x: a difference whose seeds disagree in sign.
     rows += [_cell("t", 3, "electra", s, a, 0.6) for s, a in enumerate((0.70, 0.60, 0.66))]
     rows += [_cell("t", 3, "mlm", s, a, 0.5) for s, a in enumerate((0.65, 0.65, 0.65))]
+    # Electric at 1x: Electric - ELECTRA = 0.06, 0.08, 0.04; Electric - MLM = 0.16, 0.20, 0.12;
+    # the best on validation.
+    rows += [_cell("t", 1, "electric", s, a, 0.9) for s, a in enumerate((0.76, 0.80, 0.78))]
     # A line of another study, and a cell superseded by its rerun.
     rows += [{**_cell("t", 1, "mlm", 0, 0.1, 0.1), "settings": {"s": 0}}]
     rows.insert(1, _cell("t", 1, "electra", 0, 0.0, 0.0))
@@ -335,7 +385,7 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = table.summarize(table.read_study(path))
-    assert summary["cells"] == 15 and summary["computes"] == [1, 3]
+    assert summary["cells"] == 18 and summary["computes"] == [1, 3]
     one = summary["differences"]["electra_minus_mlm"]["t|1|32"]
     # Student t with 2 degrees of freedom: t = 0.10 / (0.02 / sqrt 3) = sqrt 75, and the
     # two-sided p-value of t at 2 d.f. is 1 - t / sqrt(t^2 + 2).
@@ -347,10 +397,22 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     assert abs(one["p_holm"] - 2 * one["p"]) < 1e-9 and one["holds"]
     assert three["p_holm"] == max(three["p"], one["p_holm"]) and not three["holds"]
     # Best pretrained - none: the arm with the better validation accuracy (MLM at 1x, whose
-    # test accuracy is lower), paired with no pretraining's seed of the same draws.
+    # test accuracy is lower), paired with no pretraining's seed of the same draws; the
+    # better of ELECTRA and MLM only (Electric is not an arm of this question).
     best = summary["differences"]["best_minus_none"]["t|1|32"]
     assert best["of"] == "mlm" and abs(best["mean"] - (0.62 - 0.52)) < 1e-9
     assert summary["differences"]["best_minus_none"]["t|3|32"]["of"] == "electra"
+    # Electric's two differences are one family: Holm over both (each alone has p < 0.05,
+    # t = 3 sqrt 3 and 4 sqrt 3; the smaller doubled, the larger then raised to it).
+    ee = summary["differences"]["electric_minus_electra"]["t|1|32"]
+    em = summary["differences"]["electric_minus_mlm"]["t|1|32"]
+    assert abs(ee["mean"] - 0.06) < 1e-9 and abs(em["mean"] - 0.16) < 1e-9
+    assert (
+        abs(ee["p"] - (1 - 27**0.5 / 29**0.5)) < 1e-9
+        and abs(em["p"] - (1 - 48**0.5 / 50**0.5)) < 1e-9
+    )
+    assert ee["family"] == em["family"] == 2 and ee["holds"] and em["holds"]
+    assert abs(em["p_holm"] - 2 * em["p"]) < 1e-9 and ee["p_holm"] == em["p_holm"] > ee["p"]
     # Where the spread comes from: ELECTRA 1x has draws 0.02 apart within each seed.
     parts = summary["components"]["t|1|32|electra"]
     assert abs(parts["draws"] - 0.02 / 2**0.5) < 1e-9 and parts["finetune_seeds"] == 0.0
@@ -371,6 +433,28 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
         "| ELECTRA − MLM | t | 32 | 1× | +0.100 [+0.050, +0.150] | 3 | 0.026 | yes |"
         in made["questions"]
     )
+    assert (
+        "**Electric − ELECTRA**: 1 of 1 differences hold after Holm's correction over 2 "
+        "comparisons: t at 32 labels, 1×: +0.060 [" in made["answers"]
+    )
+    assert "| Electric − MLM | t | 32 | 1× | +0.160 [" in made["questions"]
+    readme = " ".join(made["readme"].split())
+    assert "Electric" not in readme and "of the study's 48 are in" in readme
+    # Electric's means beside the others' at 1x; nothing at 3x, where it does not run.
+    accuracy = made["accuracy"].splitlines()
+    assert accuracy[0].split(" | ")[3:7] == ["none", "ELECTRA", "MLM", "Electric"]
+    assert accuracy[2].split(" | ")[6].startswith("0.780 [") and accuracy[3].split(" | ")[6] == ""
+    # No Electric cell yet: "not yet" where it runs, and its questions say so.
+    without = table.summarize(
+        [r for r in table.read_study(path) if r.get("objective") != "electric"]
+    )
+    made = table.blocks(without)
+    assert made["accuracy"].splitlines()[2].split(" | ")[6] == "not yet"
+    assert (
+        "| t | 3× | 32 | " in made["accuracy"] and "not yet" not in made["accuracy"].splitlines()[3]
+    )
+    assert "**Electric − MLM**: no comparison has two pretraining seeds yet." in made["answers"]
+    assert "Electric −" not in made["questions"]
 
 
 def test_every_number_the_docs_quote_is_what_its_results_file_gives(tmp_path, monkeypatch):
