@@ -21,15 +21,13 @@ import logging
 import keras
 import numpy as np
 import pytest
+import step_fixture
 import tensorflow as tf
 from conftest import pretrain_command, traced_step_ops
 
-from keras_electra.config import ElectraConfig
 from keras_electra.layers import backend, fused
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 from keras_electra.pretraining import masking
-from keras_electra.pretraining.pretrainer import ElectraPretrainer
-from keras_electra.training.optimizer import create_optimizer
 
 BACKENDS = ["xla", "native"]
 DTYPES = ["float32", "bfloat16"]
@@ -227,27 +225,44 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
 # === A whole pretraining step ===
 
 
+def _select(name: str, monkeypatch) -> None:
+    monkeypatch.setenv(backend.ENV, name)
+    if backend.choose().backend != name:
+        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+
+
 def _one_step(name: str, dtype: str, monkeypatch) -> tuple[dict, list[np.ndarray]]:
     """One training step of a small pretrainer (masking, sampling, both losses,
     clipping, AdamW) on backend ``name``, from the same seed and batch: its logs and
     its weights after the update."""
-    monkeypatch.setenv(backend.ENV, name)
-    if backend.choose().backend != name:
-        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
-    config = ElectraConfig.from_preset(
-        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
-    )
-    keras.utils.set_random_seed(1)
-    model = ElectraPretrainer(
-        config, seed=1, dtype=f"mixed_{dtype}" if dtype != "float32" else None
-    )
-    model.compile(
-        optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=0)
-    )
-    ids = np.random.default_rng(0).integers(5, 300, (8, 32)).astype("int32")
-    batch = {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
-    logs = model.train_on_batch(batch, return_dict=True)
+    _select(name, monkeypatch)
+    model, _, logs = step_fixture.one_step(dtype)
     return logs, [v.numpy() for v in model.trainable_variables]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["reference", *BACKENDS])
+def test_a_pretraining_step_is_the_recorded_commits_bit_for_bit(name, dtype, monkeypatch):
+    """The logs and every weight after one step, on each backend, as the commit recorded
+    in tests/golden/one_step.json computed them (tests/step_fixture.py): moving the
+    kernels changed no value. Bit for bit holds on the machine that recorded them."""
+    recorded = json.loads(step_fixture.GOLDEN.read_text())
+    if recorded["machine"] != step_fixture.machine():
+        pytest.skip("recorded on another machine (tests/step_fixture.py records it here)")
+    _select(name, monkeypatch)
+    got = step_fixture.record_of(*step_fixture.one_step(dtype))
+    want = recorded["runs"][f"{name}/{dtype}"]
+    assert got["logs"] == want["logs"], recorded["commit"]
+    changed = [
+        (path, total, expected)
+        for (path, digest, total), (_, want_digest, expected) in zip(
+            got["weights"], want["weights"], strict=True
+        )
+        if digest != want_digest
+    ]
+    assert not changed, (recorded["commit"], len(changed), changed[:5])
+    assert got["inference"] == want["inference"], recorded["commit"]
+    assert got["evaluation"] == want["evaluation"], recorded["commit"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
