@@ -55,6 +55,7 @@ def kernels(calls: int) -> dict:
     the kernel ``calls`` times, each call on the previous call's output."""
     import tensorflow as tf
 
+    from keras_electra.kernels import xla as xla_kernels
     from keras_electra.layers import fused
     from keras_electra.layers.compiled import kernels as compiled_kernels
     from keras_electra.layers.dropout import DropoutDraw, dropout_key
@@ -103,8 +104,8 @@ def kernels(calls: int) -> dict:
             lambda x: fused._add_norm_backward(x, gamma, beta, inv_std, x, row_drop)[0],
             rows,
         ),
-        "bias_gelu_forward": (lambda h: fused._bias_gelu_forward(h, bias), wide),
-        "bias_gelu_backward": (lambda h: fused._bias_gelu_backward(h, bias, h)[0], wide),
+        "bias_gelu_forward": (lambda h: xla_kernels._bias_gelu_forward(h, bias), wide),
+        "bias_gelu_backward": (lambda h: xla_kernels._bias_gelu_backward(h, bias, h)[0], wide),
         "attention_probs_forward": (
             lambda s: first(fused._probs_forward(s, keep, score_drop, 0.125), s),
             scores,

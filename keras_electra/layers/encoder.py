@@ -5,13 +5,14 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_electra import kernels
 from keras_electra.internals import stored_value
 from keras_electra.layers import backend
 from keras_electra.layers.attention import SelfAttention, clone_initializer
 from keras_electra.layers.dense import Dense, bias_add
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.embedding import truncated_normal
-from keras_electra.layers.fused import add_layer_norm, bias_gelu, bias_gelu_matmul, training_kernels
+from keras_electra.layers.fused import add_layer_norm, training_kernels
 from keras_electra.layers.serialized import Serialized
 
 _GELU = keras.activations.get("gelu")
@@ -181,17 +182,18 @@ class TransformerLayer(Serialized, keras.layers.Layer):
         )
         intermediate = self._feedforward_intermediate_dense
         output = self._feedforward_output_dense
+        table = kernels.table(training)
         if intermediate.activation is _GELU and intermediate.use_bias:
             h = keras.ops.matmul(x, intermediate.kernel)  # in the compute dtype
             if _plain_dense(output):
                 kernel = tf.identity(output.kernel)  # autocast: the compute dtype
                 # The float32 bias; its gradient summed in float32.
-                y = bias_gelu_matmul(h, stored_value(intermediate.bias), kernel)
+                y = table.bias_gelu_matmul(h, stored_value(intermediate.bias), kernel)
                 bias = output.bias if output.use_bias else None
                 return self._add_norm(
                     y, x, self._feedforward_layer_norm, self._feedforward_dropout, bias
                 )
-            h = bias_gelu(h, stored_value(intermediate.bias))  # the float32 bias
+            h = table.bias_gelu(h, stored_value(intermediate.bias))  # the float32 bias
         else:
             h = intermediate(x)
         y = output(h)

@@ -1,6 +1,7 @@
-"""Training kernels: bias + GELU, dropout + residual + LayerNorm and the attention's
-masked softmax + dropout (with the product by the values: :func:`attention_values`),
-each one XLA kernel per direction; and the masked-LM cross-entropy.
+"""Training kernels: dropout + residual + LayerNorm and the attention's masked softmax +
+dropout (with the product by the values: :func:`attention_values`), each one XLA kernel
+per direction; and the masked-LM cross-entropy. (Bias + GELU is in
+:mod:`keras_electra.kernels`, where the others move one by one.)
 
 Each chain of element-wise ops is one small ``tf.function(jit_compile=True)`` forward
 and one hand-written gradient: XLA fuses the element-wise work into one loop, while the
@@ -12,7 +13,7 @@ dtype, so under a mixed policy bias gradients are summed in float32 too. XLA's C
 are slower on 3-D tensors, so the functions take ``[-1, width]`` views. Timings against
 Keras' ops: benchmarks/measurements.md.
 
-On a CPU with a C++ compiler the LayerNorm, GELU and attention kernels run as compiled
+On a CPU with a C++ compiler the LayerNorm and attention kernels run as compiled
 custom ops instead (:mod:`keras_electra.layers.compiled`, ``kernels.cc``): the same
 math and hashed draws, outputs within one rounding step of XLA's. The XLA kernels stay
 everywhere else (no compiler, GPU or TPU, float16, ``KERAS_ELECTRA_KERNELS=xla``).
@@ -30,23 +31,12 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from keras_electra.kernels.xla import rows as _rows
 from keras_electra.layers import backend
 from keras_electra.layers.dropout import hash_bits
 
 if TYPE_CHECKING:
     from keras_electra.layers.dropout import DropoutDraw
-
-_SQRT_HALF = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
-
-
-def _gelu(z: tf.Tensor) -> tf.Tensor:
-    return 0.5 * z * (1.0 + tf.math.erf(z * _SQRT_HALF))
-
-
-def _gelu_derivative(z: tf.Tensor) -> tf.Tensor:
-    return 0.5 * (1.0 + tf.math.erf(z * _SQRT_HALF)) + z * tf.exp(-0.5 * z * z) * _INV_SQRT_2PI
-
 
 _state = threading.local()
 
@@ -67,113 +57,6 @@ def training_kernels():
 def in_training_kernels() -> bool:
     """Whether the current thread is inside :func:`training_kernels`."""
     return getattr(_state, "active", False)
-
-
-def _rows(x: tf.Tensor) -> tf.Tensor:
-    return tf.reshape(x, [-1, tf.shape(x)[-1]])
-
-
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _bias_gelu_forward(h, bias):
-    return tf.cast(_gelu(tf.cast(h, tf.float32) + tf.cast(bias, tf.float32)), h.dtype)
-
-
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _bias_gelu_backward(h, bias, upstream):
-    z = tf.cast(h, tf.float32) + tf.cast(bias, tf.float32)
-    dz = tf.cast(upstream, tf.float32) * _gelu_derivative(z)
-    return tf.cast(dz, h.dtype), tf.cast(tf.reduce_sum(dz, axis=0), bias.dtype)
-
-
-def _gelu_forward(h, bias):
-    """``gelu(h + bias)`` on rows: the compiled kernel where it builds, else XLA's."""
-    compiled = _compiled_kernels(h.dtype)
-    if compiled is not None:
-        return compiled.electra_bias_gelu(h, tf.cast(bias, tf.float32))
-    return _bias_gelu_forward(h, bias)
-
-
-def _gelu_backward(h, bias, upstream, with_output=False):
-    """``(dh, dbias)`` of :func:`_gelu_forward`, with ``with_output`` also ``gelu(h +
-    bias)``, which the compiled kernel takes from the gradient's erf in the same pass."""
-    compiled = _compiled_kernels(h.dtype, upstream.dtype)
-    if compiled is not None:
-        dh, dbias, y = compiled.electra_bias_gelu_grad(
-            h, tf.cast(bias, tf.float32), upstream, with_output=with_output
-        )
-        dbias = tf.cast(dbias, bias.dtype)
-        return (dh, dbias, y) if with_output else (dh, dbias)
-    grads = _bias_gelu_backward(h, bias, upstream)
-    if not with_output:
-        return grads
-    # Held back until the backward pass reaches it: a graph runs an op once its inputs
-    # exist, and h and the bias exist in the forward pass.
-    with tf.control_dependencies([upstream]):
-        return (*grads, _bias_gelu_forward(h, bias))
-
-
-@tf.custom_gradient
-def _bias_gelu_rows(h, bias):
-    def grad(upstream):
-        return _gelu_backward(h, bias, upstream)
-
-    return _gelu_forward(h, bias), grad
-
-
-def bias_gelu(h: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    """Exact (erf) ``gelu(h + bias)``, ``bias`` added along the last axis.
-
-    Args:
-        h: a matmul's output, ``[..., width]``.
-        bias: ``[width]``.
-
-    Returns:
-        A tensor of ``h``'s shape and dtype.
-
-    Examples:
-        >>> float(bias_gelu(tf.constant([[1.0]]), tf.constant([0.5]))[0, 0])  # doctest: +ELLIPSIS
-        1.399...
-    """
-    with tf.name_scope("fused_gelu"):  # the scope names the kernels in a profile
-        # Variables are read out here, so the custom gradient sees tensors only.
-        return tf.reshape(_bias_gelu_rows(_rows(h), tf.convert_to_tensor(bias)), tf.shape(h))
-
-
-def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """``gelu(h + bias) @ kernel`` (the feed-forward block's middle), GELU's output
-    recomputed in the backward pass (for the second matmul's kernel gradient), not kept:
-    it is a layer's widest tensor (``[tokens, intermediate]``, 8 MB per layer of
-    ELECTRA-Small at batch 32 x 128 in bfloat16). The compiled gradient kernel takes it
-    from ``h`` (kept anyway) and GELU's gradient's erf in one pass; XLA's, in a pass of
-    its own.
-
-    Args:
-        h: the first matmul's output, ``[..., intermediate]``.
-        bias: ``[intermediate]``.
-        kernel: the second matmul's, ``[intermediate, units]``, in ``h``'s dtype.
-
-    Returns:
-        ``[..., units]`` in ``h``'s dtype (no output bias).
-
-    Examples:
-        >>> y = bias_gelu_matmul(tf.constant([[1.0, -1.0]]), tf.constant([0.5, 0.0]),
-        ...                      tf.constant([[1.0], [1.0]]))
-        >>> round(float(y[0, 0]), 4)  # gelu(1.5) + gelu(-1) = 1.39979 - 0.15866
-        1.2411
-    """
-
-    @tf.custom_gradient
-    def rows(h, bias, kernel):
-        def grad(upstream):
-            dg = tf.matmul(upstream, kernel, transpose_b=True)
-            dh, dbias, g = _gelu_backward(h, bias, dg, with_output=True)
-            return dh, dbias, tf.matmul(g, upstream, transpose_a=True)
-
-        return tf.matmul(_gelu_forward(h, bias), kernel), grad
-
-    with tf.name_scope("fused_gelu"):
-        out = rows(_rows(h), tf.convert_to_tensor(bias), kernel)
-        return tf.reshape(out, tf.concat([tf.shape(h)[:-1], tf.shape(kernel)[-1:]], 0))
 
 
 def _normalize(s, gamma, beta, epsilon):
