@@ -55,6 +55,7 @@ def kernels(calls: int) -> dict:
     the kernel ``calls`` times, each call on the previous call's output."""
     import tensorflow as tf
 
+    from keras_electra.kernels import native as native_kernels
     from keras_electra.kernels import xla as xla_kernels
     from keras_electra.layers import fused
     from keras_electra.layers.compiled import kernels as compiled_kernels
@@ -71,7 +72,7 @@ def kernels(calls: int) -> dict:
 
     def drop(shape):
         draw = DropoutDraw(dropout_key(tf.constant([1, 2])), tf.constant(shape), 0.1)
-        return fused._kernel_dropout(draw)
+        return xla_kernels.kernel_dropout(draw)
 
     row_drop, score_drop = drop(rows.shape), drop(scores.shape)
 
@@ -97,11 +98,11 @@ def kernels(calls: int) -> dict:
     }
     xla = {
         "add_layer_norm_forward": (
-            lambda x: fused._add_norm_forward(x, x, gamma, beta, 1e-12, row_drop)[0],
+            lambda x: xla_kernels._add_norm_forward(x, x, gamma, beta, 1e-12, row_drop)[0],
             rows,
         ),
         "add_layer_norm_backward": (
-            lambda x: fused._add_norm_backward(x, gamma, beta, inv_std, x, row_drop)[0],
+            lambda x: xla_kernels._add_norm_backward(x, gamma, beta, inv_std, x, row_drop)[0],
             rows,
         ),
         "bias_gelu_forward": (lambda h: xla_kernels._bias_gelu_forward(h, bias), wide),
@@ -114,7 +115,8 @@ def kernels(calls: int) -> dict:
     table = {(name, "xla"): (chain(f), x, moved[name]) for name, (f, x) in xla.items()}
     ops = compiled_kernels()
     if ops is not None:
-        d_rows, d_scores = fused._compiled_draw(row_drop), fused._compiled_draw(score_drop)
+        d_rows = native_kernels.compiled_draw(row_drop)
+        d_scores = native_kernels.compiled_draw(score_drop)
         ours = {
             "add_layer_norm_forward": lambda x: ops.electra_add_layer_norm(
                 x, x, gamma, beta, *d_rows, tf.zeros([0]), epsilon=1e-12, dropout=True

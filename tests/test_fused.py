@@ -1,5 +1,6 @@
 """The fused training kernels (layers/fused.py) against Keras' own ops, values and gradients."""
 
+import dataclasses
 import shutil
 
 import keras
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_electra import kernels as kernel_tables
 from keras_electra.kernels import implementation, table
 from keras_electra.layers import attention as attention_module
 from keras_electra.layers import encoder as encoder_module
@@ -15,7 +17,6 @@ from keras_electra.layers import fused as fused_module
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 from keras_electra.layers.encoder import ElectraEncoder
 from keras_electra.layers.fused import (
-    add_layer_norm,
     attention_values,
     sparse_cross_entropy,
 )
@@ -27,6 +28,26 @@ def bias_gelu(h, bias):
 
 def bias_gelu_matmul(h, bias, kernel):
     return table().bias_gelu_matmul(h, bias, kernel)
+
+
+def add_layer_norm(*args):
+    return table().add_layer_norm(*args)
+
+
+def count_calls(monkeypatch, op: str) -> list:
+    """The arguments of each call of ``op`` a training graph makes: the kernels'
+    ``table(training=True)``, which the layers ask for, counts them."""
+    calls, real = [], kernel_tables.table
+
+    def counting(training=True):
+        chosen = real(training)
+        if not training:
+            return chosen
+        run = getattr(chosen, op)
+        return dataclasses.replace(chosen, **{op: lambda *a: calls.append(a) or run(*a)})
+
+    monkeypatch.setattr(kernel_tables, "table", counting)
+    return calls
 
 
 def _float64_bias_gelu(h, b):
@@ -136,13 +157,7 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
     mask = tf.constant(np.arange(9)[None, :] < np.array([[9], [5], [1]]))
     encoder.build(x.shape)
     upstream = tf.constant(rng.normal(0, 1, (3, 9, 32)), tf.float32)
-    calls = []
-
-    def counted(*args):
-        calls.append(args[0].shape)
-        return add_layer_norm(*args)
-
-    monkeypatch.setattr(encoder_module, "add_layer_norm", counted)
+    calls = count_calls(monkeypatch, "add_layer_norm")
     softmax_calls = 0
 
     def counted_softmax(*args):
@@ -232,10 +247,9 @@ def test_add_layer_norm_backward_keeps_only_its_output(kernels, monkeypatch):
     """The backward kernel reads the output and the rows' inverse deviations, not the
     sub-layer's output or the residual: the LayerNorm keeps no input alive (XLA's
     kernels and the compiled ones, layers/kernels.cc)."""
-    if kernels == "xla":
-        monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
-    elif shutil.which("g++") is None:
+    if kernels == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")
+    backend = implementation("xla" if kernels == "xla" else "native")
     rng = np.random.default_rng(8)
     x = tf.constant(rng.normal(0, 2, (4, 6, 16)), tf.bfloat16)
     r = tf.constant(rng.normal(0, 1, (4, 6, 16)), tf.bfloat16)
@@ -247,7 +261,7 @@ def test_add_layer_norm_backward_keeps_only_its_output(kernels, monkeypatch):
     def run(x, r):
         with tf.GradientTape() as tape:
             tape.watch([x, r])
-            y = add_layer_norm(x, r, gamma, beta, 1e-12, _draw((4, 6, 16), 0.1, [1, 2]))
+            y = backend.add_layer_norm(x, r, gamma, beta, 1e-12, _draw((4, 6, 16), 0.1, [1, 2]))
             loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
         return tape.gradient(loss, [x, r])
 
@@ -470,7 +484,7 @@ def test_attention_values_keeps_only_the_probabilities(kernels, monkeypatch):
     graph = run.get_concrete_function(scores, values).graph
     if kernels == "xla":
         (forward,) = _calls(graph, "probs_forward")
-        (recompute,) = _calls(graph, "probs_dropped")
+        (recompute,) = _calls(graph, "dropped_rows")
         (backward,) = _calls(graph, "probs_backward")
     else:
         ops = graph.get_operations()

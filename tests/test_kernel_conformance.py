@@ -106,6 +106,10 @@ def ref_add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None, bias=Non
     return tf.cast(y, x.dtype)
 
 
+def ref_dropout(x, draw):
+    return tf.cast(tf.cast(x, F32) * draw.mask(F32), x.dtype)
+
+
 def ref_bias_gelu(h, bias):
     return tf.cast(_gelu(tf.cast(h, F32) + tf.cast(bias, F32)), h.dtype)
 
@@ -144,7 +148,10 @@ def _case(op: str, dtype: str, rate: float):
         inputs = dict(x=x, residual=residual, gamma=t((16,), dt=F32) + 1.0)
         inputs.update(beta=t((16,), dt=F32), bias=t((16,), dt=F32))
         inputs.update(epsilon=1e-12, dropout=_draw((6, 5, 16), rate))
-        return fused.add_layer_norm, ref_add_layer_norm, inputs
+        return kernels.table().add_layer_norm, ref_add_layer_norm, inputs
+    if op == "dropout":
+        inputs = dict(x=t((6, 5, 16)), draw=_draw((6, 5, 16), rate))
+        return kernels.table().dropout, ref_dropout, inputs
     if op == "bias_gelu":
         inputs = dict(h=t((6, 5, 32)), bias=t((32,), dt=F32))
         return kernels.table().bias_gelu, ref_bias_gelu, inputs
@@ -171,7 +178,8 @@ def _case(op: str, dtype: str, rate: float):
 
 DROPOUT_OPS = ["add_layer_norm", "attention_values"]
 OPS = [(op, rate) for op in DROPOUT_OPS for rate in (0.0, 0.2)] + [
-    (op, 0.0) for op in ("bias_gelu", "bias_gelu_matmul", "cross_entropy")
+    ("dropout", 0.2),
+    *((op, 0.0) for op in ("bias_gelu", "bias_gelu_matmul", "cross_entropy")),
 ]
 
 

@@ -27,8 +27,20 @@ class Kernels:
         bias_gelu_matmul: ``bias_gelu_matmul(h, bias, kernel)``: ``gelu(h + bias) @
             kernel`` (the feed-forward block's middle), ``kernel`` ``[width, units]`` in
             ``h``'s dtype; ``[..., units]`` in ``h``'s dtype, no output bias.
+        dropout: ``dropout(x, draw)``: ``x`` with the elements a
+            :class:`~keras_electra.layers.dropout.DropoutDraw` drops zeroed and the
+            others scaled by ``1 / (1 - rate)``; the same draws drop the gradient.
+        add_layer_norm: ``add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None,
+            bias=None)``: ``LayerNorm(dropout(x + bias) + residual)`` over the last axis,
+            ``x`` a sub-layer's output ``[..., width]``, ``residual`` its input,
+            ``gamma`` and ``beta`` the LayerNorm's float32 ``[width]`` scale and offset,
+            ``dropout`` a :class:`~keras_electra.layers.dropout.DropoutDraw` or None,
+            ``bias`` the sub-layer's float32 output bias or None; ``x``'s shape and
+            dtype.
     """
 
     name: str
     bias_gelu: Callable
     bias_gelu_matmul: Callable
+    dropout: Callable
+    add_layer_norm: Callable

@@ -59,4 +59,77 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
     return xla.bias_gelu_matmul_with(_gelu_forward, _gelu_backward, h, bias, kernel)
 
 
-KERNELS = Kernels(name="native", bias_gelu=bias_gelu, bias_gelu_matmul=bias_gelu_matmul)
+# === dropout ===
+
+
+def compiled_draw(drop) -> tuple:
+    """A :func:`~keras_electra.kernels.xla.kernel_dropout` as the compiled ops take it
+    (placeholders for None)."""
+    if drop is None:
+        return tf.zeros([2], tf.uint32), tf.constant(0, tf.uint32), tf.constant(1.0)
+    return drop
+
+
+def dropout(x: tf.Tensor, draw) -> tf.Tensor:
+    """``x`` dropped by ``draw``, the draws hashed inside the kernel both ways."""
+    ops = _ops(x.dtype)
+    if ops is None:
+        return xla.dropout(x, draw)
+    key = compiled_draw(xla.kernel_dropout(draw))
+
+    @tf.custom_gradient
+    def run(x):
+        return ops.electra_dropout(x, *key), lambda upstream: ops.electra_dropout(upstream, *key)
+
+    return run(x)
+
+
+# === dropout + residual + LayerNorm ===
+
+
+def _tables(gamma, beta):
+    return tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
+
+
+def add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None, bias=None):
+    """``LayerNorm(dropout(x + bias) + residual)``: one compiled kernel per direction,
+    keeping what the XLA one keeps (:func:`keras_electra.kernels.xla.add_layer_norm`)."""
+    ops = _ops(x.dtype, residual.dtype)
+    if ops is None:
+        return xla.add_layer_norm(x, residual, gamma, beta, epsilon, dropout, bias)
+
+    def forward(x, residual, gamma, beta, bias, epsilon, drop):
+        added = tf.zeros([0]) if bias is None else tf.cast(bias, tf.float32)
+        return ops.electra_add_layer_norm(
+            x,
+            residual,
+            *_tables(gamma, beta),
+            *compiled_draw(drop),
+            added,
+            epsilon=epsilon,
+            dropout=drop is not None,
+        )
+
+    def backward(y, upstream, gamma, beta, inv_std, drop, with_bias):
+        return ops.electra_add_layer_norm_grad(
+            y,
+            upstream,
+            *_tables(gamma, beta),
+            *compiled_draw(drop),
+            inv_std,
+            dropout=drop is not None,
+            with_bias=with_bias,
+        )
+
+    return xla.add_layer_norm_with(
+        forward, backward, x, residual, gamma, beta, epsilon, dropout, bias
+    )
+
+
+KERNELS = Kernels(
+    name="native",
+    bias_gelu=bias_gelu,
+    bias_gelu_matmul=bias_gelu_matmul,
+    dropout=dropout,
+    add_layer_norm=add_layer_norm,
+)

@@ -14,10 +14,16 @@ Examples:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import keras
 import tensorflow as tf
 
 from keras_electra.kernels.interface import Kernels
+from keras_electra.layers.dropout import apply_mask
+
+if TYPE_CHECKING:
+    from keras_electra.layers.dropout import DropoutDraw
 
 
 def bias_gelu(h: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
@@ -31,4 +37,35 @@ def bias_gelu_matmul(h: tf.Tensor, bias: tf.Tensor, kernel: tf.Tensor) -> tf.Ten
     return keras.ops.matmul(bias_gelu(h, bias), kernel)
 
 
-KERNELS = Kernels(name="reference", bias_gelu=bias_gelu, bias_gelu_matmul=bias_gelu_matmul)
+def dropout(x: tf.Tensor, draw: DropoutDraw) -> tf.Tensor:
+    """The ``Dropout`` layer's: ``x`` times the draw's mask in ``x``'s dtype."""
+    return apply_mask(x, draw.mask(x.dtype))
+
+
+def add_layer_norm(
+    x: tf.Tensor,
+    residual: tf.Tensor,
+    gamma: tf.Tensor,
+    beta: tf.Tensor,
+    epsilon: float,
+    dropout: DropoutDraw | None = None,
+    bias: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """A ``Dense`` layer's bias add, the ``Dropout`` layer, the residual add and a
+    ``LayerNormalization`` layer (axis -1), in ``x``'s dtype but the LayerNorm's float32
+    math."""
+    if bias is not None:
+        x = keras.ops.add(x, tf.cast(bias, x.dtype))
+    if dropout is not None:
+        x = apply_mask(x, dropout.mask(x.dtype))
+    normalized = keras.ops.layer_normalization(x + residual, gamma, beta, -1, epsilon)
+    return keras.ops.cast(normalized, x.dtype)
+
+
+KERNELS = Kernels(
+    name="reference",
+    bias_gelu=bias_gelu,
+    bias_gelu_matmul=bias_gelu_matmul,
+    dropout=dropout,
+    add_layer_norm=add_layer_norm,
+)

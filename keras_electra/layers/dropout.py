@@ -123,7 +123,10 @@ def dropout_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor, dtype) -> tf.Te
 
 
 @tf.custom_gradient
-def _apply_mask(x: tf.Tensor, mask: tf.Tensor):
+def apply_mask(x: tf.Tensor, mask: tf.Tensor):
+    """``x * mask``, whose gradient is the upstream gradient times ``mask`` (no gradient
+    for the mask): a dropout outside the kernels."""
+
     def grad(upstream):
         return upstream * mask, None
 
@@ -140,7 +143,7 @@ class Dropout(keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not training or not self.drawable:
             return super().call(inputs, training=training)
-        return _apply_mask(inputs, self.draw(tf.shape(inputs)).mask(inputs.dtype))
+        return apply_mask(inputs, self.draw(tf.shape(inputs)).mask(inputs.dtype))
 
     @property
     def drawable(self) -> bool:

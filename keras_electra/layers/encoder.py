@@ -12,7 +12,7 @@ from keras_electra.layers.attention import SelfAttention, clone_initializer
 from keras_electra.layers.dense import Dense, bias_add
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.embedding import truncated_normal
-from keras_electra.layers.fused import add_layer_norm, training_kernels
+from keras_electra.layers.fused import training_kernels
 from keras_electra.layers.serialized import Serialized
 
 _GELU = keras.activations.get("gelu")
@@ -171,6 +171,7 @@ class TransformerLayer(Serialized, keras.layers.Layer):
         plain = not training or self.normalize_first or return_attention_scores
         if plain or not backend.fast_training():
             return self._plain_call(inputs, mask, training, return_attention_scores)
+        table = kernels.table(training)
         attention = self._self_attention_layer
         with training_kernels():  # read by the attention's choice of path
             x, bias = attention.fused_output(inputs, mask) or (
@@ -178,11 +179,10 @@ class TransformerLayer(Serialized, keras.layers.Layer):
                 None,
             )
         x = self._add_norm(
-            x, inputs, self._self_attention_layer_norm, self._self_attention_dropout, bias
+            table, x, inputs, self._self_attention_layer_norm, self._self_attention_dropout, bias
         )
         intermediate = self._feedforward_intermediate_dense
         output = self._feedforward_output_dense
-        table = kernels.table(training)
         if intermediate.activation is _GELU and intermediate.use_bias:
             h = keras.ops.matmul(x, intermediate.kernel)  # in the compute dtype
             if _plain_dense(output):
@@ -191,13 +191,13 @@ class TransformerLayer(Serialized, keras.layers.Layer):
                 y = table.bias_gelu_matmul(h, stored_value(intermediate.bias), kernel)
                 bias = output.bias if output.use_bias else None
                 return self._add_norm(
-                    y, x, self._feedforward_layer_norm, self._feedforward_dropout, bias
+                    table, y, x, self._feedforward_layer_norm, self._feedforward_dropout, bias
                 )
             h = table.bias_gelu(h, stored_value(intermediate.bias))  # the float32 bias
         else:
             h = intermediate(x)
         y = output(h)
-        return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
+        return self._add_norm(table, y, x, self._feedforward_layer_norm, self._feedforward_dropout)
 
     def _plain_call(self, inputs, mask, training, return_attention_scores=False):
         """Each sub-layer called as it is: attention, dropout, residual add and LayerNorm
@@ -225,7 +225,7 @@ class TransformerLayer(Serialized, keras.layers.Layer):
         return inputs_shape
 
     @staticmethod
-    def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout, bias=None):
+    def _add_norm(table, x, residual, norm: keras.layers.LayerNormalization, dropout, bias=None):
         """``norm(dropout(x + bias) + residual)``, the bias (variable) and dropout inside
         the kernels when they can be."""
         draw = dropout.draw(keras.ops.shape(x))
@@ -235,7 +235,7 @@ class TransformerLayer(Serialized, keras.layers.Layer):
             x = dropout(x, training=True)
         # float32, as LayerNorm's scale and offset are (Keras does not autocast them)
         bias = None if bias is None else stored_value(bias)
-        return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon, draw, bias)
+        return table.add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon, draw, bias)
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")

@@ -1,6 +1,6 @@
-"""Training kernels: dropout + residual + LayerNorm and the attention's masked softmax +
-dropout (with the product by the values: :func:`attention_values`), each one XLA kernel
-per direction; and the masked-LM cross-entropy. (Bias + GELU is in
+"""Training kernels: the attention's masked softmax + dropout (with the product by the
+values: :func:`attention_values`), one XLA kernel per direction; and the masked-LM
+cross-entropy. (Bias + GELU and dropout + residual + LayerNorm are in
 :mod:`keras_electra.kernels`, where the others move one by one.)
 
 Each chain of element-wise ops is one small ``tf.function(jit_compile=True)`` forward
@@ -13,7 +13,7 @@ dtype, so under a mixed policy bias gradients are summed in float32 too. XLA's C
 are slower on 3-D tensors, so the functions take ``[-1, width]`` views. Timings against
 Keras' ops: benchmarks/measurements.md.
 
-On a CPU with a C++ compiler the LayerNorm and attention kernels run as compiled
+On a CPU with a C++ compiler the attention kernels run as compiled
 custom ops instead (:mod:`keras_electra.layers.compiled`, ``kernels.cc``): the same
 math and hashed draws, outputs within one rounding step of XLA's. The XLA kernels stay
 everywhere else (no compiler, GPU or TPU, float16, ``KERAS_ELECTRA_KERNELS=xla``).
@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from keras_electra.kernels.xla import rows as _rows
+# Modules, not names: the layers import this module while keras_electra.kernels, which
+# imports the layers, may still be loading.
+from keras_electra.kernels import native as _native
+from keras_electra.kernels import xla as _xla
 from keras_electra.layers import backend
-from keras_electra.layers.dropout import hash_bits
 
 if TYPE_CHECKING:
     from keras_electra.layers.dropout import DropoutDraw
@@ -59,166 +61,9 @@ def in_training_kernels() -> bool:
     return getattr(_state, "active", False)
 
 
-def _normalize(s, gamma, beta, epsilon):
-    mean = tf.reduce_mean(s, axis=-1, keepdims=True)
-    centered = s - mean
-    inv_std = tf.math.rsqrt(tf.reduce_mean(centered * centered, axis=-1, keepdims=True) + epsilon)
-    y = centered * inv_std * tf.cast(gamma, tf.float32) + tf.cast(beta, tf.float32)
-    return y, inv_std
-
-
-def _dropped(v, drop):
-    """``v`` (float32 rows) dropped by ``drop``, ``(key, threshold, scale)`` or None: the
-    draws hashed from the flat indices inside the kernel, as ``DropoutDraw.bits`` does."""
-    if drop is None:
-        return v
-    key, threshold, scale = drop
-    rows, width = tf.unstack(tf.shape(v))  # static to XLA, which compiles per shape
-    index = tf.range(rows)[:, None] * width + tf.range(width)[None, :]
-    return tf.where(hash_bits(index, key) >= threshold, v * scale, 0.0)
-
-
-def _kernel_dropout(draw) -> tuple | None:
-    """A :class:`~keras_electra.layers.dropout.DropoutDraw` as the kernels take it."""
-    if draw is None:
-        return None
-    return draw.key, draw.threshold, tf.constant(draw.scale, tf.float32)
-
-
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _add_norm_forward(x, residual, gamma, beta, epsilon, drop, bias=None):
-    v = tf.cast(x, tf.float32)
-    v = v if bias is None else v + tf.cast(bias, tf.float32)
-    s = _dropped(v, drop) + tf.cast(residual, tf.float32)
-    y, inv_std = _normalize(s, gamma, beta, epsilon)
-    return tf.cast(y, x.dtype), inv_std
-
-
-# The smallest LayerNorm scale magnitude add_layer_norm's backward pass divides by.
-_SMALLEST_GAMMA = 1e-3
-
-
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _add_norm_backward(y, gamma, beta, inv_std, upstream, drop):
-    gamma = tf.cast(gamma, tf.float32)
-    floor = tf.where(gamma < 0, -_SMALLEST_GAMMA, _SMALLEST_GAMMA)
-    safe_gamma = tf.where(tf.abs(gamma) < _SMALLEST_GAMMA, floor, gamma)
-    # The normalized sum read back from the output: y = normalized * gamma + beta.
-    normalized = (tf.cast(y, tf.float32) - tf.cast(beta, tf.float32)) / safe_gamma
-    dy = tf.cast(upstream, tf.float32)
-    g = dy * gamma
-    ds = inv_std * (
-        g
-        - tf.reduce_mean(g, axis=-1, keepdims=True)
-        - normalized * tf.reduce_mean(g * normalized, axis=-1, keepdims=True)
-    )
-    dgamma = tf.reduce_sum(dy * normalized, axis=0)
-    dbeta = tf.reduce_sum(dy, axis=0)
-    dx = _dropped(ds, drop)
-    # dx's column sums: the gradient of a bias added to x (unused without one).
-    return tf.cast(dx, y.dtype), tf.cast(ds, y.dtype), dgamma, dbeta, tf.reduce_sum(dx, axis=0)
-
-
-def _compiled_draw(drop) -> tuple:
-    """A :func:`_kernel_dropout` as the compiled ops take it (placeholders for None)."""
-    if drop is None:
-        return tf.zeros([2], tf.uint32), tf.constant(0, tf.uint32), tf.constant(1.0)
-    return drop
-
-
 def _compiled_kernels(*dtypes):
     """:func:`keras_electra.layers.backend.native_ops` (a seam the tests replace)."""
     return backend.native_ops(*dtypes)
-
-
-def add_layer_norm(
-    x: tf.Tensor,
-    residual: tf.Tensor,
-    gamma: tf.Tensor,
-    beta: tf.Tensor,
-    epsilon: float,
-    dropout: DropoutDraw | None = None,
-    bias: tf.Tensor | None = None,
-) -> tf.Tensor:
-    """``LayerNorm(dropout(x + bias) + residual)`` over the last axis, the sum kept in
-    float32.
-
-    The backward pass keeps neither input: it reads the normalized sum back from the
-    output, ``(y - beta) / gamma``, which the next layer keeps anyway, and the rows'
-    inverse standard deviations. On ELECTRA-Small that is one ``[tokens, hidden]`` tensor
-    less per LayerNorm alive at the step's peak (2 MB each in bfloat16 at batch 32 x 128).
-    Its precision is the output's: under ``mixed_bfloat16`` the normalized values come back
-    with bfloat16's rounding (the gradients are of bfloat16 activations anyway). A scale
-    smaller than 1e-3 in magnitude is divided as 1e-3 (``_SMALLEST_GAMMA``): too little of
-    the input is left in the output to read back, so that column's gradient comes out
-    smaller, never infinite (a trained ELECTRA's scales are far from it).
-
-    Args:
-        x: a sub-layer's output, ``[..., width]``.
-        residual: the sub-layer's input, the same shape.
-        gamma: the LayerNorm scale, ``[width]``.
-        beta: the LayerNorm offset, ``[width]``.
-        epsilon: added to the variance.
-        dropout: the random key of a dropout on ``x``
-            (:meth:`keras_electra.layers.dropout.Dropout.draw`), applied inside the
-            kernels (its mask is recomputed from the key in the backward pass), or None.
-        bias: the sub-layer's output bias, ``[width]``, or None: added here, its gradient
-            summed in float32 in the backward kernel's pass over ``x``'s (a dense layer's
-            bias add and column sums are not passes of their own).
-
-    Returns:
-        A tensor of ``x``'s shape and dtype.
-
-    Examples:
-        >>> y = add_layer_norm(tf.constant([[1.0, 3.0]]), tf.constant([[1.0, 1.0]]),
-        ...                    tf.ones([2]), tf.zeros([2]), 1e-12)
-        >>> [round(float(v), 4) for v in y[0]]
-        [-1.0, 1.0]
-    """
-
-    @tf.custom_gradient
-    def rows(x, residual, gamma, beta, *bias):
-        if compiled is not None:
-            added = tf.cast(bias[0], tf.float32) if bias else tf.zeros([0])
-            y, inv_std = compiled.electra_add_layer_norm(
-                x, residual, *tables(gamma, beta), *draw, added, epsilon=epsilon, dropout=dropped
-            )
-        else:
-            y, inv_std = _add_norm_forward(x, residual, gamma, beta, epsilon, drop, *bias)
-
-        def grad(upstream):
-            if compiled is not None:
-                dx, ds, dgamma, dbeta, dbias = compiled.electra_add_layer_norm_grad(
-                    y,
-                    upstream,
-                    *tables(gamma, beta),
-                    *draw,
-                    inv_std,
-                    dropout=dropped,
-                    with_bias=bool(bias),
-                )
-            else:
-                dx, ds, dgamma, dbeta, dbias = _add_norm_backward(
-                    y, gamma, beta, inv_std, upstream, drop
-                )
-            grads = (dx, tf.cast(ds, residual.dtype))
-            grads += (tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, beta.dtype))
-            return (*grads, tf.cast(dbias, bias[0].dtype)) if bias else grads
-
-        return y, grad
-
-    with tf.name_scope("fused_layer_norm"):
-        drop = _kernel_dropout(dropout)
-        gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
-        compiled = _compiled_kernels(x.dtype, residual.dtype)
-        dropped = drop is not None
-        draw = _compiled_draw(drop)
-
-        def tables(gamma, beta):
-            return tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
-
-        extra = () if bias is None else (tf.convert_to_tensor(bias),)
-        return tf.reshape(rows(_rows(x), _rows(residual), gamma, beta, *extra), tf.shape(x))
 
 
 def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf.Tensor:
@@ -279,7 +124,7 @@ def _score_rows(scores, keep):
     """Scores and their mask (``[B, 1, T, S]``) as ``[rows, S]``: inside a kernel, the
     mask's broadcast happens in the loop, never written out at the scores' size."""
     keep = tf.broadcast_to(keep, tf.shape(scores))
-    return _rows(scores), _rows(keep)
+    return _xla.rows(scores), _xla.rows(keep)
 
 
 def _masked_probs(scores, keep, scale):
@@ -318,18 +163,13 @@ def _probs_forward(scores, keep, drop, scale):
     if drop is None:
         return probs
     # The dropout acts on the rounded probabilities, as its recompute will.
-    return probs, tf.cast(_dropped(tf.cast(probs, tf.float32), drop), scores.dtype)
-
-
-@tf.function(jit_compile=True, reduce_retracing=True)
-def _probs_dropped(probs, drop):
-    return tf.cast(_dropped(tf.cast(_rows(probs), tf.float32), drop), probs.dtype)
+    return probs, tf.cast(_xla.dropped(tf.cast(probs, tf.float32), drop), scores.dtype)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _probs_backward(probs, upstream, drop, scale):
-    p = tf.cast(_rows(probs), tf.float32)
-    dp = _dropped(tf.cast(tf.reshape(upstream, tf.shape(p)), tf.float32), drop)
+    p = tf.cast(_xla.rows(probs), tf.float32)
+    dp = _xla.dropped(tf.cast(tf.reshape(upstream, tf.shape(p)), tf.float32), drop)
     return tf.cast(_softmax_gradient(p, dp, scale), probs.dtype)
 
 
@@ -426,7 +266,7 @@ def attention_values(
                     if compiled is not None:
                         again = compiled.electra_dropout(probs, *draw)
                     else:
-                        again = tf.reshape(_probs_dropped(probs, drop), tf.shape(probs))
+                        again = _xla.dropout_rows(probs, drop)
             d_values = tf.matmul(again, upstream, transpose_a=True)
             d_dropped = tf.matmul(upstream, values, transpose_b=True)
             if compiled is not None:
@@ -441,9 +281,9 @@ def attention_values(
 
     scale = float(scale)
     with tf.name_scope("fused_attention_values"):
-        drop = _kernel_dropout(dropout)
+        drop = _xla.kernel_dropout(dropout)
         compiled = _compiled_kernels(scores.dtype)
-        draw = _compiled_draw(drop)
+        draw = _native.compiled_draw(drop)
         return run(scores, _keep(mask, len(scores.shape)), values)
 
 
@@ -534,7 +374,7 @@ def sparse_cross_entropy(
         with tf.name_scope("cross_entropy"):
             flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
             wanted = probabilities or uniform is not None
-            loss, best, *probs = rows(_rows(logits))
+            loss, best, *probs = rows(_xla.rows(logits))
             lead = tf.shape(labels)
             outputs = (tf.reshape(loss, lead), tf.reshape(best, lead))
             probs = tf.reshape(tf.stop_gradient(probs[0]), tf.shape(logits)) if wanted else None
@@ -562,7 +402,7 @@ def _compiled_cross_entropy(compiled, logits, labels, uniform, block: int):
 
     with tf.name_scope("cross_entropy"):
         flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
-        loss, best, sampled = rows(_rows(logits))
+        loss, best, sampled = rows(_xla.rows(logits))
         lead = tf.shape(labels)
         outputs = (tf.reshape(loss, lead), tf.reshape(best, lead))
         return outputs if uniform is None else (*outputs, tf.reshape(sampled, lead))
