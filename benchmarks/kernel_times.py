@@ -1,17 +1,17 @@
 """What bounds the fused kernels: each one's time inside a graph, XLA's and the compiled
 one, against the machine's memory bandwidth, on one and on two threads.
 
-The training step's fused kernels (``keras_electra/layers/fused.py``: bias + GELU,
-dropout + residual + LayerNorm, the attention's masked softmax + dropout) each read and
-write a few MB. They exist twice: as XLA kernels and as compiled custom ops
-(``keras_electra/layers/kernels.cc``, built by ``keras_electra/layers/compiled.py``
-where a C++ compiler is). This script times each at ELECTRA-Small's shapes (batch
-32 x 128, mixed_bfloat16, dropout 0.1), ``--calls`` of them chained inside one
-``tf.function`` so Python's dispatch is not in the time, and the same chain of a plain
-TensorFlow float32 add as a yardstick. It reports ms per call and the bytes the kernel
-must move over that time (GB/s), beside the bandwidth of a NumPy add measured in the
-same process. Each thread count runs in its own process (TensorFlow fixes its pools at
-start-up).
+The training step's fused kernels (bias + GELU, dropout + residual + LayerNorm, the
+attention's masked softmax + dropout) each read and write a few MB. They exist twice: as
+XLA kernels (``keras_electra/kernels/xla.py``) and as compiled custom ops
+(``keras_electra/kernels/native.py``: ``keras_electra/layers/kernels.cc``, built by
+``keras_electra/layers/compiled.py`` where a C++ compiler is). This script times each
+at ELECTRA-Small's shapes (batch 32 x 128, mixed_bfloat16, dropout 0.1), ``--calls`` of
+them chained inside one ``tf.function`` so Python's dispatch is not in the time, and the
+same chain of a plain TensorFlow float32 add as a yardstick. It reports ms per call and
+the bytes the kernel must move over that time (GB/s), beside the bandwidth of a NumPy add
+measured in the same process. Each thread count runs in its own process (TensorFlow
+fixes its pools at start-up).
 
     python benchmarks/kernel_times.py [--threads 1,2] [--calls 10] [--repeats 8]
 
@@ -57,7 +57,6 @@ def kernels(calls: int) -> dict:
 
     from keras_electra.kernels import native as native_kernels
     from keras_electra.kernels import xla as xla_kernels
-    from keras_electra.layers import fused
     from keras_electra.layers.compiled import kernels as compiled_kernels
     from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
@@ -108,7 +107,7 @@ def kernels(calls: int) -> dict:
         "bias_gelu_forward": (lambda h: xla_kernels._bias_gelu_forward(h, bias), wide),
         "bias_gelu_backward": (lambda h: xla_kernels._bias_gelu_backward(h, bias, h)[0], wide),
         "attention_probs_forward": (
-            lambda s: first(fused._probs_forward(s, keep, score_drop, 0.125), s),
+            lambda s: first(xla_kernels._probs_forward(s, keep, score_drop, 0.125), s),
             scores,
         ),
     }

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -50,13 +51,14 @@ def fresh_build(monkeypatch, tmp_path):
     compiled.status.cache_clear()
 
 
-def _run(x, r, gamma, beta, upstream, draw, use_compiled: bool, bias=None):
+def _run(x, r, norm, upstream, draw, use_compiled: bool, bias=None):
     kernels = implementation("native" if use_compiled else "xla")
-    inputs = [x, r, gamma, beta] + ([] if bias is None else [bias])
+    inputs = [x, r] + ([] if bias is None else [bias])
     with tf.GradientTape() as tape:
         tape.watch(inputs)
-        y = kernels.add_layer_norm(x, r, gamma, beta, 1e-12, draw, bias)
-    grads = tape.gradient(y, inputs, output_gradients=upstream)
+        y = kernels.add_layer_norm(x, r, norm, draw, bias)
+    weights = [x, r, norm.gamma, norm.beta] + ([] if bias is None else [bias])
+    grads = tape.gradient(y, weights, output_gradients=upstream)
     return [tf.cast(t, tf.float32).numpy() for t in [y, *grads]]
 
 
@@ -69,13 +71,16 @@ def test_the_compiled_add_layer_norm_computes_the_xla_kernels_values(dtype, rate
     rng = np.random.default_rng(5)
     shape = (3, 37, 64)
     x, r, upstream = (tf.cast(rng.normal(0, 1, shape), dtype) for _ in range(3))
-    gamma = tf.constant(rng.normal(1, 0.3, 64), tf.float32)
-    gamma = tf.tensor_scatter_nd_update(gamma, [[3]], [1e-4])  # below the 1e-3 floor
-    beta = tf.constant(rng.normal(0, 0.3, 64), tf.float32)
+    norm = keras.layers.LayerNormalization(epsilon=1e-12)
+    norm.build((None, 64))
+    gamma = rng.normal(1, 0.3, 64)
+    gamma[3] = 1e-4  # below the 1e-3 floor
+    norm.gamma.assign(gamma)
+    norm.beta.assign(rng.normal(0, 0.3, 64))
     bias = tf.constant(rng.normal(0, 0.5, 64), tf.float32) if with_bias else None
     draw = DropoutDraw(dropout_key(tf.constant([3, 4])), tf.shape(x), rate) if rate else None
-    ours = _run(x, r, gamma, beta, upstream, draw, True, bias)
-    xla = _run(x, r, gamma, beta, upstream, draw, False, bias)
+    ours = _run(x, r, norm, upstream, draw, True, bias)
+    xla = _run(x, r, norm, upstream, draw, False, bias)
     step = 2**-7 if dtype == "bfloat16" else 1e-6  # one rounding step, relative
     names = ("y", "dx", "dresidual", "dgamma", "dbeta", "dbias")
     for name, a, b in zip(names[: len(ours)], ours, xla, strict=True):
@@ -153,9 +158,7 @@ def test_the_compiled_bias_gelu_computes_the_xla_kernels_values(dtype):
 @pytest.mark.parametrize("mask_shape", [None, (3, 1, 1, 9), (3, 1, 7, 9), (1, 2, 1, 1)], ids=str)
 @pytest.mark.parametrize("rate", [0.0, 0.2])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_the_compiled_attention_computes_the_xla_kernels_values(
-    dtype, rate, mask_shape, monkeypatch
-):
+def test_the_compiled_attention_computes_the_xla_kernels_values(dtype, rate, mask_shape):
     """Softmax, dropout and the product with the values, forward and backward, with the
     masks the attention passes (padding over keys, a full mask, one over heads) and a
     row masked entirely."""
@@ -172,13 +175,11 @@ def test_the_compiled_attention_computes_the_xla_kernels_values(
     draw = DropoutDraw(dropout_key(tf.constant([5, 6])), tf.shape(scores), rate) if rate else None
 
     def run(use_compiled):
-        if not use_compiled:
-            monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+        kernels = implementation("native" if use_compiled else "xla")
         with tf.GradientTape() as tape:
             tape.watch([scores, values])
-            out = fused.attention_values(scores, mask, values, draw, 0.35)
+            out = kernels.attention_values(scores, mask, values, draw, 0.35)
         grads = tape.gradient(out, [scores, values], output_gradients=upstream)
-        monkeypatch.undo()
         return [tf.cast(t, tf.float32).numpy() for t in (out, *grads)]
 
     ours, xla = run(True), run(False)
@@ -196,13 +197,14 @@ def test_a_graph_xla_compiles_whole_keeps_the_xla_kernels():
     """``--xla`` (and ``jit_compile``) compile the loss and its gradients as one XLA
     function, which cannot hold a custom op: the kernels inside it are XLA's."""
     x = tf.constant(np.random.default_rng(8).normal(0, 1, (6, 16)), tf.bfloat16)
-    gamma, beta = tf.ones([16]), tf.zeros([16])
+    norm = keras.layers.LayerNormalization(epsilon=1e-12)
+    norm.build((None, 16))
 
     @tf.function(jit_compile=True)
     def run(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            y = implementation("native").add_layer_norm(x, x, gamma, beta, 1e-12)
+            y = implementation("native").add_layer_norm(x, x, norm)
             y = implementation("native").bias_gelu(y, tf.zeros([16]))
             loss = tf.reduce_sum(tf.cast(y, tf.float32))
         return y, tape.gradient(loss, x)
@@ -232,7 +234,8 @@ def test_split_heads_computes_what_the_bias_add_and_transposes_compute(dtype, he
         return tf.unstack(tf.transpose(added, [2, 0, 3, 1, 4]))
 
     results = []
-    for split in (fused.split_heads, lambda qkv, bias, heads: reference(qkv, bias)):
+    native = implementation("native").split_heads
+    for split in (native, lambda qkv, bias, heads: reference(qkv, bias)):
         with tf.GradientTape() as tape:
             tape.watch([qkv, bias])
             out = split(qkv, bias, heads)

@@ -56,8 +56,10 @@ def _draw(shape, rate, seed=3):
 
 def _values_and_gradients(fn, inputs: dict, upstream_seed=11):
     """``fn(**inputs)``'s outputs and the gradients of a random projection of them for
-    every floating input, as float32 arrays."""
+    every floating input and the weights of every layer input, as float32 arrays."""
     floats = [k for k, v in inputs.items() if isinstance(v, tf.Tensor) and v.dtype.is_floating]
+    layers = [v for v in inputs.values() if isinstance(v, keras.layers.Layer)]
+    weights = [w for layer in layers for w in layer.trainable_variables]
     with tf.GradientTape() as tape:
         for k in floats:
             tape.watch(inputs[k])
@@ -71,10 +73,11 @@ def _values_and_gradients(fn, inputs: dict, upstream_seed=11):
                 if o.dtype.is_floating
             ]
         )
-    grads = tape.gradient(loss, [inputs[k] for k in floats])
+    watched = [inputs[k] for k in floats] + weights
+    grads = tape.gradient(loss, watched)
     return [tf.cast(o, F32).numpy() for o in outs] + [
-        np.zeros(inputs[k].shape, "float32") if g is None else tf.cast(g, F32).numpy()
-        for k, g in zip(floats, grads, strict=True)
+        np.zeros(w.shape, "float32") if g is None else tf.cast(g, F32).numpy()
+        for w, g in zip(watched, grads, strict=True)
     ]
 
 
@@ -96,13 +99,13 @@ def _gelu(z):
     return keras.activations.gelu(z, approximate=False)
 
 
-def ref_add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None, bias=None):
+def ref_add_layer_norm(x, residual, norm, dropout=None, bias=None):
     v = tf.cast(x, F32) + (0.0 if bias is None else tf.cast(bias, F32))
     if dropout is not None:
         v = v * dropout.mask(F32)
     s = v + tf.cast(residual, F32)
     mean, variance = tf.nn.moments(s, axes=[-1], keepdims=True)
-    y = (s - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
+    y = (s - mean) * tf.math.rsqrt(variance + norm.epsilon) * norm.gamma + norm.beta
     return tf.cast(y, x.dtype)
 
 
@@ -145,9 +148,14 @@ def _case(op: str, dtype: str, rate: float):
 
     if op == "add_layer_norm":
         x, residual = t((6, 5, 16)), t((6, 5, 16))
-        inputs = dict(x=x, residual=residual, gamma=t((16,), dt=F32) + 1.0)
-        inputs.update(beta=t((16,), dt=F32), bias=t((16,), dt=F32))
-        inputs.update(epsilon=1e-12, dropout=_draw((6, 5, 16), rate))
+        # A LayerNorm of x's compute dtype (its scale and offset float32), as a layer's.
+        policy = "float32" if dtype == "float32" else f"mixed_{dtype}"
+        norm = keras.layers.LayerNormalization(epsilon=1e-12, dtype=policy)
+        norm.build((None, 16))
+        norm.gamma.assign(t((16,), dt=F32) + 1.0)
+        norm.beta.assign(t((16,), dt=F32))
+        inputs = dict(x=x, residual=residual, norm=norm, bias=t((16,), dt=F32))
+        inputs.update(dropout=_draw((6, 5, 16), rate))
         return kernels.table().add_layer_norm, ref_add_layer_norm, inputs
     if op == "dropout":
         inputs = dict(x=t((6, 5, 16)), draw=_draw((6, 5, 16), rate))
@@ -168,7 +176,7 @@ def _case(op: str, dtype: str, rate: float):
         values = tf.eye(9, batch_shape=[3, 2], dtype=dtype)
         inputs = dict(scores=scores, mask=mask, values=values, scale=0.5)
         inputs["dropout"] = _draw((3, 2, 7, 9), rate)
-        return fused.attention_values, ref_attention_values, inputs
+        return kernels.table().attention_values, ref_attention_values, inputs
     if op == "cross_entropy":
         logits = t((4, 6, 97), 3.0)
         labels = tf.constant(rng.integers(0, 97, (4, 6)), tf.int32)
@@ -200,9 +208,10 @@ def test_each_operation_matches_the_reference(op, rate, name, dtype, use):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["reference", *BACKENDS])
 @pytest.mark.parametrize("heads", [1, 3])
-def test_the_native_head_split_matches_the_reference(heads, dtype, use):
-    use("native")  # the XLA backend splits with TensorFlow's ops, the reference's
+def test_the_head_split_matches_the_reference(heads, name, dtype, use):
+    use(name)
     rng = np.random.default_rng(2)
     batch, length, dim = 2, 5, 4
     qkv = tf.constant(rng.normal(0, 1, (batch, length, 3 * heads * dim)), dtype)
@@ -213,7 +222,7 @@ def test_the_native_head_split_matches_the_reference(heads, dtype, use):
         return tuple(tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4])))
 
     got = _values_and_gradients(
-        lambda qkv, bias: fused.split_heads(qkv, bias, heads), dict(qkv=qkv, bias=bias)
+        lambda qkv, bias: kernels.table().split_heads(qkv, bias, heads), dict(qkv=qkv, bias=bias)
     )
     _assert_conforms(got, _values_and_gradients(reference, dict(qkv=qkv, bias=bias)), dtype)
 

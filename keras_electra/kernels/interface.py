@@ -21,6 +21,12 @@ class Kernels:
 
     Attributes:
         name: ``reference``, ``xla`` or ``native``.
+        bias_add: ``bias_add(x, bias)``: ``x + bias``, ``bias`` over ``x``'s trailing
+            axes, in ``x``'s dtype (a projection's bias outside a kernel).
+        dense: ``dense(layer, inputs, contracted, keras_call)``: a ``Dense`` or
+            ``EinsumDense`` layer's training call, ``contracted`` the number of the
+            input's trailing axes its kernel contracts (None: an equation that is no
+            2-D matmul), ``keras_call`` Keras' own call of the layer.
         bias_gelu: ``bias_gelu(h, bias)``: exact (erf) ``gelu(h + bias)``, ``h`` a
             matmul's output ``[..., width]``, ``bias`` ``[width]`` (float32, its
             gradient float32); ``h``'s shape and dtype.
@@ -30,17 +36,36 @@ class Kernels:
         dropout: ``dropout(x, draw)``: ``x`` with the elements a
             :class:`~keras_electra.layers.dropout.DropoutDraw` drops zeroed and the
             others scaled by ``1 / (1 - rate)``; the same draws drop the gradient.
-        add_layer_norm: ``add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None,
-            bias=None)``: ``LayerNorm(dropout(x + bias) + residual)`` over the last axis,
-            ``x`` a sub-layer's output ``[..., width]``, ``residual`` its input,
-            ``gamma`` and ``beta`` the LayerNorm's float32 ``[width]`` scale and offset,
-            ``dropout`` a :class:`~keras_electra.layers.dropout.DropoutDraw` or None,
-            ``bias`` the sub-layer's float32 output bias or None; ``x``'s shape and
-            dtype.
+        add_layer_norm: ``add_layer_norm(x, residual, norm, dropout=None, bias=None)``:
+            ``norm(dropout(x + bias) + residual)``, ``x`` a sub-layer's output ``[...,
+            width]``, ``residual`` its input, ``norm`` a ``keras.layers.LayerNormalization``
+            over the last axis (its float32 scale and offset, its epsilon), ``dropout`` a
+            :class:`~keras_electra.layers.dropout.DropoutDraw` or None, ``bias`` the
+            sub-layer's float32 output bias or None; ``x``'s shape and dtype.
+        fuses_attention: ``fuses_attention(dtype)``: whether the attention takes its
+            fused way for scores of ``dtype`` (one query/key/value matmul,
+            ``split_heads``, ``attention_values``), where that is faster than its
+            reference way.
+        split_heads: ``split_heads(qkv, bias, heads)``: the query, key and value
+            ``[batch, heads, length, dim]`` from one projection ``qkv`` ``[batch,
+            length, 3 * heads * dim]`` (the three side by side) plus its ``bias``
+            ``[3, heads, dim]``.
+        attention_values: ``attention_values(scores, mask, values, dropout=None,
+            scale=1.0)``: Keras' masked softmax of ``scale * scores`` over the last
+            axis in float32 (masked positions get probability 0, a row masked entirely
+            gives zeros), rounded to the scores' dtype, a dropout on it, then the
+            product by ``values``; ``scores`` ``[..., T, S]``, ``mask`` boolean
+            broadcastable to them (True: attend) or None, ``values`` ``[..., S, D]``;
+            ``[..., T, D]`` in the scores' dtype.
     """
 
     name: str
+    bias_add: Callable
+    dense: Callable
     bias_gelu: Callable
     bias_gelu_matmul: Callable
     dropout: Callable
     add_layer_norm: Callable
+    fuses_attention: Callable
+    split_heads: Callable
+    attention_values: Callable

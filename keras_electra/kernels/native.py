@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_electra.kernels import xla
+from keras_electra.kernels import shared, xla
 from keras_electra.kernels.interface import Kernels
 from keras_electra.layers import compiled
 
@@ -91,12 +91,12 @@ def _tables(gamma, beta):
     return tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
 
 
-def add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None, bias=None):
+def add_layer_norm(x, residual, norm, dropout=None, bias=None):
     """``LayerNorm(dropout(x + bias) + residual)``: one compiled kernel per direction,
     keeping what the XLA one keeps (:func:`keras_electra.kernels.xla.add_layer_norm`)."""
     ops = _ops(x.dtype, residual.dtype)
     if ops is None:
-        return xla.add_layer_norm(x, residual, gamma, beta, epsilon, dropout, bias)
+        return xla.add_layer_norm(x, residual, norm, dropout, bias)
 
     def forward(x, residual, gamma, beta, bias, epsilon, drop):
         added = tf.zeros([0]) if bias is None else tf.cast(bias, tf.float32)
@@ -121,15 +121,76 @@ def add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None, bias=None):
             with_bias=with_bias,
         )
 
+    gamma, beta, epsilon = norm.gamma, norm.beta, norm.epsilon
     return xla.add_layer_norm_with(
         forward, backward, x, residual, gamma, beta, epsilon, dropout, bias
     )
 
 
+# === the attention: the query/key/value split, softmax + dropout + values ===
+
+
+def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int) -> tuple:
+    """One kernel where TensorFlow's bias add, transpose and unstack make three passes;
+    its backward kernel writes the projection's gradient and sums the bias's in float32
+    in one pass."""
+    ops = _ops(qkv.dtype)
+    if ops is None:
+        return xla.split_heads(qkv, bias, heads)
+
+    @tf.custom_gradient
+    def run(qkv, bias):
+        q, k, v = ops.electra_split_heads(
+            qkv, tf.reshape(tf.cast(bias, tf.float32), [-1]), heads=heads
+        )
+
+        def grad(*upstream):
+            parts = [tf.zeros_like(q) if g is None else g for g in upstream]
+            d_qkv, d_bias = ops.electra_merge_heads(*parts)
+            return d_qkv, tf.reshape(tf.cast(d_bias, bias.dtype), tf.shape(bias))
+
+        return (q, k, v), grad
+
+    with tf.name_scope("split_heads"):
+        return run(qkv, bias)
+
+
+def attention_values(scores, mask, values, dropout=None, scale=1.0):
+    """The masked softmax, dropout and product by the values, one compiled kernel per
+    direction (and one for the backward pass's dropout), keeping what the XLA ones keep
+    (:func:`keras_electra.kernels.xla.attention_values`)."""
+    ops = _ops(scores.dtype)
+    if ops is None:
+        return xla.attention_values(scores, mask, values, dropout, scale)
+
+    def forward(scores, keep, drop, scale):
+        probs, dropped = ops.electra_attention_probs(
+            scores, keep, *compiled_draw(drop), scale=scale, dropout=drop is not None
+        )
+        return probs, probs if drop is None else dropped
+
+    def redrop(probs, drop):
+        return ops.electra_dropout(probs, *compiled_draw(drop))
+
+    def backward(probs, d_dropped, drop, scale):
+        return ops.electra_attention_probs_grad(
+            probs, d_dropped, *compiled_draw(drop), scale=scale, dropout=drop is not None
+        )
+
+    return xla.attention_values_with(
+        forward, redrop, backward, scores, mask, values, dropout, scale
+    )
+
+
 KERNELS = Kernels(
     name="native",
+    bias_add=shared.bias_add,  # TensorFlow's ops, as on xla: no kernel of its own
+    dense=xla.dense,
     bias_gelu=bias_gelu,
     bias_gelu_matmul=bias_gelu_matmul,
     dropout=dropout,
     add_layer_norm=add_layer_norm,
+    fuses_attention=xla.fuses_attention,
+    split_heads=split_heads,
+    attention_values=attention_values,
 )

@@ -45,27 +45,80 @@ def dropout(x: tf.Tensor, draw: DropoutDraw) -> tf.Tensor:
 def add_layer_norm(
     x: tf.Tensor,
     residual: tf.Tensor,
-    gamma: tf.Tensor,
-    beta: tf.Tensor,
-    epsilon: float,
+    norm: keras.layers.LayerNormalization,
     dropout: DropoutDraw | None = None,
     bias: tf.Tensor | None = None,
 ) -> tf.Tensor:
-    """A ``Dense`` layer's bias add, the ``Dropout`` layer, the residual add and a
-    ``LayerNormalization`` layer (axis -1), in ``x``'s dtype but the LayerNorm's float32
-    math."""
+    """A ``Dense`` layer's bias add, the ``Dropout`` layer's mask, the residual add, then
+    the ``LayerNormalization`` layer ``norm`` itself, called. (Its ops written out in
+    another layer's call compute the same values, but TensorFlow's graph optimizer then
+    rewrites a mixed_bfloat16 step's backward pass otherwise: its gradients came out a
+    rounding step apart.)"""
     if bias is not None:
         x = keras.ops.add(x, tf.cast(bias, x.dtype))
     if dropout is not None:
         x = apply_mask(x, dropout.mask(x.dtype))
-    normalized = keras.ops.layer_normalization(x + residual, gamma, beta, -1, epsilon)
-    return keras.ops.cast(normalized, x.dtype)
+    return norm(x + residual)
+
+
+def bias_add(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """A ``Dense`` layer's bias add (``keras.ops.add``: ``tf.nn.bias_add``, whose
+    gradient ``BiasAddGrad`` sums in ``x``'s dtype)."""
+    return keras.ops.add(x, bias)
+
+
+def dense(layer, inputs: tf.Tensor, contracted: int | None, keras_call) -> tf.Tensor:
+    """Keras' own call of a ``Dense`` or ``EinsumDense`` layer: ``keras_call(inputs)``."""
+    return keras_call(inputs)
+
+
+def fuses_attention(dtype) -> bool:
+    """Never: the attention keeps its reference way (three projections, the softmax
+    layer's math, the dropout layer)."""
+    return False
+
+
+def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int) -> tuple:
+    """The bias added and the heads transposed out: ``[batch, heads, length, dim]``
+    each."""
+    batch, length = tf.shape(qkv)[0], tf.shape(qkv)[1]
+    dim = int(qkv.shape[-1]) // (3 * heads)
+    added = tf.reshape(qkv, [batch, length, 3, heads, dim]) + tf.cast(bias, qkv.dtype)
+    return tuple(tf.unstack(tf.transpose(added, [2, 0, 3, 1, 4])))
+
+
+def attention_values(
+    scores: tf.Tensor,
+    mask: tf.Tensor | None,
+    values: tf.Tensor,
+    dropout: DropoutDraw | None = None,
+    scale: float = 1.0,
+) -> tf.Tensor:
+    """Keras' masked ``Softmax`` of ``scale * scores`` in float32 (masked positions get
+    -1e9 before and 0 after), rounded to the scores' dtype, the ``Dropout`` layer's
+    mask, and a matmul by ``values``."""
+    logits = tf.cast(scores, tf.float32) * scale
+    keep = None if mask is None else tf.broadcast_to(tf.cast(mask, tf.bool), tf.shape(scores))
+    if keep is not None:
+        logits = tf.where(keep, logits, -1e9)
+    probs = tf.nn.softmax(logits, axis=-1)
+    if keep is not None:
+        probs = tf.where(keep, probs, 0.0)
+    probs = tf.cast(probs, scores.dtype)
+    if dropout is not None:
+        probs = apply_mask(probs, dropout.mask(probs.dtype))
+    return tf.matmul(probs, values)
 
 
 KERNELS = Kernels(
     name="reference",
+    bias_add=bias_add,
+    dense=dense,
     bias_gelu=bias_gelu,
     bias_gelu_matmul=bias_gelu_matmul,
     dropout=dropout,
     add_layer_norm=add_layer_norm,
+    fuses_attention=fuses_attention,
+    split_heads=split_heads,
+    attention_values=attention_values,
 )
