@@ -20,7 +20,7 @@ from conftest import traced_step_ops
 
 from keras_electra import internals
 from keras_electra.kernels import implementation
-from keras_electra.layers import compiled, fused
+from keras_electra.layers import compiled
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
 HAS_COMPILER = shutil.which("g++") is not None
@@ -189,8 +189,8 @@ def test_the_compiled_attention_computes_the_xla_kernels_values(dtype, rate, mas
 
 
 def test_float16_and_mixed_dtypes_keep_the_xla_kernels():
-    assert fused._compiled_kernels(tf.float16, tf.float16) is None
-    assert fused._compiled_kernels(tf.bfloat16, tf.float32) is None
+    assert compiled.ops_for(tf.float16, tf.float16) is None
+    assert compiled.ops_for(tf.bfloat16, tf.float32) is None
 
 
 def test_a_graph_xla_compiles_whole_keeps_the_xla_kernels():
@@ -256,7 +256,7 @@ def test_the_compiled_loss_names_a_label_outside_the_vocabulary():
     assert compiled.kernels() is not None
     logits = tf.zeros([2, 5], tf.bfloat16)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"label 7 is outside \[0, 5\)"):
-        fused.sparse_cross_entropy(logits, tf.constant([1, 7]))
+        implementation("native").sparse_cross_entropy(logits, tf.constant([1, 7]))
 
 
 # kernels() in a fresh process (TensorFlow registers an op once per process): whether it

@@ -15,7 +15,6 @@ values, where another mask moves them far beyond the tolerances. ``native`` is s
 where the compiled kernels cannot run (no C++ compiler).
 """
 
-import dataclasses
 import json
 import logging
 
@@ -27,9 +26,8 @@ import tensorflow as tf
 from conftest import pretrain_command, traced_step_ops
 
 from keras_electra import kernels
-from keras_electra.layers import backend, fused
+from keras_electra.layers import backend
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
-from keras_electra.pretraining import masking
 
 BACKENDS = ["xla", "native"]
 DTYPES = ["float32", "bfloat16"]
@@ -180,7 +178,8 @@ def _case(op: str, dtype: str, rate: float):
     if op == "cross_entropy":
         logits = t((4, 6, 97), 3.0)
         labels = tf.constant(rng.integers(0, 97, (4, 6)), tf.int32)
-        return fused.sparse_cross_entropy, ref_cross_entropy, dict(logits=logits, labels=labels)
+        inputs = dict(logits=logits, labels=labels)
+        return kernels.table().sparse_cross_entropy, ref_cross_entropy, inputs
     raise AssertionError(op)
 
 
@@ -195,8 +194,6 @@ OPS = [(op, rate) for op in DROPOUT_OPS for rate in (0.0, 0.2)] + [
 @pytest.mark.parametrize("name", ["reference", *BACKENDS])
 @pytest.mark.parametrize(("op", "rate"), OPS, ids=[f"{o}-dropout{r}" for o, r in OPS])
 def test_each_operation_matches_the_reference(op, rate, name, dtype, use):
-    if name == "reference" and op not in {f.name for f in dataclasses.fields(kernels.Kernels)}:
-        pytest.skip(f"{op} is not in the kernel table yet")
     use(name)
     kernel, oracle, inputs = _case(op, dtype, rate)
     got = _values_and_gradients(tf.function(kernel), inputs)
@@ -235,10 +232,12 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
     labels = tf.constant(rng.integers(0, 97, (64,)), tf.int32)
     uniform = tf.constant(rng.random(64), F32)
     monkeypatch.setenv(backend.ENV, "reference")
-    loss, best, probs = fused.sparse_cross_entropy(logits, labels, probabilities=True)
-    expected = masking.inverse_cdf(probs, uniform).numpy()
+    reference = kernels.table()
+    loss, best, probs = reference.sparse_cross_entropy(logits, labels, probabilities=True)
+    expected = reference.inverse_cdf(probs, uniform).numpy()
     use("native")
-    got_loss, got_best, sampled = fused.sparse_cross_entropy(logits, labels, uniform=uniform)
+    native = kernels.table()
+    got_loss, got_best, sampled = native.sparse_cross_entropy(logits, labels, uniform=uniform)
     assert (sampled.numpy() == expected).mean() >= 0.98, (sampled.numpy(), expected)
     np.testing.assert_array_equal(got_best.numpy(), best.numpy())
     np.testing.assert_allclose(got_loss.numpy(), loss.numpy(), rtol=2e-5, atol=2e-5)

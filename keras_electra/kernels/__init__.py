@@ -12,8 +12,7 @@ implementations side by side:
 Which backend trains is decided once per process
 (:func:`keras_electra.layers.backend.choose`: ``KERAS_ELECTRA_KERNELS``, else ``native``
 where the compiled library loads, else ``xla``). Layers ask :func:`table` for it and
-call its functions (the operations still in :mod:`keras_electra.layers.fused` move here
-one by one).
+call its functions; no code outside this package asks which backend it is.
 
 Examples:
     >>> table(training=False).name

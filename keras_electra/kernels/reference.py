@@ -110,6 +110,74 @@ def attention_values(
     return tf.matmul(probs, values)
 
 
+def _below(total: tf.Tensor) -> tf.Tensor:
+    """The largest float32 below ``total``."""
+    return tf.math.nextafter(total, tf.zeros_like(total))
+
+
+def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf.Tensor:
+    """The first index whose cumulative probability exceeds ``uniform`` times the total,
+    in two levels, so no cumulative sum runs over the whole vocabulary: cut into blocks of
+    ``block`` entries (the last padded with zeros), a cumulative sum over the block totals
+    finds the block and one over its entries the index, the index one cumulative sum
+    would give up to float32 rounding.
+
+    Examples:
+        >>> int(inverse_cdf(tf.constant([[0.5, 0.0, 0.5]]), tf.constant([0.6]))[0])
+        2
+    """
+    vocab = tf.shape(probs)[-1]
+    lead = tf.shape(probs)[:-1]
+    rows = tf.reshape(probs, [-1, vocab])
+    num_blocks = (vocab + block - 1) // block
+    rows = tf.pad(rows, [[0, 0], [0, num_blocks * block - vocab]])
+    blocks = tf.reshape(rows, [-1, num_blocks, block])
+    totals = tf.reduce_sum(blocks, axis=-1)  # [N, num_blocks]
+    block_cdf = tf.math.cumsum(totals, axis=-1)
+    # Scale by the total (float32 rounding leaves it a little off 1). A target kept
+    # below each total can never land past the last entry with probability > 0.
+    target = tf.reshape(uniform, [-1, 1]) * block_cdf[:, -1:]
+    target = tf.minimum(target, _below(block_cdf[:, -1:]))
+    which = tf.searchsorted(block_cdf, target, side="right", out_type=tf.int32)  # [N, 1]
+    # Non-finite weights (a diverged step, which the on-NaN guard then skips) would
+    # search past the end; keep every index in range so the step reaches that guard.
+    which = tf.minimum(which, num_blocks - 1)
+    # What is left of the target after the blocks before the chosen one.
+    before = tf.gather(block_cdf, which, batch_dims=1) - tf.gather(totals, which, batch_dims=1)
+    inner_cdf = tf.math.cumsum(tf.gather(blocks, which[:, 0], batch_dims=1), axis=-1)
+    rest = tf.minimum(tf.maximum(target - before, 0.0), _below(inner_cdf[:, -1:]))
+    inner = tf.searchsorted(inner_cdf, rest, side="right", out_type=tf.int32)
+    return tf.reshape(tf.minimum(which * block + inner, vocab - 1), lead)
+
+
+def sparse_cross_entropy(
+    logits: tf.Tensor,
+    labels: tf.Tensor,
+    *,
+    probabilities: bool = False,
+    uniform: tf.Tensor | None = None,
+    block: int = 128,
+) -> tuple[tf.Tensor, ...]:
+    """TensorFlow's loss op, argmax and softmax on the float32 logits, and
+    :func:`inverse_cdf`.
+
+    Examples:
+        >>> loss, best = sparse_cross_entropy(tf.constant([[0.0, 0.0]]), tf.constant([1]))
+        >>> round(float(loss[0]), 4), int(best[0])
+        (0.6931, 0)
+    """
+    z = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=z)
+    outputs = (loss, tf.argmax(z, axis=-1, output_type=tf.int32))
+    probs = tf.stop_gradient(tf.nn.softmax(z))
+    if probabilities:
+        outputs += (probs,)
+    if uniform is not None:
+        outputs += (inverse_cdf(probs, uniform, block=block),)
+    return outputs
+
+
 KERNELS = Kernels(
     name="reference",
     bias_add=bias_add,
@@ -121,4 +189,6 @@ KERNELS = Kernels(
     fuses_attention=fuses_attention,
     split_heads=split_heads,
     attention_values=attention_values,
+    sparse_cross_entropy=sparse_cross_entropy,
+    inverse_cdf=inverse_cdf,
 )
