@@ -72,6 +72,12 @@ class Kernels:
             index whose cumulative weight exceeds ``uniform`` ``[...]`` times the row's
             total, up to float32 rounding; ``block`` entries per search block; int32
             ``[...]`` in ``[0, V)``.
+        adam_w: ``adam_w(variable, m, v, gradient, scalars, scale=None, decay=None)``:
+            Keras' AdamW's dense update of ``variable`` and its moments ``m`` and ``v``
+            (variables) from a dense ``gradient`` times ``scale`` (clipping's factor, or
+            None), the variable first decayed by ``decay`` (``lr * weight_decay``, or
+            None); ``scalars`` are ``ResourceApplyAdam``'s (``lr``, ``beta1``, ``beta2``,
+            ``beta1_power``, ``beta2_power``, ``epsilon``) in the variable's dtype.
     """
 
     name: str
@@ -86,3 +92,4 @@ class Kernels:
     attention_values: Callable
     sparse_cross_entropy: Callable
     inverse_cdf: Callable
+    adam_w: Callable

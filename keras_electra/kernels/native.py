@@ -233,6 +233,29 @@ def sparse_cross_entropy(
         return outputs if uniform is None else (*outputs, tf.reshape(sampled, lead))
 
 
+# === AdamW's update ===
+
+
+def adam_w(variable, m, v, gradient, scalars: dict, scale=None, decay=None) -> None:
+    """A float32 variable's whole update as one kernel: the gradient times clipping's
+    factor, the decay and Adam's step in one pass over the variable (other dtypes: the
+    reference's ``ResourceApplyAdam``)."""
+    dtype = tf.as_dtype(variable.dtype)
+    ops = _ops(dtype) if dtype == tf.float32 else None
+    if ops is None:
+        return reference.adam_w(variable, m, v, gradient, scalars, scale, decay)
+    ops.electra_apply_adam_w(
+        var=variable.handle,  # a mirrored variable's: this device's copy
+        m=m.handle,
+        v=v.handle,
+        grad=tf.cast(gradient, dtype),
+        scale=tf.constant(1.0) if scale is None else tf.cast(scale, tf.float32),
+        decay=tf.constant(0.0) if decay is None else decay,
+        **scalars,
+    )
+    return None
+
+
 KERNELS = Kernels(
     name="native",
     bias_add=shared.bias_add,  # TensorFlow's ops, as on xla: no kernel of its own
@@ -246,4 +269,5 @@ KERNELS = Kernels(
     attention_values=attention_values,
     sparse_cross_entropy=sparse_cross_entropy,
     inverse_cdf=inverse_cdf,
+    adam_w=adam_w,
 )

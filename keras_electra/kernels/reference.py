@@ -178,6 +178,22 @@ def sparse_cross_entropy(
     return outputs
 
 
+def adam_w(variable, m, v, gradient, scalars: dict, scale=None, decay=None) -> None:
+    """Keras' AdamW's dense update in TensorFlow's ops: the gradient times ``scale``,
+    the decay's own multiply and subtract, then ``ResourceApplyAdam``."""
+    if scale is not None:
+        gradient = gradient * tf.cast(scale, gradient.dtype)
+    if decay is not None:
+        variable.assign_sub(variable * decay)
+    tf.raw_ops.ResourceApplyAdam(
+        var=variable.handle,
+        m=m.handle,
+        v=v.handle,
+        grad=tf.cast(gradient, tf.as_dtype(variable.dtype)),
+        **scalars,
+    )
+
+
 KERNELS = Kernels(
     name="reference",
     bias_add=bias_add,
@@ -191,4 +207,5 @@ KERNELS = Kernels(
     attention_values=attention_values,
     sparse_cross_entropy=sparse_cross_entropy,
     inverse_cdf=inverse_cdf,
+    adam_w=adam_w,
 )

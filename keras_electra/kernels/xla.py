@@ -558,4 +558,5 @@ KERNELS = Kernels(
     attention_values=attention_values,
     sparse_cross_entropy=sparse_cross_entropy,
     inverse_cdf=reference.inverse_cdf,  # TensorFlow's search: no kernel of its own
+    adam_w=reference.adam_w,  # TensorFlow's ResourceApplyAdam: no kernel of its own
 )
