@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 from conftest import traced_step_ops
 
-from keras_electra import internals
+from keras_electra import internals, kernels
 from keras_electra.kernels import implementation
 from keras_electra.layers import compiled
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
@@ -110,12 +110,24 @@ def test_the_training_step_runs_the_compiled_kernels_and_the_build_is_reused(fre
     assert library.stat().st_mtime_ns == built  # loaded from the cache, not rebuilt
 
 
-def test_disabled_or_without_a_compiler_training_keeps_the_xla_kernels(fresh_build, monkeypatch):
-    monkeypatch.setenv("KERAS_ELECTRA_COMPILED_KERNELS", "0")
-    assert compiled.kernels() is None
-    ops = {op.type for op in traced_step_ops("mixed_bfloat16")}
+def test_disabled_or_without_a_compiler_training_keeps_the_xla_kernels(
+    fresh_build, monkeypatch, caplog
+):
+    # The deprecated switch is KERAS_ELECTRA_KERNELS=xla, and says so once.
+    monkeypatch.setenv(kernels.DEPRECATED_ENV, "0")
+    kernels.clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=kernels.__name__):
+            first, second = kernels.choose(), kernels.choose()
+        ops = {op.type for op in traced_step_ops("mixed_bfloat16")}
+    finally:
+        monkeypatch.delenv(kernels.DEPRECATED_ENV)
+        kernels.clear()
+    assert first == second and first.backend == "xla" and "deprecated" in first.reason
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"{kernels.DEPRECATED_ENV}=0 is {kernels.ENV}=xla" in warning
     assert not ops & set(COMPILED_OPS)
-    monkeypatch.delenv("KERAS_ELECTRA_COMPILED_KERNELS")
+    assert not list(fresh_build.glob("kernels/*/*.so"))  # the xla kernels never build them
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     compiled.status.cache_clear()
     assert compiled.kernels() is None
@@ -277,7 +289,7 @@ def _run_in_a_new_process(script: str, cache: Path, *args: str, **env: str) -> d
     """``script``'s last printed line, read as JSON, from a fresh Python process given
     ``args``, with the kernel cache at ``cache``, the kernel choice unset and ``env``
     added."""
-    unset = (compiled.ENABLE, "KERAS_ELECTRA_KERNELS")
+    unset = (kernels.DEPRECATED_ENV, kernels.ENV)
     env = {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
     env["KERAS_ELECTRA_CACHE"] = str(cache)
     done = subprocess.run(
@@ -407,12 +419,13 @@ def _foreign_library(path: Path, marker: Path) -> None:
 # came before it).
 _TRAIN = """
 import json, logging, os, sys, traceback
-from keras_electra.layers import backend, compiled
+from keras_electra import kernels
+from keras_electra.layers import compiled
 warnings = []
 handler = logging.Handler(logging.WARNING)
 handler.emit = lambda record: warnings.append(record.getMessage())
 compiled.log.addHandler(handler)
-backend.log.addHandler(handler)
+kernels.log.addHandler(handler)
 import numpy as np
 import tensorflow as tf
 load = tf.load_op_library
@@ -425,7 +438,7 @@ def swap_then_load(path):
 tf.load_op_library = swap_then_load
 
 def train():
-    choice = backend.choose()
+    choice = kernels.choose()
     from keras_electra.config import ElectraConfig
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer
@@ -445,7 +458,7 @@ results = {}
 for name, case in json.loads(sys.argv[1]).items():
     os.environ["KERAS_ELECTRA_CACHE"] = case["cache"]
     swap_to = case.get("swap_to")
-    backend.clear()  # kernels() and the backend choice look at this case's cache
+    kernels.clear()  # kernels() and the backend choice look at this case's cache
     warnings.clear()
     loaded_before = len(compiled._LOADED)
     try:

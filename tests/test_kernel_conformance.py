@@ -1,7 +1,7 @@
 """Conformance: every training operation on each kernel backend against the reference.
 
 The backends are chosen as a user chooses them, with ``KERAS_ELECTRA_KERNELS``
-(keras_electra/layers/backend.py). The oracles below are the math written once more with
+(keras_electra/kernels/). The oracles below are the math written once more with
 TensorFlow's plain ops (Keras' LayerNorm, GELU, masked softmax and the Dropout layer's
 hashed mask), in float32, rounded where the operation returns its input's dtype.
 
@@ -26,7 +26,6 @@ import tensorflow as tf
 from conftest import pretrain_command, traced_step_ops
 
 from keras_electra import kernels
-from keras_electra.layers import backend
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
 BACKENDS = ["xla", "native"]
@@ -39,9 +38,9 @@ def use(monkeypatch):
     """Select a backend for the rest of the test, as ``KERAS_ELECTRA_KERNELS`` does."""
 
     def select(name: str) -> None:
-        monkeypatch.setenv(backend.ENV, name)
-        if backend.choose().backend != name:
-            pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+        monkeypatch.setenv(kernels.ENV, name)
+        if kernels.choose().backend != name:
+            pytest.skip(f"the {name} kernels cannot run here: {kernels.choose().reason}")
 
     return select
 
@@ -231,7 +230,7 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
     logits = tf.constant(rng.normal(0, 2, (64, 97)), F32)
     labels = tf.constant(rng.integers(0, 97, (64,)), tf.int32)
     uniform = tf.constant(rng.random(64), F32)
-    monkeypatch.setenv(backend.ENV, "reference")
+    monkeypatch.setenv(kernels.ENV, "reference")
     reference = kernels.table()
     loss, best, probs = reference.sparse_cross_entropy(logits, labels, probabilities=True)
     expected = reference.inverse_cdf(probs, uniform).numpy()
@@ -247,9 +246,9 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
 
 
 def _select(name: str, monkeypatch) -> None:
-    monkeypatch.setenv(backend.ENV, name)
-    if backend.choose().backend != name:
-        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+    monkeypatch.setenv(kernels.ENV, name)
+    if kernels.choose().backend != name:
+        pytest.skip(f"the {name} kernels cannot run here: {kernels.choose().reason}")
 
 
 def _one_step(name: str, dtype: str, monkeypatch) -> tuple[dict, list[np.ndarray]]:
@@ -323,38 +322,38 @@ def _pretrain_command(corpus, output) -> int:
 def test_the_command_pretrains_on_each_backend_and_says_which(
     name, small_corpus, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setenv(backend.ENV, name)
-    if backend.choose().backend != name:
-        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+    monkeypatch.setenv(kernels.ENV, name)
+    if kernels.choose().backend != name:
+        pytest.skip(f"the {name} kernels cannot run here: {kernels.choose().reason}")
     assert _pretrain_command(small_corpus, tmp_path / name) == 0
     printed = capsys.readouterr().out
-    assert f"Training kernels: {name} ({backend.ENV}={name})" in printed
+    assert f"Training kernels: {name} ({kernels.ENV}={name})" in printed
     recorded = json.loads((tmp_path / name / "run.json").read_text())["kernels"]
-    assert recorded == f"{name}: {backend.ENV}={name}"
+    assert recorded == f"{name}: {kernels.ENV}={name}"
 
 
 def test_the_reference_backend_traces_no_kernel(monkeypatch):
-    monkeypatch.setenv(backend.ENV, "reference")
+    monkeypatch.setenv(kernels.ENV, "reference")
     ops = traced_step_ops("mixed_bfloat16")
-    kernels = [
+    found = [
         op.name
         for op in ops
         if op.type.startswith("Electra")
         or any(s in op.name for s in ("fused_", "query_key_value", "cross_entropy"))
     ]
-    assert not kernels, kernels[:5]
-    monkeypatch.setenv(backend.ENV, "xla")
+    assert not found, found[:5]
+    monkeypatch.setenv(kernels.ENV, "xla")
     assert any("fused_layer_norm" in op.name for op in traced_step_ops("mixed_bfloat16"))
 
 
 def test_an_unknown_backend_is_one_sentence_and_writes_nothing(
     small_corpus, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setenv(backend.ENV, "fastest")
+    monkeypatch.setenv(kernels.ENV, "fastest")
     assert _pretrain_command(small_corpus, tmp_path / "run") == 2
     message = capsys.readouterr().err.strip()
     assert message.endswith(
-        f"{backend.ENV}='fastest' is not a kernel backend: set it to reference, xla or "
+        f"{kernels.ENV}='fastest' is not a kernel backend: set it to reference, xla or "
         "native, or unset it to let keras-electra choose."
     ), message
     assert "\n" not in message and "Traceback" not in message
@@ -362,15 +361,15 @@ def test_an_unknown_backend_is_one_sentence_and_writes_nothing(
 
 
 def test_native_asked_for_where_it_cannot_run_says_why_once_and_takes_xla(monkeypatch, caplog):
-    monkeypatch.setenv(backend.ENV, "native")
+    monkeypatch.setenv(kernels.ENV, "native")
     monkeypatch.setenv("CXX", "no-such-compiler-here")
-    backend.clear()
+    kernels.clear()
     try:
-        with caplog.at_level("WARNING", logger=backend.__name__):
-            first, second = backend.choose(), backend.choose()
+        with caplog.at_level("WARNING", logger=kernels.__name__):
+            first, second = kernels.choose(), kernels.choose()
     finally:
         monkeypatch.undo()
-        backend.clear()
+        kernels.clear()
     assert first == second and first.backend == "xla"
     assert "no-such-compiler-here" in first.reason
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

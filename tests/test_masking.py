@@ -8,7 +8,6 @@ import tensorflow as tf
 from conftest import traced_step_ops
 
 from keras_electra import kernels as kernel_tables
-from keras_electra.layers import backend
 from keras_electra.pretraining import masking
 
 CLS, SEP, PAD, MASK = 2, 3, 0, 4
@@ -20,7 +19,7 @@ def kernels(request, monkeypatch):
     the ``native`` backend), and as TensorFlow's ops do (the ``xla`` one)."""
     if request.param == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")
-    monkeypatch.setenv(backend.ENV, "native" if request.param == "compiled" else "xla")
+    monkeypatch.setenv(kernel_tables.ENV, "native" if request.param == "compiled" else "xla")
     return request.param
 
 
@@ -306,7 +305,7 @@ def test_the_losss_probabilities_draw_the_samples_the_sampler_draws(dtype, monke
     """At temperature 1 the step samples from the MLM loss's softmax: the same ids as
     ``sample_tokens`` from the same draws, and the loss and its gradient unchanged
     (TensorFlow's ops; the compiled loss kernel against them: the test below)."""
-    monkeypatch.setenv(backend.ENV, "xla")  # TensorFlow's softmax and search
+    monkeypatch.setenv(kernel_tables.ENV, "xla")  # TensorFlow's softmax and search
     rng = np.random.default_rng(12)
     logits = tf.constant(rng.normal(0, 3, (3, 7, 300)), dtype)
     labels = tf.constant(rng.integers(0, 300, (3, 7)), tf.int32)
@@ -371,7 +370,7 @@ def test_the_compiled_loss_samples_and_differentiates_as_tensorflows_ops(dtype, 
         return float(loss), predicted.numpy(), sampled.numpy(), grad.numpy()
 
     ours = run()
-    monkeypatch.setenv(backend.ENV, "xla")  # TensorFlow's softmax and search
+    monkeypatch.setenv(kernel_tables.ENV, "xla")  # TensorFlow's softmax and search
     theirs = run()
     assert abs(ours[0] - theirs[0]) <= 1e-5 * abs(theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])

@@ -5,7 +5,7 @@
 element's 16-bit draw is a hash of its flat index and a 64-bit key (:func:`hash_bits`)
 drawn once per call from the layer's seed, so the rate is exact to 1/65,536 and a fused
 kernel recomputes the bits from the key, forward and backward
-(:mod:`keras_electra.layers.fused`). Outside the kernels, the kept elements' scale
+(:mod:`keras_electra.kernels`). Outside the kernels, the kept elements' scale
 ``1 / (1 - rate)`` is one mask tensor, and the gradient is that mask times the
 incoming gradient.
 
