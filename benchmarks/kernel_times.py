@@ -1,17 +1,17 @@
 """What bounds the fused kernels: each one's time inside a graph, XLA's and the compiled
 one, against the machine's memory bandwidth, on one and on two threads.
 
-The training step's fused kernels (``keras_electra/layers/fused.py``: bias + GELU,
-dropout + residual + LayerNorm, the attention's masked softmax + dropout) each read and
-write a few MB. They exist twice: as XLA kernels and as compiled custom ops
-(``keras_electra/layers/kernels.cc``, built by ``keras_electra/layers/compiled.py``
-where a C++ compiler is). This script times each at ELECTRA-Small's shapes (batch
-32 x 128, mixed_bfloat16, dropout 0.1), ``--calls`` of them chained inside one
-``tf.function`` so Python's dispatch is not in the time, and the same chain of a plain
-TensorFlow float32 add as a yardstick. It reports ms per call and the bytes the kernel
-must move over that time (GB/s), beside the bandwidth of a NumPy add measured in the
-same process. Each thread count runs in its own process (TensorFlow fixes its pools at
-start-up).
+The training step's fused kernels (bias + GELU, dropout + residual + LayerNorm, the
+attention's masked softmax + dropout) each read and write a few MB. They exist twice: as
+XLA kernels (``keras_electra/kernels/xla.py``) and as compiled custom ops
+(``keras_electra/kernels/native.py``: ``keras_electra/layers/kernels.cc``, built by
+``keras_electra/layers/compiled.py`` where a C++ compiler is). This script times each
+at ELECTRA-Small's shapes (batch 32 x 128, mixed_bfloat16, dropout 0.1), ``--calls`` of
+them chained inside one ``tf.function`` so Python's dispatch is not in the time, and the
+same chain of a plain TensorFlow float32 add as a yardstick. It reports ms per call and
+the bytes the kernel must move over that time (GB/s), beside the bandwidth of a NumPy add
+measured in the same process. Each thread count runs in its own process (TensorFlow
+fixes its pools at start-up).
 
     python benchmarks/kernel_times.py [--threads 1,2] [--calls 10] [--repeats 8]
 
@@ -55,7 +55,8 @@ def kernels(calls: int) -> dict:
     the kernel ``calls`` times, each call on the previous call's output."""
     import tensorflow as tf
 
-    from keras_electra.layers import fused
+    from keras_electra.kernels import native as native_kernels
+    from keras_electra.kernels import xla as xla_kernels
     from keras_electra.layers.compiled import kernels as compiled_kernels
     from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
@@ -70,7 +71,7 @@ def kernels(calls: int) -> dict:
 
     def drop(shape):
         draw = DropoutDraw(dropout_key(tf.constant([1, 2])), tf.constant(shape), 0.1)
-        return fused._kernel_dropout(draw)
+        return xla_kernels.kernel_dropout(draw)
 
     row_drop, score_drop = drop(rows.shape), drop(scores.shape)
 
@@ -96,24 +97,25 @@ def kernels(calls: int) -> dict:
     }
     xla = {
         "add_layer_norm_forward": (
-            lambda x: fused._add_norm_forward(x, x, gamma, beta, 1e-12, row_drop)[0],
+            lambda x: xla_kernels._add_norm_forward(x, x, gamma, beta, 1e-12, row_drop)[0],
             rows,
         ),
         "add_layer_norm_backward": (
-            lambda x: fused._add_norm_backward(x, gamma, beta, inv_std, x, row_drop)[0],
+            lambda x: xla_kernels._add_norm_backward(x, gamma, beta, inv_std, x, row_drop)[0],
             rows,
         ),
-        "bias_gelu_forward": (lambda h: fused._bias_gelu_forward(h, bias), wide),
-        "bias_gelu_backward": (lambda h: fused._bias_gelu_backward(h, bias, h)[0], wide),
+        "bias_gelu_forward": (lambda h: xla_kernels._bias_gelu_forward(h, bias), wide),
+        "bias_gelu_backward": (lambda h: xla_kernels._bias_gelu_backward(h, bias, h)[0], wide),
         "attention_probs_forward": (
-            lambda s: first(fused._probs_forward(s, keep, score_drop, 0.125), s),
+            lambda s: first(xla_kernels._probs_forward(s, keep, score_drop, 0.125), s),
             scores,
         ),
     }
     table = {(name, "xla"): (chain(f), x, moved[name]) for name, (f, x) in xla.items()}
     ops = compiled_kernels()
     if ops is not None:
-        d_rows, d_scores = fused._compiled_draw(row_drop), fused._compiled_draw(score_drop)
+        d_rows = native_kernels.compiled_draw(row_drop)
+        d_scores = native_kernels.compiled_draw(score_drop)
         ours = {
             "add_layer_norm_forward": lambda x: ops.electra_add_layer_norm(
                 x, x, gamma, beta, *d_rows, tf.zeros([0]), epsilon=1e-12, dropout=True

@@ -93,7 +93,7 @@ def op_times(xplane_path: str) -> dict[tuple[str, str], float]:
                 if ":" not in name and not name.startswith(NOT_XLA):
                     # An XLA kernel's thunk (HLO names such as add_multiply_fusion, call,
                     # ParallelFor): no TF op event carries its time (the fused kernels
-                    # of keras_electra/layers/fused.py run this way).
+                    # of keras_electra/kernels/xla.py run this way).
                     xla_spans.append((event.offset_ps, event.offset_ps + event.duration_ps))
                 if ":" not in name or "::" in name:  # executor bookkeeping, not ops
                     continue

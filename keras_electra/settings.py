@@ -207,7 +207,7 @@ class PretrainSettings:
         {}, "ElectraConfig fields to change from the preset", cli=False, record=False
     )
     # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed
-    # one), and the training kernels' backend and why (keras_electra.layers.backend).
+    # one), and the training kernels' backend and why (keras_electra.kernels).
     vocab_sha256: str = option("", "the vocabulary's checksum", cli=False)
     kernels: str = option("", "the training kernels (KERAS_ELECTRA_KERNELS)", cli=False)
 

@@ -1,9 +1,11 @@
-"""The attention layer written here: its softmax, its two paths, its position seam, and
+"""The attention layer written here: its softmax, its two ways, its position seam, and
 the one read of a variable that skips Keras' autocasting.
 
 (Its weight layout against keras-hub's is tests/test_layer_layout.py's; its fused
-path's dropout masks against keras-hub's path are tests/test_fused.py's.)
+way's dropout masks against keras-hub's path are tests/test_fused.py's.)
 """
+
+import dataclasses
 
 import keras
 import numpy as np
@@ -11,9 +13,8 @@ import pytest
 import tensorflow as tf
 
 from keras_electra.internals import stored_value
-from keras_electra.layers import attention as attention_module
+from keras_electra.kernels import implementation
 from keras_electra.layers.attention import SelfAttention, float32_softmax
-from keras_electra.layers.fused import attention_values, training_kernels
 
 
 def test_the_softmax_is_computed_in_float32_and_rounded_once():
@@ -41,16 +42,28 @@ class Shifted(SelfAttention):
         return query, key + ramp * tf.constant(0.3, key.dtype)
 
 
+class FusedWay(keras.layers.Layer):
+    """An attention's fused way on the kernel table ``kernels``, with its output bias
+    added, called as a layer of the attention's policy (its inputs and reads autocast)."""
+
+    def __init__(self, attention, kernels):
+        super().__init__(dtype=attention.dtype_policy)
+        self.attention, self.kernels = attention, kernels
+
+    def call(self, x, attention_mask):
+        out, bias = self.attention.fused_output(x, attention_mask, self.kernels)
+        return out + tf.cast(bias, out.dtype)
+
+
 @pytest.mark.parametrize("heads", [1, 2])
-def test_a_position_scheme_is_one_override_and_both_paths_take_it(heads, monkeypatch):
-    # bfloat16 scores in training_kernels: the fused path (attention_values) runs; in
-    # inference the reference path. Without dropout both compute the same attention,
+def test_a_position_scheme_is_one_override_and_both_ways_take_it(heads):
+    # bfloat16 scores on the xla kernels: the fused way (attention_values) runs; in
+    # inference the reference way. Without dropout both compute the same attention,
     # and both see the subclass' positions.
     fused_calls = []
-    monkeypatch.setattr(
-        attention_module,
-        "attention_values",
-        lambda *a: fused_calls.append(1) or attention_values(*a),
+    xla = implementation("xla")
+    counting = dataclasses.replace(
+        xla, attention_values=lambda *a: fused_calls.append(1) or xla.attention_values(*a)
     )
     rng = np.random.default_rng(heads)
     x = tf.constant(rng.normal(0, 1, (3, 6, 8)), tf.float32)
@@ -60,11 +73,10 @@ def test_a_position_scheme_is_one_override_and_both_paths_take_it(heads, monkeyp
         keras.utils.set_random_seed(0)
         layer = cls(num_heads=heads, key_dim=8 // heads, dtype="mixed_bfloat16")
         layer.build((3, 6, 8))
-        with training_kernels():
-            fused = layer(x, attention_mask=mask, training=True)
+        fused = FusedWay(layer, counting)(x, attention_mask=mask)
         reference = layer(x, attention_mask=mask, training=False)
         outputs[cls] = [tf.cast(t, tf.float32).numpy() for t in (fused, reference)]
-    assert len(fused_calls) == 2  # one fused call per class: the subclass keeps the path
+    assert len(fused_calls) == 2  # one fused call per class: the subclass keeps the way
     for fused, reference in outputs.values():
         np.testing.assert_allclose(fused, reference, atol=0.05 * np.abs(reference).max())
     plain, shifted = outputs[SelfAttention][1], outputs[Shifted][1]

@@ -12,13 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import traced_step_ops
 
-from keras_electra import internals
-from keras_electra.layers import compiled, fused
+from keras_electra import internals, kernels
+from keras_electra.kernels import implementation
+from keras_electra.layers import compiled
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
 HAS_COMPILER = shutil.which("g++") is not None
@@ -49,15 +51,14 @@ def fresh_build(monkeypatch, tmp_path):
     compiled.status.cache_clear()
 
 
-def _run(x, r, gamma, beta, upstream, draw, use_compiled: bool, monkeypatch, bias=None):
-    if not use_compiled:
-        monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
-    inputs = [x, r, gamma, beta] + ([] if bias is None else [bias])
+def _run(x, r, norm, upstream, draw, use_compiled: bool, bias=None):
+    kernels = implementation("native" if use_compiled else "xla")
+    inputs = [x, r] + ([] if bias is None else [bias])
     with tf.GradientTape() as tape:
         tape.watch(inputs)
-        y = fused.add_layer_norm(x, r, gamma, beta, 1e-12, draw, bias)
-    grads = tape.gradient(y, inputs, output_gradients=upstream)
-    monkeypatch.undo()
+        y = kernels.add_layer_norm(x, r, norm, draw, bias)
+    weights = [x, r, norm.gamma, norm.beta] + ([] if bias is None else [bias])
+    grads = tape.gradient(y, weights, output_gradients=upstream)
     return [tf.cast(t, tf.float32).numpy() for t in [y, *grads]]
 
 
@@ -65,20 +66,21 @@ def _run(x, r, gamma, beta, upstream, draw, use_compiled: bool, monkeypatch, bia
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("rate", [0.0, 0.1])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_the_compiled_add_layer_norm_computes_the_xla_kernels_values(
-    dtype, rate, with_bias, monkeypatch
-):
+def test_the_compiled_add_layer_norm_computes_the_xla_kernels_values(dtype, rate, with_bias):
     assert compiled.kernels() is not None  # a compiler is here: the build must work
     rng = np.random.default_rng(5)
     shape = (3, 37, 64)
     x, r, upstream = (tf.cast(rng.normal(0, 1, shape), dtype) for _ in range(3))
-    gamma = tf.constant(rng.normal(1, 0.3, 64), tf.float32)
-    gamma = tf.tensor_scatter_nd_update(gamma, [[3]], [1e-4])  # below the 1e-3 floor
-    beta = tf.constant(rng.normal(0, 0.3, 64), tf.float32)
+    norm = keras.layers.LayerNormalization(epsilon=1e-12)
+    norm.build((None, 64))
+    gamma = rng.normal(1, 0.3, 64)
+    gamma[3] = 1e-4  # below the 1e-3 floor
+    norm.gamma.assign(gamma)
+    norm.beta.assign(rng.normal(0, 0.3, 64))
     bias = tf.constant(rng.normal(0, 0.5, 64), tf.float32) if with_bias else None
     draw = DropoutDraw(dropout_key(tf.constant([3, 4])), tf.shape(x), rate) if rate else None
-    ours = _run(x, r, gamma, beta, upstream, draw, True, monkeypatch, bias)
-    xla = _run(x, r, gamma, beta, upstream, draw, False, monkeypatch, bias)
+    ours = _run(x, r, norm, upstream, draw, True, bias)
+    xla = _run(x, r, norm, upstream, draw, False, bias)
     step = 2**-7 if dtype == "bfloat16" else 1e-6  # one rounding step, relative
     names = ("y", "dx", "dresidual", "dgamma", "dbeta", "dbias")
     for name, a, b in zip(names[: len(ours)], ours, xla, strict=True):
@@ -108,12 +110,24 @@ def test_the_training_step_runs_the_compiled_kernels_and_the_build_is_reused(fre
     assert library.stat().st_mtime_ns == built  # loaded from the cache, not rebuilt
 
 
-def test_disabled_or_without_a_compiler_training_keeps_the_xla_kernels(fresh_build, monkeypatch):
-    monkeypatch.setenv("KERAS_ELECTRA_COMPILED_KERNELS", "0")
-    assert compiled.kernels() is None
-    ops = {op.type for op in traced_step_ops("mixed_bfloat16")}
+def test_disabled_or_without_a_compiler_training_keeps_the_xla_kernels(
+    fresh_build, monkeypatch, caplog
+):
+    # The deprecated switch is KERAS_ELECTRA_KERNELS=xla, and says so once.
+    monkeypatch.setenv(kernels.DEPRECATED_ENV, "0")
+    kernels.clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=kernels.__name__):
+            first, second = kernels.choose(), kernels.choose()
+        ops = {op.type for op in traced_step_ops("mixed_bfloat16")}
+    finally:
+        monkeypatch.delenv(kernels.DEPRECATED_ENV)
+        kernels.clear()
+    assert first == second and first.backend == "xla" and "deprecated" in first.reason
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"{kernels.DEPRECATED_ENV}=0 is {kernels.ENV}=xla" in warning
     assert not ops & set(COMPILED_OPS)
-    monkeypatch.delenv("KERAS_ELECTRA_COMPILED_KERNELS")
+    assert not list(fresh_build.glob("kernels/*/*.so"))  # the xla kernels never build them
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     compiled.status.cache_clear()
     assert compiled.kernels() is None
@@ -133,7 +147,7 @@ def test_a_failed_build_warns_once_and_leaves_no_partial_library(fresh_build, mo
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_the_compiled_bias_gelu_computes_the_xla_kernels_values(dtype, monkeypatch):
+def test_the_compiled_bias_gelu_computes_the_xla_kernels_values(dtype):
     assert compiled.kernels() is not None
     rng = np.random.default_rng(6)
     h = tf.cast(rng.normal(0, 2, (5, 7, 48)), dtype)
@@ -141,13 +155,10 @@ def test_the_compiled_bias_gelu_computes_the_xla_kernels_values(dtype, monkeypat
     bias = tf.constant(rng.normal(0, 0.5, 48), tf.float32)
 
     def run(use_compiled):
-        if not use_compiled:
-            monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
         with tf.GradientTape() as tape:
             tape.watch([h, bias])
-            y = fused.bias_gelu(h, bias)
+            y = implementation("native" if use_compiled else "xla").bias_gelu(h, bias)
         grads = tape.gradient(y, [h, bias], output_gradients=upstream)
-        monkeypatch.undo()
         return [tf.cast(t, tf.float32).numpy() for t in (y, *grads)]
 
     step = 2**-7 if dtype == "bfloat16" else 1e-5  # one rounding step, relative
@@ -159,9 +170,7 @@ def test_the_compiled_bias_gelu_computes_the_xla_kernels_values(dtype, monkeypat
 @pytest.mark.parametrize("mask_shape", [None, (3, 1, 1, 9), (3, 1, 7, 9), (1, 2, 1, 1)], ids=str)
 @pytest.mark.parametrize("rate", [0.0, 0.2])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_the_compiled_attention_computes_the_xla_kernels_values(
-    dtype, rate, mask_shape, monkeypatch
-):
+def test_the_compiled_attention_computes_the_xla_kernels_values(dtype, rate, mask_shape):
     """Softmax, dropout and the product with the values, forward and backward, with the
     masks the attention passes (padding over keys, a full mask, one over heads) and a
     row masked entirely."""
@@ -178,13 +187,11 @@ def test_the_compiled_attention_computes_the_xla_kernels_values(
     draw = DropoutDraw(dropout_key(tf.constant([5, 6])), tf.shape(scores), rate) if rate else None
 
     def run(use_compiled):
-        if not use_compiled:
-            monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+        kernels = implementation("native" if use_compiled else "xla")
         with tf.GradientTape() as tape:
             tape.watch([scores, values])
-            out = fused.attention_values(scores, mask, values, draw, 0.35)
+            out = kernels.attention_values(scores, mask, values, draw, 0.35)
         grads = tape.gradient(out, [scores, values], output_gradients=upstream)
-        monkeypatch.undo()
         return [tf.cast(t, tf.float32).numpy() for t in (out, *grads)]
 
     ours, xla = run(True), run(False)
@@ -194,22 +201,23 @@ def test_the_compiled_attention_computes_the_xla_kernels_values(
 
 
 def test_float16_and_mixed_dtypes_keep_the_xla_kernels():
-    assert fused._compiled_kernels(tf.float16, tf.float16) is None
-    assert fused._compiled_kernels(tf.bfloat16, tf.float32) is None
+    assert compiled.ops_for(tf.float16, tf.float16) is None
+    assert compiled.ops_for(tf.bfloat16, tf.float32) is None
 
 
 def test_a_graph_xla_compiles_whole_keeps_the_xla_kernels():
     """``--xla`` (and ``jit_compile``) compile the loss and its gradients as one XLA
     function, which cannot hold a custom op: the kernels inside it are XLA's."""
     x = tf.constant(np.random.default_rng(8).normal(0, 1, (6, 16)), tf.bfloat16)
-    gamma, beta = tf.ones([16]), tf.zeros([16])
+    norm = keras.layers.LayerNormalization(epsilon=1e-12)
+    norm.build((None, 16))
 
     @tf.function(jit_compile=True)
     def run(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            y = fused.add_layer_norm(x, x, gamma, beta, 1e-12)
-            y = fused.bias_gelu(y, tf.zeros([16]))
+            y = implementation("native").add_layer_norm(x, x, norm)
+            y = implementation("native").bias_gelu(y, tf.zeros([16]))
             loss = tf.reduce_sum(tf.cast(y, tf.float32))
         return y, tape.gradient(loss, x)
 
@@ -238,7 +246,8 @@ def test_split_heads_computes_what_the_bias_add_and_transposes_compute(dtype, he
         return tf.unstack(tf.transpose(added, [2, 0, 3, 1, 4]))
 
     results = []
-    for split in (fused.split_heads, lambda qkv, bias, heads: reference(qkv, bias)):
+    native = implementation("native").split_heads
+    for split in (native, lambda qkv, bias, heads: reference(qkv, bias)):
         with tf.GradientTape() as tape:
             tape.watch([qkv, bias])
             out = split(qkv, bias, heads)
@@ -259,7 +268,7 @@ def test_the_compiled_loss_names_a_label_outside_the_vocabulary():
     assert compiled.kernels() is not None
     logits = tf.zeros([2, 5], tf.bfloat16)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"label 7 is outside \[0, 5\)"):
-        fused.sparse_cross_entropy(logits, tf.constant([1, 7]))
+        implementation("native").sparse_cross_entropy(logits, tf.constant([1, 7]))
 
 
 # kernels() in a fresh process (TensorFlow registers an op once per process): whether it
@@ -280,7 +289,7 @@ def _run_in_a_new_process(script: str, cache: Path, *args: str, **env: str) -> d
     """``script``'s last printed line, read as JSON, from a fresh Python process given
     ``args``, with the kernel cache at ``cache``, the kernel choice unset and ``env``
     added."""
-    unset = (compiled.ENABLE, "KERAS_ELECTRA_KERNELS")
+    unset = (kernels.DEPRECATED_ENV, kernels.ENV)
     env = {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
     env["KERAS_ELECTRA_CACHE"] = str(cache)
     done = subprocess.run(
@@ -410,12 +419,13 @@ def _foreign_library(path: Path, marker: Path) -> None:
 # came before it).
 _TRAIN = """
 import json, logging, os, sys, traceback
-from keras_electra.layers import backend, compiled
+from keras_electra import kernels
+from keras_electra.layers import compiled
 warnings = []
 handler = logging.Handler(logging.WARNING)
 handler.emit = lambda record: warnings.append(record.getMessage())
 compiled.log.addHandler(handler)
-backend.log.addHandler(handler)
+kernels.log.addHandler(handler)
 import numpy as np
 import tensorflow as tf
 load = tf.load_op_library
@@ -428,7 +438,7 @@ def swap_then_load(path):
 tf.load_op_library = swap_then_load
 
 def train():
-    choice = backend.choose()
+    choice = kernels.choose()
     from keras_electra.config import ElectraConfig
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer
@@ -448,7 +458,7 @@ results = {}
 for name, case in json.loads(sys.argv[1]).items():
     os.environ["KERAS_ELECTRA_CACHE"] = case["cache"]
     swap_to = case.get("swap_to")
-    backend.clear()  # kernels() and the backend choice look at this case's cache
+    kernels.clear()  # kernels() and the backend choice look at this case's cache
     warnings.clear()
     loaded_before = len(compiled._LOADED)
     try:

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 from conftest import traced_step_ops
 
+from keras_electra.kernels.shared import bias_add
 from keras_electra.layers import dense as ours
-from keras_electra.layers.dense import bias_add
 
 
 def _dense(kind: str, dtype: str, module=keras.layers):

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_electra import kernels
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
-from keras_electra.layers import backend
 from keras_electra.pretraining import masking, objectives
 from keras_electra.pretraining.flops import step_flops
 from keras_electra.pretraining.objectives import electric
@@ -194,8 +194,8 @@ def oracle_loss(model: ElectraPretrainer, prepared) -> tf.Tensor:
 
 
 def test_one_float32_step_matches_the_oracle_bit_for_bit(monkeypatch):
-    monkeypatch.setenv(backend.ENV, "reference")
-    backend.clear()
+    monkeypatch.setenv(kernels.ENV, "reference")
+    kernels.clear()
     try:
         cfg = config(dropout=0.0)
         model = ElectraPretrainer(cfg, objective="electric", seed=4)
@@ -221,7 +221,7 @@ def test_one_float32_step_matches_the_oracle_bit_for_bit(monkeypatch):
 
         loss = oracle_step({k: tf.constant(v) for k, v in data.items()})
     finally:
-        backend.clear()
+        kernels.clear()
     assert np.float32(logs["loss"]) == loss.numpy()
     metrics = {"cloze_loss", "cloze_accuracy", "resampled_original", "disc_loss", "disc_auc"}
     assert metrics | {"grad_norm_generator", "grad_norm_discriminator"} <= set(logs)

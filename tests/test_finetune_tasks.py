@@ -17,6 +17,7 @@ import tensorflow as tf
 from conftest import assert_same_records, marker_squad, score_everywhere
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
+from keras_electra import kernels
 from keras_electra.cli import main
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
 from keras_electra.export import export
@@ -27,7 +28,6 @@ from keras_electra.finetuning import (
     load_finetuned,
     predict_file,
 )
-from keras_electra.layers import backend
 from keras_electra.serving.signatures import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 
 L = 32
@@ -130,7 +130,7 @@ def test_classifier_learns_a_keyword_and_writes_its_directory(classifier):
     settings = json.loads((out / "finetune.json").read_text())
     assert settings["task"] == "classify" and settings["training"]["layer_decay"] == 0.8
     # The kernels the run trained with, as pretraining's run.json records them.
-    chosen = backend.choose()
+    chosen = kernels.choose()
     assert settings["training"]["kernels"] == f"{chosen.backend}: {chosen.reason}"
     assert {p.name for p in out.iterdir()} >= {"config.json", "vocab.txt", "checkpoints"}
 
@@ -497,7 +497,7 @@ def test_unknown_task_is_one_clear_error(tiny_run, classify_data, tmp_path, caps
 def test_an_unknown_kernel_backend_stops_finetuning_before_any_work(
     tiny_run, classify_data, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv(backend.ENV, "fastest")
+    monkeypatch.setenv(kernels.ENV, "fastest")
     with pytest.raises(ConfigError, match="'fastest' is not a kernel backend"):
         finetune(tiny_run, "classify", classify_data[0], output_dir=tmp_path / "x")
     assert not (tmp_path / "x").exists()

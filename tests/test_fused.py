@@ -1,5 +1,6 @@
-"""The fused training kernels (layers/fused.py) against Keras' own ops, values and gradients."""
+"""The training kernels (keras_electra/kernels/) against Keras' own ops, values and gradients."""
 
+import dataclasses
 import shutil
 
 import keras
@@ -8,18 +9,47 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_electra.layers import attention as attention_module
+from keras_electra import kernels as kernel_tables
+from keras_electra.kernels import implementation, table
 from keras_electra.layers import encoder as encoder_module
-from keras_electra.layers import fused as fused_module
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 from keras_electra.layers.encoder import ElectraEncoder
-from keras_electra.layers.fused import (
-    add_layer_norm,
-    attention_values,
-    bias_gelu,
-    bias_gelu_matmul,
-    sparse_cross_entropy,
-)
+
+
+def bias_gelu(h, bias):
+    return table().bias_gelu(h, bias)
+
+
+def bias_gelu_matmul(h, bias, kernel):
+    return table().bias_gelu_matmul(h, bias, kernel)
+
+
+def add_layer_norm(*args):
+    return table().add_layer_norm(*args)
+
+
+def attention_values(*args):
+    return table().attention_values(*args)
+
+
+def sparse_cross_entropy(*args, **options):
+    return table().sparse_cross_entropy(*args, **options)
+
+
+def count_calls(monkeypatch, op: str) -> list:
+    """The arguments of each call of ``op`` a training graph makes: the kernels'
+    ``table(training=True)``, which the layers ask for, counts them."""
+    calls, real = [], kernel_tables.table
+
+    def counting(training=True):
+        chosen = real(training)
+        if not training:
+            return chosen
+        run = getattr(chosen, op)
+        return dataclasses.replace(chosen, **{op: lambda *a: calls.append(a) or run(*a)})
+
+    monkeypatch.setattr(kernel_tables, "table", counting)
+    return calls
 
 
 def _float64_bias_gelu(h, b):
@@ -91,7 +121,7 @@ def _against_keras_layer_norm(norm, x, r, upstream) -> list[list[np.ndarray]]:
     LayerNorm and of Keras' ``norm(x + r)`` (the same weights)."""
     results = []
     for fn in (
-        lambda a, b: add_layer_norm(a, b, norm.gamma, norm.beta, norm.epsilon),
+        lambda a, b: add_layer_norm(a, b, norm),
         lambda a, b: norm(a + b),
     ):
         with tf.GradientTape() as tape:
@@ -129,21 +159,8 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
     mask = tf.constant(np.arange(9)[None, :] < np.array([[9], [5], [1]]))
     encoder.build(x.shape)
     upstream = tf.constant(rng.normal(0, 1, (3, 9, 32)), tf.float32)
-    calls = []
-
-    def counted(*args):
-        calls.append(args[0].shape)
-        return add_layer_norm(*args)
-
-    monkeypatch.setattr(encoder_module, "add_layer_norm", counted)
-    softmax_calls = 0
-
-    def counted_softmax(*args):
-        nonlocal softmax_calls
-        softmax_calls += 1
-        return attention_values(*args)
-
-    monkeypatch.setattr(attention_module, "attention_values", counted_softmax)
+    calls = count_calls(monkeypatch, "add_layer_norm")
+    softmax_calls = count_calls(monkeypatch, "attention_values")
     results = []
     for training in (True, False):
         with tf.GradientTape() as tape:
@@ -156,7 +173,7 @@ def test_the_encoder_trains_through_the_fused_path_with_keras_values(
     # pre-LayerNorm layers keep keras-hub's path.
     assert len(calls) == (0 if normalize_first else 4)
     # The softmax is fused for bfloat16 scores; float32 ones keep TensorFlow's kernel.
-    assert softmax_calls == (2 if dtype == "mixed_bfloat16" else 0)
+    assert len(softmax_calls) == (2 if dtype == "mixed_bfloat16" else 0)
     _assert_same_training(*results, dtype)
 
 
@@ -177,6 +194,15 @@ def _assert_same_training(fused: list, reference: list, dtype: str) -> None:
             assert np.abs(a - b).max() <= 0.05 * scale + 1e-4
 
 
+def _layer_norm(rng, width: int) -> keras.layers.LayerNormalization:
+    """A float32 LayerNorm (epsilon 1e-12) with a random scale near 1 and offset near 0."""
+    norm = keras.layers.LayerNormalization(epsilon=1e-12)
+    norm.build((None, width))
+    norm.gamma.assign(rng.normal(1, 0.1, width))
+    norm.beta.assign(rng.normal(0, 0.1, width))
+    return norm
+
+
 def _draw(shape, rate, seed):
     return DropoutDraw(dropout_key(tf.constant(seed, tf.int64)), shape, rate)
 
@@ -189,20 +215,15 @@ def test_dropout_inside_add_layer_norm_is_the_mask_of_its_bits(dtype):
     shape = (3, 7, 32)
     x = tf.constant(rng.normal(0, 2, shape), dtype)
     r = tf.constant(rng.normal(0, 1, shape), dtype)
-    gamma = tf.constant(rng.normal(1, 0.1, 32), tf.float32)
-    beta = tf.constant(rng.normal(0, 0.1, 32), tf.float32)
+    norm = _layer_norm(rng, 32)
     upstream = tf.constant(rng.normal(0, 1, shape), tf.float32)
     draw = _draw(shape, 0.25, [5, 6])
     mask = draw.mask(tf.float32)
     results = []
     for fn in (
-        lambda a, b: add_layer_norm(a, b, gamma, beta, 1e-12, draw),
+        lambda a, b: add_layer_norm(a, b, norm, draw),
         lambda a, b: add_layer_norm(
-            tf.cast(tf.cast(a, tf.float32) * mask, tf.float32),
-            tf.cast(b, tf.float32),
-            gamma,
-            beta,
-            1e-12,
+            tf.cast(tf.cast(a, tf.float32) * mask, tf.float32), tf.cast(b, tf.float32), norm
         ),
     ):
         with tf.GradientTape() as tape:
@@ -225,22 +246,20 @@ def test_add_layer_norm_backward_keeps_only_its_output(kernels, monkeypatch):
     """The backward kernel reads the output and the rows' inverse deviations, not the
     sub-layer's output or the residual: the LayerNorm keeps no input alive (XLA's
     kernels and the compiled ones, layers/kernels.cc)."""
-    if kernels == "xla":
-        monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
-    elif shutil.which("g++") is None:
+    if kernels == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")
+    backend = implementation("xla" if kernels == "xla" else "native")
     rng = np.random.default_rng(8)
     x = tf.constant(rng.normal(0, 2, (4, 6, 16)), tf.bfloat16)
     r = tf.constant(rng.normal(0, 1, (4, 6, 16)), tf.bfloat16)
-    gamma = tf.constant(rng.normal(1, 0.1, 16), tf.float32)
-    beta = tf.constant(rng.normal(0, 0.1, 16), tf.float32)
+    norm = _layer_norm(rng, 16)
     upstream = tf.constant(rng.normal(0, 1, (4, 6, 16)), tf.float32)
 
     @tf.function
     def run(x, r):
         with tf.GradientTape() as tape:
             tape.watch([x, r])
-            y = add_layer_norm(x, r, gamma, beta, 1e-12, _draw((4, 6, 16), 0.1, [1, 2]))
+            y = backend.add_layer_norm(x, r, norm, _draw((4, 6, 16), 0.1, [1, 2]))
             loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
         return tape.gradient(loss, [x, r])
 
@@ -298,12 +317,7 @@ def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, heads, m
     upstream = tf.constant(rng.normal(0, 1, (3, 9, 32)), tf.float32)
     seeds = [v for v in encoder.variables if "seed_generator" in v.path]
     start = [v.numpy() for v in seeds]
-    fused_calls = []
-    monkeypatch.setattr(
-        attention_module,
-        "attention_values",
-        lambda *a: fused_calls.append(a[3] is not None) or attention_values(*a),
-    )
+    fused_calls = count_calls(monkeypatch, "attention_values")
 
     def run():
         for v, value in zip(seeds, start, strict=True):
@@ -329,7 +343,8 @@ def test_the_fused_dropouts_draw_the_masks_keras_hubs_path_draws(dtype, heads, m
             ),
         )
         reference = run()
-    assert fused_calls == ([True, True] if dtype == "mixed_bfloat16" else [])
+    with_draw = [call[3] is not None for call in fused_calls]  # the dropout's key
+    assert with_draw == ([True, True] if dtype == "mixed_bfloat16" else [])
     dropped = [
         (layer._feedforward_dropout, layer._self_attention_dropout)
         for layer in encoder.transformer_layers
@@ -443,10 +458,9 @@ def test_attention_values_keeps_only_the_probabilities(kernels, monkeypatch):
     """The backward pass reads the probabilities and the values; the scores and the
     dropped probabilities are gone after the forward pass, and the dropout's recompute
     waits for the incoming gradient (XLA's kernels and the compiled ones)."""
-    if kernels == "xla":
-        monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
-    elif shutil.which("g++") is None:
+    if kernels == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")
+    backend = implementation("xla" if kernels == "xla" else "native")
     rng = np.random.default_rng(11)
     scores = tf.constant(rng.normal(0, 1, (2, 2, 5, 5)), tf.bfloat16)
     values = tf.constant(rng.normal(0, 1, (2, 2, 5, 3)), tf.bfloat16)
@@ -456,14 +470,14 @@ def test_attention_values_keeps_only_the_probabilities(kernels, monkeypatch):
     def run(scores, values):
         with tf.GradientTape() as tape:
             tape.watch([scores, values])
-            out = attention_values(scores, None, values, _draw((2, 2, 5, 5), 0.1, [1, 1]))
+            out = backend.attention_values(scores, None, values, _draw((2, 2, 5, 5), 0.1, [1, 1]))
             loss = tf.reduce_sum(tf.cast(out * upstream, tf.float32))
         return tape.gradient(loss, [scores, values])
 
     graph = run.get_concrete_function(scores, values).graph
     if kernels == "xla":
         (forward,) = _calls(graph, "probs_forward")
-        (recompute,) = _calls(graph, "probs_dropped")
+        (recompute,) = _calls(graph, "dropped_rows")
         (backward,) = _calls(graph, "probs_backward")
     else:
         ops = graph.get_operations()
@@ -537,10 +551,9 @@ def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(
     (else the graph would run it in the forward pass and keep its output after all):
     XLA's kernels recompute it in a kernel of their own held back by a control edge,
     the compiled gradient kernel computes it with the gradient, from the matmul's."""
-    if kernels == "xla":
-        monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
-    elif shutil.which("g++") is None:
+    if kernels == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")
+    backend = implementation("xla" if kernels == "xla" else "native")
     rng = np.random.default_rng(5)
     h = tf.constant(rng.normal(0, 2, (3, 4, 40)), dtype)
     b = tf.constant(rng.normal(0, 1, 40), tf.float32)
@@ -555,8 +568,8 @@ def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(
             loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
         return (y, *tape.gradient(loss, [h, b, k]))
 
-    ours = run(bias_gelu_matmul, h, b, k)
-    reference = run(lambda h, b, k: tf.einsum("btf,fu->btu", bias_gelu(h, b), k), h, b, k)
+    ours = run(backend.bias_gelu_matmul, h, b, k)
+    reference = run(lambda h, b, k: tf.einsum("btf,fu->btu", backend.bias_gelu(h, b), k), h, b, k)
     for a, r in zip(ours, reference, strict=True):
         assert a.dtype == r.dtype and a.shape == r.shape
         a, r = tf.cast(a, tf.float32).numpy(), tf.cast(r, tf.float32).numpy()
@@ -564,7 +577,7 @@ def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(
             np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
         else:  # the same math and roundings, summed in another order
             assert np.abs(a - r).max() <= 0.02 * np.abs(r).max()
-    graph = run.get_concrete_function(bias_gelu_matmul, h, b, k).graph
+    graph = run.get_concrete_function(backend.bias_gelu_matmul, h, b, k).graph
     if kernels == "xla":
         forward, recompute = sorted(
             _calls(graph, "bias_gelu_forward"), key=lambda op: len(op.control_inputs)
@@ -580,18 +593,18 @@ def test_bias_gelu_matmul_recomputes_the_gelu_output_in_the_backward_pass(
     assert [c.type for c in forward.outputs[0].consumers()] == ["MatMul"]
 
 
-def test_the_loss_gathers_run_before_the_backward_pass_takes_the_probabilities(monkeypatch):
+def test_the_loss_gathers_run_before_the_backward_pass_takes_the_probabilities():
     """The per-position loss's gathers (which nothing else waits for) come before the
     gradient's use of the float32 probabilities, so neither those nor the float32
     logits are left alive in a queue (TensorFlow's ops: the compiled loss kernel keeps
     no probabilities)."""
-    monkeypatch.setattr(fused_module, "_compiled_kernels", lambda *dtypes: None)
+    xla = implementation("xla")
 
     @tf.function
     def run(logits, labels):
         with tf.GradientTape() as tape:
             tape.watch(logits)
-            loss, _ = sparse_cross_entropy(logits, labels)
+            loss, _ = xla.sparse_cross_entropy(logits, labels)
             total = tf.reduce_sum(loss)
         return tape.gradient(total, logits)
 

@@ -1,7 +1,7 @@
 """Conformance: every training operation on each kernel backend against the reference.
 
 The backends are chosen as a user chooses them, with ``KERAS_ELECTRA_KERNELS``
-(keras_electra/layers/backend.py). The oracles below are the math written once more with
+(keras_electra/kernels/). The oracles below are the math written once more with
 TensorFlow's plain ops (Keras' LayerNorm, GELU, masked softmax and the Dropout layer's
 hashed mask), in float32, rounded where the operation returns its input's dtype.
 
@@ -21,15 +21,12 @@ import logging
 import keras
 import numpy as np
 import pytest
+import step_fixture
 import tensorflow as tf
 from conftest import pretrain_command, traced_step_ops
 
-from keras_electra.config import ElectraConfig
-from keras_electra.layers import backend, fused
+from keras_electra import kernels
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
-from keras_electra.pretraining import masking
-from keras_electra.pretraining.pretrainer import ElectraPretrainer
-from keras_electra.training.optimizer import create_optimizer
 
 BACKENDS = ["xla", "native"]
 DTYPES = ["float32", "bfloat16"]
@@ -41,9 +38,9 @@ def use(monkeypatch):
     """Select a backend for the rest of the test, as ``KERAS_ELECTRA_KERNELS`` does."""
 
     def select(name: str) -> None:
-        monkeypatch.setenv(backend.ENV, name)
-        if backend.choose().backend != name:
-            pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+        monkeypatch.setenv(kernels.ENV, name)
+        if kernels.choose().backend != name:
+            pytest.skip(f"the {name} kernels cannot run here: {kernels.choose().reason}")
 
     return select
 
@@ -56,8 +53,10 @@ def _draw(shape, rate, seed=3):
 
 def _values_and_gradients(fn, inputs: dict, upstream_seed=11):
     """``fn(**inputs)``'s outputs and the gradients of a random projection of them for
-    every floating input, as float32 arrays."""
+    every floating input and the weights of every layer input, as float32 arrays."""
     floats = [k for k, v in inputs.items() if isinstance(v, tf.Tensor) and v.dtype.is_floating]
+    layers = [v for v in inputs.values() if isinstance(v, keras.layers.Layer)]
+    weights = [w for layer in layers for w in layer.trainable_variables]
     with tf.GradientTape() as tape:
         for k in floats:
             tape.watch(inputs[k])
@@ -71,10 +70,11 @@ def _values_and_gradients(fn, inputs: dict, upstream_seed=11):
                 if o.dtype.is_floating
             ]
         )
-    grads = tape.gradient(loss, [inputs[k] for k in floats])
+    watched = [inputs[k] for k in floats] + weights
+    grads = tape.gradient(loss, watched)
     return [tf.cast(o, F32).numpy() for o in outs] + [
-        np.zeros(inputs[k].shape, "float32") if g is None else tf.cast(g, F32).numpy()
-        for k, g in zip(floats, grads, strict=True)
+        np.zeros(w.shape, "float32") if g is None else tf.cast(g, F32).numpy()
+        for w, g in zip(watched, grads, strict=True)
     ]
 
 
@@ -96,14 +96,18 @@ def _gelu(z):
     return keras.activations.gelu(z, approximate=False)
 
 
-def ref_add_layer_norm(x, residual, gamma, beta, epsilon, dropout=None, bias=None):
+def ref_add_layer_norm(x, residual, norm, dropout=None, bias=None):
     v = tf.cast(x, F32) + (0.0 if bias is None else tf.cast(bias, F32))
     if dropout is not None:
         v = v * dropout.mask(F32)
     s = v + tf.cast(residual, F32)
     mean, variance = tf.nn.moments(s, axes=[-1], keepdims=True)
-    y = (s - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
+    y = (s - mean) * tf.math.rsqrt(variance + norm.epsilon) * norm.gamma + norm.beta
     return tf.cast(y, x.dtype)
+
+
+def ref_dropout(x, draw):
+    return tf.cast(tf.cast(x, F32) * draw.mask(F32), x.dtype)
 
 
 def ref_bias_gelu(h, bias):
@@ -141,15 +145,24 @@ def _case(op: str, dtype: str, rate: float):
 
     if op == "add_layer_norm":
         x, residual = t((6, 5, 16)), t((6, 5, 16))
-        inputs = dict(x=x, residual=residual, gamma=t((16,), dt=F32) + 1.0)
-        inputs.update(beta=t((16,), dt=F32), bias=t((16,), dt=F32))
-        inputs.update(epsilon=1e-12, dropout=_draw((6, 5, 16), rate))
-        return fused.add_layer_norm, ref_add_layer_norm, inputs
+        # A LayerNorm of x's compute dtype (its scale and offset float32), as a layer's.
+        policy = "float32" if dtype == "float32" else f"mixed_{dtype}"
+        norm = keras.layers.LayerNormalization(epsilon=1e-12, dtype=policy)
+        norm.build((None, 16))
+        norm.gamma.assign(t((16,), dt=F32) + 1.0)
+        norm.beta.assign(t((16,), dt=F32))
+        inputs = dict(x=x, residual=residual, norm=norm, bias=t((16,), dt=F32))
+        inputs.update(dropout=_draw((6, 5, 16), rate))
+        return kernels.table().add_layer_norm, ref_add_layer_norm, inputs
+    if op == "dropout":
+        inputs = dict(x=t((6, 5, 16)), draw=_draw((6, 5, 16), rate))
+        return kernels.table().dropout, ref_dropout, inputs
     if op == "bias_gelu":
-        return fused.bias_gelu, ref_bias_gelu, dict(h=t((6, 5, 32)), bias=t((32,), dt=F32))
+        inputs = dict(h=t((6, 5, 32)), bias=t((32,), dt=F32))
+        return kernels.table().bias_gelu, ref_bias_gelu, inputs
     if op == "bias_gelu_matmul":
         inputs = dict(h=t((30, 32)), bias=t((32,), dt=F32), kernel=t((32, 16), 0.2))
-        return fused.bias_gelu_matmul, ref_bias_gelu_matmul, inputs
+        return kernels.table().bias_gelu_matmul, ref_bias_gelu_matmul, inputs
     if op == "attention_values":
         scores = t((3, 2, 7, 9), 2.0)
         mask = tf.constant(
@@ -160,22 +173,24 @@ def _case(op: str, dtype: str, rate: float):
         values = tf.eye(9, batch_shape=[3, 2], dtype=dtype)
         inputs = dict(scores=scores, mask=mask, values=values, scale=0.5)
         inputs["dropout"] = _draw((3, 2, 7, 9), rate)
-        return fused.attention_values, ref_attention_values, inputs
+        return kernels.table().attention_values, ref_attention_values, inputs
     if op == "cross_entropy":
         logits = t((4, 6, 97), 3.0)
         labels = tf.constant(rng.integers(0, 97, (4, 6)), tf.int32)
-        return fused.sparse_cross_entropy, ref_cross_entropy, dict(logits=logits, labels=labels)
+        inputs = dict(logits=logits, labels=labels)
+        return kernels.table().sparse_cross_entropy, ref_cross_entropy, inputs
     raise AssertionError(op)
 
 
 DROPOUT_OPS = ["add_layer_norm", "attention_values"]
 OPS = [(op, rate) for op in DROPOUT_OPS for rate in (0.0, 0.2)] + [
-    (op, 0.0) for op in ("bias_gelu", "bias_gelu_matmul", "cross_entropy")
+    ("dropout", 0.2),
+    *((op, 0.0) for op in ("bias_gelu", "bias_gelu_matmul", "cross_entropy")),
 ]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("name", ["reference", *BACKENDS])
 @pytest.mark.parametrize(("op", "rate"), OPS, ids=[f"{o}-dropout{r}" for o, r in OPS])
 def test_each_operation_matches_the_reference(op, rate, name, dtype, use):
     use(name)
@@ -189,9 +204,10 @@ def test_each_operation_matches_the_reference(op, rate, name, dtype, use):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["reference", *BACKENDS])
 @pytest.mark.parametrize("heads", [1, 3])
-def test_the_native_head_split_matches_the_reference(heads, dtype, use):
-    use("native")  # the XLA backend splits with TensorFlow's ops, the reference's
+def test_the_head_split_matches_the_reference(heads, name, dtype, use):
+    use(name)
     rng = np.random.default_rng(2)
     batch, length, dim = 2, 5, 4
     qkv = tf.constant(rng.normal(0, 1, (batch, length, 3 * heads * dim)), dtype)
@@ -202,7 +218,7 @@ def test_the_native_head_split_matches_the_reference(heads, dtype, use):
         return tuple(tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4])))
 
     got = _values_and_gradients(
-        lambda qkv, bias: fused.split_heads(qkv, bias, heads), dict(qkv=qkv, bias=bias)
+        lambda qkv, bias: kernels.table().split_heads(qkv, bias, heads), dict(qkv=qkv, bias=bias)
     )
     _assert_conforms(got, _values_and_gradients(reference, dict(qkv=qkv, bias=bias)), dtype)
 
@@ -214,11 +230,13 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
     logits = tf.constant(rng.normal(0, 2, (64, 97)), F32)
     labels = tf.constant(rng.integers(0, 97, (64,)), tf.int32)
     uniform = tf.constant(rng.random(64), F32)
-    monkeypatch.setenv(backend.ENV, "reference")
-    loss, best, probs = fused.sparse_cross_entropy(logits, labels, probabilities=True)
-    expected = masking.inverse_cdf(probs, uniform).numpy()
+    monkeypatch.setenv(kernels.ENV, "reference")
+    reference = kernels.table()
+    loss, best, probs = reference.sparse_cross_entropy(logits, labels, probabilities=True)
+    expected = reference.inverse_cdf(probs, uniform).numpy()
     use("native")
-    got_loss, got_best, sampled = fused.sparse_cross_entropy(logits, labels, uniform=uniform)
+    native = kernels.table()
+    got_loss, got_best, sampled = native.sparse_cross_entropy(logits, labels, uniform=uniform)
     assert (sampled.numpy() == expected).mean() >= 0.98, (sampled.numpy(), expected)
     np.testing.assert_array_equal(got_best.numpy(), best.numpy())
     np.testing.assert_allclose(got_loss.numpy(), loss.numpy(), rtol=2e-5, atol=2e-5)
@@ -227,27 +245,44 @@ def test_the_native_sampler_draws_the_references_tokens(use, monkeypatch):
 # === A whole pretraining step ===
 
 
+def _select(name: str, monkeypatch) -> None:
+    monkeypatch.setenv(kernels.ENV, name)
+    if kernels.choose().backend != name:
+        pytest.skip(f"the {name} kernels cannot run here: {kernels.choose().reason}")
+
+
 def _one_step(name: str, dtype: str, monkeypatch) -> tuple[dict, list[np.ndarray]]:
     """One training step of a small pretrainer (masking, sampling, both losses,
     clipping, AdamW) on backend ``name``, from the same seed and batch: its logs and
     its weights after the update."""
-    monkeypatch.setenv(backend.ENV, name)
-    if backend.choose().backend != name:
-        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
-    config = ElectraConfig.from_preset(
-        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
-    )
-    keras.utils.set_random_seed(1)
-    model = ElectraPretrainer(
-        config, seed=1, dtype=f"mixed_{dtype}" if dtype != "float32" else None
-    )
-    model.compile(
-        optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=0)
-    )
-    ids = np.random.default_rng(0).integers(5, 300, (8, 32)).astype("int32")
-    batch = {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
-    logs = model.train_on_batch(batch, return_dict=True)
+    _select(name, monkeypatch)
+    model, _, logs = step_fixture.one_step(dtype)
     return logs, [v.numpy() for v in model.trainable_variables]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["reference", *BACKENDS])
+def test_a_pretraining_step_is_the_recorded_commits_bit_for_bit(name, dtype, monkeypatch):
+    """The logs and every weight after one step, on each backend, as the commit recorded
+    in tests/golden/one_step.json computed them (tests/step_fixture.py): moving the
+    kernels changed no value. Bit for bit holds on the machine that recorded them."""
+    recorded = json.loads(step_fixture.GOLDEN.read_text())
+    if recorded["machine"] != step_fixture.machine():
+        pytest.skip("recorded on another machine (tests/step_fixture.py records it here)")
+    _select(name, monkeypatch)
+    got = step_fixture.record_of(*step_fixture.one_step(dtype))
+    want = recorded["runs"][f"{name}/{dtype}"]
+    assert got["logs"] == want["logs"], recorded["commit"]
+    changed = [
+        (path, total, expected)
+        for (path, digest, total), (_, want_digest, expected) in zip(
+            got["weights"], want["weights"], strict=True
+        )
+        if digest != want_digest
+    ]
+    assert not changed, (recorded["commit"], len(changed), changed[:5])
+    assert got["inference"] == want["inference"], recorded["commit"]
+    assert got["evaluation"] == want["evaluation"], recorded["commit"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -287,38 +322,38 @@ def _pretrain_command(corpus, output) -> int:
 def test_the_command_pretrains_on_each_backend_and_says_which(
     name, small_corpus, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setenv(backend.ENV, name)
-    if backend.choose().backend != name:
-        pytest.skip(f"the {name} kernels cannot run here: {backend.choose().reason}")
+    monkeypatch.setenv(kernels.ENV, name)
+    if kernels.choose().backend != name:
+        pytest.skip(f"the {name} kernels cannot run here: {kernels.choose().reason}")
     assert _pretrain_command(small_corpus, tmp_path / name) == 0
     printed = capsys.readouterr().out
-    assert f"Training kernels: {name} ({backend.ENV}={name})" in printed
+    assert f"Training kernels: {name} ({kernels.ENV}={name})" in printed
     recorded = json.loads((tmp_path / name / "run.json").read_text())["kernels"]
-    assert recorded == f"{name}: {backend.ENV}={name}"
+    assert recorded == f"{name}: {kernels.ENV}={name}"
 
 
 def test_the_reference_backend_traces_no_kernel(monkeypatch):
-    monkeypatch.setenv(backend.ENV, "reference")
+    monkeypatch.setenv(kernels.ENV, "reference")
     ops = traced_step_ops("mixed_bfloat16")
-    kernels = [
+    found = [
         op.name
         for op in ops
         if op.type.startswith("Electra")
         or any(s in op.name for s in ("fused_", "query_key_value", "cross_entropy"))
     ]
-    assert not kernels, kernels[:5]
-    monkeypatch.setenv(backend.ENV, "xla")
+    assert not found, found[:5]
+    monkeypatch.setenv(kernels.ENV, "xla")
     assert any("fused_layer_norm" in op.name for op in traced_step_ops("mixed_bfloat16"))
 
 
 def test_an_unknown_backend_is_one_sentence_and_writes_nothing(
     small_corpus, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setenv(backend.ENV, "fastest")
+    monkeypatch.setenv(kernels.ENV, "fastest")
     assert _pretrain_command(small_corpus, tmp_path / "run") == 2
     message = capsys.readouterr().err.strip()
     assert message.endswith(
-        f"{backend.ENV}='fastest' is not a kernel backend: set it to reference, xla or "
+        f"{kernels.ENV}='fastest' is not a kernel backend: set it to reference, xla or "
         "native, or unset it to let keras-electra choose."
     ), message
     assert "\n" not in message and "Traceback" not in message
@@ -326,15 +361,15 @@ def test_an_unknown_backend_is_one_sentence_and_writes_nothing(
 
 
 def test_native_asked_for_where_it_cannot_run_says_why_once_and_takes_xla(monkeypatch, caplog):
-    monkeypatch.setenv(backend.ENV, "native")
+    monkeypatch.setenv(kernels.ENV, "native")
     monkeypatch.setenv("CXX", "no-such-compiler-here")
-    backend.clear()
+    kernels.clear()
     try:
-        with caplog.at_level("WARNING", logger=backend.__name__):
-            first, second = backend.choose(), backend.choose()
+        with caplog.at_level("WARNING", logger=kernels.__name__):
+            first, second = kernels.choose(), kernels.choose()
     finally:
         monkeypatch.undo()
-        backend.clear()
+        kernels.clear()
     assert first == second and first.backend == "xla"
     assert "no-such-compiler-here" in first.reason
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

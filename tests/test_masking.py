@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from conftest import traced_step_ops
 
-from keras_electra.layers import fused
+from keras_electra import kernels as kernel_tables
 from keras_electra.pretraining import masking
 
 CLS, SEP, PAD, MASK = 2, 3, 0, 4
@@ -15,12 +15,11 @@ CLS, SEP, PAD, MASK = 2, 3, 0, 4
 
 @pytest.fixture(params=["compiled", "tensorflow"])
 def kernels(request, monkeypatch):
-    """The sampler and the loss as the compiled kernels compute them (layers/kernels.cc),
-    and as TensorFlow's ops do where those are not used."""
-    if request.param == "tensorflow":
-        monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
-    elif shutil.which("g++") is None:
+    """The sampler and the loss as the compiled kernels compute them (layers/kernels.cc,
+    the ``native`` backend), and as TensorFlow's ops do (the ``xla`` one)."""
+    if request.param == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")
+    monkeypatch.setenv(kernel_tables.ENV, "native" if request.param == "compiled" else "xla")
     return request.param
 
 
@@ -220,7 +219,7 @@ def test_two_level_inverse_cdf_picks_the_index_a_single_cumulative_sum_picks(blo
     probs[:, 48:] = 0.0  # and at the end: never chosen, however close u is to 1
     u = rng.random(2000).astype("float32")
     u[:5] = [0.0, 1e-9, 0.5, 1 - 1e-7, np.nextafter(np.float32(1), np.float32(0))]
-    got = masking.inverse_cdf(tf.constant(probs), tf.constant(u), block=block).numpy()
+    got = kernel_tables.table().inverse_cdf(tf.constant(probs), tf.constant(u), block=block).numpy()
     cdf = np.cumsum(probs.astype("float64"), axis=1)
     want = np.array(
         [np.searchsorted(c, x * c[-1], side="right") for c, x in zip(cdf, u, strict=True)]
@@ -306,7 +305,7 @@ def test_the_losss_probabilities_draw_the_samples_the_sampler_draws(dtype, monke
     """At temperature 1 the step samples from the MLM loss's softmax: the same ids as
     ``sample_tokens`` from the same draws, and the loss and its gradient unchanged
     (TensorFlow's ops; the compiled loss kernel against them: the test below)."""
-    monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+    monkeypatch.setenv(kernel_tables.ENV, "xla")  # TensorFlow's softmax and search
     rng = np.random.default_rng(12)
     logits = tf.constant(rng.normal(0, 3, (3, 7, 300)), dtype)
     labels = tf.constant(rng.integers(0, 300, (3, 7)), tf.int32)
@@ -322,7 +321,7 @@ def test_the_losss_probabilities_draw_the_samples_the_sampler_draws(dtype, monke
     np.testing.assert_array_equal(
         probs.numpy(), tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1).numpy()
     )
-    shared = masking.inverse_cdf(probs, uniform).numpy()
+    shared = kernel_tables.table().inverse_cdf(probs, uniform).numpy()
     own = masking.sample_tokens(logits, labels, uniform=uniform).numpy()
     np.testing.assert_array_equal(shared, own)
     assert float(loss) == float(plain_loss)
@@ -371,7 +370,7 @@ def test_the_compiled_loss_samples_and_differentiates_as_tensorflows_ops(dtype, 
         return float(loss), predicted.numpy(), sampled.numpy(), grad.numpy()
 
     ours = run()
-    monkeypatch.setattr(fused, "_compiled_kernels", lambda *dtypes: None)
+    monkeypatch.setenv(kernel_tables.ENV, "xla")  # TensorFlow's softmax and search
     theirs = run()
     assert abs(ours[0] - theirs[0]) <= 1e-5 * abs(theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])

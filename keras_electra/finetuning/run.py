@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_electra import kernels
 from keras_electra.atomic import check_writable, write_json
 from keras_electra.convert.hub import local_init
 from keras_electra.data import fit_options
@@ -39,7 +40,6 @@ from keras_electra.finetuning.saved import FinetunedModel, load_finetuned, save_
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import get_task
-from keras_electra.layers import backend
 from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.run_directory import RunDirectory
 from keras_electra.scoring import find_export, latest_version_dir, score_with_saved_model
@@ -111,7 +111,7 @@ def finetune(
         )
     options = dataclasses.replace(options or FinetuneOptions(), **keywords)
     check_task(task)
-    backend.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
+    kernels.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
@@ -162,7 +162,7 @@ def finetune(
             resume_step=resume_step,
         )
 
-    kernels = backend.choose()
+    chosen = kernels.choose()
     keras.utils.set_random_seed(seed)
     backbone, tokenizer, config = load_backbone(source, dropout=options.dropout)
     model = handler.build_model(backbone, settings)
@@ -177,9 +177,9 @@ def finetune(
     if output_dir is not None:
         resume = _Resume(RunDirectory(output_dir).resume_dir, fingerprint)
     # Recorded in finetune.json, not in the fingerprint: a resume may run on other kernels.
-    settings.training["kernels"] = f"{kernels.backend}: {kernels.reason}"
+    settings.training["kernels"] = f"{chosen.backend}: {chosen.reason}"
     if options.progress:
-        print(kernels.describe(), flush=True)
+        print(chosen.describe(), flush=True)
     signals = resume is not None and stop_on_signals
     with StopRequest() if signals else nullcontext(StopRequest()) as stop:
         records = _train(

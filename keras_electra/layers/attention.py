@@ -3,18 +3,19 @@
 :class:`SelfAttention` keeps ``MultiHeadAttention``'s sub-layers, variable names, shapes
 and build order, so keras-hub-written checkpoints restore into it and a seed gives the
 same initial values (``tests/test_layer_layout.py``; ARCHITECTURE.md, "Known debts").
-One call path, two ways through it:
+Two ways through it:
 
-- the **reference** path (inference, float32 training, returned scores): each step of
-  the math an op of its own;
-- the **fused** path (:meth:`SelfAttention.fused_output`; training with 16-bit scores,
-  inside :func:`~keras_electra.layers.fused.training_kernels`): the three projections
-  as one matmul, and the scale, mask, softmax, dropout and product by the values as one
-  custom gradient (:func:`~keras_electra.layers.fused.attention_values`).
+- the **reference** way (its call: inference, float32 training, returned scores, the
+  ``reference`` kernels): each step of the math an op of its own;
+- the **fused** way (:meth:`SelfAttention.fused_output`, which a post-LayerNorm
+  :class:`~keras_electra.layers.encoder.TransformerLayer` takes in training where its
+  kernel table fuses the attention: 16-bit scores on ``xla`` and ``native``): the three
+  projections as one matmul, the table's ``split_heads``, and the scale, mask, softmax,
+  dropout and product by the values as its ``attention_values``.
 
 Both split the heads to ``[batch, heads, length, dim]`` and then call
 :meth:`SelfAttention.positions` on the queries and keys: the one seam where a position
-scheme (rotary, for one) goes, for both paths at once.
+scheme (rotary, for one) goes, for both ways at once.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ import math
 import keras
 import tensorflow as tf
 
-from keras_electra.layers.dense import EinsumDense, bias_add
+from keras_electra.layers.dense import EinsumDense
 from keras_electra.layers.dropout import Dropout
-from keras_electra.layers.fused import attention_values, fuses_attention_softmax, split_heads
 from keras_electra.layers.serialized import Serialized
 
 # Keras' projection equations for [batch, length, width] inputs.
@@ -95,7 +95,7 @@ class SelfAttention(Serialized, keras.layers.Layer):
         value: ``[batch, source length, width]``, or None for ``query`` (self-attention).
         attention_mask: ``[batch, length or 1, source length]``, True or 1 where a query
             attends a position, or None.
-        training: dropout on, and the fused path where it applies.
+        training: dropout on.
         return_attention_scores: also return the probabilities ``[batch, heads,
             length, source length]`` (before the dropout).
 
@@ -159,14 +159,6 @@ class SelfAttention(Serialized, keras.layers.Layer):
     def call(
         self, query, value=None, attention_mask=None, training=None, return_attention_scores=False
     ):
-        if training and not return_attention_scores and (value is None or value is query):
-            fused = self.fused_output(query, attention_mask)
-            if fused is not None:
-                out, bias = fused
-                return bias_add(out, tf.cast(bias, out.dtype))
-        return self._reference(query, value, attention_mask, training, return_attention_scores)
-
-    def _reference(self, query, value, mask, training, return_attention_scores):
         value = query if value is None else value
         q = self._query_dense(query, training=training)  # [B, T, N, D]
         k = self._key_dense(value, training=training)
@@ -174,31 +166,30 @@ class SelfAttention(Serialized, keras.layers.Layer):
         q, k, v = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))  # [B, N, T, D]
         q, k = self.positions(q, k)
         scores = tf.matmul(q * tf.cast(self.scale, q.dtype), k, transpose_b=True)
-        probs = float32_softmax(scores, mask)
+        probs = float32_softmax(scores, attention_mask)
         dropped = self._dropout_layer(probs, training=training)
         context = tf.transpose(tf.matmul(dropped, v), [0, 2, 1, 3])  # [B, T, N, D]
         out = self._output_dense(context, training=training)
         return (out, probs) if return_attention_scores else out
 
-    def fused_output(self, x, mask):
+    def fused_output(self, x, mask, kernels):
         """Self-attention of ``x`` ``[batch, length, width]`` in training on the fused
-        path, without the output projection's bias: ``(output, bias variable)``, for the
-        kernel that follows (the layer's residual + LayerNorm) to add; None where the
-        fused path does not apply (float32 scores, outside
-        :func:`~keras_electra.layers.fused.training_kernels`, a dropout with a
-        ``noise_shape``, a quantized or LoRA projection): the caller takes :meth:`call`.
+        way, on the kernel table ``kernels``, without the output projection's bias:
+        ``(output, bias variable)``, for the kernel that follows (the layer's residual +
+        LayerNorm) to add; None where the fused way does not apply (the table does not
+        fuse these scores, a dropout with a ``noise_shape``, a quantized or LoRA
+        projection): the caller takes :meth:`call`.
 
         ``x`` is multiplied once by the query, key and value kernels concatenated (a small
         ``[width, 3 * heads * dim]`` copy per step), so the backward pass has one matmul
-        for ``x``'s gradient, not three; the bias add and head split are one compiled
-        kernel (:func:`~keras_electra.layers.fused.split_heads`) where those run, else a
-        bias add and a transpose. One head multiplies ``[batch, length, dim]`` tensors
-        without transposes.
+        for ``x``'s gradient, not three; the bias add and head split are the table's
+        ``split_heads``. One head multiplies ``[batch, length, dim]`` tensors without
+        transposes.
         """
         dropout = self._dropout_layer if self.dropout > 0 else None
         parts = (self._query_dense, self._key_dense, self._value_dense)
         if not (
-            fuses_attention_softmax(x.dtype)
+            kernels.fuses_attention(x.dtype)
             and len(x.shape) == 3
             and (dropout is None or dropout.drawable)
             and all(_plain(p) for p in (*parts, self._output_dense))
@@ -213,22 +204,14 @@ class SelfAttention(Serialized, keras.layers.Layer):
             )
             bias = tf.stack([tf.identity(p.bias) for p in parts])  # [3, heads, dim]
             qkv = tf.matmul(tf.reshape(x, [-1, width]), kernel)
-            split = split_heads(tf.reshape(qkv, [batch, length, 3 * heads * dim]), bias, heads)
-            if split is None:
-                # The reshape stands between the matmul and the bias (see dense._two_d_call).
-                qkv = bias_add(tf.reshape(qkv, [batch, length, 3, heads, dim]), bias)
+            qkv = tf.reshape(qkv, [batch, length, 3 * heads * dim])
+            q, k, v = kernels.split_heads(qkv, bias, heads)  # each [B, N, T, D]
+        q, k = self.positions(q, k)
         if heads == 1:  # each projection [B, T, D]: no transposes
-            if split is None:
-                q, k, v = tf.unstack(tf.squeeze(qkv, 3), axis=2)  # from [B, T, 3, 1, D]
-            else:
-                q, k, v = (tf.reshape(t, [batch, length, dim]) for t in split)
-            q, k = (tf.squeeze(t, 1) for t in self.positions(q[:, None], k[:, None]))
-            context = self._attend(q, k, v, mask, dropout)
+            q, k, v = (tf.squeeze(t, 1) for t in (q, k, v))
+            context = self._attend(kernels, q, k, v, mask, dropout)
         else:
-            # Each [B, N, T, D].
-            q, k, v = split or tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))
-            q, k = self.positions(q, k)
-            context = tf.transpose(self._attend(q, k, v, mask, dropout), [0, 2, 1, 3])
+            context = tf.transpose(self._attend(kernels, q, k, v, mask, dropout), [0, 2, 1, 3])
         with tf.name_scope("attention_output"):
             out = tf.matmul(
                 tf.reshape(context, [-1, heads * dim]),
@@ -236,14 +219,14 @@ class SelfAttention(Serialized, keras.layers.Layer):
             )
         return tf.reshape(out, [batch, length, -1]), self._output_dense.bias
 
-    def _attend(self, q, k, v, mask, dropout: Dropout | None):
+    def _attend(self, kernels, q, k, v, mask, dropout: Dropout | None):
         """The context for ``[B, N, T, D]`` (or one head's ``[B, T, D]``) queries, keys
         and values: ``q k^T``, then the scale, mask, softmax, dropout and product by the
-        values as one custom gradient."""
+        values as the table's ``attention_values``."""
         scores = tf.matmul(q, k, transpose_b=True)  # [B, N, T, S] or [B, T, S]
         draw = dropout.draw(tf.shape(scores)) if dropout is not None else None
         keep = _heads_first(mask, len(scores.shape))
-        return attention_values(scores, keep, v, draw, self.scale)
+        return kernels.attention_values(scores, keep, v, draw, self.scale)
 
     def compute_output_shape(self, query_shape, value_shape=None):
         return tuple(query_shape)

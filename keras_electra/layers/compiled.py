@@ -6,11 +6,11 @@ fast (benchmarks/measurements.md). :func:`kernels` compiles ``kernels.cc`` with 
 ``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra``) keyed by everything
 the build reads (source, flags, TensorFlow's version and build flags, the compiler's path
 and ``--version``, this CPU for ``-march=native``), and loads it. Where that cannot happen
-(no compiler, not Linux, a GPU or TPU, ``KERAS_ELECTRA_COMPILED_KERNELS=0``, an unsafe
-cache, a refused library, a failed build) it returns None, with one warning for the last
-three, and :mod:`keras_electra.layers.fused` keeps its XLA kernels, which compute the same
-values. A build writes a temporary file and renames it into place, under a lock, so
-processes building at once never load a partial library.
+(no compiler, not Linux, a GPU or TPU, an unsafe cache, a refused library, a failed
+build) it returns None, with one warning for the last three, and training takes the XLA
+kernels (:mod:`keras_electra.kernels`), which compute the same values. A build writes a
+temporary file and renames it into place, under a lock, so processes building at once
+never load a partial library.
 
 Loading a library runs its code, so what is loaded must be the library this user built:
 
@@ -62,7 +62,6 @@ import tensorflow as tf
 from keras_electra import internals
 
 SOURCE = Path(__file__).with_name("kernels.cc")
-ENABLE = "KERAS_ELECTRA_COMPILED_KERNELS"  # "0" keeps the XLA kernels
 # -fno-math-errno: sqrt without errno's branch, so the loops that take one vectorize.
 _FLAGS = "-shared -fPIC -O3 -march=native -mprefer-vector-width=512 -fopenmp-simd".split()
 # -U__AVX512FP16__: on CPUs with AVX512-FP16 (Sapphire Rapids and later) -march=native turns
@@ -317,8 +316,6 @@ def _warn_refused(library: Path, reason: str, fix: str) -> None:
 def status() -> tuple:
     """``(op module, where it comes from)``, or ``(None, why it cannot be used)``; found
     once per process (``status.cache_clear()`` looks again)."""
-    if os.environ.get(ENABLE, "1") == "0":
-        return None, f"{ENABLE}=0"
     if not sys.platform.startswith("linux"):
         return None, "they are built on Linux only"
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
@@ -368,8 +365,8 @@ def _in_xla_function() -> bool:
 def ops_for(*dtypes):
     """:func:`kernels` where they take these dtypes (bfloat16 or float32, all alike) and
     the graph being traced is not XLA-compiled as a whole (``--xla``, ``jit_compile``),
-    else None: the caller uses the XLA kernels (layers/fused.py) or TensorFlow's ops
-    (the optimizer's ``ResourceApplyAdam``)."""
+    else None: the ``native`` kernels (:mod:`keras_electra.kernels.native`) then take the
+    ``xla`` or ``reference`` ones."""
     if len(set(dtypes)) != 1 or dtypes[0] not in (tf.bfloat16, tf.float32) or _in_xla_function():
         return None
     return kernels()

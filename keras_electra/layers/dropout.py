@@ -5,7 +5,7 @@
 element's 16-bit draw is a hash of its flat index and a 64-bit key (:func:`hash_bits`)
 drawn once per call from the layer's seed, so the rate is exact to 1/65,536 and a fused
 kernel recomputes the bits from the key, forward and backward
-(:mod:`keras_electra.layers.fused`). Outside the kernels, the kept elements' scale
+(:mod:`keras_electra.kernels`). Outside the kernels, the kept elements' scale
 ``1 / (1 - rate)`` is one mask tensor, and the gradient is that mask times the
 incoming gradient.
 
@@ -123,7 +123,10 @@ def dropout_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor, dtype) -> tf.Te
 
 
 @tf.custom_gradient
-def _apply_mask(x: tf.Tensor, mask: tf.Tensor):
+def apply_mask(x: tf.Tensor, mask: tf.Tensor):
+    """``x * mask``, whose gradient is the upstream gradient times ``mask`` (no gradient
+    for the mask): a dropout outside the kernels."""
+
     def grad(upstream):
         return upstream * mask, None
 
@@ -140,7 +143,7 @@ class Dropout(keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not training or not self.drawable:
             return super().call(inputs, training=training)
-        return _apply_mask(inputs, self.draw(tf.shape(inputs)).mask(inputs.dtype))
+        return apply_mask(inputs, self.draw(tf.shape(inputs)).mask(inputs.dtype))
 
     @property
     def drawable(self) -> bool:

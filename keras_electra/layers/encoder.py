@@ -5,13 +5,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_electra import kernels
 from keras_electra.internals import stored_value
-from keras_electra.layers import backend
 from keras_electra.layers.attention import SelfAttention, clone_initializer
-from keras_electra.layers.dense import Dense, bias_add
+from keras_electra.layers.dense import Dense
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.embedding import truncated_normal
-from keras_electra.layers.fused import add_layer_norm, bias_gelu, bias_gelu_matmul, training_kernels
 from keras_electra.layers.serialized import Serialized
 
 _GELU = keras.activations.get("gelu")
@@ -74,12 +73,16 @@ class TransformerLayer(Serialized, keras.layers.Layer):
     ``_feedforward_layer_norm``) and built in its order, so checkpoints written with it
     restore here and a seed gives the same initial values.
 
-    In training, a post-LayerNorm layer runs its attention on the fused path
-    (:meth:`~keras_electra.layers.attention.SelfAttention.fused_output`), and its two
-    residual dropouts + adds + LayerNorms and its feed-forward bias + GELU as fused
-    kernels (:mod:`keras_electra.layers.fused`), the dropouts' bits drawn by the same
-    layers from the same seeds as outside them. Inference and pre-LayerNorm layers take
-    the plain path (:meth:`_plain_call`).
+    One path, its operations those of the kernel table (:mod:`keras_electra.kernels`):
+    the process's backend in training, the ``reference`` one (Keras' layers' ops, bit
+    for bit) in inference. Each block ends with the table's ``add_layer_norm`` (the
+    sub-layer's output bias and dropout inside it); the attention takes its fused way
+    where the table fuses it
+    (:meth:`~keras_electra.layers.attention.SelfAttention.fused_output`), and the
+    feed-forward's bias + GELU + matmul is ``bias_gelu_matmul``; the dropouts' bits are
+    drawn by the same layers from the same seeds as outside the kernels. Where no kernel
+    takes a block's end (pre-LayerNorm, ``normalize_first``: a plain residual add; or
+    returned attention scores), the sub-layers are called as they are.
 
     Args:
         intermediate_dim: feed-forward width.
@@ -167,73 +170,69 @@ class TransformerLayer(Serialized, keras.layers.Layer):
         return_attention_scores=False,
     ):
         mask = _self_attention_mask(padding_mask, attention_mask)
-        plain = not training or self.normalize_first or return_attention_scores
-        if plain or not backend.fast_training():
-            return self._plain_call(inputs, mask, training, return_attention_scores)
-        attention = self._self_attention_layer
-        with training_kernels():  # read by the attention's choice of path
-            x, bias = attention.fused_output(inputs, mask) or (
-                attention(query=inputs, value=inputs, attention_mask=mask, training=training),
-                None,
-            )
-        x = self._add_norm(
-            x, inputs, self._self_attention_layer_norm, self._self_attention_dropout, bias
-        )
-        intermediate = self._feedforward_intermediate_dense
-        output = self._feedforward_output_dense
-        if intermediate.activation is _GELU and intermediate.use_bias:
-            h = keras.ops.matmul(x, intermediate.kernel)  # in the compute dtype
-            if _plain_dense(output):
-                kernel = tf.identity(output.kernel)  # autocast: the compute dtype
-                # The float32 bias; its gradient summed in float32.
-                y = bias_gelu_matmul(h, stored_value(intermediate.bias), kernel)
-                bias = output.bias if output.use_bias else None
-                return self._add_norm(
-                    y, x, self._feedforward_layer_norm, self._feedforward_dropout, bias
-                )
-            h = bias_gelu(h, stored_value(intermediate.bias))  # the float32 bias
-        else:
-            h = intermediate(x)
-        y = output(h)
-        return self._add_norm(y, x, self._feedforward_layer_norm, self._feedforward_dropout)
-
-    def _plain_call(self, inputs, mask, training, return_attention_scores=False):
-        """Each sub-layer called as it is: attention, dropout, residual add and LayerNorm
-        (before the block with ``normalize_first``), then the same for the feed-forward."""
+        # None: the sub-layers called as they are, where no kernel takes a block's end (a
+        # pre-LayerNorm block ends in a plain add; returned scores are the attention's).
+        plain = self.normalize_first or return_attention_scores
+        table = None if plain else kernels.table(training)
         x = self._self_attention_layer_norm(inputs) if self.normalize_first else inputs
-        extra = {"return_attention_scores": True} if return_attention_scores else {}
-        x = self._self_attention_layer(
-            query=x, value=x, attention_mask=mask, training=training, **extra
-        )
-        if return_attention_scores:
-            x, scores = x
-        x = self._self_attention_dropout(x, training=training) + inputs
-        if not self.normalize_first:
-            x = self._self_attention_layer_norm(x)
+        x, bias, scores = self._attention(table, x, mask, training, return_attention_scores)
+        norm, dropout = self._self_attention_layer_norm, self._self_attention_dropout
+        x = self._end_block(table, x, inputs, norm, dropout, bias, training)
         residual = x
         if self.normalize_first:
             x = self._feedforward_layer_norm(x)
-        x = self._feedforward_output_dense(self._feedforward_intermediate_dense(x))
-        x = self._feedforward_dropout(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._feedforward_layer_norm(x)
+        y, bias = self._feedforward(table, x)
+        norm, dropout = self._feedforward_layer_norm, self._feedforward_dropout
+        x = self._end_block(table, y, residual, norm, dropout, bias, training)
         return (x, scores) if return_attention_scores else x
+
+    def _attention(self, table, x, mask, training, return_attention_scores):
+        """``(output, its projection's bias still to add or None, the scores or None)``:
+        the fused way where the table fuses it, else the attention's call."""
+        attention = self._self_attention_layer
+        fused = None if table is None else attention.fused_output(x, mask, table)
+        if fused is not None:
+            return (*fused, None)
+        extra = {"return_attention_scores": True} if return_attention_scores else {}
+        out = attention(query=x, value=x, attention_mask=mask, training=training, **extra)
+        return (out[0], None, out[1]) if return_attention_scores else (out, None, None)
+
+    def _feedforward(self, table, x):
+        """``(output, its bias still to add or None)``: exact GELU with a bias as the
+        table's ``bias_gelu_matmul`` (its output bias left to the block's end) or
+        ``bias_gelu``, else (no table, another activation, a quantized layer) the two
+        layers' calls."""
+        intermediate = self._feedforward_intermediate_dense
+        output = self._feedforward_output_dense
+        fusable = intermediate.activation is _GELU and intermediate.use_bias
+        if table is None or not fusable or getattr(intermediate, "quantization_mode", None):
+            return output(intermediate(x)), None
+        h = keras.ops.matmul(x, intermediate.kernel)  # in the compute dtype
+        gelu_bias = stored_value(intermediate.bias)  # float32: its gradient summed in float32
+        if not _plain_dense(output):
+            return output(table.bias_gelu(h, gelu_bias)), None
+        kernel = tf.identity(output.kernel)  # autocast: the compute dtype
+        y = table.bias_gelu_matmul(h, gelu_bias, kernel)
+        return y, output.bias if output.use_bias else None
+
+    def _end_block(self, table, x, residual, norm, dropout, bias, training):
+        """``norm(dropout(x + bias) + residual)``, the bias (a variable, or None) and the
+        dropout inside the table's ``add_layer_norm`` where they can be; without a table,
+        the dropout layer, the add and (post-LayerNorm) the LayerNorm layer."""
+        if table is None:
+            x = dropout(x, training=training) + residual
+            return x if self.normalize_first else norm(x)
+        draw = dropout.draw(keras.ops.shape(x)) if training else None
+        if draw is None:  # inference, a rate of 0 (the layer returns x) or a noise_shape
+            if bias is not None:
+                x, bias = table.bias_add(x, tf.identity(bias)), None  # autocast: x's dtype
+            x = dropout(x, training=training)
+        # float32, as LayerNorm's scale and offset are (Keras does not autocast them)
+        bias = None if bias is None else stored_value(bias)
+        return table.add_layer_norm(x, residual, norm, draw, bias)
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
-
-    @staticmethod
-    def _add_norm(x, residual, norm: keras.layers.LayerNormalization, dropout, bias=None):
-        """``norm(dropout(x + bias) + residual)``, the bias (variable) and dropout inside
-        the kernels when they can be."""
-        draw = dropout.draw(keras.ops.shape(x))
-        if draw is None:  # a rate of 0 (the layer returns x) or a noise_shape
-            if bias is not None:
-                x, bias = bias_add(x, tf.identity(bias)), None  # autocast: x's dtype
-            x = dropout(x, training=True)
-        # float32, as LayerNorm's scale and offset are (Keras does not autocast them)
-        bias = None if bias is None else stored_value(bias)
-        return add_layer_norm(x, residual, norm.gamma, norm.beta, norm.epsilon, draw, bias)
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")

@@ -7,7 +7,8 @@ import tensorflow as tf
 from keras import ops
 
 from keras_electra.internals import stored_value
-from keras_electra.layers.dense import Dense, bias_add
+from keras_electra.kernels.shared import bias_add
+from keras_electra.layers.dense import Dense
 from keras_electra.layers.embedding import truncated_normal
 from keras_electra.layers.serialized import Serialized
 

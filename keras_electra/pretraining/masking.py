@@ -27,8 +27,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-# inverse_cdf is the sampler's search; it lives with the kernels, as one of them.
-from keras_electra.layers.fused import inverse_cdf, sparse_cross_entropy
+from keras_electra import kernels
 
 
 class MaskedBatch(NamedTuple):
@@ -161,8 +160,8 @@ def sample_tokens(
         uniform: ``[B, P]`` draws in [0, 1), instead of ``seed``.
         temperature: softmax temperature.
         disallow_correct: give the original token zero probability.
-        block: vocabulary entries per block of the two-level search
-            (:func:`inverse_cdf`).
+        block: vocabulary entries per block of the two-level search (the kernel
+            table's ``inverse_cdf``, :mod:`keras_electra.kernels`).
 
     Returns:
         ``[B, P]`` int32 sampled token ids.
@@ -176,7 +175,7 @@ def sample_tokens(
     if uniform is None:
         uniform = tf.random.stateless_uniform(tf.shape(labels), seed=seed)
     probs = tf.nn.softmax(logits, axis=-1)
-    return inverse_cdf(probs, tf.cast(uniform, tf.float32), block=block)
+    return kernels.table().inverse_cdf(probs, tf.cast(uniform, tf.float32), block=block)
 
 
 def replace_tokens(
@@ -209,15 +208,15 @@ def mlm_loss_and_predictions(
 ) -> tuple[tf.Tensor, ...]:
     """:func:`mlm_loss` and the most likely token per position (int32 ``[B, P]``); with
     ``probabilities``, also the float32 softmax ``[B, P, V]``; with ``uniform`` (``[B, P]``
-    draws in [0, 1)), also a sample per position from it (:func:`inverse_cdf`), as the step
-    draws replacements at temperature 1 (neither has a gradient). All come from one
-    softmax (:func:`keras_electra.layers.fused.sparse_cross_entropy`; the compiled kernel
-    writes no float32 one): float32 math on logits of any float dtype, whose gradient
-    keeps their dtype.
+    draws in [0, 1)), also a sample per position from it (an inverse-CDF draw), as the
+    step draws replacements at temperature 1 (neither has a gradient). All come from one
+    softmax (the kernel table's ``sparse_cross_entropy``, :mod:`keras_electra.kernels`;
+    the compiled kernel writes no float32 one): float32 math on logits of any float
+    dtype, whose gradient keeps their dtype.
     """
     if uniform is not None:
         uniform = tf.cast(uniform, tf.float32)
-    per_position, predicted, *extra = sparse_cross_entropy(
+    per_position, predicted, *extra = kernels.table().sparse_cross_entropy(
         logits, labels, probabilities=probabilities, uniform=uniform
     )
     loss = tf.reduce_sum(per_position * weights) / (tf.reduce_sum(weights) + 1e-6)

@@ -26,6 +26,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from keras_electra import kernels
 from keras_electra.atomic import check_writable
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.hub import local_init
@@ -47,7 +48,6 @@ from keras_electra.errors import (
     TrainingInterrupted,
     storage_reason,
 )
-from keras_electra.layers import backend
 from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
@@ -196,7 +196,7 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
     check_writable(run.path)  # a run finds out by writing, and says why
     replicas, devices = replicas_here(settings.strategy)
     _check_batches(settings, replicas or 1)
-    backend.requested()  # a bad KERAS_ELECTRA_KERNELS (the choice itself builds kernels)
+    kernels.requested()  # a bad KERAS_ELECTRA_KERNELS (the choice itself builds kernels)
     resumed = run.config_file.exists()
     config, tokens, source = _run_model(run, settings, chief=True, learn=False)
     files = _check_data(settings, tokens)
@@ -241,7 +241,7 @@ def _prepare_run_directory(
     once it has checkpointed (before that they may be half-written) and otherwise
     derive the same vocabulary and config from the same arguments.
     """
-    kernels = backend.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
+    chosen = kernels.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
     config, tokens, _ = _run_model(run, settings, chief)
     _check_data(settings, tokens)
     stored = run.config_and_vocab()[0] if run.config_file.exists() and chief else None
@@ -249,10 +249,10 @@ def _prepare_run_directory(
         with _writing(run.path):
             run.write_model_files(config, tokens)
     settings.vocab_sha256 = vocab_checksum(tokens)
-    settings.kernels = f"{kernels.backend}: {kernels.reason}"
+    settings.kernels = f"{chosen.backend}: {chosen.reason}"
     if chief:
         if settings.progress:
-            print(kernels.describe(), flush=True)
+            print(chosen.describe(), flush=True)
         with _writing(run.path):
             run.write_settings(settings.record())
     return config, tokens

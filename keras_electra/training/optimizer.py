@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_electra import internals
+from keras_electra import internals, kernels
 from keras_electra.errors import ConfigError
 from keras_electra.settings import OPTIMIZERS
 from keras_electra.training.lamb import Lamb
@@ -55,9 +55,9 @@ class AdamW(internals.OptimizerHooks, keras.optimizers.AdamW):
     step ``lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)``, epsilon added to ``sqrt(v)``, the
     decoupled weight decay) and the same variables, so checkpoints are interchangeable.
     Keras writes the update as about fifteen element-wise ops per variable, each a pass
-    over the variable's memory. Here, where the compiled kernels build
-    (:mod:`keras_electra.layers.compiled`), one kernel per variable multiplies the
-    gradient by clipping's factor (``gradient_scale``, see
+    over the variable's memory. Here each dense update is the kernel table's ``adam_w``
+    (:mod:`keras_electra.kernels`): on the ``native`` backend one kernel per float32
+    variable multiplies the gradient by clipping's factor (``gradient_scale``, see
     :func:`~keras_electra.training.step.clipped_already`), decays the variable and takes
     Adam's step in one pass; elsewhere TensorFlow's ``ResourceApplyAdam`` takes the step
     after the decay's own multiply and subtract. Sparse gradients and ``amsgrad`` take
@@ -138,39 +138,15 @@ class AdamW(internals.OptimizerHooks, keras.optimizers.AdamW):
         scale = self.gradient_scale
         if factor != 1.0:
             scalars = {**scalars, "lr": scalars["lr"] * factor}
-        sparse = isinstance(gradient, tf.IndexedSlices)
-        kernels = None if sparse or self.amsgrad else _update_kernels(dtype)
         m, v = internals.adam_slots(self, variable)
-        moments = dict(m=m.handle, v=v.handle)
-        if kernels is not None:
-            kernels.electra_apply_adam_w(
-                var=variable.handle,  # a mirrored variable's: this device's copy
-                **moments,
-                grad=tf.cast(gradient, dtype),
-                scale=tf.constant(1.0) if scale is None else tf.cast(scale, tf.float32),
-                decay=tf.constant(0.0) if decay is None else decay,
-                **scalars,
-            )
-            return
+        if not (isinstance(gradient, tf.IndexedSlices) or self.amsgrad):
+            kernels.table().adam_w(variable, m, v, gradient, scalars, scale, decay)
+            return None
         if scale is not None:
             gradient = gradient * tf.cast(scale, gradient.dtype)
         if decay is not None:
             variable.assign_sub(variable * decay)
-        if sparse or self.amsgrad:
-            return super().update_step(gradient, variable, scalars["lr"])
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, **moments, grad=tf.cast(gradient, dtype), **scalars
-        )
-
-
-def _update_kernels(dtype: tf.DType):
-    """The compiled kernels' op module for a float32 variable's update, or None (another
-    dtype, no compiled kernels, a graph XLA compiles whole)."""
-    if dtype != tf.float32:
-        return None
-    from keras_electra.layers import backend
-
-    return backend.native_ops(dtype)
+        return super().update_step(gradient, variable, scalars["lr"])
 
 
 # Keras' default initial loss scale (2**15) overflows float16 gradients for the first

@@ -36,10 +36,10 @@ import math
 import keras
 import tensorflow as tf
 
+from keras_electra import kernels
 from keras_electra.errors import ConfigError
 from keras_electra.layers import DiscriminatorHead
 from keras_electra.layers.cloze import TwoTowerCloze
-from keras_electra.layers.fused import sparse_cross_entropy
 from keras_electra.pretraining import masking
 from keras_electra.pretraining.flops import tower_flops
 from keras_electra.pretraining.memory import lm_logits, tower_activations
@@ -60,7 +60,7 @@ def log_noise(cloze_logits: tf.Tensor, token_ids: tf.Tensor) -> tf.Tensor:
     ``[B, L, V]``, without gradient (the noise distribution is not trained through it): the
     negated cross-entropy at those tokens, by the loss's own kernel (no float32 ``[B, L, V]``
     log-softmax kept: 2 GB for ELECTRA-Small's batch of 128)."""
-    return -sparse_cross_entropy(tf.stop_gradient(cloze_logits), token_ids)[0]
+    return -kernels.table().sparse_cross_entropy(tf.stop_gradient(cloze_logits), token_ids)[0]
 
 
 def noise_logits(energies: tf.Tensor, log_q: tf.Tensor, resample_rate: float) -> tf.Tensor:
