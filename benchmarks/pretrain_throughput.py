@@ -26,8 +26,9 @@ line (``peak``, ``result`` or ``skipped``) and a final ``summary`` line.
 
 ``--baseline REF`` also runs our default step from another commit of this repository
 (its ``keras_electra/`` extracted with ``git archive`` into a temporary directory and put
-first on the child's ``PYTHONPATH``), ``--rounds N`` times alternating with today's, so
-load noise hits both: "is the step slower than before this change?"
+first on the child's ``PYTHONPATH``), ``--rounds N`` times alternating with today's (which
+of the two goes first alternates by round), so load noise hits both: "is the step slower
+than before this change?" The summary gives each round's ratio and their median.
 
     python benchmarks/pretrain_throughput.py --baseline 1f9706d --no-torch --no-xla \
         --spe-row 0 --no-input --rounds 3 --steps 20
@@ -558,6 +559,17 @@ def configurations(args) -> list[dict]:
     return runs
 
 
+def paired_ratios(results: list[dict], source: str, precision: str) -> list[float]:
+    """Per round, ``source``'s default step time over today's (above 1: today is faster)."""
+    steps: dict = {}
+    for r in results:
+        default_step = not (r["xla"] or r["jit_compile"] or r["grad_accumulation"] > 1)
+        if r["engine"] == "keras" and default_step and r["steps_per_execution"] == 1:
+            if r["precision"] == precision and "round" in r:
+                steps.setdefault(r["round"], {})[r["source"]] = r["seconds_per_step"]
+    return [s[source] / s["current"] for _, s in sorted(steps.items()) if len(s) == 2]
+
+
 def summarize(peaks: dict, results: list[dict], inputs: list[dict]) -> dict:
     """Add MFU to each result; the best tokens/s per engine and their ratio."""
     best = {}
@@ -593,6 +605,13 @@ def summarize(peaks: dict, results: list[dict], inputs: list[dict]) -> dict:
                 summary[f"current_over_{source}_{precision}_speed"] = round(
                     statistics.median(v) / current, 3
                 )
+                # The same, paired: each round's baseline step over that round's own.
+                paired = paired_ratios(results, source, precision)
+                if paired:
+                    summary[f"current_over_{source}_{precision}_paired"] = {
+                        "median": round(statistics.median(paired), 3),
+                        "per_round": [round(x, 3) for x in paired],
+                    }
     if "keras" in best and "torch" in best:
         summary["ours_over_torch"] = round(
             best["keras"]["tokens_per_sec"] / best["torch"]["tokens_per_sec"], 2
@@ -690,13 +709,18 @@ def main(argv=None) -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         baseline = extract(args.baseline, tmp) if args.baseline else None
-        for _ in range(args.rounds):
+        for round_number in range(args.rounds):
             for overrides in configurations(args):
-                lines = spawn(args, **{**defaults, **overrides})
-                results += [r for r in lines if r["kind"] == "result"]
+                sources = [None]
                 if baseline and overrides["engine"] == "keras" and len(overrides) == 2:
-                    lines = spawn(args, source=baseline, **{**defaults, **overrides})
-                    results += [r for r in lines if r["kind"] == "result"]
+                    # Today's first in even rounds, the baseline first in odd ones: a
+                    # machine that drifts, or a first run that pays for a cold cache,
+                    # does not favour either side.
+                    sources = [None, baseline][:: -1 if round_number % 2 else 1]
+                for source in sources:
+                    extra = {"source": source} if source else {}
+                    lines = spawn(args, **extra, **{**defaults, **overrides})
+                    results += [dict(r, round=round_number) for r in lines if r["kind"] == "result"]
     print(json.dumps(summarize(peaks, results, inputs)))
 
 

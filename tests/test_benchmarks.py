@@ -556,3 +556,28 @@ def test_the_fresh_clone_benchmark_reads_what_make_demo_and_make_test_print():
     with pytest.raises(ValueError, match="no closing line"):
         fresh.suite_counts("Interrupted: 1 error during collection")
     assert re.fullmatch(r"\d+-core .+ \((no )?AMX\)", fresh.machine())
+
+
+def test_throughput_baseline_ratios_are_paired_by_round():
+    bench = load_benchmark("pretrain_throughput")
+
+    def row(precision, source, round_number, seconds, xla=False):
+        return dict(
+            engine="keras", xla=xla, jit_compile=False, grad_accumulation=1,
+            steps_per_execution=1, torch_compile=False, step_gflops=1.0, tokens_per_sec=1.0,
+            precision=precision, source=source, round=round_number, seconds_per_step=seconds,
+            step_seconds_min_median_max=[seconds] * 3,
+        )  # fmt: skip
+
+    results = [
+        row("float32", "current", 0, 2.0),
+        row("float32", "abc", 0, 2.2),
+        row("float32", "abc", 1, 3.0),
+        row("float32", "current", 1, 3.0),
+        row("mixed_bfloat16", "abc", 1, 9.0),  # no pair: another precision
+        row("float32", "abc", 2, 1.0),
+        row("float32", "current", 2, 1.0, xla=True),  # no pair: not the default step
+    ]
+    assert bench.paired_ratios(results, "abc", "float32") == pytest.approx([1.1, 1.0])
+    summary = bench.summarize({"float32": 1e9, "bfloat16": 1e9}, results, [])
+    assert summary["current_over_abc_float32_paired"] == {"median": 1.05, "per_round": [1.1, 1.0]}
