@@ -6,6 +6,7 @@ import json
 import pathlib
 import re
 import shutil
+import statistics
 
 import numpy as np
 import pytest
@@ -581,3 +582,17 @@ def test_throughput_baseline_ratios_are_paired_by_round():
     assert bench.paired_ratios(results, "abc", "float32") == pytest.approx([1.1, 1.0])
     summary = bench.summarize({"float32": 1e9, "bfloat16": 1e9}, results, [])
     assert summary["current_over_abc_float32_paired"] == {"median": 1.05, "per_round": [1.1, 1.0]}
+
+
+def test_step_ab_alternates_which_side_goes_first_and_bounds_the_median():
+    bench = load_benchmark("step_ab")
+    assert bench.order(4) == [
+        ("current", "baseline"),
+        ("baseline", "current"),
+        ("current", "baseline"),
+        ("baseline", "current"),
+    ]
+    ratios = [0.97, 0.99, 1.0, 1.01, 1.02, 1.03, 0.98, 1.0, 1.0, 1.01]
+    low, high = bench.median_interval(ratios)
+    assert min(ratios) <= low <= statistics.median(ratios) <= high <= max(ratios)
+    assert bench.median_interval([1.0] * 5) == [1.0, 1.0]
