@@ -178,58 +178,6 @@ def _run_args(corpus: str, output: str, **changes) -> dict:
 # === Tests ===
 
 
-def test_two_workers_train_as_one_device_and_end_with_identical_weights(corpus_and_vocab, tmp_path):
-    corpus, vocab = corpus_and_vocab
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    run_dir = tmp_path / "run"
-    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=2)
-    workers = _start_cluster(
-        [dict(args, weights=str(tmp_path / f"w{i}.npz")) for i in range(2)], logs
-    )
-    try:
-        # The same run on one device, in this process, while the workers train.
-        # ELECTRA's AdamW clips the global gradient norm at 1.0; the pretrainer clips
-        # the workers' summed gradient, so the step is one device's.
-        from keras_electra.pretraining import run
-
-        single = run.pretrain(
-            **dict(args, output_dir=str(tmp_path / "single"), strategy="one_device")
-        )
-        np.savez(
-            tmp_path / "single.npz", **{v.path: np.asarray(v.numpy()) for v in single.model.weights}
-        )
-    finally:
-        results = _finish(workers, logs)
-
-    assert [r["step"] for r in results] == [2, 2]
-    assert _max_difference(tmp_path / "w0.npz", tmp_path / "w1.npz") == 0.0
-    # Same global batches, masks and loss normalization as one device: only float
-    # summation order differs.
-    assert _max_difference(tmp_path / "w0.npz", tmp_path / "single.npz") < 1e-5
-    for name in ("loss", "mlm_loss", "disc_loss", "disc_accuracy", "replaced_fraction"):
-        assert results[0]["history"][-1][name] == pytest.approx(
-            single.history[-1][name], rel=1e-5, abs=1e-6
-        ), name
-    assert _metrics(results[1]["history"]) == _metrics(results[0]["history"])
-    # Only the chief wrote the run directory; the other worker's checkpoints went to a
-    # temporary directory that is gone.
-    assert sorted(p.name for p in run_dir.iterdir()) == [
-        "checkpoints",
-        "config.json",
-        "logs",
-        "metrics.jsonl",
-        "run.json",
-        "vocab.txt",
-    ]
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
-        "checkpoint",
-        "ckpt-2.data-00000-of-00001",
-        "ckpt-2.index",
-    ]
-    assert [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")] == [2]
-
-
 def test_a_killed_worker_restarted_with_its_cluster_resumes_from_the_last_backup(
     corpus_and_vocab, tmp_path
 ):
@@ -237,7 +185,7 @@ def test_a_killed_worker_restarted_with_its_cluster_resumes_from_the_last_backup
     logs = tmp_path / "logs"
     logs.mkdir()
     run_dir = tmp_path / "run"
-    # No health probe (the first test runs it on a cluster): its first measurement on the
+    # No health probe (the SIGTERM test runs it on a cluster): its first measurement on the
     # chief, at every cluster start, is seconds of tracing this test's claim does not need.
     args = _run_args(corpus, str(run_dir), vocab=vocab, steps=8, checkpoint_every=4, health=False)
     weights = [str(tmp_path / f"w{i}.npz") for i in range(2)]
@@ -271,7 +219,9 @@ def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_resumes(
     corpus_and_vocab, tmp_path
 ):
     """Worker 1 (not the chief) is preempted: both agree on a step, save there, exit 75;
-    the restarted cluster resumes there and ends as one device trained without a stop."""
+    the restarted cluster (with the chief's health probe) resumes there and ends as one
+    device trained without a stop: the same weights, the same metrics, and only the chief
+    wrote the run directory."""
     corpus, vocab = corpus_and_vocab
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -300,8 +250,13 @@ def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_resumes(
     lines = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
     assert lines[-1] == stopped
 
+    # The health probe's first measurement costs the chief seconds of tracing: on from here.
+    args["health"] = True
     workers = _start_cluster([dict(args, weights=w) for w in weights], logs)
     try:
+        # The same run on one device, in this process, while the workers train.
+        # ELECTRA's AdamW clips the global gradient norm at 1.0; the pretrainer clips
+        # the workers' summed gradient, so the step is one device's.
         from keras_electra.pretraining import run
 
         single = run.pretrain(
@@ -314,6 +269,27 @@ def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_resumes(
         results = _finish(workers, logs)
     assert [r["step"] for r in results] == [40, 40]
     assert _max_difference(*weights) == 0.0
+    # Same global batches, masks and loss normalization as one device: only float
+    # summation order differs.
     assert _max_difference(weights[0], tmp_path / "single.npz") < 1e-5
+    assert _metrics(results[1]["history"]) == _metrics(results[0]["history"])
+    if stopped < 36:  # the last window, 36 to 40, is the single run's too
+        for name in ("loss", "mlm_loss", "disc_loss", "disc_accuracy", "replaced_fraction"):
+            assert results[0]["history"][-1][name] == pytest.approx(
+                single.history[-1][name], rel=1e-5, abs=1e-6
+            ), name
+    # The chief's probe measured; the other worker has none.
+    assert "disc_effective_rank" in results[0]["history"][-1]
+    assert "disc_effective_rank" not in results[1]["history"][-1]
     steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
     assert steps == sorted(set(range(4, 41, 4)) | {stopped})
+    # Only the chief wrote the run directory; the other worker's checkpoints went to a
+    # temporary directory that is gone.
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints",
+        "config.json",
+        "logs",
+        "metrics.jsonl",
+        "run.json",
+        "vocab.txt",
+    ]
