@@ -1,13 +1,8 @@
 """Hugging Face ELECTRA directories (``config.json`` + ``model.safetensors``), without torch.
 
-The weights are ``model.safetensors``, else transformers' TensorFlow file ``tf_model.h5``
-(:mod:`keras_electra.convert.hf_tf`); ``pytorch_model.bin`` is a pickle and is never read.
-
-Reading: a discriminator directory, optionally a generator directory, or a directory
-holding both (what :func:`write_hf` writes; docs/checkpoints.md). ELECTRA shares the
-embeddings between the towers, so the generator's must equal the discriminator's.
-Writing: ``OUT/discriminator`` and ``OUT/generator``, each a directory that
-``transformers`` loads with ``from_pretrained``.
+The weights are ``model.safetensors``, else ``tf_model.h5`` (:mod:`keras_electra.convert.hf_tf`),
+never the pickle ``pytorch_model.bin``. Which directories are read and written:
+docs/checkpoints.md, "What each source needs".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """transformers' TensorFlow weights (``tf_model.h5``) as a PyTorch-named state dict.
 
-The released ELECTRA repositories on the Hugging Face Hub publish ``tf_model.h5``, the
-Keras 2 weights file of transformers' ``TFElectraForPreTraining`` /
-``TFElectraForMaskedLM``: the file's ``layer_names`` attribute lists the model's top
-layers (``electra``, ``discriminator_predictions``, ``generator_predictions``,
-``generator_lm_head``), each layer group's ``weight_names`` its variables, named from
-the model down (``tf_electra_for_pre_training/electra/encoder/layer_._0/attention/self/
-query/kernel:0``). Those names map one to one onto the PyTorch state dict's
-(``electra.encoder.layer.0.attention.self.query.weight``), with dense kernels
-transposed to ``torch.nn.Linear``'s ``[out, in]``, so :mod:`keras_electra.convert.hf`
-reads either file the same way.
-
-Only arrays are read, with h5py: no Keras model is deserialized and nothing is
-unpickled (the Hub's ``pytorch_model.bin`` is a pickle, which keras-electra never opens).
+The Keras 2 weights file of ``TFElectraForPreTraining`` / ``TFElectraForMaskedLM``
+names each variable from the model down; those names map one to one onto the PyTorch
+state dict's, dense kernels transposed, so :mod:`keras_electra.convert.hf` reads either
+file the same way. Only arrays are read, with h5py: nothing is deserialized or unpickled.
 
 Examples:
     >>> torch_name("tf_electra_for_pre_training/electra/encoder/layer_._0/output/dense/kernel:0")

@@ -1,34 +1,10 @@
 """Released weights by name: ``hf:ORG/NAME`` fetched from the Hugging Face Hub.
 
-``keras-electra convert --from hf hf:google/electra-small-discriminator`` (and its
-``--generator``) reads a Hub model where it would read a local directory;
-``pretrain --init hf:...`` and ``finetune --init hf:...`` start from one, converted once
-into an init directory kept under the keras-electra cache
-(``$KERAS_ELECTRA_CACHE/hub``, else ``~/.cache/keras_electra/hub``), keyed by the
-commit its files were read from.
-
-What is read: ``config.json``, ``vocab.txt``, ``tokenizer_config.json`` if there (its
-``do_lower_case``), and the weights, from the first place that has them:
-
-1. ``model.safetensors`` on the main branch;
-2. ``model.safetensors`` on the Hub's safetensors conversion pull request
-   (``refs/pr/N``), where older repositories (google/electra-* among them) often carry
-   it and where transformers reads it from: an open pull request titled "Adding
-   `safetensors` variant of this model" by the Hub's conversion bot, ``SFconvertbot``
-   (anyone can open a pull request, so the author is checked), whose
-   ``pytorch_model.bin`` is main's (it converts the weights main has now); every file is
-   read from that revision;
-3. ``tf_model.h5`` on the main branch (transformers' TensorFlow weights, read as arrays:
-   :mod:`keras_electra.convert.hf_tf`).
-
-``pytorch_model.bin`` is a pickle and is never read: a model with only that is one
-sentence saying how to convert it. Which file was read is said (a note of
-``convert``, a line when ``--init`` converts, ``convert.json``).
-
-The files come through ``huggingface_hub``'s own cache, so a model fetched once is read
-offline afterwards (``HF_HUB_OFFLINE=1``; a conversion pull request is then found among
-the cached revisions), ``HF_ENDPOINT`` points at a mirror, and ``HF_TOKEN`` opens
-private models. A failure is one sentence naming the model and what to do.
+``convert --from hf`` reads a Hub model where it would read a directory; ``--init hf:...``
+converts its discriminator once into the keras-electra cache. What is read, and from
+where (``model.safetensors`` on main, else on the Hub's safetensors conversion pull
+request, else ``tf_model.h5``; never ``pytorch_model.bin``): docs/checkpoints.md,
+"Released weights in one step".
 
 Examples:
     >>> is_hub_id("hf:google/electra-small-discriminator"), is_hub_id("runs/mine")
@@ -56,7 +32,7 @@ MAIN = "main"
 REQUIRED = ("config.json", "vocab.txt")
 OPTIONAL = ("tokenizer_config.json",)
 PICKLE = "pytorch_model.bin"
-# The Hub's automatic safetensors conversion (what transformers reads): its pull request.
+# The Hub's safetensors conversion pull request (its author checked: anyone can open one).
 CONVERSION_TITLE = "Adding `safetensors` variant of this model"
 CONVERSION_AUTHOR = "SFconvertbot"
 
@@ -97,7 +73,7 @@ def cache_root() -> Path:
 
 def fetch(model: str) -> Snapshot:
     """Hub model ``hf:ORG/NAME``'s files on this machine (downloaded if needed), the
-    weights from the first place of the module's list that has them.
+    weights from the first place that has them (the module docstring's order).
 
     Raises:
         ConfigError: for a malformed id.

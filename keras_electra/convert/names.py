@@ -1,24 +1,13 @@
 """Where every ELECTRA weight lives in each format: one table, generated from the config.
 
-The canonical name and layout are google-research/electra's TF1 checkpoint
-(``electra/encoder/layer_0/attention/self/query/kernel``, dense kernels
-``[in, out]``). Each :class:`Weight` row also names the same tensor
+The canonical name and layout are google-research/electra's TF1 checkpoint's (dense
+kernels ``[in, out]``); each :class:`Weight` row also names the tensor in our pretrainer,
+Hugging Face's state dicts and keras-hub's backbone. Converters read a format into
+``{canonical name: array}`` and write from it, so a name is spelled in one place.
 
-- in our :class:`~keras_electra.pretraining.ElectraPretrainer` (variable path;
-  attention kernels split into heads, ``[hidden, heads, head_dim]``),
-- in Hugging Face's ``ElectraForPreTraining`` / ``ElectraForMaskedLM`` state
-  dicts (``torch.nn.Linear`` weights are ``[out, in]``), and
-- in keras-hub's ``ElectraBackbone`` (same layout as ours; discriminator only).
-
-Converters read a format into ``{canonical name: array}`` and write from it, so
-a name is spelled in exactly one place.
-
-The embedding rows are the shared block (``electra/embeddings/...``). A model
-whose generator reads other embeddings than its discriminator
-(``embedding_sharing`` other than ``all``) has them under
-:func:`generator_embedding_name` as well (google-research's names for untied
-generator embeddings); our pretrainer's variables for them are not in the table:
-``read_model`` gives the effective tables of each tower.
+The embedding rows are the shared block; a generator with embeddings of its own
+(``embedding_sharing`` other than ``all``) has them under :func:`generator_embedding_name`
+too, read by ``read_model`` (our variables for them are not in the table).
 
 Examples:
     >>> from keras_electra.config import ElectraConfig

@@ -1,20 +1,10 @@
 """``keras-electra prepare`` as an Apache Beam pipeline: all local cores, or any runner.
 
-Install the extra (``pip install "keras-electra[beam]"``). :func:`write_tfrecords_beam`
-writes the same shards as the in-process writer
-(:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`): the driver checks the
-corpus and cuts it into document-aligned shards (:func:`~keras_electra.data.shards.plan_shards`),
-then each shard is one element of the pipeline, packed and written atomically by
-:func:`~keras_electra.data.shards.write_shard` on whichever worker gets it, and
-``metadata.json`` is written last. A shard's content does not depend on the worker, so
-the output is the same for any number of workers, and a rerun skips finished shards.
-:func:`count_words_beam` counts a corpus's words for the vocabulary learner with a
-Beam combine.
-
-Without ``--runner`` the pipeline runs on Beam's DirectRunner across every local core
-(``--direct_num_workers`` = the CPU count, ``--direct_running_mode=multi_processing``);
-any other Beam options pass through, e.g. ``--runner DataflowRunner --project P --region R
---temp_location gs://B/tmp``, with the corpus and the output on ``gs://``.
+Each shard (:func:`~keras_electra.data.shards.plan_shards`) is one element, written by
+:func:`~keras_electra.data.shards.write_shard` on whichever worker gets it, so the output
+is the in-process writer's; :func:`count_words_beam` counts words with a Beam combine.
+Without ``--runner``, the DirectRunner on every local core; other runners and their
+options: docs/pretraining.md, "Preparing a large corpus".
 """
 
 from __future__ import annotations

@@ -246,8 +246,8 @@ def check_corpus_has_text(files: Sequence[str]) -> None:
         >>> check_corpus_has_text([path])
     """
     check_text_files(files)
+    shown = ", ".join(f"'{p}'" for p in files[:3]) + (" ..." if len(files) > 3 else "")
     if all(not is_remote(p) and os.path.getsize(p) == 0 for p in files):
-        shown = ", ".join(f"'{p}'" for p in files[:3]) + (" ..." if len(files) > 3 else "")
         raise InputDataError(
             f"The corpus ({shown}) is empty (0 bytes); pass UTF-8 text files with one "
             "sentence per line."
@@ -259,7 +259,6 @@ def check_corpus_has_text(files: Sequence[str]) -> None:
             for line in f:
                 if line.strip():
                     return
-    shown = ", ".join(f"'{p}'" for p in files[:3]) + (" ..." if len(files) > 3 else "")
     raise InputDataError(
         f"The corpus ({shown}) has no text, only blank lines; "
         "pass UTF-8 text files with one sentence per line."

@@ -1,19 +1,11 @@
 """The packing rule, written once: tokenized sentences into ``[CLS] A [SEP] B [SEP]``.
 
-ELECTRA's ``ExampleBuilder`` rule (see :func:`keras_electra.data.pretraining.pack_examples`
-for the rule in words) needs random choices: each example's target length, whether its
-first segment may take every sentence, and a coin per sentence. Here every such choice
-is a hash of the packing seed, the document and an index inside the document, never a
-counter over the corpus: a document packs the same wherever it is read from, so the
-corpus can be cut at document boundaries and its pieces packed by any number of workers
-(:mod:`keras_electra.data.shards`, :mod:`keras_electra.data.beam`), and the result equals
-one sequential pass (the ``tf.data`` pipeline that trains on text).
-
-A document is the lines between blank lines (and a file's ends); its key is a hash of the
-seed and the token ids of its first line with tokens. The hash is SplitMix64's finalizer,
-computed identically by the plain-Python functions here (the writers) and their
-TensorFlow twins (``*_tf``, the ``tf.data`` scan): both use unsigned 64-bit wrap-around
-arithmetic, and a draw is the top 53 bits as a float64, so the two agree bit for bit.
+The rule is :func:`keras_electra.data.pretraining.pack_examples`'; each of its random
+choices is a hash of the seed, the document (its key: the seed hashed with its first line's
+ids) and an index in it, so a document packs the same wherever it is read
+(docs/pretraining.md, "Preparing a large corpus"). The hash, SplitMix64's finalizer, is
+computed in plain Python (the writers) and TensorFlow (``*_tf``, the ``tf.data`` scan) with
+the same unsigned 64-bit arithmetic, a draw the top 53 bits: the two agree bit for bit.
 """
 
 from __future__ import annotations
@@ -224,14 +216,12 @@ class Packer:
 def _mix64_tf(x):
     import tensorflow as tf
 
-    shift = tf.bitwise.right_shift
-    x = tf.bitwise.bitwise_xor(x, shift(x, tf.constant(30, tf.uint64))) * tf.constant(
-        _M1, tf.uint64
-    )
-    x = tf.bitwise.bitwise_xor(x, shift(x, tf.constant(27, tf.uint64))) * tf.constant(
-        _M2, tf.uint64
-    )
-    return tf.bitwise.bitwise_xor(x, shift(x, tf.constant(31, tf.uint64)))
+    def xor_shift(x, bits: int):
+        return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(bits, tf.uint64)))
+
+    x = xor_shift(x, 30) * tf.constant(_M1, tf.uint64)
+    x = xor_shift(x, 27) * tf.constant(_M2, tf.uint64)
+    return xor_shift(x, 31)
 
 
 def seed_key_tf(seed):

@@ -1,11 +1,5 @@
-"""The one entry to pretraining data: text or TFRecords in, batches for ``fit`` out.
-
-:func:`pretraining_dataset` reads a text corpus (packed on the fly by
-:mod:`keras_electra.data.pretraining`) or TFRecords written by ``keras-electra prepare``
-(:mod:`keras_electra.data.tfrecords`), shuffles each pass statelessly and batches it
-with static shapes; :func:`fit_options` are the tf.data options every training
-pipeline here carries.
-"""
+"""The one entry to pretraining data: text or TFRecords in, batches for ``fit`` out
+(:func:`pretraining_dataset`), and the tf.data options every training pipeline carries."""
 
 from __future__ import annotations
 
@@ -183,16 +177,8 @@ def finish_batches(
 
 def fit_options() -> tf.data.Options:
     """tf.data options for a dataset handed to ``model.fit``: deterministic order, and
-    tf.data's autotuning off.
-
-    With autotuning on, destroying an iterator waits for the autotuning thread's next
-    wake-up, and that thread sleeps 10 ms, 20 ms, 40 ms, ... up to 60 s: a ``fit``
-    call (which makes an iterator and destroys it at its end) measured on this CPU
-    ended only at 10 ms × (2^k − 1) after it started, 20.47 s or 40.96 s for fits
-    of 19 or 25 s of steps. These pipelines are far faster than the training step
-    without autotuning (the sample corpus: 345,000 tokens/s with it off, 261,000
-    with it on), so it is off. Apply it to your own datasets too:
-    ``dataset.with_options(fit_options())``.
+    tf.data's autotuning off (with it on, every ``fit`` ends late: docs/pretraining.md,
+    "From Python"). Apply it to your own datasets too: ``dataset.with_options(fit_options())``.
 
     Examples:
         >>> fit_options().autotune.enabled

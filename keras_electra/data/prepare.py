@@ -1,14 +1,8 @@
 """``keras-electra prepare``: a text corpus packed once into sharded TFRecords.
 
-:func:`prepare` learns a WordPiece vocabulary (or takes ``vocab``), writes it as
-``vocab.txt`` (named as in a run directory) and the packed examples as TFRecord
-shards next to it, in this process
-(:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`) or as an Apache Beam
-pipeline (:mod:`keras_electra.data.beam`: every core, or any Beam runner); both write
-the same shards.
-Pretraining on them needs the same ``--max-seq-length``: the records hold examples of
-exactly that many tokens. With ``dry_run=True`` it checks the corpus, the vocabulary,
-the length and the output directory and writes nothing.
+:func:`prepare` learns a vocabulary (or takes ``vocab``) and writes it as ``vocab.txt``
+next to the shards, in this process or on Apache Beam (:func:`uses_beam`), which write
+the same shards (docs/pretraining.md, "The corpus").
 
 Examples:
     >>> result = prepare(["my_corpus/"], "tfrecords-128/", max_seq_length=128)  # doctest: +SKIP
@@ -161,17 +155,15 @@ def prepare(
     out: Path | str = out_name.rstrip("/") if remote else Path(out_name)
     check_writing(s.max_seq_length, s.num_shards)
     tokens = load_vocab(s.vocab) if s.vocab else None
+    files = resolve_corpus_files(corpus)
+    check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)
     if s.dry_run:
-        files = resolve_corpus_files(corpus)
-        check_corpus_has_text(files)  # what learning a vocabulary or packing checks first
         if not remote:
             check_writable(out)
         shards = [os.path.join(str(out), shard_name(i, s.num_shards)) for i in range(s.num_shards)]
         size = len(tokens) if tokens is not None else s.vocab_size
         uses_beam(s, corpus_bytes(files))  # the options' checks
         return PrepareResult(out, s, files, size, shards, written=False)
-    files = resolve_corpus_files(corpus)
-    check_corpus_has_text(files)  # before a vocabulary is learned
     beam = uses_beam(s, corpus_bytes(files))
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)
@@ -224,11 +216,8 @@ IN_PROCESS_HINT = (
 
 
 LOCAL_BEAM_MIN_BYTES = 256 * 10**6
-"""A corpus this large (bytes) or larger is packed by Beam's DirectRunner on every core when
-the beam extra is installed, the machine has :data:`LOCAL_BEAM_MIN_CORES` cores or more and
-neither ``workers`` nor Beam options say otherwise; else in this process. The DirectRunner's
-workers take tens of seconds to start, and on 2 cores the in-process writer (which tokenizes
-in a second thread) was faster than two workers even at 100 MB (docs/pretraining.md)."""
+"""The corpus size (bytes) from which :func:`uses_beam` packs on every core, on a machine of
+:data:`LOCAL_BEAM_MIN_CORES` cores or more (measured: docs/pretraining.md)."""
 
 LOCAL_BEAM_MIN_CORES = 4
 

@@ -1,18 +1,10 @@
 """Pretraining examples streamed from raw text, packed like google-research/electra.
 
-Input format (the one google-research/electra's ``build_pretraining_dataset.py``
-reads): UTF-8 text files with one sentence per line and a blank line between
-documents. Bytes that are not valid UTF-8 are replaced with U+FFFD, and lines longer
-than :data:`MAX_LINE_CHARS` characters are cut to that length, so any file gives
-examples (or one clear error).
-
-Everything runs in the ``tf.data`` graph: lines are tokenized in parallel batches with
-:class:`ElectraTokenizer` (:func:`tokenize_batch`), then packed by a ``Dataset.scan`` that
-follows ELECTRA's ``ExampleBuilder`` rules, each random choice a hash of ``(seed, epoch,
-document, index in the document)`` (:mod:`keras_electra.data.packing`, which also holds
-the same rule in plain Python for the TFRecord writers: both give the same examples). The
-output is therefore deterministic for a given seed (and does not depend on TensorFlow's
-global seed), so ``dataset.skip(n)`` reproduces a position.
+The corpus format: docs/pretraining.md, "The corpus" (invalid UTF-8 is replaced, lines cut
+to :data:`MAX_LINE_CHARS`). Lines are tokenized in parallel batches (:func:`tokenize_batch`)
+and packed by a ``Dataset.scan`` whose random choices are hashes
+(:mod:`keras_electra.data.packing`), so a seed fixes the output and ``dataset.skip(n)``
+reproduces a position.
 """
 
 from __future__ import annotations
@@ -190,13 +182,9 @@ def pack_examples(
     left. With probability ``random_length_prob`` an example's target length is
     ``randint(5, max_seq_length)``.
 
-    ELECTRA assigns an example's sentences to segments when the example is complete;
-    the rule only looks at earlier sentences, so this ``Dataset.scan`` assigns each
-    sentence as it arrives (same rule, same distribution) and keeps only the tokens
-    that survive trimming, which keeps the state small and each step cheap. Each draw
-    is a hash of the seed, the document (its first line's ids) and the example's or
-    line's index in it (:mod:`keras_electra.data.packing`): a document packs the same
-    wherever it is read, which lets the writers pack a corpus's pieces in parallel.
+    This ``Dataset.scan`` assigns each sentence as it arrives (the rule looks only at
+    earlier ones) and keeps only the tokens that survive trimming; each draw is a hash
+    (:mod:`keras_electra.data.packing`), so a document packs the same wherever it is read.
 
     Args:
         token_lines: a dataset of ``(ids, blank)`` as made by :func:`tokenize_lines`.

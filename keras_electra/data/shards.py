@@ -1,20 +1,10 @@
 """A corpus cut into shards at document boundaries, and one shard packed and written.
 
-:func:`plan_shards` cuts the corpus (its files end to end, in order) into ``num_shards``
-byte ranges of about equal size, each moved forward to the next document's start (the
-line after a blank line, or a file's start): a :class:`ShardPlan` names the pieces of
-files a shard reads. :func:`write_shard` reads them as the ``tf.data`` pipeline reads
-lines (:func:`~keras_electra.data.pretraining.tokenize_batch`), packs them with the one
-rule (:class:`~keras_electra.data.packing.Packer`, whose draws depend only on the
-document) and writes the shard's TFRecord file under a temporary name, renamed when
-complete. Shard ``i`` therefore holds the corpus's examples from its ``i``-th range, in
-order, whoever writes it and in whatever order: reading the shards one after another
-gives one sequential pass over the text. The in-process writer
-(:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`) and the Beam pipeline
-(:mod:`keras_electra.data.beam`) both call :func:`write_shard`; a finished shard (its final
-name exists) is not written again, so a rerun resumes.
-
-Paths may be local or URLs such as ``gs://`` (read and written through ``tf.io.gfile``).
+:func:`plan_shards` cuts the corpus into ``num_shards`` byte ranges, each moved to the next
+document's start; :func:`write_shard` packs one with the one rule
+(:class:`~keras_electra.data.packing.Packer`) and writes it atomically, so a shard is the
+same whoever writes it and a rerun resumes (docs/pretraining.md, "Preparing a large
+corpus"). Paths may be local or URLs such as ``gs://``.
 """
 
 from __future__ import annotations

@@ -78,15 +78,10 @@ def write_pretraining_tfrecords(
     """Packs a text corpus once and writes the examples as sharded TFRecords, in this
     process (:mod:`keras_electra.data.beam` runs the same on all cores or a cluster).
 
-    The examples are those of :func:`pretraining_examples` (one pass, packed with
-    ``seed``, files in the order given): shard ``i`` holds the ``i``-th of
-    ``num_shards`` document-aligned ranges of the corpus (:mod:`keras_electra.data.shards`),
-    so reading the shards one after another gives them back in the same order. Each
-    shard is written to a temporary name and renamed when complete; a rerun with the same
-    corpus and settings keeps the finished shards (it resumes), and other
-    ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed. ``metadata.json``
-    records the number of examples, ``max_seq_length``, the vocabulary size,
-    ``lowercase``, the seed, the shard names, the corpus's size and how it was run.
+    Read one after another, the shards hold one pass of :func:`pretraining_examples`
+    (packed with ``seed``). A rerun with the same corpus and settings keeps the finished
+    shards; other ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed. The
+    shards and ``metadata.json``: docs/pretraining.md, "Preparing a large corpus".
 
     Args:
         files: text files, directories of ``*.txt`` files, or glob patterns.
@@ -222,7 +217,9 @@ def start_writing(
     return WritingJob(output_dir, plans, shard_paths, settings)
 
 
-def _read_metadata(directory: str) -> dict:
+def _read_metadata(directory: str, lenient: bool = True) -> dict:
+    """``directory``'s ``metadata.json`` (local or a URL), {} when there is none; one that
+    is not JSON raises, or with ``lenient`` gives {}."""
     path = os.path.join(directory, METADATA_FILE)
     if not tf.io.gfile.exists(path):
         return {}
@@ -230,6 +227,8 @@ def _read_metadata(directory: str) -> dict:
         try:
             return json.load(f)
         except ValueError:
+            if not lenient:
+                raise
             return {}
 
 
@@ -406,21 +405,13 @@ def record_metadata(paths: PathsLike) -> dict:
     """The ``metadata.json`` that :func:`write_pretraining_tfrecords` wrote next to the
     first file of ``paths`` ({} when there is none, as for records written elsewhere)."""
     files = resolve_tfrecord_files(paths)
-    metadata_path = os.path.join(os.path.dirname(files[0]), METADATA_FILE)
-    if not tf.io.gfile.exists(metadata_path):
-        return {}
-    with tf.io.gfile.GFile(metadata_path, "r") as f:
-        return json.load(f)
+    return _read_metadata(os.path.dirname(files[0]), lenient=False)
 
 
 def _check_vocab_size(files: Sequence[str], expected: int) -> None:
     """Raises if a directory's ``metadata.json`` names another vocabulary size."""
     for directory in {os.path.dirname(p) for p in files}:
-        metadata_path = os.path.join(directory, METADATA_FILE)
-        if not tf.io.gfile.exists(metadata_path):  # local or a URL such as gs://
-            continue
-        with tf.io.gfile.GFile(metadata_path, "r") as f:
-            vocab_size = json.load(f).get("vocab_size")
+        vocab_size = _read_metadata(directory, lenient=False).get("vocab_size")
         if vocab_size is not None and vocab_size != expected:
             raise InputDataError(
                 f"The TFRecords in '{directory}' were written with a {vocab_size}-token "

@@ -4,10 +4,10 @@ backoff, and the largest batch they send at once (stdlib and :mod:`keras_electra
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from keras_electra.limits import MAX_BATCH_SIZE
+from keras_electra import limits
 
 T = TypeVar("T")
 
@@ -62,7 +62,7 @@ class ModelClient:
         timeout: float,
         retries: int,
         backoff: float,
-        max_batch_size: int | None = MAX_BATCH_SIZE,
+        max_batch_size: int | None = limits.MAX_BATCH_SIZE,
     ) -> None:
         if version is not None and version_label is not None:
             raise ValueError("give a model version or a version label, not both")
@@ -75,3 +75,20 @@ class ModelClient:
         self.retries = retries
         self.backoff = backoff
         self.max_batch_size = max_batch_size
+
+    def _predict_in_parts(self, inputs: Mapping[str, Any], send: Callable[[Any], Any]) -> Any:
+        """``send``'s outputs for ``inputs`` (texts cut as the export cuts them), at most
+        ``max_batch_size`` rows per request, joined in order."""
+        chunks = limits.split_inputs(limits.cap_texts(inputs), self.max_batch_size)
+        return limits.join_outputs([send(chunk) for chunk in chunks])
+
+    def _classify_in_parts(
+        self, examples: Sequence[Mapping[str, Any]], send: Callable[[list], list]
+    ) -> list:
+        """``send``'s results for ``examples`` (texts cut), ``max_batch_size`` per request."""
+        capped = [
+            {k: limits.cap_text(v) if k in limits.TEXT_INPUTS else v for k, v in e.items()}
+            for e in examples
+        ]
+        parts = limits.batch_slices(len(capped), self.max_batch_size)
+        return [result for part in parts for result in send(capped[part])]

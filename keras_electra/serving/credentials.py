@@ -1,20 +1,8 @@
-"""What the clients send to a TF Serving behind TLS and an authenticating proxy.
+"""What the clients send to a TF Serving behind TLS and an authenticating proxy
+(docs/serving.md, "Exposing the server"): a bearer token and/or headers, and certificates.
 
-TF Serving has no authentication of its own: deployments put it behind TLS and a proxy
-that checks a credential (an API gateway, a service mesh, nginx with a bearer token).
-:class:`CallCredentials` holds what every call carries there, a bearer token and/or
-other headers (gRPC metadata), each given directly or by a function called before every
-call (a token that expires is refreshed there). :func:`read_pem` reads the certificates
-of TLS (the CA that signed the server's certificate; a client certificate and key for
-mutual TLS).
-
-Credentials travel only over TLS: :func:`check_plaintext` refuses them on a plaintext
-channel unless the caller opts in (``insecure=True``, ``--insecure``), as gRPC refuses call
-credentials on an insecure channel. A token is stripped of surrounding whitespace (a token
-file's or ``$KERAS_ELECTRA_TOKEN``'s newline) and must be one word of printable ASCII.
-
-Nothing here shows a credential: the repr names the headers, never their values, and the
-clients' errors name the server, never what was sent.
+Credentials travel only over TLS unless the caller opts in (``insecure=True``); nothing
+here shows a credential (the repr names the headers, never their values).
 
 Examples:
     >>> credentials = CallCredentials(token="s3cret")

@@ -1,9 +1,4 @@
-"""The error raised by the TF Serving clients and the in-process test server.
-
-A :class:`ServingError` carries one sentence for the user plus, when known, the
-machine-readable status of the failure, so callers can tell a bad request from
-an unreachable server without parsing the message.
-"""
+"""The error raised by the TF Serving clients and the in-process test server."""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
 """The one reader of an export's signatures: what kind of export it is, how to read its outputs.
 
-``keras-electra export`` writes six kinds of SavedModel, told apart by the inputs and
-outputs of their ``serving_default`` signature (docs/serving.md lists every output):
-
-- ``replaced_token`` (a pretrained discriminator): ``text`` -> ``tokens``,
-  ``replaced_prob``, ``num_tokens``; an answer is :data:`TokenScores`;
-- ``sentence_score`` (an Electric discriminator): ``text`` -> ``tokens``, ``energy``,
-  ``sentence_score``, ``num_tokens``; an answer is :class:`SentenceScore`;
-- ``classify``: ``text`` (and ``text_b``) -> ``classes``, ``scores``; :class:`Classification`;
-- ``regress``: ``text`` (and ``text_b``) -> ``scores`` ``[-1, 1]``; :class:`Regression`;
-- ``tag``: ``text`` -> ``words``, ``tags``, ``num_words``; :class:`Tagging`;
-- ``qa``: ``question``, ``context`` -> ``answer``, ``answer_start_word``,
-  ``answer_end_word``, ``answer_score``; :class:`Answer`.
-
-:func:`export_reader` takes the signatures as plain dicts, either a server's metadata
-(``GrpcClient.metadata()["signatures"]`` or ``RestClient``'s:
-:mod:`keras_electra.serving.metadata`) or a loaded SavedModel's
-(:func:`saved_model_signatures`), and returns an :class:`ExportReader`: the export's kind,
-its inputs in order, how texts are laid out as those inputs, how its outputs read as one
-answer per row, and each answer's JSON fields. ``keras-electra score`` and ``predict`` read
-exports through here only. A model of no kind here is one sentence naming its signatures.
-
-Plain Python and numpy: no TensorFlow import.
+``keras-electra export`` writes six kinds of SavedModel (:data:`KINDS`), told apart by
+the inputs and outputs of their ``serving_default`` signature (docs/serving.md lists every
+output). :func:`export_reader` takes the signatures as plain dicts, a server's metadata
+(:mod:`keras_electra.serving.metadata`) or a loaded SavedModel's
+(:func:`saved_model_signatures`), and returns an :class:`ExportReader`: the kind, its
+inputs, and how its outputs read as answers and JSON fields. Plain Python and numpy.
 
 Examples:
     >>> signatures = {"serving_default": {

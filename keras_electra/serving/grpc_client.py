@@ -1,13 +1,8 @@
 """A gRPC client for models served by TensorFlow Serving (port 8500 by default).
 
-Uses the ``tensorflow-serving-api`` stubs: ``PredictionService`` (Predict,
-Classify, GetModelMetadata) and ``ModelService`` (GetModelStatus). Only ``UNAVAILABLE``
-is retried, and not when it is a TLS failure (:mod:`keras_electra.serving.tls` says
-which); every other failure raises :class:`ServingError` at once with the server's
-message. Credentials go only over TLS (or with ``insecure=True``); a batch larger than
-``max_batch_size`` goes as consecutive requests (:mod:`keras_electra.limits`). TLS and an
-authenticating proxy's credentials: docs/serving.md and
-:mod:`keras_electra.serving.credentials`.
+Only ``UNAVAILABLE`` is retried, and not a TLS failure (:mod:`keras_electra.serving.tls`);
+every other failure raises :class:`ServingError` at once. TLS and credentials:
+docs/serving.md, "Exposing the server".
 """
 
 from __future__ import annotations
@@ -28,15 +23,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from keras_electra.limits import (
-    MAX_BATCH_SIZE,
-    TEXT_INPUTS,
-    batch_slices,
-    cap_text,
-    cap_texts,
-    join_outputs,
-    split_inputs,
-)
+from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.serving import tls as tls_failures
 from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
 from keras_electra.serving.credentials import (
@@ -269,8 +256,9 @@ class GrpcClient(ModelClient):
             >>> client.predict(pair, "score_pair")["num_tokens"]  # doctest: +SKIP
             array([4], dtype=int32)
         """
-        chunks = split_inputs(cap_texts(inputs), self.max_batch_size)
-        return join_outputs([self._predict(c, signature_name, output_filter) for c in chunks])
+        return self._predict_in_parts(
+            inputs, lambda chunk: self._predict(chunk, signature_name, output_filter)
+        )
 
     def _predict(
         self,
@@ -311,11 +299,7 @@ class GrpcClient(ModelClient):
             >>> client.classify([{"text": "a wonderful film"}])  # doctest: +SKIP
             [[('negative', 0.03), ('positive', 0.97)]]
         """
-        return [
-            result
-            for part in batch_slices(len(examples), self.max_batch_size)
-            for result in self._classify(examples[part], signature_name)
-        ]
+        return self._classify_in_parts(examples, lambda part: self._classify(part, signature_name))
 
     def _classify(
         self, examples: Sequence[Mapping[str, Any]], signature_name: str
@@ -324,7 +308,6 @@ class GrpcClient(ModelClient):
             model_spec=self._model_spec(signature_name)
         )
         for example in examples:
-            example = {k: cap_text(v) if k in TEXT_INPUTS else v for k, v in example.items()}
             try:
                 request.input.example_list.examples.add().CopyFrom(make_example(example))
             except TypeError as err:

@@ -1,14 +1,7 @@
 """JSON encoding of tensors for TF Serving's REST API (numpy and stdlib only).
 
-TF Serving's REST API writes a tensor as nested JSON lists. Strings are JSON
-strings, binary strings are ``{"b64": "<base64>"}`` objects, and floats are
-numbers (``NaN`` and ``Infinity`` allowed). This module turns numpy arrays into
-that form and back, without importing TensorFlow, so the REST client stays
-light.
-
-Python ``str`` values (and numpy unicode arrays) are sent as JSON strings;
-Python ``bytes`` values are always sent base64-encoded, so any byte string,
-valid UTF-8 or not, arrives unchanged.
+A tensor is nested JSON lists; ``str`` values go as JSON strings, ``bytes`` always as
+``{"b64": ...}`` objects, so any byte string arrives unchanged.
 """
 
 from __future__ import annotations

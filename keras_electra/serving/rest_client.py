@@ -1,14 +1,8 @@
 """A REST client for models served by TensorFlow Serving (port 8501 by default).
 
-Speaks TF Serving's RESTful API (``:predict``, ``:classify``, ``.../metadata``, model
-status) with the standard library only, no TensorFlow import. It follows no redirect (a
-redirect would carry the credentials to another address, perhaps in plaintext: it is
-refused in one sentence naming the Location), sends credentials only to an ``https://``
-URL (or with ``insecure=True``), does not retry a TLS failure
-(:mod:`keras_electra.serving.tls`), and sends a batch larger than ``max_batch_size`` as
-consecutive requests (:mod:`keras_electra.limits`). Retries, errors, TLS and an
-authenticating proxy's credentials: docs/serving.md and
-:mod:`keras_electra.serving.credentials`.
+Standard library only, no TensorFlow import. It follows no redirect (the credentials
+would go along) and does not retry a TLS failure; retries, errors, TLS and credentials:
+docs/serving.md, "Exposing the server".
 """
 
 from __future__ import annotations
@@ -24,15 +18,7 @@ from urllib.parse import quote, urlsplit
 
 import numpy as np
 
-from keras_electra.limits import (
-    MAX_BATCH_SIZE,
-    TEXT_INPUTS,
-    batch_slices,
-    cap_text,
-    cap_texts,
-    join_outputs,
-    split_inputs,
-)
+from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.serving import tls as tls_failures
 from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
 from keras_electra.serving.credentials import (
@@ -139,6 +125,15 @@ def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | N
         {name: _encode_feature(value) for name, value in example.items()} for example in examples
     ]
     return body
+
+
+def _closed(url: str, reason: BaseException, times: str = "", tls: str = "") -> ServingError:
+    return ServingError(
+        f"TF Serving at {url} closed the connection without an answer "
+        f"({reason or type(reason).__name__}){times}; check that the URL is its REST port "
+        f"(--rest_api_port) and whether a proxy in front of it wants credentials{tls}.",
+        code="UNAVAILABLE",
+    )
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
@@ -310,13 +305,7 @@ class RestClient(ModelClient):
             reason = getattr(err, "reason", err)
             if not isinstance(reason, ConnectionRefusedError):  # a reset, a hang-up
                 times = f" on all {exhausted.attempts} attempts" if exhausted.attempts > 1 else ""
-                raise ServingError(
-                    f"TF Serving at {url} closed the connection without an answer "
-                    f"({reason or type(reason).__name__}){times}; check "
-                    "that the URL is its REST port (--rest_api_port) and whether a proxy in "
-                    "front of it wants credentials.",
-                    code="UNAVAILABLE",
-                ) from None
+                raise _closed(url, reason, times) from None
             raise ServingError(
                 f"Could not reach TF Serving at {url} after {exhausted.attempts} attempts "
                 f"({reason}); check that the server is running and that its REST port "
@@ -343,12 +332,7 @@ class RestClient(ModelClient):
                 ) from None
             if isinstance(reason, (ConnectionError, HTTPException)):
                 tls = " or a client certificate" if self._tls is not None else ""
-                raise ServingError(
-                    f"TF Serving at {url} closed the connection without an answer "
-                    f"({reason or type(reason).__name__}); check that the URL is its REST port "
-                    f"(--rest_api_port) and whether a proxy in front of it wants credentials{tls}.",
-                    code="UNAVAILABLE",
-                ) from None
+                raise _closed(url, reason, tls=tls) from None
             raise ServingError(
                 f"Could not reach TF Serving at {url} ({reason}); check the URL.",
                 code="UNAVAILABLE",
@@ -415,8 +399,9 @@ class RestClient(ModelClient):
             array([[b'a', b'b']], dtype=object)
         """
         types = self._output_types(signature_name)
-        chunks = split_inputs(cap_texts(inputs), self.max_batch_size)
-        return join_outputs([self._predict(c, signature_name, format, types) for c in chunks])
+        return self._predict_in_parts(
+            inputs, lambda chunk: self._predict(chunk, signature_name, format, types)
+        )
 
     def _predict(
         self,
@@ -445,19 +430,11 @@ class RestClient(ModelClient):
         """Classifies examples through ``:classify``; the examples (see
         :func:`classify_body`), the result and the errors are those of
         :meth:`~keras_electra.serving.grpc_client.GrpcClient.classify`."""
-        return [
-            result
-            for part in batch_slices(len(examples), self.max_batch_size)
-            for result in self._classify(examples[part], signature_name)
-        ]
+        return self._classify_in_parts(examples, lambda part: self._classify(part, signature_name))
 
     def _classify(
         self, examples: Sequence[Mapping[str, Any]], signature_name: str | None
     ) -> list[list[tuple[str, float]]]:
-        examples = [
-            {name: cap_text(v) if name in TEXT_INPUTS else v for name, v in example.items()}
-            for example in examples
-        ]
         response = self._request(
             f"{self.model_url}:classify", classify_body(examples, signature_name)
         )

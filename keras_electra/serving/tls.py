@@ -1,18 +1,9 @@
 """What the clients need of TLS: a verifying context, and what a failed handshake means.
 
-A TLS failure is not a server that is down: retrying it only delays the error. Both
-clients turn one into a :class:`~keras_electra.serving.errors.ServingError` at once (never
-retried) whose sentence says which of the usual causes it is, and the fix:
-
-- the server's certificate is not signed by a CA this client trusts (``root_certificates``);
-- the certificate is not valid for the name the client connected to;
-- the server requires a client certificate (mutual TLS), or refused the one sent.
-
-gRPC reports some of these only as a closed socket, and a host name with several
-addresses (``localhost``: ``::1`` and ``127.0.0.1``) as the last address's error ("Connection
-refused" from ``::1`` hiding a certificate failure on ``127.0.0.1``); :func:`diagnose` then
-opens a TLS connection to each address itself and names what failed. No message holds a
-credential: only the server's address, the name checked and OpenSSL's reason.
+A TLS failure is never retried: the clients raise at once, naming the cause (an untrusted
+CA, a name the certificate does not list, a client certificate wanted or refused) and the
+fix. Where gRPC says only "closed" or reports another address's error, :func:`diagnose`
+opens a TLS connection to each address itself.
 
 Examples:
     >>> failure_from_text("Tls handshake failed ... CERTIFICATE_VERIFY_FAILED: "
@@ -99,9 +90,8 @@ def failure_from_error(error: BaseException, name: str, sent_certificate: bool) 
         return _untrusted(detail)
     if isinstance(error, ssl.SSLError):
         reason = (error.reason or "").upper()
-        if "CERTIFICATE_REQUIRED" in reason or reason == "SSLV3_ALERT_HANDSHAKE_FAILURE":
-            return _client(sent_certificate, reason.lower())
-        if any(word in reason for word in ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_")):
+        client = ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_")  # _REQUIRED among them
+        if reason == "SSLV3_ALERT_HANDSHAKE_FAILURE" or any(w in reason for w in client):
             return _client(sent_certificate, reason.lower())
         if reason in _NOT_TLS:
             return _plaintext(reason.lower())
