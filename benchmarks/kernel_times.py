@@ -4,8 +4,8 @@ one, against the machine's memory bandwidth, on one and on two threads.
 The training step's fused kernels (bias + GELU, dropout + residual + LayerNorm, the
 attention's masked softmax + dropout) each read and write a few MB. They exist twice: as
 XLA kernels (``keras_electra/kernels/xla.py``) and as compiled custom ops
-(``keras_electra/kernels/native.py``: ``keras_electra/layers/kernels.cc``, built by
-``keras_electra/layers/compiled.py`` where a C++ compiler is). This script times each
+(``keras_electra/kernels/native.py``: ``keras_electra/kernels/kernels.cc``, built by
+``keras_electra/kernels/compiled.py`` where a C++ compiler is). This script times each
 at ELECTRA-Small's shapes (batch 32 x 128, mixed_bfloat16, dropout 0.1), ``--calls`` of
 them chained inside one ``tf.function`` so Python's dispatch is not in the time, and the
 same chain of a plain TensorFlow float32 add as a yardstick. It reports ms per call and
@@ -57,7 +57,7 @@ def kernels(calls: int) -> dict:
 
     from keras_electra.kernels import native as native_kernels
     from keras_electra.kernels import xla as xla_kernels
-    from keras_electra.layers.compiled import kernels as compiled_kernels
+    from keras_electra.kernels.compiled import kernels as compiled_kernels
     from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
     bf16 = tf.bfloat16

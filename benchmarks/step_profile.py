@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # (category, test on the lower-cased op name, test on the op type), first match wins.
 CATEGORIES = (
-    # keras_electra/layers/kernels.cc's custom ops (ElectraAddLayerNorm, ...)
+    # keras_electra/kernels/kernels.cc's custom ops (ElectraAddLayerNorm, ...)
     ("compiled kernels (gelu, layer norm, softmax)", None, lambda t: t.startswith("Electra")),
     ("dropout", lambda name: "dropout" in name, None),
     ("matmul", None, lambda t: "MatMul" in t or "Einsum" in t),

@@ -1,4 +1,4 @@
-"""The compiled training kernels (layers/kernels.cc, built by layers/compiled.py): the
+"""The compiled training kernels (kernels/kernels.cc, built by kernels/compiled.py): the
 same values as the XLA kernels they replace, the same dropout draws, used by the
 training step where they build, and the XLA kernels wherever they do not."""
 
@@ -19,8 +19,7 @@ import tensorflow as tf
 from conftest import traced_step_ops
 
 from keras_electra import internals, kernels
-from keras_electra.kernels import implementation
-from keras_electra.layers import compiled
+from keras_electra.kernels import compiled, implementation
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 
 HAS_COMPILER = shutil.which("g++") is not None
@@ -275,7 +274,7 @@ def test_the_compiled_loss_names_a_label_outside_the_vocabulary():
 # returned the ops, on a first and a second call, and the warnings it logged.
 _PROBE = """
 import json, logging
-from keras_electra.layers import compiled
+from keras_electra.kernels import compiled
 warnings = []
 handler = logging.Handler(logging.WARNING)
 handler.emit = lambda record: warnings.append(record.getMessage())
@@ -420,12 +419,11 @@ def _foreign_library(path: Path, marker: Path) -> None:
 _TRAIN = """
 import json, logging, os, sys, traceback
 from keras_electra import kernels
-from keras_electra.layers import compiled
+from keras_electra.kernels import compiled
 warnings = []
 handler = logging.Handler(logging.WARNING)
 handler.emit = lambda record: warnings.append(record.getMessage())
-compiled.log.addHandler(handler)
-kernels.log.addHandler(handler)
+kernels.log.addHandler(handler)  # and compiled.log's records, its child's
 import numpy as np
 import tensorflow as tf
 load = tf.load_op_library
@@ -540,13 +538,20 @@ def test_a_library_other_than_the_one_built_is_refused_and_training_falls_back(t
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the kernels with")
-def test_the_cache_key_covers_every_input_of_the_build(monkeypatch):
-    """The source, the flags, TensorFlow's version and flags, the compiler's path and
-    version, and the CPU each change the library's directory."""
+def test_the_cache_key_covers_every_input_of_the_build(monkeypatch, tmp_path):
+    """The source (its content, and its folder: the same bytes at the source's former
+    place, layers/kernels.cc, key another library), the flags, TensorFlow's version and
+    flags, the compiler's path and version, and the CPU each change the library's
+    directory."""
+    assert compiled.SOURCE.parts[-3:] == ("keras_electra", "kernels", "kernels.cc")
+    moved = tmp_path / "layers" / "kernels.cc"
+    moved.parent.mkdir()
+    shutil.copyfile(compiled.SOURCE, moved)
     first = compiled.library_path("/usr/bin/g++")
     assert first.parent.parent == compiled.cache_root() and first.name == "kernels.so"
     changes = [
         (compiled, "SOURCE", Path(__file__)),
+        (compiled, "SOURCE", moved),
         (compiled, "_FLAGS", [*compiled._FLAGS, "-DMORE"]),
         (tf, "__version__", tf.__version__ + ".1"),
         (tf.sysconfig, "get_link_flags", lambda: ["-lmore"]),

@@ -22,7 +22,7 @@ from conftest import traced_step_ops
 
 from keras_electra import kernels as kernel_tables
 from keras_electra.config import ElectraConfig
-from keras_electra.layers import compiled
+from keras_electra.kernels import compiled
 from keras_electra.layers.dropout import dropout_key
 from keras_electra.pretraining.pretrainer import ElectraPretrainer, loss_totals
 from keras_electra.training.optimizer import create_optimizer

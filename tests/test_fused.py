@@ -245,7 +245,7 @@ def test_dropout_inside_add_layer_norm_is_the_mask_of_its_bits(dtype):
 def test_add_layer_norm_backward_keeps_only_its_output(kernels, monkeypatch):
     """The backward kernel reads the output and the rows' inverse deviations, not the
     sub-layer's output or the residual: the LayerNorm keeps no input alive (XLA's
-    kernels and the compiled ones, layers/kernels.cc)."""
+    kernels and the compiled ones, kernels/kernels.cc)."""
     if kernels == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")
     backend = implementation("xla" if kernels == "xla" else "native")

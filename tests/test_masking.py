@@ -15,7 +15,7 @@ CLS, SEP, PAD, MASK = 2, 3, 0, 4
 
 @pytest.fixture(params=["compiled", "tensorflow"])
 def kernels(request, monkeypatch):
-    """The sampler and the loss as the compiled kernels compute them (layers/kernels.cc,
+    """The sampler and the loss as the compiled kernels compute them (kernels/kernels.cc,
     the ``native`` backend), and as TensorFlow's ops do (the ``xla`` one)."""
     if request.param == "compiled" and shutil.which("g++") is None:
         pytest.skip("no C++ compiler to build the compiled kernels with")

@@ -57,7 +57,7 @@ def _with_built_kernels(cache: Path) -> Path:
     """``cache`` (a fresh ``KERAS_ELECTRA_CACHE``) holding the compiled kernels this
     process built, where it built them: a user's cache has them after the first run,
     and the fine-tuning process would otherwise spend a minute compiling them."""
-    from keras_electra.layers import compiled
+    from keras_electra.kernels import compiled
 
     if compiled.kernels() is None:
         return cache

@@ -153,7 +153,7 @@ def test_fused_adamw_takes_keras_adamws_steps_in_one_kernel_per_variable(kernels
     """Five steps of Keras' AdamW (decay on one variable, none on the other) and ours,
     ours given unscaled gradients and clipping's factor as clip_summed_gradient hands
     them (the compiled kernel multiplies inside), Keras the gradients multiplied."""
-    from keras_electra.layers import compiled
+    from keras_electra.kernels import compiled
     from keras_electra.training.optimizer import AdamW
 
     if kernels == "compiled" and compiled.kernels() is None:

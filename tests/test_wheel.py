@@ -62,7 +62,7 @@ def test_the_wheel_holds_the_package_its_data_and_the_command(wheel):
         for p in PACKAGE.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
-    assert "keras_electra/layers/kernels.cc" in package
+    assert "keras_electra/kernels/kernels.cc" in package
     assert sorted(package - names) == []  # every module and data file the package reads
     assert sorted(n for n in names - package if not n.startswith(f"{info}/")) == []
     assert re.search(r"^keras-electra = keras_electra\.cli:main$", entry_points, re.M)

@@ -11,7 +11,7 @@ three implementations side by side:
   export, and the oracle of ``tests/test_kernel_conformance.py``;
 - ``xla`` (:mod:`keras_electra.kernels.xla`): custom-gradient kernels XLA fuses;
 - ``native`` (:mod:`keras_electra.kernels.native`): compiled C++ ops
-  (:mod:`keras_electra.layers.compiled`), about twice as fast; an operation they cannot
+  (:mod:`keras_electra.kernels.compiled`), about twice as fast; an operation they cannot
   take (float16, mixed dtypes, a graph XLA compiles whole: ``--xla``, ``jit_compile``)
   runs on the ``xla`` kernels, decided inside the ``native`` functions, per call.
 
@@ -41,9 +41,8 @@ import os
 from typing import NamedTuple
 
 from keras_electra.errors import ConfigError
-from keras_electra.kernels import native, reference, xla
+from keras_electra.kernels import compiled, native, reference, xla
 from keras_electra.kernels.interface import Kernels
-from keras_electra.layers import compiled
 
 ENV = "KERAS_ELECTRA_KERNELS"
 DEPRECATED_ENV = "KERAS_ELECTRA_COMPILED_KERNELS"  # "0": KERAS_ELECTRA_KERNELS=xla

@@ -1,5 +1,5 @@
 """The ``native`` backend: the compiled C++ kernels (``kernels.cc``, built and loaded by
-:mod:`keras_electra.layers.compiled`), and the ``xla`` ones where those cannot run.
+:mod:`keras_electra.kernels.compiled`), and the ``xla`` ones where those cannot run.
 
 The same loops as the XLA kernels, vectorized by the C++ compiler, about twice as fast
 (benchmarks/measurements.md); the same math and hashed dropout draws, outputs within one
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_electra.kernels import reference, shared, xla
+from keras_electra.kernels import compiled, reference, shared, xla
 from keras_electra.kernels.interface import Kernels
-from keras_electra.layers import compiled
 
 
 def _ops(*dtypes):

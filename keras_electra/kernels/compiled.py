@@ -4,8 +4,9 @@ The same loops as XLA's fused kernels, vectorized by the C++ compiler, run about
 fast (benchmarks/measurements.md). :func:`kernels` compiles ``kernels.cc`` with ``$CXX`` (else
 ``g++``) against the installed TensorFlow on first use, into
 ``$KERAS_ELECTRA_CACHE/kernels`` (default ``~/.cache/keras_electra``) keyed by everything
-the build reads (source, flags, TensorFlow's version and build flags, the compiler's path
-and ``--version``, this CPU for ``-march=native``), and loads it. Where that cannot happen
+the build reads (the source's content and its place in the package, flags, TensorFlow's
+version and build flags, the compiler's path and ``--version``, this CPU for
+``-march=native``), and loads it. Where that cannot happen
 (no compiler, not Linux, a GPU or TPU, an unsafe cache, a refused library, a failed
 build) it returns None, with one warning for the last three, and training takes the XLA
 kernels (:mod:`keras_electra.kernels`), which compute the same values. A build writes a
@@ -112,9 +113,13 @@ def _tf_flags() -> list[str]:  # the flags that build against the installed Tens
 
 def library_path(compiler: str) -> Path:
     """Where :func:`kernels` keeps the library ``compiler`` builds: ``<hash>/kernels.so``
-    in :func:`cache_root`, the hash covering every input of the build."""
+    in :func:`cache_root`, the hash covering every input of the build. The source's
+    folder and name (``kernels/kernels.cc``) count with its content: the library names
+    the file it was built from in its error messages, and a library built from the
+    source's former place (``layers/kernels.cc``) is never loaded for this one."""
     digest = hashlib.sha256(SOURCE.read_bytes())
-    parts = [*_FLAGS, tf.__version__, *_tf_flags(), compiler, _compiler_version(compiler)]
+    parts = ["/".join(SOURCE.parts[-2:]), *_FLAGS, tf.__version__, *_tf_flags(), compiler]
+    parts.append(_compiler_version(compiler))
     digest.update("\0".join([*parts, _cpu_signature()]).encode())
     return cache_root() / digest.hexdigest()[:16] / "kernels.so"
 

@@ -2,14 +2,14 @@
 // or float32): bias + dropout + residual add + LayerNorm, and bias + exact GELU, each
 // forward and backward.
 //
-// They compute what keras_electra/layers/fused.py's XLA kernels _add_norm_forward and
+// They compute what keras_electra/kernels/xla.py's XLA kernels _add_norm_forward and
 // _add_norm_backward compute, with the same hashed dropout draws (an element's draw is
 // MurmurHash3's finalizer of (flat index * 0x9E3779B9 + key[0]) ^ key[1], its top 16
 // bits; kept where the draw >= threshold, then scaled). The arithmetic is float32; the
 // sums run in a different order than XLA's, so an output can differ from XLA's by one
 // rounding step of its dtype. Plain loops that the compiler vectorizes; rows split over
 // TensorFlow's intra-op threads. Bias + GELU is _bias_gelu_forward / _bias_gelu_backward's
-// math with Eigen's vectorized erf and exp. Built by keras_electra/layers/compiled.py.
+// math with Eigen's vectorized erf and exp. Built by keras_electra/kernels/compiled.py.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -205,7 +205,7 @@ class AddLayerNormOp : public OpKernel {
   bool dropout_;
 };
 
-// The smallest |gamma| the backward divides by (fused.py's _SMALLEST_GAMMA).
+// The smallest |gamma| the backward divides by (xla.py's _SMALLEST_GAMMA).
 constexpr float kSmallestGamma = 1e-3f;
 
 template <typename T>
