@@ -1,20 +1,10 @@
 """How much one request may hold: the bounds every text entry point keeps, and the split.
 
-A caller can hand ``score``, the clients or ``predict`` any number of texts of any length;
-what reaches a model at once is bounded by two settings, declared here once:
-
-- :data:`MAX_BATCH_SIZE` texts per model call (or per request to a server): larger
-  batches are split into consecutive chunks, run one after another, and their outputs
-  joined in order. It is ``serving/batching.config``'s ``max_batch_size``, so a chunk is
-  never larger than what TF Serving merges concurrent requests into
-  (``tests/test_serving_clients.py`` checks that the two agree).
-- :data:`MAX_TEXT_CHARS` characters per text: the export's in-graph encoder
-  (:func:`keras_electra.encoding.encode_texts`) cuts each text there, as the corpus reader
-  cuts each line (``data.files.MAX_LINE_CHARS`` is this value), and the clients cut the same
-  before sending, so a request is bounded and its result unchanged (the model reads at most
-  its sequence length of word pieces anyway).
-
-Plain Python and numpy: the REST client imports this without TensorFlow.
+``score``, the clients and ``predict`` take any number of texts of any length; a model gets
+at most :data:`MAX_BATCH_SIZE` of them per call (larger batches run in consecutive chunks,
+their outputs joined in order), each cut to :data:`MAX_TEXT_CHARS` characters as the
+export's encoder cuts it, so the result is unchanged. Plain Python and numpy: the REST
+client imports this without TensorFlow.
 
 Examples:
     >>> [len(part["text"]) for part in split_inputs({"text": ["a"] * 70}, 32)]
@@ -31,10 +21,12 @@ from typing import Any
 import numpy as np
 
 MAX_BATCH_SIZE = 32
-"""Most texts sent to a model at once: ``max_batch_size`` of ``serving/batching.config``."""
+"""Most texts sent to a model at once: ``max_batch_size`` of ``serving/batching.config``
+(``tests/test_serving_clients.py`` checks that the two agree)."""
 
 MAX_TEXT_CHARS = 100_000
-"""Longest text a model reads, in characters; longer texts are cut (bytes: 4 per character)."""
+"""Longest text a model reads, in characters; longer texts are cut (bytes: 4 per character),
+as the corpus reader cuts lines (``data.files.MAX_LINE_CHARS``)."""
 
 TEXT_INPUTS = ("text", "text_a", "text_b", "question", "context")
 """The exports' text inputs (``serving_default``, ``score_pair``, a QA export's) and
@@ -105,10 +97,9 @@ def _rows(value: Any) -> int | None:
 
 
 def split_inputs(inputs: Mapping[str, Any], size: int | None) -> list[dict[str, Any]]:
-    """``inputs`` as consecutive chunks of at most ``size`` rows, in order: each input's
-    rows ``[i:i + size]``. One chunk (``inputs`` itself) when ``size`` is None or 0, when
-    the batch is no larger, or when the inputs do not share one batch size (a scalar input,
-    or different sizes: the server then says what is wrong with the request).
+    """``inputs`` as consecutive chunks of at most ``size`` rows, in order; one chunk when
+    ``size`` is None or 0, the batch no larger, or the inputs of no one batch size (the
+    server then says what is wrong with the request).
 
     Examples:
         >>> split_inputs({"a": [1, 2, 3], "b": ["x", "y", "z"]}, 2)
@@ -130,11 +121,9 @@ def _fill(dtype: np.dtype) -> Any:
 
 
 def join_outputs(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The outputs of consecutive chunks as one batch: each output concatenated along its
-    first axis, in order. Where the chunks' other axes differ (a model whose output width
-    follows its longest text), shorter rows are padded with zeros (empty strings), as one
-    batch of all the texts would be. An output without a batch axis (a scalar) is the
-    first chunk's.
+    """The outputs of consecutive chunks as one batch, concatenated along the first axis;
+    where the other axes differ, shorter rows are padded with zeros (empty strings), as
+    one batch would be. A scalar output is the first chunk's.
 
     Examples:
         >>> joined = join_outputs([{"p": np.ones((2, 3))}, {"p": np.ones((1, 4))}])

@@ -1,15 +1,5 @@
-"""``keras-electra report``: one figure of a run's health, for people to look at.
-
-Reads the ``metrics.jsonl`` of pretraining runs or fine-tuning directories and writes
-``report.png``, ``report.html`` and ``report.json`` (that summary for programs); what
-each holds: docs/run-health.md. matplotlib is imported only when the command runs.
-
-Examples:
-    >>> from keras_electra.report import write_report
-    >>> summary = write_report(["runs/demo"])  # doctest: +SKIP
-    >>> summary["warnings"]  # doctest: +SKIP
-    {'runs/demo': []}
-"""
+"""``keras-electra report``: a run's ``metrics.jsonl`` drawn into ``report.png``,
+``report.html`` and ``report.json`` (docs/run-health.md); matplotlib is imported only then."""
 
 from __future__ import annotations
 
@@ -78,10 +68,8 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def panels_for(records: list[dict]) -> list[tuple[str, list[str], bool]]:
-    """The panels with data, each with the metric names it draws, in order.
-
-    Metrics no panel claims (a fine-tuning task's own) get an "Other metrics" panel.
-    """
+    """The panels with data, each with the metric names it draws, in order; metrics no
+    panel claims (a fine-tuning task's own) get an "Other metrics" panel."""
     names = sorted(
         {k for r in records for k, v in r.items() if k not in NOT_DRAWN and _is_number(v)},
         key=_natural,

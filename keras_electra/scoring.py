@@ -2,14 +2,9 @@
 pretraining run's replaced-token probabilities.
 
 ``score_with_saved_model`` and ``score_with_server`` read every export ``keras-electra
-export`` writes (replaced-token probabilities, a classifier's labels, a regressor's value,
-a tagger's tags, a QA model's answer) through the one reader of an export's signatures,
-:mod:`keras_electra.serving.export_reader`, and return :class:`Scores`: the answers with
-the texts they answer. Any number of texts of any length: they reach the model
-:data:`~keras_electra.limits.MAX_BATCH_SIZE` at a time, each cut to
-:data:`~keras_electra.limits.MAX_TEXT_CHARS` characters as the export cuts it, so memory
-follows one chunk, not the whole call. A text that is not valid UTF-8 (a command-line
-argument in another encoding) is one sentence.
+export`` writes through :mod:`keras_electra.serving.export_reader` and return
+:class:`Scores`, the answers with the texts they answer. Any number of texts of any length
+goes in bounded chunks (:mod:`keras_electra.limits`).
 
 Examples:
     >>> scores = score_with_saved_model("saved_models/sst2", ["a fine film"])  # doctest: +SKIP
@@ -77,20 +72,9 @@ def utf8_texts(texts: Sequence[str | bytes]) -> list[bytes]:
     return out
 
 
-def score_texts(
-    model, tokenizer: ElectraTokenizer, texts: Sequence[str], max_length: int | None = None
-) -> list[TokenScores]:
-    """Probability that each token of each text was replaced, from the discriminator.
-
-    Args:
-        model: an ``ElectraPretrainer`` (objective ``electra``).
-        tokenizer: its tokenizer.
-        texts: sentences to score.
-        max_length: sequence length (default: the model's position table size).
-
-    Returns:
-        For each text, ``(token, probability)`` pairs without ``[CLS]``/``[SEP]``.
-    """
+def _token_values(model, tokenizer, texts, max_length, transform=None) -> list[TokenScores]:
+    """Each text's ``(token, value)`` pairs without ``[CLS]``/``[SEP]``: the model's outputs
+    (through ``transform``), :data:`~keras_electra.limits.MAX_BATCH_SIZE` texts per call."""
     max_length = max_length or model.config.max_position_embeddings
     encoded = utf8_texts(texts)
     rows = []
@@ -98,42 +82,32 @@ def score_texts(
         inputs = encode_texts(
             tokenizer, tf.constant(encoded[part], tf.string), max_length=max_length
         )
-        probs = tf.sigmoid(model(inputs, training=False)).numpy()
+        outputs = model(inputs, training=False)
+        values = (outputs if transform is None else transform(outputs)).numpy()
         tokens = tokenizer.detokenize_ids(inputs["token_ids"]).numpy()
         lengths = inputs["padding_mask"].numpy().sum(axis=1)
-        for row, prob, n in zip(tokens, probs, lengths, strict=True):
-            pairs = zip(row[1 : n - 1], prob[1 : n - 1], strict=True)  # without [CLS] and [SEP]
-            rows.append([(t.decode("utf-8", "replace"), float(p)) for t, p in pairs])
+        for row, value, n in zip(tokens, values, lengths, strict=True):
+            pairs = zip(row[1 : n - 1], value[1 : n - 1], strict=True)
+            rows.append([(t.decode("utf-8", "replace"), float(v)) for t, v in pairs])
     return rows
+
+
+def score_texts(
+    model, tokenizer: ElectraTokenizer, texts: Sequence[str], max_length: int | None = None
+) -> list[TokenScores]:
+    """Probability that each token of each text was replaced, from an ``ElectraPretrainer``
+    (objective ``electra``): ``(token, probability)`` pairs per text, without
+    ``[CLS]``/``[SEP]``; ``max_length`` defaults to the model's position table size."""
+    return _token_values(model, tokenizer, texts, max_length, tf.sigmoid)
 
 
 def score_sentences(
     model, tokenizer: ElectraTokenizer, texts: Sequence[str], max_length: int | None = None
 ) -> list[tuple[TokenScores, float]]:
-    """Each token's energy and each text's sentence score, from an Electric pretrainer's
-    discriminator (what its export answers; :mod:`keras_electra.export.electric`).
-
-    Returns:
-        For each text, ``(token, energy)`` pairs without ``[CLS]``/``[SEP]`` and the
-        sentence score ``-sum`` of those energies (higher: more plausible).
-    """
-    max_length = max_length or model.config.max_position_embeddings
-    encoded = utf8_texts(texts)
-    rows = []
-    for part in batch_slices(len(encoded), MAX_BATCH_SIZE):
-        inputs = encode_texts(
-            tokenizer, tf.constant(encoded[part], tf.string), max_length=max_length
-        )
-        energies = model(inputs, training=False).numpy()
-        tokens = tokenizer.detokenize_ids(inputs["token_ids"]).numpy()
-        lengths = inputs["padding_mask"].numpy().sum(axis=1)
-        for row, energy, n in zip(tokens, energies, lengths, strict=True):
-            pairs = [
-                (t.decode("utf-8", "replace"), float(e))
-                for t, e in zip(row[1 : n - 1], energy[1 : n - 1], strict=True)
-            ]
-            rows.append((pairs, -float(sum(e for _, e in pairs))))
-    return rows
+    """Each token's energy and each text's sentence score (``-sum`` of the energies; higher:
+    more plausible), from an Electric pretrainer's discriminator, as its export answers."""
+    rows = _token_values(model, tokenizer, texts, max_length)
+    return [(pairs, -float(sum(e for _, e in pairs))) for pairs in rows]
 
 
 def find_export(path: str | Path) -> str | None:
@@ -202,12 +176,7 @@ class Scores(Sequence):
 
     def records(self) -> list[dict[str, Any]]:
         """One JSON object per example: its inputs by name, then the answer's fields
-        (``score --json``).
-
-        Examples:
-            >>> scores.records()[0]  # doctest: +SKIP
-            {'text': 'a fine film', 'label': 'pos', 'scores': {'pos': 0.93, 'neg': 0.07}}
-        """
+        (``score --json``)."""
         columns = [self.texts(name) for name in self.reader.inputs]
         return [
             {**dict(zip(self.reader.inputs, row, strict=True)), **self.reader.record(answer)}
@@ -229,10 +198,7 @@ def score_with_saved_model(
 ) -> Scores:
     """An export's answers to ``texts``, in process, ``batch_size`` examples at a time.
 
-    Reads any export ``keras-electra export`` writes (the kind from its signatures:
-    :func:`~keras_electra.serving.export_reader.export_reader`). The export is code:
-    ``tf.saved_model.load`` runs whatever ops it holds, so load only exports you trust
-    (docs/serving.md, "Threat model").
+    The export is code: load only exports you trust (docs/serving.md, "Threat model").
 
     Args:
         path: ``saved_models/NAME`` (its highest version) or a version folder.

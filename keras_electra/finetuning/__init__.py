@@ -1,12 +1,4 @@
-"""Fine-tuning: classification, regression, tagging and extractive QA on ELECTRA.
-
-Examples:
-    >>> from keras_electra.finetuning import finetune
-    >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv",
-    ...                   "runs/cls")  # doctest: +SKIP
-    >>> result.metrics  # doctest: +SKIP
-    {'accuracy': 0.9, 'mcc': 0.8, 'f1': 0.9, 'num_examples': 200}
-"""
+"""Fine-tuning: classification, regression, tagging and extractive QA (docs/finetuning.md)."""
 
 from keras_electra.finetuning.layerwise import (
     LayerwiseAdamW,

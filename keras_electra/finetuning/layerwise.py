@@ -1,17 +1,7 @@
-"""AdamW with layer-wise learning-rate decay, as ELECTRA fine-tunes.
+"""AdamW with layer-wise learning-rate decay, as ELECTRA fine-tunes (the rule: docs/finetuning.md).
 
-The task head trains at the full rate, transformer layer ``i`` of ``L`` at
-``lr * decay ** (L - i)`` and the embeddings at ``lr * decay ** (L + 1)``: the rule
-google-research/electra intended, without its code's extra factor (its issue #51;
-docs/finetuning.md).
-
-The factor scales the learning rate inside the update (and so the decoupled
-weight decay too, as in the original optimizer): scaling gradients instead
-would do nothing, since Adam's update is invariant to the gradient's scale.
-
-Examples:
-    >>> factors = layerwise_factors(backbone, decay=0.8)  # doctest: +SKIP
-    >>> optimizer = LayerwiseAdamW(factors, learning_rate=1e-4)  # doctest: +SKIP
+The factor scales the learning rate inside the update, and so the decoupled weight decay:
+scaling gradients would do nothing, Adam's update being invariant to their scale.
 """
 
 from __future__ import annotations
@@ -34,14 +24,8 @@ def layer_factor(depth: int, num_layers: int, decay: float) -> float:
 
 
 def layerwise_factors(backbone: ElectraBackbone, decay: float) -> dict[str, float]:
-    """Learning-rate factor of every backbone variable, keyed by variable path.
-
-    Variables not listed (the task head) keep factor 1.
-
-    Args:
-        backbone: the ``ElectraBackbone`` being fine-tuned.
-        decay: the per-layer decay (0.8 for Small/Base, 0.9 for Large; 1 disables).
-    """
+    """Learning-rate factor of every backbone variable by path, for a per-layer ``decay``
+    (1 disables); variables not listed (the task head) keep factor 1."""
     layers = backbone.encoder.transformer_layers
     bottom = [(0, backbone.embedding), (0, backbone.encoder.projection)]
     depths = [*bottom, *((i + 1, layer) for i, layer in enumerate(layers))]
@@ -82,8 +66,6 @@ class LayerwiseAdamW(AdamW):
         self._factor_list = [self.factors.get(v.path, 1.0) for v in var_list]
 
     def _rate_factor(self, variable) -> float:
-        # Scales the variable's Adam step and its decoupled weight decay
-        # (variable -= v * wd * lr * factor).
         return self._factor_list[internals.variable_index(self, variable)]
 
     def get_config(self):
@@ -101,25 +83,10 @@ def create_finetune_optimizer(
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
 ) -> LayerwiseAdamW:
-    """ELECTRA's fine-tuning optimizer: layer-wise AdamW, warm-up then linear decay.
-
-    Beta1 0.9, beta2 0.999, epsilon 1e-6; no weight decay on LayerNorm parameters
-    and biases; gradients clipped to a global norm of ``clip_norm``.
-
-    Args:
-        model: the task model (backbone + head).
-        backbone: its backbone (defines the layers the decay runs over).
-        learning_rate: the head's peak learning rate.
-        total_steps: training steps; the rate reaches 0 at the last.
-        warmup_fraction: fraction of the steps spent warming up linearly.
-        layer_decay: per-layer learning-rate decay.
-        weight_decay: decoupled weight decay.
-        clip_norm: global gradient-norm clip, or None.
-
-    Examples:
-        >>> opt = create_finetune_optimizer(model, model.backbone, learning_rate=1e-4,
-        ...                                 total_steps=1000)  # doctest: +SKIP
-    """
+    """ELECTRA's fine-tuning optimizer for ``model`` (``backbone`` plus head): layer-wise
+    AdamW (:func:`~keras_electra.training.optimizer.adamw_arguments`) whose head peaks at
+    ``learning_rate`` after ``warmup_fraction`` of ``total_steps``, then decays to 0 at the
+    last; no weight decay on LayerNorm parameters and biases; ``clip_norm`` None: no clip."""
     warmup = int(round(warmup_fraction * total_steps))
     arguments = adamw_arguments(learning_rate, total_steps, warmup, weight_decay, clip_norm)
     optimizer = LayerwiseAdamW(layerwise_factors(backbone, layer_decay), **arguments)

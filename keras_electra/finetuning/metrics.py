@@ -1,13 +1,5 @@
-"""Evaluation metrics, computed the way the benchmarks define them.
-
-- GLUE: accuracy, F1 of the positive class (MRPC, QQP), Matthews correlation
-  (CoLA), Pearson and Spearman correlation (STS-B; Spearman with average ranks
-  for ties).
-- SQuAD 1.1/2.0: exact match and token F1 after the official normalization
-  (lower-case, drop punctuation and the articles a/an/the, collapse spaces),
-  best over the gold answers; an unanswerable question's gold answer is ``""``.
-- CoNLL: chunk precision/recall/F1 as conlleval counts them (a chunk is
-  correct when its type, start and end all match), for BIO and BIOES tags.
+"""Evaluation metrics as GLUE, SQuAD 1.1/2.0 (an unanswerable question's gold answer is
+``""``) and conlleval (BIO and BIOES chunks) define them.
 
 Examples:
     >>> accuracy([1, 0, 1, 1], [1, 0, 0, 1])

@@ -1,16 +1,7 @@
 """Task models: an ELECTRA backbone with a small task head, trainable with ``model.fit``.
 
-Every model takes the backbone's input dict (int32 ``[batch, length]``
-``token_ids``, ``segment_ids``, ``padding_mask``) and returns float32 outputs:
-
-- :class:`ElectraClassifier`: logits ``[batch, num_classes]`` from dropout then a
-  dense layer on the ``[CLS]`` vector (as ELECTRA's GLUE head), or on the mean of
-  the unpadded token vectors (``pooling="mean"``);
-- :class:`ElectraRegressor`: the same head with one output ``[batch, 1]``;
-- :class:`ElectraTagger`: logits ``[batch, length, num_tags]`` at every position;
-- :class:`ElectraSpanExtractor`: ``start_logits`` and ``end_logits``
-  ``[batch, length]`` (padding masked out) and, for SQuAD 2.0, an ``answerable``
-  logit ``[batch]`` from the ``[CLS]`` vector.
+Every model takes the backbone's input dict (int32 ``[batch, length]`` ``token_ids``,
+``segment_ids``, ``padding_mask``) and returns float32 outputs (each class says which).
 
 Examples:
     >>> import numpy as np
@@ -60,8 +51,8 @@ def pool_sequence(sequence, padding_mask, pooling: str):
 
 
 class _HeadModel(OneGraphTraining, keras.Model):
-    """A backbone plus dropout and one dense layer (the task head); ``fit`` trains it
-    through one traced graph (:class:`~keras_electra.training.step.OneGraphTraining`)."""
+    """A backbone plus dropout and one dense layer (the task head), trained through
+    :class:`~keras_electra.training.step.OneGraphTraining`."""
 
     def __init__(self, backbone: ElectraBackbone, units: int, dropout: float = 0.1, **kwargs):
         super().__init__(**kwargs)
@@ -81,12 +72,6 @@ class _HeadModel(OneGraphTraining, keras.Model):
     def _project(self, x, training):
         return ops.cast(self.head(self.head_dropout(x, training=training)), "float32")
 
-    def _project_pooled(self, inputs, training):
-        sequence = self.backbone(inputs, training=training)
-        return self._project(
-            pool_sequence(sequence, inputs["padding_mask"], self.pooling), training
-        )
-
     def get_config(self):
         return {
             "backbone": keras.saving.serialize_keras_object(self.backbone),
@@ -100,23 +85,26 @@ class _HeadModel(OneGraphTraining, keras.Model):
         return cls(**{**config, "backbone": backbone})
 
 
+class _PooledHeadModel(_HeadModel):
+    """The head on the ``[CLS]`` vector (``pooling="cls"``, the paper's GLUE head) or on
+    the mean of the unpadded token vectors (``"mean"``: steadier on small models and data)."""
+
+    def __init__(self, backbone, units: int, dropout: float, pooling: str, **kwargs):
+        super().__init__(backbone, units, dropout, **kwargs)
+        self.pooling = check_pooling(pooling)
+
+    def call(self, inputs, training=None):
+        sequence = self.backbone(inputs, training=training)
+        pooled = pool_sequence(sequence, inputs["padding_mask"], self.pooling)
+        return self._project(pooled, training)
+
+    def get_config(self):
+        return {**super().get_config(), "pooling": self.pooling}
+
+
 @keras.saving.register_keras_serializable(package="keras_electra")
-class ElectraClassifier(_HeadModel):
-    """Sequence (or sequence-pair) classification on the ``[CLS]`` vector or the token mean.
-
-    Args:
-        backbone: the pretrained discriminator ``ElectraBackbone``.
-        num_classes: number of classes.
-        dropout: dropout before the dense layer.
-        pooling: ``"cls"`` (the paper's GLUE head) or ``"mean"`` (the mean of the
-            unpadded token vectors: steadier on small models and small data).
-
-    Examples:
-        >>> model = ElectraClassifier(backbone, num_classes=2)  # doctest: +SKIP
-        >>> model.compile(optimizer="adam",
-        ...     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # doctest: +SKIP
-        >>> model.fit(encoded_inputs, labels, epochs=3)  # doctest: +SKIP
-    """
+class ElectraClassifier(_PooledHeadModel):
+    """Sequence (or pair) classification: logits ``[batch, num_classes]``."""
 
     def __init__(
         self,
@@ -127,53 +115,28 @@ class ElectraClassifier(_HeadModel):
         **kwargs,
     ):
         kwargs.setdefault("name", "electra_classifier")
-        super().__init__(backbone, num_classes, dropout, **kwargs)
+        super().__init__(backbone, num_classes, dropout, pooling, **kwargs)
         self.num_classes = num_classes
-        self.pooling = check_pooling(pooling)
-
-    def call(self, inputs, training=None):
-        return self._project_pooled(inputs, training)
 
     def get_config(self):
-        return {**super().get_config(), "num_classes": self.num_classes, "pooling": self.pooling}
+        return {**super().get_config(), "num_classes": self.num_classes}
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class ElectraRegressor(_HeadModel):
-    """Sequence (or pair) regression, e.g. STS-B: one float per example, ``[batch, 1]``.
-
-    Train it with mean squared error.
-
-    Examples:
-        >>> model = ElectraRegressor(backbone)  # doctest: +SKIP
-        >>> model.compile(optimizer="adam", loss="mse")  # doctest: +SKIP
-    """
+class ElectraRegressor(_PooledHeadModel):
+    """Sequence (or pair) regression, e.g. STS-B (train with MSE): ``[batch, 1]``."""
 
     def __init__(
         self, backbone: ElectraBackbone, dropout: float = 0.1, pooling: str = "cls", **kwargs
     ):
         kwargs.setdefault("name", "electra_regressor")
-        super().__init__(backbone, 1, dropout, **kwargs)
-        self.pooling = check_pooling(pooling)
-
-    def call(self, inputs, training=None):
-        return self._project_pooled(inputs, training)
-
-    def get_config(self):
-        return {**super().get_config(), "pooling": self.pooling}
+        super().__init__(backbone, 1, dropout, pooling, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class ElectraTagger(_HeadModel):
-    """Token tagging: logits for every position, ``[batch, length, num_tags]``.
-
-    Labels sit on the first word piece of each word; train with
-    :class:`MaskedSparseCrossentropy` (label ``-1`` everywhere else).
-
-    Examples:
-        >>> model = ElectraTagger(backbone, num_tags=5)  # doctest: +SKIP
-        >>> model.compile(optimizer="adam", loss=MaskedSparseCrossentropy())  # doctest: +SKIP
-    """
+    """Token tagging: logits ``[batch, length, num_tags]``; train with
+    :class:`MaskedSparseCrossentropy` (label ``-1`` off each word's first piece)."""
 
     def __init__(self, backbone: ElectraBackbone, num_tags: int, dropout: float = 0.1, **kwargs):
         kwargs.setdefault("name", "electra_tagger")
@@ -189,17 +152,9 @@ class ElectraTagger(_HeadModel):
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class ElectraSpanExtractor(_HeadModel):
-    """Extractive QA: start and end logits per position, plus answerability for SQuAD 2.0.
-
-    Outputs a dict: ``start_logits``, ``end_logits`` (``[batch, length]``, -10000 at
-    padding) and, with ``answerable=True``, ``answerable`` (``[batch]``, a logit on
-    the ``[CLS]`` vector; > 0 means the window holds the answer).
-
-    Examples:
-        >>> model = ElectraSpanExtractor(backbone, answerable=True)  # doctest: +SKIP
-        >>> sorted(model(inputs))  # doctest: +SKIP
-        ['answerable', 'end_logits', 'start_logits']
-    """
+    """Extractive QA: a dict of ``start_logits``, ``end_logits`` (``[batch, length]``,
+    -10000 at padding) and, with ``answerable=True`` (SQuAD 2.0), ``answerable``
+    (``[batch]``, a logit on the ``[CLS]`` vector; > 0: the window holds the answer)."""
 
     def __init__(
         self, backbone: ElectraBackbone, answerable: bool = False, dropout: float = 0.1, **kwargs

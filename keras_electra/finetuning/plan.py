@@ -1,14 +1,5 @@
-"""A fine-tuning worked out before it starts: what ``finetune --dry-run`` prints.
-
-:func:`~keras_electra.finetuning.run.finetune` with ``dry_run=True`` reads the source's
-config and vocabulary, resolves the options, reads and encodes the training and
-evaluation data (the checks a run makes before it trains) and returns a
-:class:`FinetunePlan` instead of training: the model's size and parameters, the
-examples, steps, tokens and FLOPs per step (the backbone's matmuls,
-:mod:`~keras_electra.pretraining.flops`), an estimate of the memory
-(:mod:`~keras_electra.pretraining.memory`) and where the model goes. Nothing is
-written and no weights are read.
-"""
+"""A fine-tuning worked out before it starts: what ``finetune --dry-run`` prints
+(docs/finetuning.md); nothing is written and no weights are read."""
 
 from __future__ import annotations
 

@@ -1,18 +1,5 @@
-"""Readers for fine-tuning data, with errors that name the file, line and problem.
-
-- Tables: GLUE ``.tsv`` (tab-separated, no quoting), ``.csv`` and ``.jsonl``
-  (one JSON object per line), with named text, text-pair and label columns. A
-  column may also be given as a 0-based index, for headerless files such as
-  CoLA (``header=False``).
-- CoNLL tagging files: one ``word ... tag`` line per token (word first, tag
-  last), a blank line between sentences, ``-DOCSTART-`` lines skipped.
-- SQuAD 1.1 / 2.0 JSON.
-
-Examples:
-    >>> rows = read_table("train.tsv", "sentence", label_column="label")  # doctest: +SKIP
-    >>> rows[0]  # doctest: +SKIP
-    {'text': 'a gripping film', 'text_b': None, 'label': '1', 'file': 'train.tsv', 'line': 2}
-"""
+"""Readers for fine-tuning data (tables, CoNLL, SQuAD JSON), with errors that name the
+file, line and problem."""
 
 from __future__ import annotations
 
@@ -93,10 +80,10 @@ def read_table(
     header: bool = True,
     require_labels: bool = True,
 ) -> list[dict]:
-    """Read text (or text pairs) and labels from a TSV, CSV or JSON-lines file.
+    """Read text (or text pairs) and labels from a table.
 
     Args:
-        path: the file (``.tsv``, ``.csv``, ``.jsonl``).
+        path: the file: GLUE ``.tsv`` (not quoted), ``.csv`` or ``.jsonl``.
         text_column: column of the first text (name, or 0-based index).
         text_pair_column: column of the second text of a pair, if any.
         label_column: column of the label; None for unlabelled files.
@@ -109,10 +96,6 @@ def read_table(
 
     Raises:
         InputDataError: a missing column, a short row, an empty text or label.
-
-    Examples:
-        >>> read_table("dev.jsonl", "premise", "hypothesis")[0]["label"]  # doctest: +SKIP
-        'entailment'
     """
     path = Path(path)
     rows = _table_rows(path)
@@ -185,10 +168,6 @@ def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSen
 
     Tags must be ``O`` or ``B-``/``I-``/``E-``/``S-`` followed by a type (BIO or BIOES).
     With ``require_tags=False``, a line holding only a word gets the tag ``O``.
-
-    Examples:
-        >>> read_conll("train.conll")[0].tags  # doctest: +SKIP
-        ['B-PER', 'I-PER', 'O']
     """
     path = Path(path)
     sentences: list[TaggedSentence] = []
@@ -240,10 +219,6 @@ def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExam
 
     The first gold answer is the training target; its ``answer_start`` must point
     at its text in the context. ``is_impossible`` questions (2.0) have no answers.
-
-    Examples:
-        >>> read_squad("dev-v2.0.json")[0].answers  # doctest: +SKIP
-        ['Normans', 'Normans']
     """
     path = Path(path)
     text = "\n".join(_open_lines(path))

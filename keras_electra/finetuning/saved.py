@@ -1,17 +1,5 @@
-"""A fine-tuned model directory: what :func:`~keras_electra.finetuning.finetune` writes, loaded.
-
-``OUTPUT_DIR`` is a run directory (:mod:`keras_electra.run_directory` lists its files)
-plus ``finetune.json`` (the task, labels, columns and settings:
-:class:`~keras_electra.finetuning.settings.FinetuneSettings`), written last, so a
-directory that has it is complete. The fine-tuning runner, the backbone loader
-(:mod:`keras_electra.finetuning.source`) and :mod:`keras_electra.export` all read the
-directory through this module.
-
-Examples:
-    >>> loaded = load_finetuned("runs/sst2")  # doctest: +SKIP
-    >>> loaded.task.name, loaded.settings.labels  # doctest: +SKIP
-    ('classify', ['0', '1'])
-"""
+"""A fine-tuned model directory: a run directory (:mod:`keras_electra.run_directory`)
+plus ``finetune.json``, written last so that a directory that has it is complete."""
 
 from __future__ import annotations
 
@@ -50,9 +38,7 @@ class FinetunedModel:
 
     def predict_examples(self, examples: list, batch_size: int = MAX_BATCH_SIZE) -> list[dict]:
         """Predictions for examples read with ``self.task.read(..., labelled=False)``, the
-        model run on ``batch_size`` of them at a time (by default
-        :data:`~keras_electra.limits.MAX_BATCH_SIZE`, so any number of examples takes the
-        memory of one such batch).
+        model run on ``batch_size`` of them at a time.
 
         Raises:
             ConfigError: ``batch_size`` is below 1.
@@ -63,7 +49,7 @@ class FinetunedModel:
 
 
 def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:
-    """Write a fine-tuned model's directory (see the module docstring); return it."""
+    """Write a fine-tuned model's directory; return it."""
     run = RunDirectory(output_dir)
     if run.has_config() and not run.is_finetuned():
         raise ConfigError(

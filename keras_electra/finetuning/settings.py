@@ -1,8 +1,5 @@
-"""What a fine-tuned model is (``finetune.json``), and the paper's fine-tuning recipe.
-
-The recipe and the fine-tuning options live in :mod:`keras_electra.settings`
-(:class:`~keras_electra.settings.FinetuneOptions`) and are named here too; the
-recipe's values per model size: docs/finetuning.md.
+"""What a fine-tuned model is (``finetune.json``); the recipe and options, which live in
+:mod:`keras_electra.settings`, are named here too (their values: docs/finetuning.md).
 
 Examples:
     >>> recipe_defaults("base")["learning_rate"]

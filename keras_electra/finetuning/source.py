@@ -1,20 +1,8 @@
-"""Load the pretrained discriminator a fine-tuning run starts from.
+"""Load the pretrained discriminator a fine-tuning starts from: a pretraining run, an init
+directory (a full pretrainer or the backbone alone) or a fine-tuned directory.
 
-A source directory holds ``config.json``, ``vocab.txt`` and ``checkpoints/``:
-
-- a pretraining run (``keras-electra pretrain --output``; has ``run.json``);
-- an init directory with the same three entries (e.g. converted weights), whose
-  checkpoint holds a full pretrainer or the discriminator backbone alone;
-- a fine-tuned output directory (has ``finetune.json``): its backbone is reused.
-
-The discriminator's weights are copied into a fresh standalone
-``ElectraBackbone``, so fine-tuned checkpoints have the same variable paths in
-every process, whatever the source was. Whatever the pretraining run's
-``embedding_sharing``, the backbone gets the embedding tables the discriminator
-read (for ``gdes``, the shared tables plus the discriminator's deltas, folded).
-
-Examples:
-    >>> backbone, tokenizer, config = load_backbone("runs/demo")  # doctest: +SKIP
+Its weights go into a fresh standalone ``ElectraBackbone`` (the same variable paths
+whatever the source), with the embedding tables the discriminator read (``gdes``: folded).
 """
 
 from __future__ import annotations
@@ -65,8 +53,6 @@ def load_backbone(
             return backbone, tokenizer, config
         trained = ElectraPretrainer(config, objective)
         run.restore_latest(trained, "source directory")
-        # The discriminator with its effective embedding tables (shared + delta folded
-        # for embedding_sharing "gdes"): a plain backbone in every mode.
         trained = trained.discriminator_backbone()
     backbone.set_weights(trained.get_weights())
     return backbone, tokenizer, config

@@ -20,10 +20,8 @@ from keras_electra.training.checkpoints import RunCheckpoints
 
 
 def truncate_metrics_log(path: str | Path, last_step: int) -> None:
-    """Drop log lines past ``last_step`` (written after the checkpoint a run resumes from).
-
-    Lines that are not complete JSON objects with a ``step`` (one cut short by a
-    crash or a full disk) are dropped too. The file is rewritten atomically.
+    """Drop log lines past ``last_step`` (written after the checkpoint a run resumes from),
+    and lines cut short by a crash or a full disk; the file is rewritten atomically.
 
     Raises:
         StorageError: if the file cannot be rewritten.
@@ -37,7 +35,7 @@ def truncate_metrics_log(path: str | Path, last_step: int) -> None:
             if json.loads(line)["step"] <= last_step:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
-            continue  # a line cut short by a kill
+            continue
     try:
         write_atomic(path, "".join(k + "\n" for k in kept))
     except OSError as e:
@@ -48,12 +46,8 @@ def truncate_metrics_log(path: str | Path, last_step: int) -> None:
 
 
 def plan_windows(start: int, steps: int, log_every: int) -> list[tuple[int, int, int]]:
-    """The ``fit`` calls that train steps ``start+1 .. steps`` in logging windows.
-
-    Windows end at multiples of ``log_every`` (and at ``steps``), whatever the
-    start: a run resumed from a step between two window ends (a checkpoint saved
-    on a signal) first trains a shorter window up to the next multiple. Each
-    call is ``(first_step, steps_per_window, windows)``.
+    """The ``fit`` calls ``(first_step, steps_per_window, windows)`` that train steps
+    ``start+1 .. steps`` in windows ending at multiples of ``log_every`` (and at ``steps``).
 
     Examples:
         >>> plan_windows(0, 25, 10)
@@ -77,27 +71,13 @@ def plan_windows(start: int, steps: int, log_every: int) -> list[tuple[int, int,
 
 
 class MetricsLogger(keras.callbacks.Callback):
-    """Writes one JSON object per logging window and mirrors it to TensorBoard.
+    """Writes one JSON object per logging window (an epoch of ``fit``) to ``path`` (None:
+    in memory only, a non-chief worker) and TensorBoard; a loss that is not finite stops
+    the run.
 
-    Each epoch of ``fit`` is one logging window of ``log_every`` steps (metrics
-    reset at every window). A line holds ``step``, ``tokens_per_sec`` and every
-    metric the model reports. A loss that is not finite stops the run with a
-    clear error instead of training on NaN.
-
-    Args:
-        path: the ``metrics.jsonl`` file (appended to), or None to keep the
-            history in memory only (a non-chief worker).
-        tensorboard_dir: TensorBoard log directory, or None.
-        tokens_per_step: batch size x sequence length.
-        total_steps: the run's final step, for the progress bar.
-        initial_step: the step the run starts (or resumes) from.
-        progress: show a progress bar.
-        measure: called at every window's end for more metrics (the run-health
-            probe); its time is logged as ``health_seconds``, outside
-            ``tokens_per_sec``.
-        warnings: given the records so far, returns warnings (dicts with
-            ``step`` and ``message``); those raised at this window's step are
-            printed and stored in its record under ``warnings``.
+    ``measure`` is called at every window's end for more metrics (the run-health probe;
+    its time is ``health_seconds``); ``warnings`` maps the records so far to warnings
+    (``step``, ``message``), and those of this window's step are printed and recorded.
     """
 
     def __init__(
@@ -173,12 +153,8 @@ class MetricsLogger(keras.callbacks.Callback):
                             tf.summary.scalar(name, value, step=self.step)
                 self.writer.flush()
             except tf.errors.OpError as e:
-                raise StorageError(
-                    f"Could not write the TensorBoard summaries of step {self.step} to "
-                    f"'{self.tensorboard_dir}' ({storage_reason(e)}); free space or fix the "
-                    "permissions there, then rerun the same command to resume from the last "
-                    "checkpoint."
-                ) from None
+                what = "write the TensorBoard summaries"
+                raise self._write_failed(what, self.tensorboard_dir, e) from None
         self.history.append(record)
         shown = {k: f"{record[k]:.3f}" for k in ("loss", "disc_auc", "mlm_accuracy") if k in record}
         self._bar.set_postfix(shown, refresh=False)
@@ -191,11 +167,14 @@ class MetricsLogger(keras.callbacks.Callback):
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
-            raise StorageError(
-                f"Could not append the metrics of step {self.step} to '{self.path}' "
-                f"({storage_reason(e)}); free space or fix the permissions there, then rerun "
-                "the same command to resume from the last checkpoint."
-            ) from None
+            raise self._write_failed("append the metrics", self.path, e) from None
+
+    def _write_failed(self, what: str, where, error: BaseException) -> StorageError:
+        return StorageError(
+            f"Could not {what} of step {self.step} to '{where}' ({storage_reason(error)}); free "
+            "space or fix the permissions there, then rerun the same command to resume from the "
+            "last checkpoint."
+        )
 
     def close(self) -> None:
         self._bar.close()
@@ -216,23 +195,12 @@ def progress_bar(name: str, total: int, initial: int, show: bool) -> tqdm:
 
 
 class CheckpointEvery(keras.callbacks.Callback):
-    """Saves a checkpoint every ``every`` steps (checked at window ends), at the end,
-    and at the end of a window cut short by a stop request.
+    """Saves a checkpoint every ``every`` steps (None: never; checked at window ends), at
+    ``final_step``, and at the end of a window cut short once ``stopping()`` is True.
 
-    Steps are counted as batches trained, not optimizer updates: with float16 loss
-    scaling an overflowing step is skipped by the optimizer but still consumes its
-    batch, and a resumed run must continue after it.
-
-    A checkpoint is never written from weights that are not finite: that stops
-    the run with :class:`~keras_electra.errors.TrainingDiverged` and keeps the
-    previous checkpoint.
-
-    Args:
-        checkpoints: the run's :class:`RunCheckpoints`.
-        every: steps between checkpoints (None: only at the end and on a stop).
-        final_step: the run's last step (always saved).
-        initial_step: the step the run starts (or resumes) from.
-        stopping: returns True once the run has been asked to stop (a signal).
+    Steps count batches trained, not optimizer updates (a skipped float16 step still uses
+    its batch). Weights that are not finite are never saved: that raises
+    :class:`~keras_electra.errors.TrainingDiverged` and keeps the previous checkpoint.
     """
 
     def __init__(

@@ -1,17 +1,9 @@
-"""Checkpoints of a training run: model, optimizer and step, written atomically.
+"""Checkpoints of a training run: model, optimizer, dropout generators and step.
 
-The ``ckpt-STEP`` files are written first, then the small ``checkpoint`` state file
-is replaced (temporary name, then rename), so a run killed while saving still points
-at its previous complete checkpoint. A failed save removes its own partial files and
-raises :class:`~keras_electra.errors.StorageError` (docs/reliability.md). Training
-checkpoints also hold the dropout generators' states, so a resumed run draws the same
-dropout masks as an uninterrupted one.
-
-With several workers every worker saves (saving may read variables through
-collective ops), but only the chief writes to the run directory; the others
-write to a temporary directory that is deleted at once. Every worker restores
-from the chief's checkpoints, so the run directory must be on storage that all
-workers share.
+The ``ckpt-STEP`` files are written before the ``checkpoint`` state file is replaced, so a
+run killed while saving keeps its previous checkpoint; a failed save removes its partial
+files (docs/reliability.md). Every worker saves, but only the chief into the run directory
+(docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -37,14 +29,8 @@ SEED_STATE = "seed_generator_state"
 
 
 class VariablesByPath(tf.Module):
-    """Every variable of a Keras model or optimizer, keyed by its unique path.
-
-    Keras 3 keeps sub-layers in its own tracked lists, which TensorFlow's
-    object-graph checkpointing does not traverse; keying the underlying
-    ``tf.Variable`` objects by path saves each one exactly once, whatever the
-    layer structure, and makes checkpoint keys readable
-    (``model/variables/discriminator.S.discriminator_encoder...``).
-    """
+    """Every variable of a Keras model or optimizer, keyed by its unique path (TensorFlow's
+    checkpointing does not traverse Keras 3's tracked lists)."""
 
     def __init__(self, variables, strip_root: bool = False):
         super().__init__()
@@ -61,12 +47,8 @@ class VariablesByPath(tf.Module):
 
 
 class RandomStates(tf.Module):
-    """The model's seed-generator states (dropout), keyed by their order in the model.
-
-    Their paths are numbered globally per process (``seed_generator_12``), so they
-    are keyed ``dropout_000``, ``dropout_001``, ... in ``model.variables`` order,
-    which the architecture fixes.
-    """
+    """The model's seed-generator states (dropout), keyed ``dropout_000``, ... by their order
+    in the model (their paths are numbered per process)."""
 
     def __init__(self, model: keras.Model):
         super().__init__()
@@ -91,11 +73,8 @@ def stored_layers(path: str) -> set[str]:
 
 
 def _optimizer_variables(optimizer) -> dict[str, VariablesByPath]:
-    """The optimizer's variables; a loss-scale wrapper's own ones under their own key.
-
-    The wrapped optimizer keeps the key of an unwrapped one, so its slots have the
-    same checkpoint names whatever the precision.
-    """
+    """The optimizer's variables (under one key whatever the precision), and a loss-scale
+    wrapper's own ones under their own."""
     inner = getattr(optimizer, "inner_optimizer", None)
     if inner is None:
         return {"optimizer": VariablesByPath(optimizer.variables, strip_root=True)}
@@ -150,21 +129,14 @@ class RunCheckpoints:
         return self.manager.latest_checkpoint
 
     def restore_latest(self) -> int:
-        """Restore the latest checkpoint if there is one; return the restored step.
-
-        The step (batches trained) is the checkpoint's number. Without an optimizer
-        (export, fine-tuning) only the model is restored.
-        """
+        """Restore the latest checkpoint if there is one; return its step (0 for none)."""
         path = self.latest
         if path is None:
             return 0
         try:
             keys = _checkpoint_keys(path, "")
         except (tf.errors.OpError, IndexError, OSError) as e:
-            raise StorageError(
-                f"Checkpoint '{path}' cannot be read ({storage_reason(e)}); restore its files, "
-                "or edit the 'checkpoint' file beside it to name an earlier one."
-            ) from None
+            raise _unreadable(path, e) from None
         expected = len(self.model_variables.by_path)
         stored = sum(k.startswith("model/") for k in keys)
         checkpoint = self.checkpoint
@@ -187,10 +159,7 @@ class RunCheckpoints:
                 "restore the run's original config.json or start a new output directory."
             ) from None
         except (tf.errors.OpError, IndexError, OSError) as e:  # a file cut short or damaged
-            raise StorageError(
-                f"Checkpoint '{path}' cannot be read ({storage_reason(e)}); restore its files, "
-                "or edit the 'checkpoint' file beside it to name an earlier one."
-            ) from None
+            raise _unreadable(path, e) from None
         return _step_of(path)
 
     def save(self, step: int) -> str:
@@ -273,3 +242,10 @@ class RunCheckpoints:
 
 def _step_of(path: str) -> int:
     return int(path.rsplit("-", 1)[-1])
+
+
+def _unreadable(path: str, error: BaseException) -> StorageError:
+    return StorageError(
+        f"Checkpoint '{path}' cannot be read ({storage_reason(error)}); restore its files, "
+        "or edit the 'checkpoint' file beside it to name an earlier one."
+    )

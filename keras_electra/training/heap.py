@@ -1,20 +1,10 @@
 """The C heap's freed pages handed back to the kernel once the training step is built.
 
-Tracing a step, Grappler's rewrites and the executor's set-up allocate and free
-hundreds of MB of small objects. glibc's ``malloc`` keeps what is freed in the middle
-of its heap resident (only the top of the heap is trimmed), and the step's
-activations do not reuse it: TensorFlow's CPU allocator takes tensors of 256 kB and
-more from its own pool. So that garbage stays in the process's resident memory for the
-whole run, and on ELECTRA-Small it is about 0.1-0.15 GB of the peak.
-``malloc_trim(0)`` releases the free pages of every arena. :func:`trim_before_reading`
-puts one call into the traced train function, ahead of the batch's read, for the
-first calls only: on the first call it runs after the function has been built and
-before any activation is allocated.
-
-Where the C library has no ``malloc_trim`` (macOS, musl) this does nothing.
-
-Example (what ``one_graph_train_function`` does, by hand after a trace):
-    >>> released = release_free_heap()  # False on macOS or musl  # doctest: +SKIP
+Tracing a step and setting up its executor free hundreds of MB of small objects that glibc
+keeps resident for the whole run (about 0.1-0.15 GB of ELECTRA-Small's peak), since the
+step's large tensors come from TensorFlow's own pool. :func:`trim_before_reading` puts
+``malloc_trim(0)`` into the traced train function ahead of the batch's read, for its first
+calls only. Where the C library has no ``malloc_trim`` (macOS, musl) this does nothing.
 """
 
 from __future__ import annotations
@@ -47,13 +37,8 @@ def release_free_heap() -> bool:
 
 
 class FirstCallsTrim:
-    """An op that releases the free heap on its first ``calls`` runs, then does nothing.
-
-    Args:
-        calls: how many runs of the op trim (the first runs after the function is
-            built; the second after the first step, whose XLA kernels compile as
-            they first run).
-    """
+    """An op that releases the free heap on its first ``calls`` runs (the second: after the
+    first step, whose XLA kernels compile as they first run), then does nothing."""
 
     def __init__(self, calls: int = 2):
         self.calls_left = calls

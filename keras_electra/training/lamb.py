@@ -10,9 +10,7 @@ from keras_electra import internals
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class Lamb(internals.OptimizerHooks, keras.optimizers.Optimizer):
-    """LAMB ("Large Batch Optimization for Deep Learning: Training BERT in 76 minutes").
-
-    For each variable ``w`` with gradient ``g`` at step ``t`` (Algorithm 2 of the
+    """LAMB. For each variable ``w`` with gradient ``g`` at step ``t`` (Algorithm 2 of the
     paper, with bias correction):
 
     ```

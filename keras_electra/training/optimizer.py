@@ -51,23 +51,13 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 class AdamW(internals.OptimizerHooks, keras.optimizers.AdamW):
     """Keras' AdamW, each dense update one fused kernel.
 
-    The same update as :class:`keras.optimizers.AdamW` (the moments, the bias-corrected
-    step ``lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)``, epsilon added to ``sqrt(v)``, the
-    decoupled weight decay) and the same variables, so checkpoints are interchangeable.
-    Keras writes the update as about fifteen element-wise ops per variable, each a pass
-    over the variable's memory. Here each dense update is the kernel table's ``adam_w``
-    (:mod:`keras_electra.kernels`): on the ``native`` backend one kernel per float32
-    variable multiplies the gradient by clipping's factor (``gradient_scale``, see
-    :func:`~keras_electra.training.step.clipped_already`), decays the variable and takes
-    Adam's step in one pass; elsewhere TensorFlow's ``ResourceApplyAdam`` takes the step
-    after the decay's own multiply and subtract. Sparse gradients and ``amsgrad`` take
-    Keras' own path.
-
-    The scalars every variable's update shares (the learning rate from its schedule,
-    ``beta^t``, the decay rate) are computed once per step, not once per variable as
-    Keras does: for ELECTRA-Small's 401 variables that took the traced step from 24,558
-    graph nodes to about 17,000, and a graph's nodes cost memory (Python's op objects,
-    the function library, the executor's kernels) whatever the batch.
+    The update and variables of :class:`keras.optimizers.AdamW` (checkpoints are
+    interchangeable), each dense update the kernel table's ``adam_w``
+    (:mod:`keras_electra.kernels`): on ``native`` one pass per float32 variable applies
+    clipping's factor (``gradient_scale``), the decay and Adam's step; elsewhere
+    ``ResourceApplyAdam`` follows the decay. Sparse gradients and ``amsgrad`` take Keras'
+    path. The scalars the updates share are made once per step, not per variable (for
+    ELECTRA-Small, 24,558 graph nodes down to about 17,000).
 
     Examples:
         >>> AdamW(learning_rate=1e-3, weight_decay=0.01).weight_decay
@@ -85,14 +75,11 @@ class AdamW(internals.OptimizerHooks, keras.optimizers.AdamW):
         return not self.gradient_accumulation_steps
 
     def _rate_factor(self, variable) -> float:
-        """The factor on this variable's learning rate and decay (1 here; per layer in
-        :class:`~keras_electra.finetuning.layerwise.LayerwiseAdamW`)."""
+        """The factor on this variable's learning rate and decay (per layer in fine-tuning)."""
         return 1.0
 
     def decay_weights(self, variables):
-        """Nothing here: each variable is decayed in its own update (:meth:`update_step`),
-        inside the fused kernel where it runs. The decay does not depend on the other
-        variables, so decaying each just before its Adam step is Keras' update."""
+        """Nothing here: each variable is decayed in its own update (:meth:`update_step`)."""
 
     def update_variables(self, gradients, variables, learning_rate):
         # Handed to each variable's update_step where Keras hands the learning rate.
@@ -175,10 +162,8 @@ def adamw_arguments(
     weight_decay: float,
     clip_norm: float | None,
 ) -> dict:
-    """ELECTRA's AdamW settings (beta1 0.9, beta2 0.999, eps 1e-6, warm-up then decay).
-
-    Shared by pretraining and fine-tuning so the two recipes cannot drift apart.
-    """
+    """ELECTRA's AdamW settings (beta1 0.9, beta2 0.999, eps 1e-6, warm-up then decay),
+    for pretraining and fine-tuning alike."""
     return dict(
         learning_rate=WarmupLinearDecay(learning_rate, warmup_steps, total_steps),
         weight_decay=weight_decay,
@@ -200,13 +185,11 @@ def create_optimizer(
     loss_scale: bool = False,
     optimizer: str = "adamw",
 ) -> keras.optimizers.Optimizer:
-    """AdamW (beta1 0.9, beta2 0.999, eps 1e-6) as ELECTRA pretrains with, or LAMB.
+    """AdamW (beta1 0.9, beta2 0.999, eps 1e-6) as ELECTRA pretrains with, or LAMB (the same
+    settings, each variable's step scaled by its trust ratio: for very large batches).
 
-    Weight decay skips LayerNorm parameters and biases; gradients are clipped
-    to a global norm of ``clip_norm``. ``optimizer="lamb"`` takes the same
-    moments, schedule, decay exclusions and clipping, and scales each
-    variable's step by its trust ratio (:class:`~keras_electra.training.lamb.Lamb`),
-    for very large batches.
+    Weight decay skips LayerNorm parameters and biases; gradients are clipped to a global
+    norm of ``clip_norm``.
 
     Args:
         model: the built model whose variables are optimized.

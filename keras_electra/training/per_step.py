@@ -6,17 +6,9 @@ import keras
 
 
 class PerStepCallbacks(keras.callbacks.Callback):
-    """Calls the wrapped callbacks' ``on_train_batch_end`` once per training step.
-
-    With ``compile(steps_per_execution=N)`` Keras runs N steps per call of the train
-    function and calls the batch hooks once per call, with the index of its last
-    step. Callbacks that count steps by their calls (``MetricsLogger``,
-    ``CheckpointEvery``) are wrapped in this, which replays the missing calls
-    (each with the execution's logs) so they see every step. Other hooks pass
-    through unchanged.
-
-    Args:
-        callbacks: the callbacks to wrap.
+    """Calls the wrapped ``callbacks``' ``on_train_batch_end`` once per training step, where
+    ``compile(steps_per_execution=N)`` makes Keras call it once per N (each replayed call
+    gets the execution's logs); other hooks pass through.
 
     Examples:
         >>> counter = type("Count", (keras.callbacks.Callback,), {

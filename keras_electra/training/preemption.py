@@ -1,16 +1,8 @@
-"""Stopping a run cleanly on SIGTERM or SIGINT (a preempted machine, a cluster's drain).
+"""Stopping a run cleanly on SIGTERM or SIGINT (what a user sees: docs/reliability.md).
 
-While :class:`StopRequest` is installed, SIGTERM and SIGINT only set a flag, read at
-the end of every step; the run then checkpoints and ``pretrain`` raises
-:class:`~keras_electra.errors.TrainingInterrupted` (exit status 75; what a user sees:
-docs/reliability.md). A second SIGINT stops at once with ``KeyboardInterrupt``.
-
-On one process, :class:`StopOnSignal` stops ``fit`` at the first step end after
-the signal. Under ``MultiWorkerMirroredStrategy`` the workers must stop at the
-same step (each save and every step run collective ops across them), and only
-one of them may have been signalled: :class:`ClusterStopOnSignal` hands the flag
-to TensorFlow's ``PreemptionCheckpointHandler``, which agrees on a step through
-the cluster's coordination service; every worker stops after that step.
+While :class:`StopRequest` is installed, the signals set a flag that :class:`StopOnSignal`
+(or, every worker at one step, :class:`ClusterStopOnSignal`) reads at each step's end; a
+second SIGINT stops at once with ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -50,12 +42,8 @@ class StopRequest:
         self._previous: dict[int, object] = {}
 
     def arm(self) -> None:
-        """From now on a signal only sets the flag; the training loop acts on it.
-
-        The handlers are installed again: TensorFlow's multi-worker runtime puts
-        its own (C++) SIGTERM handler in place when the cluster starts, which
-        would otherwise swallow the signal.
-        """
+        """From now on a signal only sets the flag. The handlers are installed again: a
+        multi-worker cluster's start puts TensorFlow's own SIGTERM handler in place."""
         self.armed = True
         for signum in self._previous:
             signal.signal(signum, self._handle)
@@ -94,12 +82,8 @@ class StopRequest:
 
 
 class StopOnSignal(keras.callbacks.Callback):
-    """Ends ``fit`` after the step during which a stop was requested.
-
-    ``fit`` then ends the epoch (``on_epoch_end`` runs with the partial window's
-    metrics), which :class:`~keras_electra.training.callbacks.CheckpointEvery`
-    saves at. Place it after the callbacks that count steps.
-    """
+    """Ends ``fit`` (and so the window, which is then saved) after the step during which a
+    stop was requested; place it after the callbacks that count steps."""
 
     def __init__(self, stop: StopRequest):
         super().__init__()
@@ -118,20 +102,10 @@ class StopOnSignal(keras.callbacks.Callback):
 
 
 class ClusterStopOnSignal(StopOnSignal):
-    """:class:`StopOnSignal` for a multi-worker cluster: every worker stops at one step.
-
-    ``tf.distribute.experimental.PreemptionCheckpointHandler`` watches the flag
-    (polling it every second), and the first signalled worker publishes the step
-    to stop after (the next one) through the coordination service, waiting until
-    every worker has seen it; a worker signalled later leaves it at that. The
-    handler's own checkpoint and exit are replaced: at the agreed step every
-    worker ends ``fit`` like :class:`StopOnSignal`, and the run's checkpoint is
-    saved at that step by every worker (the chief's in the run directory).
-
-    Args:
-        stop: the process's :class:`StopRequest`.
-        strategy: the ``MultiWorkerMirroredStrategy``.
-    """
+    """:class:`StopOnSignal` for a multi-worker ``strategy``: TensorFlow's
+    ``PreemptionCheckpointHandler`` watches ``stop`` and agrees on a step through the
+    cluster's coordination service; every worker ends ``fit`` after it. The handler's own
+    checkpoint and exit are replaced by the run's."""
 
     def __init__(self, stop: StopRequest, strategy: tf.distribute.Strategy):
         super().__init__(stop)

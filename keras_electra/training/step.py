@@ -1,22 +1,6 @@
-"""One optimizer update from a batch, the same on one device and on N replicas.
-
-The pieces of a custom ``train_step`` that do not depend on the model:
-
-- :func:`accumulate_gradients`: the gradients of a batch taken as K micro-batches
-  (one forward and backward pass each, the sum applied once);
-- :func:`clip_summed_gradient`: ``global_clipnorm`` applied to the replicas' summed,
-  dense gradient (Keras clips each replica's share, so N replicas would not take the
-  one-device step);
-- :func:`apply_if`: an optimizer update applied only where a condition holds, on
-  every replica;
-- :func:`global_sum`: a value summed over the replicas in sync;
-- :func:`ordered_sum`: tensors summed in list order, the same bits whatever the thread
-  timing (``tf.add_n`` is not);
-- :func:`one_graph_train_function`: ``fit``'s train function as one traced graph.
-- :class:`OneGraphTraining`: the mixin that gives a ``keras.Model`` that function, its
-  optimizer built before the trace.
-
-Every function works in a ``tf.distribute`` replica context or outside any.
+"""One optimizer update from a batch, the same on one device and on N replicas: the pieces
+of a custom ``train_step`` that do not depend on the model, and ``fit``'s train function as
+one traced graph. Every function works in a ``tf.distribute`` replica context or outside any.
 
 Examples:
     >>> import tensorflow as tf
@@ -50,16 +34,8 @@ def global_sum(value: tf.Tensor) -> tf.Tensor:
 
 
 def ordered_sum(values: list) -> tf.Tensor:
-    """The sum of same-shaped tensors, added in list order whatever the thread timing.
-
-    Everything a replica computes after the all-reduce must come out bit for bit the
-    same on every replica, and ``tf.add_n`` does not: TensorFlow's CPU kernel adds into
-    the buffer of the first input it may reuse (one no other op still reads) and moves
-    that input to the front, so with three or more inputs the order of the additions,
-    hence the rounding, depends on which of the inputs' other readers have finished.
-    Two replicas summing identical values then differ in the last bit (the global
-    gradient norm did, and with it clipping's factor and every weight). A ``Sum`` over
-    the stacked values has one order.
+    """The sum of same-shaped tensors, added in list order whatever the thread timing, which
+    ``tf.add_n`` is not (why replicas need it: docs/reliability.md).
 
     Examples:
         >>> float(ordered_sum([tf.constant(1.0), tf.constant(1e8), tf.constant(-1e8)]))
@@ -93,8 +69,7 @@ def accumulate_gradients(
     if steps == 1:
         gradients, losses, out = compute(batch)
         return gradients, losses, lambda: record(out)
-    # Micro-batch 0 fixes which gradients exist (the loop carries only those), then a
-    # loop adds micro-batches 1..steps-1.
+    # Micro-batch 0 fixes which gradients exist; a loop adds micro-batches 1..steps-1.
     micro = split_batch(batch, steps)
     gradients, first_losses, out = compute(_take(micro, 0))
     present = [i for i, g in enumerate(gradients) if g is not None]
@@ -117,15 +92,9 @@ def accumulate_gradients(
 def clip_summed_gradient(
     optimizer, gradients: list, norms_of: Callable[[list[int], list, tf.Tensor], dict]
 ) -> tuple[list, dict]:
-    """Clip the replicas' summed, dense gradient, not each replica's share of it.
-
-    Keras optimizers apply ``global_clipnorm`` to each replica's gradient before
-    summing across replicas, and measure a sparse (embedding) gradient by its rows,
-    repeated tokens counted apart, so N replicas would take a different step than one
-    device. Here the gradient is made dense, summed over the replicas, clipped to the
-    optimizer's ``global_clipnorm`` (times the loss scale when the loss is scaled),
-    and each replica gets an equal 1/N share: the optimizer's own sum restores the
-    clipped total (apply it inside :func:`clipped_already`, so it does not clip again).
+    """Clip the replicas' summed, dense gradient to ``global_clipnorm`` (times the loss
+    scale), not each replica's share as Keras does; each replica gets an equal 1/N share,
+    which the optimizer's own sum restores (apply it inside :func:`clipped_already`).
 
     Args:
         optimizer: a Keras optimizer, or a ``LossScaleOptimizer`` around one.
@@ -136,12 +105,9 @@ def clip_summed_gradient(
 
     Returns:
         The shares to hand to ``optimizer.apply``, ``norms_of``'s norms of the summed
-        gradient before clipping, and the factor the optimizer is to multiply the
-        shares by as it applies them, or None. The factor is not None only for an
-        optimizer that takes one (``takes_gradient_scale``, as
-        :class:`~keras_electra.training.optimizer.AdamW` does, inside its update
-        kernel): its shares are left unscaled, saving a pass over every gradient. Hand
-        it to :func:`clipped_already`.
+        gradient before clipping, and, for an optimizer that ``takes_gradient_scale``
+        (its shares then left unscaled), the factor to hand to :func:`clipped_already`,
+        else None.
     """
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     clip = getattr(inner, "global_clipnorm", None)
@@ -170,10 +136,8 @@ def clip_summed_gradient(
 
 @contextmanager
 def clipped_already(optimizer, scale: tf.Tensor | None = None):
-    """Within: the optimizer applies gradients without clipping them again (to its
-    ``global_clipnorm``), for gradients :func:`clip_summed_gradient` clipped, multiplied
-    by ``scale`` where that returned one (the optimizer's ``gradient_scale``). A
-    trace-time switch: the update traced inside it has no clipping ops."""
+    """Within (at trace time): the optimizer applies :func:`clip_summed_gradient`'s shares
+    without clipping them again, multiplied by ``scale`` where that returned one."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     if scale is not None:
         inner.gradient_scale = scale
@@ -186,14 +150,9 @@ def clipped_already(optimizer, scale: tf.Tensor | None = None):
 
 
 def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
-    """Run ``apply`` (an optimizer update) only where ``condition`` holds, on every replica.
-
-    As Keras' ``LossScaleOptimizer`` does: strategies that update without
-    ``merge_call`` (one device, ``MirroredStrategy``, multi-worker) branch in the
-    replica context; the others (TPU) branch in the cross-replica context, since
-    a branch may not call ``merge_call``. ``condition`` must be the same on
-    every replica.
-    """
+    """Run ``apply`` (an optimizer update) only where ``condition`` holds (the same on every
+    replica), on every replica; a TPU branches in the cross-replica context, as Keras'
+    ``LossScaleOptimizer`` does."""
     if internals.strategy_supports_no_merge_call():
         tf.cond(condition, lambda: (apply(), tf.constant(True))[1], lambda: tf.constant(False))
         return
@@ -232,10 +191,7 @@ def _take(micro: Any, index) -> Any:
 
 def mean_over_replicas(logs, strategy: tf.distribute.Strategy):
     """A step's logs, one value each, as Keras' ``fit`` reduces them: a TPU's first
-    replica's (its replicas agree), else the mean over the replicas, and over the
-    workers under a multi-worker strategy (the workers' all-reduce, along the logs'
-    axis where they have one: see
-    :func:`~keras_electra.training.strategy.prepare_multi_worker_fit`)."""
+    replica's, else the mean over the replicas (and the workers)."""
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
     collective = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
@@ -254,18 +210,9 @@ def one_graph_train_function(model) -> Callable | None:
     """``model.fit``'s train function as one ``tf.function``, or None where Keras' own
     is needed (``run_eagerly``, ``jit_compile`` or ``steps_per_execution > 1``).
 
-    Keras traces the step as a ``tf.function`` called from another one (on the
-    iterator), so the step's graph is held twice (as its own function and inside
-    its caller's library) and instantiated from both. Here the iterator's
-    ``get_next`` and the step are one graph. ELECTRA-Small's step has about 17,000
-    nodes, and each copy of a graph costs memory whatever the batch. The values,
-    and the end of the data (``OutOfRangeError``, which ``fit`` ends the epoch on),
-    are Keras'. On its first calls the function also hands the C heap's freed pages
-    (the trace's and graph optimization's garbage) back to the kernel before the batch
-    is read (:mod:`keras_electra.training.heap`).
-
-    Args:
-        model: a compiled Keras model on the TensorFlow backend.
+    Keras calls the step's ``tf.function`` from another, which holds its graph twice;
+    here the iterator's ``get_next`` and the step are one graph, with Keras' values and
+    end of data, and the first calls trim the heap (:mod:`keras_electra.training.heap`).
     """
     if model.run_eagerly or model.jit_compile or model.steps_per_execution != 1:
         return None
@@ -299,24 +246,13 @@ def one_graph_train_function(model) -> Callable | None:
 
 
 class OneGraphTraining(internals.SymbolicBuildHook):
-    """Mixin for a ``keras.Model``: ``fit`` trains through :func:`one_graph_train_function`,
-    with the optimizer's variables built before the step is traced.
-
-    Variables made inside the first trace (Keras builds the optimizer lazily, on the
-    first ``apply``) make ``tf.function`` trace the whole step a second time without
-    them and hold both graphs for the run. Where :func:`one_graph_train_function`
-    declines (``run_eagerly``, ``jit_compile``, ``steps_per_execution > 1``), Keras'
-    own train function is used.
-
-    Examples:
-        >>> class Model(OneGraphTraining, keras.Model): ...  # doctest: +SKIP
-    """
+    """Mixin for a ``keras.Model``: ``fit`` trains through :func:`one_graph_train_function`
+    (where it declines, Keras' own), with the optimizer built before the step is traced
+    (variables made in the first trace would make ``tf.function`` trace it twice)."""
 
     def skip_symbolic_build(self) -> bool:
-        # Keras' fit first reduces one input batch across the replicas to build the
-        # model symbolically, which a multi-worker strategy cannot do for a dict of
-        # tensors (keras-team/keras#20329). A model and optimizer built beforehand
-        # need no symbolic build.
+        # A multi-worker strategy cannot reduce a dict batch for Keras' symbolic build
+        # (keras-team/keras#20329); a model and optimizer built beforehand need none.
         optimizer = getattr(self, "optimizer", None)
         return (
             isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy)

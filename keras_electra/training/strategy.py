@@ -130,11 +130,8 @@ def _tpu_resolver():
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """Whether this process writes the run's files and real checkpoints.
-
-    True except on the non-chief workers of a multi-worker cluster (with
-    ``TF_CONFIG``, the ``chief`` task or else worker 0 is the chief).
-    """
+    """Whether this process writes the run's files and real checkpoints (False on a
+    multi-worker cluster's non-chief workers)."""
     return bool(strategy.extended.should_checkpoint)
 
 
@@ -148,15 +145,9 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
 
 
 def check_workers_agree(strategy: tf.distribute.Strategy, **values: int) -> None:
-    """Fail clearly when the workers of a cluster start from different states.
-
-    Every worker must build the same model and resume from the same step, or the
-    collective ops would pair up different tensors (or hang). Each value is
-    gathered from every replica and compared; on one worker this does nothing.
-
-    Args:
-        strategy: the run's strategy.
-        **values: integers every worker must agree on (e.g. ``step=1200``).
+    """Fail clearly when a cluster's workers disagree on any of ``values`` (integers such as
+    ``step=1200``), where collective ops would pair up different tensors or hang; on one
+    worker this does nothing.
 
     Raises:
         ConfigError: naming the first value on which the workers differ.
@@ -184,20 +175,9 @@ def check_workers_agree(strategy: tf.distribute.Strategy, **values: int) -> None
 
 
 def prepare_multi_worker_fit(model) -> None:
-    """Work around a Keras 3 ``fit`` failure under ``MultiWorkerMirroredStrategy``.
-
-    Keras' own train function (where
-    :func:`~keras_electra.training.step.one_graph_train_function` declines) averages
-    each step's logs over the replicas with ``reduce(MEAN, axis=0)``, which fails on
-    scalars (keras-team/keras#20585); the logs are given that axis. At each epoch's
-    end ``fit`` reads the metrics over all replicas anyway, so callbacks see the same
-    values as on one device. (The other failure, the symbolic build from a batch
-    reduced across the workers, is skipped by
-    :class:`~keras_electra.training.step.OneGraphTraining` for a built model.)
-
-    Args:
-        model: a compiled model whose variables and optimizer are built.
-    """
+    """Give a compiled, built ``model``'s step logs the axis that Keras' own train function
+    reduces them along under ``MultiWorkerMirroredStrategy`` (scalars fail:
+    keras-team/keras#20585); callbacks see the same values as on one device."""
     keras_step = model.train_step
 
     def train_step(data):

@@ -1,11 +1,7 @@
 """Task definitions: how each task reads, encodes, models, scores and predicts.
 
-A task object ties the pieces together for :func:`keras_electra.finetuning.finetune`
-and ``keras-electra predict``; use :func:`get_task` to get one by name.
-
-This package's ``__init__`` is the registry: the one module that imports the task
-modules (:mod:`.classify`, :mod:`.tagging`, :mod:`.qa`). Each of those imports only
-:mod:`.base` (and the readers, metrics and models).
+This ``__init__`` is the registry (:func:`get_task`), the one module that imports the task
+modules; each of those imports only :mod:`.base` (and the readers, metrics and models).
 
 Examples:
     >>> task = get_task("classify")

@@ -1,8 +1,4 @@
-"""What every task implements (:class:`Task`), and the helpers more than one task uses.
-
-A task module imports this one (and readers, metrics, models), never another task
-module nor the registry (:mod:`keras_electra.finetuning.tasks`).
-"""
+"""What every task implements (:class:`Task`), and the helpers more than one task uses."""
 
 from __future__ import annotations
 
@@ -65,14 +61,8 @@ class Task:
 
 
 def word_pieces(tokenizer: ElectraTokenizer, words: list[str]) -> list[list[int]]:
-    """Word-piece ids of each word; a word that yields none becomes ``[UNK]``.
-
-    Tagging and QA tokenize each whitespace word on its own.
-
-    Examples:
-        >>> word_pieces(tokenizer, ["hello", ""])  # doctest: +SKIP
-        [[5], [1]]
-    """
+    """Word-piece ids of each word (tokenized on its own); a word that yields none becomes
+    ``[UNK]``."""
     if not words:
         return []
     pieces = tokenizer.tokenize(tf.constant(words)).to_list()

@@ -39,13 +39,7 @@ def natural_sort(labels) -> list[str]:
 def encode_pairs(
     tokenizer: ElectraTokenizer, texts: list[str], pairs: list[str] | None, max_length: int
 ) -> Arrays:
-    """Encode texts (or pairs) to numpy model inputs, in chunks, exactly as exports do.
-
-    Examples:
-        >>> x = encode_pairs(tokenizer, ["a b"], None, 16)  # doctest: +SKIP
-        >>> x["token_ids"].shape  # doctest: +SKIP
-        (1, 16)
-    """
+    """Encode texts (or pairs) to numpy model inputs, in chunks, exactly as exports do."""
     parts: list[dict] = []
     for start in range(0, len(texts), ENCODE_CHUNK):
         a = tf.constant(texts[start : start + ENCODE_CHUNK])
@@ -66,6 +60,10 @@ class _SequenceTask(Task):
         label = settings.label_column if labelled else None
         columns = (settings.text_column, settings.text_pair_column, label)
         return read_table(path, *columns, require_labels=labelled)
+
+    def encode(self, examples, tokenizer, settings, *, labelled=True):
+        y = self.targets(examples, settings) if labelled else None  # each task's own
+        return self.inputs(examples, tokenizer, settings), y, None
 
     def inputs(self, examples, tokenizer, settings) -> Arrays:
         texts = [e["text"] for e in examples]
@@ -106,7 +104,7 @@ class ClassifyTask(_SequenceTask):
                 "classification needs at least two labels."
             )
 
-    def label_ids(self, examples, settings) -> np.ndarray:
+    def targets(self, examples, settings) -> np.ndarray:
         index = {label: i for i, label in enumerate(settings.labels)}
         ids = []
         for e in examples:
@@ -119,10 +117,6 @@ class ClassifyTask(_SequenceTask):
             ids.append(index[e["label"]])
         return np.asarray(ids, np.int32)
 
-    def encode(self, examples, tokenizer, settings, *, labelled=True):
-        y = self.label_ids(examples, settings) if labelled else None
-        return self.inputs(examples, tokenizer, settings), y, None
-
     def build_model(self, backbone, settings):
         return ElectraClassifier(
             backbone, len(settings.labels), dropout=settings.dropout, pooling=settings.pooling
@@ -132,7 +126,7 @@ class ClassifyTask(_SequenceTask):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
-        y = self.label_ids(examples, settings)
+        y = self.targets(examples, settings)
         predicted = self.outputs(model, examples, tokenizer, settings, batch_size).argmax(-1)
         scores = {
             "accuracy": round(metrics.accuracy(y, predicted), 4),
@@ -159,7 +153,7 @@ class RegressTask(_SequenceTask):
 
     name = "regress"
 
-    def targets(self, examples) -> np.ndarray:
+    def targets(self, examples, settings) -> np.ndarray:
         values = []
         for e in examples:
             try:
@@ -171,10 +165,6 @@ class RegressTask(_SequenceTask):
                 ) from None
         return np.asarray(values, np.float32)[:, None]
 
-    def encode(self, examples, tokenizer, settings, *, labelled=True):
-        y = self.targets(examples) if labelled else None
-        return self.inputs(examples, tokenizer, settings), y, None
-
     def build_model(self, backbone, settings):
         return ElectraRegressor(backbone, dropout=settings.dropout, pooling=settings.pooling)
 
@@ -182,7 +172,7 @@ class RegressTask(_SequenceTask):
         return keras.losses.MeanSquaredError()
 
     def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
-        y = self.targets(examples)[:, 0]
+        y = self.targets(examples, settings)[:, 0]
         predicted = self.outputs(model, examples, tokenizer, settings, batch_size)[:, 0]
         return {
             "pearson": metrics.pearson(y, predicted),

@@ -1,17 +1,8 @@
-"""Extractive question answering in SQuAD 1.1 / 2.0 form.
+"""Extractive question answering in SQuAD 1.1 / 2.0 form (decoding: docs/finetuning.md).
 
-Contexts are split on whitespace into words (answers map from characters to
-words), each word into word pieces. A context longer than the room left by
-the question is cut into overlapping windows ``doc_stride`` pieces apart:
-``[CLS] question [SEP] window [SEP]``, the question cut to
-``max_query_length`` pieces. A window that does not hold the whole answer
-points start and end at ``[CLS]`` (and, for SQuAD 2.0, has answerability 0).
-
-Decoding takes, per question, the ``n_best`` highest start and end logits in
-each window's context, keeps spans with ``start <= end`` and at most
-``max_answer_length`` pieces, and answers with the words of the best
-``start + end`` span. For SQuAD 2.0 the question is answered ``""`` when no
-window's answerability logit is above 0.
+Contexts are split into whitespace words, each into word pieces, and read in windows
+``doc_stride`` pieces apart: ``[CLS] question [SEP] window [SEP]``. A window that does not
+hold the whole answer points start and end at ``[CLS]`` (SQuAD 2.0: answerability 0).
 
 Examples:
     >>> words, char_to_word = whitespace_words("The cat  sat.")

@@ -1,14 +1,5 @@
-"""Token tagging (NER, chunking): word pieces aligned to words, BIO/BIOES tags.
-
-Each word is tokenized on its own; its tag is trained and predicted on its
-first word piece, and the other pieces (and ``[CLS]``, ``[SEP]``, padding) get
-label ``-1``, which :class:`~keras_electra.finetuning.models.MaskedSparseCrossentropy`
-ignores. Words past ``max_seq_length`` are predicted ``O`` (and so count as
-missed in evaluation).
-
-Examples:
-    >>> x, y, pos = align_words(tokenizer, [["John", "lives"]], [[1, 0]], 16)  # doctest: +SKIP
-"""
+"""Token tagging (NER, chunking), BIO/BIOES: a word's tag is trained and predicted on its
+first word piece (label ``-1`` elsewhere); words past ``max_seq_length`` are predicted ``O``."""
 
 from __future__ import annotations
 
@@ -28,18 +19,9 @@ def align_words(
     tag_ids: list[list[int]] | None,
     max_length: int,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, list[list[int]]]:
-    """Pack sentences of words into model inputs with labels on first word pieces.
-
-    Args:
-        tokenizer: the model's tokenizer.
-        sentences: words of each sentence.
-        tag_ids: tag id of each word, or None (labels then all ``-1``).
-        max_length: the fixed sequence length.
-
-    Returns:
-        ``(inputs, labels, positions)``: int32 ``[N, L]`` inputs and labels, and per
-        sentence the position of each kept word's first piece.
-    """
+    """``(inputs, labels, positions)``: int32 ``[N, max_length]`` inputs and labels (each
+    word's ``tag_ids`` on its first piece, ``-1`` elsewhere or without ``tag_ids``), and
+    per sentence the position of each kept word's first piece."""
     flat = [w for words in sentences for w in words]
     pieces = word_pieces(tokenizer, flat)
     n = len(sentences)
