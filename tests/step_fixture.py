@@ -1,4 +1,4 @@
-"""One pretraining step per kernel backend, recorded bit for bit (tests/golden/one_step.json).
+"""One pretraining step per kernel backend, recorded bit for bit (tests/golden/steps/one_step.json).
 
 ``python tests/step_fixture.py [COMMIT]`` (``PYTHONPATH`` at a checkout of ``COMMIT``,
 run in the repository) runs one training step of a small pretrainer (masking, sampling,
@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-GOLDEN = Path(__file__).parent / "golden" / "one_step.json"
+GOLDEN = Path(__file__).parent / "golden" / "steps" / "one_step.json"
 BACKENDS = ("reference", "xla", "native")
 DTYPES = ("float32", "bfloat16")
 

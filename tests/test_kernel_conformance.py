@@ -367,7 +367,7 @@ def _one_step(name: str, dtype: str, monkeypatch) -> tuple[dict, list[np.ndarray
 @pytest.mark.parametrize("name", ["reference", *BACKENDS])
 def test_a_pretraining_step_is_the_recorded_commits_bit_for_bit(name, dtype, monkeypatch):
     """The logs and every weight after one step, on each backend, as the commit recorded
-    in tests/golden/one_step.json computed them (tests/step_fixture.py): moving the
+    in tests/golden/steps/one_step.json computed them (tests/step_fixture.py): moving the
     kernels changed no value. Bit for bit holds on the machine that recorded them."""
     recorded = json.loads(step_fixture.GOLDEN.read_text())
     if recorded["machine"] != step_fixture.machine():
