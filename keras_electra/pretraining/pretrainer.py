@@ -64,7 +64,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     Args:
         config: the :class:`ElectraConfig`.
         objective: the name of a registered objective: ``"electra"``, ``"mlm"`` or
-            ``"electric"``.
+            ``"electric"``, or one looked up already (``objectives.get(name)``).
         seed: seed of the masking and sampling random streams.
         **kwargs: ``keras.Model``'s, such as ``dtype``: a Keras dtype policy like
             ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
@@ -91,7 +91,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     def __init__(
         self,
         config: ElectraConfig | dict,
-        objective: str = "electra",
+        objective: str | objectives.Objective = "electra",
         seed: int | None = None,
         **kwargs,
     ):
@@ -100,10 +100,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = ElectraConfig.from_dict(config)
-        self._objective = objectives.get(objective)
+        if isinstance(objective, str):
+            objective = objectives.get(objective)
+        self._objective = objective
         self._objective.check(config)
         self.config = config
-        self.objective = objective
+        self.objective = objective.name
         self.seed = seed
         self.configure_step()  # the training step's default options
 
