@@ -202,11 +202,17 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         backbone.encoder.set_weights(self.discriminator.encoder.get_weights())
         return backbone
 
+    @property
+    def token_head(self) -> keras.layers.Layer | None:
+        """The objective's head that scores each token of the discriminator's output
+        (``electra``: "replaced" logits, ``electric``: energies), None for ``mlm``."""
+        return self._objective.token_head(self)
+
     def call(self, inputs, training=False):
-        """The discriminator head's logits (``electra``: per token, "replaced"), or
-        the discriminator's sequence output where the objective adds no such head."""
+        """The :attr:`token_head`'s scores (``electra``: per token, "replaced"), or the
+        discriminator's sequence output where the objective has no such head."""
         sequence = self.discriminator(_features(inputs), training=training)
-        head = self.discriminator_head
+        head = self.token_head
         return sequence if head is None else head(sequence)
 
     # === The objective, top-down ===

@@ -14,7 +14,9 @@ the rest, without branching on a name:
 - :meth:`Objective.forward_flops` counts a step's cost (``pretraining.flops``;
   :meth:`Objective.step_flops`, forward and backward), :meth:`Objective.parameters` the
   weights it trains and :meth:`Objective.kept_activations` the memory its step keeps
-  (``pretraining.memory``; :meth:`Objective.step_memory`, a dry run's plan).
+  (``pretraining.memory``; :meth:`Objective.step_memory`, a dry run's plan);
+- :meth:`Objective.token_head` is the head that scores each token of the discriminator's
+  output (exports, the health probe), if it has one.
 
 The objectives: ``electra`` (:mod:`.electra`, replaced-token detection), ``mlm``
 (:mod:`.mlm`, a BERT-style masked LM on the discriminator tower) and ``electric``
@@ -182,6 +184,11 @@ class Objective:
             "state": STATE_BYTES * sum(self.parameters(config).values()),
             **self.kept_activations(config, sequences, length, precision),
         }
+
+    def token_head(self, model) -> keras.layers.Layer | None:
+        """The head that scores each token of ``model``'s discriminator output (``electra``:
+        its "replaced" logit, ``electric``: its energy), or None (``mlm``)."""
+        return model.discriminator_head
 
 
 def register(name: str, objective: type[Objective] | str) -> None:
