@@ -225,9 +225,10 @@ class TaskData:
 def base_config(preset: str, vocab_file: str | Path, max_seq_length: int):
     """The discriminator's config as ``pretrain`` builds it for this vocabulary."""
     from keras_electra.data import load_vocab
-    from keras_electra.pretraining.run import RunSettings, model_config
+    from keras_electra.pretraining.run import model_config
+    from keras_electra.settings import PretrainSettings
 
-    settings = RunSettings(preset=preset, max_seq_length=max_seq_length)
+    settings = PretrainSettings(preset=preset, max_seq_length=max_seq_length)
     return model_config(preset, load_vocab(vocab_file), True, settings, {})
 
 
@@ -254,7 +255,7 @@ def write_random_source(directory: Path, config, vocab_file: str | Path, seed: i
 def pretrain_steps(task: str, compute: int, objective: str, args, manifest: dict) -> int:
     """The optimizer steps of an arm: ``--electra-steps`` x compute for ELECTRA, the same
     FLOPs for the others (MLM, Electric; 0 for no pretraining)."""
-    from keras_electra.pretraining.flops import equal_compute_steps
+    from keras_electra.pretraining.objectives import equal_compute_steps
 
     if objective == "none":
         return 0
@@ -268,7 +269,7 @@ def pretrain_steps(task: str, compute: int, objective: str, args, manifest: dict
 def pretrain_arm(task: str, compute: int, objective: str, seed: int, args, manifest: dict):
     """The source directory of one arm (pretrained, resumably, unless ``none``), its
     pretraining record and its work directory."""
-    from keras_electra.pretraining.flops import step_flops
+    from keras_electra.pretraining import objectives
     from keras_electra.pretraining.run import pretrain
 
     train, valid, vocab = corpus_files(task, manifest)
@@ -300,7 +301,7 @@ def pretrain_arm(task: str, compute: int, objective: str, seed: int, args, manif
     record = pretrain_record(
         work / "run",
         steps,
-        step_flops(config, batch, length, objective),
+        objectives.get(objective).step_flops(config, batch, length),
         time.perf_counter() - started,
         len(result.history),
     )

@@ -517,12 +517,12 @@ def spawn(args, source: str | None = None, **overrides) -> list[dict]:
 def step_gflops(settings: dict) -> float:
     """Matmul GFLOPs of one ELECTRA step of the configuration (today's FLOP count)."""
     from keras_electra.config import ElectraConfig
-    from keras_electra.pretraining.flops import step_flops
+    from keras_electra.pretraining import objectives
 
     config = ElectraConfig.from_preset(
         settings["preset"], max_position_embeddings=settings["length"]
     )
-    return step_flops(config, settings["batch"], settings["length"], "electra") / 1e9
+    return objectives.get("electra").step_flops(config, settings["batch"], settings["length"]) / 1e9
 
 
 def extract(ref: str, directory: str) -> str:

@@ -77,7 +77,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         ):
             shown = " ".join(f"{token}({energy:.2f})" for token, energy in tokens)
             print(f"{text} -> sentence_score {score:.3f}: {shown}")
-    elif args.sample and result.model.discriminator_head is not None:  # a replaced-token head
+    elif args.sample and result.model.token_head is not None:  # a replaced-token head
         print("\nDiscriminator: probability that each token was replaced")
         scores = score_texts(result.model, result.tokenizer, args.sample)
         print(format_scores(scores, color=sys.stdout.isatty()))

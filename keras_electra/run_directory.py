@@ -182,9 +182,12 @@ class RunDirectory:
     def stored_objective(self) -> str | None:
         """What the latest checkpoint holds: a pretrainer of that objective (``electra``,
         ``mlm``, ``electric``), or ``None`` for the discriminator backbone alone.
-        ``run.json`` says it; without one, the checkpoint's variable names do (the cloze
-        model's towers only ``electric`` has, the generator's tower only ``electra``, the
-        heads under the pretrainer's name ``mlm`` too).
+
+        ``run.json`` records it (``pretrain`` and ``convert`` write it). Only for a
+        directory without one (written before ``run.json`` existed, or by hand) is it
+        guessed from the checkpoint's variable names: the cloze model's towers only
+        ``electric`` has, the generator's tower only ``electra``, the heads under the
+        pretrainer's name ``mlm`` too.
 
         Raises:
             ConfigError: when there is no checkpoint yet.

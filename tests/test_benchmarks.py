@@ -209,7 +209,7 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     import matplotlib.image
 
     from keras_electra.config import ElectraConfig
-    from keras_electra.pretraining.flops import equal_compute_steps, step_flops
+    from keras_electra.pretraining.objectives import equal_compute_steps, get
 
     bench, table = load_benchmark("electra_vs_mlm"), load_benchmark("electra_vs_mlm_table")
     results, work = tmp_path / "results.jsonl", tmp_path / "work"
@@ -255,15 +255,15 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     # every position make a step dearer: fewer steps), within half a step.
     electric = cells["electric"]["pretrain"]
     assert electric["steps"] == equal_compute_steps(config, 32, 32, 20, "electric") < 20
-    assert electric["step_flops"] == step_flops(config, 32, 32, "electric")
+    assert electric["step_flops"] == get("electric").step_flops(config, 32, 32)
     electra_flops = cells["electra"]["pretrain"]["flops"]
-    assert electra_flops == 20 * step_flops(config, 32, 32, "electra")
+    assert electra_flops == 20 * get("electra").step_flops(config, 32, 32)
     assert abs(electric["flops"] - electra_flops) <= electric["step_flops"] / 2
     assert {"disc_auc", "cloze_accuracy"} <= set(electric["metrics"])
     electric_config = ElectraConfig.load(
         work / "tweet_sentiment" / "x1" / "electric-seed0" / "run" / "config.json"
     )
-    assert step_flops(electric_config, 32, 32, "electric") == electric["step_flops"]
+    assert get("electric").step_flops(electric_config, 32, 32) == electric["step_flops"]
     assert all(" cores, " in c["cpu"] and c["cpu"].endswith("AMX") for c in cells.values())
     domain = work / "smoke-data" / "tasks" / "tweet_sentiment"
     vocab = (domain / "in_domain" / "vocab.txt").read_text()

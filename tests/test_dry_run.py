@@ -14,7 +14,7 @@ from keras_electra.config import ElectraConfig
 from keras_electra.data.prepare import prepare
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining import objectives
-from keras_electra.pretraining.memory import STATE_BYTES, step_memory
+from keras_electra.pretraining.memory import STATE_BYTES
 from keras_electra.pretraining.run import pretrain
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -91,14 +91,15 @@ def test_the_readmes_parameter_counts_are_the_configs():
 def test_the_memory_estimate_adds_up():
     config = ElectraConfig.from_preset("small")
     kwargs = dict(sequences=32, length=128)
-    full = step_memory(config, "electra", precision="float32", **kwargs)
-    mixed = step_memory(config, "electra", precision="mixed_bfloat16", **kwargs)
+    electra = objectives.get("electra")
+    full = electra.step_memory(config, precision="float32", **kwargs)
+    mixed = electra.step_memory(config, precision="mixed_bfloat16", **kwargs)
     trained = sum(objectives.get("electra").parameters(config).values())
     assert full["state"] == mixed["state"] == STATE_BYTES * trained  # float32 variables
     assert mixed["activations"] == pytest.approx(full["activations"] / 2)
-    half = step_memory(config, "electra", precision="float32", sequences=16, length=128)
+    half = electra.step_memory(config, precision="float32", sequences=16, length=128)
     assert half["activations"] == pytest.approx(full["activations"] / 2)
-    mlm = step_memory(config, "mlm", precision="float32", **kwargs)
+    mlm = objectives.get("mlm").step_memory(config, precision="float32", **kwargs)
     assert mlm["activations"] < full["activations"]  # one tower
 
 

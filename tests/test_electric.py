@@ -15,7 +15,6 @@ from keras_electra import kernels
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining import masking, objectives
-from keras_electra.pretraining.flops import step_flops
 from keras_electra.pretraining.objectives import electric
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 
@@ -246,7 +245,9 @@ def test_electric_is_a_plugin_with_its_own_towers_metrics_and_checks():
     # Two generator towers and a cloze head at every position: more than ELECTRA's step.
     flops = electric.EnergyCloze().forward_flops(cfg, 8, 128)
     assert flops["generator_left_to_right"] == flops["generator_right_to_left"]
-    assert step_flops(cfg, 8, 128, "electric") > step_flops(cfg, 8, 128, "electra")
+    assert objectives.get("electric").step_flops(cfg, 8, 128) > objectives.get(
+        "electra"
+    ).step_flops(cfg, 8, 128)
     with pytest.raises(ConfigError, match="set temperature 1 and disallow_correct false"):
         objectives.get("electric").check(cfg.replace(temperature=2.0))
     with pytest.raises(ConfigError, match="corrective_weight needs --objective electra"):

@@ -1,10 +1,11 @@
-"""Matmul FLOPs of a pretraining step (keras_electra.pretraining.flops) against a hand count."""
+"""Matmul FLOPs of a pretraining step (keras_electra.pretraining.flops, added up by each
+objective) against a hand count."""
 
 import pytest
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
-from keras_electra.pretraining.flops import equal_compute_steps, forward_flops, step_flops
+from keras_electra.pretraining.objectives import equal_compute_steps, get
 
 # vocab 100, hidden 8, 1 layer, FF 16, embedding 4; generator: hidden 4, 1 layer, FF 16.
 TOY = ElectraConfig(
@@ -32,22 +33,23 @@ def test_flops_match_a_hand_count():
     rtd_head = 2 * 20 * (8 * 8 + 8)  # every position: dense H -> H, then H -> 1
     mlm_head = 2 * 2 * (8 * 4 + 4 * 100)
     assert (gen, disc, gen_head, rtd_head, mlm_head) == (10880, 28160, 1664, 2880, 1728)
-    assert forward_flops(TOY, 2, 10, "electra") == {
+    electra, mlm = get("electra"), get("mlm")
+    assert electra.forward_flops(TOY, 2, 10) == {
         "generator": gen,
         "generator_head": gen_head,
         "discriminator": disc,
         "discriminator_head": rtd_head,
     }
-    assert step_flops(TOY, 2, 10, "electra") == 3 * (gen + gen_head + disc + rtd_head)
-    assert step_flops(TOY, 2, 10, "mlm") == 3 * (disc + mlm_head)
+    assert electra.step_flops(TOY, 2, 10) == 3 * (gen + gen_head + disc + rtd_head)
+    assert mlm.step_flops(TOY, 2, 10) == 3 * (disc + mlm_head)
     # MLM's step is cheaper (no generator), so it gets more steps for the same budget.
     ratio = (gen + gen_head + disc + rtd_head) / (disc + mlm_head)
     assert equal_compute_steps(TOY, 2, 10, 1000) == round(1000 * ratio) == 1458
     with pytest.raises(ConfigError, match="Unknown objective 'none'"):
-        step_flops(TOY, 2, 10, "none")
+        equal_compute_steps(TOY, 2, 10, 1000, "none")
 
 
 def test_corrective_head_is_counted():
     config = TOY.replace(corrective_weight=1.0)
-    parts = forward_flops(config, 2, 10, "electra")
+    parts = get("electra").forward_flops(config, 2, 10)
     assert parts["corrective_head"] == 2 * 2 * (8 * 4 + 4 * 100)

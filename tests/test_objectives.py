@@ -15,7 +15,7 @@ from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.layers import DiscriminatorHead
 from keras_electra.pretraining import masking, objectives
-from keras_electra.pretraining.flops import step_flops, tower_flops
+from keras_electra.pretraining.flops import tower_flops
 from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.settings import OBJECTIVES
@@ -129,7 +129,7 @@ def test_a_toy_objective_trains_through_the_pretrainer(registered):
     assert clone.objective == registered and clone.discriminator_head.name == "mask_predictions"
     # The FLOP count is the objective's own.
     c = toy_config()
-    assert step_flops(c, 8, 16, registered) == 3 * sum(
+    assert objectives.get(registered).step_flops(c, 8, 16) == 3 * sum(
         MaskDetection().forward_flops(c, 8, 16).values()
     )
     assert type(model._objective).__name__ == "MaskDetection"

@@ -331,3 +331,42 @@ def test_every_flag_a_pretraining_message_names_exists():
                 named |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", node.value))
     assert {"--learning-rate", "--temperature", "--generator-size"} <= named
     assert not named - flags, sorted(named - flags)
+
+
+def test_a_run_is_resolved_once_by_a_pure_function(tiny_run, small_corpus, tmp_path, monkeypatch):
+    """resolve_run reads the settings and the run directory, changes and writes neither,
+    and gives equal answers to equal questions; a run calls it once, and looks its
+    objective up once, and run.json records what it resolved."""
+    import copy
+    import dataclasses
+
+    from keras_electra.pretraining import objectives
+    from keras_electra.pretraining import run as run_module
+    from keras_electra.pretraining.loading import vocab_checksum
+    from keras_electra.run_directory import RunDirectory
+    from keras_electra.settings import PretrainSettings
+
+    options = dict(FAST, vocab=str(tiny_run / "vocab.txt"), objective="mlm", steps=2)
+    options["config_overrides"] = {"num_layers": 1}
+    settings = PretrainSettings(corpus=[str(small_corpus)], **options).resolved()
+    before = copy.deepcopy(settings)
+    run = RunDirectory(tmp_path / "run")
+    first = run_module.resolve_run(run, settings)
+    assert run_module.resolve_run(run, settings) == first and settings == before
+    assert not run.path.exists()
+    assert settings.embedding_sharing is None and first.settings.embedding_sharing == "all"
+    assert first.settings.vocab_sha256 == vocab_checksum(first.tokens)
+    assert first.objective == objectives.get("mlm") and first.config.num_layers == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.settings = settings
+
+    calls = []
+    resolve, get = run_module.resolve_run, objectives.get
+    monkeypatch.setattr(
+        run_module, "resolve_run", lambda *a, **k: calls.append(0) or resolve(*a, **k)
+    )
+    monkeypatch.setattr(objectives, "get", lambda name: calls.append(name) or get(name))
+    pretrain([str(small_corpus)], run.path, **options)
+    assert calls == [0, "mlm"]
+    recorded = json.loads(run.settings_file.read_text())
+    assert recorded == first.settings.record() | {"kernels": recorded["kernels"]}

@@ -88,6 +88,4 @@ class EnergyModule(ReplacedTokenModule):
     @classmethod
     def _from_model(cls, model, tokenizer: ElectraTokenizer, length: int) -> EnergyModule:
         specials = (model.config.cls_token_id, model.config.sep_token_id)
-        return cls(
-            tokenizer, model.discriminator_backbone(), model.discriminator_head, specials, length
-        )
+        return cls(tokenizer, model.discriminator_backbone(), model.token_head, specials, length)

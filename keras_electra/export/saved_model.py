@@ -114,7 +114,7 @@ class ReplacedTokenModule(tf.Module):
 
     @classmethod
     def _check_run(cls, model, run_dir: str | Path) -> None:
-        if model.discriminator_head is None:
+        if model.token_head is None:
             raise ConfigError(
                 f"Run '{run_dir}' was trained with --objective mlm and has no replaced-token "
                 "head to export; fine-tune it or pretrain with --objective electra."
@@ -123,7 +123,7 @@ class ReplacedTokenModule(tf.Module):
     @classmethod
     def _from_model(cls, model, tokenizer: ElectraTokenizer, length: int) -> ReplacedTokenModule:
         # A plain backbone with the discriminator's effective embeddings in every sharing mode.
-        return cls(tokenizer, model.discriminator_backbone(), model.discriminator_head, length)
+        return cls(tokenizer, model.discriminator_backbone(), model.token_head, length)
 
     def signatures(self) -> dict:
         return {"serving_default": self.serve, "score_pair": self.score_pair}

@@ -22,15 +22,11 @@ Heads:
   discriminator.
 
 So an ``electra`` step is generator + its LM head + discriminator + detection
-head, and an ``mlm`` step is the discriminator-sized tower + its LM head.
-
-Examples:
-    >>> from keras_electra.config import ElectraConfig
-    >>> config = ElectraConfig.from_preset("tiny", vocab_size=8000)
-    >>> round(step_flops(config, 32, 128, "electra") / 1e9, 2)
-    16.54
-    >>> equal_compute_steps(config, 32, 128, 1000)
-    1097
+head, and an ``mlm`` step is the discriminator-sized tower + its LM head. Each objective
+adds up its own parts from these counts
+(:meth:`~keras_electra.pretraining.objectives.Objective.forward_flops`, and
+:meth:`~keras_electra.pretraining.objectives.Objective.step_flops` for a training step);
+:func:`~keras_electra.pretraining.objectives.equal_compute_steps` compares two.
 """
 
 from __future__ import annotations
@@ -62,23 +58,3 @@ def lm_head_flops(hidden: int, config: ElectraConfig, batch: int, length: int) -
     predictions = batch * config.max_predictions(length)
     e = config.embedding_size
     return 2.0 * predictions * (hidden * e + e * config.vocab_size)
-
-
-def forward_flops(config: ElectraConfig, batch: int, length: int, objective: str) -> dict:
-    """Forward matmul FLOPs of one step of ``objective``, by part (towers and heads)."""
-    from keras_electra.pretraining import objectives  # TensorFlow: only when counting a step
-
-    return objectives.get(objective).forward_flops(config, batch, length)
-
-
-def step_flops(config: ElectraConfig, batch: int, length: int, objective: str = "electra") -> float:
-    """Training FLOPs (forward + backward) of one pretraining step of ``objective``."""
-    return BACKWARD_FACTOR * sum(forward_flops(config, batch, length, objective).values())
-
-
-def equal_compute_steps(
-    config: ElectraConfig, batch: int, length: int, electra_steps: int, objective: str = "mlm"
-) -> int:
-    """Steps of ``objective`` that cost what ``electra_steps`` ELECTRA steps cost (rounded)."""
-    budget = electra_steps * step_flops(config, batch, length, "electra")
-    return max(1, round(budget / step_flops(config, batch, length, objective)))

@@ -129,21 +129,20 @@ class HealthProbe:
         return {"token_ids": token_ids, "segment_ids": self.segments, "padding_mask": self.mask}
 
     def _forward_pass(self) -> dict[str, tf.Tensor]:
-        model = self.model
+        model, head = self.model, self.model.token_head
         out = {}
         token_ids = self.ids
-        if model.generator is not None and model.discriminator_head is not None:
+        if model.generator is not None and head is not None:
             # The representation is measured on what the discriminator trains on.
             token_ids = out["own_ids"] = self._generator_corruption()
         states = hidden_states(model.discriminator, self._inputs(token_ids))
         out.update({f"hidden_{i:03d}": h for i, h in enumerate(states)})
-        if model.discriminator_head is None:
+        if head is None:
             return out
         if "own_ids" in out:
-            out["own_logits"] = model.discriminator_head(states[-1])
+            out["own_logits"] = head(states[-1])
         for name, fake in self.corrupted.items():
-            sequence = model.discriminator(self._inputs(fake), training=False)
-            out[f"{name}_logits"] = model.discriminator_head(sequence)
+            out[f"{name}_logits"] = head(model.discriminator(self._inputs(fake), training=False))
         return out
 
     def _generator_corruption(self) -> tf.Tensor:

@@ -18,14 +18,8 @@ an estimate, counted from the sizes, not measured:
 TensorFlow's own memory (its runtime, the input pipeline, about 0.5 GB on a CPU) is not
 included. On a 2-core Xeon, ELECTRA-Small's step at batch 32 x 128 peaked at 2.1 GB of
 resident memory in float32 and 1.4 GB in mixed_bfloat16 (docs/benchmarks.md), where this
-estimate says 1.8 GB and 1.1 GB plus that runtime.
-
-Examples:
-    >>> from keras_electra.config import ElectraConfig
-    >>> config = ElectraConfig.from_preset("small")
-    >>> parts = step_memory(config, "electra", sequences=32, length=128, precision="float32")
-    >>> {name: round(value / 1e9, 2) for name, value in parts.items()}
-    {'state': 0.23, 'activations': 1.38, 'logits': 0.15}
+estimate says 1.8 GB and 1.1 GB plus that runtime. Each objective adds up its own
+parts from these counts (:meth:`~keras_electra.pretraining.objectives.Objective.step_memory`).
 """
 
 from __future__ import annotations
@@ -60,17 +54,3 @@ def lm_logits(
     ``positions`` per sequence), and their gradient."""
     positions = config.max_predictions(length) if positions is None else positions
     return 2 * 4.0 * sequences * positions * config.vocab_size
-
-
-def step_memory(
-    config: ElectraConfig, objective: str, *, sequences: int, length: int, precision: str
-) -> dict[str, float]:
-    """Bytes one device holds at a pretraining step's peak, by part (``state``,
-    ``activations``, ``logits``), for ``sequences`` sequences per device and micro-batch."""
-    from keras_electra.pretraining import objectives  # TensorFlow: only when planning
-
-    chosen = objectives.get(objective)
-    return {
-        "state": STATE_BYTES * sum(chosen.parameters(config).values()),
-        **chosen.kept_activations(config, sequences, length, precision),
-    }

@@ -24,8 +24,6 @@ from keras_electra.config import ElectraConfig
 from keras_electra.data.files import is_remote
 from keras_electra.data.tfrecords import is_tfrecord_input, record_metadata
 from keras_electra.pretraining import objectives
-from keras_electra.pretraining.flops import step_flops
-from keras_electra.pretraining.memory import step_memory
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PretrainSettings
 
@@ -52,6 +50,7 @@ class PretrainPlan:
         replicas: the devices that share each batch here, or None where only the run
             can tell (a TPU, GPUs this machine lacks, several workers).
         devices: what those devices are.
+        objective: the settings' objective, looked up.
     """
 
     settings: PretrainSettings
@@ -63,10 +62,11 @@ class PretrainPlan:
     data: str
     replicas: int | None
     devices: str
+    objective: objectives.Objective
 
     def parameters(self) -> dict[str, int]:
         """The weights pretraining trains, by part."""
-        return objectives.get(self.settings.objective).parameters(self.config)
+        return self.objective.parameters(self.config)
 
     def tokens_per_step(self) -> int:
         return self.settings.batch_size * self.settings.max_seq_length
@@ -74,19 +74,13 @@ class PretrainPlan:
     def flops_per_step(self) -> float:
         """Matmul FLOPs of one step (forward and backward, the global batch)."""
         s = self.settings
-        return step_flops(self.config, s.batch_size, s.max_seq_length, s.objective)
+        return self.objective.step_flops(self.config, s.batch_size, s.max_seq_length)
 
     def memory_per_device(self, replicas: int) -> dict[str, float]:
         """Estimated bytes per device with ``replicas`` devices sharing the batch, by part."""
         s = self.settings
         sequences = max(1, s.batch_size // replicas // s.grad_accumulation)
-        return step_memory(
-            self.config,
-            s.objective,
-            sequences=sequences,
-            length=s.max_seq_length,
-            precision=s.precision,
-        )
+        return self.objective.step_memory(self.config, sequences, s.max_seq_length, s.precision)
 
     def describe(self) -> str:
         """The plan as the command prints it: one line per subject."""

@@ -64,7 +64,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     Args:
         config: the :class:`ElectraConfig`.
         objective: the name of a registered objective: ``"electra"``, ``"mlm"`` or
-            ``"electric"``.
+            ``"electric"``, or one looked up already (``objectives.get(name)``).
         seed: seed of the masking and sampling random streams.
         **kwargs: ``keras.Model``'s, such as ``dtype``: a Keras dtype policy like
             ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
@@ -91,7 +91,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     def __init__(
         self,
         config: ElectraConfig | dict,
-        objective: str = "electra",
+        objective: str | objectives.Objective = "electra",
         seed: int | None = None,
         **kwargs,
     ):
@@ -100,10 +100,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = ElectraConfig.from_dict(config)
-        self._objective = objectives.get(objective)
+        if isinstance(objective, str):
+            objective = objectives.get(objective)
+        self._objective = objective
         self._objective.check(config)
         self.config = config
-        self.objective = objective
+        self.objective = objective.name
         self.seed = seed
         self.configure_step()  # the training step's default options
 
@@ -200,11 +202,17 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         backbone.encoder.set_weights(self.discriminator.encoder.get_weights())
         return backbone
 
+    @property
+    def token_head(self) -> keras.layers.Layer | None:
+        """The objective's head that scores each token of the discriminator's output
+        (``electra``: "replaced" logits, ``electric``: energies), None for ``mlm``."""
+        return self._objective.token_head(self)
+
     def call(self, inputs, training=False):
-        """The discriminator head's logits (``electra``: per token, "replaced"), or
-        the discriminator's sequence output where the objective adds no such head."""
+        """The :attr:`token_head`'s scores (``electra``: per token, "replaced"), or the
+        discriminator's sequence output where the objective has no such head."""
         sequence = self.discriminator(_features(inputs), training=training)
-        head = self.discriminator_head
+        head = self.token_head
         return sequence if head is None else head(sequence)
 
     # === The objective, top-down ===

@@ -84,8 +84,26 @@ from keras_electra.training.strategy import (
 PROBE_SEQUENCES = 32
 
 
-# The settings of a run (saved as ``run.json``): kept under this name for callers.
-RunSettings = PretrainSettings
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A run worked out once, by :func:`resolve_run`, and not changed after.
+
+    Attributes:
+        settings: the final settings, what ``run.json`` records: the ones the config
+            decides (sharing, temperature, generator size) and the vocabulary's checksum
+            filled in.
+        config: the model's config (for a dry run's vocabulary yet to be learned, with
+            the size it will have).
+        tokens: the vocabulary (None: a dry run's, learned when the run starts).
+        source: where the vocabulary comes from.
+        objective: the objective, looked up once.
+    """
+
+    settings: PretrainSettings
+    config: ElectraConfig
+    tokens: list[str] | None
+    source: str
+    objective: objectives.Objective
 
 
 @dataclass
@@ -180,9 +198,10 @@ def _pretrain(
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
     _check_batches(settings, distribution.num_replicas_in_sync)
     chief = is_chief(distribution)
-    config, tokens = _prepare_run_directory(run, settings, chief)
-    tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
-    model, checkpoints, start = _build(run, settings, config, tokens, distribution, chief)
+    resolved = _prepare_run_directory(run, settings, chief)
+    settings = resolved.settings
+    tokenizer = ElectraTokenizer(resolved.tokens, lowercase=resolved.config.lowercase)
+    model, checkpoints, start = _build(run, resolved, distribution, chief)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
         return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
@@ -198,14 +217,15 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
     _check_batches(settings, replicas or 1)
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS (the choice itself builds kernels)
     resumed = run.config_file.exists()
-    config, tokens, source = _run_model(run, settings, chief=True, learn=False)
+    resolved = resolve_run(run, settings, learn=False)
+    config, tokens = resolved.config, resolved.tokens
     files = _check_data(settings, tokens)
     if tokens is not None:
-        vocabulary = f"{source} ({len(tokens):,} pieces)"
+        vocabulary = f"{resolved.source} ({len(tokens):,} pieces)"
     else:
         vocabulary = f"learned from the corpus when the run starts ({config.vocab_size:,} pieces)"
     return PretrainPlan(
-        settings=settings,
+        settings=resolved.settings,
         run_dir=run.path,
         config=config,
         start_step=(run.latest_step() or 0) if resumed else 0,
@@ -214,6 +234,7 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
         data=describe_data(settings, files),
         replicas=replicas,
         devices=devices,
+        objective=resolved.objective,
     )
 
 
@@ -233,47 +254,51 @@ def _check_data(settings: PretrainSettings, tokens: list[str] | None) -> list[st
 
 def _prepare_run_directory(
     run: RunDirectory, settings: PretrainSettings, chief: bool
-) -> tuple[ElectraConfig, list[str]]:
-    """The run's model config and vocabulary (:func:`_run_model`), written to the run
-    directory with ``run.json``.
+) -> ResolvedRun:
+    """The run resolved (:func:`resolve_run`, with the kernels chosen), its model config,
+    vocabulary and ``run.json`` written to the run directory.
 
     Only the chief writes the run directory. The other workers read the chief's files
     once it has checkpointed (before that they may be half-written) and otherwise
     derive the same vocabulary and config from the same arguments.
     """
     chosen = kernels.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
-    config, tokens, _ = _run_model(run, settings, chief)
+    settings = dataclasses.replace(settings, kernels=f"{chosen.backend}: {chosen.reason}")
+    resolved = resolve_run(run, settings, chief=chief)
+    config, tokens = resolved.config, resolved.tokens
     _check_data(settings, tokens)
     stored = run.config_and_vocab()[0] if run.config_file.exists() and chief else None
     if chief and config != stored:  # a new run, or a new --temperature the run goes on with
         with _writing(run.path):
             run.write_model_files(config, tokens)
-    settings.vocab_sha256 = vocab_checksum(tokens)
-    settings.kernels = f"{chosen.backend}: {chosen.reason}"
     if chief:
         if settings.progress:
             print(chosen.describe(), flush=True)
         with _writing(run.path):
-            run.write_settings(settings.record())
-    return config, tokens
+            run.write_settings(resolved.settings.record())
+    return resolved
 
 
-def _run_model(
-    run: RunDirectory, settings: PretrainSettings, chief: bool, learn: bool = True
-) -> tuple[ElectraConfig, list[str] | None, str]:
-    """The run's model config and vocabulary, checked, and where the vocabulary comes
-    from: the run directory's own when it is resumed, else ``--init``'s, else the preset's
-    config with ``--vocab`` or (``learn``) a vocabulary learned from the corpus; without
-    ``learn`` (a dry run) such a vocabulary is None and the config has the size it will
-    have. Sets the settings the config decides (sharing, temperature, generator size).
+def resolve_run(
+    run: RunDirectory, settings: PretrainSettings, *, chief: bool = True, learn: bool = True
+) -> ResolvedRun:
+    """The run that ``settings`` (resolved: :meth:`PretrainSettings.resolved`) ask for in
+    ``run``, worked out once: nothing is written and ``settings`` is not changed.
+
+    The vocabulary is the run directory's own when it is resumed (for a worker other
+    than the ``chief``: once the chief has checkpointed), else ``--init``'s, else
+    ``--vocab`` or (``learn``) one learned from the corpus; without ``learn`` (a dry run)
+    such a vocabulary is None. The config is the resumed run's or ``--init``'s, else the
+    preset's, with the flags applied and checked by the objective.
     """
+    objective = objectives.get(settings.objective)
     fields = ("embedding_sharing", "temperature", "generator_hidden_size")
     flags = (settings.embedding_sharing, settings.temperature, settings.generator_size)
     overrides = dict(settings.config_overrides)
     overrides.update({k: v for k, v in zip(fields, flags, strict=True) if v is not None})
     sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
-        objectives.get(settings.objective).check(ElectraConfig(embedding_sharing=sharing))
+        objective.check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
     if resuming:
         source = str(run.vocab_file)
@@ -295,17 +320,22 @@ def _run_model(
     elif settings.init is not None:
         source = str(RunDirectory(settings.init).vocab_file)
         config, tokens = _init_source(settings.init, settings, sharing)
-        objectives.get(settings.objective).check(config)
+        objective.check(config)
         config = _sampling_and_size(config, settings, f"--init '{settings.init}'")
     else:
         source = settings.vocab or "learned"
         tokens = _vocabulary(settings, learn)
+        overrides = {**objective.config_overrides, **overrides}
         config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
-    objectives.get(settings.objective).check(config)  # with the flags applied, before a write
-    settings.embedding_sharing = config.embedding_sharing
-    settings.temperature = config.temperature
-    settings.generator_size = config.generator_hidden_size
-    return config, tokens, source
+    objective.check(config)  # with the flags applied, before a write
+    final = dataclasses.replace(
+        settings,
+        embedding_sharing=config.embedding_sharing,
+        temperature=config.temperature,
+        generator_size=config.generator_hidden_size,
+        vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
+    )
+    return ResolvedRun(final, config, tokens, source, objective)
 
 
 def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source: str):
@@ -322,18 +352,14 @@ def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source
 
 
 def _build(
-    run: RunDirectory,
-    settings: PretrainSettings,
-    config: ElectraConfig,
-    tokens: list[str],
-    distribution: tf.distribute.Strategy,
-    chief: bool,
+    run: RunDirectory, resolved: ResolvedRun, distribution: tf.distribute.Strategy, chief: bool
 ) -> tuple[ElectraPretrainer, RunCheckpoints, int]:
     """The model and optimizer under the strategy, restored to the latest checkpoint (or
     ``--init``'s weights); returns them with the checkpoint manager and the step reached."""
+    settings = resolved.settings
     keras.utils.set_random_seed(settings.seed)  # deterministic initial weights and dropout
     with distribution.scope():
-        model, optimizer = _build_model(config, settings, dtype_policy(settings.precision))
+        model, optimizer = _build_model(resolved, dtype_policy(settings.precision))
     checkpoints = run.checkpoints(
         model, optimizer, chief=chief, max_to_keep=settings.keep_checkpoints
     )
@@ -342,7 +368,7 @@ def _build(
         _load_init_weights(model, Path(settings.init))
     if is_multi_worker(distribution):
         prepare_multi_worker_fit(model)
-        vocabulary = zlib.crc32("\n".join(tokens).encode("utf-8"))
+        vocabulary = zlib.crc32("\n".join(resolved.tokens).encode("utf-8"))
         parameters = model.count_params()
         check_workers_agree(distribution, step=start, vocabulary=vocabulary, parameters=parameters)
     if chief:
@@ -487,10 +513,11 @@ def _health_probe(
     return HealthProbe(model, {k: v.numpy() for k, v in batch.items()}, seed=settings.seed)
 
 
-def _build_model(config: ElectraConfig, settings: PretrainSettings, policy: keras.DTypePolicy):
+def _build_model(resolved: ResolvedRun, policy: keras.DTypePolicy):
     """The pretrainer and its optimizer, compiled and built (call under a strategy scope)."""
+    settings = resolved.settings
     model = ElectraPretrainer(
-        config, objective=settings.objective, seed=settings.seed, dtype=policy
+        resolved.config, objective=resolved.objective, seed=settings.seed, dtype=policy
     )
     optimizer = create_optimizer(
         model,
@@ -561,9 +588,9 @@ def model_config(
 ) -> ElectraConfig:
     """The config ``pretrain`` builds for a new run: the preset's sizes, the vocabulary's
     size and special-token ids (``tokens`` None, for a dry run's vocabulary yet to be
-    learned: ``settings.vocab_size`` or the preset's, and the default ids), the
-    objective's ``config_overrides`` (the MLM baseline's single-tower sharing; an
-    explicit other mode is still refused), and a position table at least
+    learned: ``settings.vocab_size`` or the preset's, and the default ids), ``overrides``
+    (:func:`resolve_run` passes the objective's ``config_overrides`` under the flags'), and
+    a position table at least
     ``settings.max_seq_length`` long."""
     if tokens is None:
         size = settings.vocab_size or ElectraConfig.from_preset(preset).vocab_size
@@ -573,7 +600,6 @@ def model_config(
         names = ("pad", "cls", "sep", "mask")
         special = {f"{n}_token_id": ids[f"[{n.upper()}]"] for n in names}
         special["vocab_size"] = len(tokens)
-    overrides = {**objectives.get(settings.objective).config_overrides, **overrides}
     config = ElectraConfig.from_preset(preset, lowercase=lowercase, **special, **overrides)
     if settings.max_seq_length > config.max_position_embeddings:
         config = config.replace(max_position_embeddings=settings.max_seq_length)

@@ -11,9 +11,12 @@ the rest, without branching on a name:
 - :meth:`Objective.metrics` makes its metrics, :meth:`Objective.compute` its losses
   on a prepared (micro-)batch and :meth:`Objective.update_metrics` records them;
 - :attr:`Objective.gradient_parts` names the parts whose gradient norms are logged;
-- :meth:`Objective.forward_flops` counts a step's cost (``pretraining.flops``) and
-  :meth:`Objective.parameters` the weights it trains and :meth:`Objective.kept_activations`
-  the memory its step keeps (a dry run's plan, ``pretraining.memory``).
+- :meth:`Objective.forward_flops` counts a step's cost (``pretraining.flops``;
+  :meth:`Objective.step_flops`, forward and backward), :meth:`Objective.parameters` the
+  weights it trains and :meth:`Objective.kept_activations` the memory its step keeps
+  (``pretraining.memory``; :meth:`Objective.step_memory`, a dry run's plan);
+- :meth:`Objective.token_head` is the head that scores each token of the discriminator's
+  output (exports, the health probe), if it has one.
 
 The objectives: ``electra`` (:mod:`.electra`, replaced-token detection), ``mlm``
 (:mod:`.mlm`, a BERT-style masked LM on the discriminator tower) and ``electric``
@@ -32,6 +35,15 @@ Examples:
     Traceback (most recent call last):
     ...
     keras_electra.errors.ConfigError: Unknown objective 'bert'; choose one of: electra, mlm, ...
+    >>> config = ElectraConfig.from_preset("tiny", vocab_size=8000)
+    >>> round(objectives.get("electra").step_flops(config, 32, 128) / 1e9, 2)
+    16.54
+    >>> equal_compute_steps(config, 32, 128, 1000)
+    1097
+    >>> small = ElectraConfig.from_preset("small")
+    >>> parts = objectives.get("electra").step_memory(small, 32, 128, "float32")
+    >>> {name: round(value / 1e9, 2) for name, value in parts.items()}
+    {'state': 0.23, 'activations': 1.38, 'logits': 0.15}
 """
 
 from __future__ import annotations
@@ -44,7 +56,9 @@ import tensorflow as tf
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
+from keras_electra.pretraining.flops import BACKWARD_FACTOR
 from keras_electra.pretraining.masking import MaskedBatch
+from keras_electra.pretraining.memory import STATE_BYTES
 from keras_electra.settings import OBJECTIVES
 
 # The parts whose gradient norms can be logged: "generator" is the generator's tower
@@ -93,13 +107,20 @@ class ObjectiveOutput(NamedTuple):
 class Objective:
     """One pretraining objective. Subclasses set :attr:`name` and implement the methods
     that raise ``NotImplementedError``; an objective keeps no state of its own (its
-    layers are the model's attributes, so checkpoints and paths see them)."""
+    layers are the model's attributes, so checkpoints and paths see them): two of the
+    same name are equal."""
 
     name: ClassVar[str] = ""
     #: The :data:`GRADIENT_PARTS` that have variables under this objective.
     gradient_parts: ClassVar[tuple[str, ...]] = GRADIENT_PARTS
     #: Config fields a new run of this objective sets (unless given explicitly).
     config_overrides: ClassVar[dict[str, Any]] = {}
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.name))
 
     def check(self, config: ElectraConfig) -> None:
         """Raise :class:`ConfigError` (one sentence) if this objective cannot train ``config``."""
@@ -136,6 +157,10 @@ class Objective:
         """Forward matmul FLOPs of one step by part (see :mod:`keras_electra.pretraining.flops`)."""
         raise NotImplementedError
 
+    def step_flops(self, config: ElectraConfig, batch: int, length: int) -> float:
+        """Training FLOPs (forward and backward) of one step."""
+        return BACKWARD_FACTOR * sum(self.forward_flops(config, batch, length).values())
+
     def parameters(self, config: ElectraConfig) -> dict[str, int]:
         """The weights pretraining trains, by part (embeddings, towers, heads), counted from
         ``config`` without building the model (``model.count_params()`` less its step
@@ -149,6 +174,21 @@ class Objective:
         ``activations`` (its towers') and ``logits`` (its masked-LM heads'), as
         :mod:`keras_electra.pretraining.memory` estimates them."""
         raise NotImplementedError
+
+    def step_memory(
+        self, config: ElectraConfig, sequences: int, length: int, precision: str
+    ) -> dict[str, float]:
+        """Bytes one device holds at a step's peak, by part (``state``, ``activations``,
+        ``logits``), for ``sequences`` sequences per device and micro-batch."""
+        return {
+            "state": STATE_BYTES * sum(self.parameters(config).values()),
+            **self.kept_activations(config, sequences, length, precision),
+        }
+
+    def token_head(self, model) -> keras.layers.Layer | None:
+        """The head that scores each token of ``model``'s discriminator output (``electra``:
+        its "replaced" logit, ``electric``: its energy), or None (``mlm``)."""
+        return model.discriminator_head
 
 
 def register(name: str, objective: type[Objective] | str) -> None:
@@ -176,7 +216,17 @@ def get(name: str) -> Objective:
                 f"Objective '{name}' is registered as '{OBJECTIVES[name]}', which does not "
                 f"import ({error}); fix its entry in keras_electra.settings.OBJECTIVES."
             ) from None
-    return found()
+    chosen = found()
+    chosen.name = name  # the name it was registered as, which a model records
+    return chosen
+
+
+def equal_compute_steps(
+    config: ElectraConfig, batch: int, length: int, electra_steps: int, objective: str = "mlm"
+) -> int:
+    """Steps of ``objective`` that cost what ``electra_steps`` ELECTRA steps cost (rounded)."""
+    budget = electra_steps * get("electra").step_flops(config, batch, length)
+    return max(1, round(budget / get(objective).step_flops(config, batch, length)))
 
 
 def share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
