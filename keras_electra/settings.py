@@ -449,9 +449,20 @@ def check_choices(settings: Any, names: tuple[str, ...], values: dict | None = N
             raise ConfigError(f"Unknown {label} '{value}'; choose one of: {', '.join(choices)}.")
 
 
-def unknown_fields(settings: type, keywords: dict) -> list[str]:
-    """The names in ``keywords`` that are not fields of ``settings``, sorted."""
-    return sorted(set(keywords) - {f.name for f in dataclasses.fields(settings)})
+def with_options(function: str, kind: type, settings, **options):
+    """``settings`` (else ``kind()``'s defaults) with ``options`` replaced: what
+    ``pretrain()``, ``prepare()`` and ``finetune()`` do with their keywords.
+
+    Raises:
+        TypeError: a keyword that is not a field of ``kind``, named in one sentence.
+    """
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(kind)})
+    if unknown:
+        raise TypeError(
+            f"{function}() has no option {unknown[0]!r}; the options are the fields of "
+            f"keras_electra.settings.{kind.__name__}."
+        )
+    return dataclasses.replace(settings or kind(), **options)
 
 
 def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSettings) -> None:

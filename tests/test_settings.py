@@ -147,7 +147,7 @@ def test_a_new_option_is_one_field(tmp_path):
 
 
 def test_pretrain_refuses_a_keyword_that_is_not_a_setting(tmp_path):
-    with pytest.raises(TypeError, match="pretrain\\(\\) has no setting stepz"):
+    with pytest.raises(TypeError, match="pretrain\\(\\) has no option 'stepz'"):
         pretrain(["a.txt"], tmp_path, stepz=3)
 
 

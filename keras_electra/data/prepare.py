@@ -11,7 +11,6 @@ Examples:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from keras_electra.data.vocab import (
 )
 from keras_electra.errors import ConfigError
 from keras_electra.run_directory import RunDirectory
-from keras_electra.settings import PrepareSettings, unknown_fields
+from keras_electra.settings import PrepareSettings, with_options
 
 
 @dataclass
@@ -142,14 +141,8 @@ def prepare(
         StorageError: (dry run) the output directory cannot be written.
         TypeError: a keyword that is not an option.
     """
-    unknown = unknown_fields(PrepareSettings, options)
-    if unknown:
-        raise TypeError(
-            f"prepare() has no option {unknown[0]!r}; the options are the fields of "
-            "keras_electra.settings.PrepareSettings."
-        )
     corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
-    s = dataclasses.replace(settings or PrepareSettings(), corpus=corpus, **options)
+    s = with_options("prepare", PrepareSettings, settings, corpus=corpus, **options)
     out_name = os.fspath(output_dir)
     remote = is_remote(out_name)  # gs://bucket/dir: written through tf.io.gfile
     out: Path | str = out_name.rstrip("/") if remote else Path(out_name)

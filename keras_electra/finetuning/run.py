@@ -3,7 +3,6 @@ result (:func:`predict_file`); a stop by signal resumes (docs/reliability.md).""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -31,7 +30,7 @@ from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.run_directory import RunDirectory
 from keras_electra.scoring import find_export, latest_version_dir, score_with_saved_model
 from keras_electra.serving.warmup import ASSETS_EXTRA
-from keras_electra.settings import FinetuneOptions, check_task, unknown_fields
+from keras_electra.settings import FinetuneOptions, check_task, with_options
 from keras_electra.training.callbacks import (
     CheckpointEvery,
     plan_windows,
@@ -88,13 +87,7 @@ def finetune(
         >>> result = finetune("runs/demo", "classify", "train.csv", "dev.csv", "runs/cls",
         ...                   epochs=3)  # doctest: +SKIP
     """
-    unknown = unknown_fields(FinetuneOptions, keywords)
-    if unknown:
-        raise TypeError(
-            f"finetune() has no option {unknown[0]!r}; the options are the fields of "
-            "keras_electra.settings.FinetuneOptions."
-        )
-    options = dataclasses.replace(options or FinetuneOptions(), **keywords)
+    options = with_options("finetune", FinetuneOptions, options, **keywords)
     check_task(task)
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME

@@ -59,7 +59,7 @@ from keras_electra.pretraining.pretrainer import (
     transfer_weights,
 )
 from keras_electra.run_directory import RunDirectory
-from keras_electra.settings import PretrainSettings, unknown_fields
+from keras_electra.settings import PretrainSettings, with_options
 from keras_electra.training.callbacks import (
     CheckpointEvery,
     MetricsLogger,
@@ -169,14 +169,8 @@ def pretrain(
         ...                   steps=200)  # doctest: +SKIP
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
     """
-    unknown = unknown_fields(PretrainSettings, options)
-    if unknown:
-        raise TypeError(
-            f"pretrain() has no setting {', '.join(unknown)}; see "
-            "keras_electra.settings.PretrainSettings for the options."
-        )
     corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
-    settings = dataclasses.replace(settings or PretrainSettings(), corpus=corpus, **options)
+    settings = with_options("pretrain", PretrainSettings, settings, corpus=corpus, **options)
     with StopRequest() if stop_on_signals else nullcontext(StopRequest()) as stop:
         return _pretrain(stop, Path(output_dir), settings)
 
