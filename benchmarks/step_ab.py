@@ -42,27 +42,13 @@ from machine_info import machine  # noqa: E402
 
 def serve(args) -> None:
     """The child: build the step, warm it up, then run a block of steps per request."""
-    import keras
-    import numpy as np
     import tensorflow as tf
-    from pretrain_throughput import load_package_from, make_batches
+    from pretrain_throughput import load_package_from
+    from step_profile import build
 
     if args.source:
         load_package_from(args.source)
-    from keras_electra.config import ElectraConfig
-    from keras_electra.pretraining.pretrainer import ElectraPretrainer
-    from keras_electra.training.optimizer import create_optimizer
-    from keras_electra.training.precision import dtype_policy
-
-    config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
-    keras.utils.set_random_seed(0)
-    model = ElectraPretrainer(config, seed=0, dtype=dtype_policy(args.precision))
-    optimizer = create_optimizer(model, learning_rate=5e-4, total_steps=10_000, warmup_steps=100)
-    model.compile(optimizer=optimizer)
-    ids = make_batches(4, args.batch, args.length, config.vocab_size)
-    data = tf.data.Dataset.from_tensor_slices(
-        {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
-    ).repeat()
+    model, data = build(args)  # the step step_profile.py profiles
     options = tf.data.Options()
     options.autotune.enabled = False  # no autotuning thread working between blocks
     iterator = iter(data.with_options(options))
