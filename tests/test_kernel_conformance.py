@@ -354,13 +354,20 @@ def _select(name: str, monkeypatch) -> None:
         pytest.skip(f"the {name} kernels cannot run here: {kernels.choose().reason}")
 
 
-def _one_step(name: str, dtype: str, monkeypatch) -> tuple[dict, list[np.ndarray]]:
+_STEPS: dict[tuple[str, str], tuple[dict, dict, list[np.ndarray]]] = {}
+
+
+def _one_step(name: str, dtype: str, monkeypatch) -> tuple[dict, dict, list[np.ndarray]]:
     """One training step of a small pretrainer (masking, sampling, both losses,
-    clipping, AdamW) on backend ``name``, from the same seed and batch: its logs and
-    its weights after the update."""
+    clipping, AdamW) on backend ``name``, from the same seed and batch: its record
+    (step_fixture.record_of), its logs and its weights after the update. Each backend
+    and policy steps once in this module; the tests below read the same step."""
     _select(name, monkeypatch)
-    model, _, logs = step_fixture.one_step(dtype)
-    return logs, [v.numpy() for v in model.trainable_variables]
+    if (name, dtype) not in _STEPS:
+        model, batch, logs = step_fixture.one_step(dtype)
+        weights = [v.numpy() for v in model.trainable_variables]
+        _STEPS[name, dtype] = (step_fixture.record_of(model, batch, logs), logs, weights)
+    return _STEPS[name, dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -372,8 +379,7 @@ def test_a_pretraining_step_is_the_recorded_commits_bit_for_bit(name, dtype, mon
     recorded = json.loads(step_fixture.GOLDEN.read_text())
     if recorded["machine"] != step_fixture.machine():
         pytest.skip("recorded on another machine (tests/step_fixture.py records it here)")
-    _select(name, monkeypatch)
-    got = step_fixture.record_of(*step_fixture.one_step(dtype))
+    got, _, _ = _one_step(name, dtype, monkeypatch)
     want = recorded["runs"][f"{name}/{dtype}"]
     assert got["logs"] == want["logs"], recorded["commit"]
     changed = [
@@ -391,8 +397,8 @@ def test_a_pretraining_step_is_the_recorded_commits_bit_for_bit(name, dtype, mon
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", BACKENDS)
 def test_a_pretraining_step_matches_the_reference(name, dtype, monkeypatch):
-    reference_logs, reference_weights = _one_step("reference", dtype, monkeypatch)
-    logs, weights = _one_step(name, dtype, monkeypatch)
+    _, reference_logs, reference_weights = _one_step("reference", dtype, monkeypatch)
+    _, logs, weights = _one_step(name, dtype, monkeypatch)
     tolerance = 2e-4 if dtype == "float32" else 2e-2
     for key in ("loss", "mlm_loss", "disc_loss"):
         assert abs(logs[key] - reference_logs[key]) <= tolerance * abs(reference_logs[key]), (

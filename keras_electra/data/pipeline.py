@@ -9,7 +9,13 @@ from typing import Any
 import tensorflow as tf
 
 from keras_electra.data.files import PathsLike
-from keras_electra.data.pretraining import _SHUFFLE, _stream_seed, check_shapes, text_passes
+from keras_electra.data.pretraining import (
+    _SHUFFLE,
+    _stream_seed,
+    check_shapes,
+    no_autograph,
+    text_passes,
+)
 from keras_electra.data.tfrecords import is_tfrecord_input, record_passes
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError
@@ -95,6 +101,7 @@ def pretraining_dataset(
             repeat=repeat,
         )
 
+    @no_autograph
     def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
         examples = read_pass(epoch)
         return block_shuffle(examples, shuffle_buffer, seed, epoch) if shuffle else examples
@@ -130,6 +137,7 @@ def block_shuffle(
         return dataset
     pass_seed = _stream_seed(seed, epoch, _SHUFFLE)
 
+    @no_autograph
     def shuffle_block(index, block):
         size = tf.shape(tf.nest.flatten(block)[0])[0]
         key = tf.random.experimental.stateless_fold_in(pass_seed, index)
@@ -164,6 +172,7 @@ def finish_batches(
     """
     shape = [batch_size, max_seq_length]
 
+    @no_autograph
     def fix(batch: Any) -> dict[str, tf.Tensor]:
         if parse is not None:
             batch = parse(batch)

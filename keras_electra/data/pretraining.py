@@ -27,6 +27,11 @@ from keras_electra.data.files import (
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
 
+# The functions handed to tf.data here are written with TensorFlow's ops (tf.cond, not
+# Python ``if``): AutoGraph's conversion of them, and of tf-text's code under them, would
+# only cost seconds at the start of every process.
+no_autograph = tf.autograph.experimental.do_not_convert
+
 SINGLE_SEGMENT_PROB = 0.1
 """Chance that an example's first segment may take all its sentences (no second segment)."""
 
@@ -106,7 +111,7 @@ def line_dataset(
         names = file_order(names, seed, epoch)
     end_of_file = tf.data.Dataset.from_tensors(tf.constant("", tf.string))
     return tf.data.Dataset.from_tensor_slices(names).flat_map(
-        lambda name: tf.data.TextLineDataset(name).concatenate(end_of_file)
+        no_autograph(lambda name: tf.data.TextLineDataset(name).concatenate(end_of_file))
     )
 
 
@@ -149,6 +154,7 @@ def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.da
         [([5, 5], False), ([], True)]
     """
 
+    @no_autograph
     def tokenize(batch: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
         return tokenize_batch(tokenizer, batch)
 
@@ -221,9 +227,9 @@ def pack_examples(
         tf.constant(random_length_prob, tf.float64),
     )
     return (
-        token_lines.scan(packer.initial_state(), packer.step)
-        .filter(lambda emitted, example: emitted)
-        .map(lambda emitted, example: example)
+        token_lines.scan(packer.initial_state(), no_autograph(packer.step))
+        .filter(no_autograph(lambda emitted, example: emitted))
+        .map(no_autograph(lambda emitted, example: example))
     )
 
 
@@ -451,7 +457,8 @@ def _has_tokens(paths: list[str], tokenizer: ElectraTokenizer) -> bool:
     """Whether some line tokenizes, as the pipeline reads it, to at least one token (reads
     until one does)."""
     tokenized = tokenize_lines(line_dataset(paths), tokenizer)
-    return any(True for _ in tokenized.filter(lambda ids, blank: tf.size(ids) > 0).take(1))
+    nonempty = no_autograph(lambda ids, blank: tf.size(ids) > 0)
+    return any(True for _ in tokenized.filter(nonempty).take(1))
 
 
 def corpus_stats(

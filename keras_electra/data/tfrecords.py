@@ -33,6 +33,7 @@ from keras_electra.data.pretraining import (
     SINGLE_SEGMENT_PROB,
     check_shapes,
     file_order,
+    no_autograph,
     packing_seed,
 )
 from keras_electra.data.shards import ShardPlan, plan_shards, write_shard
@@ -359,7 +360,7 @@ def record_passes(
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        return records.map(lambda record: {"record": record})
+        return records.map(no_autograph(lambda record: {"record": record}))
 
     spec = {
         stored: tf.io.FixedLenFeature([max_seq_length], tf.int64)

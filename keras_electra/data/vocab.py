@@ -185,7 +185,7 @@ def _word_splitter(lowercase: bool):
         unique, _, n = tf.unique_with_counts(words, out_idx=tf.int64)
         return unique, n
 
-    return split
+    return tf.autograph.experimental.do_not_convert(split)  # plain ops: no conversion
 
 
 def _add_counts(counts: dict[bytes, int], unique, n) -> None:

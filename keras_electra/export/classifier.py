@@ -72,9 +72,11 @@ class TextClassifierModule(tf.Module):
 
         names = ["text", "text_b"] if self.pair else ["text"]
         specs = [tf.TensorSpec([None], tf.string, name=n) for n in names]
-        self.serve = tf.function(self._serve, input_signature=specs)
+        self.serve = tf.function(self._serve, input_signature=specs, autograph=False)
         example_spec = [tf.TensorSpec([None], tf.string, name="inputs")]
-        self.from_examples = tf.function(self._from_examples, input_signature=example_spec)
+        self.from_examples = tf.function(
+            self._from_examples, input_signature=example_spec, autograph=False
+        )
 
     def _outputs(self, text, text_b=None) -> dict[str, tf.Tensor]:
         inputs = encode_texts(self.tokenizer, text, text_b, max_length=self.max_length)

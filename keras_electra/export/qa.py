@@ -90,7 +90,7 @@ class QuestionAnsweringModule(tf.Module):
         # Track the tf.Variables the graph captures (see ReplacedTokenModule).
         self.model_variables = [v.value for v in finetuned.model.variables]
         specs = [tf.TensorSpec([None], tf.string, name=n) for n in ("question", "context")]
-        self.serve = tf.function(self._serve, input_signature=specs)
+        self.serve = tf.function(self._serve, input_signature=specs, autograph=False)
 
     def _windows(self, question, context) -> dict[str, tf.Tensor]:
         """Every window of every question as model inputs, with where its context sits."""

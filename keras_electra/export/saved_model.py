@@ -77,12 +77,13 @@ class ReplacedTokenModule(tf.Module):
             "num_tokens": tf.reduce_sum(mask, axis=1),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         return self._score(encode_texts(self.tokenizer, text, max_length=self.max_length))
 
     @tf.function(
-        input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in ("text_a", "text_b")]
+        input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in ("text_a", "text_b")],
+        autograph=False,
     )
     def score_pair(self, text_a, text_b):
         tf.debugging.assert_equal(

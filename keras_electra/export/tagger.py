@@ -59,7 +59,9 @@ class TextTaggerModule(tf.Module):
         # Track the tf.Variables the graph captures (see ReplacedTokenModule).
         self.model_variables = [v.value for v in finetuned.model.variables]
         self.serve = tf.function(
-            self._tag, input_signature=[tf.TensorSpec([None], tf.string, name="text")]
+            self._tag,
+            input_signature=[tf.TensorSpec([None], tf.string, name="text")],
+            autograph=False,
         )
 
     def _tag(self, text):

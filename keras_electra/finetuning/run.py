@@ -19,6 +19,7 @@ from keras_electra import kernels
 from keras_electra.atomic import check_writable, write_json
 from keras_electra.convert.hub import local_init
 from keras_electra.data import fit_options
+from keras_electra.data.pretraining import no_autograph
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.plan import FinetunePlan
@@ -209,7 +210,8 @@ def training_batches(x, y, batch_size: int, epochs: int, seed: int) -> tf.data.D
     def gather(indices):
         return tf.nest.map_structure(lambda t: tf.gather(t, indices), data)
 
-    batches = tf.data.Dataset.range(epochs).flat_map(epoch_batches).map(gather).prefetch(2)
+    batches = tf.data.Dataset.range(epochs).flat_map(no_autograph(epoch_batches))
+    batches = batches.map(no_autograph(gather)).prefetch(2)
     return batches.with_options(fit_options())  # no wait for tf.data's autotuner at the end
 
 

@@ -62,7 +62,7 @@ class HealthProbe:
         self.model = model
         # One graph for all the probe's forward passes (traced on the first measure): eager
         # layer calls would cost more than the arithmetic.
-        self._forward = tf.function(self._forward_pass)
+        self._forward = tf.function(self._forward_pass, autograph=False)
         self.ids = np.asarray(batch["token_ids"], np.int32)
         self.mask = np.asarray(batch["padding_mask"], np.int32)
         self.segments = np.asarray(batch["segment_ids"], np.int32)

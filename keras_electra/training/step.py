@@ -229,8 +229,11 @@ def one_graph_train_function(model) -> Callable | None:
         with tf.control_dependencies([] if trim is None else [trim.op()]):
             return iterator.get_next()
 
-    on_iterator = tf.function(lambda iterator: step(read(iterator)), reduce_retracing=True)
-    on_data = tf.function(step, reduce_retracing=True)
+    # Plain ops throughout: AutoGraph would only convert (seconds per process).
+    on_iterator = tf.function(
+        lambda iterator: step(read(iterator)), reduce_retracing=True, autograph=False
+    )
+    on_data = tf.function(step, reduce_retracing=True, autograph=False)
 
     def function(iterator):
         if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
