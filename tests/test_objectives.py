@@ -145,6 +145,14 @@ def test_an_unknown_objective_is_one_sentence():
         ElectraPretrainer(config(), objective="bert")
 
 
+@pytest.mark.parametrize("objective", [None, 3, MaskDetection])
+def test_an_objective_that_is_neither_a_name_nor_one_looked_up_is_one_sentence(objective):
+    """A run.json holding ``"objective": null`` (load_run passes it on), or a class where
+    an instance is wanted: the same sentence as an unknown name, not an AttributeError."""
+    with pytest.raises(ConfigError, match=r"Unknown objective .*; choose one of: electra, mlm"):
+        ElectraPretrainer(config(), objective=objective)
+
+
 def test_the_run_trains_a_registered_objective_and_records_it(registered, small_corpus, tmp_path):
     from keras_electra.pretraining.run import pretrain
 

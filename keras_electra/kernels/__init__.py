@@ -91,8 +91,8 @@ def _asked() -> tuple[str | None, str]:
 
 
 def requested() -> str | None:
-    """The backend ``KERAS_ELECTRA_KERNELS`` asks for, checked (one of :data:`BACKENDS`),
-    or None if unset."""
+    """The backend asked for, checked (one of :data:`BACKENDS`): ``KERAS_ELECTRA_KERNELS``,
+    else ``xla`` for the deprecated ``KERAS_ELECTRA_COMPILED_KERNELS=0``, else None."""
     return _asked()[0]
 
 

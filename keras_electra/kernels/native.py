@@ -6,8 +6,9 @@ The same loops as the XLA kernels, vectorized by the C++ compiler, about twice a
 rounding step of XLA's. A compiled op takes bfloat16 or float32 tensors, all of one
 dtype, in a graph TensorFlow runs op by op: float16 tensors, mixed dtypes and graphs XLA
 compiles whole (``--xla``, ``jit_compile``, which cannot hold a custom op) take the
-``xla`` kernels instead. That is decided here, per call (and per direction: a backward
-pass asks again), by :func:`_ops`; callers never see it.
+``xla`` kernels instead. That is decided here, per call, by :func:`_ops` (bias + GELU's
+backward pass asks again, for its upstream gradient's dtype; the other operations'
+backward passes take the ops their forward pass took); callers never see it.
 """
 
 from __future__ import annotations

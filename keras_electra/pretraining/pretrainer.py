@@ -100,7 +100,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = ElectraConfig.from_dict(config)
-        if isinstance(objective, str):
+        if not isinstance(objective, objectives.Objective):  # a name (else one sentence)
             objective = objectives.get(objective)
         self._objective = objective
         self._objective.check(config)
