@@ -3,8 +3,9 @@
 ``keras-electra export`` writes six kinds of SavedModel (:data:`KINDS`), told apart by
 the inputs and outputs of their ``serving_default`` signature (docs/serving.md lists every
 output). :func:`export_reader` takes the signatures as plain dicts, a server's metadata
-(:mod:`keras_electra.serving.metadata`) or a loaded SavedModel's
-(:func:`saved_model_signatures`), and returns an :class:`ExportReader`: the kind, its
+(:meth:`~keras_electra.serving.client.ModelClient.metadata`, read by
+:func:`metadata_to_dict`) or a loaded SavedModel's (:func:`saved_model_signatures`), and
+returns an :class:`ExportReader`: the kind, its
 inputs, and how its outputs read as answers and JSON fields. Plain Python and numpy.
 
 Examples:
@@ -32,13 +33,17 @@ import numpy as np
 
 from keras_electra.errors import InputDataError
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.metadata import DEFAULT_SIGNATURE, SignatureDict
 
 TokenScores = list[tuple[str, float]]
 """A replaced-token export's answer: each word piece and the probability it was replaced."""
 
 Outputs = Mapping[str, Any]
 T = TypeVar("T")
+
+SignatureDict = dict[str, Any]
+"""A signature as :meth:`~keras_electra.serving.client.ModelClient.metadata` gives it."""
+DEFAULT_SIGNATURE = "serving_default"
+"""The signature TF Serving runs when a request names none."""
 
 
 # === Answers ===
@@ -387,8 +392,8 @@ def export_reader(
 
     Args:
         signatures: signature name to ``{"inputs": {...}, "outputs": {...}}`` as
-            :mod:`keras_electra.serving.metadata` gives them (a client's ``metadata()``)
-            or :func:`saved_model_signatures` (a loaded SavedModel).
+            a client's ``metadata()`` gives them, or :func:`saved_model_signatures` (a
+            loaded SavedModel).
         source: what the model is, for the error (``"The export at 'saved_models/x/1'"``).
 
     Raises:
@@ -416,10 +421,68 @@ def export_reader(
     )
 
 
+# === Signatures as plain dicts ===
+
+
+def _tensors(signature: Mapping[str, Any], spec: Callable[[Any], dict]) -> SignatureDict:
+    parts = ("inputs", "outputs")
+    return {
+        part: {k: spec(v) for k, v in sorted(signature.get(part, {}).items())} for part in parts
+    }
+
+
+def signature_defs_to_dict(signature_defs: Mapping[str, Any]) -> dict[str, SignatureDict]:
+    """A ``SignatureDefMap``'s ``signature_def`` map in protobuf JSON form (snake_case or
+    camelCase keys) as plain dicts, internal signatures (``__...``) left out.
+
+    Examples:
+        >>> text = {"dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": "-1"}]}}
+        >>> signature_defs_to_dict({"serving_default": {"methodName": "tensorflow/serving/predict",
+        ...                                             "inputs": {"text": text}}})
+        {'serving_default': {'method_name': 'tensorflow/serving/predict',
+        'inputs': {'text': {'dtype': 'DT_STRING', 'shape': [-1]}}, 'outputs': {}}}
+    """
+
+    def spec(info: Mapping[str, Any]) -> dict[str, Any]:
+        shape = info.get("tensor_shape", info.get("tensorShape", {})) or {}
+        unknown_rank = shape.get("unknown_rank", shape.get("unknownRank", False))
+        dims = None if unknown_rank else [int(dim.get("size", 0)) for dim in shape.get("dim", [])]
+        return {"dtype": info.get("dtype", "DT_INVALID"), "shape": dims}
+
+    return {
+        name: {
+            "method_name": sig.get("method_name", sig.get("methodName", "")),
+            **_tensors(sig, spec),
+        }
+        for name, sig in sorted(signature_defs.items())
+        if not name.startswith("__")
+    }
+
+
+def metadata_to_dict(response: Mapping[str, Any]) -> dict[str, Any]:
+    """A REST ``GetModelMetadataResponse`` (``{"model_spec": {...}, "metadata":
+    {"signature_def": {"signature_def": {...}}}}``) as ``metadata()`` gives it.
+
+    Examples:
+        >>> metadata_to_dict({"model_spec": {"name": "electra", "version": "2"},
+        ...     "metadata": {"signature_def": {"signature_def": {}}}})
+        {'model_name': 'electra', 'version': 2, 'signatures': {}}
+    """
+    spec = response.get("model_spec", {})
+    version = spec.get("version")
+    if isinstance(version, Mapping):  # Int64Value rendered as an object by some encoders
+        version = version.get("value")
+    signature_map = response.get("metadata", {}).get("signature_def", {})
+    return {
+        "model_name": spec.get("name", ""),
+        "version": int(version) if version not in (None, "") else None,
+        "signatures": signature_defs_to_dict(signature_map.get("signature_def", {})),
+    }
+
+
 def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
-    """A loaded SavedModel's signatures (``tf.saved_model.load(path)``) as
-    :mod:`keras_electra.serving.metadata` gives a server's: name to ``{"inputs",
-    "outputs"}`` of ``{"dtype": "DT_...", "shape": [dims]}``, -1 for an unknown dimension.
+    """A loaded SavedModel's signatures (``tf.saved_model.load(path)``) as a client's
+    ``metadata()`` gives a server's, without ``method_name``.
 
     Examples:
         >>> loaded = tf.saved_model.load("saved_models/sst2/1")  # doctest: +SKIP
@@ -435,12 +498,13 @@ def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
             "shape": None if dims is None else [-1 if d is None else d for d in dims],
         }
 
-    result = {}
-    for name, function in sorted(loaded.signatures.items()):
-        _, inputs = function.structured_input_signature
-        outputs = function.structured_outputs
-        result[name] = {
-            "inputs": {key: spec(value) for key, value in sorted(inputs.items())},
-            "outputs": {key: spec(value) for key, value in sorted(outputs.items())},
-        }
-    return result
+    return {
+        name: _tensors(
+            {
+                "inputs": function.structured_input_signature[1],
+                "outputs": function.structured_outputs,
+            },
+            spec,
+        )
+        for name, function in sorted(loaded.signatures.items())
+    }

@@ -15,7 +15,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2, feature_pb2
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
-from keras_electra.serving.json_codec import as_array
+from keras_electra.serving.rest_client import as_array
 
 
 def dtype_name(dtype: int) -> str:
