@@ -19,6 +19,7 @@ from keras_electra.serving.credentials import (
     tls_failure,
 )
 from keras_electra.serving.errors import ServingError
+from keras_electra.serving.export_reader import signature_defs_to_dict
 
 T = TypeVar("T")
 CREDENTIALS_FIX = "pass the credentials its proxy expects (token= or headers=; --token-file)"
@@ -69,16 +70,13 @@ class ModelClient:
         retries: Extra attempts for a call that failed for a passing reason (gRPC's
             ``UNAVAILABLE``; a refused or reset connection, HTTP 503).
         backoff: First wait between attempts, in seconds (doubles each time).
-        root_certificates: The CA that signed the server's certificate (PEM bytes, text or
-            file), for a private CA.
-        client_certificate: For mutual TLS: this client's certificate (PEM), with
-            ``client_key``.
+        root_certificates: A private CA that signed the server's certificate (PEM bytes,
+            text or file); TLS and credentials: docs/serving.md, "Exposing the server".
+        client_certificate: This client's certificate (PEM), for mutual TLS.
         client_key: The client certificate's private key (PEM).
-        token: Sent with every call as ``authorization: Bearer TOKEN``; a function is
-            called before each call (for tokens that expire). Only over TLS, unless
-            ``insecure``.
-        headers: More headers (gRPC metadata) for every call (``{"x-api-key": KEY}``), or a
-            function returning them. Only over TLS, unless ``insecure``.
+        token: Sent as ``authorization: Bearer TOKEN``; a function is called before each
+            call (for tokens that expire).
+        headers: More headers (gRPC metadata), or a function returning them.
         insecure: Send ``token`` and ``headers`` over a plaintext channel (gRPC without
             TLS, an ``http://`` URL) too; else the client refuses them there.
         max_batch_size: Most rows per request (:data:`~keras_electra.limits.MAX_BATCH_SIZE`,
@@ -224,7 +222,9 @@ class ModelClient:
         ``shape`` is ``None`` for a tensor of unknown rank; ``-1`` marks an unknown
         dimension; TensorFlow's internal ``__saved_model_init_op`` is left out.
         """
-        return self._metadata()
+        name, version, signature_defs = self._metadata()
+        signatures = signature_defs_to_dict(signature_defs)
+        return {"model_name": name, "version": version, "signatures": signatures}
 
     def status(self) -> list[dict[str, Any]]:
         """The state of the model's versions (gRPC ``ModelService.GetModelStatus``, REST

@@ -1,12 +1,6 @@
 """What the clients send to a TF Serving behind TLS and an authenticating proxy (a bearer
 token and/or headers, certificates), and what a failed TLS handshake means (docs/serving.md,
-"Exposing the server").
-
-Credentials travel only over TLS unless the caller opts in (``insecure=True``); nothing
-here shows a credential (the repr names the headers, never their values). A TLS failure is
-never retried: the clients raise at once, naming the cause and the fix; where gRPC says
-only "closed" or reports another address's error, :func:`diagnose` opens a TLS connection
-to each address itself.
+"Exposing the server"). Nothing here shows a credential (the repr names the headers only).
 
 Examples:
     >>> credentials = CallCredentials(token="s3cret")
@@ -56,14 +50,8 @@ _NOT_TLS = (
 
 
 class CallCredentials:
-    """A bearer token and/or headers sent with every call.
-
-    Args:
-        token: sent as ``Authorization: Bearer TOKEN``; a function is called before
-            every call (return a fresh token there).
-        headers: more headers (gRPC metadata), such as ``{"x-api-key": KEY}``; a
-            function is called before every call.
-    """
+    """A bearer token and/or headers sent with every call (a client's ``token`` and
+    ``headers``; a function is called before every call)."""
 
     def __init__(self, token: Token | None = None, headers: Headers | None = None) -> None:
         self._token = token
@@ -103,9 +91,6 @@ def read_token(path: str | os.PathLike | None) -> str | None:
     """The bearer token of the command line: the first line of the file ``path``, else
     ``$KERAS_ELECTRA_TOKEN``, else None; surrounding whitespace (a newline) stripped.
 
-    Raises:
-        ServingError: the file cannot be read or is empty (one sentence).
-
     Examples:
         >>> import os
         >>> os.environ["KERAS_ELECTRA_TOKEN"] = "s3cret\\n"
@@ -126,11 +111,7 @@ def read_token(path: str | os.PathLike | None) -> str | None:
 
 
 def read_pem(value: Pem | None, what: str) -> bytes | None:
-    """PEM bytes from bytes, PEM text, or a file path; None stays None.
-
-    Raises:
-        ServingError: the file cannot be read or holds no PEM block (one sentence).
-    """
+    """PEM bytes from bytes, PEM text, or a file path; None stays None."""
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -149,14 +130,19 @@ def read_pem(value: Pem | None, what: str) -> bytes | None:
     return data
 
 
+def read_pems(pems: tuple[Pem | None, Pem | None, Pem | None]) -> tuple:
+    """The root certificate, client certificate and client key, each read by :func:`read_pem`."""
+    return tuple(map(read_pem, pems, ("root certificate", "client certificate", "client key")))
+
+
 def client_context(root: Pem | None, certificate: Pem | None, key: Pem | None) -> ssl.SSLContext:
     """A verifying TLS context: the system's CAs, or ``root``; a client certificate for
     mutual TLS (``ssl`` loads a certificate chain from files only, so PEM given as
     bytes is written to a private temporary file for the call)."""
-    roots = read_pem(root, "root certificate")
+    roots, certificate, key = read_pems((root, certificate, key))
     context = ssl.create_default_context(cadata=roots.decode("ascii") if roots else None)
     if certificate is not None:
-        pair = read_pem(certificate, "client certificate") + b"\n" + read_pem(key, "client key")
+        pair = certificate + b"\n" + key
         with tempfile.NamedTemporaryFile(suffix=".pem") as handle:  # created 0600
             handle.write(pair)
             handle.flush()

@@ -4,7 +4,7 @@
 the inputs and outputs of their ``serving_default`` signature (docs/serving.md lists every
 output). :func:`export_reader` takes the signatures as plain dicts, a server's metadata
 (:meth:`~keras_electra.serving.client.ModelClient.metadata`, read by
-:func:`metadata_to_dict`) or a loaded SavedModel's (:func:`saved_model_signatures`), and
+:func:`signature_defs_to_dict`) or a loaded SavedModel's (:func:`saved_model_signatures`), and
 returns an :class:`ExportReader`: the kind, its
 inputs, and how its outputs read as answers and JSON fields. Plain Python and numpy.
 
@@ -459,27 +459,6 @@ def signature_defs_to_dict(signature_defs: Mapping[str, Any]) -> dict[str, Signa
     }
 
 
-def metadata_to_dict(response: Mapping[str, Any]) -> dict[str, Any]:
-    """A REST ``GetModelMetadataResponse`` (``{"model_spec": {...}, "metadata":
-    {"signature_def": {"signature_def": {...}}}}``) as ``metadata()`` gives it.
-
-    Examples:
-        >>> metadata_to_dict({"model_spec": {"name": "electra", "version": "2"},
-        ...     "metadata": {"signature_def": {"signature_def": {}}}})
-        {'model_name': 'electra', 'version': 2, 'signatures': {}}
-    """
-    spec = response.get("model_spec", {})
-    version = spec.get("version")
-    if isinstance(version, Mapping):  # Int64Value rendered as an object by some encoders
-        version = version.get("value")
-    signature_map = response.get("metadata", {}).get("signature_def", {})
-    return {
-        "model_name": spec.get("name", ""),
-        "version": int(version) if version not in (None, "") else None,
-        "signatures": signature_defs_to_dict(signature_map.get("signature_def", {})),
-    }
-
-
 def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
     """A loaded SavedModel's signatures (``tf.saved_model.load(path)``) as a client's
     ``metadata()`` gives a server's, without ``method_name``.
@@ -498,13 +477,8 @@ def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
             "shape": None if dims is None else [-1 if d is None else d for d in dims],
         }
 
-    return {
-        name: _tensors(
-            {
-                "inputs": function.structured_input_signature[1],
-                "outputs": function.structured_outputs,
-            },
-            spec,
-        )
-        for name, function in sorted(loaded.signatures.items())
-    }
+    result = {}
+    for name, function in sorted(loaded.signatures.items()):
+        tensors = {"inputs": function.structured_input_signature[1]}
+        result[name] = _tensors({**tensors, "outputs": function.structured_outputs}, spec)
+    return result

@@ -1,9 +1,5 @@
-"""A gRPC client for models served by TensorFlow Serving (port 8500 by default).
-
-Only ``UNAVAILABLE`` is retried, and not a TLS failure;
-every other failure raises :class:`ServingError` at once. TLS and credentials:
-docs/serving.md, "Exposing the server".
-"""
+"""A gRPC client for models served by TensorFlow Serving (port 8500 by default). Only
+``UNAVAILABLE`` is retried, and not a TLS failure; every other failure raises at once."""
 
 from __future__ import annotations
 
@@ -24,9 +20,8 @@ from tensorflow_serving.apis import (
 )
 
 from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
-from keras_electra.serving.credentials import read_pem
+from keras_electra.serving.credentials import read_pems
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.export_reader import signature_defs_to_dict
 from keras_electra.serving.tensors import (
     make_example,
     ndarray_to_tensor_proto,
@@ -88,8 +83,7 @@ class GrpcClient(ModelClient):
         limit = max_message_mb * 1024 * 1024
         options = [(f"grpc.max_{way}_message_length", limit) for way in ("send", "receive")]
         if self.tls:
-            what = ("root certificate", "client certificate", "client key")
-            root, chain, key = map(read_pem, self._pems, what)
+            root, chain, key = read_pems(self._pems)
             secure = grpc.ssl_channel_credentials(
                 root_certificates=root, private_key=key, certificate_chain=chain
             )
@@ -150,24 +144,13 @@ class GrpcClient(ModelClient):
         *,
         output_filter: Sequence[str] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Runs a signature through ``PredictionService.Predict``.
-
-        A batch of more than ``max_batch_size`` rows goes as consecutive requests, whose
-        outputs are joined in order (:func:`keras_electra.limits.join_outputs`); the
-        strings of the text inputs are cut as the export cuts them
-        (:func:`keras_electra.limits.cap_texts`).
-
-        Args:
-            inputs: Input alias to array-like. Strings may be ``str`` (sent as
-                UTF-8) or ``bytes``; numeric dtypes are sent as they are.
-            signature_name: The signature to run.
-            output_filter: Output aliases to return; all if ``None``.
-
-        Returns:
-            Output alias to numpy array (strings as object arrays of ``bytes``).
-
-        Raises:
-            ServingError: If the server rejects the request or cannot be reached.
+        """Runs a signature through ``PredictionService.Predict``: ``inputs``, input alias to
+        array-like (strings as ``str``, sent as UTF-8, or ``bytes``; numbers in their own
+        dtype), gives output alias to numpy array (strings as object arrays of ``bytes``),
+        only those of ``output_filter`` if given. A batch of more than ``max_batch_size``
+        rows goes as consecutive requests whose outputs are joined in order, its texts cut
+        as the export cuts them (:mod:`keras_electra.limits`). Raises :class:`ServingError`
+        if the server rejects the request or cannot be reached.
 
         Examples:
             >>> pair = {"text_a": ["a dog"], "text_b": ["a cat"]}
@@ -209,7 +192,7 @@ class GrpcClient(ModelClient):
             for result in response.result.classifications
         ]
 
-    def _metadata(self) -> dict[str, Any]:
+    def _metadata(self) -> tuple:
         request = get_model_metadata_pb2.GetModelMetadataRequest(
             model_spec=self._model_spec(), metadata_field=["signature_def"]
         )
@@ -218,11 +201,8 @@ class GrpcClient(ModelClient):
         response.metadata["signature_def"].Unpack(signature_map)
         as_json = json_format.MessageToDict(signature_map, preserving_proto_field_name=True)
         spec = response.model_spec
-        return {
-            "model_name": spec.name,
-            "version": spec.version.value if spec.HasField("version") else None,
-            "signatures": signature_defs_to_dict(as_json.get("signature_def", {})),
-        }
+        version = spec.version.value if spec.HasField("version") else None
+        return spec.name, version, as_json.get("signature_def", {})
 
     def _status(self) -> list[tuple]:
         request = get_model_status_pb2.GetModelStatusRequest(model_spec=self._model_spec())

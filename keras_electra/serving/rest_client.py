@@ -25,7 +25,6 @@ import numpy as np
 from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
 from keras_electra.serving.credentials import client_context
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.export_reader import metadata_to_dict
 
 PredictFormat = Literal["columnar", "row"]
 # HTTP status -> gRPC code name, the inverse of TF Serving's mapping.
@@ -67,17 +66,9 @@ NUMPY_DTYPES: dict[str, Any] = {
 
 
 def as_array(value: Any) -> np.ndarray:
-    """Converts an array-like to numpy, keeping byte strings intact.
-
-    Lists of ``bytes`` or ``str`` become object arrays: numpy's fixed-width
-    ``S`` dtype would silently drop trailing NUL bytes, and it cannot hold a
-    mix of ``str`` and non-ASCII ``bytes``.
-
-    Args:
-        value: A numpy array, a (nested) list, or a scalar.
-
-    Returns:
-        The array; string data has dtype ``object`` or a unicode dtype.
+    """An array-like (a numpy array, a nested list, a scalar) as numpy, byte strings intact:
+    strings give an object array (numpy's fixed-width ``S`` dtype would drop trailing NUL
+    bytes, and cannot hold a mix of ``str`` and non-ASCII ``bytes``).
 
     Examples:
         >>> as_array([b"a\\x00", b"b"]).dtype
@@ -122,15 +113,8 @@ def _encode_nested(array: Any) -> Any:
 
 
 def encode_tensor(value: Any) -> Any:
-    """Encodes an array-like as TF Serving's JSON tensor value.
-
-    Args:
-        value: A numpy array, a (nested) list, or a scalar. ``str`` elements
-            become JSON strings, ``bytes`` elements ``{"b64": ...}`` objects,
-            float32 elements their shortest float32 decimal.
-
-    Returns:
-        A JSON-serializable nested list (or scalar).
+    """An array-like as TF Serving's JSON tensor value (nested lists or a scalar), float32
+    elements as their shortest float32 decimal.
 
     Examples:
         >>> encode_tensor(np.array([0.1, 2.0], np.float32))
@@ -171,17 +155,9 @@ def _flatten(value: Any) -> list[Any]:
 
 
 def decode_tensor(value: Any, dtype: str | None = None) -> np.ndarray:
-    """Decodes a JSON tensor value from a TF Serving response into numpy.
-
-    Args:
-        value: The parsed JSON value (nested lists, numbers, strings or
-            ``{"b64": ...}`` objects).
-        dtype: The TF dtype name of the tensor (``"DT_FLOAT"``, ...). If
-            ``None``, it is inferred: strings give bytes, decimals float32,
-            whole numbers int64.
-
-    Returns:
-        The array; strings come back as an object array of ``bytes``.
+    """A JSON tensor value of a TF Serving response as numpy, strings as an object array of
+    ``bytes``; ``dtype``, the TF dtype name (``"DT_FLOAT"``), or if ``None`` inferred:
+    strings give bytes, decimals float32, whole numbers int64.
 
     Examples:
         >>> decode_tensor([[1.5, 2.0]], "DT_FLOAT").dtype
@@ -218,27 +194,23 @@ def _object_fill(nested: Any, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def _body(signature_name: str | None) -> dict[str, Any]:
+    return {} if signature_name is None else {"signature_name": signature_name}
+
+
 def predict_body(
     inputs: Mapping[str, Any], signature_name: str | None, format: PredictFormat
 ) -> dict[str, Any]:
-    """Builds the JSON body of a REST predict request.
-
-    Args:
-        inputs: Input alias to array-like (``str`` → JSON string, ``bytes`` →
-            ``{"b64": ...}``).
-        signature_name: The signature; omitted from the body if ``None``.
-        format: ``"columnar"`` (``{"inputs": {name: tensor}}``) or ``"row"``
-            (``{"instances": [...]}``: one item per batch row, an object per row
-            when there are several inputs, the bare value when there is one).
-
-    Raises:
-        ServingError: For row format with inputs of different batch sizes.
+    """The JSON body of a REST predict request, ``signature_name`` left out if ``None``:
+    ``"columnar"`` (``{"inputs": {name: tensor}}``) or ``"row"`` (``{"instances": [...]}``,
+    an item per batch row: an object when there are several inputs, else the bare value;
+    a :class:`ServingError` for inputs of different batch sizes).
 
     Examples:
         >>> predict_body({"x": [1.0, 2.0]}, None, "row")
         {'instances': [1.0, 2.0]}
     """
-    body: dict[str, Any] = {} if signature_name is None else {"signature_name": signature_name}
+    body = _body(signature_name)
     if format == "columnar":
         body["inputs"] = {name: encode_tensor(value) for name, value in inputs.items()}
         return body
@@ -270,21 +242,13 @@ def _encode_feature(value: Any) -> Any:
 
 
 def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> dict:
-    """Builds the JSON body of a REST classify request.
-
-    Args:
-        examples: One dict per example: feature name to ``str``, ``bytes``
-            (sent as b64), ``int``, ``float`` or a list of those.
-        signature_name: The signature; omitted if ``None``.
-
-    Returns:
-        ``{"signature_name": ..., "examples": [...]}``.
+    """The JSON body of a REST classify request (``bytes`` features go as b64).
 
     Examples:
         >>> classify_body([{"text": "fine"}], "classify")
         {'signature_name': 'classify', 'examples': [{'text': 'fine'}]}
     """
-    body: dict[str, Any] = {} if signature_name is None else {"signature_name": signature_name}
+    body = _body(signature_name)
     body["examples"] = [
         {name: _encode_feature(value) for name, value in example.items()} for example in examples
     ]
@@ -481,25 +445,12 @@ class RestClient(ModelClient):
         signature_name: str | None = "serving_default",
         format: PredictFormat = "columnar",
     ) -> dict[str, np.ndarray]:
-        """Runs a signature through ``:predict``.
-
-        Args:
-            inputs: Input alias to array-like (``str`` or ``bytes`` strings).
-            signature_name: The signature; ``None`` leaves it out of the body
-                (the server then uses ``serving_default``).
-            format: ``"columnar"`` or ``"row"`` (see :func:`predict_body`).
-
-        Returns:
-            Output alias to numpy array (strings as object arrays of
-            ``bytes``). If the server omits the name because the signature has
-            a single output, the key is that output's name when
-            ``typed_outputs`` is on, else ``"outputs"`` / ``"predictions"``.
-            A batch of more than ``max_batch_size`` rows goes as consecutive
-            requests, joined in order, its texts cut as
-            :meth:`~keras_electra.serving.grpc_client.GrpcClient.predict` cuts them.
-
-        Raises:
-            ServingError: If the server rejects the request or cannot be reached.
+        """Runs a signature through ``:predict``; batches, texts, the result and the errors
+        are those of :meth:`~keras_electra.serving.grpc_client.GrpcClient.predict`.
+        ``signature_name=None`` leaves it out of the body (the server runs
+        ``serving_default``); ``format`` is ``"columnar"`` or ``"row"`` (:func:`predict_body`).
+        The one output of a signature that the server leaves unnamed is keyed by its name
+        with ``typed_outputs``, else ``"outputs"`` / ``"predictions"``.
 
         Examples:
             >>> client.predict({"text": ["a b"]})["tokens"]  # doctest: +SKIP
@@ -543,8 +494,15 @@ class RestClient(ModelClient):
             for result in results
         ]
 
-    def _metadata(self) -> dict[str, Any]:
-        return metadata_to_dict(self._request(f"{self.model_url}/metadata"))
+    def _metadata(self) -> tuple:
+        response = self._request(f"{self.model_url}/metadata")
+        spec = response.get("model_spec", {})
+        version = spec.get("version")
+        if isinstance(version, Mapping):  # Int64Value rendered as an object by some encoders
+            version = version.get("value")
+        signature_map = response.get("metadata", {}).get("signature_def", {})
+        version = int(version) if version not in (None, "") else None
+        return spec.get("name", ""), version, signature_map.get("signature_def", {})
 
     def _status(self) -> list[tuple]:
         response = self._request(self.model_url)
