@@ -34,29 +34,6 @@ class RetriesExhausted(Exception):
         self.attempts = attempts
 
 
-def call_with_retries(
-    call: Callable[[], T], *, retries: int, backoff: float, retryable: Callable[[Exception], bool]
-) -> T:
-    """Calls ``call``; on an error ``retryable`` accepts, tries again after ``backoff``,
-    ``2 * backoff``, ``4 * backoff``, ... seconds, at most ``retries`` more times (0: one
-    attempt), then raises :class:`RetriesExhausted`. Other errors propagate at once.
-
-    Examples:
-        >>> call_with_retries(lambda: 42, retries=3, backoff=0.1, retryable=lambda e: False)
-        42
-    """
-    attempts = max(0, retries) + 1
-    for attempt in range(attempts):
-        try:
-            return call()
-        except Exception as err:
-            if not retryable(err):
-                raise
-            if attempt == attempts - 1:
-                raise RetriesExhausted(err, attempts) from err
-            time.sleep(backoff * (2**attempt))
-
-
 class ModelClient:
     """What :class:`~keras_electra.serving.grpc_client.GrpcClient` and
     :class:`~keras_electra.serving.rest_client.RestClient` share, and the arguments they
@@ -135,25 +112,34 @@ class ModelClient:
                 "insecure=True (--insecure) to send them in plaintext anyway."
             )
 
-    def _retrying(self, attempt: Callable[[], T], retryable: Callable[[Exception], bool]) -> T:
-        return call_with_retries(
-            attempt, retries=self.retries, backoff=self.backoff, retryable=retryable
-        )
+    def _retrying(self, call: Callable[[], T], retryable: Callable[[Exception], bool]) -> T:
+        """Calls ``call``; on an error ``retryable`` accepts, tries again after ``backoff``,
+        ``2 * backoff``, ... seconds, at most ``retries`` more times, then raises
+        :class:`RetriesExhausted`. Other errors propagate at once."""
+        attempts = max(0, self.retries) + 1
+        for attempt in range(attempts):
+            try:
+                return call()
+            except Exception as err:
+                if not retryable(err):
+                    raise
+                if attempt == attempts - 1:
+                    raise RetriesExhausted(err, attempts) from err
+                time.sleep(self.backoff * (2**attempt))
 
-    def _tls_error(
+    def _raise_tls_failure(
         self, where: str, host: str, port: int | None, cause: BaseException | str
-    ) -> ServingError | None:
-        """The error of a failed TLS connection to ``where``, from the ``ssl`` error or
-        gRPC's text or, where that does not say (a closed socket; another address's error),
-        a handshake of our own with ``host`` (when ``port`` is known); else None."""
+    ) -> None:
+        """Raises a failed TLS connection's error (never retried: trying again cannot fix
+        it), from ``cause`` (an ``ssl`` error, gRPC's text) or, where that does not say, a
+        handshake of our own with ``host:port``; returns if neither shows a TLS failure."""
         failure = tls_failure(cause, host, self._pems[1] is not None)
         if failure is None and port is not None:
             failure = diagnose(host, port, min(self.timeout, 5.0), *self._pems)
-        if failure is None:
-            return None
-        details = cause if isinstance(cause, str) else None
-        message = f"TLS to TF Serving at {where} failed: {failure}."
-        return ServingError(message, code="UNAVAILABLE", details=details)
+        if failure is not None:
+            details = cause if isinstance(cause, str) else None
+            message = f"TLS to TF Serving at {where} failed: {failure}."
+            raise ServingError(message, code="UNAVAILABLE", details=details) from None
 
     def _unreachable(
         self, where: str, attempts: int, cause: object, check: str, details: str | None = None
@@ -165,11 +151,12 @@ class ModelClient:
             details=details,
         )
 
-    def _too_slow(self, where: str, call: str = "", **fields: Any) -> ServingError:
+    def _too_slow(self, where: str, call: str = "", details: str | None = None) -> ServingError:
         return ServingError(
             f"TF Serving at {where} did not answer{call} within {self.timeout:g} s; raise the "
             "timeout or check the server's load.",
-            **{"code": "DEADLINE_EXCEEDED", **fields},
+            code="DEADLINE_EXCEEDED",
+            details=details,
         )
 
     def _predict_in_parts(self, inputs: Mapping[str, Any], send: Callable[[Any], Any]) -> Any:
@@ -184,19 +171,11 @@ class ModelClient:
         """Classifies examples through TF Serving's Classify API (gRPC ``Classify``, REST
         ``:classify``).
 
-        Args:
-            examples: One dict per example, feature name to ``str``/``bytes``
-                (bytes list), ``int`` (int64 list), ``float`` (float list), or a
-                list of those, e.g. ``{"text": "great movie"}``.
-            signature_name: A signature following the Classify contract.
-
-        Returns:
-            Per example, the ``(label, score)`` pairs in the model's class order
-            (``max_batch_size`` examples per request, their texts cut as ``predict`` cuts
-            them).
-
-        Raises:
-            ServingError: If the server rejects the request or cannot be reached.
+        ``examples``: one dict per example, feature name to ``str``/``bytes`` (bytes list),
+        ``int`` (int64 list), ``float`` (float list) or a list of those, e.g. ``{"text":
+        "great movie"}``; ``signature_name``: a signature following the Classify contract.
+        Gives per example the ``(label, score)`` pairs in the model's class order
+        (``max_batch_size`` examples per request, texts cut as ``predict`` cuts them).
 
         Examples:
             >>> client.classify([{"text": "a wonderful film"}])  # doctest: +SKIP

@@ -212,14 +212,10 @@ def diagnose(
     certificate: Pem | None = None,
     key: Pem | None = None,
 ) -> str | None:
-    """Opens a TLS connection to each address of ``host`` as a client with these
-    certificates would, and returns what failed (a clause naming the fix), or None if no
-    address shows a TLS failure (unreachable, or TLS works: the failure is elsewhere).
-
-    After the handshake it reads once, briefly: under TLS 1.3 a server that wants a client
-    certificate says so only then, with an alert or by closing the connection at once
-    (a gRPC server sends its settings first thing; an HTTP server waits).
-    """
+    """What failed (a clause naming the fix) in a TLS connection to each address of ``host``
+    with these certificates, or None (unreachable, or TLS works). It reads once after the
+    handshake, briefly: under TLS 1.3 a server that wants a client certificate says so only
+    then, with an alert or a close (a gRPC server sends its settings first; HTTP waits)."""
     sent_certificate = certificate is not None
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

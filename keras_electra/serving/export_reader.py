@@ -40,8 +40,7 @@ TokenScores = list[tuple[str, float]]
 Outputs = Mapping[str, Any]
 T = TypeVar("T")
 
-SignatureDict = dict[str, Any]
-"""A signature as :meth:`~keras_electra.serving.client.ModelClient.metadata` gives it."""
+SignatureDict = dict[str, Any]  # a signature as a client's metadata() gives it
 DEFAULT_SIGNATURE = "serving_default"
 """The signature TF Serving runs when a request names none."""
 
@@ -309,13 +308,9 @@ KINDS = (
 
 @dataclass(frozen=True)
 class ExportReader:
-    """How to call one export and read what it answers (from :func:`export_reader`).
-
-    Attributes:
-        spec: the export's :class:`Kind`.
-        inputs: the signature's text inputs, in the order texts are laid out.
-        signature: the signature to run (``serving_default``).
-    """
+    """How to call one export and read what it answers (from :func:`export_reader`): its
+    :class:`Kind` (``spec``), the signature's text ``inputs`` in the order texts are laid
+    out, and the ``signature`` to run."""
 
     spec: Kind
     inputs: tuple[str, ...]
@@ -334,10 +329,8 @@ class ExportReader:
 
     def feeds(self, texts: Sequence[T]) -> dict[str, list[T]]:
         """``texts`` as the export's inputs: one text each for a one-input export, else
-        consecutive pairs (``text``, ``text_b``; ``question``, ``context``).
-
-        Raises:
-            InputDataError: a two-input export given an odd number of texts.
+        consecutive pairs (``text``, ``text_b``; ``question``, ``context``; an odd number is
+        an ``InputDataError``).
 
         Examples:
             >>> qa = ExportReader(KINDS[-1], ("question", "context"))
@@ -353,11 +346,8 @@ class ExportReader:
         return {name: list(texts[i::width]) for i, name in enumerate(self.inputs)}
 
     def check_inputs(self, inputs: Mapping[str, Sequence[T]]) -> dict[str, list[T]]:
-        """``inputs`` by name, checked against the export's: the same names, the same length.
-
-        Raises:
-            InputDataError: other input names, or inputs of different lengths.
-        """
+        """``inputs`` by name, checked against the export's: the same names, the same length
+        (else an ``InputDataError``)."""
         if set(inputs) != set(self.inputs) or len({len(v) for v in inputs.values()}) > 1:
             given = ", ".join(f"{name} ({len(v)})" for name, v in inputs.items())
             raise InputDataError(
@@ -388,17 +378,9 @@ def _describe(signatures: Mapping[str, SignatureDict]) -> str:
 def export_reader(
     signatures: Mapping[str, SignatureDict], source: str = "The model"
 ) -> ExportReader:
-    """The reader for an export, from its signatures.
-
-    Args:
-        signatures: signature name to ``{"inputs": {...}, "outputs": {...}}`` as
-            a client's ``metadata()`` gives them, or :func:`saved_model_signatures` (a
-            loaded SavedModel).
-        source: what the model is, for the error (``"The export at 'saved_models/x/1'"``).
-
-    Raises:
-        ServingError: no kind's inputs and outputs are in ``serving_default``; the
-            sentence names the signatures the model has.
+    """The reader for an export, from its ``signatures`` as a client's ``metadata()`` or
+    :func:`saved_model_signatures` gives them; else a :class:`ServingError` naming ``source``
+    (``"The export at 'saved_models/x/1'"``) and the signatures it has.
 
     Examples:
         >>> export_reader({"serving_default": {"inputs": {"x": {}}, "outputs": {"y": {}}}})

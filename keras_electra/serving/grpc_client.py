@@ -62,8 +62,6 @@ class GrpcClient(ModelClient):
         ...     outputs = client.predict({"text": ["the chef cooked the meal"]})
         >>> outputs["replaced_prob"].shape  # doctest: +SKIP
         (1, 5)
-        >>> secured = GrpcClient("serving.example.com:443", "electra", tls=True,
-        ...                      token=lambda: fetch_token())  # doctest: +SKIP
     """
 
     def __init__(
@@ -109,9 +107,7 @@ class GrpcClient(ModelClient):
             except grpc.RpcError as err:
                 if self.tls and err.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
                     host, port = host_port(self.target) or (self.target, None)
-                    failure = self._tls_error(self.target, host, port, err.details())  # type: ignore[attr-defined]
-                    if failure is not None:  # not retried: trying again cannot fix it
-                        raise failure from None
+                    self._raise_tls_failure(self.target, host, port, err.details())  # type: ignore[attr-defined]
                 raise
 
         def retryable(err: Exception) -> bool:

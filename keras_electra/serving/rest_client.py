@@ -27,6 +27,9 @@ from keras_electra.serving.credentials import client_context
 from keras_electra.serving.errors import ServingError
 
 PredictFormat = Literal["columnar", "row"]
+# What a failed TLS connection raises without saying why (the client then asks the server;
+# a refused connection has no server to ask).
+_UNCLEAR = (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, HTTPException)
 # HTTP status -> gRPC code name, the inverse of TF Serving's mapping.
 _CODES = {
     400: "INVALID_ARGUMENT",
@@ -294,8 +297,7 @@ class RestClient(ModelClient):
             whole numbers → int64, strings → bytes).
 
     Raises:
-        ServingError: credentials for an ``http://`` URL without ``insecure``,
-            certificates for one, a URL with ``user:password@``.
+        ServingError: certificates for an ``http://`` URL, a URL with ``user:password@``.
 
     Examples:
         >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
@@ -358,15 +360,8 @@ class RestClient(ModelClient):
                 reason = err.reason if isinstance(err, urllib.error.URLError) else err
                 if self._tls is not None and isinstance(reason, OSError | HTTPException):
                     address = urlsplit(url)
-                    # A closed or reset connection does not say (ask the server); a refused
-                    # one has no server to ask.
-                    unclear = ssl.SSLError | ConnectionResetError | ConnectionAbortedError
-                    port = (
-                        address.port or 443 if isinstance(reason, unclear | HTTPException) else None
-                    )
-                    failure = self._tls_error(url, address.hostname or "", port, reason)
-                    if failure is not None:  # not retried: trying again cannot fix it
-                        raise failure from None
+                    port = (address.port or 443) if isinstance(reason, _UNCLEAR) else None
+                    self._raise_tls_failure(url, address.hostname or "", port, reason)
                 raise
 
         def retryable(err: Exception) -> bool:
