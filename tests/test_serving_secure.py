@@ -32,7 +32,8 @@ import tensorflow as tf
 from test_serving_clients import TEXTS, _Discriminator
 from tfserving_standin import ModelServer
 
-from keras_electra.serving import _retry, tls
+from keras_electra.serving import client as serving_client
+from keras_electra.serving.credentials import diagnose
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.grpc_client import GrpcClient
 from keras_electra.serving.rest_client import RestClient
@@ -333,7 +334,7 @@ TLS_FAILURES = {
 @pytest.mark.parametrize("case", sorted(TLS_FAILURES))
 def test_each_tls_failure_says_what_failed_and_is_not_retried(case, electra, pki, monkeypatch):
     slept: list[float] = []
-    monkeypatch.setattr(_retry, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(serving_client, "time", SimpleNamespace(sleep=slept.append))
     root = pki["other_pem"] if case == "wrong-ca" else pki["ca_pem"]
     name = "elsewhere" if case == "name-mismatch" else "server"
     with _server(electra, pki, mutual=case == "no-client-certificate", name=name) as server:
@@ -352,7 +353,7 @@ def test_each_tls_failure_says_what_failed_and_is_not_retried(case, electra, pki
 
 def test_transient_failures_of_a_tls_client_are_still_retried(electra, pki, monkeypatch):
     slept: list[float] = []
-    monkeypatch.setattr(_retry, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(serving_client, "time", SimpleNamespace(sleep=slept.append))
     with _server(electra, pki) as server:
         target, url = server.grpc_target, server.rest_url
     options = dict(root_certificates=pki["ca_pem"], token=SECRET, retries=2, timeout=5)
@@ -385,7 +386,7 @@ def test_tls_to_localhost_names_the_certificate_failure_not_another_address(
             with pytest.raises(ServingError, match=TLS_FAILURES["wrong-ca"]):
                 c.status()
         monkeypatch.setattr(socket, "getaddrinfo", ipv6_first)
-        failure = tls.diagnose("localhost", server.grpc_port, 5.0, root=pki["other_pem"])
+        failure = diagnose("localhost", server.grpc_port, 5.0, root=pki["other_pem"])
         assert failure is not None and failure.startswith(TLS_FAILURES["wrong-ca"])
         url = f"https://localhost:{server.rest_port}"
         rest = RestClient(url, "electra", root_certificates=pki["other_pem"], token=SECRET)

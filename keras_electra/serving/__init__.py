@@ -1,22 +1,8 @@
-"""Clients and export helpers for keras-electra models served by TensorFlow Serving.
-
-- :class:`GrpcClient` (port 8500) and :class:`RestClient` (port 8501) call a
-  running ``tensorflow_model_server``; both raise :class:`ServingError`.
-- :func:`predict_log` and :func:`write_warmup_requests` write an export's
-  warmup file (``assets.extra/tf_serving_warmup_requests``).
-- :func:`set_signature_method_name` marks a TF2-saved signature as a
-  ``tensorflow/serving/classify`` signature.
-
-The in-process TF Serving stand-in the tests serve exports with is test code
-(``tests/tfserving_standin`` in the repository), not part of this package.
-
-Names are imported lazily: ``RestClient`` does not import TensorFlow.
-
-Examples:
-    >>> from keras_electra.serving import RestClient
-    >>> RestClient("localhost:8501", "electra").status()[0]["state"]  # doctest: +SKIP
-    'AVAILABLE'
-"""
+"""Clients and export helpers for keras-electra models served by TensorFlow Serving
+(docs/serving.md): :class:`GrpcClient` (port 8500) and :class:`RestClient` (port 8501),
+both raising :class:`ServingError`; :func:`predict_log` and :func:`write_warmup_requests`
+for an export's warmup file; :func:`set_signature_method_name` for a Classify signature.
+Names are imported lazily: ``RestClient`` does not import TensorFlow."""
 
 from __future__ import annotations
 

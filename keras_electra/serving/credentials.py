@@ -1,8 +1,6 @@
-"""What the clients send to a TF Serving behind TLS and an authenticating proxy
-(docs/serving.md, "Exposing the server"): a bearer token and/or headers, and certificates.
-
-Credentials travel only over TLS unless the caller opts in (``insecure=True``); nothing
-here shows a credential (the repr names the headers, never their values).
+"""What the clients send to a TF Serving behind TLS and an authenticating proxy (a bearer
+token and/or headers, certificates), and what a failed TLS handshake means (docs/serving.md,
+"Exposing the server"). Nothing here shows a credential (the repr names the headers only).
 
 Examples:
     >>> credentials = CallCredentials(token="s3cret")
@@ -10,13 +8,20 @@ Examples:
     {'authorization': 'Bearer s3cret'}
     >>> credentials
     CallCredentials(authorization=<hidden>)
+    >>> tls_failure("Tls handshake failed ... CERTIFICATE_VERIFY_FAILED: "
+    ...             "unable to get local issuer certificate: OK", "h:1", False)[:40]
+    'its certificate is not signed by a CA th'
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import ssl
+import tempfile
 from collections.abc import Callable, Mapping
+from http.client import HTTPException
 from pathlib import Path
 
 from keras_electra.serving.errors import ServingError
@@ -26,17 +31,27 @@ Headers = Mapping[str, str] | Callable[[], Mapping[str, str]]
 Pem = str | bytes | Path
 TOKEN_ENV = "KERAS_ELECTRA_TOKEN"
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: what a header value carries
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
+_NAME_MISMATCH = (62, 64)
+_TRUST_FIX = (
+    "pass the CA that signed it as root_certificates= (--root-certificates), or use tls=True "
+    "(--tls) only for a certificate from a public CA"
+)
+_NAME_FIX = "connect by a name the certificate lists, or have it issued for this name"
+_CLIENT_FIX = "pass client_certificate= and client_key= (--client-certificate, --client-key)"
+_REFUSED_FIX = "pass a client certificate signed by a CA the server trusts"
+# OpenSSL's and BoringSSL's reasons when the other side answers a handshake in plaintext.
+_NOT_TLS = (
+    "WRONG_VERSION_NUMBER",
+    "RECORD_LAYER_FAILURE",
+    "HTTP_REQUEST",
+    "PACKET_LENGTH_TOO_LONG",
+)
 
 
 class CallCredentials:
-    """A bearer token and/or headers sent with every call.
-
-    Args:
-        token: sent as ``Authorization: Bearer TOKEN``; a function is called before
-            every call (return a fresh token there).
-        headers: more headers (gRPC metadata), such as ``{"x-api-key": KEY}``; a
-            function is called before every call.
-    """
+    """A bearer token and/or headers sent with every call (a client's ``token`` and
+    ``headers``; a function is called before every call)."""
 
     def __init__(self, token: Token | None = None, headers: Headers | None = None) -> None:
         self._token = token
@@ -72,29 +87,9 @@ class CallCredentials:
         return f"CallCredentials({', '.join(f'{n}=<hidden>' for n in names)})"
 
 
-def check_plaintext(target: str, credentials: CallCredentials, insecure: bool) -> None:
-    """Refuses credentials bound for a plaintext channel, unless ``insecure``.
-
-    Raises:
-        ServingError: one sentence naming the target and both fixes.
-
-    Examples:
-        >>> check_plaintext("localhost:8500", CallCredentials(), insecure=False)
-    """
-    if credentials and not insecure:
-        raise ServingError(
-            f"A token or headers would go to {target} unencrypted; connect over TLS (tls=True "
-            "or an https:// URL; --tls or --root-certificates), or pass insecure=True "
-            "(--insecure) to send them in plaintext anyway."
-        )
-
-
 def read_token(path: str | os.PathLike | None) -> str | None:
     """The bearer token of the command line: the first line of the file ``path``, else
     ``$KERAS_ELECTRA_TOKEN``, else None; surrounding whitespace (a newline) stripped.
-
-    Raises:
-        ServingError: the file cannot be read or is empty (one sentence).
 
     Examples:
         >>> import os
@@ -116,11 +111,7 @@ def read_token(path: str | os.PathLike | None) -> str | None:
 
 
 def read_pem(value: Pem | None, what: str) -> bytes | None:
-    """PEM bytes from bytes, PEM text, or a file path; None stays None.
-
-    Raises:
-        ServingError: the file cannot be read or holds no PEM block (one sentence).
-    """
+    """PEM bytes from bytes, PEM text, or a file path; None stays None."""
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -139,7 +130,118 @@ def read_pem(value: Pem | None, what: str) -> bytes | None:
     return data
 
 
-def check_client_pair(certificate: Pem | None, key: Pem | None) -> None:
-    """Mutual TLS needs both the client certificate and its key, or neither."""
-    if (certificate is None) != (key is None):
-        raise ServingError("Mutual TLS needs both client_certificate and client_key (or neither).")
+def read_pems(pems: tuple[Pem | None, Pem | None, Pem | None]) -> tuple:
+    """The root certificate, client certificate and client key, each read by :func:`read_pem`."""
+    return tuple(map(read_pem, pems, ("root certificate", "client certificate", "client key")))
+
+
+def client_context(root: Pem | None, certificate: Pem | None, key: Pem | None) -> ssl.SSLContext:
+    """A verifying TLS context: the system's CAs, or ``root``; a client certificate for
+    mutual TLS (``ssl`` loads a certificate chain from files only, so PEM given as
+    bytes is written to a private temporary file for the call)."""
+    roots, certificate, key = read_pems((root, certificate, key))
+    context = ssl.create_default_context(cadata=roots.decode("ascii") if roots else None)
+    if certificate is not None:
+        pair = certificate + b"\n" + key
+        with tempfile.NamedTemporaryFile(suffix=".pem") as handle:  # created 0600
+            handle.write(pair)
+            handle.flush()
+            context.load_cert_chain(handle.name)
+    return context
+
+
+def _plaintext(detail: str) -> str:
+    return (
+        f"the server does not speak TLS on this port ({detail}); connect to its TLS port, or "
+        "without TLS"
+    )
+
+
+def _untrusted(detail: str) -> str:
+    return f"its certificate is not signed by a CA this client trusts ({detail}); {_TRUST_FIX}"
+
+
+def _mismatch(name: str, detail: str) -> str:
+    return f"its certificate is not valid for the name '{name}' ({detail}); {_NAME_FIX}"
+
+
+def _client(sent_certificate: bool, detail: str) -> str:
+    if sent_certificate:
+        return f"the server refused this client's certificate ({detail}); {_REFUSED_FIX}"
+    return f"the server requires a client certificate ({detail}); {_CLIENT_FIX}"
+
+
+def tls_failure(cause: BaseException | str, name: str, sent_certificate: bool) -> str | None:
+    """What a failed TLS connection to ``name`` means (a clause naming the fix), from the
+    ``ssl`` error raised or the text of a gRPC error (BoringSSL's reasons), or None when
+    ``cause`` is not one of the causes above.
+
+    Examples:
+        >>> tls_failure(ConnectionRefusedError(), "h", False), tls_failure("Closed", "h", False)
+        (None, None)
+    """
+    if isinstance(cause, str):
+        if "CERTIFICATE_VERIFY_FAILED" in cause:
+            detail = cause.split("CERTIFICATE_VERIFY_FAILED", 1)[1].strip(": ")
+            return _untrusted(detail.removesuffix(": OK").rstrip(".") or "verification failed")
+        if "Hostname Verification Check failed" in cause:
+            return _mismatch(name, "host name verification failed")
+        if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in cause or "CERTIFICATE_REQUIRED" in cause:
+            return _client(sent_certificate, "no certificate was sent")
+        reason = next((r for r in _NOT_TLS if r in cause), None)
+    elif isinstance(cause, ssl.SSLCertVerificationError):
+        detail = (cause.verify_message or str(cause)).rstrip(".")
+        if cause.verify_code in _NAME_MISMATCH:
+            return _mismatch(name, detail)
+        return _untrusted(detail)
+    elif isinstance(cause, ssl.SSLError):
+        reason = (cause.reason or "").upper()
+        client = ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_")  # _REQUIRED among them
+        if reason == "SSLV3_ALERT_HANDSHAKE_FAILURE" or any(w in reason for w in client):
+            return _client(sent_certificate, reason.lower())
+    else:
+        return None
+    return _plaintext(reason.lower()) if reason in _NOT_TLS else None
+
+
+def diagnose(
+    host: str,
+    port: int,
+    timeout: float,
+    root: Pem | None = None,
+    certificate: Pem | None = None,
+    key: Pem | None = None,
+) -> str | None:
+    """What failed (a clause naming the fix) in a TLS connection to each address of ``host``
+    with these certificates, or None (unreachable, or TLS works). It reads once after the
+    handshake, briefly: under TLS 1.3 a server that wants a client certificate says so only
+    then, with an alert or a close (a gRPC server sends its settings first; HTTP waits)."""
+    sent_certificate = certificate is not None
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        context = client_context(root, certificate, key)
+    except (OSError, ValueError, ServingError):
+        return None
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    for family, kind, protocol, _, address in addresses:
+        try:
+            with socket.socket(family, kind, protocol) as raw:
+                raw.settimeout(timeout)
+                raw.connect(address)
+                with context.wrap_socket(raw, server_hostname=host) as tls:
+                    tls.settimeout(min(timeout, 2.0))
+                    try:
+                        if tls.recv(1) == b"":
+                            return _client(sent_certificate, "closed after the handshake")
+                    except TimeoutError:
+                        continue  # TLS works: the server waits for a request
+                    except (ssl.SSLError, ConnectionError) as error:
+                        reason = tls_failure(error, host, sent_certificate)
+                        return reason or _client(sent_certificate, "closed after the handshake")
+        except ssl.SSLError as error:
+            reason = tls_failure(error, host, sent_certificate)
+            if reason:
+                return reason
+        except (OSError, HTTPException):
+            continue  # this address is unreachable: try the next
+    return None

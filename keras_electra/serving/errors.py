@@ -9,10 +9,8 @@ class ServingError(ElectraError):
     """A request to a model server failed, or a SavedModel cannot be served.
 
     Args:
-        message: One sentence naming the problem (and, for server-side
-            failures, the server's own message).
-        code: The gRPC status code name of the failure, such as
-            ``"INVALID_ARGUMENT"`` or ``"UNAVAILABLE"``; ``None`` if unknown.
+        message: One sentence naming the problem (and the server's own message).
+        code: The gRPC status code name (``"UNAVAILABLE"``); ``None`` if unknown.
         http_status: The HTTP status of a failed REST call, if any.
         details: The server's raw error message, if any.
 

@@ -3,8 +3,9 @@
 ``keras-electra export`` writes six kinds of SavedModel (:data:`KINDS`), told apart by
 the inputs and outputs of their ``serving_default`` signature (docs/serving.md lists every
 output). :func:`export_reader` takes the signatures as plain dicts, a server's metadata
-(:mod:`keras_electra.serving.metadata`) or a loaded SavedModel's
-(:func:`saved_model_signatures`), and returns an :class:`ExportReader`: the kind, its
+(:meth:`~keras_electra.serving.client.ModelClient.metadata`, read by
+:func:`signature_defs_to_dict`) or a loaded SavedModel's (:func:`saved_model_signatures`), and
+returns an :class:`ExportReader`: the kind, its
 inputs, and how its outputs read as answers and JSON fields. Plain Python and numpy.
 
 Examples:
@@ -32,13 +33,16 @@ import numpy as np
 
 from keras_electra.errors import InputDataError
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.metadata import DEFAULT_SIGNATURE, SignatureDict
 
 TokenScores = list[tuple[str, float]]
 """A replaced-token export's answer: each word piece and the probability it was replaced."""
 
 Outputs = Mapping[str, Any]
 T = TypeVar("T")
+
+SignatureDict = dict[str, Any]  # a signature as a client's metadata() gives it
+DEFAULT_SIGNATURE = "serving_default"
+"""The signature TF Serving runs when a request names none."""
 
 
 # === Answers ===
@@ -304,13 +308,9 @@ KINDS = (
 
 @dataclass(frozen=True)
 class ExportReader:
-    """How to call one export and read what it answers (from :func:`export_reader`).
-
-    Attributes:
-        spec: the export's :class:`Kind`.
-        inputs: the signature's text inputs, in the order texts are laid out.
-        signature: the signature to run (``serving_default``).
-    """
+    """How to call one export and read what it answers (from :func:`export_reader`): its
+    :class:`Kind` (``spec``), the signature's text ``inputs`` in the order texts are laid
+    out, and the ``signature`` to run."""
 
     spec: Kind
     inputs: tuple[str, ...]
@@ -329,10 +329,8 @@ class ExportReader:
 
     def feeds(self, texts: Sequence[T]) -> dict[str, list[T]]:
         """``texts`` as the export's inputs: one text each for a one-input export, else
-        consecutive pairs (``text``, ``text_b``; ``question``, ``context``).
-
-        Raises:
-            InputDataError: a two-input export given an odd number of texts.
+        consecutive pairs (``text``, ``text_b``; ``question``, ``context``; an odd number is
+        an ``InputDataError``).
 
         Examples:
             >>> qa = ExportReader(KINDS[-1], ("question", "context"))
@@ -348,11 +346,8 @@ class ExportReader:
         return {name: list(texts[i::width]) for i, name in enumerate(self.inputs)}
 
     def check_inputs(self, inputs: Mapping[str, Sequence[T]]) -> dict[str, list[T]]:
-        """``inputs`` by name, checked against the export's: the same names, the same length.
-
-        Raises:
-            InputDataError: other input names, or inputs of different lengths.
-        """
+        """``inputs`` by name, checked against the export's: the same names, the same length
+        (else an ``InputDataError``)."""
         if set(inputs) != set(self.inputs) or len({len(v) for v in inputs.values()}) > 1:
             given = ", ".join(f"{name} ({len(v)})" for name, v in inputs.items())
             raise InputDataError(
@@ -383,17 +378,9 @@ def _describe(signatures: Mapping[str, SignatureDict]) -> str:
 def export_reader(
     signatures: Mapping[str, SignatureDict], source: str = "The model"
 ) -> ExportReader:
-    """The reader for an export, from its signatures.
-
-    Args:
-        signatures: signature name to ``{"inputs": {...}, "outputs": {...}}`` as
-            :mod:`keras_electra.serving.metadata` gives them (a client's ``metadata()``)
-            or :func:`saved_model_signatures` (a loaded SavedModel).
-        source: what the model is, for the error (``"The export at 'saved_models/x/1'"``).
-
-    Raises:
-        ServingError: no kind's inputs and outputs are in ``serving_default``; the
-            sentence names the signatures the model has.
+    """The reader for an export, from its ``signatures`` as a client's ``metadata()`` or
+    :func:`saved_model_signatures` gives them; else a :class:`ServingError` naming ``source``
+    (``"The export at 'saved_models/x/1'"``) and the signatures it has.
 
     Examples:
         >>> export_reader({"serving_default": {"inputs": {"x": {}}, "outputs": {"y": {}}}})
@@ -416,10 +403,47 @@ def export_reader(
     )
 
 
+# === Signatures as plain dicts ===
+
+
+def _tensors(signature: Mapping[str, Any], spec: Callable[[Any], dict]) -> SignatureDict:
+    parts = ("inputs", "outputs")
+    return {
+        part: {k: spec(v) for k, v in sorted(signature.get(part, {}).items())} for part in parts
+    }
+
+
+def signature_defs_to_dict(signature_defs: Mapping[str, Any]) -> dict[str, SignatureDict]:
+    """A ``SignatureDefMap``'s ``signature_def`` map in protobuf JSON form (snake_case or
+    camelCase keys) as plain dicts, internal signatures (``__...``) left out.
+
+    Examples:
+        >>> text = {"dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": "-1"}]}}
+        >>> signature_defs_to_dict({"serving_default": {"methodName": "tensorflow/serving/predict",
+        ...                                             "inputs": {"text": text}}})
+        {'serving_default': {'method_name': 'tensorflow/serving/predict',
+        'inputs': {'text': {'dtype': 'DT_STRING', 'shape': [-1]}}, 'outputs': {}}}
+    """
+
+    def spec(info: Mapping[str, Any]) -> dict[str, Any]:
+        shape = info.get("tensor_shape", info.get("tensorShape", {})) or {}
+        unknown_rank = shape.get("unknown_rank", shape.get("unknownRank", False))
+        dims = None if unknown_rank else [int(dim.get("size", 0)) for dim in shape.get("dim", [])]
+        return {"dtype": info.get("dtype", "DT_INVALID"), "shape": dims}
+
+    return {
+        name: {
+            "method_name": sig.get("method_name", sig.get("methodName", "")),
+            **_tensors(sig, spec),
+        }
+        for name, sig in sorted(signature_defs.items())
+        if not name.startswith("__")
+    }
+
+
 def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
-    """A loaded SavedModel's signatures (``tf.saved_model.load(path)``) as
-    :mod:`keras_electra.serving.metadata` gives a server's: name to ``{"inputs",
-    "outputs"}`` of ``{"dtype": "DT_...", "shape": [dims]}``, -1 for an unknown dimension.
+    """A loaded SavedModel's signatures (``tf.saved_model.load(path)``) as a client's
+    ``metadata()`` gives a server's, without ``method_name``.
 
     Examples:
         >>> loaded = tf.saved_model.load("saved_models/sst2/1")  # doctest: +SKIP
@@ -437,10 +461,6 @@ def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
 
     result = {}
     for name, function in sorted(loaded.signatures.items()):
-        _, inputs = function.structured_input_signature
-        outputs = function.structured_outputs
-        result[name] = {
-            "inputs": {key: spec(value) for key, value in sorted(inputs.items())},
-            "outputs": {key: spec(value) for key, value in sorted(outputs.items())},
-        }
+        tensors = {"inputs": function.structured_input_signature[1]}
+        result[name] = _tensors({**tensors, "outputs": function.structured_outputs}, spec)
     return result

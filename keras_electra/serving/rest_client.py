@@ -1,12 +1,16 @@
-"""A REST client for models served by TensorFlow Serving (port 8501 by default).
+"""A REST client for models served by TensorFlow Serving (port 8501 by default), and the
+JSON encoding of tensors of TF Serving's REST API (numpy and the standard library: no
+TensorFlow import).
 
-Standard library only, no TensorFlow import. It follows no redirect (the credentials
-would go along) and does not retry a TLS failure; retries, errors, TLS and credentials:
-docs/serving.md, "Exposing the server".
+A tensor is nested JSON lists; ``str`` values go as JSON strings, ``bytes`` always as
+``{"b64": ...}`` objects, so any byte string arrives unchanged. The client follows no
+redirect (the credentials would go along) and does not retry a TLS failure; retries,
+errors, TLS and credentials: docs/serving.md, "Exposing the server".
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import urllib.error
@@ -18,22 +22,14 @@ from urllib.parse import quote, urlsplit
 
 import numpy as np
 
-from keras_electra.limits import MAX_BATCH_SIZE
-from keras_electra.serving import tls as tls_failures
-from keras_electra.serving._retry import ModelClient, RetriesExhausted, call_with_retries
-from keras_electra.serving.credentials import (
-    CallCredentials,
-    Headers,
-    Pem,
-    Token,
-    check_client_pair,
-    check_plaintext,
-)
+from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
+from keras_electra.serving.credentials import client_context
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.json_codec import as_array, decode_tensor, encode_tensor
-from keras_electra.serving.metadata import metadata_to_dict
 
 PredictFormat = Literal["columnar", "row"]
+# What a failed TLS connection raises without saying why (the client then asks the server;
+# a refused connection has no server to ask).
+_UNCLEAR = (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, HTTPException)
 # HTTP status -> gRPC code name, the inverse of TF Serving's mapping.
 _CODES = {
     400: "INVALID_ARGUMENT",
@@ -51,30 +47,173 @@ _CODES = {
 
 
 def _is_b64(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"b64"}
+    return isinstance(value, Mapping) and set(value) == {"b64"}
+
+
+# TF DataType names (as in metadata) mapped to the numpy dtype of a decoded tensor.
+NUMPY_DTYPES: dict[str, Any] = {
+    "DT_FLOAT": np.float32,
+    "DT_DOUBLE": np.float64,
+    "DT_HALF": np.float16,
+    "DT_INT8": np.int8,
+    "DT_INT16": np.int16,
+    "DT_INT32": np.int32,
+    "DT_INT64": np.int64,
+    "DT_UINT8": np.uint8,
+    "DT_UINT16": np.uint16,
+    "DT_UINT32": np.uint32,
+    "DT_UINT64": np.uint64,
+    "DT_BOOL": np.bool_,
+    "DT_STRING": object,
+}
+
+
+def as_array(value: Any) -> np.ndarray:
+    """An array-like (a numpy array, a nested list, a scalar) as numpy, byte strings intact:
+    strings give an object array (numpy's fixed-width ``S`` dtype would drop trailing NUL
+    bytes, and cannot hold a mix of ``str`` and non-ASCII ``bytes``).
+
+    Examples:
+        >>> as_array([b"a\\x00", b"b"]).dtype
+        dtype('O')
+    """
+    if isinstance(value, np.ndarray):
+        return value.astype(object) if value.dtype.kind == "S" else value
+    if any(isinstance(item, (str, bytes)) for item in _flatten(value)):
+        return _object_fill(value, _nested_shape(value))
+    return np.asarray(value)
+
+
+def _nested_shape(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (list, tuple)):
+        return (len(value), *(_nested_shape(value[0]) if value else ()))
+    return ()
+
+
+def _encode_scalar(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (np.float32, np.float16)):
+        # str() of a numpy float is the shortest decimal that round-trips in its own type.
+        return float(str(value))
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    raise TypeError(f"cannot encode a {type(value).__name__} value as a JSON tensor element")
+
+
+def _encode_nested(array: Any) -> Any:
+    if not isinstance(array, np.ndarray):
+        return _encode_scalar(array)
+    if array.ndim == 0:
+        return _encode_scalar(array[()])
+    return [_encode_nested(item) for item in array]
+
+
+def encode_tensor(value: Any) -> Any:
+    """An array-like as TF Serving's JSON tensor value (nested lists or a scalar), float32
+    elements as their shortest float32 decimal.
+
+    Examples:
+        >>> encode_tensor(np.array([0.1, 2.0], np.float32))
+        [0.1, 2.0]
+        >>> encode_tensor([b"\\xff"])
+        [{'b64': '/w=='}]
+    """
+    return _encode_nested(as_array(value))
+
+
+def _decode_nested(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode_nested(item) for item in value]
+    if isinstance(value, Mapping):
+        if _is_b64(value) and isinstance(value["b64"], str):
+            return base64.b64decode(value["b64"].encode("ascii"), validate=True)
+        raise ValueError(f"a JSON object that is not a b64 value appears inside a tensor: {value}")
+    if isinstance(value, str):
+        # Response bodies are decoded with surrogateescape, so this restores raw bytes.
+        return value.encode("utf-8", "surrogateescape")
+    return value
+
+
+def _infer_dtype(flat: list[Any]) -> Any:
+    if any(isinstance(item, bytes) for item in flat):
+        return object
+    if flat and all(isinstance(item, bool) for item in flat):
+        return np.bool_
+    if any(isinstance(item, float) for item in flat):
+        return np.float32
+    return np.int64
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _flatten(item)]
+    return [value]
+
+
+def decode_tensor(value: Any, dtype: str | None = None) -> np.ndarray:
+    """A JSON tensor value of a TF Serving response as numpy, strings as an object array of
+    ``bytes``; ``dtype``, the TF dtype name (``"DT_FLOAT"``), or if ``None`` inferred:
+    strings give bytes, decimals float32, whole numbers int64.
+
+    Examples:
+        >>> decode_tensor([[1.5, 2.0]], "DT_FLOAT").dtype
+        dtype('float32')
+        >>> decode_tensor(["caf\\u00e9"])[0]
+        b'caf\\xc3\\xa9'
+    """
+    decoded = _decode_nested(value)
+    np_dtype = NUMPY_DTYPES.get(dtype) if dtype else _infer_dtype(_flatten(decoded))
+    if np_dtype is None:
+        raise ValueError(f"the REST client cannot decode tensors of type {dtype}")
+    if np_dtype is object:
+        return _object_fill(decoded, _nested_shape(decoded))
+    return np.array(decoded, dtype=np_dtype)
+
+
+def _object_fill(nested: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """Builds an object array of ``shape`` from nested lists without numpy guessing."""
+    out = np.empty(shape, dtype=object)
+
+    def fill(item: Any, depth: int, index: tuple[int, ...]) -> None:
+        is_list = isinstance(item, (list, tuple))
+        if depth == len(shape):
+            if is_list:
+                raise ValueError(f"a tensor must be a regular nested list, not shape {shape}+")
+            out[index] = item
+            return
+        if not is_list or len(item) != shape[depth]:
+            raise ValueError(f"a tensor must be a regular nested list; it does not fit {shape}")
+        for i, child in enumerate(item):
+            fill(child, depth + 1, (*index, i))
+
+    fill(nested, 0, ())
+    return out
+
+
+def _body(signature_name: str | None) -> dict[str, Any]:
+    return {} if signature_name is None else {"signature_name": signature_name}
 
 
 def predict_body(
     inputs: Mapping[str, Any], signature_name: str | None, format: PredictFormat
 ) -> dict[str, Any]:
-    """Builds the JSON body of a REST predict request.
-
-    Args:
-        inputs: Input alias to array-like (``str`` → JSON string, ``bytes`` →
-            ``{"b64": ...}``).
-        signature_name: The signature; omitted from the body if ``None``.
-        format: ``"columnar"`` (``{"inputs": {name: tensor}}``) or ``"row"``
-            (``{"instances": [...]}``: one item per batch row, an object per row
-            when there are several inputs, the bare value when there is one).
-
-    Raises:
-        ServingError: For row format with inputs of different batch sizes.
+    """The JSON body of a REST predict request, ``signature_name`` left out if ``None``:
+    ``"columnar"`` (``{"inputs": {name: tensor}}``) or ``"row"`` (``{"instances": [...]}``,
+    an item per batch row: an object when there are several inputs, else the bare value;
+    a :class:`ServingError` for inputs of different batch sizes).
 
     Examples:
         >>> predict_body({"x": [1.0, 2.0]}, None, "row")
         {'instances': [1.0, 2.0]}
     """
-    body: dict[str, Any] = {} if signature_name is None else {"signature_name": signature_name}
+    body = _body(signature_name)
     if format == "columnar":
         body["inputs"] = {name: encode_tensor(value) for name, value in inputs.items()}
         return body
@@ -106,21 +245,13 @@ def _encode_feature(value: Any) -> Any:
 
 
 def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> dict:
-    """Builds the JSON body of a REST classify request.
-
-    Args:
-        examples: One dict per example: feature name to ``str``, ``bytes``
-            (sent as b64), ``int``, ``float`` or a list of those.
-        signature_name: The signature; omitted if ``None``.
-
-    Returns:
-        ``{"signature_name": ..., "examples": [...]}``.
+    """The JSON body of a REST classify request (``bytes`` features go as b64).
 
     Examples:
         >>> classify_body([{"text": "fine"}], "classify")
         {'signature_name': 'classify', 'examples': [{'text': 'fine'}]}
     """
-    body: dict[str, Any] = {} if signature_name is None else {"signature_name": signature_name}
+    body = _body(signature_name)
     body["examples"] = [
         {name: _encode_feature(value) for name, value in example.items()} for example in examples
     ]
@@ -152,40 +283,21 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 
 
 class RestClient(ModelClient):
-    """Talks to one model on a TF Serving REST endpoint.
+    """Talks to one model on a TF Serving REST endpoint; the arguments it shares with
+    :class:`~keras_electra.serving.grpc_client.GrpcClient` are
+    :class:`~keras_electra.serving.client.ModelClient`'s (``root_certificates`` and a
+    client certificate for an ``https://`` URL).
 
     Args:
         base_url: The server, e.g. ``"http://localhost:8501"`` (``http://`` is
             added if missing).
-        model_name: The served model's name.
-        version: Pin a model version; the latest if ``None``.
-        version_label: Or pin a version label such as ``"canary"``.
-        timeout: Socket timeout of each request, in seconds.
-        retries: Extra attempts when the connection is refused or the server
-            answers 503.
-        backoff: First wait between attempts, in seconds (doubles each time).
         typed_outputs: Cast predict outputs to the signature's dtypes (float32,
             int32, ...) using the model's metadata, fetched once and cached.
             If ``False``, dtypes are inferred from the JSON (decimals → float32,
             whole numbers → int64, strings → bytes).
-        root_certificates: For an ``https://`` URL signed by a private CA: that CA
-            (PEM bytes, text or file).
-        client_certificate: For mutual TLS: this client's certificate (PEM), with
-            ``client_key``.
-        client_key: The client certificate's private key (PEM).
-        token: Sent with every request as ``Authorization: Bearer TOKEN``; a
-            function is called before each request (for tokens that expire). Only to
-            an ``https://`` URL, unless ``insecure``.
-        headers: More headers for every request (``{"X-Api-Key": KEY}``), or a
-            function returning them. Only to an ``https://`` URL, unless ``insecure``.
-        insecure: Send ``token`` and ``headers`` to an ``http://`` URL too (else they
-            are refused there).
-        max_batch_size: Most rows per request (:data:`~keras_electra.limits.MAX_BATCH_SIZE`,
-            TF Serving's batching limit); larger batches go as consecutive requests.
 
     Raises:
-        ServingError: credentials for an ``http://`` URL without ``insecure``,
-            certificates for one, a URL with ``user:password@``.
+        ServingError: certificates for an ``http://`` URL, a URL with ``user:password@``.
 
     Examples:
         >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
@@ -195,27 +307,9 @@ class RestClient(ModelClient):
     """
 
     def __init__(
-        self,
-        base_url: str,
-        model_name: str,
-        *,
-        version: int | None = None,
-        version_label: str | None = None,
-        timeout: float = 10.0,
-        retries: int = 3,
-        backoff: float = 0.5,
-        typed_outputs: bool = True,
-        root_certificates: Pem | None = None,
-        client_certificate: Pem | None = None,
-        client_key: Pem | None = None,
-        token: Token | None = None,
-        headers: Headers | None = None,
-        insecure: bool = False,
-        max_batch_size: int | None = MAX_BATCH_SIZE,
+        self, base_url: str, model_name: str, *, typed_outputs: bool = True, **options: Any
     ) -> None:
-        super().__init__(
-            model_name, version, version_label, timeout, retries, backoff, max_batch_size
-        )
+        super().__init__(model_name, **options)
         if "://" not in base_url:
             base_url = "http://" + base_url
         if "@" in base_url.split("://", 1)[1].split("/", 1)[0]:
@@ -224,23 +318,20 @@ class RestClient(ModelClient):
                 "and logs would show them)."
             )
         self.base_url = base_url.rstrip("/")
-        check_client_pair(client_certificate, client_key)
-        self.credentials = CallCredentials(token, headers)
         self._tls = None
-        self._pems = (root_certificates, client_certificate, client_key)
         if self.base_url.startswith("https://"):
-            self._tls = tls_failures.client_context(*self._pems)
-        elif root_certificates is not None or client_certificate is not None:
+            self._tls = client_context(*self._pems)
+        elif self._pems[0] is not None or self._pems[1] is not None:
             raise ServingError(
                 f"Certificates were given but '{self.base_url}' is not an https:// URL."
             )
         else:
-            check_plaintext(self.base_url, self.credentials, insecure)
+            self._refuse_plaintext(self.base_url)
         self._opener = urllib.request.build_opener(
             urllib.request.HTTPSHandler(context=self._tls), _RefuseRedirects()
         )
         self.typed_outputs = typed_outputs
-        self._metadata: dict[str, Any] | None = None
+        self._signatures: dict[str, Any] | None = None
 
     @property
     def model_url(self) -> str:
@@ -251,22 +342,6 @@ class RestClient(ModelClient):
         elif self.version_label is not None:
             url += f"/labels/{quote(self.version_label, safe='')}"
         return url
-
-    def _tls_failure(self, url: str, error: BaseException) -> ServingError | None:
-        """The error of a failed TLS connection (from the ``ssl`` error, or where a closed
-        or reset connection does not say, a handshake of our own), else None."""
-        if self._tls is None or not isinstance(error, OSError | HTTPException):
-            return None
-        address = urlsplit(url)
-        host, port = address.hostname or "", address.port or 443
-        sent_certificate = self._pems[1] is not None
-        failure = tls_failures.failure_from_error(error, host, sent_certificate)
-        unclear = ssl.SSLError | ConnectionResetError | ConnectionAbortedError | HTTPException
-        if failure is None and isinstance(error, unclear):  # (a refusal: no server to ask)
-            failure = tls_failures.diagnose(host, port, min(self.timeout, 5.0), *self._pems)
-        if failure is None:
-            return None
-        return ServingError(f"TLS to TF Serving at {url} failed: {failure}.", code="UNAVAILABLE")
 
     def _request(self, url: str, body: Mapping[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
@@ -283,9 +358,10 @@ class RestClient(ModelClient):
                     return answer.read()
             except (urllib.error.URLError, ssl.SSLError, ConnectionError, HTTPException) as err:
                 reason = err.reason if isinstance(err, urllib.error.URLError) else err
-                failure = self._tls_failure(url, reason)
-                if failure is not None:  # not retried: trying again cannot fix it
-                    raise failure from None
+                if self._tls is not None and isinstance(reason, OSError | HTTPException):
+                    address = urlsplit(url)
+                    port = (address.port or 443) if isinstance(reason, _UNCLEAR) else None
+                    self._raise_tls_failure(url, address.hostname or "", port, reason)
                 raise
 
         def retryable(err: Exception) -> bool:
@@ -295,9 +371,7 @@ class RestClient(ModelClient):
             return isinstance(reason, ConnectionRefusedError | ConnectionResetError)
 
         try:
-            raw = call_with_retries(
-                attempt, retries=self.retries, backoff=self.backoff, retryable=retryable
-            )
+            raw = self._retrying(attempt, retryable)
         except RetriesExhausted as exhausted:
             err = exhausted.error
             if isinstance(err, urllib.error.HTTPError):
@@ -306,20 +380,12 @@ class RestClient(ModelClient):
             if not isinstance(reason, ConnectionRefusedError):  # a reset, a hang-up
                 times = f" on all {exhausted.attempts} attempts" if exhausted.attempts > 1 else ""
                 raise _closed(url, reason, times) from None
-            raise ServingError(
-                f"Could not reach TF Serving at {url} after {exhausted.attempts} attempts "
-                f"({reason}); check that the server is running and that its REST port "
-                "(--rest_api_port) is the one in the URL.",
-                code="UNAVAILABLE",
-            ) from None
+            check = "that its REST port (--rest_api_port) is the one in the URL"
+            raise self._unreachable(url, exhausted.attempts, reason, check) from None
         except urllib.error.HTTPError as err:
             raise self._http_error(url, err) from None
         except TimeoutError as err:
-            raise ServingError(
-                f"TF Serving at {url} did not answer within {self.timeout:g} s; raise the "
-                "timeout or check the server's load.",
-                code="DEADLINE_EXCEEDED",
-            ) from err
+            raise self._too_slow(url) from err
         except (urllib.error.URLError, ssl.SSLError, ConnectionError, HTTPException) as err:
             # urllib wraps only what fails while connecting: a reset or closed connection
             # later (or an SSLError that tls did not recognize) reaches us bare.
@@ -352,7 +418,7 @@ class RestClient(ModelClient):
             message = raw.strip() or err.reason
         advice = ""
         if err.code in (401, 403):
-            advice = "; pass the credentials its proxy expects (token= or headers=; --token-file)"
+            advice = f"; {CREDENTIALS_FIX}"
         return ServingError(
             f"TF Serving at {url} rejected the request with HTTP {err.code}: {message}{advice}",
             code=_CODES.get(err.code),
@@ -363,9 +429,9 @@ class RestClient(ModelClient):
     def _output_types(self, signature_name: str | None) -> dict[str, str]:
         if not self.typed_outputs:
             return {}
-        if self._metadata is None:
-            self._metadata = self.metadata()
-        signature = self._metadata["signatures"].get(signature_name or "serving_default", {})
+        if self._signatures is None:
+            self._signatures = self.metadata()["signatures"]
+        signature = self._signatures.get(signature_name or "serving_default", {})
         return {name: spec["dtype"] for name, spec in signature.get("outputs", {}).items()}
 
     def predict(
@@ -374,25 +440,12 @@ class RestClient(ModelClient):
         signature_name: str | None = "serving_default",
         format: PredictFormat = "columnar",
     ) -> dict[str, np.ndarray]:
-        """Runs a signature through ``:predict``.
-
-        Args:
-            inputs: Input alias to array-like (``str`` or ``bytes`` strings).
-            signature_name: The signature; ``None`` leaves it out of the body
-                (the server then uses ``serving_default``).
-            format: ``"columnar"`` or ``"row"`` (see :func:`predict_body`).
-
-        Returns:
-            Output alias to numpy array (strings as object arrays of
-            ``bytes``). If the server omits the name because the signature has
-            a single output, the key is that output's name when
-            ``typed_outputs`` is on, else ``"outputs"`` / ``"predictions"``.
-            A batch of more than ``max_batch_size`` rows goes as consecutive
-            requests, joined in order, its texts cut as
-            :meth:`~keras_electra.serving.grpc_client.GrpcClient.predict` cuts them.
-
-        Raises:
-            ServingError: If the server rejects the request or cannot be reached.
+        """Runs a signature through ``:predict``; batches, texts, the result and the errors
+        are those of :meth:`~keras_electra.serving.grpc_client.GrpcClient.predict`.
+        ``signature_name=None`` leaves it out of the body (the server runs
+        ``serving_default``); ``format`` is ``"columnar"`` or ``"row"`` (:func:`predict_body`).
+        The one output of a signature that the server leaves unnamed is keyed by its name
+        with ``typed_outputs``, else ``"outputs"`` / ``"predictions"``.
 
         Examples:
             >>> client.predict({"text": ["a b"]})["tokens"]  # doctest: +SKIP
@@ -424,20 +477,9 @@ class RestClient(ModelClient):
             values = {name: [row[name] for row in values] for name in first}
         return {name: decode_tensor(value, types.get(name)) for name, value in values.items()}
 
-    def classify(
-        self, examples: Sequence[Mapping[str, Any]], signature_name: str | None = "classify"
-    ) -> list[list[tuple[str, float]]]:
-        """Classifies examples through ``:classify``; the examples (see
-        :func:`classify_body`), the result and the errors are those of
-        :meth:`~keras_electra.serving.grpc_client.GrpcClient.classify`."""
-        return self._classify_in_parts(examples, lambda part: self._classify(part, signature_name))
-
-    def _classify(
-        self, examples: Sequence[Mapping[str, Any]], signature_name: str | None
-    ) -> list[list[tuple[str, float]]]:
-        response = self._request(
-            f"{self.model_url}:classify", classify_body(examples, signature_name)
-        )
+    def _classify(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
+        body = classify_body(examples, signature_name)
+        response = self._request(f"{self.model_url}:classify", body)
         results = response.get("results", response.get("result"))
         if results is None:
             raise ServingError(f"TF Serving's classify response has no 'results' key: {response}")
@@ -447,29 +489,24 @@ class RestClient(ModelClient):
             for result in results
         ]
 
-    def metadata(self) -> dict[str, Any]:
-        """Returns the model's signatures via ``GET .../metadata``.
+    def _metadata(self) -> tuple:
+        response = self._request(f"{self.model_url}/metadata")
+        spec = response.get("model_spec", {})
+        version = spec.get("version")
+        if isinstance(version, Mapping):  # Int64Value rendered as an object by some encoders
+            version = version.get("value")
+        signature_map = response.get("metadata", {}).get("signature_def", {})
+        version = int(version) if version not in (None, "") else None
+        return spec.get("name", ""), version, signature_map.get("signature_def", {})
 
-        Returns:
-            ``{"model_name", "version", "signatures"}``; see
-            :mod:`keras_electra.serving.metadata`.
-
-        Examples:
-            >>> client.metadata()["signatures"]["classify"]["method_name"]  # doctest: +SKIP
-            'tensorflow/serving/classify'
-        """
-        return metadata_to_dict(self._request(f"{self.model_url}/metadata"))
-
-    def status(self) -> list[dict[str, Any]]:
-        """The state of the model's versions via ``GET /v1/models/NAME``, as
-        :meth:`~keras_electra.serving.grpc_client.GrpcClient.status` gives it."""
+    def _status(self) -> list[tuple]:
         response = self._request(self.model_url)
         return [
-            {
-                "version": int(item.get("version", 0)),
-                "state": item.get("state", "UNKNOWN"),
-                "error_code": item.get("status", {}).get("error_code", "OK"),
-                "error_message": item.get("status", {}).get("error_message", ""),
-            }
+            (
+                int(item.get("version", 0)),
+                item.get("state", "UNKNOWN"),
+                item.get("status", {}).get("error_code", "OK"),
+                item.get("status", {}).get("error_message", ""),
+            )
             for item in response.get("model_version_status", [])
         ]

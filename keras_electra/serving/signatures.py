@@ -1,12 +1,8 @@
-"""SignatureDef helpers: method names and the ``classify`` signature contract.
+"""SignatureDef method names and the ``classify`` signature contract.
 
-``tf.saved_model.save`` (TF 2.20 and 2.21) writes every signature with the method name
-``tensorflow/serving/predict``; it has no option to choose another. TF
-Serving's Classify API (gRPC ``Classify``, REST ``:classify``) accepts such a
-signature only while the server runs with its default
-``--enable_signature_method_name_check=false``. To export a signature that
-works either way, save normally and then rewrite the method name in
-``saved_model.pb`` with :func:`set_signature_method_name`.
+``tf.saved_model.save`` writes every signature with the method name
+``tensorflow/serving/predict``, which TF Serving's Classify API accepts only without
+``--enable_signature_method_name_check``; :func:`set_signature_method_name` rewrites it.
 """
 
 from __future__ import annotations
@@ -35,23 +31,9 @@ _DT_FLOAT = 1
 
 
 def check_classify_signature(name: str, signature: meta_graph_pb2.SignatureDef) -> None:
-    """Checks that a SignatureDef has the shape TF Serving's Classify API needs.
-
-    The rules are TF Serving's: exactly one input named ``inputs`` (serialized
-    ``tf.Example`` strings) and one or two outputs, ``classes`` (DT_STRING)
-    and/or ``scores`` (DT_FLOAT), each ``[batch, num_classes]``.
-
-    Args:
-        name: The signature's name, for the error message.
-        signature: The SignatureDef.
-
-    Raises:
-        ServingError: If the signature cannot serve Classify requests.
-
-    Examples:
-        >>> signature = loaded_meta_graph.signature_def["classify"]  # doctest: +SKIP
-        >>> check_classify_signature("classify", signature)  # doctest: +SKIP
-    """
+    """Raises :class:`ServingError` unless the SignatureDef ``name`` has what TF Serving's
+    Classify API needs: one input named ``inputs`` (serialized ``tf.Example`` strings), and
+    outputs ``classes`` (DT_STRING) and/or ``scores`` (DT_FLOAT), ``[batch, num_classes]``."""
     problems = []
     inputs, outputs = signature.inputs, signature.outputs
     if list(inputs) != [CLASSIFY_INPUTS] or inputs[CLASSIFY_INPUTS].dtype != _DT_STRING:
@@ -76,23 +58,12 @@ def set_signature_method_name(
     *,
     tags: Iterable[str] = (SERVE_TAG,),
 ) -> None:
-    """Rewrites one signature's method name in a saved SavedModel.
-
-    The graph, variables and the other signatures are untouched, and
-    ``tf.saved_model.load`` keeps working (it ignores method names). For
-    :data:`CLASSIFY_METHOD_NAME` the signature is first checked with
-    :func:`check_classify_signature`. The SavedModel fingerprint is rewritten
-    to match the new ``saved_model.pb``.
-
-    Args:
-        export_dir: The SavedModel directory (the one holding ``saved_model.pb``).
-        signature_name: The signature to change, e.g. ``"classify"``.
-        method_name: The new method name.
-        tags: The tag set of the MetaGraph to change.
-
-    Raises:
-        ServingError: If there is no such MetaGraph or signature, or the
-            signature does not fit the Classify API.
+    """Rewrites one signature's method name in the SavedModel at ``export_dir`` (in the
+    MetaGraph of ``tags``), and its fingerprint to match; the graph, variables and other
+    signatures are untouched (``tf.saved_model.load`` ignores method names). For
+    :data:`CLASSIFY_METHOD_NAME` the signature is checked with
+    :func:`check_classify_signature`; a missing MetaGraph or signature is a
+    :class:`ServingError`.
 
     Examples:
         >>> signatures = {"classify": module.classify, ...}  # doctest: +SKIP
@@ -123,11 +94,5 @@ def set_signature_method_name(
             check_classify_signature(signature_name, signature)
         signature.method_name = method_name
     write_atomic(path, saved_model.SerializeToString())
-    _rewrite_fingerprint(os.fspath(export_dir))
-
-
-def _rewrite_fingerprint(export_dir: str) -> None:
-    """Regenerates ``fingerprint.pb`` (TensorFlow uses it for metrics only)."""
-    if not os.path.exists(os.path.join(export_dir, "fingerprint.pb")):
-        return
-    internals.write_saved_model_fingerprint(export_dir)
+    if os.path.exists(os.path.join(os.fspath(export_dir), "fingerprint.pb")):  # for metrics only
+        internals.write_saved_model_fingerprint(os.fspath(export_dir))

@@ -1,9 +1,6 @@
-"""Conversion between numpy arrays, ``TensorProto`` and ``tf.train.Example``.
-
-These are the wire formats of TF Serving's gRPC API; TensorFlow's own
-``tf.make_tensor_proto`` and ``tf.make_ndarray`` do the tensor conversion. String
-tensors are object arrays of ``bytes``.
-"""
+"""numpy arrays as TF Serving's gRPC wire formats, ``TensorProto`` (through
+``tf.make_tensor_proto`` and ``tf.make_ndarray``; strings as object arrays of ``bytes``)
+and ``tf.train.Example``."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2, feature_pb2
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
-from keras_electra.serving.json_codec import as_array
+from keras_electra.serving.rest_client import as_array
 
 
 def dtype_name(dtype: int) -> str:
@@ -37,17 +34,9 @@ def _to_bytes(item: Any) -> bytes:
 
 
 def ndarray_to_tensor_proto(value: Any) -> tensor_pb2.TensorProto:
-    """Converts an array-like to a ``TensorProto`` (``tf.make_tensor_proto``).
-
-    Args:
-        value: A numpy array, (nested) list or scalar. ``str`` and ``bytes``
-            elements give a ``DT_STRING`` tensor (``str`` is UTF-8 encoded; byte
-            strings are kept whole, trailing NULs included); numeric arrays keep
-            their numpy dtype (float64 gives ``DT_DOUBLE``: pass float32 arrays for
-            ``DT_FLOAT`` inputs).
-
-    Raises:
-        TypeError: one sentence naming the value TF Serving has no tensor for.
+    """An array-like as a ``TensorProto``: ``str`` (UTF-8 encoded) and ``bytes`` (whole,
+    trailing NULs included) give ``DT_STRING``, numbers keep their numpy dtype (float64 is
+    ``DT_DOUBLE``: pass float32 for ``DT_FLOAT``); else one sentence as a ``TypeError``.
 
     Examples:
         >>> proto = ndarray_to_tensor_proto(["hello"])
@@ -65,11 +54,8 @@ def ndarray_to_tensor_proto(value: Any) -> tensor_pb2.TensorProto:
 
 
 def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto) -> np.ndarray:
-    """Converts a ``TensorProto`` to numpy (``tf.make_ndarray``).
-
-    Values may be in ``tensor_content`` or in the typed field for the dtype; as in
-    TensorFlow, fewer values than elements means the last value repeats, and no
-    values means zeros. ``DT_STRING`` gives an object array of ``bytes``.
+    """A ``TensorProto`` as numpy (as TensorFlow reads it: fewer values than elements repeat
+    the last, none are zeros); ``DT_STRING`` gives an object array of ``bytes``.
 
     Examples:
         >>> tensor_proto_to_ndarray(ndarray_to_tensor_proto(np.array([[1, 2]], np.int32)))
@@ -97,12 +83,8 @@ def _feature(value: Any) -> feature_pb2.Feature:
 
 
 def make_example(features: Mapping[str, Any]) -> example_pb2.Example:
-    """Builds a ``tf.train.Example`` the way TF Serving's REST API does.
-
-    Args:
-        features: Feature name to value or list of values. ``str``/``bytes``
-            give a bytes list, ``int``/``bool`` an int64 list, ``float`` a
-            float list.
+    """A ``tf.train.Example`` as TF Serving's REST API builds one: feature name to value or
+    list of values, ``str``/``bytes`` as a bytes list, ``int``/``bool`` int64, ``float`` float.
 
     Examples:
         >>> example = make_example({"text": "great movie", "stars": 5})

@@ -1,10 +1,5 @@
-"""Write SavedModel warmup requests for TF Serving.
-
-TF Serving (``--enable_model_warmup``, on by default) replays
-``<export_dir>/assets.extra/tf_serving_warmup_requests`` when it loads a version, and a
-failing record fails the load (docs/serving.md). Each record is a serialized
-``tensorflow.serving.PredictionLog``; at most 1000 are allowed.
-"""
+"""An export's warmup requests, which TF Serving replays when it loads a version
+(docs/serving.md): serialized ``PredictionLog`` records, at most 1000."""
 
 from __future__ import annotations
 
@@ -28,12 +23,8 @@ MAX_WARMUP_RECORDS = 1000
 def predict_log(
     inputs: Mapping[str, Any], signature_name: str = "serving_default", model_name: str = ""
 ) -> prediction_log_pb2.PredictionLog:
-    """Wraps one Predict request in a ``PredictionLog`` record.
-
-    Args:
-        inputs: Input alias to array-like (strings as ``str`` or ``bytes``).
-        signature_name: The signature the request targets.
-        model_name: Optional model name (warmup does not check it).
+    """One Predict request of ``inputs`` (input alias to array-like) as a ``PredictionLog``
+    record (warmup does not check ``model_name``).
 
     Examples:
         >>> print(predict_log({"text": ["the cat"]}).predict_log.request.model_spec, end="")
@@ -52,17 +43,9 @@ def predict_log(
 def write_warmup_requests(
     export_dir: str | os.PathLike[str], records: Iterable[prediction_log_pb2.PredictionLog]
 ) -> str:
-    """Writes warmup records to ``<export_dir>/assets.extra/tf_serving_warmup_requests``.
-
-    Args:
-        export_dir: The SavedModel version directory.
-        records: ``PredictionLog`` records, e.g. from :func:`predict_log`.
-
-    Returns:
-        The path written.
-
-    Raises:
-        ServingError: If there are no records or more than TF Serving accepts.
+    """Writes ``records`` (from :func:`predict_log`) to ``<export_dir>/assets.extra/
+    tf_serving_warmup_requests`` and returns that path; no records or more than TF Serving
+    accepts are a :class:`ServingError`.
 
     Examples:
         >>> records = [predict_log({"text": ["hello"]})]

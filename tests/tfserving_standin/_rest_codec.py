@@ -25,8 +25,8 @@ from tensorflow_serving.apis import (
 )
 
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.json_codec import NUMPY_DTYPES
-from keras_electra.serving.metadata import DEFAULT_SIGNATURE
+from keras_electra.serving.export_reader import DEFAULT_SIGNATURE
+from keras_electra.serving.rest_client import NUMPY_DTYPES
 from keras_electra.serving.tensors import (
     dtype_name,
     make_example,

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
 
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.json_codec import NUMPY_DTYPES, as_array
+from keras_electra.serving.rest_client import NUMPY_DTYPES, as_array
 from keras_electra.serving.signatures import SERVE_TAG
 from keras_electra.serving.tensors import dtype_name
 

@@ -26,7 +26,7 @@ from tensorflow_serving.apis import (
 )
 
 from keras_electra.serving.errors import ServingError
-from keras_electra.serving.metadata import DEFAULT_SIGNATURE
+from keras_electra.serving.export_reader import DEFAULT_SIGNATURE
 from keras_electra.serving.signatures import (
     CLASSIFY_INPUTS,
     CLASSIFY_METHOD_NAME,
