@@ -27,7 +27,7 @@ from keras_electra.data.pretraining import (
     packing_seed,
     tokenize_lines,
 )
-from keras_electra.data.shards import plan_shards, serializer
+from keras_electra.data.tfrecords import plan_shards, serializer
 from keras_electra.data.vocab import SPECIAL_TOKENS, count_words
 from keras_electra.errors import InputDataError
 
