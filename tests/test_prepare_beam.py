@@ -18,15 +18,8 @@ import tensorflow as tf
 from keras_electra.cli import main
 from keras_electra.data import ElectraTokenizer, pretraining_examples, write_pretraining_tfrecords
 from keras_electra.data.beam import beam_available
-from keras_electra.data.packing import Packer
-from keras_electra.data.pretraining import (
-    _PACKING,
-    _stream_seed,
-    line_dataset,
-    pack_examples,
-    packing_seed,
-    tokenize_lines,
-)
+from keras_electra.data.packing import _PACKING, Packer, _stream_seed, packing_seed
+from keras_electra.data.pretraining import line_dataset, pack_examples, tokenize_lines
 from keras_electra.data.tfrecords import plan_shards, serializer
 from keras_electra.data.vocab import SPECIAL_TOKENS, count_words
 from keras_electra.errors import InputDataError

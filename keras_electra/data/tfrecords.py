@@ -33,15 +33,14 @@ from keras_electra.data.files import (
     check_corpus_has_text,
     resolve_corpus_files,
     resolve_files,
+    tokenize_batch,
 )
-from keras_electra.data.packing import Packer
-from keras_electra.data.pretraining import (
+from keras_electra.data.packing import (
     RANDOM_LENGTH_PROB,
     SINGLE_SEGMENT_PROB,
+    Packer,
     check_shapes,
-    file_order,
     packing_seed,
-    tokenize_batch,
 )
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
@@ -56,10 +55,6 @@ RECORD_FEATURES = {
     "padding_mask": "input_mask",
     "segment_ids": "segment_ids",
 }
-
-# Readers kept open at once when reading shuffled shards (in order: one at a time, so the
-# shards give back the corpus's examples in its order).
-_MAX_SHUFFLED_READERS = 16
 
 _READ_BYTES = 1 << 20  # text read (and tokenized) at a time
 _TOKENIZE_LINES = 4096
@@ -621,62 +616,14 @@ def unreadable_tfrecord(paths: PathsLike) -> tuple[str, str] | None:
     return None
 
 
-def record_passes(
-    paths: PathsLike,
-    tokenizer: ElectraTokenizer | None,
-    *,
-    seed: int,
-    max_seq_length: int,
-    shuffle_files: bool,
-) -> tuple[Callable[[tf.Tensor], tf.data.Dataset], Callable[[Any], dict[str, tf.Tensor]]]:
-    """Checks TFRecord files once and returns how to read a pass and parse its batches.
-
-    The reader :func:`keras_electra.data.pipeline.pretraining_dataset` uses for
-    TFRecords: ``read_pass(epoch)`` gives the pass's serialized records (the files one
-    after another; with ``shuffle_files``, in a new seeded order, interleaved), and
-    ``parse(batch)`` turns a batch of them into the pipeline's feature names. If a
-    directory has a ``metadata.json``, its vocabulary size must match the tokenizer's.
-
-    Raises:
-        InputDataError: if no file matches, a file is not a TFRecord of pretraining
-            examples, the files hold no example, their length is not
-            ``max_seq_length``, or they were written with another vocabulary.
-    """
-    vocab_size = tokenizer.vocab_size if tokenizer is not None else None
-    files = check_records(paths, max_seq_length=max_seq_length, vocab_size=vocab_size)
-    names = tf.constant(files, tf.string)
-    cycle = min(len(files), _MAX_SHUFFLED_READERS) if shuffle_files else 1
-
-    def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
-        order = file_order(names, seed, epoch) if shuffle_files else names
-        records = tf.data.Dataset.from_tensor_slices(order).interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=cycle,
-            block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-        return records.map(lambda record: {"record": record})
-
-    spec = {
-        stored: tf.io.FixedLenFeature([max_seq_length], tf.int64)
-        for stored in RECORD_FEATURES.values()
-    }
-
-    def parse(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        parsed = tf.io.parse_example(batch["record"], spec)
-        return {name: parsed[stored] for name, stored in RECORD_FEATURES.items()}
-
-    return read_pass, parse
-
-
 def check_records(
     paths: PathsLike, *, max_seq_length: int, vocab_size: int | None = None
 ) -> list[str]:
     """Checks TFRecord files against a run's settings before anything reads them: the
     files exist, the first record is a pretraining example of ``max_seq_length`` tokens,
     and (with ``vocab_size``) a directory's ``metadata.json`` names that vocabulary size.
-    :func:`record_passes` (so every pretraining pipeline) and a dry run call this.
+    :func:`~keras_electra.data.pretraining.record_passes` (so every pretraining
+    pipeline) and a dry run call this.
 
     Returns:
         The files, in order.
