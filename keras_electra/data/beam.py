@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from keras_electra.data.files import PathsLike
+from keras_electra.data.files import PathsLike, is_remote
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError
 
@@ -178,7 +178,7 @@ def write_tfrecords_beam(
 
 def _watch(paths: list[str], done: threading.Event, progress: bool) -> None:
     """A progress bar of the shards whose final file exists (polled: any runner)."""
-    if not progress or any("://" in p for p in paths):
+    if not progress or any(map(is_remote, paths)):
         return
     from tqdm import tqdm
 
@@ -225,14 +225,14 @@ def count_words_beam(
     import apache_beam as beam
     import tensorflow as tf
 
-    from keras_electra.data.files import check_text_files, resolve_corpus_files
+    from keras_electra.data.files import check_text_files, file_size, resolve_corpus_files
     from keras_electra.data.tfrecords import plan_shards
 
     options, _ = pipeline_options(pipeline_args, num_workers)
     paths = resolve_corpus_files(files)
     check_text_files(paths)
     workers = num_workers or os.cpu_count() or 1
-    size = sum(tf.io.gfile.stat(p).length for p in paths)
+    size = sum(map(file_size, paths))
     pieces = plan_shards(paths, max(4 * workers, size // (64 << 20) + 1))
     prefix = os.path.join(temp_dir, "word-counts")
     with beam.Pipeline(options=options) as pipeline:

@@ -70,6 +70,24 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+def open_binary(path: str):
+    """``path`` opened to read bytes (a URL through ``tf.io.gfile``)."""
+    if is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.GFile(path, "rb")
+    return open(path, "rb")
+
+
+def file_size(path: str) -> int:
+    """``path``'s size in bytes (a URL's through ``tf.io.gfile``)."""
+    if is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.stat(path).length
+    return os.path.getsize(path)
+
+
 def _listed(directory: str, extension: str, found: list[str]) -> list[str]:
     """``found`` (the ``*{extension}`` files of ``directory``) sorted; raises if empty."""
     if not found:

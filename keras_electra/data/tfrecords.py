@@ -31,6 +31,9 @@ from keras_electra.data.files import (
     PathsLike,
     _as_list,
     check_corpus_has_text,
+    file_size,
+    is_remote,
+    open_binary,
     resolve_corpus_files,
     resolve_files,
     tokenize_batch,
@@ -61,14 +64,15 @@ _TOKENIZE_LINES = 4096
 _BOUNDARY_WINDOW = 1 << 16
 
 
-def shard_name(index: int, num_shards: int) -> str:
-    """The file name of one shard, e.g. ``pretraining-00003-of-00008.tfrecord``.
+def shard_paths(output_dir: str, num_shards: int) -> list[str]:
+    """The shards' files in ``output_dir``, ``pretraining-00003-of-00008.tfrecord`` and so on.
 
     Examples:
-        >>> shard_name(3, 8)
-        'pretraining-00003-of-00008.tfrecord'
+        >>> shard_paths("out", 8)[3]
+        'out/pretraining-00003-of-00008.tfrecord'
     """
-    return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}{TFRECORD_SUFFIX}"
+    name = f"{SHARD_PREFIX}-{{:05d}}-of-{num_shards:05d}{TFRECORD_SUFFIX}"
+    return [os.path.join(output_dir, name.format(i)) for i in range(num_shards)]
 
 
 def write_pretraining_tfrecords(
@@ -254,16 +258,16 @@ def start_writing(
         "corpus_bytes": sum(plan.num_bytes for plan in plans),
         "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
     }
-    shard_paths = [os.path.join(output_dir, shard_name(i, num_shards)) for i in range(num_shards)]
+    paths = shard_paths(output_dir, num_shards)
     previous = _read_metadata(output_dir)
     same = previous.get("settings") == settings
     pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
     for old in tf.io.gfile.glob(pattern):
-        if old.endswith(".tmp") or not same or old not in shard_paths:
+        if old.endswith(".tmp") or not same or old not in paths:
             tf.io.gfile.remove(old)
     if not same:
         _write_metadata(output_dir, {"complete": False, "settings": settings})
-    return WritingJob(output_dir, plans, shard_paths, settings)
+    return WritingJob(output_dir, plans, paths, settings)
 
 
 def _read_metadata(directory: str, lenient: bool = True) -> dict:
@@ -283,7 +287,7 @@ def _read_metadata(directory: str, lenient: bool = True) -> dict:
 
 def _write_metadata(directory: str, metadata: dict) -> None:
     path = os.path.join(directory, METADATA_FILE)
-    if "://" in directory:
+    if is_remote(directory):
         with tf.io.gfile.GFile(path, "w") as f:  # an object store's write is atomic
             f.write(json.dumps(metadata, indent=2))
     else:
@@ -319,18 +323,6 @@ class ShardPlan:
         return sum(end - start for _, start, end in self.pieces)
 
 
-def _open(path: str):
-    if "://" in path:
-        return tf.io.gfile.GFile(path, "rb")
-    return open(path, "rb")
-
-
-def _size(path: str) -> int:
-    if "://" in path:
-        return tf.io.gfile.stat(path).length
-    return os.path.getsize(path)
-
-
 def _is_blank(line: bytes) -> bool:
     # The pipeline's blank: whitespace only (tf.strings.strip's ASCII whitespace).
     return not line.strip(b" \t\n\r\x0b\x0c")
@@ -344,7 +336,7 @@ def document_start(path: str, offset: int, size: int) -> int:
     if offset <= 0:
         return 0
     back = min(offset, _BOUNDARY_WINDOW)
-    with _open(path) as f:
+    with open_binary(path) as f:
         f.seek(offset - back)
         data = f.read(back + _BOUNDARY_WINDOW)
         base = offset - back
@@ -376,7 +368,7 @@ def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
         >>> [[(s, e) for _, s, e in p.pieces] for p in plan_shards([path], 2)]
         [[(0, 11)], [(11, 18)]]
     """
-    sizes = [_size(path) for path in files]
+    sizes = [file_size(path) for path in files]
     total = sum(sizes)
     # Each boundary as (file index, offset), moved to the next document start.
     boundaries = [(0, 0)]
@@ -406,7 +398,7 @@ def read_lines(path: str, start: int, end: int) -> Iterator[tuple[list[bytes], i
     """The lines of ``path[start:end]`` in blocks, as ``tf.data.TextLineDataset`` reads
     them (``\\n`` ends a line, a ``\\r`` before it is dropped, the last line may lack it),
     each block with the number of bytes it took."""
-    with _open(path) as f:
+    with open_binary(path) as f:
         f.seek(start)
         left = end - start
         rest = b""
