@@ -11,6 +11,7 @@ Examples:
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 # The names below, each from its submodule, imported when first used: a submodule that
 # needs no TensorFlow (files: the corpus paths the command checks before it loads
@@ -38,6 +39,33 @@ _SUBMODULE = {
     "validate_vocab": "vocab",
 }
 
+if TYPE_CHECKING:  # what the names are, for readers and type checkers
+    from keras_electra.data.files import check_corpus_has_text, resolve_corpus_files
+    from keras_electra.data.pretraining import (
+        MAX_LINE_CHARS,
+        corpus_stats,
+        fit_options,
+        line_dataset,
+        pack_examples,
+        pretraining_dataset,
+        pretraining_examples,
+        tokenize_lines,
+    )
+    from keras_electra.data.tfrecords import (
+        is_tfrecord_input,
+        resolve_tfrecord_files,
+        write_pretraining_tfrecords,
+    )
+    from keras_electra.data.tokenizer import ElectraTokenizer
+    from keras_electra.data.vocab import (
+        SPECIAL_TOKENS,
+        count_words,
+        learn_vocab,
+        load_vocab,
+        save_vocab,
+        validate_vocab,
+    )
+
 
 def __getattr__(name: str):
     if name not in _SUBMODULE:
@@ -47,7 +75,28 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = sorted(_SUBMODULE)
+__all__ = [
+    "MAX_LINE_CHARS",
+    "SPECIAL_TOKENS",
+    "ElectraTokenizer",
+    "check_corpus_has_text",
+    "corpus_stats",
+    "count_words",
+    "fit_options",
+    "is_tfrecord_input",
+    "learn_vocab",
+    "line_dataset",
+    "load_vocab",
+    "pack_examples",
+    "pretraining_dataset",
+    "pretraining_examples",
+    "resolve_corpus_files",
+    "resolve_tfrecord_files",
+    "save_vocab",
+    "tokenize_lines",
+    "validate_vocab",
+    "write_pretraining_tfrecords",
+]
 
 
 def __dir__() -> list[str]:

@@ -128,13 +128,10 @@ def write_tfrecords_beam(
 ) -> list[str]:
     """:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords` as a Beam pipeline.
 
-    The shards and their examples are the in-process writer's, byte for byte.
+    The shards and their examples are the in-process writer's, byte for byte; ``files``,
+    ``tokenizer`` and ``output_dir`` are its own (local or ``gs://``).
 
     Args:
-        files: text files, directories of ``*.txt`` files, or glob patterns (local or
-            ``gs://``).
-        tokenizer: the tokenizer.
-        output_dir: the directory to write into (local or ``gs://``).
         pipeline_args: Beam options (``["--runner", "DataflowRunner", ...]``).
         num_workers: local worker processes when no ``--runner`` is given (default:
             every core).
@@ -196,14 +193,13 @@ def _watch(paths: list[str], done: threading.Event, progress: bool) -> None:
 
 def _count_piece(plan, lowercase: bool) -> list[tuple[str, int]]:
     from keras_electra.data.tfrecords import read_lines
-    from keras_electra.data.vocab import count_lines
+    from keras_electra.data.vocab import _decoded, count_lines
 
     counts: dict[bytes, int] = {}
     for path, start, end in plan.pieces:
         for lines, _ in read_lines(path, start, end):
             count_lines(lines, lowercase, counts)
-    counts.pop(b"", None)
-    return [(word.decode("utf-8"), n) for word, n in counts.items()]
+    return list(_decoded(counts).items())
 
 
 def count_words_beam(

@@ -1,15 +1,10 @@
-"""Pretraining examples written to and read from sharded TFRecord files.
+"""Pretraining examples written once to sharded TFRecord files, and read back.
 
-Writing packs the text once (:func:`write_pretraining_tfrecords`; :mod:`keras_electra.data.beam`
-runs the same shards on every core or a cluster), so training skips tokenization and
-packing: :func:`plan_shards` cuts the corpus into shards at document starts, and each is
-packed with the one rule (:class:`~keras_electra.data.packing.Packer`) and written
-atomically, so a shard is the same whoever writes it and a rerun resumes (docs/pretraining.md,
-"Preparing a large corpus"). Each record is a ``tf.train.Example`` with int64 features
-``input_ids``, ``input_mask`` and ``segment_ids`` of length ``max_seq_length`` (the
-original ELECTRA's feature names, so its files and ours read alike); reading renames them
-to the pipeline's ``token_ids``, ``padding_mask`` and ``segment_ids``. Paths may be local
-or URLs such as ``gs://``.
+Writing (:func:`write_pretraining_tfrecords`; :mod:`keras_electra.data.beam` on every core
+or a cluster) cuts the corpus at document starts (:func:`plan_shards`) and packs each shard
+with the one rule (:class:`~keras_electra.data.packing.Packer`), atomically: docs/pretraining.md,
+"Preparing a large corpus". Records keep the original ELECTRA's int64 feature names,
+renamed when read (:data:`RECORD_FEATURES`). Paths may be local or URLs such as ``gs://``.
 """
 
 from __future__ import annotations
