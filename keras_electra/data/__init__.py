@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 _SUBMODULE = {
     "check_corpus_has_text": "files",
     "resolve_corpus_files": "files",
-    "fit_options": "pipeline",
-    "pretraining_dataset": "pipeline",
+    "fit_options": "pretraining",
+    "pretraining_dataset": "pretraining",
     "MAX_LINE_CHARS": "pretraining",
     "corpus_stats": "pretraining",
     "line_dataset": "pretraining",
@@ -41,12 +41,13 @@ _SUBMODULE = {
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from keras_electra.data.files import check_corpus_has_text, resolve_corpus_files
-    from keras_electra.data.pipeline import fit_options, pretraining_dataset
     from keras_electra.data.pretraining import (
         MAX_LINE_CHARS,
         corpus_stats,
+        fit_options,
         line_dataset,
         pack_examples,
+        pretraining_dataset,
         pretraining_examples,
         tokenize_lines,
     )

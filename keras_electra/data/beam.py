@@ -1,8 +1,8 @@
 """``keras-electra prepare`` as an Apache Beam pipeline: all local cores, or any runner.
 
-Each shard (:func:`~keras_electra.data.shards.plan_shards`) is one element, written by
-:func:`~keras_electra.data.shards.write_shard` on whichever worker gets it, so the output
-is the in-process writer's; :func:`count_words_beam` counts words with a Beam combine.
+Each shard (:func:`~keras_electra.data.tfrecords.plan_shards`) is one element, written by
+:meth:`~keras_electra.data.tfrecords.WritingJob.write` on whichever worker gets it, so the
+output is the in-process writer's; :func:`count_words_beam` counts words with a Beam combine.
 Without ``--runner``, the DirectRunner on every local core; other runners and their
 options: docs/pretraining.md, "Preparing a large corpus".
 """
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from keras_electra.data.files import PathsLike
+from keras_electra.data.files import PathsLike, is_remote
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError
 
@@ -102,29 +102,18 @@ _RECORDED_OPTIONS = (
 class _WriteShard:
     """A Beam ``DoFn``'s work: build the tokenizer once per worker, write a shard."""
 
-    def __init__(self, vocab: list[str], lowercase: bool, settings: dict, paths: list[str]):
-        self.vocab, self.lowercase = vocab, lowercase
-        self.settings, self.paths = settings, paths
+    def __init__(self, job, vocab: list[str], lowercase: bool):
+        self.job, self.vocab, self.lowercase = job, vocab, lowercase
         self.tokenizer = None
 
     def __call__(self, plan) -> tuple[int, int]:
-        from keras_electra.data.shards import write_shard
-        from keras_electra.data.tfrecords import WritingJob
-
         if self.tokenizer is None:
             self.tokenizer = ElectraTokenizer(self.vocab, lowercase=self.lowercase)
-        job = WritingJob("", [], self.paths, self.settings)
-        count = write_shard(
-            plan, self.paths[plan.index], self.tokenizer, job.packer_factory(self.tokenizer)
-        )
-        return plan.index, count
+        return plan.index, self.job.write(plan, self.tokenizer)
 
 
-def _finish(counts: list[tuple[int, int]], output_dir: str, paths, settings, described) -> None:
-    from keras_electra.data.tfrecords import WritingJob
-
-    ordered = [count for _, count in sorted(counts)]
-    WritingJob(output_dir, [], paths, settings).finish(ordered, described)
+def _finish(counts: list[tuple[int, int]], job, described) -> None:
+    job.finish([count for _, count in sorted(counts)], described)
 
 
 def write_tfrecords_beam(
@@ -132,29 +121,24 @@ def write_tfrecords_beam(
     tokenizer: ElectraTokenizer,
     output_dir: str,
     *,
-    max_seq_length: int,
-    num_shards: int = 8,
-    seed: int = 0,
     pipeline_args: Sequence[str] = (),
     num_workers: int | None = None,
     progress: bool = True,
+    **settings,
 ) -> list[str]:
     """:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords` as a Beam pipeline.
 
-    The shards and their examples are the in-process writer's, byte for byte.
+    The shards and their examples are the in-process writer's, byte for byte; ``files``,
+    ``tokenizer`` and ``output_dir`` are its own (local or ``gs://``).
 
     Args:
-        files: text files, directories of ``*.txt`` files, or glob patterns (local or
-            ``gs://``).
-        tokenizer: the tokenizer.
-        output_dir: the directory to write into (local or ``gs://``).
-        max_seq_length: tokens per example.
-        num_shards: number of TFRecord files (each one worker's unit of work).
-        seed: the packing seed.
         pipeline_args: Beam options (``["--runner", "DataflowRunner", ...]``).
         num_workers: local worker processes when no ``--runner`` is given (default:
             every core).
         progress: a progress bar of finished shards (a local output directory).
+        **settings: ``max_seq_length`` (tokens per example), ``num_shards`` (TFRecord
+            files, each one worker's unit of work; default 8) and ``seed`` (the packing
+            seed; default 0), as the in-process writer takes them.
 
     Returns:
         The shard paths, in order.
@@ -168,8 +152,8 @@ def write_tfrecords_beam(
     from keras_electra.data.tfrecords import start_writing
 
     options, described = pipeline_options(pipeline_args, num_workers)
-    job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
-    write = _WriteShard(tokenizer.vocab, tokenizer.lowercase, job.settings, job.paths)
+    job = start_writing(files, tokenizer, output_dir, **settings)
+    write = _WriteShard(job, tokenizer.vocab, tokenizer.lowercase)
     done = threading.Event()
     watcher = threading.Thread(target=_watch, args=(job.paths, done, progress), daemon=True)
     watcher.start()
@@ -181,8 +165,7 @@ def write_tfrecords_beam(
                 | "Spread" >> beam.Reshuffle()
                 | "Pack and write" >> beam.Map(write)
                 | "Counts" >> beam.combiners.ToList()
-                | "Metadata"
-                >> beam.Map(_finish, job.output_dir, job.paths, job.settings, described)
+                | "Metadata" >> beam.Map(_finish, job, described)
             )
     finally:
         done.set()
@@ -192,7 +175,7 @@ def write_tfrecords_beam(
 
 def _watch(paths: list[str], done: threading.Event, progress: bool) -> None:
     """A progress bar of the shards whose final file exists (polled: any runner)."""
-    if not progress or any("://" in p for p in paths):
+    if not progress or any(map(is_remote, paths)):
         return
     from tqdm import tqdm
 
@@ -209,15 +192,14 @@ def _watch(paths: list[str], done: threading.Event, progress: bool) -> None:
 
 
 def _count_piece(plan, lowercase: bool) -> list[tuple[str, int]]:
-    from keras_electra.data.shards import read_lines
-    from keras_electra.data.vocab import count_lines
+    from keras_electra.data.tfrecords import read_lines
+    from keras_electra.data.vocab import _decoded, count_lines
 
     counts: dict[bytes, int] = {}
     for path, start, end in plan.pieces:
         for lines, _ in read_lines(path, start, end):
             count_lines(lines, lowercase, counts)
-    counts.pop(b"", None)
-    return [(word.decode("utf-8"), n) for word, n in counts.items()]
+    return list(_decoded(counts).items())
 
 
 def count_words_beam(
@@ -239,14 +221,14 @@ def count_words_beam(
     import apache_beam as beam
     import tensorflow as tf
 
-    from keras_electra.data.files import check_text_files, resolve_corpus_files
-    from keras_electra.data.shards import plan_shards
+    from keras_electra.data.files import check_text_files, file_size, resolve_corpus_files
+    from keras_electra.data.tfrecords import plan_shards
 
     options, _ = pipeline_options(pipeline_args, num_workers)
     paths = resolve_corpus_files(files)
     check_text_files(paths)
     workers = num_workers or os.cpu_count() or 1
-    size = sum(tf.io.gfile.stat(p).length for p in paths)
+    size = sum(map(file_size, paths))
     pieces = plan_shards(paths, max(4 * workers, size // (64 << 20) + 1))
     prefix = os.path.join(temp_dir, "word-counts")
     with beam.Pipeline(options=options) as pipeline:

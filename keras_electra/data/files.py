@@ -47,6 +47,19 @@ def clean_lines(batch):
     return tf.strings.substr(batch, 0, MAX_LINE_CHARS, unit="UTF8_CHAR")
 
 
+def tokenize_batch(tokenizer, batch):
+    """A batch of raw lines as the pipeline reads them: ``(ids, blank)``, the lines cut to
+    :data:`MAX_LINE_CHARS` characters with invalid UTF-8 replaced, tokenized, and whether
+    each is blank (whitespace only: a document's end): what the ``tf.data`` pipeline and
+    the TFRecord writers tokenize (``tokenizer``: an
+    :class:`~keras_electra.data.tokenizer.ElectraTokenizer`)."""
+    import tensorflow as tf
+
+    batch = clean_lines(batch)
+    blank = tf.equal(tf.strings.length(tf.strings.strip(batch)), 0)
+    return tokenizer.tokenize(batch), blank
+
+
 def is_remote(path: str) -> bool:
     """Whether ``path`` is a URL (``gs://bucket/...``) read through ``tf.io.gfile``.
 
@@ -55,6 +68,24 @@ def is_remote(path: str) -> bool:
         (True, False)
     """
     return "://" in path
+
+
+def open_binary(path: str):
+    """``path`` opened to read bytes (a URL through ``tf.io.gfile``)."""
+    if is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.GFile(path, "rb")
+    return open(path, "rb")
+
+
+def file_size(path: str) -> int:
+    """``path``'s size in bytes (a URL's through ``tf.io.gfile``)."""
+    if is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.stat(path).length
+    return os.path.getsize(path)
 
 
 def _listed(directory: str, extension: str, found: list[str]) -> list[str]:

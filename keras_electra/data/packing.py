@@ -6,11 +6,15 @@ ids) and an index in it, so a document packs the same wherever it is read
 (docs/pretraining.md, "Preparing a large corpus"). The hash, SplitMix64's finalizer, is
 computed in plain Python (the writers) and TensorFlow (``*_tf``, the ``tf.data`` scan) with
 the same unsigned 64-bit arithmetic, a draw the top 53 bits: the two agree bit for bit.
+The seeds of a pass's streams (file order, packing, shuffle) and the rule's probabilities
+are here too, for both.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from keras_electra.errors import ConfigError
 
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -22,6 +26,53 @@ TARGET, RANDOM_LENGTH, FIRST_TARGET, COIN = 1, 2, 3, 4
 
 UNBOUNDED = 1 << 30
 """A first segment's target when it may take every sentence of the example."""
+
+SINGLE_SEGMENT_PROB = 0.1
+"""Chance that an example's first segment may take all its sentences (no second segment)."""
+
+RANDOM_LENGTH_PROB = 0.05
+"""Chance that the next example's target length is drawn from ``randint(5, max_seq_length)``."""
+
+# Sub-streams of randomness derived from (seed, epoch).
+_FILE_ORDER, _PACKING, _SHUFFLE = 1, 2, 3
+
+
+def _stream_seed(seed, epoch, stream: int):
+    """A stateless-RNG seed (shape [2], int64 tensor) for one stream of one epoch (``seed``
+    and ``epoch``: ints or int64 tensors)."""
+    import tensorflow as tf
+
+    base = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.experimental.stateless_fold_in(base, tf.constant(stream, tf.int64))
+
+
+def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
+    """Validates ``batch_size`` and ``max_seq_length`` arguments.
+
+    Args:
+        batch_size: examples per batch (``None`` skips the check).
+        max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
+
+    Raises:
+        ConfigError: if either is not a positive integer or ``max_seq_length`` < 5.
+
+    Examples:
+        >>> check_shapes(32, 128)
+    """
+    if batch_size is not None and (not isinstance(batch_size, int | np.integer) or batch_size < 1):
+        raise ConfigError(f"batch_size={batch_size!r} is invalid; use a positive integer.")
+    if not isinstance(max_seq_length, int | np.integer) or max_seq_length < 5:
+        raise ConfigError(
+            f"max_seq_length={max_seq_length!r} is too small; use an integer of at least 5 "
+            "(128 is typical)."
+        )
+
+
+def packing_seed(seed: int, epoch: int = 0) -> tuple[int, int]:
+    """The stateless seed pair that pass ``epoch`` packs with (what the writers give
+    :class:`Packer`)."""
+    pair = _stream_seed(seed, epoch, _PACKING).numpy().tolist()
+    return int(pair[0]), int(pair[1])
 
 
 def mix64(x: int) -> int:

@@ -24,14 +24,18 @@ from keras_electra.data.beam import (
     pipeline_options,
     write_tfrecords_beam,
 )
-from keras_electra.data.files import check_corpus_has_text, is_remote, resolve_corpus_files
-from keras_electra.data.tfrecords import check_writing, shard_name, write_pretraining_tfrecords
+from keras_electra.data.files import (
+    check_corpus_has_text,
+    file_size,
+    is_remote,
+    resolve_corpus_files,
+)
+from keras_electra.data.tfrecords import check_writing, shard_paths, write_pretraining_tfrecords
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.data.vocab import (
     learn_vocab,
     load_vocab,
     save_vocab,
-    validate_vocab,
     vocab_from_counts,
 )
 from keras_electra.errors import ConfigError
@@ -153,7 +157,7 @@ def prepare(
     if s.dry_run:
         if not remote:
             check_writable(out)
-        shards = [os.path.join(str(out), shard_name(i, s.num_shards)) for i in range(s.num_shards)]
+        shards = shard_paths(str(out), s.num_shards)
         size = len(tokens) if tokens is not None else s.vocab_size
         uses_beam(s, corpus_bytes(files))  # the options' checks
         return PrepareResult(out, s, files, size, shards, written=False)
@@ -179,12 +183,7 @@ def prepare(
         else:
             tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
     result = PrepareResult(out, s, files, len(tokens), [], written=True)
-    if remote:
-        validate_vocab(tokens)
-        with tf.io.gfile.GFile(str(result.vocab_file), "w") as f:
-            f.write("".join(f"{token}\n" for token in tokens))
-    else:
-        save_vocab(tokens, str(result.vocab_file))
+    save_vocab(tokens, str(result.vocab_file))
     tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
     options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
     if beam:
@@ -217,9 +216,7 @@ LOCAL_BEAM_MIN_CORES = 4
 
 def corpus_bytes(files: list[str]) -> int:
     """The corpus files' total size."""
-    import tensorflow as tf
-
-    return sum(tf.io.gfile.stat(f).length if is_remote(f) else os.path.getsize(f) for f in files)
+    return sum(map(file_size, files))
 
 
 def uses_beam(settings: PrepareSettings, size: int) -> bool:

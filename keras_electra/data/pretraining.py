@@ -1,18 +1,19 @@
-"""Pretraining examples streamed from raw text, packed like google-research/electra.
+"""Pretraining data as ``tf.data``: :func:`pretraining_dataset`, the one entry (text or
+TFRecords in, batches for ``fit`` out, carrying :func:`fit_options`), and the examples
+streamed from raw text, packed like google-research/electra.
 
 The corpus format: docs/pretraining.md, "The corpus" (invalid UTF-8 is replaced, lines cut
-to :data:`MAX_LINE_CHARS`). Lines are tokenized in parallel batches (:func:`tokenize_batch`)
-and packed by a ``Dataset.scan`` whose random choices are hashes
-(:mod:`keras_electra.data.packing`), so a seed fixes the output and ``dataset.skip(n)``
-reproduces a position.
+to :data:`MAX_LINE_CHARS`). Lines are tokenized in parallel batches
+(:func:`~keras_electra.data.files.tokenize_batch`) and packed by a ``Dataset.scan`` whose
+random choices are hashes (:mod:`keras_electra.data.packing`), so a seed fixes the output
+and ``dataset.skip(n)`` reproduces a position.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import numpy as np
 import tensorflow as tf
 
 from keras_electra.config import FEATURES
@@ -21,9 +22,10 @@ from keras_electra.data.files import (
     MAX_LINE_CHARS,  # noqa: F401 (this module documents it)
     PathsLike,
     check_corpus_has_text,
-    clean_lines,
     resolve_corpus_files,
+    tokenize_batch,
 )
+from keras_electra.data.tfrecords import RECORD_FEATURES, check_records, is_tfrecord_input
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
 
@@ -32,44 +34,11 @@ from keras_electra.errors import ConfigError, InputDataError
 # only cost seconds at the start of every process.
 no_autograph = tf.autograph.experimental.do_not_convert
 
-SINGLE_SEGMENT_PROB = 0.1
-"""Chance that an example's first segment may take all its sentences (no second segment)."""
-
-RANDOM_LENGTH_PROB = 0.05
-"""Chance that the next example's target length is drawn from ``randint(5, max_seq_length)``."""
-
 _TOKENIZE_BATCH = 256
 
-# Sub-streams of randomness derived from (seed, epoch).
-_FILE_ORDER, _PACKING, _SHUFFLE = 1, 2, 3
-
-
-def _stream_seed(seed: int | tf.Tensor, epoch: int | tf.Tensor, stream: int) -> tf.Tensor:
-    """A stateless-RNG seed (shape [2], int64) for one stream of one epoch."""
-    base = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
-    return tf.random.experimental.stateless_fold_in(base, tf.constant(stream, tf.int64))
-
-
-def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
-    """Validates ``batch_size`` and ``max_seq_length`` arguments.
-
-    Args:
-        batch_size: examples per batch (``None`` skips the check).
-        max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
-
-    Raises:
-        ConfigError: if either is not a positive integer or ``max_seq_length`` < 5.
-
-    Examples:
-        >>> check_shapes(32, 128)
-    """
-    if batch_size is not None and (not isinstance(batch_size, int | np.integer) or batch_size < 1):
-        raise ConfigError(f"batch_size={batch_size!r} is invalid; use a positive integer.")
-    if not isinstance(max_seq_length, int | np.integer) or max_seq_length < 5:
-        raise ConfigError(
-            f"max_seq_length={max_seq_length!r} is too small; use an integer of at least 5 "
-            "(128 is typical)."
-        )
+# Readers kept open at once when reading shuffled shards (in order: one at a time, so the
+# shards give back the corpus's examples in its order).
+_MAX_SHUFFLED_READERS = 16
 
 
 def file_order(names: tf.Tensor, seed: int, epoch: int | tf.Tensor) -> tf.Tensor:
@@ -80,7 +49,7 @@ def file_order(names: tf.Tensor, seed: int, epoch: int | tf.Tensor) -> tf.Tensor
     if names.shape[0] <= 1:
         return names
     keys = tf.random.stateless_uniform(
-        [names.shape[0]], seed=_stream_seed(seed, epoch, _FILE_ORDER)
+        [names.shape[0]], seed=packing._stream_seed(seed, epoch, packing._FILE_ORDER)
     )
     return tf.gather(names, tf.argsort(keys))
 
@@ -113,24 +82,6 @@ def line_dataset(
     return tf.data.Dataset.from_tensor_slices(names).flat_map(
         no_autograph(lambda name: tf.data.TextLineDataset(name).concatenate(end_of_file))
     )
-
-
-def tokenize_batch(
-    tokenizer: ElectraTokenizer, batch: tf.Tensor
-) -> tuple[tf.RaggedTensor, tf.Tensor]:
-    """A batch of raw lines as the pipeline reads them: ``(ids, blank)``, the lines cut to
-    :data:`MAX_LINE_CHARS` characters with invalid UTF-8 replaced, tokenized, and whether
-    each is blank (whitespace only: a document's end). The TFRecord writers call it too."""
-    batch = clean_lines(batch)
-    blank = tf.equal(tf.strings.length(tf.strings.strip(batch)), 0)
-    return tokenizer.tokenize(batch), blank
-
-
-def packing_seed(seed: int, epoch: int = 0) -> tuple[int, int]:
-    """The stateless seed pair that pass ``epoch`` packs with (what the writers give
-    :class:`~keras_electra.data.packing.Packer`)."""
-    pair = _stream_seed(seed, epoch, _PACKING).numpy().tolist()
-    return int(pair[0]), int(pair[1])
 
 
 def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.data.Dataset:
@@ -173,8 +124,8 @@ def pack_examples(
     sep_id: int,
     pad_id: int,
     seed: int | tf.Tensor = 0,
-    single_segment_prob: float = SINGLE_SEGMENT_PROB,
-    random_length_prob: float = RANDOM_LENGTH_PROB,
+    single_segment_prob: float = packing.SINGLE_SEGMENT_PROB,
+    random_length_prob: float = packing.RANDOM_LENGTH_PROB,
 ) -> tf.data.Dataset:
     """Packs tokenized sentences into ``[CLS] A [SEP] B [SEP]`` examples, as ELECTRA does.
 
@@ -215,7 +166,7 @@ def pack_examples(
         >>> ex["token_ids"].numpy().tolist(), ex["segment_ids"].numpy().tolist()
         ([2, 5, 6, 3, 7, 3, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0])
     """
-    check_shapes(None, max_seq_length)
+    packing.check_shapes(None, max_seq_length)
     seed = tf.convert_to_tensor(seed, dtype=tf.int64)
     if seed.shape.rank == 0:
         seed = tf.stack([seed, tf.constant(0, tf.int64)])
@@ -406,7 +357,7 @@ def _epoch_examples(
         cls_id=tokenizer.cls_id,
         sep_id=tokenizer.sep_id,
         pad_id=tokenizer.pad_id,
-        seed=_stream_seed(seed, epoch, _PACKING),
+        seed=packing._stream_seed(seed, epoch, packing._PACKING),
     )
 
 
@@ -422,7 +373,7 @@ def text_passes(
 ) -> Callable[[tf.Tensor], tf.data.Dataset]:
     """Checks a text corpus once and returns ``epoch -> that pass's packed examples``.
 
-    The reader :func:`keras_electra.data.pipeline.pretraining_dataset` uses for text.
+    The reader :func:`pretraining_dataset` uses for text.
 
     Raises:
         InputDataError: if a file is missing, the corpus has no text or no tokens, or
@@ -507,3 +458,230 @@ def corpus_stats(
         "unk_rate": unk / pieces,
         "fill_rate": tokens / max(n * max_seq_length, 1),
     }
+
+
+def record_passes(
+    paths: PathsLike,
+    tokenizer: ElectraTokenizer | None,
+    *,
+    seed: int,
+    max_seq_length: int,
+    shuffle_files: bool,
+) -> tuple[Callable[[tf.Tensor], tf.data.Dataset], Callable[[Any], dict[str, tf.Tensor]]]:
+    """Checks TFRecord files once and returns how to read a pass and parse its batches.
+
+    The reader :func:`pretraining_dataset` uses for TFRecords: ``read_pass(epoch)``
+    gives the pass's serialized records (the files one after another; with
+    ``shuffle_files``, in a new seeded order, interleaved), and ``parse(batch)`` turns a
+    batch of them into the pipeline's feature names. If a directory has a
+    ``metadata.json``, its vocabulary size must match the tokenizer's.
+
+    Raises:
+        InputDataError: if no file matches, a file is not a TFRecord of pretraining
+            examples, the files hold no example, their length is not
+            ``max_seq_length``, or they were written with another vocabulary.
+    """
+    vocab_size = tokenizer.vocab_size if tokenizer is not None else None
+    files = check_records(paths, max_seq_length=max_seq_length, vocab_size=vocab_size)
+    names = tf.constant(files, tf.string)
+    cycle = min(len(files), _MAX_SHUFFLED_READERS) if shuffle_files else 1
+
+    def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+        order = file_order(names, seed, epoch) if shuffle_files else names
+        records = tf.data.Dataset.from_tensor_slices(order).interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=cycle,
+            block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        return records.map(no_autograph(lambda record: {"record": record}))
+
+    spec = {
+        stored: tf.io.FixedLenFeature([max_seq_length], tf.int64)
+        for stored in RECORD_FEATURES.values()
+    }
+
+    def parse(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        parsed = tf.io.parse_example(batch["record"], spec)
+        return {name: parsed[stored] for name, stored in RECORD_FEATURES.items()}
+
+    return read_pass, parse
+
+
+def pretraining_dataset(
+    paths: PathsLike,
+    tokenizer: ElectraTokenizer | None = None,
+    *,
+    batch_size: int,
+    max_seq_length: int,
+    seed: int = 0,
+    shuffle: bool = True,
+    repeat: bool = True,
+    shuffle_buffer: int = 10000,
+) -> tf.data.Dataset:
+    """Streams batches of ELECTRA pretraining examples from text or TFRecord files.
+
+    Text (one sentence per line, blank lines between documents): each pass over the
+    corpus (epoch ``e``) packs with seed ``(seed, e)``, and with ``shuffle`` reads the
+    files in a new seeded order. TFRecords (``*.tfrecord`` files or a directory of
+    them, written by :func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords`):
+    with ``shuffle`` each pass reads the files in a new seeded order, interleaved (without
+    it, one after another: the examples of a corpus prepared once, in its order). Either
+    way, with ``shuffle`` each pass's examples are shuffled within blocks of
+    ``shuffle_buffer`` (the first batch waits for one block, or one pass if that is
+    shorter). The sequence of batches depends only on the files, the tokenizer and
+    these arguments, so ``dataset.skip(n)`` resumes at batch ``n``.
+
+    Args:
+        paths: text files, directories of ``*.txt`` files, TFRecord files, directories of
+            ``*.tfrecord`` files, or glob patterns (one kind of data, not both).
+        tokenizer: the tokenizer; text needs it, and TFRecords whose directory has a
+            ``metadata.json`` are checked against its vocabulary size.
+        batch_size: examples per batch (a last partial batch is dropped).
+        max_seq_length: tokens per example; TFRecords must hold this length.
+        seed: the seed for packing and shuffling.
+        shuffle: shuffle files and examples.
+        repeat: loop over the data forever (each pass shuffled, and text packed, anew).
+        shuffle_buffer: examples shuffled together.
+
+    Returns:
+        A dataset of dicts ``{"token_ids", "padding_mask", "segment_ids"}`` of int32
+        tensors of static shape ``[batch_size, max_seq_length]``, carrying
+        :func:`fit_options`.
+
+    Raises:
+        InputDataError: if a file is missing, text and TFRecords are mixed, the corpus
+            has no text or no tokens, (without ``repeat``) it gives fewer than
+            ``batch_size`` examples, a file is not a TFRecord of pretraining examples,
+            the records are of another length or were written with another vocabulary.
+        ConfigError: if ``batch_size`` or ``max_seq_length`` is invalid, or text comes
+            without a tokenizer.
+
+    Examples:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("hi hi.\\n\\nhi.\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "."])
+        >>> ds = pretraining_dataset(path, t, batch_size=2, max_seq_length=8)
+        >>> next(iter(ds))["token_ids"].shape
+        TensorShape([2, 8])
+    """
+    packing.check_shapes(batch_size, max_seq_length)
+    parse = None
+    if is_tfrecord_input(paths):
+        read_pass, parse = record_passes(
+            paths, tokenizer, seed=seed, max_seq_length=max_seq_length, shuffle_files=shuffle
+        )
+    elif tokenizer is None:
+        raise ConfigError(
+            "Text data needs a tokenizer; pass an ElectraTokenizer (only TFRecords can do "
+            "without one)."
+        )
+    else:
+        read_pass = text_passes(
+            paths,
+            tokenizer,
+            seed=seed,
+            max_seq_length=max_seq_length,
+            shuffle_files=shuffle,
+            batch_size=batch_size,
+            repeat=repeat,
+        )
+
+    @no_autograph
+    def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+        examples = read_pass(epoch)
+        return block_shuffle(examples, shuffle_buffer, seed, epoch) if shuffle else examples
+
+    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    return finish_batches(epochs.flat_map(one_pass), batch_size, max_seq_length, parse=parse)
+
+
+def block_shuffle(
+    dataset: tf.data.Dataset, block_size: int, seed: int, epoch: int | tf.Tensor = 0
+) -> tf.data.Dataset:
+    """Shuffles examples within consecutive blocks of ``block_size``, statelessly.
+
+    Unlike ``Dataset.shuffle``, the order depends only on ``seed`` and ``epoch`` (not on
+    TensorFlow's global seed), so a pipeline rebuilt in another process yields the same
+    sequence. A last, shorter block is shuffled too.
+
+    Args:
+        dataset: a finite dataset (one pass) of dicts of tensors.
+        block_size: examples per block (the shuffle buffer).
+        seed: the seed.
+        epoch: the pass number (an int or int64 tensor); each pass shuffles differently.
+
+    Returns:
+        The shuffled dataset.
+
+    Examples:
+        >>> ds = tf.data.Dataset.range(6).map(lambda i: {"x": i})
+        >>> sorted(int(e["x"]) for e in block_shuffle(ds, 3, seed=0))
+        [0, 1, 2, 3, 4, 5]
+    """
+    if block_size <= 1:
+        return dataset
+    pass_seed = packing._stream_seed(seed, epoch, packing._SHUFFLE)
+
+    @no_autograph
+    def shuffle_block(index, block):
+        size = tf.shape(tf.nest.flatten(block)[0])[0]
+        key = tf.random.experimental.stateless_fold_in(pass_seed, index)
+        order = tf.argsort(tf.random.stateless_uniform([size], seed=key))
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
+
+    return dataset.batch(block_size).enumerate().map(shuffle_block).unbatch()
+
+
+def finish_batches(
+    examples: tf.data.Dataset,
+    batch_size: int,
+    max_seq_length: int,
+    parse: Callable[[Any], dict[str, tf.Tensor]] | None = None,
+) -> tf.data.Dataset:
+    """Batches examples with static shapes ``[batch_size, max_seq_length]`` and prefetches.
+
+    Args:
+        examples: a dataset of dicts of int ``[max_seq_length]`` tensors (or of
+            elements that ``parse`` turns into such dicts once batched).
+        batch_size: examples per batch; a last partial batch is dropped.
+        max_seq_length: tokens per example.
+        parse: optional function applied to each batch before the shapes are fixed.
+
+    Returns:
+        The batched dataset of int32 dicts, options set for deterministic order.
+
+    Examples:
+        >>> ds = tf.data.Dataset.from_tensors({"token_ids": tf.zeros([4], tf.int32)}).repeat(3)
+        >>> finish_batches(ds, 2, 4).element_spec["token_ids"].shape
+        TensorShape([2, 4])
+    """
+    shape = [batch_size, max_seq_length]
+
+    @no_autograph
+    def fix(batch: Any) -> dict[str, tf.Tensor]:
+        if parse is not None:
+            batch = parse(batch)
+        return {k: tf.ensure_shape(tf.cast(v, tf.int32), shape) for k, v in batch.items()}
+
+    batches = examples.batch(batch_size, drop_remainder=True).map(
+        fix, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    return batches.with_options(fit_options()).prefetch(tf.data.AUTOTUNE)
+
+
+def fit_options() -> tf.data.Options:
+    """tf.data options for a dataset handed to ``model.fit``: deterministic order, and
+    tf.data's autotuning off (with it on, every ``fit`` ends late: docs/pretraining.md,
+    "From Python"). Apply it to your own datasets too: ``dataset.with_options(fit_options())``.
+
+    Examples:
+        >>> fit_options().autotune.enabled
+        False
+    """
+    options = tf.data.Options()
+    options.deterministic = True
+    options.autotune.enabled = False
+    return options

@@ -1,22 +1,24 @@
-"""Pretraining examples written to and read from sharded TFRecord files.
+"""Pretraining examples written once to sharded TFRecord files, and read back.
 
-Writing packs the text once (:func:`write_pretraining_tfrecords`), so training skips
-tokenization and packing. Each record is a ``tf.train.Example`` with int64 features
-``input_ids``, ``input_mask`` and ``segment_ids`` of length ``max_seq_length`` (the
-original ELECTRA's feature names, so its files and ours read alike); reading renames
-them to the pipeline's ``token_ids``, ``padding_mask`` and ``segment_ids``.
+Writing (:func:`write_pretraining_tfrecords`; :mod:`keras_electra.data.beam` on every core
+or a cluster) cuts the corpus at document starts (:func:`plan_shards`) and packs each shard
+with the one rule (:class:`~keras_electra.data.packing.Packer`), atomically: docs/pretraining.md,
+"Preparing a large corpus". Records keep the original ELECTRA's int64 feature names,
+renamed when read (:data:`RECORD_FEATURES`). Paths may be local or URLs such as ``gs://``.
 """
 
 from __future__ import annotations
 
-import functools
+import gc
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from keras_electra.atomic import write_json
@@ -24,19 +26,20 @@ from keras_electra.data.files import (
     PathsLike,
     _as_list,
     check_corpus_has_text,
+    file_size,
+    is_remote,
+    open_binary,
     resolve_corpus_files,
     resolve_files,
+    tokenize_batch,
 )
-from keras_electra.data.packing import Packer
-from keras_electra.data.pretraining import (
+from keras_electra.data.packing import (
     RANDOM_LENGTH_PROB,
     SINGLE_SEGMENT_PROB,
+    Packer,
     check_shapes,
-    file_order,
-    no_autograph,
     packing_seed,
 )
-from keras_electra.data.shards import ShardPlan, plan_shards, write_shard
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
 
@@ -51,19 +54,20 @@ RECORD_FEATURES = {
     "segment_ids": "segment_ids",
 }
 
-# Readers kept open at once when reading shuffled shards (in order: one at a time, so the
-# shards give back the corpus's examples in its order).
-_MAX_SHUFFLED_READERS = 16
+_READ_BYTES = 1 << 20  # text read (and tokenized) at a time
+_TOKENIZE_LINES = 4096
+_BOUNDARY_WINDOW = 1 << 16
 
 
-def shard_name(index: int, num_shards: int) -> str:
-    """The file name of one shard, e.g. ``pretraining-00003-of-00008.tfrecord``.
+def shard_paths(output_dir: str, num_shards: int) -> list[str]:
+    """The shards' files in ``output_dir``, ``pretraining-00003-of-00008.tfrecord`` and so on.
 
     Examples:
-        >>> shard_name(3, 8)
-        'pretraining-00003-of-00008.tfrecord'
+        >>> shard_paths("out", 8)[3]
+        'out/pretraining-00003-of-00008.tfrecord'
     """
-    return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}{TFRECORD_SUFFIX}"
+    name = f"{SHARD_PREFIX}-{{:05d}}-of-{num_shards:05d}{TFRECORD_SUFFIX}"
+    return [os.path.join(output_dir, name.format(i)) for i in range(num_shards)]
 
 
 def write_pretraining_tfrecords(
@@ -112,8 +116,14 @@ def write_pretraining_tfrecords(
     """
     from tqdm import tqdm
 
-    job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
-    factory = job.packer_factory(tokenizer)
+    job = start_writing(
+        files,
+        tokenizer,
+        output_dir,
+        max_seq_length=max_seq_length,
+        num_shards=num_shards,
+        seed=seed,
+    )
     with tqdm(
         total=job.corpus_bytes,
         unit="B",
@@ -121,10 +131,7 @@ def write_pretraining_tfrecords(
         desc="Packing",
         disable=not progress,
     ) as bar:
-        counts = [
-            write_shard(plan, path, tokenizer, factory, on_bytes=bar.update)
-            for plan, path in zip(job.plans, job.paths, strict=True)
-        ]
+        counts = [job.write(plan, tokenizer, on_bytes=bar.update) for plan in job.plans]
     job.finish(counts, {"runner": "in-process"})
     return job.paths
 
@@ -136,7 +143,8 @@ _SUMMARY = ("max_seq_length", "vocab_size", "lowercase", "seed", "num_shards", "
 @dataclass
 class WritingJob:
     """A TFRecord writing prepared by :func:`start_writing`: the shards' plans and paths,
-    the settings recorded in ``metadata.json``; :meth:`finish` writes the metadata."""
+    the settings recorded in ``metadata.json``; :meth:`write` writes a shard (on whichever
+    worker), :meth:`finish` the metadata."""
 
     output_dir: str
     plans: list[ShardPlan]
@@ -147,11 +155,27 @@ class WritingJob:
     def corpus_bytes(self) -> int:
         return sum(plan.num_bytes for plan in self.plans)
 
-    def packer_factory(self, tokenizer: ElectraTokenizer) -> Callable[[], Packer]:
-        """A function making the packer every shard packs with (the one rule and seed)."""
-        return functools.partial(
-            Packer,
-            self.settings["max_seq_length"],
+    def write(
+        self,
+        plan: ShardPlan,
+        tokenizer: ElectraTokenizer,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> int:
+        """Writes ``plan``'s shard with the job's packing (the one rule and seed),
+        atomically (its path ``+ ".tmp"``, then renamed); a shard whose file exists is kept
+        as it is (its records are counted).
+
+        Returns:
+            The number of examples in the shard.
+        """
+        path = self.paths[plan.index]
+        if tf.io.gfile.exists(path):
+            if on_bytes:
+                on_bytes(plan.num_bytes)
+            return sum(1 for _ in tf.data.TFRecordDataset(path))
+        length = self.settings["max_seq_length"]
+        packer = Packer(
+            length,
             tokenizer.cls_id,
             tokenizer.sep_id,
             tokenizer.pad_id,
@@ -159,6 +183,28 @@ class WritingJob:
             SINGLE_SEGMENT_PROB,
             RANDOM_LENGTH_PROB,
         )
+        serialize = serializer(length)
+        temp = f"{path}.tmp"
+        count = 0
+        collecting = gc.isenabled()
+        gc.disable()  # the loop allocates many short-lived lists; nothing in it forms cycles
+        try:
+            with tf.io.TFRecordWriter(temp) as writer:
+                for examples, size in shard_examples(plan, tokenizer, packer):
+                    for record in serialize(examples):
+                        writer.write(record)
+                    count += len(examples["token_ids"])
+                    if on_bytes:
+                        on_bytes(size)
+        except BaseException:
+            if tf.io.gfile.exists(temp):
+                tf.io.gfile.remove(temp)
+            raise
+        finally:
+            if collecting:
+                gc.enable()
+        tf.io.gfile.rename(temp, path, overwrite=True)
+        return count
 
     def finish(self, counts: Sequence[int], pipeline: dict[str, Any]) -> None:
         """Writes ``metadata.json``: the examples counted, the settings and ``pipeline``
@@ -180,9 +226,10 @@ def start_writing(
     files: PathsLike,
     tokenizer: ElectraTokenizer,
     output_dir: str,
+    *,
     max_seq_length: int,
-    num_shards: int,
-    seed: int,
+    num_shards: int = 8,
+    seed: int = 0,
 ) -> WritingJob:
     """Checks the corpus and settings, plans the shards and readies ``output_dir``: its
     finished shards are kept when its ``metadata.json`` names the same corpus and
@@ -206,16 +253,16 @@ def start_writing(
         "corpus_bytes": sum(plan.num_bytes for plan in plans),
         "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
     }
-    shard_paths = [os.path.join(output_dir, shard_name(i, num_shards)) for i in range(num_shards)]
+    paths = shard_paths(output_dir, num_shards)
     previous = _read_metadata(output_dir)
     same = previous.get("settings") == settings
     pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
     for old in tf.io.gfile.glob(pattern):
-        if old.endswith(".tmp") or not same or old not in shard_paths:
+        if old.endswith(".tmp") or not same or old not in paths:
             tf.io.gfile.remove(old)
     if not same:
         _write_metadata(output_dir, {"complete": False, "settings": settings})
-    return WritingJob(output_dir, plans, shard_paths, settings)
+    return WritingJob(output_dir, plans, paths, settings)
 
 
 def _read_metadata(directory: str, lenient: bool = True) -> dict:
@@ -235,7 +282,7 @@ def _read_metadata(directory: str, lenient: bool = True) -> dict:
 
 def _write_metadata(directory: str, metadata: dict) -> None:
     path = os.path.join(directory, METADATA_FILE)
-    if "://" in directory:
+    if is_remote(directory):
         with tf.io.gfile.GFile(path, "w") as f:  # an object store's write is atomic
             f.write(json.dumps(metadata, indent=2))
     else:
@@ -255,6 +302,237 @@ def check_writing(max_seq_length: int, num_shards: int) -> None:
     check_shapes(None, max_seq_length)
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ConfigError(f"num_shards={num_shards!r} is invalid; use a positive integer.")
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What one shard reads: ``pieces`` of files as ``(path, start, end)`` byte ranges,
+    each starting at a document's start."""
+
+    index: int
+    num_shards: int
+    pieces: tuple[tuple[str, int, int], ...]
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(end - start for _, start, end in self.pieces)
+
+
+def _is_blank(line: bytes) -> bool:
+    # The pipeline's blank: whitespace only (tf.strings.strip's ASCII whitespace).
+    return not line.strip(b" \t\n\r\x0b\x0c")
+
+
+def document_start(path: str, offset: int, size: int) -> int:
+    """The first document start at or after ``offset`` in a file of ``size`` bytes: the
+    start of a line whose previous line is blank, or ``size``. A previous line longer than
+    the window looked at counts as not blank (a boundary is then skipped, never invented).
+    """
+    if offset <= 0:
+        return 0
+    back = min(offset, _BOUNDARY_WINDOW)
+    with open_binary(path) as f:
+        f.seek(offset - back)
+        data = f.read(back + _BOUNDARY_WINDOW)
+        base = offset - back
+        while True:
+            # Line starts at or after offset: positions just after a newline.
+            position = data.find(b"\n", back - 1)
+            while position != -1:
+                start = position + 1
+                line_begin = data.rfind(b"\n", 0, position) + 1
+                known = line_begin > 0 or base == 0
+                if start >= back and known and _is_blank(data[line_begin:position]):
+                    return base + start
+                position = data.find(b"\n", start)
+            if base + len(data) >= size:
+                return size
+            more = f.read(_BOUNDARY_WINDOW * 16)
+            if not more:
+                return size
+            data += more
+
+
+def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
+    """Cuts the corpus into ``num_shards`` document-aligned ranges of about equal bytes.
+
+    Examples:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "w").write("One.\\nTwo.\\n\\nThree.\\n")
+        >>> [[(s, e) for _, s, e in p.pieces] for p in plan_shards([path], 2)]
+        [[(0, 11)], [(11, 18)]]
+    """
+    sizes = [file_size(path) for path in files]
+    total = sum(sizes)
+    # Each boundary as (file index, offset), moved to the next document start.
+    boundaries = [(0, 0)]
+    for shard in range(1, num_shards):
+        target = total * shard // num_shards
+        index, before = 0, 0
+        while index < len(files) - 1 and before + sizes[index] <= target:
+            before += sizes[index]
+            index += 1
+        offset = document_start(files[index], target - before, sizes[index])
+        boundaries.append(max(boundaries[-1], (index, offset)))
+    boundaries.append((len(files) - 1, sizes[-1]) if files else (0, 0))
+    plans = []
+    for shard in range(num_shards):
+        (first, start), (last, end) = boundaries[shard], boundaries[shard + 1]
+        pieces = []
+        for index in range(first, last + 1):
+            begin = start if index == first else 0
+            stop = end if index == last else sizes[index]
+            if stop > begin:
+                pieces.append((files[index], begin, stop))
+        plans.append(ShardPlan(shard, num_shards, tuple(pieces)))
+    return plans
+
+
+def read_lines(path: str, start: int, end: int) -> Iterator[tuple[list[bytes], int]]:
+    """The lines of ``path[start:end]`` in blocks, as ``tf.data.TextLineDataset`` reads
+    them (``\\n`` ends a line, a ``\\r`` before it is dropped, the last line may lack it),
+    each block with the number of bytes it took."""
+    with open_binary(path) as f:
+        f.seek(start)
+        left = end - start
+        rest = b""
+        while left > 0:
+            data = f.read(min(_READ_BYTES, left))
+            if not data:
+                break
+            left -= len(data)
+            data = rest + data
+            cut = data.rfind(b"\n") + 1 if left > 0 else len(data)
+            block, rest = data[:cut], data[cut:]
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            yield [line[:-1] if line.endswith(b"\r") else line for line in lines], len(block)
+        if rest:
+            yield [rest[:-1] if rest.endswith(b"\r") else rest], len(rest)
+
+
+def serializer(max_seq_length: int) -> Callable[[dict[str, np.ndarray]], list[bytes]]:
+    """A function from packed examples (int32 ``[n, max_seq_length]`` arrays) to serialized
+    ``tf.train.Example`` records with ``input_ids``, ``input_mask`` and ``segment_ids``
+    (:data:`~keras_electra.data.tfrecords.RECORD_FEATURES`), byte for byte what protobuf's
+    deterministic serialization writes (map keys sorted), without building a proto: the
+    ids' varints are encoded for the whole block at once, and the mask and segment
+    features, which depend only on where the segments end, are looked up."""
+    length = int(max_seq_length)
+    masks: dict[int, bytes] = {}
+    segments: dict[tuple[int, int], bytes] = {}
+
+    def mask_feature(end: int) -> bytes:
+        if end not in masks:
+            masks[end] = _feature(b"input_mask", b"\x01" * end + b"\x00" * (length - end))
+        return masks[end]
+
+    def segment_feature(end_a: int, end: int) -> bytes:
+        if (end_a, end) not in segments:
+            values = b"\x00" * end_a + b"\x01" * (end - end_a) + b"\x00" * (length - end)
+            segments[(end_a, end)] = _feature(b"segment_ids", values)
+        return segments[(end_a, end)]
+
+    def serialize(examples: dict[str, np.ndarray]) -> list[bytes]:
+        ids = examples["token_ids"].astype(np.int64)
+        if not len(ids):
+            return []
+        packed, offsets = _varints(ids)
+        ends = examples["padding_mask"].sum(axis=1)
+        # The first segment's end: [CLS] A [SEP] are segment 0, B [SEP] segment 1.
+        ends_a = (ends - examples["segment_ids"].sum(axis=1)).tolist()
+        ends = ends.tolist()
+        bounds = offsets.tolist()
+        records = []
+        for row, (end, end_a) in enumerate(zip(ends, ends_a, strict=True)):
+            features = (
+                _feature(b"input_ids", packed[bounds[row] : bounds[row + 1]])
+                + mask_feature(end)
+                + segment_feature(end_a, end)
+            )
+            records.append(b"\x0a" + _varint(len(features)) + features)
+        return records
+
+    return serialize
+
+
+def _feature(name: bytes, packed: bytes) -> bytes:
+    """One entry of ``Features.feature``: ``name`` -> an ``Int64List`` of packed varints."""
+    ints = b"\x0a" + _varint(len(packed)) + packed  # Int64List.value, packed
+    value = b"\x1a" + _varint(len(ints)) + ints  # Feature.int64_list
+    entry = b"\x0a" + _varint(len(name)) + name + b"\x12" + _varint(len(value)) + value
+    return b"\x0a" + _varint(len(entry)) + entry
+
+
+def _varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """Token ids (int64 ``[n, m]``, below 2**28) as protobuf varints: all rows' bytes and
+    each row's start offset (``n + 1`` of them)."""
+    if values.size and (values.min() < 0 or values.max() >= 1 << 28):
+        raise ValueError("token ids must lie in [0, 2**28)")
+    groups = np.stack([(values >> (7 * k)) & 0x7F for k in range(4)], axis=-1)
+    keep = np.ones(groups.shape, bool)
+    for k in range(1, 4):
+        keep[..., k] = values >= 1 << (7 * k)
+    groups[..., :-1] |= np.where(keep[..., 1:], 0x80, 0)
+    offsets = np.concatenate([[0], np.cumsum(keep.reshape(len(values), -1).sum(axis=1))])
+    return groups[keep].astype(np.uint8).tobytes(), offsets
+
+
+def _varint(value: int) -> bytes:
+    if value < len(_SMALL_VARINTS):
+        return _SMALL_VARINTS[value]
+    return _encode_varint(value)
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [_encode_varint(n) for n in range(1 << 14)]
+
+
+def _tokenized_blocks(plan: ShardPlan, tokenizer) -> Iterator[tuple[list, int] | None]:
+    """The shard's lines tokenized, block by block: ``([(flat ids, row splits, blank),
+    ...], bytes)`` per block, and ``None`` at each piece's end."""
+    for path, start, end in plan.pieces:
+        for lines, size in read_lines(path, start, end):
+            batches = []
+            for i in range(0, len(lines), _TOKENIZE_LINES):
+                ids, blank = tokenize_batch(tokenizer, tf.constant(lines[i : i + _TOKENIZE_LINES]))
+                batches.append((ids.flat_values.numpy(), ids.row_splits.numpy(), blank.numpy()))
+            yield batches, size
+        yield None
+
+
+def shard_examples(
+    plan: ShardPlan, tokenizer, packer: Packer
+) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+    """The shard's packed examples in blocks (dicts of int32 ``[n, length]`` arrays), each
+    with the bytes of text it took. A thread reads and tokenizes the next block (TensorFlow
+    releases the GIL) while this one is packed and serialized."""
+    with ThreadPoolExecutor(1) as pool:
+        blocks = _tokenized_blocks(plan, tokenizer)
+        pending = pool.submit(next, blocks, StopIteration)
+        while True:
+            block = pending.result()
+            if block is StopIteration:
+                return
+            pending = pool.submit(next, blocks, StopIteration)
+            if block is None:
+                packer.finish()  # a piece ends at a document's end, or at its file's end
+                yield packer.take(), 0
+                continue
+            batches, size = block
+            for flat, splits, blank in batches:
+                packer.add(flat, splits, blank)
+            yield packer.take(), size
 
 
 def resolve_tfrecord_files(paths: PathsLike) -> list[str]:
@@ -325,62 +603,14 @@ def unreadable_tfrecord(paths: PathsLike) -> tuple[str, str] | None:
     return None
 
 
-def record_passes(
-    paths: PathsLike,
-    tokenizer: ElectraTokenizer | None,
-    *,
-    seed: int,
-    max_seq_length: int,
-    shuffle_files: bool,
-) -> tuple[Callable[[tf.Tensor], tf.data.Dataset], Callable[[Any], dict[str, tf.Tensor]]]:
-    """Checks TFRecord files once and returns how to read a pass and parse its batches.
-
-    The reader :func:`keras_electra.data.pipeline.pretraining_dataset` uses for
-    TFRecords: ``read_pass(epoch)`` gives the pass's serialized records (the files one
-    after another; with ``shuffle_files``, in a new seeded order, interleaved), and
-    ``parse(batch)`` turns a batch of them into the pipeline's feature names. If a
-    directory has a ``metadata.json``, its vocabulary size must match the tokenizer's.
-
-    Raises:
-        InputDataError: if no file matches, a file is not a TFRecord of pretraining
-            examples, the files hold no example, their length is not
-            ``max_seq_length``, or they were written with another vocabulary.
-    """
-    vocab_size = tokenizer.vocab_size if tokenizer is not None else None
-    files = check_records(paths, max_seq_length=max_seq_length, vocab_size=vocab_size)
-    names = tf.constant(files, tf.string)
-    cycle = min(len(files), _MAX_SHUFFLED_READERS) if shuffle_files else 1
-
-    def read_pass(epoch: tf.Tensor) -> tf.data.Dataset:
-        order = file_order(names, seed, epoch) if shuffle_files else names
-        records = tf.data.Dataset.from_tensor_slices(order).interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=cycle,
-            block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-        return records.map(no_autograph(lambda record: {"record": record}))
-
-    spec = {
-        stored: tf.io.FixedLenFeature([max_seq_length], tf.int64)
-        for stored in RECORD_FEATURES.values()
-    }
-
-    def parse(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        parsed = tf.io.parse_example(batch["record"], spec)
-        return {name: parsed[stored] for name, stored in RECORD_FEATURES.items()}
-
-    return read_pass, parse
-
-
 def check_records(
     paths: PathsLike, *, max_seq_length: int, vocab_size: int | None = None
 ) -> list[str]:
     """Checks TFRecord files against a run's settings before anything reads them: the
     files exist, the first record is a pretraining example of ``max_seq_length`` tokens,
     and (with ``vocab_size``) a directory's ``metadata.json`` names that vocabulary size.
-    :func:`record_passes` (so every pretraining pipeline) and a dry run call this.
+    :func:`~keras_electra.data.pretraining.record_passes` (so every pretraining
+    pipeline) and a dry run call this.
 
     Returns:
         The files, in order.

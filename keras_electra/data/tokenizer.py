@@ -16,6 +16,11 @@ MAX_BYTES_PER_WORD = 100
 """Words longer than this many UTF-8 bytes become ``[UNK]``."""
 
 
+def _special_id(token: str) -> property:
+    """A read-only property: the id of the special ``token``."""
+    return property(lambda self: self._special_ids[token], doc=f"The id of ``{token}``.")
+
+
 class ElectraTokenizer(tf.Module):
     """BERT-style WordPiece tokenizer built on tensorflow-text's ``FastBertTokenizer``.
 
@@ -131,30 +136,11 @@ class ElectraTokenizer(tf.Module):
         """Whether text is lower-cased and stripped of accents."""
         return self._config["lowercase"]
 
-    @property
-    def pad_id(self) -> int:
-        """The id of ``[PAD]``."""
-        return self._special_ids["[PAD]"]
-
-    @property
-    def unk_id(self) -> int:
-        """The id of ``[UNK]``."""
-        return self._special_ids["[UNK]"]
-
-    @property
-    def cls_id(self) -> int:
-        """The id of ``[CLS]``."""
-        return self._special_ids["[CLS]"]
-
-    @property
-    def sep_id(self) -> int:
-        """The id of ``[SEP]``."""
-        return self._special_ids["[SEP]"]
-
-    @property
-    def mask_id(self) -> int:
-        """The id of ``[MASK]``."""
-        return self._special_ids["[MASK]"]
+    pad_id = _special_id("[PAD]")
+    unk_id = _special_id("[UNK]")
+    cls_id = _special_id("[CLS]")
+    sep_id = _special_id("[SEP]")
+    mask_id = _special_id("[MASK]")
 
     def tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
         """Splits strings into word-piece ids.

@@ -112,7 +112,8 @@ def save_vocab(tokens: Sequence[str], path: str) -> None:
 
     Args:
         tokens: the tokens, in id order.
-        path: output file; its directory is created if needed.
+        path: output file (or a URL such as ``gs://``); a local file's directory is
+            created if needed.
 
     Raises:
         InputDataError: if the tokens fail :func:`validate_vocab`.
@@ -122,10 +123,16 @@ def save_vocab(tokens: Sequence[str], path: str) -> None:
         >>> save_vocab(list(SPECIAL_TOKENS), os.path.join(tempfile.mkdtemp(), "vocab.txt"))
     """
     validate_vocab(tokens)
-    path = os.fspath(path)
+    path, text = os.fspath(path), "".join(f"{token}\n" for token in tokens)
+    if is_remote(path):  # gs://bucket/vocab.txt, written through tf.io.gfile
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+        return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write("".join(f"{token}\n" for token in tokens))
+        f.write(text)
 
 
 def count_words(
