@@ -442,6 +442,15 @@ def test_tfrecord_errors(corpus, tokenizer, tmp_path):
     bogus.write_bytes(b"this is not a record file at all")
     with pytest.raises(InputDataError, match="not a readable TFRecord"):
         pretraining_dataset(str(bogus), batch_size=2, max_seq_length=32)
+    # A damaged metadata.json is one sentence that names it and says what rewrites it.
+    metadata = tmp_path / "records" / "metadata.json"
+    metadata.write_text('{"vocab_size": 7', encoding="utf-8")
+    with pytest.raises(InputDataError) as caught:
+        pretraining_dataset(out, tokenizer, batch_size=2, max_seq_length=32)
+    assert str(caught.value) == (
+        f"'{metadata}' is not valid JSON; run keras-electra prepare again to rewrite the "
+        "TFRecords and their metadata."
+    )
 
 
 def test_pretraining_dataset_dispatches(corpus, tokenizer, tmp_path):

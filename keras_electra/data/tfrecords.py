@@ -267,7 +267,7 @@ def start_writing(
 
 def _read_metadata(directory: str, lenient: bool = True) -> dict:
     """``directory``'s ``metadata.json`` (local or a URL), {} when there is none; one that
-    is not JSON raises, or with ``lenient`` gives {}."""
+    is not JSON raises :class:`InputDataError`, or with ``lenient`` gives {}."""
     path = os.path.join(directory, METADATA_FILE)
     if not tf.io.gfile.exists(path):
         return {}
@@ -276,7 +276,10 @@ def _read_metadata(directory: str, lenient: bool = True) -> dict:
             return json.load(f)
         except ValueError:
             if not lenient:
-                raise
+                raise InputDataError(
+                    f"'{path}' is not valid JSON; run keras-electra prepare again to rewrite "
+                    "the TFRecords and their metadata."
+                ) from None
             return {}
 
 
