@@ -38,8 +38,9 @@ from conftest import SAMPLE_CORPUS, SAMPLE_VALID  # noqa: I001
 from tfserving_standin import SignatureRunner
 
 from keras_electra.data import pretraining_dataset
+from keras_electra.encoding import encode_texts
 from keras_electra.export import export
-from keras_electra.pretraining.run import pretrain
+from keras_electra.pretraining.run import load_run, pretrain
 from keras_electra.serving.export_reader import read_token_scores
 
 STEPS = 600  # the demo's run (make demo)
@@ -207,7 +208,19 @@ def test_the_exported_demo_model_flags_the_implanted_word(trained, tmp_path):
     exported = export(trained.run_dir, tmp_path / "demo")
     texts = np.array([t.format(w).encode() for t, w in IMPLANTED], object)
     with SignatureRunner(str(exported)) as runner:
-        rows = read_token_scores(runner.run("serving_default", {"text": texts}))
+        outputs = runner.run("serving_default", {"text": texts})
+    rows = read_token_scores(outputs)
+    # Whatever the run's precision, the run restores and exports in float32, and the
+    # export's probabilities are the restored model's.
+    model, tokenizer, step = load_run(trained.run_dir)
+    assert step == trained.history[-1]["step"] and model.compute_dtype == "float32"
+    for a, b in zip(trained.model.trainable_variables, model.trainable_variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    probs = outputs["replaced_prob"]
+    assert probs.dtype == np.float32
+    inputs = encode_texts(tokenizer, tf.constant(texts), max_length=probs.shape[1])
+    expected = tf.sigmoid(model(inputs, training=False)).numpy() * inputs["padding_mask"].numpy()
+    np.testing.assert_allclose(probs, expected, atol=1e-5)
     hits = []
     for (template, _), row in zip(IMPLANTED, rows, strict=True):
         target = template.split().index("{}")
