@@ -346,8 +346,8 @@ def _run_convert(args: argparse.Namespace) -> None:
             raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
         google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
         if args.source_format != "google" and google_only:
-            flag = "--" + google_only[0].replace("_", "-")
-            raise errors.ConfigError(f"{flag} applies to --from google only.")
+            given = "--" + google_only[0].replace("_", "-")
+            raise errors.ConfigError(f"{given} applies to --from google only.")
         if args.generator and args.source_format != "hf":
             raise errors.ConfigError("--generator applies to --from hf only.")
         options = {}
