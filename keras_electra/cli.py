@@ -34,35 +34,51 @@ from keras_electra.settings import (  # noqa: E402 - plain Python
 
 PRESET_NAMES = tuple(PRESETS)
 
+COMMANDS: dict[str, tuple] = {}
+"""The subcommands in the order ``--help`` lists them: name -> (help, description, flags,
+the function that runs it); :func:`command` fills it in, :func:`build_parser` reads it."""
 
-def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "pretrain",
-        help="pretrain an ELECTRA generator + discriminator on text files",
-        description="Pretrain ELECTRA on plain-text files (one sentence per line, a blank line "
-        "between documents) or TFRecords from `keras-electra prepare`. Run again with the same "
-        "--output to resume from the latest checkpoint.",
-    )
-    p.add_argument("--output", required=True, metavar="RUN_DIR", help="run directory")
-    # One flag per PretrainSettings field: --batch-size for batch_size, and so on.
-    add_arguments(p, PretrainSettings)
-    p.add_argument(
+
+def command(name: str, help: str, description: str, *flags):  # noqa: A002 - argparse's word
+    """Register the function it decorates as ``keras-electra NAME``. A flag is
+    ``flag(*names, **keywords)`` (``add_argument``'s arguments), a settings class (one flag
+    per field: :func:`~keras_electra.settings.add_arguments`), or a list of flags of which
+    exactly one must be given."""
+
+    def register(run):
+        COMMANDS[name] = (help, description, flags, run)
+        return run
+
+    return register
+
+
+def flag(*names: str, **keywords) -> tuple[tuple[str, ...], dict]:
+    return names, keywords
+
+
+@command(
+    "pretrain",
+    "pretrain an ELECTRA generator + discriminator on text files",
+    "Pretrain ELECTRA on plain-text files (one sentence per line, a blank line between "
+    "documents) or TFRecords from `keras-electra prepare`. Run again with the same --output "
+    "to resume from the latest checkpoint.",
+    flag("--output", required=True, metavar="RUN_DIR", help="run directory"),
+    PretrainSettings,  # --batch-size for batch_size, and so on
+    flag(
         "--sample",
         metavar="TEXT",
         action="append",
         help="after training, show the discriminator's scores for this sentence",
-    )
-    p.set_defaults(func=_run_pretrain)
-
-
-def _run_pretrain(args: argparse.Namespace) -> int:
+    ),
+)
+def _run_pretrain(args: argparse.Namespace) -> None:
     from keras_electra.pretraining.run import pretrain
     from keras_electra.scoring import format_scores, score_sentences, score_texts
 
     result = pretrain(args.corpus, args.output, settings=from_arguments(args, PretrainSettings))
     if args.dry_run:
         print(result.describe())
-        return 0
+        return
     metrics = result.final_metrics
     print(f"\nRun directory: {result.run_dir}  (step {result.step})")
     if metrics:
@@ -81,130 +97,112 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         print("\nDiscriminator: probability that each token was replaced")
         scores = score_texts(result.model, result.tokenizer, args.sample)
         print(format_scores(scores, color=sys.stdout.isatty()))
-    return 0
 
 
-def _add_prepare(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "prepare",
-        help="tokenize and pack a corpus into sharded TFRecords",
-        description="Write pretraining examples (token ids, padding mask, segment ids) as sharded "
-        "TFRecords, for corpora too large to tokenize on the fly. With the beam extra "
-        '(pip install "keras-electra[beam]") it runs as an Apache Beam pipeline, on every '
-        "local core by default; any flag not listed here is a Beam pipeline option "
-        "(--runner DataflowRunner --project P --region R --temp_location gs://B/tmp).",
-    )
-    p.add_argument(
-        "--output", required=True, metavar="DIR", help="where the shards and vocab.txt go"
-    )
-    # One flag per PrepareSettings field: --max-seq-length for max_seq_length, and so on.
-    add_arguments(p, PrepareSettings)
-    p.set_defaults(func=_run_prepare)
-
-
-def _run_prepare(args: argparse.Namespace) -> int:
+@command(
+    "prepare",
+    "tokenize and pack a corpus into sharded TFRecords",
+    "Write pretraining examples (token ids, padding mask, segment ids) as sharded "
+    "TFRecords, for corpora too large to tokenize on the fly. With the beam extra "
+    '(pip install "keras-electra[beam]") it runs as an Apache Beam pipeline, on every '
+    "local core by default; any flag not listed here is a Beam pipeline option "
+    "(--runner DataflowRunner --project P --region R --temp_location gs://B/tmp).",
+    flag("--output", required=True, metavar="DIR", help="where the shards and vocab.txt go"),
+    PrepareSettings,
+)
+def _run_prepare(args: argparse.Namespace) -> None:
     from keras_electra.data.prepare import prepare
 
     settings = from_arguments(args, PrepareSettings, beam_options=args.beam_options)
-    result = prepare(args.corpus, args.output, settings=settings)
-    print(result.describe())
-    return 0
+    print(prepare(args.corpus, args.output, settings=settings).describe())
 
 
-def _add_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "export",
-        help="export a run as a TF Serving SavedModel with an in-graph tokenizer",
-        description="Write saved_models/NAME/VERSION/ with warmup requests; TF Serving loads "
-        "the highest version. A pretraining run (or converted directory) exports "
-        "replaced-token scores (serving_default, score_pair), an Electric run (--objective "
-        "electric) per-token energies and a sentence score; a fine-tuned directory exports "
-        "its task: classify/regress (serving_default plus classify/regress methods), tag "
-        "(per-word tag probabilities) or qa (answer span and start/end logits).",
-    )
-    p.add_argument(
+@command(
+    "export",
+    "export a run as a TF Serving SavedModel with an in-graph tokenizer",
+    "Write saved_models/NAME/VERSION/ with warmup requests; TF Serving loads the highest "
+    "version. A pretraining run (or converted directory) exports replaced-token scores "
+    "(serving_default, score_pair), an Electric run (--objective electric) per-token "
+    "energies and a sentence score; a fine-tuned directory exports its task: "
+    "classify/regress (serving_default plus classify/regress methods), tag (per-word tag "
+    "probabilities) or qa (answer span and start/end logits).",
+    flag(
         "--run",
         required=True,
         metavar="RUN_DIR",
         help="a pretraining run, converted or fine-tuned directory",
-    )
-    p.add_argument("--output", required=True, metavar="DIR", help="e.g. saved_models/electra")
-    p.add_argument("--version", type=int, help="version number (default: next free)")
-    p.add_argument("--max-length", type=int, help="fixed sequence length (default: the run's)")
-    p.set_defaults(func=_run_export)
-
-
-def _run_export(args: argparse.Namespace) -> int:
+    ),
+    flag("--output", required=True, metavar="DIR", help="e.g. saved_models/electra"),
+    flag("--version", type=int, help="version number (default: next free)"),
+    flag("--max-length", type=int, help="fixed sequence length (default: the run's)"),
+)
+def _run_export(args: argparse.Namespace) -> None:
     from keras_electra.export import export
 
     path = export(args.run, args.output, version=args.version, max_length=args.max_length)
     print(f"Exported {path}")
-    return 0
 
 
-def _add_score(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "score",
-        help="answer texts with an export: replaced tokens, classes, values, tags or answers",
-        description="Answer texts with any export of `keras-electra export`, in process "
-        "(--model) or from TF Serving (--server: gRPC, or REST at an http:// or https:// URL): "
-        "a pretrained model's per-token replacement probabilities (an Electric model's "
-        "per-token energies and sentence score, higher: more plausible), a classifier's labels "
-        "(most likely first), a regressor's value, a tagger's tag per word, a QA model's "
-        "answer and its word span. The export's signatures say which.",
-    )
-    p.add_argument(
+@command(
+    "score",
+    "answer texts with an export: replaced tokens, classes, values, tags or answers",
+    "Answer texts with any export of `keras-electra export`, in process (--model) or from "
+    "TF Serving (--server: gRPC, or REST at an http:// or https:// URL): a pretrained "
+    "model's per-token replacement probabilities (an Electric model's per-token energies "
+    "and sentence score, higher: more plausible), a classifier's labels (most likely "
+    "first), a regressor's value, a tagger's tag per word, a QA model's answer and its word "
+    "span. The export's signatures say which.",
+    flag(
         "text",
         nargs="+",
         help="texts to score; an export of pairs takes them in pairs: text then text_b (a "
         "pair classifier or regressor), question then context (QA)",
-    )
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--model", metavar="DIR", help="saved_models/NAME or a version folder")
-    where.add_argument(
-        "--server",
-        metavar="ADDRESS",
-        help="TF Serving: HOST:PORT for gRPC, or an http:// or https:// URL for REST",
-    )
-    p.add_argument("--model-name", default="electra", help="model name on the server")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
-    p.add_argument(
+    ),
+    [
+        flag("--model", metavar="DIR", help="saved_models/NAME or a version folder"),
+        flag(
+            "--server",
+            metavar="ADDRESS",
+            help="TF Serving: HOST:PORT for gRPC, or an http:// or https:// URL for REST",
+        ),
+    ],
+    flag("--model-name", default="electra", help="model name on the server"),
+    flag("--timeout", type=float, default=10.0, help="seconds per call"),
+    flag(
         "--tls",
         action="store_true",
         help="gRPC over TLS (the system's CAs); an https:// URL is TLS already, an http:// one "
         "refuses it",
-    )
-    p.add_argument(
+    ),
+    flag(
         "--root-certificates",
         metavar="FILE",
         help="the CA that signed the server's certificate (PEM); implies TLS",
-    )
-    p.add_argument(
+    ),
+    flag(
         "--client-certificate", metavar="FILE", help="mutual TLS: this client's certificate (PEM)"
-    )
-    p.add_argument("--client-key", metavar="FILE", help="mutual TLS: its private key (PEM)")
-    p.add_argument(
+    ),
+    flag("--client-key", metavar="FILE", help="mutual TLS: its private key (PEM)"),
+    flag(
         "--token-file",
         metavar="FILE",
         help="a bearer token for an authenticating proxy, read from this file (default: "
         "$KERAS_ELECTRA_TOKEN when set; never on the command line, where ps shows it); sent "
         "only over TLS unless --insecure",
-    )
-    p.add_argument(
+    ),
+    flag(
         "--insecure",
         action="store_true",
         help="send the token over a plaintext connection too (gRPC without TLS, an http:// URL)",
-    )
-    p.add_argument(
+    ),
+    flag(
         "--json",
         action="store_true",
         help="print a JSON list, one object per example (its inputs, then the answer's fields), "
         "instead of text",
-    )
-    p.set_defaults(func=_run_score)
-
-
-def _run_score(args: argparse.Namespace) -> int:
+    ),
+)
+def _run_score(args: argparse.Namespace) -> None:
     import json
 
     from keras_electra.scoring import format_answers, score_with_saved_model, score_with_server
@@ -221,37 +219,32 @@ def _run_score(args: argparse.Namespace) -> int:
         print(json.dumps(scores.records(), ensure_ascii=False, indent=2))
     else:
         print(format_answers(scores, color=sys.stdout.isatty()))
-    return 0
 
 
-def _add_finetune(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "finetune",
-        help="fine-tune a pretrained discriminator on a task",
-        description="Fine-tune for classify, regress (tables: .tsv/.csv/.jsonl), tag (CoNLL) "
-        "or qa (SQuAD JSON). Writes OUT_DIR with the weights, config.json, vocab.txt, "
-        "finetune.json, labels.txt and eval_metrics.json; `keras-electra export --run OUT_DIR` "
-        "exports it. Unset hyperparameters take the paper's defaults for the model size.",
-    )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--run", metavar="RUN_DIR", help="a pretraining run directory")
-    source.add_argument(
-        "--init",
-        metavar="DIR",
-        help="a directory with config.json, vocab.txt and checkpoints/ (`keras-electra "
-        "convert` writes one), or a Hugging Face model: hf:ORG/NAME",
-    )
+@command(
+    "finetune",
+    "fine-tune a pretrained discriminator on a task",
+    "Fine-tune for classify, regress (tables: .tsv/.csv/.jsonl), tag (CoNLL) or qa (SQuAD "
+    "JSON). Writes OUT_DIR with the weights, config.json, vocab.txt, finetune.json, "
+    "labels.txt and eval_metrics.json; `keras-electra export --run OUT_DIR` exports it. "
+    "Unset hyperparameters take the paper's defaults for the model size.",
+    [
+        flag("--run", metavar="RUN_DIR", help="a pretraining run directory"),
+        flag(
+            "--init",
+            metavar="DIR",
+            help="a directory with config.json, vocab.txt and checkpoints/ (`keras-electra "
+            "convert` writes one), or a Hugging Face model: hf:ORG/NAME",
+        ),
+    ],
     # Checked by the library, whose error names the choices in one sentence.
-    p.add_argument("--task", required=True, metavar="TASK", help=" | ".join(TASKS))
-    p.add_argument("--train", required=True, metavar="FILE", help="training data")
-    p.add_argument("--eval", metavar="FILE", help="evaluation data (metrics to eval_metrics.json)")
-    p.add_argument("--output", required=True, metavar="OUT_DIR", help="fine-tuned model directory")
-    # One flag per FinetuneOptions field: --text-column for text_column, and so on.
-    add_arguments(p, FinetuneOptions)
-    p.set_defaults(func=_run_finetune)
-
-
-def _run_finetune(args: argparse.Namespace) -> int:
+    flag("--task", required=True, metavar="TASK", help=" | ".join(TASKS)),
+    flag("--train", required=True, metavar="FILE", help="training data"),
+    flag("--eval", metavar="FILE", help="evaluation data (metrics to eval_metrics.json)"),
+    flag("--output", required=True, metavar="OUT_DIR", help="fine-tuned model directory"),
+    FinetuneOptions,  # --text-column for text_column, and so on
+)
+def _run_finetune(args: argparse.Namespace) -> None:
     import json
 
     from keras_electra.finetuning import finetune
@@ -262,40 +255,35 @@ def _run_finetune(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         print(result.describe())
-        return 0
+        return
     print(f"Fine-tuned model: {result.output_dir}")
     if result.metrics:
         print(f"Eval metrics: {json.dumps(result.metrics)}")
-    return 0
 
 
-def _add_predict(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "predict",
-        help="run a fine-tuned model on a file and write JSON-lines predictions",
-        description="Read --input in the format and columns the model was fine-tuned on "
-        "(labels are ignored) and write one JSON object per example. --model is a fine-tuned "
-        "directory or its export (read in process, as `score --model` reads it).",
-    )
-    p.add_argument(
+@command(
+    "predict",
+    "run a fine-tuned model on a file and write JSON-lines predictions",
+    "Read --input in the format and columns the model was fine-tuned on (labels are "
+    "ignored) and write one JSON object per example. --model is a fine-tuned directory or "
+    "its export (read in process, as `score --model` reads it).",
+    flag(
         "--model",
         required=True,
         metavar="OUT_DIR",
         help="a fine-tuned model directory, or its export (saved_models/NAME or a version folder)",
-    )
-    p.add_argument("--input", required=True, metavar="FILE", help="examples to predict")
-    p.add_argument("--output", metavar="FILE", help="JSON-lines output (default: stdout)")
-    p.add_argument(
+    ),
+    flag("--input", required=True, metavar="FILE", help="examples to predict"),
+    flag("--output", metavar="FILE", help="JSON-lines output (default: stdout)"),
+    flag(
         "--batch-size",
         type=int,
         default=MAX_BATCH_SIZE,
         help=f"texts the model runs at once (default: {MAX_BATCH_SIZE}, serving/batching.config's "
         "max_batch_size; memory grows with it)",
-    )
-    p.set_defaults(func=_run_predict)
-
-
-def _run_predict(args: argparse.Namespace) -> int:
+    ),
+)
+def _run_predict(args: argparse.Namespace) -> None:
     import json
 
     from keras_electra.finetuning import predict_file
@@ -306,55 +294,47 @@ def _run_predict(args: argparse.Namespace) -> int:
     else:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
-    return 0
 
 
-def _add_convert(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "convert",
-        help="convert google-research, Hugging Face or keras-hub checkpoints, and back",
-        description="--from FORMAT SRC: read another implementation's checkpoint into an init "
-        "directory that `pretrain --init`, `finetune --init` and `export --run` accept. "
-        "--to FORMAT --run DIR: write a run or init directory for another implementation.",
-    )
-    direction = p.add_mutually_exclusive_group(required=True)
-    direction.add_argument(
-        "--from",
-        dest="source_format",
-        choices=("google", "hf", "keras-hub"),
-        help="the source's format",
-    )
-    direction.add_argument(
-        "--to", dest="target", choices=("hf", "keras-hub"), help="write --run in this format"
-    )
-    p.add_argument(
+@command(
+    "convert",
+    "convert google-research, Hugging Face or keras-hub checkpoints, and back",
+    "--from FORMAT SRC: read another implementation's checkpoint into an init directory "
+    "that `pretrain --init`, `finetune --init` and `export --run` accept. --to FORMAT --run "
+    "DIR: write a run or init directory for another implementation.",
+    [
+        flag(
+            "--from",
+            dest="source_format",
+            choices=("google", "hf", "keras-hub"),
+            help="the source's format",
+        ),
+        flag("--to", dest="target", choices=("hf", "keras-hub"), help="write --run in this format"),
+    ],
+    flag(
         "source",
         nargs="?",
         metavar="SRC",
         help="with --from: TF1 checkpoint prefix or directory, Hugging Face "
         "discriminator directory or model id (hf:ORG/NAME), or keras-hub preset directory",
-    )
-    p.add_argument("--run", metavar="DIR", help="with --to: the run or init directory to write")
-    p.add_argument("--output", required=True, metavar="DIR", help="the directory to write")
-    p.add_argument(
-        "--generator", metavar="DIR", help="hf: the generator's directory or hf:ORG/NAME"
-    )
-    p.add_argument("--vocab", metavar="FILE", help="google: vocab.txt (default: next to SRC)")
-    p.add_argument(
+    ),
+    flag("--run", metavar="DIR", help="with --to: the run or init directory to write"),
+    flag("--output", required=True, metavar="DIR", help="the directory to write"),
+    flag("--generator", metavar="DIR", help="hf: the generator's directory or hf:ORG/NAME"),
+    flag("--vocab", metavar="FILE", help="google: vocab.txt (default: next to SRC)"),
+    flag(
         "--preset",
         choices=PRESET_NAMES,
         help="google: expected sizes (default: read from the checkpoint)",
-    )
-    p.add_argument(
+    ),
+    flag(
         "--num-heads",
         type=int,
         help="google: discriminator attention heads (default: hidden size / 64)",
-    )
-    p.add_argument("--cased", action="store_true", help="google: the vocabulary keeps case")
-    p.set_defaults(func=_run_convert)
-
-
-def _run_convert(args: argparse.Namespace) -> int:
+    ),
+    flag("--cased", action="store_true", help="google: the vocabulary keeps case"),
+)
+def _run_convert(args: argparse.Namespace) -> None:
     from keras_electra.convert import convert, convert_run
 
     if args.target:
@@ -366,8 +346,8 @@ def _run_convert(args: argparse.Namespace) -> int:
             raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
         google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
         if args.source_format != "google" and google_only:
-            flag = "--" + google_only[0].replace("_", "-")
-            raise errors.ConfigError(f"{flag} applies to --from google only.")
+            given = "--" + google_only[0].replace("_", "-")
+            raise errors.ConfigError(f"{given} applies to --from google only.")
         if args.generator and args.source_format != "hf":
             raise errors.ConfigError("--generator applies to --from hf only.")
         options = {}
@@ -380,35 +360,27 @@ def _run_convert(args: argparse.Namespace) -> int:
     print(f"Wrote {result.output}")
     for note in result.notes:
         print(f"  note: {note}")
-    return 0
 
 
-def _add_report(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "report",
-        help="draw a run's metrics and health into report.png / report.html",
-        description="Plot a pretraining run's (or fine-tuning directory's) metrics.jsonl over "
-        "steps: losses, generator accuracy, detector AUC/precision/recall, the run-health "
-        "probes, gradient norms, learning rate and throughput. Writes report.png, report.html "
-        "and report.json into RUN_DIR (or --output) and prints the last window and any "
-        "collapse warnings. Works on a run that is still going.",
-    )
-    p.add_argument("run", metavar="RUN_DIR", help="a pretraining run or fine-tuning directory")
-    p.add_argument(
-        "--compare", nargs="+", default=[], metavar="RUN_DIR", help="more runs to overlay"
-    )
-    p.add_argument("--output", metavar="DIR", help="where to write the report (default: RUN_DIR)")
-    p.set_defaults(func=_run_report)
-
-
-def _run_report(args: argparse.Namespace) -> int:
+@command(
+    "report",
+    "draw a run's metrics and health into report.png / report.html",
+    "Plot a pretraining run's (or fine-tuning directory's) metrics.jsonl over steps: "
+    "losses, generator accuracy, detector AUC/precision/recall, the run-health probes, "
+    "gradient norms, learning rate and throughput. Writes report.png, report.html and "
+    "report.json into RUN_DIR (or --output) and prints the last window and any collapse "
+    "warnings. Works on a run that is still going.",
+    flag("run", metavar="RUN_DIR", help="a pretraining run or fine-tuning directory"),
+    flag("--compare", nargs="+", default=[], metavar="RUN_DIR", help="more runs to overlay"),
+    flag("--output", metavar="DIR", help="where to write the report (default: RUN_DIR)"),
+)
+def _run_report(args: argparse.Namespace) -> None:
     from keras_electra.report import report_text, write_report
 
     summary = write_report([args.run, *args.compare], args.output)
     print(report_text(summary))
     out = args.output or args.run
     print(f"Wrote {out}/report.png, report.html and report.json")
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -418,10 +390,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_pretrain, _add_prepare, _add_export, _add_score, _add_finetune):
-        add(sub)
-    for add in (_add_predict, _add_convert, _add_report):
-        add(sub)
+    for name, (help_, description, flags, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=description)
+        for item in flags:
+            if isinstance(item, type):
+                add_arguments(p, item)
+            elif isinstance(item, list):  # one of them, required
+                group = p.add_mutually_exclusive_group(required=True)
+                for names, keywords in item:
+                    group.add_argument(*names, **keywords)
+            else:
+                p.add_argument(*item[0], **item[1])
+        p.set_defaults(func=run)
     return parser
 
 
@@ -551,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     _import_tensorflow_quietly()
 
     try:
-        return args.func(args)
+        args.func(args)
+        return 0
     except errors.ElectraError as e:
         return fail(f"error: {e}", 2)
     except errors.TrainingInterrupted as e:

@@ -1,24 +1,11 @@
 """The layout of a run directory, owned in one place.
 
 Pretraining (``keras-electra pretrain --output``), fine-tuning, ``convert`` and the
-exports all read and write the same kind of directory::
-
-    config.json         the ElectraConfig
-    vocab.txt           the WordPiece vocabulary (ids = line numbers)
-    run.json            pretraining settings (preset, objective, seed, vocab_sha256, ...)
-    finetune.json       fine-tuned directories only: the task, labels and settings
-    labels.txt          fine-tuned directories: the label names, one per line
-    checkpoints/        model (+ optimizer) checkpoints, see training/checkpoints.py
-    metrics.jsonl       one JSON object per logging window (or epoch)
-    eval_metrics.json   fine-tuned directories: the evaluation set's metrics
-    logs/               TensorBoard summaries
-    resume/             an interrupted fine-tuning: its own checkpoints/ and metrics.jsonl
-    convert.json        directories written by ``keras-electra convert``: source and notes
-
-:class:`RunDirectory` names these files, writes the ones other code reads back
-atomically (a kill leaves the old file or the new one, never a prefix), checks that
-``config.json`` and ``vocab.txt`` belong together, and opens the checkpoints. No
-other module spells a run-directory file name.
+exports all read and write the same kind of directory, whose files :class:`RunDirectory`
+names (its constants list them; docs/pretraining.md#the-run-directory describes them). It
+writes the ones other code reads back atomically (a kill leaves the old file or the new
+one, never a prefix), checks that ``config.json`` and ``vocab.txt`` belong together, and
+opens the checkpoints. No other module spells a run-directory file name.
 
 Examples:
     >>> import tempfile
@@ -67,17 +54,17 @@ class RunDirectory:
         path: the directory (it need not exist yet).
     """
 
-    CONFIG = "config.json"
-    VOCAB = "vocab.txt"
-    SETTINGS = "run.json"
-    FINETUNE = "finetune.json"
-    LABELS = "labels.txt"
-    METRICS = "metrics.jsonl"
-    EVAL_METRICS = "eval_metrics.json"
-    CHECKPOINTS = "checkpoints"
-    LOGS = "logs"
-    RESUME = "resume"
-    CONVERT = "convert.json"
+    CONFIG = "config.json"  # the ElectraConfig
+    VOCAB = "vocab.txt"  # the WordPiece vocabulary (ids = line numbers)
+    SETTINGS = "run.json"  # pretraining settings (preset, objective, seed, vocab_sha256, ...)
+    FINETUNE = "finetune.json"  # fine-tuned directories only: the task, labels and settings
+    LABELS = "labels.txt"  # fine-tuned directories: the label names, one per line
+    METRICS = "metrics.jsonl"  # one JSON object per logging window (or epoch)
+    EVAL_METRICS = "eval_metrics.json"  # fine-tuned directories: the evaluation set's metrics
+    CHECKPOINTS = "checkpoints"  # model (+ optimizer) checkpoints: training/checkpoints.py
+    LOGS = "logs"  # TensorBoard summaries
+    RESUME = "resume"  # an interrupted fine-tuning: its own checkpoints/ and metrics.jsonl
+    CONVERT = "convert.json"  # directories `keras-electra convert` wrote: source and notes
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)

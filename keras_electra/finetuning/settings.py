@@ -51,23 +51,11 @@ def _as_option(name: str) -> Any:
 
 @dataclass
 class FinetuneSettings:
-    """Everything that defines a fine-tuned model, saved as ``finetune.json``.
-
-    The fields it shares with :class:`FinetuneOptions` (by name) take their defaults
-    from there; :meth:`from_options` copies their values.
-
-    Args:
-        task: one of :data:`TASKS`.
-        labels: class names (classify) or tag names (tag), in output order.
-        max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
-        text_column / text_pair_column / label_column: the input columns.
-        dropout: dropout of the backbone and the head.
-        pooling: classify/regress: the head reads the ``[CLS]`` vector (``"cls"``) or
-            the mean of the token vectors (``"mean"``).
-        version_2: QA with unanswerable questions (SQuAD 2.0).
-        doc_stride / max_query_length / max_answer_length: QA windowing and decoding.
-        training: the optimizer settings used (for the record).
-        source: the run or init directory the backbone came from.
+    """Everything that defines a fine-tuned model, saved as ``finetune.json``: the
+    ``task`` (one of :data:`TASKS`), its ``labels`` (class or tag names, in output order),
+    the optimizer settings used (``training``, for the record), the ``source`` directory
+    the backbone came from, and the fields it shares with :class:`FinetuneOptions` (by
+    name, meaning the same), whose defaults and, in :meth:`from_options`, values it takes.
     """
 
     task: str

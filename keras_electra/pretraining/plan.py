@@ -1,18 +1,7 @@
-"""A pretraining run worked out before it starts: what ``pretrain --dry-run`` prints.
-
-:func:`~keras_electra.pretraining.run.pretrain` with ``dry_run=True`` makes the checks a
-run makes before it trains and returns a :class:`PretrainPlan`: the resolved settings,
-the model's sizes and parameters (counted from the config:
-:meth:`~keras_electra.pretraining.objectives.Objective.parameters`), the data, tokens and
-FLOPs per step (:mod:`~keras_electra.pretraining.flops`), the memory per device
-(:mod:`~keras_electra.pretraining.memory`, an estimate) and where the checkpoints go.
-:meth:`PretrainPlan.describe` is the text the command prints.
-
-Examples:
-    >>> plan = pretrain(["tfrecords-512/"], "runs/base", preset="base",
-    ...                 vocab="tfrecords-512/vocab.txt", dry_run=True)  # doctest: +SKIP
-    >>> print(plan.describe())  # doctest: +SKIP
-"""
+"""A pretraining run worked out before it starts: what ``pretrain --dry-run`` prints
+(docs/pretraining.md#check-a-run-before-it-starts-dry-run); the parameters, FLOPs and
+memory come from the objective (:mod:`~keras_electra.pretraining.flops`,
+:mod:`~keras_electra.pretraining.memory`, the latter an estimate)."""
 
 from __future__ import annotations
 

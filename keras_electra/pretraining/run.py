@@ -1,19 +1,5 @@
-"""A pretraining run: corpus in, run directory out, resumable.
-
-``RUN_DIR`` holds the config, vocabulary, ``run.json``, checkpoints, TensorBoard logs
-and ``metrics.jsonl`` (docs/pretraining.md lists them). Calling :func:`pretrain`
-again on the same directory resumes from the latest checkpoint: same step, optimizer
-state, random streams and data position. Faults (docs/reliability.md lists them with
-their tests): SIGTERM or SIGINT saves a checkpoint at the step reached and raises
-:class:`~keras_electra.errors.TrainingInterrupted`; a failed write raises
-:class:`~keras_electra.errors.StorageError` and keeps the previous checkpoint.
-
-With ``dry_run=True`` the same checks run (the settings, the strategy's name and
-``TF_CONFIG``, the corpus or TFRecords against the length and vocabulary, a resumed
-run's or ``--init``'s files, the output directory) and :func:`pretrain` returns the
-run's :class:`~keras_electra.pretraining.plan.PretrainPlan` instead of training;
-nothing is written, no model is built.
-"""
+"""A pretraining run: corpus in, run directory out, resumable (:func:`pretrain`; the run
+directory, resuming and ``--dry-run``: docs/pretraining.md; faults: docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -86,18 +72,11 @@ PROBE_SEQUENCES = 32
 
 @dataclass(frozen=True)
 class ResolvedRun:
-    """A run worked out once, by :func:`resolve_run`, and not changed after.
-
-    Attributes:
-        settings: the final settings, what ``run.json`` records: the ones the config
-            decides (sharing, temperature, generator size) and the vocabulary's checksum
-            filled in.
-        config: the model's config (for a dry run's vocabulary yet to be learned, with
-            the size it will have).
-        tokens: the vocabulary (None: a dry run's, learned when the run starts).
-        source: where the vocabulary comes from.
-        objective: the objective, looked up once.
-    """
+    """A run worked out once, by :func:`resolve_run`, and not changed after: the final
+    ``settings`` (what ``run.json`` records: sharing, temperature, generator size and the
+    vocabulary's checksum filled in), the model's ``config`` (for a dry run's vocabulary
+    yet to be learned, with the size it will have), the vocabulary's ``tokens`` (None: a
+    dry run's) and ``source``, and the ``objective``, looked up once."""
 
     settings: PretrainSettings
     config: ElectraConfig
@@ -129,27 +108,21 @@ def pretrain(
 ) -> RunResult | PretrainPlan:
     """Pretrain (or resume pretraining) an ELECTRA model on text files.
 
-    Every option is a field of :class:`~keras_electra.settings.PretrainSettings`
-    (the same as the command's flags, documented there): pass them as keywords,
-    or as one ``settings`` object (keywords then override its fields).
-
     Args:
         corpus: text files (one sentence per line, blank line between
             documents), directories of ``*.txt`` files, or TFRecords written by
             ``keras-electra prepare``.
         output_dir: the run directory; resumed when it already holds a run (the
             settings that fix the data order or the model must then be the same).
-        settings: the options as one object.
+        settings: the options as one object (keywords then replace its fields).
         stop_on_signals: while training, SIGTERM and SIGINT finish the current
             step, write its (partial) window's metrics line and a checkpoint at that
             step, and raise :class:`~keras_electra.errors.TrainingInterrupted`;
             calling again resumes there. Needs the main thread.
-        **options: fields of :class:`~keras_electra.settings.PretrainSettings`:
-            ``preset``, ``steps``, ``batch_size``, ``learning_rate``, ``precision``,
-            ``strategy``, ``init``, ``validation``, ``on_nan``, ``config_overrides``, ...
-            With ``strategy="multi_worker"`` (``TF_CONFIG`` on every worker) every
-            worker calls this with the same arguments and ``output_dir`` on storage
-            they share; only the chief writes the run directory.
+        **options: fields of :class:`~keras_electra.settings.PretrainSettings` (the
+            command's flags). With ``strategy="multi_worker"`` (``TF_CONFIG`` on every
+            worker) every worker calls this with the same arguments and ``output_dir``
+            on storage they share; only the chief writes the run directory.
 
     Returns:
         A :class:`RunResult` with the trained model and the metrics history; with
