@@ -483,3 +483,15 @@ def test_native_asked_for_where_it_cannot_run_says_why_once_and_takes_xla(monkey
     assert "no-such-compiler-here" in first.reason
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "KERAS_ELECTRA_KERNELS=native" in warnings[0], warnings
+
+
+def test_a_backend_table_lacking_an_operation_fails_when_built():
+    from keras_electra.kernels.interface import Kernels
+    from keras_electra.kernels.reference import KERNELS
+
+    ops = {name: getattr(KERNELS, name) for name in ("dense", "dropout", "adam_w")}
+    with pytest.raises(TypeError, match="The partial kernels lack bias_add, bias_gelu, "):
+        Kernels.of("partial", ops)
+    borrowed = {k: v for k, v in vars(KERNELS).items() if k not in ("name", "dense")}
+    table = Kernels.of("mixed", {"dense": KERNELS.dense}, **borrowed)
+    assert table == KERNELS.__class__(name="mixed", **{**borrowed, "dense": KERNELS.dense})

@@ -12,7 +12,7 @@ backend against the math written with TensorFlow's plain ops.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,14 @@ class Kernels:
     sparse_cross_entropy: Callable
     inverse_cdf: Callable
     adam_w: Callable
+
+    @classmethod
+    def of(cls, name: str, namespace: dict, **borrowed: Callable) -> Kernels:
+        """Backend ``name``'s table: each operation is the function of that name in
+        ``namespace`` (the backend module's ``globals()``) unless ``borrowed`` names
+        another (one it takes from another backend)."""
+        ops = [f.name for f in fields(cls) if f.name != "name"]
+        missing = [op for op in ops if op not in borrowed and not callable(namespace.get(op))]
+        if missing:
+            raise TypeError(f"The {name} kernels lack {', '.join(missing)}.")
+        return cls(name=name, **{op: borrowed.get(op) or namespace[op] for op in ops})

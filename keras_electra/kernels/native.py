@@ -256,18 +256,10 @@ def adam_w(variable, m, v, gradient, scalars: dict, scale=None, decay=None) -> N
     return None
 
 
-KERNELS = Kernels(
-    name="native",
+KERNELS = Kernels.of(
+    "native",
+    globals(),
     bias_add=shared.bias_add,  # TensorFlow's ops, as on xla: no kernel of its own
     dense=xla.dense,
-    bias_gelu=bias_gelu,
-    bias_gelu_matmul=bias_gelu_matmul,
-    dropout=dropout,
-    add_layer_norm=add_layer_norm,
     fuses_attention=xla.fuses_attention,
-    split_heads=split_heads,
-    attention_values=attention_values,
-    sparse_cross_entropy=sparse_cross_entropy,
-    inverse_cdf=inverse_cdf,
-    adam_w=adam_w,
 )

@@ -194,18 +194,4 @@ def adam_w(variable, m, v, gradient, scalars: dict, scale=None, decay=None) -> N
     )
 
 
-KERNELS = Kernels(
-    name="reference",
-    bias_add=bias_add,
-    dense=dense,
-    bias_gelu=bias_gelu,
-    bias_gelu_matmul=bias_gelu_matmul,
-    dropout=dropout,
-    add_layer_norm=add_layer_norm,
-    fuses_attention=fuses_attention,
-    split_heads=split_heads,
-    attention_values=attention_values,
-    sparse_cross_entropy=sparse_cross_entropy,
-    inverse_cdf=inverse_cdf,
-    adam_w=adam_w,
-)
+KERNELS = Kernels.of("reference", globals())

@@ -545,18 +545,9 @@ def sparse_cross_entropy(
     return cross_entropy_with(reference.inverse_cdf, logits, labels, probabilities, uniform, block)
 
 
-KERNELS = Kernels(
-    name="xla",
-    bias_add=bias_add,
-    dense=dense,
-    bias_gelu=bias_gelu,
-    bias_gelu_matmul=bias_gelu_matmul,
-    dropout=dropout,
-    add_layer_norm=add_layer_norm,
-    fuses_attention=fuses_attention,
-    split_heads=split_heads,
-    attention_values=attention_values,
-    sparse_cross_entropy=sparse_cross_entropy,
+KERNELS = Kernels.of(
+    "xla",
+    globals(),
     inverse_cdf=reference.inverse_cdf,  # TensorFlow's search: no kernel of its own
     adam_w=reference.adam_w,  # TensorFlow's ResourceApplyAdam: no kernel of its own
 )
