@@ -282,7 +282,7 @@ def pretrain_arm(task: str, compute: int, objective: str, seed: int, args, manif
         return work / "run", json.loads(done.read_text(encoding="utf-8")), work
     batch, length = args.batch_size, args.max_seq_length
     steps = pretrain_steps(task, compute, objective, args, manifest)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     print(f"pretrain {task} x{compute} {objective} seed {seed}: {steps} steps", flush=True)
     result = pretrain(
         train,
@@ -304,17 +304,27 @@ def pretrain_arm(task: str, compute: int, objective: str, seed: int, args, manif
         objectives.get(objective).step_flops(config, batch, length),
         time.perf_counter() - started,
         len(result.history),
+        cpu_seconds=time.process_time() - cpu_started,
     )
     done.write_text(json.dumps(record) + "\n", encoding="utf-8")
     return work / "run", record, work
 
 
-def pretrain_record(run_dir: Path, steps: int, per_step: float, seconds: float, windows: int):
+def pretrain_record(
+    run_dir: Path,
+    steps: int,
+    per_step: float,
+    seconds: float,
+    windows: int,
+    cpu_seconds: float | None = None,
+):
     """What a finished pretraining run adds to its cell's result line, from the run's
     ``metrics.jsonl``, which holds every window of the run even when it was resumed
     (``windows``, the number this process logged, then falls short of it): the final
-    metrics, the curve, and the time: this process's wall clock (``seconds``) and the
-    whole run's logged window and probe time (``train_seconds``)."""
+    metrics, the curve, and the time: this process's wall clock (``seconds``), its CPU
+    time on all cores (``cpu_seconds``: what the study's cost counts, since a run starved
+    by other work takes longer but costs no more) and the whole run's logged window and
+    probe time (``train_seconds``)."""
     from keras_electra.report import read_metrics
 
     whole = read_metrics(run_dir)
@@ -324,6 +334,7 @@ def pretrain_record(run_dir: Path, steps: int, per_step: float, seconds: float, 
         "step_flops": per_step,
         "flops": steps * per_step,
         "seconds": round(seconds, 1),
+        **({} if cpu_seconds is None else {"cpu_seconds": round(cpu_seconds, 1)}),
         "train_seconds": round(
             sum(r.get("window_seconds", 0.0) + r.get("health_seconds", 0.0) for r in whole), 1
         ),
@@ -363,7 +374,7 @@ def finetune_run(
     done = arm_work / "finetune" / name / "result.json"
     if done.is_file():
         return json.loads(done.read_text(encoding="utf-8"))
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     batch = FINETUNE["batch_size"]
     per_epoch = math.ceil(n / batch)
     result = finetune(
@@ -387,6 +398,7 @@ def finetune_run(
         "accuracy": round(correct / len(task.test), 4),
         "valid_accuracy": round(float(result.metrics["accuracy"]), 4),
         "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(time.process_time() - cpu_started, 1),
     }
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(metrics) + "\n", encoding="utf-8")

@@ -300,8 +300,10 @@ def health(rows: list[dict]) -> dict:
 
 
 def cost(rows: list[dict]) -> dict:
-    """Measured time per kind of CPU: seconds per pretraining step of each objective,
-    seconds per fine-tuning run (all runs of the study's lines, selection included)."""
+    """Measured CPU time (all cores' seconds) per kind of CPU: per pretraining step of each
+    objective, per fine-tuning run (all runs of the study's lines, selection included).
+    Runs recorded without their CPU time (wall clock only, which grows when other work
+    starves the study) are left out."""
     steps: dict = collections.defaultdict(lambda: [0.0, 0])
     runs: dict = collections.defaultdict(list)
     for row in rows:
@@ -309,17 +311,18 @@ def cost(rows: list[dict]) -> dict:
             continue
         cpu = row.get("cpu", "unknown")
         record = row["pretrain"]
-        if record.get("steps") and not record.get("resumed"):
+        if record.get("steps") and not record.get("resumed") and "cpu_seconds" in record:
             total = steps[(cpu, row["objective"])]
-            total[0] += record["seconds"]
+            total[0] += record["cpu_seconds"]
             total[1] += record["steps"]
         for results in row["finetune"].values():
-            runs[cpu] += [r["seconds"] for r in results]
+            runs[cpu] += [r["cpu_seconds"] for r in results if "cpu_seconds" in r]
     out: dict = {}
     for (cpu, objective), (seconds, count) in steps.items():
         out.setdefault(cpu, {})[f"{objective}_step_seconds"] = seconds / count
     for cpu, seconds in runs.items():
-        out.setdefault(cpu, {})["finetune_run_seconds"] = statistics.fmean(seconds)
+        if seconds:
+            out.setdefault(cpu, {})["finetune_run_seconds"] = statistics.fmean(seconds)
     # The whole study's cost at these rates, from its plan (``electra_vs_mlm.py --plan``).
     plan = next((r for r in reversed(rows) if r.get("kind") == "plan"), None)
     if plan is None:
@@ -494,10 +497,10 @@ def health_table(summary: dict) -> str:
 
 
 def cost_table(summary: dict) -> str:
-    """Seconds per pretraining step and per fine-tuning run on each kind of CPU, and what
-    the whole study and its cells left cost there, in CPU hours (2 cores)."""
-    header = ["CPU", "ELECTRA s/step", "MLM s/step", "Electric s/step", "s per fine-tuning run"]
-    header += ["whole study, hours", "cells left, hours"]
+    """CPU seconds (all cores) per pretraining step and per fine-tuning run on each kind of
+    CPU, and what the whole study and its cells left cost there, in CPU hours."""
+    header = ["CPU", "ELECTRA CPU s/step", "MLM CPU s/step", "Electric CPU s/step"]
+    header += ["CPU s per fine-tuning run", "whole study, CPU hours", "cells left, CPU hours"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     formats = {
         "electra_step_seconds": "{:.3f}",

@@ -195,8 +195,8 @@ def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_
         "".join(json.dumps(w) + "\n" for w in windows), encoding="utf-8"
     )
     # This process logged only the last window: the run was resumed at step 200.
-    record = bench.pretrain_record(tmp_path, 300, 2.0, 12.34, windows=1)
-    assert record["resumed"] is True
+    record = bench.pretrain_record(tmp_path, 300, 2.0, 12.34, windows=1, cpu_seconds=20.04)
+    assert record["resumed"] is True and record["cpu_seconds"] == 20.0
     assert [point["step"] for point in record["curve"]] == [100, 200, 300]
     assert record["train_seconds"] == 33.0 and record["seconds"] == 12.3
     assert record["metrics"] == {"disc_auc": 0.73} and record["flops"] == 600.0
@@ -347,11 +347,12 @@ def _cell(task, compute, objective, seed, test, valid, spread=0.0):
     fine-tuning seeds, ``spread`` apart between draws)."""
     runs = [
         {"draw": 2 * seed + i, "finetune_seed": f, "accuracy": test + (i - 0.5) * spread,
-         "valid_accuracy": valid, "seconds": 10.0}
+         "valid_accuracy": valid, "seconds": 30.0, "cpu_seconds": 10.0}
         for i in (0, 1) for f in (0, 1)
     ]  # fmt: skip
     probes = {k: {"32": [{"draw": d, "accuracy": test} for d in (0, 1)]} for k in ("pooled", "bag")}
-    pretrain = {"steps": 100, "seconds": 50.0, "metrics": {"disc_auc": 0.8}} if compute else {}
+    pretrain = {"steps": 100, "seconds": 90.0, "cpu_seconds": 50.0, "metrics": {"disc_auc": 0.8}}
+    pretrain = pretrain if compute else {}
     return {"kind": "cell", "task": task, "compute": compute, "objective": objective,
             "seed": seed, "pretrain": pretrain, "finetune": {"32": runs}, "probes": probes,
             "cpu": "cpu A", "settings": {"s": 1}}  # fmt: skip
