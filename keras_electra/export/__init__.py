@@ -71,11 +71,9 @@ def export(
     if run.is_finetuned():
         module = finetuned_module(load_finetuned(run.path), max_length)
         extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
-    elif run.settings().get("objective") == "electric":
-        module = EnergyModule.from_run(run.path, max_length)
-        extra = run.model_files()
     else:
-        module = ReplacedTokenModule.from_run(run.path, max_length)
+        electric = run.settings().get("objective") == "electric"
+        module = (EnergyModule if electric else ReplacedTokenModule).from_run(run.path, max_length)
         extra = run.model_files()
     limit = run.config_and_vocab()[0].max_position_embeddings
     if not 4 <= module.max_length <= limit:

@@ -1,17 +1,10 @@
 """SavedModels of fine-tuned extractive QA models (``qa`` task), for TF Serving 2.21.
 
-Encoding and decoding follow :mod:`keras_electra.finetuning.tasks.qa` in the graph:
-the question is tokenized and cut to ``max_query_length`` pieces (and to
-``L - 4``, so one context piece fits); the context is split into words on
-whitespace (Python's ``str.split()``), each word into word pieces, and the
-pieces into overlapping windows ``doc_stride`` apart, each encoded
-``[CLS] question [SEP] window [SEP]``. At most ``max_windows`` windows (16 by
-default) are read per question: context past them is ignored. The answer is
-the span of the ``n_best`` (20) highest start and end logits of any window's
-context with ``start <= end`` and at most ``max_answer_length`` pieces that
-maximizes ``start + end`` logit (the first window wins a tie), given as its
-whitespace words joined by one space. A SQuAD 2.0 model answers ``""`` when no
-window's answerability logit is above 0.
+Encoding and decoding are :mod:`keras_electra.finetuning.tasks.qa`'s, in the graph (the
+windows, the ``N_BEST`` starts and ends, the answer as the span's whitespace words joined by
+one space; docs/finetuning.md), but for three rules: the question is also cut to ``L - 4``
+pieces, so one context piece fits; at most ``max_windows`` windows (16 by default) are read
+per question, the context past them ignored; of equal spans the first window's wins.
 
 Signature ``serving_default``: inputs ``question`` and ``context`` (DT_STRING ``[-1]``)
 -> ``answer``, ``answer_start_word``, ``answer_end_word`` (-1 for no answer),

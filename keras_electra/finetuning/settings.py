@@ -53,19 +53,13 @@ def _as_option(name: str) -> Any:
 class FinetuneSettings:
     """Everything that defines a fine-tuned model, saved as ``finetune.json``.
 
-    The fields it shares with :class:`FinetuneOptions` (by name) take their defaults
-    from there; :meth:`from_options` copies their values.
+    The fields it shares with :class:`FinetuneOptions` (by name: the columns, lengths,
+    ``pooling``, QA's windowing) mean what they mean there and take their defaults from
+    there; :meth:`from_options` copies their values.
 
     Args:
         task: one of :data:`TASKS`.
         labels: class names (classify) or tag names (tag), in output order.
-        max_seq_length: tokens per example, ``[CLS]`` and ``[SEP]`` included.
-        text_column / text_pair_column / label_column: the input columns.
-        dropout: dropout of the backbone and the head.
-        pooling: classify/regress: the head reads the ``[CLS]`` vector (``"cls"``) or
-            the mean of the token vectors (``"mean"``).
-        version_2: QA with unanswerable questions (SQuAD 2.0).
-        doc_stride / max_query_length / max_answer_length: QA windowing and decoding.
         training: the optimizer settings used (for the record).
         source: the run or init directory the backbone came from.
     """
