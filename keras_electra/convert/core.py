@@ -186,17 +186,18 @@ def special_token_ids(tokens: list[str], source: str) -> dict[str, int]:
     return {f"{t[1:-1].lower()}_token_id": ids[t] for t in special}  # pad_token_id, ...
 
 
-def generator_fractions(
-    hidden: int, layers: int, generator_hidden: int, generator_layers: int
-) -> dict[str, float]:
-    """``generator_hidden_size`` / ``generator_layers`` of a generator of these sizes."""
-    return dict(
-        generator_hidden_size=generator_hidden / hidden, generator_layers=generator_layers / layers
-    )
-
-
-def check_generator_shape(config: ElectraConfig, heads: int, intermediate: int, source: str):
-    """Fail clearly when a generator's heads or FFN size break the derivation rule."""
+def config_with_generator(values: dict, generator: tuple | None, source: str) -> ElectraConfig:
+    """The config of ``values`` and, given its ``(hidden size, layers, heads, feed-forward
+    size)``, a generator (as ``generator_hidden_size`` / ``generator_layers`` fractions);
+    an error when its heads or FFN size break ELECTRA's derivation rule."""
+    if generator is None:
+        return ElectraConfig.from_dict(values)
+    hidden, layers, heads, intermediate = generator
+    fractions = {
+        "generator_hidden_size": hidden / values["hidden_size"],
+        "generator_layers": layers / values["num_layers"],
+    }
+    config = ElectraConfig.from_dict({**values, **fractions})
     derived = config.generator_config()
     if (heads, intermediate) != (derived.num_heads, derived.intermediate_size):
         raise ConfigError(
@@ -205,6 +206,7 @@ def check_generator_shape(config: ElectraConfig, heads: int, intermediate: int, 
             f"{derived.intermediate_size} from its hidden size {derived.hidden_size}, so this "
             "generator cannot be represented; convert the discriminator alone."
         )
+    return config
 
 
 def _listing(names: list[str], limit: int = 3) -> str:

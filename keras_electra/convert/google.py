@@ -17,8 +17,7 @@ import tensorflow as tf
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.core import (
     Converted,
-    check_generator_shape,
-    generator_fractions,
+    config_with_generator,
     special_token_ids,
 )
 from keras_electra.errors import ConfigError
@@ -136,11 +135,9 @@ def _config(weights, tokens, preset, lowercase, num_heads, source) -> ElectraCon
         lowercase=lowercase,
         **ids,
     )
-    generator_layers = _layers(weights, "generator")
+    generator_layers, generator = _layers(weights, "generator"), None
     if generator_layers:
         kernel = weights["generator/encoder/layer_0/intermediate/dense/kernel"]
-        values.update(generator_fractions(hidden, layers, kernel.shape[0], generator_layers))
-        config = ElectraConfig.from_dict(values)
-        check_generator_shape(config, max(1, kernel.shape[0] // 64), kernel.shape[1], source)
-        return config
-    return ElectraConfig.from_dict(values)
+        width = kernel.shape[0]
+        generator = (width, generator_layers, max(1, width // 64), kernel.shape[1])
+    return config_with_generator(values, generator, source)

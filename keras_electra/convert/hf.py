@@ -1,13 +1,15 @@
 """Hugging Face ELECTRA directories (``config.json`` + ``model.safetensors``), without torch.
 
-The weights are ``model.safetensors``, else ``tf_model.h5`` (:mod:`keras_electra.convert.hf_tf`),
-never the pickle ``pytorch_model.bin``. Which directories are read and written:
-docs/checkpoints.md, "What each source needs".
+The weights are ``model.safetensors``, else transformers' TensorFlow ``tf_model.h5`` (read
+with h5py: its variables' names map one to one onto the PyTorch state dict's, dense kernels
+transposed: :func:`torch_name`), never the pickle ``pytorch_model.bin``. Which directories
+are read and written: docs/checkpoints.md, "What each source needs".
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +18,10 @@ from keras_electra.atomic import write_json
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.core import (
     Converted,
-    check_generator_shape,
-    generator_fractions,
+    config_with_generator,
     read_model,
     special_token_ids,
 )
-from keras_electra.convert.hf_tf import WEIGHTS_FILE as TF_WEIGHTS_FILE
-from keras_electra.convert.hf_tf import read_tf_weights
 from keras_electra.convert.names import (
     DISCRIMINATOR,
     GENERATOR,
@@ -34,7 +33,28 @@ from keras_electra.convert.names import (
 from keras_electra.errors import ConfigError
 
 WEIGHTS_FILE = "model.safetensors"
+TF_WEIGHTS_FILE = "tf_model.h5"
 IGNORED = ("electra.embeddings.position_ids",)  # a buffer older versions saved
+# Our config's fields and transformers' ElectraConfig's names for them: the REQUIRED ones
+# must be in a config.json that is read (the others default as ours do; embedding_size
+# to hidden_size), the TOWER ones differ between the discriminator and the generator.
+HF_CONFIG = (
+    ("vocab_size", "vocab_size"),
+    ("embedding_size", "embedding_size"),
+    ("hidden_size", "hidden_size"),
+    ("num_layers", "num_hidden_layers"),
+    ("num_heads", "num_attention_heads"),
+    ("intermediate_size", "intermediate_size"),
+    ("dropout", "hidden_dropout_prob"),
+    ("max_position_embeddings", "max_position_embeddings"),
+    ("type_vocab_size", "type_vocab_size"),
+    ("initializer_range", "initializer_range"),
+    ("layer_norm_epsilon", "layer_norm_eps"),
+)
+TOWER = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
+REQUIRED = (*TOWER, "vocab_size", "max_position_embeddings")
+# A TF variable's last name -> the PyTorch parameter's; kernels are transposed.
+_LEAVES = {"kernel": "weight", "gamma": "weight", "beta": "bias", "embeddings": "weight"}
 
 
 def read_hf(path: str | Path, generator: str | Path | None = None) -> Converted:
@@ -154,6 +174,87 @@ def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     return config, state
 
 
+def torch_name(tf_name: str) -> tuple[str, bool]:
+    """The PyTorch state-dict name of a TF variable of transformers' ELECTRA, and whether
+    its value is transposed (a dense kernel).
+
+    Examples:
+        >>> torch_name("tf_electra_for_pre_training/electra/encoder/layer_._0/output/dense/kernel:0")
+        ('electra.encoder.layer.0.output.dense.weight', True)
+        >>> torch_name("tf_electra_for_pre_training/electra/embeddings/LayerNorm/gamma:0")
+        ('electra.embeddings.LayerNorm.weight', False)
+    """  # noqa: E501
+    parts = tf_name.removesuffix(":0").split("/")[1:]  # the first is the model's own name
+    parts = [re.sub(r"^layer_\._(\d+)$", r"layer.\1", part) for part in parts]
+    leaf = parts[-1] if parts else ""
+    parts[-1:] = [_LEAVES.get(leaf, leaf)]
+    return ".".join(parts), leaf == "kernel"
+
+
+def read_tf_weights(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of transformers' ``tf_model.h5`` under PyTorch state-dict names and layout.
+
+    Raises:
+        ConfigError: the file is not a Keras weights file of float arrays (one sentence).
+    """
+    import h5py
+
+    path = Path(path)
+    state: dict[str, np.ndarray] = {}
+    try:
+        with h5py.File(path, "r") as weights:
+            layers = _names(weights, "layer_names")
+            if not layers:
+                raise ConfigError(
+                    f"'{path}' is not a Keras weights file (it lists no layer_names); "
+                    "pass the tf_model.h5 that transformers' save_pretrained wrote."
+                )
+            for layer in layers:
+                group = weights[layer]
+                for tf_name in _names(group, "weight_names"):
+                    value = group.get(tf_name)
+                    if not isinstance(value, h5py.Dataset) or value.dtype.kind != "f":
+                        raise ConfigError(
+                            f"'{path}' lists the weight '{tf_name}' but holds no array of "
+                            "floats under that name; pass the tf_model.h5 that transformers' "
+                            "save_pretrained wrote."
+                        )
+                    name, transpose = torch_name(tf_name)
+                    state[name] = _torch_layout(name, np.asarray(value[()]), transpose)
+    except OSError as error:  # not HDF5, truncated
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else "unreadable"
+        raise ConfigError(
+            f"'{path}' cannot be read as HDF5 ({reason}); fetch the file again."
+        ) from None
+    return state
+
+
+def _torch_layout(name: str, array: np.ndarray, transpose: bool) -> np.ndarray:
+    """``array`` as the PyTorch parameter ``name`` holds it. Some transformers releases
+    built the attention's dense layers as ``EinsumDense``, whose weights are split into
+    heads (q/k/v kernels ``[in, heads, head_dim]``, biases ``[heads, head_dim]``, the
+    output kernel ``[heads, head_dim, out]``): joined back into ``Dense``'s shapes first."""
+    if transpose and array.ndim == 3:
+        output = ".attention.output.dense." in name
+        array = array.reshape(-1, array.shape[-1]) if output else array.reshape(array.shape[0], -1)
+    elif name.endswith(".bias") and array.ndim == 2:
+        array = array.reshape(-1)
+    return np.ascontiguousarray(array.T) if transpose else array
+
+
+def _names(group, attribute: str) -> list[str]:
+    """A Keras HDF5 name list: one attribute, or ``attribute0``, ``attribute1``, ... when
+    it outgrew HDF5's 64 KB header limit."""
+    if attribute in group.attrs:
+        chunks = [group.attrs[attribute]]
+    else:
+        chunks, index = [], 0
+        while f"{attribute}{index}" in group.attrs:
+            chunks.append(group.attrs[f"{attribute}{index}"])
+            index += 1
+    return [n.decode("utf-8") if isinstance(n, bytes) else str(n) for c in chunks for n in c]
+
+
 def _vocabulary(path: Path) -> tuple[list[str], bool]:
     from keras_electra.data import load_vocab
 
@@ -181,21 +282,11 @@ def _config(disc: dict, gen: dict | None, tokens, lowercase, source) -> ElectraC
             f"'{source}/vocab.txt' has {len(tokens)} tokens but config.json says "
             f"vocab_size {disc['vocab_size']}."
         )
-    values = dict(
-        vocab_size=disc["vocab_size"],
-        embedding_size=disc.get("embedding_size", disc["hidden_size"]),
-        hidden_size=disc["hidden_size"],
-        num_layers=disc["num_hidden_layers"],
-        num_heads=disc["num_attention_heads"],
-        intermediate_size=disc["intermediate_size"],
-        max_position_embeddings=disc["max_position_embeddings"],
-        type_vocab_size=disc.get("type_vocab_size", 2),
-        dropout=disc.get("hidden_dropout_prob", 0.1),
-        layer_norm_epsilon=disc.get("layer_norm_eps", 1e-12),
-        initializer_range=disc.get("initializer_range", 0.02),
-        lowercase=lowercase,
-        **special_token_ids(tokens, source),
-    )
+    values = {
+        ours: disc[theirs] for ours, theirs in HF_CONFIG if theirs in disc or ours in REQUIRED
+    }
+    values.setdefault("embedding_size", disc["hidden_size"])
+    values.update(lowercase=lowercase, **special_token_ids(tokens, source))
     if gen is None:
         return ElectraConfig.from_dict(values)
     for name in ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size"):
@@ -204,11 +295,8 @@ def _config(disc: dict, gen: dict | None, tokens, lowercase, source) -> ElectraC
                 f"The generator's {name} ({gen.get(name)}) differs from the discriminator's "
                 f"({disc.get(name)}); ELECTRA's towers share one embedding block."
             )
-    sizes = [tower[k] for tower in (disc, gen) for k in ("hidden_size", "num_hidden_layers")]
-    values.update(generator_fractions(*sizes))
-    config = ElectraConfig.from_dict(values)
-    check_generator_shape(config, gen["num_attention_heads"], gen["intermediate_size"], source)
-    return config
+    sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    return config_with_generator(values, tuple(gen[k] for k in sizes), source)
 
 
 def _check_shared(name: str, values: list[np.ndarray], disc, gen) -> None:
@@ -235,22 +323,14 @@ def _check_tied_output(state: dict, weights: dict, generator) -> None:
 def _hf_config(config: ElectraConfig, tower: str) -> dict:
     sizes = config.discriminator_config() if tower == DISCRIMINATOR else config.generator_config()
     architecture = "ElectraForPreTraining" if tower == DISCRIMINATOR else "ElectraForMaskedLM"
+    values = {theirs: getattr(config, ours) for ours, theirs in HF_CONFIG}
+    values.update({theirs: getattr(sizes, ours) for ours, theirs in HF_CONFIG if ours in TOWER})
     return {
         "architectures": [architecture],
         "model_type": "electra",
-        "vocab_size": config.vocab_size,
-        "embedding_size": config.embedding_size,
-        "hidden_size": sizes.hidden_size,
-        "num_hidden_layers": sizes.num_layers,
-        "num_attention_heads": sizes.num_heads,
-        "intermediate_size": sizes.intermediate_size,
+        **values,
         "hidden_act": "gelu",
-        "hidden_dropout_prob": config.dropout,
         "attention_probs_dropout_prob": config.dropout,
-        "max_position_embeddings": config.max_position_embeddings,
-        "type_vocab_size": config.type_vocab_size,
-        "initializer_range": config.initializer_range,
-        "layer_norm_eps": config.layer_norm_epsilon,
         "pad_token_id": config.pad_token_id,
         "position_embedding_type": "absolute",
         "tie_word_embeddings": True,

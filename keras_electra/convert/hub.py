@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keras_electra.convert.core import write_init_dir
+from keras_electra.convert.hf import TF_WEIGHTS_FILE as TF_WEIGHTS
 from keras_electra.convert.hf import WEIGHTS_FILE as SAFETENSORS
 from keras_electra.convert.hf import read_hf
-from keras_electra.convert.hf_tf import WEIGHTS_FILE as TF_WEIGHTS
 from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.run_directory import RunDirectory
 

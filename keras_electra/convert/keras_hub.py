@@ -18,6 +18,18 @@ from keras_electra.convert.core import Converted, read_model, special_token_ids
 from keras_electra.convert.names import DISCRIMINATOR, from_ours, to_ours, weight_table
 from keras_electra.errors import ConfigError
 
+# Our config's fields and ElectraBackbone's arguments (and attributes) for them.
+BACKBONE_ARGUMENTS = (
+    ("vocab_size", "vocab_size"),
+    ("num_layers", "num_layers"),
+    ("num_heads", "num_heads"),
+    ("hidden_size", "hidden_dim"),
+    ("embedding_size", "embedding_dim"),
+    ("intermediate_size", "intermediate_dim"),
+    ("dropout", "dropout"),
+    ("max_position_embeddings", "max_sequence_length"),
+    ("type_vocab_size", "num_segments"),
+)
 POOLER = ("pooled_dense/kernel", "pooled_dense/bias")
 POOLER_NOTE = "keras-hub's pooler (pooled_dense: dense + tanh on [CLS]) is not part of ELECTRA"
 GELU_NOTE = (
@@ -62,17 +74,8 @@ def write_keras_hub(model, tokens: list[str], output: str | Path) -> tuple[Path,
 
     output = Path(output)
     config = model.config
-    backbone = keras_hub.models.ElectraBackbone(
-        vocab_size=config.vocab_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        hidden_dim=config.hidden_size,
-        embedding_dim=config.embedding_size,
-        intermediate_dim=config.intermediate_size,
-        dropout=config.dropout,
-        max_sequence_length=config.max_position_embeddings,
-        num_segments=config.type_vocab_size,
-    )
+    arguments = {theirs: getattr(config, ours) for ours, theirs in BACKBONE_ARGUMENTS}
+    backbone = keras_hub.models.ElectraBackbone(**arguments)
     weights = read_model(model)
     variables = {v.path: v for v in backbone.weights}
     for weight in weight_table(config, (DISCRIMINATOR,)):
@@ -122,16 +125,5 @@ def _config(backbone, tokens, lowercase, source) -> ElectraConfig:
             f"'{source}' has a {len(tokens)}-token vocabulary but a "
             f"{backbone.vocab_size}-row embedding table."
         )
-    return ElectraConfig(
-        vocab_size=backbone.vocab_size,
-        hidden_size=backbone.hidden_dim,
-        num_layers=backbone.num_layers,
-        num_heads=backbone.num_heads,
-        intermediate_size=backbone.intermediate_dim,
-        embedding_size=backbone.embedding_dim,
-        max_position_embeddings=backbone.max_sequence_length,
-        type_vocab_size=backbone.num_segments,
-        dropout=backbone.dropout,
-        lowercase=lowercase,
-        **special_token_ids(tokens, source),
-    )
+    sizes = {ours: getattr(backbone, theirs) for ours, theirs in BACKBONE_ARGUMENTS}
+    return ElectraConfig(**sizes, lowercase=lowercase, **special_token_ids(tokens, source))

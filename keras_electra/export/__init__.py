@@ -1,10 +1,22 @@
 """Export trained models as SavedModels that TF Serving answers: :func:`export`."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
+from keras_electra.errors import ConfigError
 from keras_electra.export.classifier import EXPORTABLE_TASKS, TextClassifierModule, finetuned_module
 from keras_electra.export.qa import QuestionAnsweringModule
-from keras_electra.export.run import export
-from keras_electra.export.saved_model import SIGNATURE_NAMES, ReplacedTokenModule, next_version
+from keras_electra.export.saved_model import (
+    SIGNATURE_NAMES,
+    EnergyModule,
+    ReplacedTokenModule,
+    export_module,
+    next_version,
+)
 from keras_electra.export.tagger import TextTaggerModule
+from keras_electra.finetuning.saved import load_finetuned
+from keras_electra.run_directory import RunDirectory
 
 __all__ = [
     "EXPORTABLE_TASKS",
@@ -17,3 +29,53 @@ __all__ = [
     "finetuned_module",
     "next_version",
 ]
+
+
+def export(
+    run_dir: str | Path,
+    output: str | Path,
+    *,
+    version: int | None = None,
+    max_length: int | None = None,
+) -> Path:
+    """Export a pretraining run or a fine-tuned model directory as ``output/VERSION``.
+
+    A directory with ``finetune.json`` (``keras-electra finetune --output``) exports
+    with its task's signatures (:func:`~keras_electra.export.classifier.finetuned_module`);
+    an Electric run (``--objective electric``) with energies and a sentence score
+    (:class:`~keras_electra.export.saved_model.EnergyModule`); any other (``keras-electra
+    pretrain --output``, or a converted init directory) with replaced-token detection's
+    (:class:`ReplacedTokenModule`). The version folder
+    is written under a temporary name and renamed when complete.
+
+    Args:
+        run_dir: the directory to export.
+        output: the model's base folder, e.g. ``saved_models/electra``.
+        version: the version number (default: one more than the highest present).
+        max_length: the fixed sequence length of the signatures (default: the one the
+            model was trained with).
+
+    Returns:
+        The written version folder.
+
+    Raises:
+        ConfigError: if the directory holds no model, ``max_length`` is out of range, or
+            a pretraining run has no replaced-token head (``--objective mlm``).
+        ElectraError: if the version folder already exists.
+
+    Examples:
+        >>> export("runs/demo", "saved_models/electra")  # doctest: +SKIP
+        PosixPath('saved_models/electra/1')
+    """
+    run = RunDirectory(run_dir)
+    if run.is_finetuned():
+        module = finetuned_module(load_finetuned(run.path), max_length)
+        extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
+    else:
+        electric = run.settings().get("objective") == "electric"
+        module = (EnergyModule if electric else ReplacedTokenModule).from_run(run.path, max_length)
+        extra = run.model_files()
+    limit = run.config_and_vocab()[0].max_position_embeddings
+    if not 4 <= module.max_length <= limit:
+        raise ConfigError(f"max_length must be between 4 and {limit}, got {module.max_length}.")
+    return export_module(module, output, version=version, extra_files=extra)

@@ -1,18 +1,12 @@
-"""SavedModels of fine-tuned models, for TF Serving 2.21; classifiers and regressors here.
-
-A fine-tuned output directory of any task exports with an in-graph tokenizer:
-:func:`keras_electra.export.export` picks the module for its task (taggers:
+"""SavedModels of fine-tuned classifiers and regressors, for TF Serving 2.21, and
+:func:`finetuned_module`, which picks the module of any task (taggers:
 :mod:`keras_electra.export.tagger`, QA models: :mod:`keras_electra.export.qa`).
 
-A classifier (``C`` classes) has ``serving_default`` (input ``text``, and ``text_b`` for
-a pair model -> ``scores`` float32 ``[-1, C]``, ``classes`` DT_STRING ``[-1, C]``) and
-``classify`` for TF Serving's Classify API: docs/serving.md. A regressor has
-``serving_default`` (``text``, ``text_b`` -> ``scores`` float32 ``[-1, 1]``) and
-``regress``, method ``tensorflow/serving/regress``: input ``inputs`` (serialized
-``tf.Example``) -> ``outputs`` (float32 ``[-1, 1]``), for TF Serving's Regress API.
-
-``assets.extra/`` keeps ``config.json``, ``vocab.txt``, ``finetune.json`` and
-``labels.txt`` and the warmup requests (for every task).
+Their signatures are in docs/serving.md; a regressor's ``regress`` (method
+``tensorflow/serving/regress``) takes ``inputs`` (serialized ``tf.Example``) and returns
+``outputs`` (float32 ``[-1, 1]``), for TF Serving's Regress API. ``assets.extra/`` keeps
+``config.json``, ``vocab.txt``, ``finetune.json``, ``labels.txt`` and the warmup requests
+(for every task).
 
 Examples:
     >>> export("runs/sst2", "saved_models/sst2")  # doctest: +SKIP
@@ -27,18 +21,18 @@ from tensorflow_serving.apis import classification_pb2, input_pb2, model_pb2, pr
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
 from keras_electra.export.qa import QuestionAnsweringModule
+from keras_electra.export.saved_model import FinetunedModule
 from keras_electra.export.tagger import TextTaggerModule
 from keras_electra.finetuning.saved import FinetunedModel
 from keras_electra.serving.signatures import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 from keras_electra.serving.tensors import make_example
-from keras_electra.serving.warmup import predict_log
 
 CLASSIFIER_TASKS = ("classify", "regress")
 EXPORTABLE_TASKS = ("classify", "regress", "tag", "qa")
 WARMUP_TEXTS = ("A fine example sentence.", "", "Ünïcödé and emoji 🙂 text.")
 
 
-class TextClassifierModule(tf.Module):
+class TextClassifierModule(FinetunedModule):
     """A fine-tuned classifier or regressor with its tokenizer, as TF Serving signatures.
 
     Args:
@@ -52,31 +46,19 @@ class TextClassifierModule(tf.Module):
     """
 
     def __init__(self, finetuned: FinetunedModel, max_length: int | None = None):
-        super().__init__(name="electra_text_classifier")
         settings = finetuned.settings
         if settings.task not in CLASSIFIER_TASKS:
             raise ConfigError(
                 f"TextClassifierModule exports classify and regress models, not "
                 f"'{settings.task}'; use export(), which picks the module for the task."
             )
+        super().__init__("electra_text_classifier", finetuned, max_length)
         self.task = settings.task
         self.pair = settings.text_pair_column is not None
-        self.tokenizer = finetuned.tokenizer
-        self.model = finetuned.model
-        self.max_length = int(max_length or settings.max_seq_length)
         self.labels = list(settings.labels)
         self.label_names = tf.constant(self.labels or [""], tf.string)
-        # TF Serving restores only variables in the object graph: track the tf.Variables
-        # the graph captures, not Keras 3's wrappers (see ReplacedTokenModule).
-        self.model_variables = [v.value for v in finetuned.model.variables]
-
-        names = ["text", "text_b"] if self.pair else ["text"]
-        specs = [tf.TensorSpec([None], tf.string, name=n) for n in names]
-        self.serve = tf.function(self._serve, input_signature=specs, autograph=False)
-        example_spec = [tf.TensorSpec([None], tf.string, name="inputs")]
-        self.from_examples = tf.function(
-            self._from_examples, input_signature=example_spec, autograph=False
-        )
+        self.serve = self.signature(self._serve, *(["text", "text_b"] if self.pair else ["text"]))
+        self.from_examples = self.signature(self._from_examples, "inputs")
 
     def _outputs(self, text, text_b=None) -> dict[str, tf.Tensor]:
         inputs = encode_texts(self.tokenizer, text, text_b, max_length=self.max_length)
@@ -89,11 +71,7 @@ class TextClassifierModule(tf.Module):
 
     def _serve(self, text, text_b=None):
         if text_b is not None:
-            tf.debugging.assert_equal(
-                tf.shape(text),
-                tf.shape(text_b),
-                message="text and text_b must have the same length",
-            )
+            self.check_same_length(text, text_b, "text and text_b")
         return self._outputs(text, text_b)
 
     def _from_examples(self, inputs):
@@ -112,20 +90,20 @@ class TextClassifierModule(tf.Module):
         return "regress" if self.task == "regress" else "classify"
 
     def signatures(self) -> dict:
-        return {"serving_default": self.serve, self.example_signature: self.from_examples}
+        return {**super().signatures(), self.example_signature: self.from_examples}
 
     def method_names(self) -> dict[str, str]:
-        """Method names to set after saving (``tf.saved_model.save`` writes predict only)."""
         method = REGRESS_METHOD_NAME if self.task == "regress" else CLASSIFY_METHOD_NAME
         return {self.example_signature: method}
 
-    def warmup_records(self) -> list:
+    def warmup_feeds(self) -> dict[str, list[str]]:
         texts = list(WARMUP_TEXTS)
-        feeds = {"text": texts}
-        if self.pair:
-            feeds["text_b"] = texts[1:] + texts[:1]
-        records = [predict_log(feeds), predict_log({k: v[:1] for k, v in feeds.items()})]
+        return {"text": texts, **({"text_b": texts[1:] + texts[:1]} if self.pair else {})}
+
+    def warmup_records(self) -> list:
+        records = super().warmup_records()
         if self.task == "classify":
+            feeds = self.warmup_feeds()
             examples = [make_example({k: v[i] for k, v in feeds.items()}) for i in range(2)]
             request = classification_pb2.ClassificationRequest(
                 model_spec=model_pb2.ModelSpec(signature_name="classify"),

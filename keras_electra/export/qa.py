@@ -1,33 +1,17 @@
 """SavedModels of fine-tuned extractive QA models (``qa`` task), for TF Serving 2.21.
 
-Encoding and decoding follow :mod:`keras_electra.finetuning.tasks.qa` in the graph:
-the question is tokenized and cut to ``max_query_length`` pieces (and to
-``L - 4``, so one context piece fits); the context is split into words on
-whitespace (Python's ``str.split()``), each word into word pieces, and the
-pieces into overlapping windows ``doc_stride`` apart, each encoded
-``[CLS] question [SEP] window [SEP]``. At most ``max_windows`` windows (16 by
-default) are read per question: context past them is ignored. The answer is
-the span of the ``n_best`` (20) highest start and end logits of any window's
-context with ``start <= end`` and at most ``max_answer_length`` pieces that
-maximizes ``start + end`` logit (the first window wins a tie), given as its
-whitespace words joined by one space. A SQuAD 2.0 model answers ``""`` when no
-window's answerability logit is above 0.
+Encoding and decoding are :mod:`keras_electra.finetuning.tasks.qa`'s, in the graph (the
+windows, the ``N_BEST`` starts and ends, the answer as the span's whitespace words joined by
+one space; docs/finetuning.md), but for three rules: the question is also cut to ``L - 4``
+pieces, so one context piece fits; at most ``max_windows`` windows (16 by default) are read
+per question, the context past them ignored; of equal spans the first window's wins.
 
-Signature ``serving_default``: inputs ``question`` and ``context`` (DT_STRING
-``[-1]``) -> with ``K`` the most windows of any question in the batch (the
-merged batch when TF Serving batches requests):
-
-- ``answer``: DT_STRING ``[-1]``, the answer text (``""`` for no answer);
-- ``answer_start_word``, ``answer_end_word``: int32 ``[-1]``, the answer's first
-  and last word (inclusive) as indexes into ``context.split()``; -1 for no answer;
-- ``answer_score``: float32 ``[-1]``, start + end logit of the best span (also when
-  a SQuAD 2.0 model declines to answer; 0 if the context is empty);
-- ``start_logits``, ``end_logits``: float32 ``[-1, K, L]``, per window and token,
-  -10000 at padding and for windows a question does not have;
-- ``tokens``: DT_STRING ``[-1, K, L]``, each window's word pieces (``""`` at padding);
-- ``num_windows``: int32 ``[-1]``;
-- ``answerable`` (SQuAD 2.0 models only): float32 ``[-1]``, the highest
-  answerability logit over the windows; the question is answered when it is > 0.
+Signature ``serving_default``: inputs ``question`` and ``context`` (DT_STRING ``[-1]``)
+-> ``answer``, ``answer_start_word``, ``answer_end_word`` (-1 for no answer),
+``answer_score`` (of the best span, also when a SQuAD 2.0 model declines to answer; 0 if
+the context is empty), ``start_logits``, ``end_logits``, ``tokens`` (each ``[-1, K, L]``
+with ``K`` the most windows of any question in the merged batch), ``num_windows`` and, for
+SQuAD 2.0 models, ``answerable`` (dtypes and padding: docs/finetuning.md).
 
 Examples:
     >>> module = QuestionAnsweringModule(load_finetuned("runs/squad"))  # doctest: +SKIP
@@ -40,10 +24,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_electra.export.words import split_words, word_pieces
+from keras_electra.export.saved_model import FinetunedModule
+from keras_electra.export.words import column, split_words
 from keras_electra.finetuning.saved import FinetunedModel
+from keras_electra.finetuning.tasks.base import piece_ids
 from keras_electra.finetuning.tasks.qa import N_BEST
-from keras_electra.serving.warmup import predict_log
 
 MAX_WINDOWS = 16
 """Windows read per question by default; longer contexts are cut."""
@@ -56,7 +41,7 @@ WARMUP_PAIRS = (
 PADDING_LOGIT = -10000.0
 
 
-class QuestionAnsweringModule(tf.Module):
+class QuestionAnsweringModule(FinetunedModule):
     """A fine-tuned span extractor with its tokenizer, as a TF Serving signature.
 
     Args:
@@ -77,20 +62,14 @@ class QuestionAnsweringModule(tf.Module):
         max_length: int | None = None,
         max_windows: int = MAX_WINDOWS,
     ):
-        super().__init__(name="electra_question_answering")
+        super().__init__("electra_question_answering", finetuned, max_length)
         settings = finetuned.settings
-        self.tokenizer = finetuned.tokenizer
-        self.model = finetuned.model
-        self.max_length = int(max_length or settings.max_seq_length)
         self.max_query_length = min(settings.max_query_length, self.max_length - 4)
         self.doc_stride = max(1, settings.doc_stride)
         self.max_answer_length = settings.max_answer_length
         self.version_2 = settings.version_2
         self.max_windows = max(1, int(max_windows))
-        # Track the tf.Variables the graph captures (see ReplacedTokenModule).
-        self.model_variables = [v.value for v in finetuned.model.variables]
-        specs = [tf.TensorSpec([None], tf.string, name=n) for n in ("question", "context")]
-        self.serve = tf.function(self._serve, input_signature=specs, autograph=False)
+        self.serve = self.signature(self._serve, "question", "context")
 
     def _windows(self, question, context) -> dict[str, tf.Tensor]:
         """Every window of every question as model inputs, with where its context sits."""
@@ -98,7 +77,7 @@ class QuestionAnsweringModule(tf.Module):
         query = tokenizer.tokenize(tf.reshape(question, [-1]))[:, : self.max_query_length]
         query_len = tf.cast(query.row_lengths(), tf.int32)
         words = split_words(context)
-        pieces = word_pieces(tokenizer, words.flat_values)
+        pieces = piece_ids(tokenizer, words.flat_values)
         doc_splits = tf.cast(tf.gather(pieces.row_splits, words.row_splits), tf.int32)
         num_pieces = doc_splits[1:] - doc_splits[:-1]
         # As finetuning.tasks.qa.windows: full windows `step` apart, then the last partial one.
@@ -116,11 +95,7 @@ class QuestionAnsweringModule(tf.Module):
         body = tf.gather(pieces.flat_values, tf.ragged.range(first_piece, first_piece + size))
 
         rows = tf.shape(example)[0]
-
-        def column(token_id: int) -> tf.RaggedTensor:
-            return tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.constant(token_id, tf.int32)))
-
-        cls, sep = column(tokenizer.cls_id), column(tokenizer.sep_id)
+        cls, sep = column(rows, tokenizer.cls_id), column(rows, tokenizer.sep_id)
         ids = tf.concat([cls, tf.gather(query, example), sep, body, sep], axis=1)
         offset = tf.gather(query_len, example) + 2
         padding_mask = tf.sequence_mask(offset + size + 1, length, dtype=tf.int32)
@@ -164,11 +139,7 @@ class QuestionAnsweringModule(tf.Module):
         return tf.reduce_max(scores, axis=-1), first, last
 
     def _serve(self, question, context):
-        tf.debugging.assert_equal(
-            tf.shape(question),
-            tf.shape(context),
-            message="question and context must have the same length",
-        )
+        self.check_same_length(question, context, "question and context")
         w = self._windows(question, context)
         out = self.model(w["inputs"], training=False)
         start_logits = tf.cast(out["start_logits"], tf.float32)
@@ -220,16 +191,6 @@ class QuestionAnsweringModule(tf.Module):
             outputs["answerable"] = answerable
         return outputs
 
-    def signatures(self) -> dict:
-        return {"serving_default": self.serve}
-
-    def method_names(self) -> dict[str, str]:
-        """No signature needs a method name other than predict."""
-        return {}
-
-    def warmup_records(self) -> list:
+    def warmup_feeds(self) -> dict[str, list[str]]:
         questions, contexts = (list(texts) for texts in zip(*WARMUP_PAIRS, strict=True))
-        return [
-            predict_log({"question": questions, "context": contexts}),
-            predict_log({"question": questions[:1], "context": contexts[:1]}),
-        ]
+        return {"question": questions, "context": contexts}

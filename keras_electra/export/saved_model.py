@@ -1,11 +1,13 @@
-"""SavedModels with an in-graph tokenizer, for TF Serving 2.21.
+"""SavedModels with an in-graph tokenizer, for TF Serving 2.21: the modules' base
+(:class:`ServingModule`), a pretraining run's (:class:`ReplacedTokenModule`, and an
+Electric run's :class:`EnergyModule`) and :func:`export_module`, which saves any of them.
 
-An export is a folder ``saved_models/NAME/VERSION/`` holding one SavedModel with the
-signatures ``serving_default`` (input ``text``) and ``score_pair`` (``text_a``,
-``text_b``), whose outputs are listed in docs/serving.md. ``L`` is fixed (the model's
-maximum sequence length) and outputs are dense, never ragged, so TF Serving's batching
-can concatenate requests; the tokenizer is tf-text ops TF Serving links.
-``assets.extra/`` holds the warmup requests, the run's ``config.json`` and ``vocab.txt``.
+A pretraining run's export has the signatures ``serving_default`` (input ``text``) and
+``score_pair`` (``text_a``, ``text_b``); their outputs, and an Electric run's, are in
+docs/serving.md. ``L`` is fixed (the model's maximum
+sequence length) and outputs are dense, never ragged, so TF Serving's batching can
+concatenate requests; the tokenizer is tf-text ops TF Serving links. ``assets.extra/``
+holds the warmup requests, the run's ``config.json`` and ``vocab.txt``.
 
 The version folder is written under a temporary non-numeric name and renamed
 at the end, because TF Serving loads any numeric folder it sees.
@@ -23,6 +25,7 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError
 from keras_electra.pretraining.loading import load_run
+from keras_electra.pretraining.objectives.electric import sentence_scores
 from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.signatures import set_signature_method_name
 from keras_electra.serving.warmup import ASSETS_EXTRA, predict_log, write_warmup_requests
@@ -37,7 +40,68 @@ WARMUP_TEXTS = (
 )
 
 
-class ReplacedTokenModule(tf.Module):
+class ServingModule(tf.Module):
+    """A model's variables and tokenizer, with the signatures TF Serving answers.
+
+    A subclass sets ``serve`` (the ``serving_default`` function, made with
+    :meth:`signature`) and :meth:`warmup_feeds`; it adds signatures in :meth:`signatures`
+    and TF Serving method names in :meth:`method_names`.
+
+    Args:
+        name: the module's name.
+        tokenizer: the model's tokenizer.
+        max_length: the fixed sequence length ``L`` of every output.
+        variables: the model's variables.
+    """
+
+    def __init__(self, name: str, tokenizer: ElectraTokenizer, max_length: int, variables):
+        super().__init__(name=name)
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        # The graph captures the tf.Variables inside Keras 3's variable wrappers;
+        # TF Serving restores only variables in the SavedModel's object graph, so
+        # track exactly those tf.Variables (tracking the wrappers would save a
+        # second, unused copy and leave the captured ones uninitialized).
+        self.model_variables = [v.value for v in variables]
+
+    @staticmethod
+    def signature(function, *names: str):
+        """``function`` as a graph function of string vectors ``[-1]`` named ``names``."""
+        specs = [tf.TensorSpec([None], tf.string, name=n) for n in names]
+        return tf.function(function, input_signature=specs, autograph=False)
+
+    @staticmethod
+    def check_same_length(a: tf.Tensor, b: tf.Tensor, names: str) -> None:
+        """Fail the request unless ``a`` and ``b`` (``names``: "a and b") are as long."""
+        message = f"{names} must have the same length"
+        tf.debugging.assert_equal(tf.shape(a), tf.shape(b), message=message)
+
+    def signatures(self) -> dict:
+        return {"serving_default": self.serve}
+
+    def method_names(self) -> dict[str, str]:
+        """Method names to set after saving (``tf.saved_model.save`` writes predict only)."""
+        return {}
+
+    def warmup_feeds(self) -> dict[str, list[str]]:
+        raise NotImplementedError
+
+    def warmup_records(self) -> list:
+        """Predict requests of every warm-up input, then of the first alone."""
+        feeds = self.warmup_feeds()
+        return [predict_log(feeds), predict_log({k: v[:1] for k, v in feeds.items()})]
+
+
+class FinetunedModule(ServingModule):
+    """The base of a fine-tuned model's module (:mod:`keras_electra.export.classifier`)."""
+
+    def __init__(self, name: str, finetuned, max_length: int | None = None):
+        length = max_length or finetuned.settings.max_seq_length
+        super().__init__(name, finetuned.tokenizer, length, finetuned.model.variables)
+        self.model = finetuned.model
+
+
+class ReplacedTokenModule(ServingModule):
     """The discriminator with its tokenizer, as TF Serving signatures.
 
     Args:
@@ -45,7 +109,10 @@ class ReplacedTokenModule(tf.Module):
         discriminator: the discriminator ``ElectraBackbone``.
         head: the ``DiscriminatorHead``.
         max_length: the fixed sequence length ``L`` of every output.
+        name: the module's name (default: the class's ``MODULE_NAME``).
     """
+
+    MODULE_NAME = "electra_replaced_token_detection"
 
     def __init__(
         self,
@@ -53,44 +120,34 @@ class ReplacedTokenModule(tf.Module):
         discriminator,
         head,
         max_length: int,
-        name: str = "electra_replaced_token_detection",
+        name: str | None = None,
     ):
-        super().__init__(name=name)
-        self.tokenizer = tokenizer
+        variables = [*discriminator.variables, *head.variables]
+        super().__init__(name or self.MODULE_NAME, tokenizer, max_length, variables)
         self.discriminator = discriminator
         self.head = head
-        self.max_length = max_length
-        # The graph captures the tf.Variables inside Keras 3's variable wrappers;
-        # TF Serving restores only variables in the SavedModel's object graph, so
-        # track exactly those tf.Variables (tracking the wrappers would save a
-        # second, unused copy and leave the captured ones uninitialized).
-        self.model_variables = [v.value for v in [*discriminator.variables, *head.variables]]
+        self.serve = self.signature(self._serve, "text")
+        self.score_pair = self.signature(self._score_pair, "text_a", "text_b")
 
     def _score(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         mask = inputs["padding_mask"]
-        logits = self.head(self.discriminator(inputs, training=False))
-        present = tf.cast(mask, tf.bool)
+        logits = tf.cast(self.head(self.discriminator(inputs, training=False)), tf.float32)
+        tokens = self.tokenizer.detokenize_ids(inputs["token_ids"])
         return {
-            "replaced_prob": tf.sigmoid(tf.cast(logits, tf.float32)) * tf.cast(mask, tf.float32),
-            "tokens": tf.where(present, self.tokenizer.detokenize_ids(inputs["token_ids"]), ""),
+            **self._head_outputs(logits, inputs),
+            "tokens": tf.where(tf.cast(mask, tf.bool), tokens, ""),
             "token_ids": inputs["token_ids"],
             "num_tokens": tf.reduce_sum(mask, axis=1),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
-    def serve(self, text):
+    def _head_outputs(self, logits: tf.Tensor, inputs: dict[str, tf.Tensor]) -> dict:
+        return {"replaced_prob": tf.sigmoid(logits) * tf.cast(inputs["padding_mask"], tf.float32)}
+
+    def _serve(self, text):
         return self._score(encode_texts(self.tokenizer, text, max_length=self.max_length))
 
-    @tf.function(
-        input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in ("text_a", "text_b")],
-        autograph=False,
-    )
-    def score_pair(self, text_a, text_b):
-        tf.debugging.assert_equal(
-            tf.shape(text_a),
-            tf.shape(text_b),
-            message="text_a and text_b must have the same length",
-        )
+    def _score_pair(self, text_a, text_b):
+        self.check_same_length(text_a, text_b, "text_a and text_b")
         return self._score(encode_texts(self.tokenizer, text_a, text_b, max_length=self.max_length))
 
     @classmethod
@@ -103,7 +160,8 @@ class ReplacedTokenModule(tf.Module):
             max_length: ``L`` (default: the run's ``max_seq_length``).
 
         Raises:
-            ConfigError: if the run has no replaced-token head (``--objective mlm``).
+            ConfigError: if the run has no replaced-token head (``--objective mlm``), or
+                (:class:`EnergyModule`) was not pretrained with ``--objective electric``.
         """
         model, tokenizer, _ = load_run(run_dir)
         cls._check_run(model, run_dir)
@@ -127,15 +185,46 @@ class ReplacedTokenModule(tf.Module):
         return cls(tokenizer, model.discriminator_backbone(), model.token_head, length)
 
     def signatures(self) -> dict:
-        return {"serving_default": self.serve, "score_pair": self.score_pair}
+        return {**super().signatures(), "score_pair": self.score_pair}
+
+    def warmup_feeds(self) -> dict[str, list[str]]:
+        return {"text": list(WARMUP_TEXTS)}
 
     def warmup_records(self) -> list:
         texts = list(WARMUP_TEXTS)
-        return [
-            predict_log({"text": texts}, "serving_default"),
-            predict_log({"text": texts[:1]}, "serving_default"),
-            predict_log({"text_a": texts[:2], "text_b": texts[2:]}, "score_pair"),
-        ]
+        pair = predict_log({"text_a": texts[:2], "text_b": texts[2:]}, "score_pair")
+        return [*super().warmup_records(), pair]
+
+
+class EnergyModule(ReplacedTokenModule):
+    """An Electric run's discriminator (``--objective electric``) with its tokenizer: the
+    replaced-token module's signatures and warm-up, with ``energy`` and ``sentence_score``
+    (docs/serving.md; ``[CLS]`` and ``[SEP]``, the ``special_ids``, left out of the score)
+    for ``replaced_prob``. The export reader's kind for it is ``sentence_score``.
+    """
+
+    MODULE_NAME = "electric_energies"
+    special_ids: tuple[int, ...] = ()
+
+    def _head_outputs(self, logits: tf.Tensor, inputs: dict[str, tf.Tensor]) -> dict:
+        real = scored = tf.cast(inputs["padding_mask"], tf.float32)
+        for token_id in self.special_ids:
+            scored *= tf.cast(tf.not_equal(inputs["token_ids"], token_id), tf.float32)
+        return {"energy": logits * real, "sentence_score": sentence_scores(logits, scored)}
+
+    @classmethod
+    def _check_run(cls, model, run_dir: str | Path) -> None:
+        if model.objective != "electric":
+            raise ConfigError(
+                f"Run '{run_dir}' was pretrained with --objective {model.objective}, which "
+                "gives no energies; export it as it is, or pretrain with --objective electric."
+            )
+
+    @classmethod
+    def _from_model(cls, model, tokenizer: ElectraTokenizer, length: int) -> EnergyModule:
+        module = super()._from_model(model, tokenizer, length)
+        module.special_ids = (int(model.config.cls_token_id), int(model.config.sep_token_id))
+        return module
 
 
 def next_version(base: str | Path) -> int:

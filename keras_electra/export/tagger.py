@@ -6,18 +6,10 @@ word into word pieces (``[UNK]`` if it yields none) and packed exactly as
 ``[CLS] pieces... [SEP]`` with words kept while their pieces fit in ``L``
 (later words are cut). A word's tag is read at its first word piece.
 
-Signature ``serving_default``: input ``text`` (DT_STRING ``[-1]``, whitespace-
-separated words) -> with ``W`` the most words of any text in the batch (the
-merged batch when TF Serving batches requests) and ``T`` the number of tags:
-
-- ``tag_probs``: float32 ``[-1, W, T]``, softmax at each word's first piece,
-  0 for words cut by ``L`` and for padding words;
-- ``tags``: DT_STRING ``[-1, W]``, the most likely tag; ``O`` for words cut by
-  ``L`` (as ``keras-electra predict`` does) and ``""`` for padding words;
-- ``words``: DT_STRING ``[-1, W]``, the words (``""`` for padding);
-- ``word_mask``: int32 ``[-1, W]``, 1 where the word has tag scores;
-- ``num_words``: int32 ``[-1]``, the number of words in each text;
-- ``tag_names``: DT_STRING ``[-1, T]``, the tag names in ``tag_probs`` order.
+Signature ``serving_default``: input ``text`` (DT_STRING ``[-1]``, whitespace-separated
+words) -> ``tag_probs``, ``tags``, ``words``, ``word_mask``, ``num_words`` and ``tag_names``
+(shapes, dtypes and padding: docs/finetuning.md; ``W``, the words of the longest text, is
+the merged batch's when TF Serving batches requests).
 
 Examples:
     >>> module = TextTaggerModule(load_finetuned("runs/ner"))  # doctest: +SKIP
@@ -29,14 +21,15 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_electra.export.words import split_words, word_pieces
+from keras_electra.export.saved_model import FinetunedModule
+from keras_electra.export.words import column, split_words
 from keras_electra.finetuning.saved import FinetunedModel
-from keras_electra.serving.warmup import predict_log
+from keras_electra.finetuning.tasks.base import piece_ids
 
 WARMUP_TEXTS = ("John lives in London .", "", "Ünïcödé and emoji 🙂 words")
 
 
-class TextTaggerModule(tf.Module):
+class TextTaggerModule(FinetunedModule):
     """A fine-tuned tagger with its tokenizer, as a TF Serving ``serving_default`` signature.
 
     Args:
@@ -51,25 +44,16 @@ class TextTaggerModule(tf.Module):
     """
 
     def __init__(self, finetuned: FinetunedModel, max_length: int | None = None):
-        super().__init__(name="electra_tagger")
-        self.tokenizer = finetuned.tokenizer
-        self.model = finetuned.model
-        self.max_length = int(max_length or finetuned.settings.max_seq_length)
+        super().__init__("electra_tagger", finetuned, max_length)
         self.tag_names = tf.constant(list(finetuned.settings.labels), tf.string)
-        # Track the tf.Variables the graph captures (see ReplacedTokenModule).
-        self.model_variables = [v.value for v in finetuned.model.variables]
-        self.serve = tf.function(
-            self._tag,
-            input_signature=[tf.TensorSpec([None], tf.string, name="text")],
-            autograph=False,
-        )
+        self.serve = self.signature(self._tag, "text")
 
     def _tag(self, text):
         length = self.max_length
         words = split_words(text)
         sentence = words.value_rowids()
         batch = words.nrows()
-        pieces = word_pieces(self.tokenizer, words.flat_values)
+        pieces = piece_ids(self.tokenizer, words.flat_values)
         sizes = tf.cast(pieces.row_lengths(), tf.int32)
         # Pieces up to and including each word, counted from its sentence's first word.
         ends = tf.cumsum(sizes)
@@ -82,11 +66,8 @@ class TextTaggerModule(tf.Module):
         body = tf.RaggedTensor.from_row_lengths(
             tf.ragged.boolean_mask(pieces, kept).flat_values, tf.cast(kept_sizes, tf.int64)
         )
-
-        def column(token_id: int) -> tf.RaggedTensor:
-            return tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(token_id, tf.int32)))
-
-        ids = tf.concat([column(self.tokenizer.cls_id), body, column(self.tokenizer.sep_id)], 1)
+        cls, sep = column(batch, self.tokenizer.cls_id), column(batch, self.tokenizer.sep_id)
+        ids = tf.concat([cls, body, sep], 1)
         token_ids = ids.to_tensor(default_value=self.tokenizer.pad_id, shape=[None, length])
         padding_mask = tf.sequence_mask(kept_sizes + 2, length, dtype=tf.int32)
         inputs = {
@@ -115,13 +96,5 @@ class TextTaggerModule(tf.Module):
             "tag_names": tf.tile(self.tag_names[None, :], [batch, 1]),
         }
 
-    def signatures(self) -> dict:
-        return {"serving_default": self.serve}
-
-    def method_names(self) -> dict[str, str]:
-        """No signature needs a method name other than predict."""
-        return {}
-
-    def warmup_records(self) -> list:
-        texts = list(WARMUP_TEXTS)
-        return [predict_log({"text": texts}), predict_log({"text": texts[:1]})]
+    def warmup_feeds(self) -> dict[str, list[str]]:
+        return {"text": list(WARMUP_TEXTS)}

@@ -1,12 +1,12 @@
-"""Whitespace words and their word pieces, in the TensorFlow graph.
+"""Whitespace words (and constant token columns), in the TensorFlow graph.
 
 Tagging and QA read text as whitespace-separated words (Python's ``str.split``:
 :func:`keras_electra.finetuning.readers.read_conll`,
 :func:`keras_electra.finetuning.tasks.qa.whitespace_words`) and tokenize each word on
-its own (:func:`keras_electra.finetuning.tasks.base.word_pieces`). These functions
-do the same with core ops TF Serving runs (``UnicodeTranscode``,
-``RegexReplace``, ``StringSplitV2``) plus the tokenizer, so exported tagger and
-QA models see the words and pieces the Keras model was trained on.
+its own (:func:`keras_electra.finetuning.tasks.base.piece_ids`, in the graph too).
+:func:`split_words` does the same with core ops TF Serving runs (``UnicodeTranscode``,
+``RegexReplace``, ``StringSplitV2``), so exported tagger and QA models see the words and
+pieces the Keras model was trained on.
 
 Examples:
     >>> split_words(tf.constant(["a  b\\u3000c", ""])).to_list()
@@ -16,8 +16,6 @@ Examples:
 from __future__ import annotations
 
 import tensorflow as tf
-
-from keras_electra.data.tokenizer import ElectraTokenizer
 
 # Every character Python's str.isspace() accepts, as an RE2 class (RE2's \s is ASCII only).
 PYTHON_WHITESPACE = (
@@ -47,25 +45,6 @@ def split_words(text: tf.Tensor) -> tf.RaggedTensor:
     return tf.strings.split(tf.strings.regex_replace(text, PYTHON_WHITESPACE, " "))
 
 
-def word_pieces(tokenizer: ElectraTokenizer, words: tf.Tensor) -> tf.RaggedTensor:
-    """Word-piece ids of each word; a word that yields none becomes ``[UNK]``.
-
-    Args:
-        tokenizer: the model's tokenizer.
-        words: string tensor ``[W]``, one word each.
-
-    Returns:
-        An int32 ``tf.RaggedTensor`` ``[W, None]`` with at least one piece per row.
-
-    Examples:
-        >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##able"]
-        >>> t = ElectraTokenizer(vocab)
-        >>> word_pieces(t, tf.constant(["unable", "\\u0301"])).to_list()
-        [[5, 6], [1]]
-    """
-    pieces = tokenizer.tokenize(words)
-    empty = tf.cast(tf.equal(pieces.row_lengths(), 0), tf.int64)
-    unknown = tf.RaggedTensor.from_row_lengths(
-        tf.fill([tf.reduce_sum(empty)], tf.constant(tokenizer.unk_id, tf.int32)), empty
-    )
-    return tf.concat([pieces, unknown], axis=1)
+def column(rows: tf.Tensor, token_id: int) -> tf.RaggedTensor:
+    """A ragged ``[rows, 1]`` int32 column of ``token_id`` (``[CLS]`` or ``[SEP]``)."""
+    return tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.constant(token_id, tf.int32)))

@@ -43,6 +43,11 @@ class Task:
         raise NotImplementedError
 
     def evaluate(self, model, examples, tokenizer, settings, batch_size: int = 64) -> dict:
+        """The task's metrics on labelled ``examples`` (:meth:`scores`), and their number."""
+        scores = self.scores(model, examples, tokenizer, settings, batch_size)
+        return {**scores, "num_examples": len(examples)}
+
+    def scores(self, model, examples, tokenizer, settings, batch_size: int) -> dict:
         raise NotImplementedError
 
     def predict(self, model, examples, tokenizer, settings, batch_size: int = 64) -> list[dict]:
@@ -60,10 +65,43 @@ class Task:
         raise NotImplementedError
 
 
+def pack(rows: list[list[int]], length: int, pad_id: int, segments: list | None = None) -> Arrays:
+    """Int32 model inputs ``[len(rows), length]`` from each row's token ids (and
+    ``segments``' segment ids; default 0), padded with ``pad_id``."""
+    x = {k: np.zeros((len(rows), length), np.int32) for k in ("segment_ids", "padding_mask")}
+    x = {"token_ids": np.full((len(rows), length), pad_id, np.int32), **x}
+    for r, ids in enumerate(rows):
+        x["token_ids"][r, : len(ids)] = ids
+        x["padding_mask"][r, : len(ids)] = 1
+        if segments is not None:
+            x["segment_ids"][r, : len(ids)] = segments[r]
+    return x
+
+
+def piece_ids(tokenizer: ElectraTokenizer, words: tf.Tensor) -> tf.RaggedTensor:
+    """Word-piece ids of each word (in the graph); a word that yields none becomes ``[UNK]``.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        words: string tensor ``[W]``, one word each.
+
+    Returns:
+        An int32 ``tf.RaggedTensor`` ``[W, None]`` with at least one piece per row.
+
+    Examples:
+        >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##able"]
+        >>> t = ElectraTokenizer(vocab)
+        >>> piece_ids(t, tf.constant(["unable", "\\u0301"])).to_list()
+        [[5, 6], [1]]
+    """
+    pieces = tokenizer.tokenize(words)
+    empty = tf.cast(tf.equal(pieces.row_lengths(), 0), tf.int64)
+    unknown = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(empty)], tf.constant(tokenizer.unk_id, tf.int32)), empty
+    )
+    return tf.concat([pieces, unknown], axis=1)
+
+
 def word_pieces(tokenizer: ElectraTokenizer, words: list[str]) -> list[list[int]]:
-    """Word-piece ids of each word (tokenized on its own); a word that yields none becomes
-    ``[UNK]``."""
-    if not words:
-        return []
-    pieces = tokenizer.tokenize(tf.constant(words)).to_list()
-    return [p or [tokenizer.unk_id] for p in pieces]
+    """:func:`piece_ids` of a list of words, as lists."""
+    return piece_ids(tokenizer, tf.constant(words)).to_list() if words else []

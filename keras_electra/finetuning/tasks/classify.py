@@ -18,7 +18,7 @@ from keras_electra.errors import InputDataError
 from keras_electra.finetuning import metrics
 from keras_electra.finetuning.models import ElectraClassifier, ElectraRegressor
 from keras_electra.finetuning.readers import read_table
-from keras_electra.finetuning.tasks.base import Arrays, Task
+from keras_electra.finetuning.tasks.base import Arrays, Task, pack
 
 ENCODE_CHUNK = 4096
 
@@ -48,8 +48,7 @@ def encode_pairs(
             {k: v.numpy() for k, v in encode_texts(tokenizer, a, b, max_length=max_length).items()}
         )
     if not parts:
-        empty = np.zeros((0, max_length), np.int32)
-        return {"token_ids": empty, "segment_ids": empty, "padding_mask": empty}
+        return pack([], max_length, 0)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -125,7 +124,7 @@ class ClassifyTask(_SequenceTask):
     def loss(self, settings):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+    def scores(self, model, examples, tokenizer, settings, batch_size):
         y = self.targets(examples, settings)
         predicted = self.outputs(model, examples, tokenizer, settings, batch_size).argmax(-1)
         scores = {
@@ -136,7 +135,6 @@ class ClassifyTask(_SequenceTask):
             scores["f1"] = round(metrics.f1_score(y, predicted, positive=1), 4)
         else:
             scores["macro_f1"] = metrics.macro_f1(y, predicted)
-        scores["num_examples"] = len(examples)
         return scores
 
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
@@ -171,14 +169,13 @@ class RegressTask(_SequenceTask):
     def loss(self, settings):
         return keras.losses.MeanSquaredError()
 
-    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+    def scores(self, model, examples, tokenizer, settings, batch_size):
         y = self.targets(examples, settings)[:, 0]
         predicted = self.outputs(model, examples, tokenizer, settings, batch_size)[:, 0]
         return {
             "pearson": metrics.pearson(y, predicted),
             "spearman": metrics.spearman(y, predicted),
             "mse": round(float(np.mean((y - predicted) ** 2)), 6),
-            "num_examples": len(examples),
         }
 
     def predict(self, model, examples, tokenizer, settings, batch_size=64):

@@ -23,7 +23,7 @@ from keras_electra.errors import ConfigError
 from keras_electra.finetuning import metrics
 from keras_electra.finetuning.models import ElectraSpanExtractor
 from keras_electra.finetuning.readers import QAExample, read_squad
-from keras_electra.finetuning.tasks.base import Task, word_pieces
+from keras_electra.finetuning.tasks.base import Task, pack, word_pieces
 
 N_BEST = 20
 
@@ -98,16 +98,7 @@ class QATask(Task):
                 rows["end"].append(answer[1] - start + offset if inside else 0)
                 rows["answerable"].append(1.0 if inside else 0.0)
                 features.append((i, offset, start, size, piece_to_word, words))
-        n = len(rows["ids"])
-        x = {
-            "token_ids": np.full((n, length), tokenizer.pad_id, np.int32),
-            "segment_ids": np.zeros((n, length), np.int32),
-            "padding_mask": np.zeros((n, length), np.int32),
-        }
-        for r, (ids, segments) in enumerate(zip(rows["ids"], rows["segments"], strict=True)):
-            x["token_ids"][r, : len(ids)] = ids
-            x["segment_ids"][r, : len(ids)] = segments
-            x["padding_mask"][r, : len(ids)] = 1
+        x = pack(rows["ids"], length, tokenizer.pad_id, rows["segments"])
         y = {
             "start_logits": np.asarray(rows["start"], np.int32),
             "end_logits": np.asarray(rows["end"], np.int32),
@@ -155,12 +146,10 @@ class QATask(Task):
             result[example.qid] = text
         return result
 
-    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+    def scores(self, model, examples, tokenizer, settings, batch_size):
         predicted = self.answers(model, examples, tokenizer, settings, batch_size)
         golds = {e.qid: ([] if e.is_impossible else e.answers) for e in examples}
-        scores = metrics.squad_scores(predicted, golds)
-        scores["num_examples"] = len(examples)
-        return scores
+        return metrics.squad_scores(predicted, golds)
 
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
         predicted = self.answers(model, examples, tokenizer, settings, batch_size)

@@ -10,7 +10,7 @@ from keras_electra.errors import InputDataError
 from keras_electra.finetuning import metrics
 from keras_electra.finetuning.models import ElectraTagger, MaskedSparseCrossentropy
 from keras_electra.finetuning.readers import TaggedSentence, read_conll
-from keras_electra.finetuning.tasks.base import Task, word_pieces
+from keras_electra.finetuning.tasks.base import Task, pack, word_pieces
 
 
 def align_words(
@@ -22,12 +22,9 @@ def align_words(
     """``(inputs, labels, positions)``: int32 ``[N, max_length]`` inputs and labels (each
     word's ``tag_ids`` on its first piece, ``-1`` elsewhere or without ``tag_ids``), and
     per sentence the position of each kept word's first piece."""
-    flat = [w for words in sentences for w in words]
-    pieces = word_pieces(tokenizer, flat)
-    n = len(sentences)
-    token_ids = np.full((n, max_length), tokenizer.pad_id, np.int32)
-    labels = np.full((n, max_length), -1, np.int32)
-    mask = np.zeros((n, max_length), np.int32)
+    pieces = word_pieces(tokenizer, [w for words in sentences for w in words])
+    labels = np.full((len(sentences), max_length), -1, np.int32)
+    rows: list[list[int]] = []
     positions: list[list[int]] = []
     k = 0
     for i, words in enumerate(sentences):
@@ -41,12 +38,9 @@ def align_words(
                 labels[i, len(ids)] = tag_ids[i][j]
             ids.extend(word)
         k += len(words)
-        ids.append(tokenizer.sep_id)
-        token_ids[i, : len(ids)] = ids
-        mask[i, : len(ids)] = 1
+        rows.append([*ids, tokenizer.sep_id])
         positions.append(kept)
-    inputs = {"token_ids": token_ids, "segment_ids": np.zeros_like(mask), "padding_mask": mask}
-    return inputs, labels, positions
+    return pack(rows, max_length, tokenizer.pad_id), labels, positions
 
 
 def sort_tags(tags) -> list[str]:
@@ -102,12 +96,10 @@ class TagTask(Task):
             tags.append(kept + ["O"] * (len(s.words) - len(kept)))
         return tags
 
-    def evaluate(self, model, examples, tokenizer, settings, batch_size=64):
+    def scores(self, model, examples, tokenizer, settings, batch_size):
         self.tag_ids(examples, settings)
         predicted = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
-        scores = metrics.chunk_scores([s.tags for s in examples], predicted)
-        scores["num_examples"] = len(examples)
-        return scores
+        return metrics.chunk_scores([s.tags for s in examples], predicted)
 
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
         predicted = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
