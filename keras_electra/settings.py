@@ -454,13 +454,14 @@ def with_options(function: str, kind: type, settings, **options):
     ``pretrain()``, ``prepare()`` and ``finetune()`` do with their keywords.
 
     Raises:
-        TypeError: a keyword that is not a field of ``kind``, named in one sentence.
+        TypeError: naming every keyword that is not a field of ``kind``, in one sentence.
     """
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(kind)})
     if unknown:
+        named = ", ".join(map(repr, unknown))
         raise TypeError(
-            f"{function}() has no option {unknown[0]!r}; the options are the fields of "
-            f"keras_electra.settings.{kind.__name__}."
+            f"{function}() has no option{'s' if len(unknown) > 1 else ''} {named}; the options "
+            f"are the fields of keras_electra.settings.{kind.__name__}."
         )
     return dataclasses.replace(settings or kind(), **options)
 

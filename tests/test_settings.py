@@ -149,6 +149,8 @@ def test_a_new_option_is_one_field(tmp_path):
 def test_pretrain_refuses_a_keyword_that_is_not_a_setting(tmp_path):
     with pytest.raises(TypeError, match="pretrain\\(\\) has no option 'stepz'"):
         pretrain(["a.txt"], tmp_path, stepz=3)
+    with pytest.raises(TypeError, match="has no options 'bogus', 'stepz'; the options are"):
+        pretrain(["a.txt"], tmp_path, stepz=3, bogus=1)
 
 
 def test_keep_checkpoints_keeps_that_many(small_corpus, tmp_path):
