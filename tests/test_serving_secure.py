@@ -393,3 +393,19 @@ def test_tls_to_localhost_names_the_certificate_failure_not_another_address(
         with pytest.raises(ServingError, match=TLS_FAILURES["wrong-ca"]) as rest_error:
             rest.status()
         assert "Connection refused" not in _no_secret(rest_error.value)
+
+
+def test_a_client_reads_its_certificates_once_when_built(electra, pki, tmp_path):
+    """The certificates are read when the client is built: a TLS failure is still told
+    (here by the client's own handshake, gRPC saying only that the socket closed) once the
+    files are gone."""
+    root = tmp_path / "ca.pem"
+    shutil.copy(pki["ca_pem"], root)
+    with _server(electra, pki, mutual=True) as server:
+        options = dict(root_certificates=root, token=SECRET, retries=0)
+        with GrpcClient(server.grpc_target, "electra", **options) as client:
+            rest = RestClient(server.rest_url, "electra", **options)
+            root.unlink()
+            for call in (client.status, rest.status):
+                with pytest.raises(ServingError, match=TLS_FAILURES["no-client-certificate"]):
+                    call()

@@ -461,6 +461,6 @@ def saved_model_signatures(loaded: Any) -> dict[str, SignatureDict]:
 
     result = {}
     for name, function in sorted(loaded.signatures.items()):
-        tensors = {"inputs": function.structured_input_signature[1]}
-        result[name] = _tensors({**tensors, "outputs": function.structured_outputs}, spec)
+        inputs = function.structured_input_signature[1]
+        result[name] = _tensors({"inputs": inputs, "outputs": function.structured_outputs}, spec)
     return result

@@ -75,19 +75,20 @@ class GrpcClient(ModelClient):
     ) -> None:
         super().__init__(model_name, **options)
         self.target = target
-        self.tls = bool(tls or self._pems[0] is not None or self._pems[1] is not None)
+        # Read once: the channel's, and diagnose()'s after a failed TLS handshake.
+        self._pems = root, chain, key = read_pems(self._pems)
+        self.tls = bool(tls or root is not None or chain is not None)
         if not self.tls:
             self._refuse_plaintext(target)
         limit = max_message_mb * 1024 * 1024
-        options = [(f"grpc.max_{way}_message_length", limit) for way in ("send", "receive")]
+        channel_options = [(f"grpc.max_{way}_message_length", limit) for way in ("send", "receive")]
         if self.tls:
-            root, chain, key = read_pems(self._pems)
             secure = grpc.ssl_channel_credentials(
                 root_certificates=root, private_key=key, certificate_chain=chain
             )
-            self._channel = grpc.secure_channel(target, secure, options=options)
+            self._channel = grpc.secure_channel(target, secure, options=channel_options)
         else:
-            self._channel = grpc.insecure_channel(target, options=options)
+            self._channel = grpc.insecure_channel(target, options=channel_options)
         self._predictions = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         self._models = model_service_pb2_grpc.ModelServiceStub(self._channel)
 

@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit
 import numpy as np
 
 from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
-from keras_electra.serving.credentials import client_context
+from keras_electra.serving.credentials import client_context, read_pems
 from keras_electra.serving.errors import ServingError
 
 PredictFormat = Literal["columnar", "row"]
@@ -320,6 +320,7 @@ class RestClient(ModelClient):
         self.base_url = base_url.rstrip("/")
         self._tls = None
         if self.base_url.startswith("https://"):
+            self._pems = read_pems(self._pems)  # read once: the context's, and diagnose()'s
             self._tls = client_context(*self._pems)
         elif self._pems[0] is not None or self._pems[1] is not None:
             raise ServingError(
