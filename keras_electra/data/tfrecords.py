@@ -116,14 +116,7 @@ def write_pretraining_tfrecords(
     """
     from tqdm import tqdm
 
-    job = start_writing(
-        files,
-        tokenizer,
-        output_dir,
-        max_seq_length=max_seq_length,
-        num_shards=num_shards,
-        seed=seed,
-    )
+    job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
     with tqdm(
         total=job.corpus_bytes,
         unit="B",
@@ -226,10 +219,9 @@ def start_writing(
     files: PathsLike,
     tokenizer: ElectraTokenizer,
     output_dir: str,
-    *,
     max_seq_length: int,
-    num_shards: int = 8,
-    seed: int = 0,
+    num_shards: int,
+    seed: int,
 ) -> WritingJob:
     """Checks the corpus and settings, plans the shards and readies ``output_dir``: its
     finished shards are kept when its ``metadata.json`` names the same corpus and
