@@ -83,10 +83,11 @@ def write_pretraining_tfrecords(
     """Packs a text corpus once and writes the examples as sharded TFRecords, in this
     process (:mod:`keras_electra.data.beam` runs the same on all cores or a cluster).
 
-    Read one after another, the shards hold one pass of :func:`pretraining_examples`
-    (packed with ``seed``). A rerun with the same corpus and settings keeps the finished
-    shards; other ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed. The
-    shards and ``metadata.json``: docs/pretraining.md, "Preparing a large corpus".
+    Read one after another, the shards hold one pass of
+    :func:`~keras_electra.data.pretraining.pretraining_examples` (packed with ``seed``).
+    A rerun with the same corpus and settings keeps the finished shards; other
+    ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed. The shards and
+    ``metadata.json``: docs/pretraining.md, "Preparing a large corpus".
 
     Args:
         files: text files, directories of ``*.txt`` files, or glob patterns.
