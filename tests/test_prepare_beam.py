@@ -8,6 +8,7 @@ when a rerun finds them finished; bad input is one sentence.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 
@@ -210,6 +211,19 @@ def test_beam_writes_the_same_shards_with_one_and_two_workers(corpus, tokenizer,
         corpus, temp_dir=str(tmp_path / "counts"), num_workers=2, pipeline_args=runs[2]
     )
     assert counts == dict(count_words(corpus))
+
+
+def test_beam_writer_takes_the_in_process_writers_settings():
+    # Named in its signature (not **kwargs), with the same defaults: a typo or a missing
+    # max_seq_length is Python's TypeError naming write_tfrecords_beam, before Beam starts.
+    from keras_electra.data.beam import write_tfrecords_beam
+
+    beam_writer = inspect.signature(write_tfrecords_beam).parameters
+    in_process = inspect.signature(write_pretraining_tfrecords).parameters
+    for name in ("max_seq_length", "num_shards", "seed"):
+        assert beam_writer[name].default == in_process[name].default
+    with pytest.raises(TypeError, match="write_tfrecords_beam"):
+        write_tfrecords_beam([], None, "out", num_shard=2)  # type: ignore[call-arg]
 
 
 def run_prepare(capsys, *args: str) -> tuple[int, str]:

@@ -121,24 +121,25 @@ def write_tfrecords_beam(
     tokenizer: ElectraTokenizer,
     output_dir: str,
     *,
+    max_seq_length: int,
+    num_shards: int = 8,
+    seed: int = 0,
     pipeline_args: Sequence[str] = (),
     num_workers: int | None = None,
     progress: bool = True,
-    **settings,
 ) -> list[str]:
     """:func:`~keras_electra.data.tfrecords.write_pretraining_tfrecords` as a Beam pipeline.
 
     The shards and their examples are the in-process writer's, byte for byte; ``files``,
-    ``tokenizer`` and ``output_dir`` are its own (local or ``gs://``).
+    ``tokenizer``, ``output_dir``, ``max_seq_length`` and ``seed`` are its own (paths
+    local or ``gs://``).
 
     Args:
+        num_shards: number of TFRecord files (each one worker's unit of work).
         pipeline_args: Beam options (``["--runner", "DataflowRunner", ...]``).
         num_workers: local worker processes when no ``--runner`` is given (default:
             every core).
         progress: a progress bar of finished shards (a local output directory).
-        **settings: ``max_seq_length`` (tokens per example), ``num_shards`` (TFRecord
-            files, each one worker's unit of work; default 8) and ``seed`` (the packing
-            seed; default 0), as the in-process writer takes them.
 
     Returns:
         The shard paths, in order.
@@ -152,7 +153,7 @@ def write_tfrecords_beam(
     from keras_electra.data.tfrecords import start_writing
 
     options, described = pipeline_options(pipeline_args, num_workers)
-    job = start_writing(files, tokenizer, output_dir, **settings)
+    job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
     write = _WriteShard(job, tokenizer.vocab, tokenizer.lowercase)
     done = threading.Event()
     watcher = threading.Thread(target=_watch, args=(job.paths, done, progress), daemon=True)

@@ -151,8 +151,7 @@ class Packer:
         cls_id: the id of ``[CLS]``.
         sep_id: the id of ``[SEP]``.
         pad_id: the id of ``[PAD]``.
-        seed: the stateless seed pair
-            (:func:`~keras_electra.data.pretraining.packing_seed`).
+        seed: the stateless seed pair (:func:`packing_seed`).
         single_segment_prob: as in :func:`~keras_electra.data.pretraining.pack_examples`.
         random_length_prob: as in :func:`~keras_electra.data.pretraining.pack_examples`.
     """

@@ -83,10 +83,11 @@ def write_pretraining_tfrecords(
     """Packs a text corpus once and writes the examples as sharded TFRecords, in this
     process (:mod:`keras_electra.data.beam` runs the same on all cores or a cluster).
 
-    Read one after another, the shards hold one pass of :func:`pretraining_examples`
-    (packed with ``seed``). A rerun with the same corpus and settings keeps the finished
-    shards; other ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed. The
-    shards and ``metadata.json``: docs/pretraining.md, "Preparing a large corpus".
+    Read one after another, the shards hold one pass of
+    :func:`~keras_electra.data.pretraining.pretraining_examples` (packed with ``seed``).
+    A rerun with the same corpus and settings keeps the finished shards; other
+    ``pretraining-*.tfrecord`` shards in ``output_dir`` are removed. The shards and
+    ``metadata.json``: docs/pretraining.md, "Preparing a large corpus".
 
     Args:
         files: text files, directories of ``*.txt`` files, or glob patterns.
@@ -116,14 +117,7 @@ def write_pretraining_tfrecords(
     """
     from tqdm import tqdm
 
-    job = start_writing(
-        files,
-        tokenizer,
-        output_dir,
-        max_seq_length=max_seq_length,
-        num_shards=num_shards,
-        seed=seed,
-    )
+    job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
     with tqdm(
         total=job.corpus_bytes,
         unit="B",
@@ -226,10 +220,9 @@ def start_writing(
     files: PathsLike,
     tokenizer: ElectraTokenizer,
     output_dir: str,
-    *,
     max_seq_length: int,
-    num_shards: int = 8,
-    seed: int = 0,
+    num_shards: int,
+    seed: int,
 ) -> WritingJob:
     """Checks the corpus and settings, plans the shards and readies ``output_dir``: its
     finished shards are kept when its ``metadata.json`` names the same corpus and
