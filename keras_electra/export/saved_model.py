@@ -25,6 +25,7 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError
 from keras_electra.pretraining.loading import load_run
+from keras_electra.pretraining.masking import candidate_mask
 from keras_electra.pretraining.objectives.electric import sentence_scores
 from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.signatures import set_signature_method_name
@@ -220,10 +221,10 @@ class EnergyModule(ReplacedTokenModule):
         self.special_ids = tuple(int(i) for i in special_ids)
 
     def _head_outputs(self, logits: tf.Tensor, inputs: dict[str, tf.Tensor]) -> dict:
-        real = scored = tf.cast(inputs["padding_mask"], tf.float32)
-        for token_id in self.special_ids:
-            scored *= tf.cast(tf.not_equal(inputs["token_ids"], token_id), tf.float32)
-        return {"energy": logits * real, "sentence_score": sentence_scores(logits, scored)}
+        mask = inputs["padding_mask"]
+        scored = candidate_mask(inputs["token_ids"], mask, self.special_ids)
+        energy = logits * tf.cast(mask, tf.float32)
+        return {"energy": energy, "sentence_score": sentence_scores(logits, scored)}
 
     @classmethod
     def _check_run(cls, model, run_dir: str | Path) -> None:
