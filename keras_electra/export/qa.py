@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_electra.encoding import token_column
 from keras_electra.export.saved_model import FinetunedModule
-from keras_electra.export.words import column, split_words
+from keras_electra.export.words import split_words
 from keras_electra.finetuning.saved import FinetunedModel
 from keras_electra.finetuning.tasks.base import piece_ids
 from keras_electra.finetuning.tasks.qa import N_BEST
@@ -95,7 +96,7 @@ class QuestionAnsweringModule(FinetunedModule):
         body = tf.gather(pieces.flat_values, tf.ragged.range(first_piece, first_piece + size))
 
         rows = tf.shape(example)[0]
-        cls, sep = column(rows, tokenizer.cls_id), column(rows, tokenizer.sep_id)
+        cls, sep = token_column(rows, tokenizer.cls_id), token_column(rows, tokenizer.sep_id)
         ids = tf.concat([cls, tf.gather(query, example), sep, body, sep], axis=1)
         offset = tf.gather(query_len, example) + 2
         padding_mask = tf.sequence_mask(offset + size + 1, length, dtype=tf.int32)
