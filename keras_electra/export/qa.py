@@ -10,8 +10,9 @@ Signature ``serving_default``: inputs ``question`` and ``context`` (DT_STRING ``
 -> ``answer``, ``answer_start_word``, ``answer_end_word`` (-1 for no answer),
 ``answer_score`` (of the best span, also when a SQuAD 2.0 model declines to answer; 0 if
 the context is empty), ``start_logits``, ``end_logits``, ``tokens`` (each ``[-1, K, L]``
-with ``K`` the most windows of any question in the merged batch), ``num_windows`` and, for
-SQuAD 2.0 models, ``answerable`` (dtypes and padding: docs/finetuning.md).
+with ``K`` the most windows of any question in the merged batch; at padding and in the
+windows past a question's own, the logits are -10000 and the tokens ``""``),
+``num_windows`` and, for SQuAD 2.0 models, ``answerable`` (dtypes: docs/finetuning.md).
 
 Examples:
     >>> module = QuestionAnsweringModule(load_finetuned("runs/squad"))  # doctest: +SKIP
