@@ -51,22 +51,25 @@ def encode_texts(
         pieces_b = tokenizer.tokenize(clean_lines(tf.reshape(text_b, [-1])))
         keep_a, keep_b = _truncate_longest_first(len_a, pieces_b.row_lengths(), max_length - 3)
 
-    def column(token_id: int) -> tf.RaggedTensor:
-        return tf.RaggedTensor.from_tensor(tf.fill([n, 1], tf.constant(token_id, tf.int32)))
-
     def first(pieces: tf.RaggedTensor, keep: tf.Tensor) -> tf.RaggedTensor:
         return tf.ragged.boolean_mask(pieces, tf.ragged.range(pieces.row_lengths()) < keep[:, None])
 
-    parts = [column(tokenizer.cls_id), first(pieces_a, keep_a), column(tokenizer.sep_id)]
+    cls, sep = token_column(n, tokenizer.cls_id), token_column(n, tokenizer.sep_id)
+    parts = [cls, first(pieces_a, keep_a), sep]
     total = keep_a + 2  # [CLS] A [SEP]
     if text_b is not None:
-        parts += [first(pieces_b, keep_b), column(tokenizer.sep_id)]
+        parts += [first(pieces_b, keep_b), sep]
         total += keep_b + 1
     ids = tf.concat(parts, axis=1)
     token_ids = ids.to_tensor(default_value=tokenizer.pad_id, shape=[None, max_length])
     padding_mask = tf.sequence_mask(total, max_length, dtype=tf.int32)
     segment_ids = padding_mask - tf.sequence_mask(keep_a + 2, max_length, dtype=tf.int32)
     return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+
+
+def token_column(rows: tf.Tensor, token_id: int) -> tf.RaggedTensor:
+    """A ragged ``[rows, 1]`` int32 column of ``token_id`` (``[CLS]`` or ``[SEP]``)."""
+    return tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.constant(token_id, tf.int32)))
 
 
 def _truncate_longest_first(len_a: tf.Tensor, len_b: tf.Tensor, budget: int):

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from tfserving_standin import ModelServer
 
 from keras_electra.cli import main
 from keras_electra.convert import convert_run
 from keras_electra.errors import ConfigError
+from keras_electra.export import EnergyModule
+from keras_electra.pretraining.loading import load_run
 from keras_electra.scoring import format_answers, score_with_saved_model, score_with_server
 from keras_electra.serving.export_reader import SentenceScore, export_reader
 from keras_electra.serving.grpc_client import GrpcClient
@@ -101,6 +104,20 @@ def test_the_export_scores_sentences_in_process_and_from_tf_serving(electric_exp
         np.testing.assert_allclose(outputs["sentence_score"], rest["sentence_score"], 1e-6)
         assert outputs["energy"].shape == (2, 32)
         assert reader.read(outputs)[0].score == pytest.approx(rows[0]["sentence_score"], abs=1e-5)
+
+
+def test_an_energy_module_built_directly_leaves_its_special_ids_out(electric_run):
+    model, tokenizer, _ = load_run(electric_run)
+    ids = (model.config.cls_token_id, model.config.sep_token_id)
+    module = EnergyModule(tokenizer, model.discriminator_backbone(), model.token_head, ids, 32)
+    assert module.special_ids == ids and module.name == "electric_energies"
+    out = {k: v.numpy() for k, v in module.serve(tf.constant(TEXTS)).items()}
+    real = np.arange(32)[None, :] < out["num_tokens"][:, None]
+    scored = real & ~np.isin(out["token_ids"], ids)
+    expected = -(out["energy"] * scored).sum(-1)
+    np.testing.assert_allclose(out["sentence_score"], expected, rtol=1e-5, atol=1e-5)
+    from_run = EnergyModule.from_run(electric_run).serve(tf.constant(TEXTS))
+    np.testing.assert_allclose(out["sentence_score"], from_run["sentence_score"], rtol=1e-6)
 
 
 def test_formats_that_cannot_hold_an_electric_run_refuse_in_one_sentence(electric_run, tmp_path):

@@ -10,8 +10,9 @@ Signature ``serving_default``: inputs ``question`` and ``context`` (DT_STRING ``
 -> ``answer``, ``answer_start_word``, ``answer_end_word`` (-1 for no answer),
 ``answer_score`` (of the best span, also when a SQuAD 2.0 model declines to answer; 0 if
 the context is empty), ``start_logits``, ``end_logits``, ``tokens`` (each ``[-1, K, L]``
-with ``K`` the most windows of any question in the merged batch), ``num_windows`` and, for
-SQuAD 2.0 models, ``answerable`` (dtypes and padding: docs/finetuning.md).
+with ``K`` the most windows of any question in the merged batch; at padding and in the
+windows past a question's own, the logits are -10000 and the tokens ``""``),
+``num_windows`` and, for SQuAD 2.0 models, ``answerable`` (dtypes: docs/finetuning.md).
 
 Examples:
     >>> module = QuestionAnsweringModule(load_finetuned("runs/squad"))  # doctest: +SKIP
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_electra.encoding import token_column
 from keras_electra.export.saved_model import FinetunedModule
-from keras_electra.export.words import column, split_words
+from keras_electra.export.words import split_words
 from keras_electra.finetuning.saved import FinetunedModel
 from keras_electra.finetuning.tasks.base import piece_ids
 from keras_electra.finetuning.tasks.qa import N_BEST
@@ -95,7 +97,7 @@ class QuestionAnsweringModule(FinetunedModule):
         body = tf.gather(pieces.flat_values, tf.ragged.range(first_piece, first_piece + size))
 
         rows = tf.shape(example)[0]
-        cls, sep = column(rows, tokenizer.cls_id), column(rows, tokenizer.sep_id)
+        cls, sep = token_column(rows, tokenizer.cls_id), token_column(rows, tokenizer.sep_id)
         ids = tf.concat([cls, tf.gather(query, example), sep, body, sep], axis=1)
         offset = tf.gather(query_len, example) + 2
         padding_mask = tf.sequence_mask(offset + size + 1, length, dtype=tf.int32)

@@ -25,6 +25,7 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError
 from keras_electra.pretraining.loading import load_run
+from keras_electra.pretraining.masking import candidate_mask
 from keras_electra.pretraining.objectives.electric import sentence_scores
 from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.signatures import set_signature_method_name
@@ -109,10 +110,8 @@ class ReplacedTokenModule(ServingModule):
         discriminator: the discriminator ``ElectraBackbone``.
         head: the ``DiscriminatorHead``.
         max_length: the fixed sequence length ``L`` of every output.
-        name: the module's name (default: the class's ``MODULE_NAME``).
+        name: the module's name.
     """
-
-    MODULE_NAME = "electra_replaced_token_detection"
 
     def __init__(
         self,
@@ -120,10 +119,10 @@ class ReplacedTokenModule(ServingModule):
         discriminator,
         head,
         max_length: int,
-        name: str | None = None,
+        name: str = "electra_replaced_token_detection",
     ):
         variables = [*discriminator.variables, *head.variables]
-        super().__init__(name or self.MODULE_NAME, tokenizer, max_length, variables)
+        super().__init__(name, tokenizer, max_length, variables)
         self.discriminator = discriminator
         self.head = head
         self.serve = self.signature(self._serve, "text")
@@ -201,16 +200,31 @@ class EnergyModule(ReplacedTokenModule):
     replaced-token module's signatures and warm-up, with ``energy`` and ``sentence_score``
     (docs/serving.md; ``[CLS]`` and ``[SEP]``, the ``special_ids``, left out of the score)
     for ``replaced_prob``. The export reader's kind for it is ``sentence_score``.
+
+    Args:
+        tokenizer: the run's tokenizer.
+        discriminator: the discriminator ``ElectraBackbone``.
+        head: the energy head (a ``DiscriminatorHead``).
+        special_ids: the ids a sentence score leaves out (``[CLS]``, ``[SEP]``).
+        max_length: the fixed sequence length ``L`` of every output.
     """
 
-    MODULE_NAME = "electric_energies"
-    special_ids: tuple[int, ...] = ()
+    def __init__(
+        self,
+        tokenizer: ElectraTokenizer,
+        discriminator,
+        head,
+        special_ids: tuple[int, ...],
+        max_length: int,
+    ):
+        super().__init__(tokenizer, discriminator, head, max_length, name="electric_energies")
+        self.special_ids = tuple(int(i) for i in special_ids)
 
     def _head_outputs(self, logits: tf.Tensor, inputs: dict[str, tf.Tensor]) -> dict:
-        real = scored = tf.cast(inputs["padding_mask"], tf.float32)
-        for token_id in self.special_ids:
-            scored *= tf.cast(tf.not_equal(inputs["token_ids"], token_id), tf.float32)
-        return {"energy": logits * real, "sentence_score": sentence_scores(logits, scored)}
+        mask = inputs["padding_mask"]
+        scored = candidate_mask(inputs["token_ids"], mask, self.special_ids)
+        energy = logits * tf.cast(mask, tf.float32)
+        return {"energy": energy, "sentence_score": sentence_scores(logits, scored)}
 
     @classmethod
     def _check_run(cls, model, run_dir: str | Path) -> None:
@@ -222,9 +236,8 @@ class EnergyModule(ReplacedTokenModule):
 
     @classmethod
     def _from_model(cls, model, tokenizer: ElectraTokenizer, length: int) -> EnergyModule:
-        module = super()._from_model(model, tokenizer, length)
-        module.special_ids = (int(model.config.cls_token_id), int(model.config.sep_token_id))
-        return module
+        specials = (model.config.cls_token_id, model.config.sep_token_id)
+        return cls(tokenizer, model.discriminator_backbone(), model.token_head, specials, length)
 
 
 def next_version(base: str | Path) -> int:

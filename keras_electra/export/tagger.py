@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_electra.encoding import token_column
 from keras_electra.export.saved_model import FinetunedModule
-from keras_electra.export.words import column, split_words
+from keras_electra.export.words import split_words
 from keras_electra.finetuning.saved import FinetunedModel
 from keras_electra.finetuning.tasks.base import piece_ids
 
@@ -66,8 +67,8 @@ class TextTaggerModule(FinetunedModule):
         body = tf.RaggedTensor.from_row_lengths(
             tf.ragged.boolean_mask(pieces, kept).flat_values, tf.cast(kept_sizes, tf.int64)
         )
-        cls, sep = column(batch, self.tokenizer.cls_id), column(batch, self.tokenizer.sep_id)
-        ids = tf.concat([cls, body, sep], 1)
+        cls_id, sep_id = self.tokenizer.cls_id, self.tokenizer.sep_id
+        ids = tf.concat([token_column(batch, cls_id), body, token_column(batch, sep_id)], 1)
         token_ids = ids.to_tensor(default_value=self.tokenizer.pad_id, shape=[None, length])
         padding_mask = tf.sequence_mask(kept_sizes + 2, length, dtype=tf.int32)
         inputs = {

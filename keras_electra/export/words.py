@@ -1,4 +1,4 @@
-"""Whitespace words (and constant token columns), in the TensorFlow graph.
+"""Whitespace words, in the TensorFlow graph.
 
 Tagging and QA read text as whitespace-separated words (Python's ``str.split``:
 :func:`keras_electra.finetuning.readers.read_conll`,
@@ -43,8 +43,3 @@ def split_words(text: tf.Tensor) -> tf.RaggedTensor:
         tf.reshape(text, [-1]), "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
     )
     return tf.strings.split(tf.strings.regex_replace(text, PYTHON_WHITESPACE, " "))
-
-
-def column(rows: tf.Tensor, token_id: int) -> tf.RaggedTensor:
-    """A ragged ``[rows, 1]`` int32 column of ``token_id`` (``[CLS]`` or ``[SEP]``)."""
-    return tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.constant(token_id, tf.int32)))
