@@ -498,7 +498,8 @@ def health_table(summary: dict) -> str:
 
 def cost_table(summary: dict) -> str:
     """CPU seconds (all cores) per pretraining step and per fine-tuning run on each kind of
-    CPU, and what the whole study and its cells left cost there, in CPU hours."""
+    CPU, and what the whole study and its cells left cost there, in CPU hours ("not yet"
+    until a rate is measured)."""
     header = ["CPU", "ELECTRA CPU s/step", "MLM CPU s/step", "Electric CPU s/step"]
     header += ["CPU s per fine-tuning run", "whole study, CPU hours", "cells left, CPU hours"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
@@ -511,7 +512,7 @@ def cost_table(summary: dict) -> str:
         "hours_left": "{:.0f}",
     }
     for cpu, c in sorted(summary["cost"].items()):
-        values = ["" if c.get(k) is None else f.format(c[k]) for k, f in formats.items()]
+        values = ["not yet" if c.get(k) is None else f.format(c[k]) for k, f in formats.items()]
         lines.append(f"| {cpu} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 

@@ -427,6 +427,10 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     assert cost["finetune_run_seconds"] == 10.0
     assert abs(cost["study_hours"] - 1.6) < 1e-9 and abs(cost["hours_left"] - 1.0) < 1e-9
     made = table.blocks(summary)
+    assert "| cpu A | 0.500 | 0.500 | 0.500 | 10.0 | 2 | 1 |" in made["cost"]
+    # Rates not measured yet (no pretrained cell has finished) say so.
+    early = table.cost_table({"cost": {"cpu B": {"finetune_run_seconds": 136.9}}})
+    assert "| cpu B | not yet | not yet | not yet | 136.9 | not yet | not yet |" in early
     assert (
         "**ELECTRA − MLM**: 1 of 2 differences hold after Holm's correction: t at 32 "
         in made["answers"]
