@@ -303,8 +303,7 @@ def resolve_run(
         recorded = {**objective.preset_hyperparameters.get(settings.preset, {})}
         recorded.update(settings.hyperparameters)
     # The run's (or --init's, or the preset's) hyperparameters, --temperature applied.
-    recorded = objectives.from_record(settings.objective, recorded).hyperparameter_values()
-    objective = objectives.get(settings.objective, **{**recorded, **given})
+    objective = objective.restored(recorded).with_hyperparameters(**given)
     objective.check(config)  # with the flags applied, before a write
     final = dataclasses.replace(
         settings,

@@ -56,6 +56,7 @@ Examples:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 from typing import Any, ClassVar, NamedTuple
@@ -135,19 +136,35 @@ class Objective:
     config_overrides: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **hyperparameters: Any) -> None:
+        self._check_names(hyperparameters)
+        self.hyperparameters = self.Hyperparameters(**hyperparameters)
+
+    def with_hyperparameters(self, **values: Any) -> Objective:
+        """A copy of this objective with ``values`` changed, or one sentence."""
+        self._check_names(values)
+        chosen = copy.copy(self)
+        chosen.hyperparameters = dataclasses.replace(self.hyperparameters, **values)
+        return chosen
+
+    def _check_names(self, values: dict) -> None:
         names = self.hyperparameter_names()
-        unknown = sorted(set(hyperparameters) - set(names))
+        unknown = sorted(set(values) - set(names))
         if unknown:
             raise ConfigError(
                 f"The {self.name} objective has no hyperparameter"
                 f"{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; its "
                 f"hyperparameters are: {', '.join(names) or 'none'}."
             )
-        self.hyperparameters = self.Hyperparameters(**hyperparameters)
 
     @classmethod
     def hyperparameter_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls.Hyperparameters))
+
+    def restored(self, values: dict[str, Any]) -> Objective:
+        """A copy with the hyperparameters a run recorded, leaving out those this objective
+        does not have (:func:`from_record`)."""
+        names = self.hyperparameter_names()
+        return self.with_hyperparameters(**{k: v for k, v in values.items() if k in names})
 
     def hyperparameter_values(self) -> dict[str, Any]:
         """The hyperparameters as a dict (what ``run.json`` records)."""
@@ -267,8 +284,7 @@ def from_record(name: str, values: dict[str, Any]) -> Objective:
     """The objective ``name`` with the hyperparameters a run recorded, leaving out those it
     does not have (a run from before they were the objectives' recorded every objective's
     in its ``config.json``)."""
-    names = get(name).hyperparameter_names()
-    return get(name, **{k: v for k, v in values.items() if k in names})
+    return get(name).restored(values)
 
 
 def equal_compute_steps(
