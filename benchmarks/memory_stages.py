@@ -49,14 +49,18 @@ def child(args) -> None:
     import tensorflow as tf
 
     stage("import tensorflow and keras")
-    from keras_electra.config import ElectraConfig
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer
     from keras_electra.training.precision import dtype_policy
 
-    config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
     keras.utils.set_random_seed(0)
-    model = ElectraPretrainer(config, seed=0, dtype=dtype_policy(args.precision))
+    model = ElectraPretrainer.from_preset(
+        args.preset,
+        seed=0,
+        dtype=dtype_policy(args.precision),
+        max_position_embeddings=args.length,
+    )
+    config = model.config
     optimizer = create_optimizer(model, learning_rate=5e-4, total_steps=10_000, warmup_steps=100)
     model.compile(optimizer=optimizer)
     optimizer.build(model.trainable_variables)

@@ -115,14 +115,11 @@ def run_keras(args) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    from keras_electra.config import ElectraConfig
-    from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer
-    from keras_electra.training.precision import dtype_policy
 
-    config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
     keras.utils.set_random_seed(0)
-    model = ElectraPretrainer(config, seed=0, dtype=dtype_policy(args.precision))
+    model = new_pretrainer(args)
+    config = model.config
     optimizer = create_optimizer(model, learning_rate=5e-4, total_steps=10_000, warmup_steps=100)
     model.compile(
         optimizer=optimizer,
@@ -523,6 +520,23 @@ def step_gflops(settings: dict) -> float:
         settings["preset"], max_position_embeddings=settings["length"]
     )
     return objectives.get("electra").step_flops(config, settings["batch"], settings["length"]) / 1e9
+
+
+def new_pretrainer(args):
+    """The preset's pretrainer (its recipe too: the tiny preset samples at temperature 2)
+    at ``args.length`` positions in ``args.precision``, also from a baseline's older
+    keras_electra, whose preset config held the recipe."""
+    from keras_electra.config import ElectraConfig
+    from keras_electra.pretraining.pretrainer import ElectraPretrainer
+    from keras_electra.training.precision import dtype_policy
+
+    dtype = dtype_policy(args.precision)
+    if hasattr(ElectraPretrainer, "from_preset"):
+        return ElectraPretrainer.from_preset(
+            args.preset, seed=0, dtype=dtype, max_position_embeddings=args.length
+        )
+    config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
+    return ElectraPretrainer(config, seed=0, dtype=dtype)
 
 
 def extract(ref: str, directory: str) -> str:

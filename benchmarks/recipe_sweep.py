@@ -29,7 +29,8 @@ CORPUS = REPO / "data" / "sample" / "shakespeare.txt"
 VALID = REPO / "data" / "sample" / "shakespeare_valid.txt"
 AT_STEPS = (150, 300, 600, 1200, 2400, 4800)
 
-# name -> (pretrain keyword arguments, ElectraConfig overrides)
+# name -> (pretrain keyword arguments, overrides of the ElectraConfig and of the electra
+# objective's hyperparameters)
 RECIPES: dict[str, tuple[dict, dict]] = {
     "paper": ({"learning_rate": 5e-4}, {"temperature": 1.0}),
     "t2": ({"learning_rate": 5e-4}, {"temperature": 2.0}),
@@ -65,9 +66,11 @@ RECIPES: dict[str, tuple[dict, dict]] = {
 
 
 def run_recipe(name: str, steps: int, out_root: Path) -> dict:
+    from keras_electra.config import OBJECTIVE_FIELDS
     from keras_electra.pretraining.run import pretrain
 
     kwargs, overrides = RECIPES[name]
+    own = {k: v for k, v in overrides.items() if k in OBJECTIVE_FIELDS}
     run_dir = out_root / name
     start = time.perf_counter()
     result = pretrain(
@@ -77,7 +80,8 @@ def run_recipe(name: str, steps: int, out_root: Path) -> dict:
         steps=steps,
         log_every=50,
         validation=[str(VALID)],
-        config_overrides=overrides,
+        config_overrides={k: v for k, v in overrides.items() if k not in own},
+        hyperparameters=own,
         progress=False,
         **kwargs,
     )

@@ -122,16 +122,13 @@ def build(args):
     import keras
     import numpy as np
     import tensorflow as tf
-    from pretrain_throughput import make_batches
+    from pretrain_throughput import make_batches, new_pretrainer
 
-    from keras_electra.config import ElectraConfig
-    from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer
-    from keras_electra.training.precision import dtype_policy
 
-    config = ElectraConfig.from_preset(args.preset, max_position_embeddings=args.length)
     keras.utils.set_random_seed(0)
-    model = ElectraPretrainer(config, seed=0, dtype=dtype_policy(args.precision))
+    model = new_pretrainer(args)
+    config = model.config
     optimizer = create_optimizer(model, learning_rate=5e-4, total_steps=10_000, warmup_steps=100)
     model.compile(optimizer=optimizer)
     ids = make_batches(4, args.batch, args.length, config.vocab_size)

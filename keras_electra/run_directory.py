@@ -27,7 +27,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_electra.atomic import write_json
-from keras_electra.config import ElectraConfig
+from keras_electra.config import OBJECTIVE_FIELDS, ElectraConfig
 from keras_electra.data.vocab import load_vocab, save_vocab
 from keras_electra.errors import ConfigError
 from keras_electra.training.checkpoints import RunCheckpoints, stored_layers
@@ -141,6 +141,16 @@ class RunDirectory:
     def settings(self) -> dict:
         """``run.json`` as a dict ({} when the directory has none)."""
         return _read_json(self.settings_file, {})
+
+    def stored_hyperparameters(self) -> dict:
+        """The objective's hyperparameters the run trained with: ``run.json``'s; for a run
+        from before they were the objective's, the ones its ``config.json`` held; else
+        none (the objective's defaults). A converted directory records none."""
+        stored = self.settings().get("hyperparameters")
+        if stored is not None:
+            return dict(stored)
+        config = _read_json(self.config_file, {})
+        return {k: config[k] for k in OBJECTIVE_FIELDS if k in config}
 
     def eval_metrics(self) -> dict | None:
         """``eval_metrics.json`` (None when there is none)."""

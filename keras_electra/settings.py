@@ -206,6 +206,12 @@ class PretrainSettings:
     config_overrides: dict = option(
         {}, "ElectraConfig fields to change from the preset", cli=False, record=False
     )
+    # The objective's hyperparameters (keras_electra.pretraining.objectives): those to
+    # change from the preset's recipe, for a new run (a resumed or --init run keeps its
+    # own, --temperature aside); run.json records them all, resolved.
+    hyperparameters: dict = option(
+        {}, "the objective's hyperparameters to change from the preset's", cli=False
+    )
     # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed
     # one), and the training kernels' backend and why (keras_electra.kernels).
     vocab_sha256: str = option("", "the vocabulary's checksum", cli=False)

@@ -59,16 +59,17 @@ def one_step(dtype: str):
     import keras
     import numpy as np
 
-    from keras_electra.config import ElectraConfig
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer
 
-    config = ElectraConfig.from_preset(
-        "tiny", vocab_size=300, num_layers=2, max_position_embeddings=32
-    )
     keras.utils.set_random_seed(1)
-    model = ElectraPretrainer(
-        config, seed=1, dtype=f"mixed_{dtype}" if dtype != "float32" else None
+    model = ElectraPretrainer.from_preset(
+        "tiny",
+        seed=1,
+        dtype=f"mixed_{dtype}" if dtype != "float32" else None,
+        vocab_size=300,
+        num_layers=2,
+        max_position_embeddings=32,
     )
     model.compile(
         optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=0)

@@ -437,12 +437,10 @@ tf.load_op_library = swap_then_load
 
 def train():
     choice = kernels.choose()
-    from keras_electra.config import ElectraConfig
     from keras_electra.pretraining.pretrainer import ElectraPretrainer
     from keras_electra.training.optimizer import create_optimizer
-    config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1,
-                                       max_position_embeddings=16)
-    model = ElectraPretrainer(config, seed=1)
+    model = ElectraPretrainer.from_preset("tiny", seed=1, vocab_size=300, num_layers=1,
+                                          max_position_embeddings=16)
     model.compile(optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=3,
                                              warmup_steps=1))
     ids = np.random.default_rng(0).integers(5, 300, (4, 16)).astype("int32")

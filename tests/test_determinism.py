@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import traced_step_ops
+from conftest import TINY_RECIPE, traced_step_ops
 
 from keras_electra import kernels as kernel_tables
 from keras_electra.config import ElectraConfig
@@ -131,7 +131,7 @@ def pretrainer_and_gradients():
         "tiny", vocab_size=8192, num_layers=1, max_position_embeddings=64
     )
     keras.utils.set_random_seed(3)
-    model = ElectraPretrainer(config, seed=3)
+    model = ElectraPretrainer(config, seed=3, hyperparameters=TINY_RECIPE)
     model.compile(
         optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=0)
     )

@@ -37,10 +37,10 @@ data = tf.data.Dataset.from_tensors(
 # first one's collective keys, which the runtime has bound to the first one's tensors.
 mirrored = resolve_strategy("mirrored")
 
-def train(strategy, config, clip, initial):
+def train(strategy, config, hyperparameters, clip, initial):
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = ElectraPretrainer(config, seed=7)
+        model = ElectraPretrainer(config, seed=7, hyperparameters=hyperparameters)
         # With a clip, the global norm of the summed gradient (~1 here) must be clipped
         # once, not each replica's share of it (as Keras' optimizers do on their own).
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=clip))
@@ -52,11 +52,12 @@ def case(clip, temperature):
     # The clip norm (None for no clip) and the sampling temperature (at 1 the sampler
     # takes the MLM loss's probabilities, otherwise its own softmax).
     config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1, dropout=0.0,
-                                       max_position_embeddings=32, temperature=temperature)
+                                       max_position_embeddings=32)
+    sampling = {"temperature": temperature}
     keras.utils.set_random_seed(0)
-    initial = ElectraPretrainer(config, seed=7).get_weights()
-    one, one_logs = train(tf.distribute.get_strategy(), config, clip, initial)
-    two, two_logs = train(mirrored, config, clip, initial)
+    initial = ElectraPretrainer(config, seed=7, hyperparameters=sampling).get_weights()
+    one, one_logs = train(tf.distribute.get_strategy(), config, sampling, clip, initial)
+    two, two_logs = train(mirrored, config, sampling, clip, initial)
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), two.get_weights()))
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), initial))
     # Each replica's own copy of every variable: the replicas applied the same update.

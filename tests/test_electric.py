@@ -23,7 +23,6 @@ VOCAB, LENGTH = 64, 16
 
 def config(**overrides) -> ElectraConfig:
     values = dict(vocab_size=VOCAB, num_layers=1, max_position_embeddings=32)
-    values |= electric.EnergyCloze.config_overrides
     return ElectraConfig.from_preset("tiny", **(values | overrides))
 
 
@@ -189,7 +188,8 @@ def oracle_loss(model: ElectraPretrainer, prepared) -> tf.Tensor:
     per_token = tf.nn.sigmoid_cross_entropy_with_logits(labels=resampled, logits=nce_logits)
     weights = tf.cast(real, tf.float32)
     nce = tf.reduce_sum(per_token * weights) / (tf.reduce_sum(weights) + 1e-6)
-    return c.mlm_weight * cloze + c.disc_weight * nce
+    h = model.hyperparameters
+    return h.mlm_weight * cloze + h.disc_weight * nce
 
 
 def test_one_float32_step_matches_the_oracle_bit_for_bit(monkeypatch):
@@ -248,10 +248,11 @@ def test_electric_is_a_plugin_with_its_own_towers_metrics_and_checks():
     assert objectives.get("electric").step_flops(cfg, 8, 128) > objectives.get(
         "electra"
     ).step_flops(cfg, 8, 128)
-    with pytest.raises(ConfigError, match="set temperature 1 and disallow_correct false"):
-        objectives.get("electric").check(cfg.replace(temperature=2.0))
-    with pytest.raises(ConfigError, match="corrective_weight needs --objective electra"):
-        objectives.get("electric").check(cfg.replace(corrective_weight=1.0))
+    # It samples from q itself and has no corrective LM: no such hyperparameters.
+    with pytest.raises(ConfigError, match="electric objective has no hyperparameter 'temp"):
+        objectives.get("electric", temperature=2.0)
+    with pytest.raises(ConfigError, match="no hyperparameters 'corrective_weight', 'disallow"):
+        objectives.get("electric", corrective_weight=1.0, disallow_correct=True)
 
 
 def test_a_run_that_sets_another_temperature_is_refused_in_one_sentence(small_corpus, tmp_path):
@@ -259,7 +260,7 @@ def test_a_run_that_sets_another_temperature_is_refused_in_one_sentence(small_co
 
     # A dry run resolves the config as a run does (a run checks it after learning the
     # vocabulary, before its first write).
-    with pytest.raises(ConfigError, match="^--objective electric samples from the cloze"):
+    with pytest.raises(ConfigError, match="^The electric objective has no hyperparameter 'te"):
         pretrain(
             [str(small_corpus)],
             tmp_path / "run",

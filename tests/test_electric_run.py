@@ -58,7 +58,8 @@ def electric_export(electric_run, tmp_path_factory) -> Path:
 def test_the_cli_run_records_electrics_metrics_health_and_report(electric_run, capsys):
     run = json.loads((electric_run / "run.json").read_text())
     config = json.loads((electric_run / "config.json").read_text())
-    assert run["objective"] == "electric" and config["temperature"] == 1.0
+    assert run["objective"] == "electric" and "temperature" not in config
+    assert run["hyperparameters"] == {"mlm_weight": 1.0, "disc_weight": 50.0}
     last = json.loads((electric_run / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["step"] == STEPS
     assert {"cloze_loss", "cloze_accuracy", "disc_loss", "disc_auc", "grad_norm_generator"} <= set(

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY_RECIPE
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
@@ -81,7 +82,7 @@ def test_the_option_is_validated_saved_and_defaults_to_all(tmp_path):
 
 
 def test_gdes_stops_the_discriminator_loss_at_the_shared_tables():
-    model = ElectraPretrainer(small_config("gdes"), seed=0)
+    model = ElectraPretrainer(small_config("gdes"), seed=0, hyperparameters=TINY_RECIPE)
     shared = list(model.embedding.table_variables().values())[:3]  # word, position, segment
     disc = model.discriminator.embedding
     deltas = [disc.word_delta, disc.position_delta, disc.segment_delta]
@@ -96,7 +97,7 @@ def test_gdes_stops_the_discriminator_loss_at_the_shared_tables():
 
 
 def test_under_all_both_losses_reach_the_shared_table():
-    model = ElectraPretrainer(small_config("all"), seed=0)
+    model = ElectraPretrainer(small_config("all"), seed=0, hyperparameters=TINY_RECIPE)
     word = model.embedding.token_embedding.embeddings
     with tf.GradientTape(persistent=True) as tape:
         out = model.compute_objective(batch(), training=True)
@@ -123,7 +124,7 @@ OWN_WEIGHTS = {
 
 @pytest.mark.parametrize("mode", ["all", *MODES])
 def test_each_mode_has_its_own_weights_and_a_plain_discriminator(mode, tmp_path):
-    model = ElectraPretrainer(small_config(mode), seed=0)
+    model = ElectraPretrainer(small_config(mode), seed=0, hyperparameters=TINY_RECIPE)
     paths = [v.path for v in model.trainable_variables]
     assert len(paths) == len(set(paths))
     assert {p.removeprefix(OWN) for p in paths if p.startswith(OWN)} == OWN_WEIGHTS[mode]
@@ -160,9 +161,9 @@ def test_each_mode_has_its_own_weights_and_a_plain_discriminator(mode, tmp_path)
 
 @pytest.mark.parametrize("mode", MODES)
 def test_weights_shared_as_all_start_any_mode_exactly(mode):
-    source = ElectraPretrainer(small_config("all"), seed=0)
+    source = ElectraPretrainer(small_config("all"), seed=0, hyperparameters=TINY_RECIPE)
     perturb(source)
-    target = ElectraPretrainer(small_config(mode), seed=1)
+    target = ElectraPretrainer(small_config(mode), seed=1, hyperparameters=TINY_RECIPE)
     transfer_weights(source, target)
     inputs = backbone_inputs(batch(2))
     for tower in ("discriminator", "generator"):
@@ -170,13 +171,15 @@ def test_weights_shared_as_all_start_any_mode_exactly(mode):
             getattr(target, tower)(inputs).numpy(), getattr(source, tower)(inputs).numpy()
         )
     with pytest.raises(ConfigError, match="only 'all' can start any mode"):
-        transfer_weights(target, ElectraPretrainer(small_config("all"), seed=2))
+        transfer_weights(
+            target, ElectraPretrainer(small_config("all"), seed=2, hyperparameters=TINY_RECIPE)
+        )
 
 
 def test_the_health_probe_reads_the_discriminators_effective_word_table():
     from keras_electra.pretraining.health import HealthProbe, mean_pairwise_cosine
 
-    model = ElectraPretrainer(small_config("gdes"), seed=0)
+    model = ElectraPretrainer(small_config("gdes"), seed=0, hyperparameters=TINY_RECIPE)
     perturb(model)
     probe = HealthProbe(model, batch(3, b=8))
     folded = model.discriminator_backbone().embedding.tables()[TABLES[0]]
@@ -216,7 +219,7 @@ def write_init_dir(path, mode, vocab_file):
     config = ElectraConfig.from_preset(
         "tiny", vocab_size=len(tokens), embedding_sharing=mode, **SIZES
     )
-    model = ElectraPretrainer(config, seed=5)
+    model = ElectraPretrainer(config, seed=5, hyperparameters=TINY_RECIPE)
     perturb(model, seed=5)
     path.mkdir()
     config.save(path / "config.json")

@@ -50,6 +50,5 @@ def test_flops_match_a_hand_count():
 
 
 def test_corrective_head_is_counted():
-    config = TOY.replace(corrective_weight=1.0)
-    parts = get("electra").forward_flops(config, 2, 10)
+    parts = get("electra", corrective_weight=1.0).forward_flops(TOY, 2, 10)
     assert parts["corrective_head"] == 2 * 2 * (8 * 4 + 4 * 100)

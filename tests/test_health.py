@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from conftest import SAMPLE_VALID  # noqa: I001
 
-from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer, learn_vocab, pretraining_dataset
 from keras_electra.pretraining import ElectraPretrainer
 from keras_electra.pretraining.health import (
@@ -96,8 +95,7 @@ def test_a_collapsed_run_raises_each_warning_once_and_a_healthy_one_none():
 def fresh_probe():
     vocab = learn_vocab([str(SAMPLE_VALID)], vocab_size=2000)
     tokenizer = ElectraTokenizer(vocab)
-    config = ElectraConfig.from_preset("tiny", vocab_size=len(vocab))
-    model = ElectraPretrainer(config, seed=0)
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=len(vocab), seed=0)
     data = pretraining_dataset(
         [str(SAMPLE_VALID)], tokenizer, batch_size=32, max_seq_length=128, seed=1
     )

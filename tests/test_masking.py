@@ -335,7 +335,7 @@ def test_at_temperature_one_the_step_has_one_vocabulary_softmax(kernels):
     """The small presets' temperature 1: the sampler takes the loss's softmax (one
     float32 softmax over the vocabulary in the traced step, not two); the compiled
     kernels draw the sample in the loss's kernel and write no float32 softmax at all."""
-    ops = traced_step_ops("mixed_bfloat16", temperature=1.0)
+    ops = traced_step_ops("mixed_bfloat16", {"temperature": 1.0})
     softmaxes = [op for op in ops if op.type == "Softmax" and op.outputs[0].shape[-1] == 300]
     if kernels == "compiled":
         assert not softmaxes, [op.name for op in softmaxes]

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import GRADIENT_NORMS, METRICS
+from conftest import GRADIENT_NORMS, METRICS, TINY_RECIPE
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
@@ -30,7 +30,7 @@ def batch(seed=0, b=4, length=16, vocab=60):
 
 
 def test_a_batch_under_the_old_feature_names_gets_one_sentence():
-    model = ElectraPretrainer(small_config(), seed=0)
+    model = ElectraPretrainer(small_config(), seed=0, hyperparameters=TINY_RECIPE)
     old = batch()
     old["input_ids"], old["input_mask"] = old.pop("token_ids"), old.pop("padding_mask")
     with pytest.raises(ValueError) as caught:
@@ -84,7 +84,7 @@ def test_bad_config_values_raise_one_sentence():
 
 
 def test_generator_and_discriminator_share_the_embedding_variables():
-    model = ElectraPretrainer(small_config(), seed=0)
+    model = ElectraPretrainer(small_config(), seed=0, hyperparameters=TINY_RECIPE)
     assert model.generator.embedding is model.discriminator.embedding
     ids = {id(v) for v in model.embedding.trainable_variables}
     assert len(ids) == 5  # word, position, segment, LayerNorm gamma and beta
@@ -99,7 +99,7 @@ def test_generator_and_discriminator_share_the_embedding_variables():
 
 
 def test_embeddings_get_gradients_from_both_losses():
-    model = ElectraPretrainer(small_config(), seed=0)
+    model = ElectraPretrainer(small_config(), seed=0, hyperparameters=TINY_RECIPE)
     word = model.embedding.token_embedding.embeddings
     data = batch()
     for loss_name in ("mlm_loss", "disc_loss"):
@@ -110,15 +110,19 @@ def test_embeddings_get_gradients_from_both_losses():
 
 
 def test_total_loss_is_mlm_plus_weighted_disc():
-    model = ElectraPretrainer(small_config(dropout=0.0, disc_weight=50.0), seed=0)
+    model = ElectraPretrainer(
+        small_config(dropout=0.0), seed=0, hyperparameters={**TINY_RECIPE, "disc_weight": 50.0}
+    )
     out = model.compute_objective(batch(), training=False)
     expected = float(out.losses["mlm_loss"]) + 50.0 * float(out.losses["disc_loss"])
     assert float(out.losses["loss"]) == pytest.approx(expected, rel=1e-5)
 
 
 def test_corrective_lm_adds_its_loss_and_trains_the_discriminator_only():
-    config = small_config(dropout=0.0, corrective_weight=2.0)
-    model = ElectraPretrainer(config, seed=0)
+    config = small_config(dropout=0.0)
+    model = ElectraPretrainer(
+        config, seed=0, hyperparameters={**TINY_RECIPE, "corrective_weight": 2.0}
+    )
     assert ElectraPretrainer(small_config(), seed=0).corrective_head is None
     with tf.GradientTape() as tape:
         out = model.compute_objective(batch(), training=True)
@@ -147,7 +151,7 @@ def test_corrective_lm_adds_its_loss_and_trains_the_discriminator_only():
 
 
 def test_exact_gelu_in_the_transformer_layers():
-    model = ElectraPretrainer(small_config(), seed=0)
+    model = ElectraPretrainer(small_config(), seed=0, hyperparameters=TINY_RECIPE)
     layer = model.discriminator.encoder.transformer_layers[0]
     act = layer._feedforward_intermediate_dense.activation
     x = np.array([-1.0, 0.5, 2.0], "float32")
@@ -158,7 +162,7 @@ def test_exact_gelu_in_the_transformer_layers():
 
 
 def test_train_step_reports_every_metric():
-    model = ElectraPretrainer(small_config(), seed=0)
+    model = ElectraPretrainer(small_config(), seed=0, hyperparameters=TINY_RECIPE)
     model.compile(optimizer=keras.optimizers.AdamW(1e-3))
     logs = model.train_on_batch(batch(), return_dict=True)
     assert set(logs) == METRICS | GRADIENT_NORMS
@@ -170,7 +174,7 @@ def test_train_step_reports_every_metric():
 
 
 def test_gradient_norms_are_euclidean_norms_unscaled():
-    model = ElectraPretrainer(small_config(), seed=0)
+    model = ElectraPretrainer(small_config(), seed=0, hyperparameters=TINY_RECIPE)
     model.build()
     rng = np.random.default_rng(0)
     total = [rng.normal(size=v.shape).astype("float32") for v in model.trainable_variables]
@@ -196,7 +200,7 @@ def test_mlm_objective_uses_the_same_path_without_a_generator():
 
 
 def test_pretrainer_save_and_load_round_trip(tmp_path):
-    model = ElectraPretrainer(small_config(), seed=3)
+    model = ElectraPretrainer(small_config(), seed=3, hyperparameters=TINY_RECIPE)
     model.compile(optimizer=keras.optimizers.AdamW(1e-3))
     model.train_on_batch(batch())
     path = tmp_path / "model.keras"
@@ -228,7 +232,7 @@ def test_schedule_warms_up_then_decays_linearly_to_zero():
 def test_adamw_settings_and_weight_decay_exclusions():
     from keras_electra.training.optimizer import create_optimizer
 
-    model = ElectraPretrainer(small_config(), seed=0)
+    model = ElectraPretrainer(small_config(), seed=0, hyperparameters=TINY_RECIPE)
     opt = create_optimizer(model, learning_rate=1e-3, total_steps=100, warmup_steps=10)
     assert (opt.beta_1, opt.beta_2, opt.epsilon, opt.weight_decay) == (0.9, 0.999, 1e-6, 0.01)
     assert opt.global_clipnorm == 1.0
@@ -274,7 +278,9 @@ def test_discriminator_starts_at_the_prior_replaced_fraction():
 
 
 def test_pre_layernorm_towers_train_and_round_trip(tmp_path):
-    model = ElectraPretrainer(small_config(normalize_first=True), seed=0)
+    model = ElectraPretrainer(
+        small_config(normalize_first=True), seed=0, hyperparameters=TINY_RECIPE
+    )
     for tower in (model.discriminator, model.generator):
         assert tower.encoder.final_layer_norm is not None
         assert all(layer.normalize_first for layer in tower.encoder.transformer_layers)

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY_RECIPE
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
@@ -201,3 +202,65 @@ def test_a_registration_that_cannot_train_is_one_sentence(monkeypatch):
     with pytest.raises(TypeError, match="register takes an Objective subclass or 'module:Class'"):
         objectives.register("toy", object)
     assert "toy" not in OBJECTIVES
+
+
+def test_each_objective_owns_its_hyperparameters():
+    electra = objectives.get("electra", temperature=3.0, disc_weight=30.0)
+    assert (electra.hyperparameters.temperature, electra.hyperparameters.disc_weight) == (3.0, 30.0)
+    assert electra != objectives.get("electra")  # its hyperparameters count
+    assert objectives.get("mlm").hyperparameter_names() == ("mlm_weight",)
+    assert objectives.get("electric").hyperparameter_values() == {
+        "mlm_weight": 1.0,
+        "disc_weight": 50.0,
+    }
+    # One sentence for a hyperparameter an objective does not have, or a bad value.
+    with pytest.raises(ConfigError, match="^The mlm objective has no hyperparameter 'temp"):
+        objectives.get("mlm", temperature=2.0)
+    with pytest.raises(ConfigError, match="^The electra objective's temperature must be > 0"):
+        objectives.get("electra", temperature=0.0)
+    # The tiny preset's recipe, which tests building a tiny pretrainer by hand use.
+    assert objectives.get("electra").preset_hyperparameters["tiny"] == TINY_RECIPE
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=64, num_layers=1)
+    assert model.hyperparameters.temperature == TINY_RECIPE["temperature"]
+    assert (
+        ElectraPretrainer.from_preset("tiny", "mlm", vocab_size=64).config.embedding_sharing
+        == "all"
+    )
+    # A saved model comes back with them.
+    corrective = ElectraPretrainer(config(), hyperparameters={"corrective_weight": 1.0})
+    clone = ElectraPretrainer.from_config(corrective.get_config())
+    assert clone.hyperparameters == corrective.hyperparameters and clone.corrective_head
+    # The config holds none of them, and says where they went.
+    with pytest.raises(ConfigError, match="^temperature is the pretraining objective's"):
+        config(temperature=2.0)
+
+
+def test_a_run_from_before_the_move_keeps_its_hyperparameters(tmp_path):
+    """A run directory whose config.json held the objective fields (and no run.json
+    record of them) loads, its model built with them (the corrective head too)."""
+    from keras_electra.pretraining.loading import load_run
+    from keras_electra.run_directory import RunDirectory
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
+    model = ElectraPretrainer(
+        config(), hyperparameters={"corrective_weight": 1.0, "temperature": 2.0}
+    )
+    run = RunDirectory(tmp_path)
+    run.write_model_files(model.config, tokens)
+    legacy = json.loads(run.config_file.read_text()) | {
+        "mlm_weight": 1.0,
+        "disc_weight": 50.0,
+        "corrective_weight": 1.0,
+        "temperature": 2.0,
+        "disallow_correct": False,
+    }
+    run.config_file.write_text(json.dumps(legacy))
+    run.write_settings({"objective": "electra"})
+    run.checkpoints(model).save(1)
+    assert ElectraConfig.load(run.config_file) == model.config
+    loaded, _, step = load_run(tmp_path)
+    assert step == 1 and loaded.hyperparameters == model.hyperparameters
+    for a, b in zip(model.get_weights(), loaded.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # An mlm run of that time keeps only its own.
+    assert objectives.from_record("mlm", legacy).hyperparameter_values() == {"mlm_weight": 1.0}

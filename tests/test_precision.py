@@ -7,6 +7,7 @@ tests/test_learning_mixed.py's."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY_RECIPE
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
@@ -26,7 +27,7 @@ FAST = dict(
 
 def test_layer_norm_softmax_and_logits_stay_float32():
     config = ElectraConfig.from_preset("tiny", vocab_size=100, num_layers=1)
-    model = ElectraPretrainer(config, seed=0, dtype="mixed_bfloat16")
+    model = ElectraPretrainer(config, seed=0, dtype="mixed_bfloat16", hyperparameters=TINY_RECIPE)
     layer = model.discriminator.encoder.transformer_layers[0]
     assert layer.compute_dtype == "bfloat16"
     # The attention's softmax is computed in float32 (tests/test_attention.py) and its

@@ -297,13 +297,15 @@ def test_temperature_and_generator_size_are_options_a_resumed_run_may_change_or_
     corpus = ("--corpus", str(small_corpus), "--output", str(out), "--no-health")
     assert run_cli(*corpus, "--temperature", "3", "--generator-size", "0.5") == 0
     config = json.loads((out / "config.json").read_text())
-    assert (config["temperature"], config["generator_hidden_size"]) == (3.0, 0.5)
+    assert config["generator_hidden_size"] == 0.5 and "temperature" not in config
     settings = json.loads((out / "run.json").read_text())
     assert (settings["temperature"], settings["generator_size"]) == (3.0, 0.5)
+    assert settings["hyperparameters"]["temperature"] == 3.0  # the objective's
     # Resumed with a higher temperature (what the collapse warning advises): it goes on
     # with it; the generator's size is the weights' and cannot change.
     assert run_cli(*corpus, "--steps", "4", "--temperature", "4") == 0
-    assert json.loads((out / "config.json").read_text())["temperature"] == 4.0
+    assert json.loads((out / "run.json").read_text())["hyperparameters"]["temperature"] == 4.0
+    assert load_run(out)[0].hyperparameters.temperature == 4.0
     assert run_cli(*corpus, "--steps", "6", "--generator-size", "0.25") == 2
     assert "--generator-size 0.25" in one_sentence(capsys.readouterr().err)
     assert run_cli(*corpus, "--temperature", "0") == 2

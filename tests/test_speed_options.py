@@ -8,7 +8,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import pretrain_command
+from conftest import TINY_RECIPE, pretrain_command
 
 from keras_electra.config import ElectraConfig
 from keras_electra.errors import ConfigError
@@ -34,13 +34,13 @@ def make_batch():
 @pytest.fixture(scope="module")
 def initial_weights():
     keras.utils.set_random_seed(0)
-    return ElectraPretrainer(CONFIG, seed=7).get_weights()
+    return ElectraPretrainer(CONFIG, seed=7, hyperparameters=TINY_RECIPE).get_weights()
 
 
 def one_step(initial_weights, **options):
     """One SGD(1.0) step from the same weights on the same batch: gradients show directly."""
     keras.utils.set_random_seed(0)
-    model = ElectraPretrainer(CONFIG, seed=7)
+    model = ElectraPretrainer(CONFIG, seed=7, hyperparameters=TINY_RECIPE)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0))
     model.configure_step(**options)
     model.set_weights(initial_weights)
@@ -210,7 +210,7 @@ def test_fused_adamw_makes_the_steps_scalars_once_not_per_variable():
 
 
 def test_create_optimizer_lamb_keeps_electras_exclusions_and_schedule():
-    model = ElectraPretrainer(CONFIG, seed=0)
+    model = ElectraPretrainer(CONFIG, seed=0, hyperparameters=TINY_RECIPE)
     optimizer = create_optimizer(
         model, learning_rate=1e-3, total_steps=100, warmup_steps=10, optimizer="lamb"
     )
@@ -279,14 +279,14 @@ import keras
 import numpy as np
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.training.strategy import resolve_strategy
-from test_speed_options import CONFIG, make_batch
+from test_speed_options import CONFIG, TINY_RECIPE, make_batch
 
 data = tf.data.Dataset.from_tensors(make_batch())
 
 def train(strategy, **options):
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = ElectraPretrainer(CONFIG, seed=7)
+        model = ElectraPretrainer(CONFIG, seed=7, hyperparameters=TINY_RECIPE)
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0))
         model.configure_step(**options)
     model.set_weights(initial)
@@ -294,7 +294,7 @@ def train(strategy, **options):
     return model.get_weights(), {k: v[-1] for k, v in logs.items()}
 
 keras.utils.set_random_seed(0)
-initial = ElectraPretrainer(CONFIG, seed=7).get_weights()
+initial = ElectraPretrainer(CONFIG, seed=7, hyperparameters=TINY_RECIPE).get_weights()
 one, one_logs = train(tf.distribute.get_strategy(), xla_gradients=True)
 two, two_logs = train(resolve_strategy("mirrored"), xla_gradients=True, gradient_accumulation=2)
 diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one, two))
@@ -327,7 +327,7 @@ def _fit_two_epochs(initial_weights, keras_function: bool):
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     keras.utils.set_random_seed(0)
-    model = ElectraPretrainer(CONFIG, seed=7)
+    model = ElectraPretrainer(CONFIG, seed=7, hyperparameters=TINY_RECIPE)
     model.compile(
         optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=2)
     )

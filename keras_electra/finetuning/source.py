@@ -14,7 +14,7 @@ from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError
 from keras_electra.finetuning.saved import load_finetuned
 from keras_electra.layers.backbone import ElectraBackbone
-from keras_electra.pretraining.pretrainer import ElectraPretrainer
+from keras_electra.pretraining.loading import stored_pretrainer
 from keras_electra.run_directory import RunDirectory
 
 
@@ -51,7 +51,7 @@ def load_backbone(
         if objective is None:  # the discriminator backbone alone: restore it in place
             run.restore_latest(backbone, "source directory")
             return backbone, tokenizer, config
-        trained = ElectraPretrainer(config, objective)
+        trained = stored_pretrainer(run, config, objective)
         run.restore_latest(trained, "source directory")
         trained = trained.discriminator_backbone()
     backbone.set_weights(trained.get_weights())

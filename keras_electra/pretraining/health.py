@@ -47,9 +47,8 @@ class HealthProbe:
 
     Examples:
         >>> import numpy as np
-        >>> from keras_electra.config import ElectraConfig
         >>> from keras_electra.pretraining import ElectraPretrainer
-        >>> model = ElectraPretrainer(ElectraConfig.from_preset("tiny", vocab_size=64), seed=0)
+        >>> model = ElectraPretrainer.from_preset("tiny", vocab_size=64, seed=0)
         >>> ids = np.random.default_rng(0).integers(5, 64, (4, 16)).astype("int32")
         >>> probe = HealthProbe(model, {"token_ids": ids, "padding_mask": np.ones_like(ids),
         ...                             "segment_ids": np.zeros_like(ids)})
@@ -153,12 +152,15 @@ class HealthProbe:
         )
         hidden = model.generator(self._inputs(reads), training=False)
         logits = model.generator_head(hidden, masked.positions)
+        # As the objective samples: Electric from its cloze model's q itself (it has no
+        # temperature), ELECTRA at its own temperature.
+        h = model.hyperparameters
         sampled = masking.sample_tokens(
             logits,
             masked.labels,
             seed=self.sample_seed,
-            temperature=model.config.temperature,
-            disallow_correct=model.config.disallow_correct,
+            temperature=getattr(h, "temperature", 1.0),
+            disallow_correct=getattr(h, "disallow_correct", False),
         )
         return masking.replace_tokens(self.ids, masked.positions, sampled, masked.weights)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from keras_electra.config import ElectraConfig
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError
+from keras_electra.pretraining import objectives
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PretrainSettings
@@ -34,9 +35,16 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
         f"'{run_dir}' is not a run directory", "pass the --output of `keras-electra pretrain`"
     )
     config, tokens = read_run(run, None)
-    model = ElectraPretrainer(config, objective=run.settings().get("objective", "electra"))
+    model = stored_pretrainer(run, config, run.settings().get("objective", "electra"))
     step = run.restore_latest(model)
     return model, ElectraTokenizer(tokens, lowercase=config.lowercase), step
+
+
+def stored_pretrainer(run: RunDirectory, config: ElectraConfig, objective: str):
+    """A new pretrainer for ``run``'s checkpoints: ``objective`` with the hyperparameters the
+    run recorded (which add heads, such as ELECTRA's corrective LM)."""
+    chosen = objectives.from_record(objective, run.stored_hyperparameters())
+    return ElectraPretrainer(config, objective=chosen)
 
 
 def read_run(

@@ -64,8 +64,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     Args:
         config: the :class:`ElectraConfig`.
         objective: the name of a registered objective: ``"electra"``, ``"mlm"`` or
-            ``"electric"``, or one looked up already (``objectives.get(name)``).
+            ``"electric"``, or one looked up already with its hyperparameters
+            (``objectives.get(name, temperature=2.0)``).
         seed: seed of the masking and sampling random streams.
+        hyperparameters: with an objective's name, its hyperparameters to change from
+            their defaults (``{"disc_weight": 30.0}``; :attr:`hyperparameters` are the
+            model's).
         **kwargs: ``keras.Model``'s, such as ``dtype``: a Keras dtype policy like
             ``"mixed_bfloat16"`` (variables stay float32; LayerNorm, attention
             softmax, logits and losses run in float32).
@@ -93,6 +97,8 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         config: ElectraConfig | dict,
         objective: str | objectives.Objective = "electra",
         seed: int | None = None,
+        *,
+        hyperparameters: dict | None = None,
         **kwargs,
     ):
         # A fixed name keeps variable paths (the checkpoint keys) the same in every process.
@@ -101,7 +107,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         if isinstance(config, dict):
             config = ElectraConfig.from_dict(config)
         if not isinstance(objective, objectives.Objective):  # a name (else one sentence)
-            objective = objectives.get(objective)
+            objective = objectives.get(objective, **(hyperparameters or {}))
+        elif hyperparameters:
+            raise TypeError(
+                "ElectraPretrainer takes hyperparameters with an objective's name, not with "
+                "an Objective (which holds its own)."
+            )
         self._objective = objective
         self._objective.check(config)
         self.config = config
@@ -438,11 +449,43 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     def _metric_results(self) -> dict[str, tf.Tensor]:
         return {m.name: m.result() for m in self.metrics}
 
+    @classmethod
+    def from_preset(
+        cls,
+        preset: str,
+        objective: str = "electra",
+        seed: int | None = None,
+        *,
+        hyperparameters: dict | None = None,
+        dtype=None,
+        **config_values,
+    ) -> ElectraPretrainer:
+        """A pretrainer of a preset's sizes and recipe, as ``keras-electra pretrain --preset``
+        builds one: the preset's config with the objective's ``config_overrides`` and
+        ``config_values`` (``vocab_size=...``), and the objective's hyperparameters for that
+        preset (the tiny preset's ELECTRA samples at temperature 2) with ``hyperparameters``.
+
+        Examples:
+            >>> model = ElectraPretrainer.from_preset("tiny", vocab_size=64, seed=0)
+            >>> model.config.embedding_sharing, model.hyperparameters.temperature
+            ('gdes', 2.0)
+        """
+        chosen = objectives.get(objective)
+        config = ElectraConfig.from_preset(preset, **{**chosen.config_overrides, **config_values})
+        values = {**chosen.preset_hyperparameters.get(preset, {}), **(hyperparameters or {})}
+        return cls(config, objective, seed, hyperparameters=values, dtype=dtype)
+
+    @property
+    def hyperparameters(self):
+        """The objective's hyperparameters (a frozen dataclass: loss weights, sampling)."""
+        return self._objective.hyperparameters
+
     # === Config ===
     def get_config(self):
         return {
             "config": self.config.to_dict(),
             "objective": self.objective,
+            "hyperparameters": self._objective.hyperparameter_values(),
             "seed": self.seed,
             "name": self.name,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),

@@ -37,7 +37,7 @@ from keras_electra.errors import (
 from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
-from keras_electra.pretraining.loading import read_run, vocab_checksum
+from keras_electra.pretraining.loading import read_run, stored_pretrainer, vocab_checksum
 from keras_electra.pretraining.plan import PretrainPlan, describe_data
 from keras_electra.pretraining.pretrainer import (
     NONFINITE_MESSAGE,
@@ -73,10 +73,11 @@ PROBE_SEQUENCES = 32
 @dataclass(frozen=True)
 class ResolvedRun:
     """A run worked out once, by :func:`resolve_run`, and not changed after: the final
-    ``settings`` (what ``run.json`` records: sharing, temperature, generator size and the
-    vocabulary's checksum filled in), the model's ``config`` (for a dry run's vocabulary
-    yet to be learned, with the size it will have), the vocabulary's ``tokens`` (None: a
-    dry run's) and ``source``, and the ``objective``, looked up once."""
+    ``settings`` (what ``run.json`` records: sharing, the objective's hyperparameters,
+    generator size and the vocabulary's checksum filled in), the model's ``config`` (for a
+    dry run's vocabulary yet to be learned, with the size it will have), the vocabulary's
+    ``tokens`` (None: a dry run's) and ``source``, and the ``objective`` with its
+    hyperparameters, looked up once."""
 
     settings: PretrainSettings
     config: ElectraConfig
@@ -256,13 +257,16 @@ def resolve_run(
     than the ``chief``: once the chief has checkpointed), else ``--init``'s, else
     ``--vocab`` or (``learn``) one learned from the corpus; without ``learn`` (a dry run)
     such a vocabulary is None. The config is the resumed run's or ``--init``'s, else the
-    preset's, with the flags applied and checked by the objective.
+    preset's, with the flags applied and checked by the objective. So are the objective's
+    hyperparameters (the preset's recipe for a new run), ``--temperature`` applied.
     """
-    objective = objectives.get(settings.objective)
-    fields = ("embedding_sharing", "temperature", "generator_hidden_size")
-    flags = (settings.embedding_sharing, settings.temperature, settings.generator_size)
+    fields = ("embedding_sharing", "generator_hidden_size")
+    flags = (settings.embedding_sharing, settings.generator_size)
     overrides = dict(settings.config_overrides)
     overrides.update({k: v for k, v in zip(fields, flags, strict=True) if v is not None})
+    given = {} if settings.temperature is None else {"temperature": settings.temperature}
+    # Checked before anything is written: a hyperparameter the objective does not have.
+    objective = objectives.get(settings.objective, **{**settings.hyperparameters, **given})
     sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
         objective.check(ElectraConfig(embedding_sharing=sharing))
@@ -283,39 +287,44 @@ def resolve_run(
                 "one, so pass the original file (and data tokenized with it) or start a new "
                 "--output."
             )
-        config = _sampling_and_size(stored, settings, f"Run directory '{run.path}'")
+        _check_size(stored, settings, f"Run directory '{run.path}'")
+        config, recorded = stored, run.stored_hyperparameters()
     elif settings.init is not None:
         source = str(RunDirectory(settings.init).vocab_file)
         config, tokens = _init_source(settings.init, settings, sharing)
         objective.check(config)
-        config = _sampling_and_size(config, settings, f"--init '{settings.init}'")
+        _check_size(config, settings, f"--init '{settings.init}'")
+        recorded = RunDirectory(settings.init).stored_hyperparameters()
     else:
         source = settings.vocab or "learned"
         tokens = _vocabulary(settings, learn)
         overrides = {**objective.config_overrides, **overrides}
         config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
+        recorded = {**objective.preset_hyperparameters.get(settings.preset, {})}
+        recorded.update(settings.hyperparameters)
+    # The run's (or --init's, or the preset's) hyperparameters, --temperature applied.
+    objective = objective.restored(recorded).with_hyperparameters(**given)
     objective.check(config)  # with the flags applied, before a write
     final = dataclasses.replace(
         settings,
         embedding_sharing=config.embedding_sharing,
-        temperature=config.temperature,
+        temperature=getattr(objective.hyperparameters, "temperature", None),
+        hyperparameters=objective.hyperparameter_values(),
         generator_size=config.generator_hidden_size,
         vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
     )
     return ResolvedRun(final, config, tokens, source, objective)
 
 
-def _sampling_and_size(config: ElectraConfig, settings: PretrainSettings, source: str):
-    """``config`` (a resumed run's or ``--init``'s) with ``--temperature`` applied; a
-    ``--generator-size`` other than the weights' is refused (it would change them)."""
+def _check_size(config: ElectraConfig, settings: PretrainSettings, source: str) -> None:
+    """Refuse a ``--generator-size`` other than ``config``'s (a resumed run's or
+    ``--init``'s): it would change the weights."""
     size = settings.generator_size
     if size is not None and abs(size - config.generator_hidden_size) > 1e-9:
         raise ConfigError(
             f"{source} has a generator of size {config.generator_hidden_size:g}, not "
             f"--generator-size {size:g}; leave the flag out or start a new --output."
         )
-    temperature = settings.temperature
-    return config if temperature is None else config.replace(temperature=temperature)
 
 
 def _build(
@@ -608,7 +617,7 @@ def _load_init_weights(model: ElectraPretrainer, init: Path) -> None:
     source, directory = model, RunDirectory(init)
     config = ElectraConfig.load(directory.config_file)
     if config.embedding_sharing != model.config.embedding_sharing:
-        source = ElectraPretrainer(config, objective=model.objective)
+        source = stored_pretrainer(directory, config, model.objective)
     checkpoints = directory.checkpoints(source)
     if checkpoints.latest is None:
         raise ConfigError(f"--init '{init}' has no checkpoint.")

@@ -5,6 +5,8 @@ objective shares (the embedding block, the discriminator tower, the masking of
 step 1, the gradient step, the on-NaN guard) and asks its :class:`Objective` for
 the rest, without branching on a name:
 
+- :attr:`Objective.Hyperparameters` is the dataclass of its own hyperparameters (loss
+  weights, sampling), which an instance holds (``objectives.get(name, **values)``);
 - :meth:`Objective.check` refuses a config it cannot train, and
   :attr:`Objective.config_overrides` are the settings a new run's config takes;
 - :meth:`Objective.add_layers` adds its towers and heads to the model;
@@ -31,6 +33,12 @@ Examples:
     >>> mlm = objectives.get("mlm")
     >>> mlm.name, mlm.gradient_parts, mlm.config_overrides
     ('mlm', ('discriminator', 'embeddings', 'heads'), {'embedding_sharing': 'all'})
+    >>> objectives.get("electra", temperature=2.0).hyperparameters.temperature
+    2.0
+    >>> objectives.get("mlm", temperature=2.0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_electra.errors.ConfigError: The mlm objective has no hyperparameter 'temperature'; ...
     >>> objectives.get("bert")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -48,6 +56,8 @@ Examples:
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import importlib
 from typing import Any, ClassVar, NamedTuple
 
@@ -104,23 +114,71 @@ class ObjectiveOutput(NamedTuple):
     tokens: dict[str, tf.Tensor]
 
 
+@dataclasses.dataclass(frozen=True)
+class NoHyperparameters:
+    """The hyperparameters of an objective that has none."""
+
+
 class Objective:
     """One pretraining objective. Subclasses set :attr:`name` and implement the methods
-    that raise ``NotImplementedError``; an objective keeps no state of its own (its
-    layers are the model's attributes, so checkpoints and paths see them): two of the
-    same name are equal."""
+    that raise ``NotImplementedError``. An objective keeps no state but its
+    :attr:`hyperparameters` (its layers are the model's attributes, so checkpoints and
+    paths see them): two of the same name and hyperparameters are equal."""
 
     name: ClassVar[str] = ""
+    #: The frozen dataclass of this objective's hyperparameters, with their defaults.
+    Hyperparameters: ClassVar[type] = NoHyperparameters
+    #: Hyperparameters a new run of a preset takes unless given (a preset's recipe).
+    preset_hyperparameters: ClassVar[dict[str, dict[str, Any]]] = {}
     #: The :data:`GRADIENT_PARTS` that have variables under this objective.
     gradient_parts: ClassVar[tuple[str, ...]] = GRADIENT_PARTS
     #: Config fields a new run of this objective sets (unless given explicitly).
     config_overrides: ClassVar[dict[str, Any]] = {}
 
+    def __init__(self, **hyperparameters: Any) -> None:
+        self._check_names(hyperparameters)
+        self.hyperparameters = self.Hyperparameters(**hyperparameters)
+
+    def with_hyperparameters(self, **values: Any) -> Objective:
+        """A copy of this objective with ``values`` changed, or one sentence."""
+        self._check_names(values)
+        chosen = copy.copy(self)
+        chosen.hyperparameters = dataclasses.replace(self.hyperparameters, **values)
+        return chosen
+
+    def _check_names(self, values: dict) -> None:
+        names = self.hyperparameter_names()
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"The {self.name} objective has no hyperparameter"
+                f"{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; its "
+                f"hyperparameters are: {', '.join(names) or 'none'}."
+            )
+
+    @classmethod
+    def hyperparameter_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls.Hyperparameters))
+
+    def restored(self, values: dict[str, Any]) -> Objective:
+        """A copy with the hyperparameters a run recorded, leaving out those this objective
+        does not have (:func:`from_record`)."""
+        names = self.hyperparameter_names()
+        return self.with_hyperparameters(**{k: v for k, v in values.items() if k in names})
+
+    def hyperparameter_values(self) -> dict[str, Any]:
+        """The hyperparameters as a dict (what ``run.json`` records)."""
+        return dataclasses.asdict(self.hyperparameters)
+
     def __eq__(self, other) -> bool:
-        return type(other) is type(self) and other.name == self.name
+        return (
+            type(other) is type(self)
+            and other.name == self.name
+            and other.hyperparameters == self.hyperparameters
+        )
 
     def __hash__(self) -> int:
-        return hash((type(self), self.name))
+        return hash((type(self), self.name, self.hyperparameters))
 
     def check(self, config: ElectraConfig) -> None:
         """Raise :class:`ConfigError` (one sentence) if this objective cannot train ``config``."""
@@ -202,8 +260,9 @@ def register(name: str, objective: type[Objective] | str) -> None:
     OBJECTIVES[name] = objective
 
 
-def get(name: str) -> Objective:
-    """A new instance of the objective registered as ``name``, or one sentence."""
+def get(name: str, **hyperparameters: Any) -> Objective:
+    """A new instance of the objective registered as ``name``, with ``hyperparameters``
+    (the others at their defaults), or one sentence."""
     if name not in OBJECTIVES:
         raise ConfigError(f"Unknown objective '{name}'; choose one of: {', '.join(OBJECTIVES)}.")
     found = OBJECTIVES[name]
@@ -216,9 +275,16 @@ def get(name: str) -> Objective:
                 f"Objective '{name}' is registered as '{OBJECTIVES[name]}', which does not "
                 f"import ({error}); fix its entry in keras_electra.settings.OBJECTIVES."
             ) from None
-    chosen = found()
+    chosen = found(**hyperparameters)
     chosen.name = name  # the name it was registered as, which a model records
     return chosen
+
+
+def from_record(name: str, values: dict[str, Any]) -> Objective:
+    """The objective ``name`` with the hyperparameters a run recorded, leaving out those it
+    does not have (a run from before they were the objectives' recorded every objective's
+    in its ``config.json``)."""
+    return get(name).restored(values)
 
 
 def equal_compute_steps(

@@ -10,9 +10,12 @@ original tokens at the masked positions from the corrupted input (as in COCO-LM)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import keras
 import tensorflow as tf
 
+from keras_electra.errors import ConfigError
 from keras_electra.layers import DiscriminatorHead, ElectraBackbone
 from keras_electra.pretraining import masking
 from keras_electra.pretraining.flops import lm_head_flops, tower_flops
@@ -21,10 +24,44 @@ from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, sha
 from keras_electra.pretraining.objectives.mlm import lm_head, predict_masked
 
 
+@dataclass(frozen=True)
+class ElectraHyperparameters:
+    """The ``electra`` objective's hyperparameters.
+
+    Args:
+        mlm_weight: weight of the generator's masked-LM loss.
+        disc_weight: weight of the replaced-token-detection loss (50 in the paper).
+        corrective_weight: weight of a corrective LM loss: the discriminator also
+            predicts the original token at the masked positions from the corrupted
+            input, through a head tied to the word embeddings (COCO-LM's corrective
+            LM, Meng et al., 2021, restricted to the masked positions). 0 (the
+            paper's ELECTRA) leaves the head out.
+        temperature: temperature of the generator softmax when sampling.
+        disallow_correct: never sample the original token.
+    """
+
+    mlm_weight: float = 1.0
+    disc_weight: float = 50.0
+    corrective_weight: float = 0.0
+    temperature: float = 1.0
+    disallow_correct: bool = False
+
+    def __post_init__(self) -> None:
+        if self.corrective_weight < 0:
+            raise ConfigError("The electra objective's corrective_weight must be >= 0.")
+        if not self.temperature > 0:
+            raise ConfigError("The electra objective's temperature must be > 0.")
+
+
 class ReplacedTokenDetection(Objective):
     """ELECTRA: a generator's samples, and a discriminator that spots them."""
 
     name = "electra"
+    Hyperparameters = ElectraHyperparameters
+    # The recipe that keeps the tiny preset's small discriminator detecting to the end of
+    # a CPU-sized run (docs/research/tiny-recipe.md): sampling at temperature 2 (at 1, the
+    # paper's, it collapses to the base rate by step ~250). The larger presets keep 1.
+    preset_hyperparameters = {"tiny": {"temperature": 2.0}}
 
     def add_layers(self, model):
         c = model.config
@@ -43,7 +80,7 @@ class ReplacedTokenDetection(Objective):
             (model.generator_head, model.generator.hidden_dim),
             (model.discriminator_head, c.hidden_size),
         ]
-        if c.corrective_weight > 0:
+        if self.hyperparameters.corrective_weight > 0:
             model.corrective_head = lm_head(model, "corrective_predictions")
             heads.append((model.corrective_head, c.hidden_size))
         return heads
@@ -53,26 +90,26 @@ class ReplacedTokenDetection(Objective):
         kinds = dict.fromkeys(["mlm_loss", "mlm_accuracy", "sampled_mlm_accuracy"], m.Mean)
         kinds |= {"disc_loss": m.Mean, "disc_accuracy": m.Mean, "disc_precision": m.Precision}
         kinds |= {"disc_recall": m.Recall, "disc_auc": m.AUC, "replaced_fraction": m.Mean}
-        if config.corrective_weight > 0:
+        if self.hyperparameters.corrective_weight > 0:
             kinds["corrective_loss"] = m.Mean
         return {name: kind(name=name) for name, kind in kinds.items()}
 
     def compute(self, model, prepared, totals, training):
-        c = model.config
+        h = self.hyperparameters
         token_ids, padding_mask, masked = prepared.token_ids, prepared.padding_mask, prepared.masked
 
         # 2-3. The generator predicts the masked tokens and replacements are sampled
         #      from its softmax (no gradient through the sample). At temperature 1, with
         #      the original token allowed, that is the loss's own softmax.
-        shared = c.temperature == 1.0 and not c.disallow_correct
+        shared = h.temperature == 1.0 and not h.disallow_correct
 
         def sampler(logits):
             return masking.sample_tokens(
                 logits,
                 masked.labels,
                 uniform=prepared.sample_uniforms,
-                temperature=c.temperature,
-                disallow_correct=c.disallow_correct,
+                temperature=h.temperature,
+                disallow_correct=h.disallow_correct,
             )
 
         mlm_loss, mlm_correct, sampled = predict_masked(
@@ -95,7 +132,7 @@ class ReplacedTokenDetection(Objective):
         disc_logits = model.discriminator_head(disc_hidden, training=training)
         disc_loss = masking.disc_loss(disc_logits, labels, padding_mask)
         disc_loss *= share(tf.reduce_sum(tf.cast(padding_mask, tf.float32)), totals.real)
-        loss = c.mlm_weight * mlm_loss + c.disc_weight * disc_loss
+        loss = h.mlm_weight * mlm_loss + h.disc_weight * disc_loss
         losses = {"loss": loss, "mlm_loss": mlm_loss, "disc_loss": disc_loss}
 
         # 5. Optionally, the corrective LM on the discriminator's output.
@@ -103,7 +140,7 @@ class ReplacedTokenDetection(Objective):
             logits = model.corrective_head(disc_hidden, masked.positions, training=training)
             corrective = masking.mlm_loss(logits, masked.labels, masked.weights)
             corrective *= share(tf.reduce_sum(masked.weights), totals.predicted)
-            losses["loss"] = loss + c.corrective_weight * corrective
+            losses["loss"] = loss + h.corrective_weight * corrective
             losses["corrective_loss"] = corrective
 
         tokens = {
@@ -137,7 +174,7 @@ class ReplacedTokenDetection(Objective):
             "discriminator": tower_flops(disc, e, batch, length),
             "discriminator_head": 2.0 * batch * length * (h * h + h),
         }
-        if config.corrective_weight > 0:
+        if self.hyperparameters.corrective_weight > 0:
             parts["corrective_head"] = lm_head_flops(h, config, batch, length)
         return parts
 
@@ -156,13 +193,13 @@ class ReplacedTokenDetection(Objective):
             "discriminator": config.tower_parameters(disc),
             "discriminator_head": h * h + h + h + 1,
         }
-        if config.corrective_weight > 0:
+        if self.hyperparameters.corrective_weight > 0:
             parts["corrective_head"] = config.lm_head_parameters(h)
         return parts
 
     def kept_activations(self, config, sequences, length, precision):
         towers = (config.generator_config(), config.discriminator_config())
-        heads = 2 if config.corrective_weight > 0 else 1
+        heads = 2 if self.hyperparameters.corrective_weight > 0 else 1
         return {
             "activations": sum(tower_activations(t, sequences, length, precision) for t in towers),
             "logits": heads * lm_logits(config, sequences, length),

@@ -25,19 +25,19 @@ pass (the paper's rescoring score): higher means more plausible.
 The loss is ``mlm_weight x cloze + disc_weight x NCE`` (1 and 50, as the reference's
 ``gen_weight`` and ``disc_weight``). The reference allows no other generator with this
 objective (its config forces the two-tower one), and neither does this plug-in. Sampling
-must be from ``q`` itself for the ``log q`` term to be right, so a config with another
-temperature, ``disallow_correct`` or a corrective LM is refused.
+must be from ``q`` itself for the ``log q`` term to be right, so the objective has no
+``temperature`` or ``disallow_correct``, and no corrective LM (asking for one is refused).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import keras
 import tensorflow as tf
 
 from keras_electra import kernels
-from keras_electra.errors import ConfigError
 from keras_electra.layers import DiscriminatorHead
 from keras_electra.layers.cloze import TwoTowerCloze
 from keras_electra.pretraining import masking
@@ -118,24 +118,20 @@ def sentence_scores(energies: tf.Tensor, scored: tf.Tensor) -> tf.Tensor:
 # === The plug-in ===
 
 
+@dataclass(frozen=True)
+class ElectricHyperparameters:
+    """The ``electric`` objective's hyperparameters: the weights of its cloze loss and of
+    its NCE loss."""
+
+    mlm_weight: float = 1.0
+    disc_weight: float = 50.0
+
+
 class EnergyCloze(Objective):
     """Electric: NCE of a per-token energy against a two-tower cloze generator's noise."""
 
     name = "electric"
-    # Sampling is from q itself (the log q term assumes it).
-    config_overrides = {"temperature": 1.0, "disallow_correct": False}
-
-    def check(self, config):
-        if config.temperature != 1.0 or config.disallow_correct:
-            raise ConfigError(
-                "--objective electric samples from the cloze model's own distribution, so "
-                "set temperature 1 and disallow_correct false (its loss adds log q)."
-            )
-        if config.corrective_weight > 0:
-            raise ConfigError(
-                "corrective_weight needs --objective electra: electric's discriminator "
-                "scores tokens and has no corrective LM."
-            )
+    Hyperparameters = ElectricHyperparameters
 
     def add_layers(self, model):
         c = model.config
@@ -185,7 +181,8 @@ class EnergyCloze(Objective):
         cloze_loss *= share(tf.reduce_sum(candidates), totals.candidates)
         disc_loss *= share(tf.reduce_sum(tf.cast(padding_mask, tf.float32)), totals.real)
 
-        loss = c.mlm_weight * cloze_loss + c.disc_weight * disc_loss
+        h = self.hyperparameters
+        loss = h.mlm_weight * cloze_loss + h.disc_weight * disc_loss
         losses = {"loss": loss, "cloze_loss": cloze_loss, "disc_loss": disc_loss}
         tokens = {
             "cloze_correct": tf.cast(tf.equal(predicted, token_ids), tf.float32),

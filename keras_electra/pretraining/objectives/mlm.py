@@ -8,6 +8,7 @@ so its embeddings are shared (``embedding_sharing="all"``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import keras
 import tensorflow as tf
@@ -77,10 +78,18 @@ def predict_masked(
     return loss, correct, sampled
 
 
+@dataclass(frozen=True)
+class MlmHyperparameters:
+    """The ``mlm`` objective's hyperparameter: its loss's weight."""
+
+    mlm_weight: float = 1.0
+
+
 class MaskedLM(Objective):
     """BERT's masked LM on the discriminator tower (no generator, no replaced tokens)."""
 
     name = "mlm"
+    Hyperparameters = MlmHyperparameters
     gradient_parts = ("discriminator", "embeddings", "heads")
     # A preset's sharing mode is an ELECTRA setting: one tower has nothing to share.
     config_overrides = {"embedding_sharing": "all"}
@@ -103,7 +112,7 @@ class MaskedLM(Objective):
         loss, correct, _ = predict_masked(
             model.discriminator, model.generator_head, prepared, totals, training
         )
-        losses = {"loss": model.config.mlm_weight * loss, "mlm_loss": loss}
+        losses = {"loss": self.hyperparameters.mlm_weight * loss, "mlm_loss": loss}
         return ObjectiveOutput(losses, prepared.masked, {"mlm_correct": correct})
 
     def update_metrics(self, metrics, out):
