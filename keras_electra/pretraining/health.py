@@ -152,15 +152,9 @@ class HealthProbe:
         )
         hidden = model.generator(self._inputs(reads), training=False)
         logits = model.generator_head(hidden, masked.positions)
-        # As the objective samples: Electric from its cloze model's q itself (it has no
-        # temperature), ELECTRA at its own temperature.
-        h = model.hyperparameters
+        # As the objective samples (ELECTRA at its temperature, Electric from q itself).
         sampled = masking.sample_tokens(
-            logits,
-            masked.labels,
-            seed=self.sample_seed,
-            temperature=getattr(h, "temperature", 1.0),
-            disallow_correct=getattr(h, "disallow_correct", False),
+            logits, masked.labels, seed=self.sample_seed, **model.sampling
         )
         return masking.replace_tokens(self.ids, masked.positions, sampled, masked.weights)
 

@@ -219,6 +219,12 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         (``electra``: "replaced" logits, ``electric``: energies), None for ``mlm``."""
         return self._objective.token_head(self)
 
+    @property
+    def sampling(self) -> dict:
+        """How the objective samples replacements from the generator's logits (keywords of
+        ``masking.sample_tokens``: ELECTRA's temperature; Electric's cloze ``q`` as is)."""
+        return self._objective.sampling()
+
     def call(self, inputs, training=False):
         """The :attr:`token_head`'s scores (``electra``: per token, "replaced"), or the
         discriminator's sequence output where the objective has no such head."""

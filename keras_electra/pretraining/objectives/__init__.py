@@ -7,6 +7,8 @@ the rest, without branching on a name:
 
 - :attr:`Objective.Hyperparameters` is the dataclass of its own hyperparameters (loss
   weights, sampling), which an instance holds (``objectives.get(name, **values)``);
+- :meth:`Objective.sampling` says how it draws replacements from its generator's logits
+  (the training step's and the health probe's);
 - :meth:`Objective.check` refuses a config it cannot train, and
   :attr:`Objective.config_overrides` are the settings a new run's config takes;
 - :meth:`Objective.add_layers` adds its towers and heads to the model;
@@ -182,6 +184,12 @@ class Objective:
 
     def check(self, config: ElectraConfig) -> None:
         """Raise :class:`ConfigError` (one sentence) if this objective cannot train ``config``."""
+
+    def sampling(self) -> dict[str, Any]:
+        """How this objective draws replacements from its generator's logits: keywords of
+        :func:`~keras_electra.pretraining.masking.sample_tokens` (default: none, the
+        generator's softmax itself)."""
+        return {}
 
     def add_layers(self, model) -> list[tuple[keras.layers.Layer, int]]:
         """Add this objective's towers and heads to ``model`` as its attributes.

@@ -63,6 +63,10 @@ class ReplacedTokenDetection(Objective):
     # paper's, it collapses to the base rate by step ~250). The larger presets keep 1.
     preset_hyperparameters = {"tiny": {"temperature": 2.0}}
 
+    def sampling(self):
+        h = self.hyperparameters
+        return {"temperature": h.temperature, "disallow_correct": h.disallow_correct}
+
     def add_layers(self, model):
         c = model.config
         model.generator = ElectraBackbone(
@@ -105,11 +109,7 @@ class ReplacedTokenDetection(Objective):
 
         def sampler(logits):
             return masking.sample_tokens(
-                logits,
-                masked.labels,
-                uniform=prepared.sample_uniforms,
-                temperature=h.temperature,
-                disallow_correct=h.disallow_correct,
+                logits, masked.labels, uniform=prepared.sample_uniforms, **self.sampling()
             )
 
         mlm_loss, mlm_correct, sampled = predict_masked(
