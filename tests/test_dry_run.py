@@ -158,6 +158,10 @@ def test_base_passes_with_matching_records_or_length(records, tmp_path, capsys, 
         assert out.startswith("Dry run: every input checked; nothing was trained or written.")
         plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
         assert plan["model"].startswith("base: 12 layers x 768")
+        assert plan["objective"] == (  # the paper's hyperparameters, the preset's for base
+            "electra: mlm_weight 1, disc_weight 50, corrective_weight 0, temperature 1, "
+            "disallow_correct false"
+        )
         assert "in the discriminator" in plan["parameters"]
         assert plan["per step"].startswith(f"{256 * length:,} tokens, ")
         assert "FLOPs" in plan["per step"]
@@ -279,3 +283,31 @@ def test_finetune_dry_run_reads_the_data_and_writes_nothing(tiny_run, tmp_path, 
     argv[2] = empty
     status, _, err = run_cli(capsys, *argv)
     assert status == 2 and "has no checkpoint yet" in one_sentence(err)
+
+
+def test_the_plan_shows_the_objectives_hyperparameters(
+    records, tiny_run, small_corpus, tmp_path, capsys
+):
+    data = records / "tfrecords-128"
+    base = ["pretrain", "--preset", "tiny", "--corpus", data, "--vocab", data / "vocab.txt"]
+    base += ["--output", tmp_path / "r", "--max-seq-length", "128", "--dry-run"]
+    electra = "electra: mlm_weight 1, disc_weight 50, corrective_weight 0, temperature {}, "
+    electra += "disallow_correct false"
+    cases = [
+        ([], electra.format(2)),  # the tiny preset's recipe
+        (["--temperature", "3.5"], electra.format(3.5)),
+        (["--objective", "mlm"], "mlm: mlm_weight 1"),
+        (["--objective", "electric"], "electric: mlm_weight 1, disc_weight 50"),
+    ]
+    for extra, expected in cases:
+        status, out, err = run_cli(capsys, *base, *extra)
+        assert status == 0, err
+        assert re.search(r"^  objective +(.+)$", out, re.M)[1] == expected, extra
+    # A resumed run plans with the hyperparameters it recorded.
+    recorded = json.loads((tiny_run / "run.json").read_text())
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tiny_run, "--steps", "10"]
+    argv += ["--batch-size", recorded["batch_size"], "--max-seq-length", "32", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv)
+    temperature = recorded["hyperparameters"]["temperature"]
+    assert status == 0, err
+    assert f", temperature {temperature:g}, " in re.search(r"^  objective +(.+)$", out, re.M)[1]

@@ -89,7 +89,10 @@ class PretrainPlan:
         towers += f"feed-forward {disc.intermediate_size}), embeddings {c.embedding_size}"
         if "generator" in self.parameters():
             towers += f", generator {gen.num_layers} x {gen.hidden_size}"
-        rows["model"] = f"{s.preset}: {towers}; {s.objective}, sharing {c.embedding_sharing}"
+        rows["model"] = f"{s.preset}: {towers}, sharing {c.embedding_sharing}"
+        values = self.objective.hyperparameter_values().items()
+        shown = ", ".join(f"{k} {format_value(v)}" for k, v in values)
+        rows["objective"] = f"{s.objective}: {shown}" if shown else s.objective
         rows["parameters"] = (
             f"{format_count(c.backbone_parameters())} in the discriminator (fine-tuned and "
             f"exported), {format_count(sum(self.parameters().values()))} trained in pretraining"
@@ -143,6 +146,13 @@ class PretrainPlan:
             f"{format_bytes(sum(self.memory_per_device(n).values()))} with {n}" for n in counts
         )
         return f"~{shown} devices: per device, estimated (TensorFlow's own memory not included)"
+
+
+def format_value(value) -> str:
+    """A setting's value as the plan shows it: ``50``, ``0.5``, ``false``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def describe_data(settings: PretrainSettings, files: list[str]) -> str:
