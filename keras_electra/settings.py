@@ -207,10 +207,10 @@ class PretrainSettings:
         {}, "ElectraConfig fields to change from the preset", cli=False, record=False
     )
     # The objective's hyperparameters (keras_electra.pretraining.objectives): those to
-    # change from the preset's recipe, for a new run (a resumed or --init run keeps its
-    # own, --temperature aside); run.json records them all, resolved.
+    # change from the preset's recipe or --init's (a resumed run keeps its own: only
+    # --temperature may change); run.json records them all, resolved.
     hyperparameters: dict = option(
-        {}, "the objective's hyperparameters to change from the preset's", cli=False
+        {}, "the objective's hyperparameters to change from the preset's or --init's", cli=False
     )
     # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed
     # one), and the training kernels' backend and why (keras_electra.kernels).

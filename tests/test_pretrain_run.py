@@ -372,3 +372,28 @@ def test_a_run_is_resolved_once_by_a_pure_function(tiny_run, small_corpus, tmp_p
     assert calls == [0, "mlm"]
     recorded = json.loads(run.settings_file.read_text())
     assert recorded == first.settings.record() | {"kernels": recorded["kernels"]}
+
+
+def test_given_hyperparameters_change_a_new_or_init_run_and_a_resumed_run_refuses_them(
+    tiny_run, small_corpus, tmp_path
+):
+    from keras_electra.pretraining.run import resolve_run
+    from keras_electra.run_directory import RunDirectory
+    from keras_electra.settings import PretrainSettings
+
+    recorded = json.loads((tiny_run / "run.json").read_text())["hyperparameters"]
+    same = dict(batch_size=8, max_seq_length=32, vocab_size=2000, steps=4, log_every=2)
+
+    def resolve(run_dir, **options):
+        settings = PretrainSettings(corpus=[str(small_corpus)], **same, **options).resolved()
+        return resolve_run(RunDirectory(run_dir), settings, learn=False).objective
+
+    changed = {"disc_weight": 30.0}
+    assert resolve(tmp_path / "new", hyperparameters=changed).hyperparameters.disc_weight == 30
+    from_init = resolve(tmp_path / "init", init=str(tiny_run), hyperparameters=changed)
+    assert from_init.hyperparameter_values() == {**recorded, **changed}  # the rest --init's
+    # A resumed run keeps its own: the same values resume, others are one sentence.
+    kept = {"disc_weight": recorded["disc_weight"]}
+    assert resolve(tiny_run, hyperparameters=kept).hyperparameter_values() == recorded
+    with pytest.raises(ConfigError, match=r"was started with disc_weight=50\.0, not 30\.0; "):
+        resolve(tiny_run, hyperparameters=changed)

@@ -258,7 +258,9 @@ def resolve_run(
     ``--vocab`` or (``learn``) one learned from the corpus; without ``learn`` (a dry run)
     such a vocabulary is None. The config is the resumed run's or ``--init``'s, else the
     preset's, with the flags applied and checked by the objective. So are the objective's
-    hyperparameters (the preset's recipe for a new run), ``--temperature`` applied.
+    hyperparameters: the resumed run's (which ``settings.hyperparameters`` must equal), else
+    ``--init``'s or the preset's recipe with ``settings.hyperparameters``; ``--temperature``
+    applied to each.
     """
     fields = ("embedding_sharing", "generator_hidden_size")
     flags = (settings.embedding_sharing, settings.generator_size)
@@ -289,12 +291,14 @@ def resolve_run(
             )
         _check_size(stored, settings, f"Run directory '{run.path}'")
         config, recorded = stored, run.stored_hyperparameters()
+        _check_kept(objective.restored(recorded), settings.hyperparameters, run.path)
     elif settings.init is not None:
         source = str(RunDirectory(settings.init).vocab_file)
         config, tokens = _init_source(settings.init, settings, sharing)
         objective.check(config)
         _check_size(config, settings, f"--init '{settings.init}'")
         recorded = RunDirectory(settings.init).stored_hyperparameters()
+        recorded.update(settings.hyperparameters)  # given ones win, as --temperature does
     else:
         source = settings.vocab or "learned"
         tokens = _vocabulary(settings, learn)
@@ -302,7 +306,7 @@ def resolve_run(
         config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
         recorded = {**objective.preset_hyperparameters.get(settings.preset, {})}
         recorded.update(settings.hyperparameters)
-    # The run's (or --init's, or the preset's) hyperparameters, --temperature applied.
+    # The run's (or --init's, or the preset's, with those given), --temperature applied.
     objective = objective.restored(recorded).with_hyperparameters(**given)
     objective.check(config)  # with the flags applied, before a write
     final = dataclasses.replace(
@@ -314,6 +318,18 @@ def resolve_run(
         vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
     )
     return ResolvedRun(final, config, tokens, source, objective)
+
+
+def _check_kept(stored: objectives.Objective, given: dict, run_dir: Path) -> None:
+    """Refuse hyperparameters a resumed run was not started with (only ``--temperature``
+    may change on resume)."""
+    for name, value in given.items():
+        if getattr(stored.hyperparameters, name) != value:
+            raise ConfigError(
+                f"Run directory '{run_dir}' was started with {name}="
+                f"{getattr(stored.hyperparameters, name)!r}, not {value!r}; resume with the "
+                "same value or choose a new --output."
+            )
 
 
 def _check_size(config: ElectraConfig, settings: PretrainSettings, source: str) -> None:
