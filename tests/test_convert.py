@@ -257,6 +257,15 @@ def test_hf_errors_name_the_mismatch(tmp_path):
     (disc_dir / "config.json").write_text(json.dumps({**config, "hidden_act": "gelu_new"}))
     with pytest.raises(ConfigError, match="gelu_new"):
         convert(disc_dir, tmp_path / "d", "hf")
+    # A config.json without the sizes, or not JSON at all: one sentence, nothing written.
+    without = {k: v for k, v in config.items() if k not in ("vocab_size", "num_hidden_layers")}
+    (disc_dir / "config.json").write_text(json.dumps(without))
+    with pytest.raises(ConfigError, match=r"config.json' has no vocab_size, num_hidden_layers;"):
+        convert(disc_dir, tmp_path / "f", "hf")
+    (disc_dir / "config.json").write_text('{"model_type": "electra",')
+    with pytest.raises(ConfigError, match=r"config.json' is not valid JSON \("):
+        convert(disc_dir, tmp_path / "g", "hf")
+    assert not (tmp_path / "f").exists() and not (tmp_path / "g").exists()
     # The command: one sentence, exit 2.
     assert (
         main(

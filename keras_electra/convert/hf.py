@@ -152,10 +152,18 @@ def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
 
     if not (path / "config.json").is_file():
         raise ConfigError(f"'{path}' is not a Hugging Face model directory (no config.json).")
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    if config.get("model_type") != "electra":
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ConfigError(f"'{path}/config.json' is not valid JSON ({error}).") from None
+    if not isinstance(config, dict) or config.get("model_type") != "electra":
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        raise ConfigError(f"'{path}/config.json' describes a '{kind}' model, not ELECTRA.")
+    missing = [theirs for ours, theirs in HF_CONFIG if ours in REQUIRED and theirs not in config]
+    if missing:
         raise ConfigError(
-            f"'{path}/config.json' describes a '{config.get('model_type')}' model, not ELECTRA."
+            f"'{path}/config.json' has no {', '.join(missing)}; a Hugging Face ELECTRA config "
+            "names the model's sizes (save it with transformers' save_pretrained)."
         )
     if (path / WEIGHTS_FILE).is_file():
         state = load_file(str(path / WEIGHTS_FILE))
