@@ -210,7 +210,12 @@ class PretrainSettings:
     # change from the preset's recipe or --init's (a resumed run keeps its own: only
     # --temperature may change); run.json records them all, resolved.
     hyperparameters: dict = option(
-        {}, "the objective's hyperparameters to change from the preset's or --init's", cli=False
+        {},
+        "the objective's hyperparameters to change from the preset's or --init's, as "
+        "NAME=VALUE (a number, true or false): electra's mlm_weight, disc_weight, "
+        "corrective_weight (a COCO-LM-style corrective LM), temperature, disallow_correct; "
+        "mlm's mlm_weight; electric's mlm_weight, disc_weight (a new run only)",
+        metavar="NAME=VALUE",
     )
     # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed
     # one), and the training kernels' backend and why (keras_electra.kernels).
@@ -498,6 +503,8 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
         kwargs.update(type={"int": int, "float": float}.get(kind, str), default=default)
         if kind.startswith("list"):
             kwargs.update(nargs="+", default=None)
+        elif kind == "dict":  # NAME=VALUE pairs
+            kwargs.update(nargs="+", type=assignment, default=None)
         kwargs.update({k: meta[k] for k in ("choices", "metavar", "required") if meta[k]})
         parser.add_argument(flag, **kwargs)
 
@@ -507,5 +514,21 @@ def from_arguments(args: argparse.Namespace, settings: type = PretrainSettings, 
     values = {}
     for f in dataclasses.fields(settings):
         if f.metadata["cli"] and getattr(args, f.name, None) is not None:
-            values[f.name] = getattr(args, f.name)
+            value = getattr(args, f.name)
+            values[f.name] = dict(value) if f.type == "dict" else value
     return settings(**values, **extra)
+
+
+def assignment(text: str) -> tuple[str, Any]:
+    """A ``NAME=VALUE`` flag value: the value a number, ``true`` or ``false``."""
+    name, equals, value = (part.strip() for part in text.partition("="))
+    if not equals or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=VALUE (such as disc_weight=30)")
+    if value.lower() in ("true", "false"):
+        return name, value.lower() == "true"
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"the value in '{text}' is not a number, true or false"
+        ) from None

@@ -298,11 +298,38 @@ def test_the_plan_shows_the_objectives_hyperparameters(
         (["--temperature", "3.5"], electra.format(3.5)),
         (["--objective", "mlm"], "mlm: mlm_weight 1"),
         (["--objective", "electric"], "electric: mlm_weight 1, disc_weight 50"),
+        (
+            ["--hyperparameters", "disc_weight=30", "corrective_weight=1", "temperature=1.5"],
+            "electra: mlm_weight 1, disc_weight 30, corrective_weight 1, temperature 1.5, "
+            "disallow_correct false",
+        ),
+        (["--hyperparameters", "disallow_correct=true"], electra.format(2)[:-5] + "true"),
     ]
     for extra, expected in cases:
         status, out, err = run_cli(capsys, *base, *extra)
         assert status == 0, err
         assert re.search(r"^  objective +(.+)$", out, re.M)[1] == expected, extra
+    # What the flag refuses before anything is read or written: its form, as argparse
+    # refuses a flag (the usage, then the error), and the objective's names and kinds, in
+    # one sentence.
+    for pair, expected in (
+        ("disc_weight", "'disc_weight' is not NAME=VALUE (such as disc_weight=30)"),
+        ("disc_weight=lots", "the value in 'disc_weight=lots' is not a number, true or false"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            run_cli(capsys, *base, "--hyperparameters", pair)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.strip().splitlines()[-1].endswith(expected), err
+    refused = [
+        (["warmth=3"], "The electra objective has no hyperparameter 'warmth'; its hyperparameters"),
+        (["disallow_correct=1"], "The electra objective's disallow_correct is true or false, not"),
+        (["temperature=true"], "The electra objective's temperature is a number, not True."),
+        (["temperature=2", "--objective", "mlm"], "The mlm objective has no hyperparameter"),
+    ]
+    for extra, expected in refused:
+        status, out, err = run_cli(capsys, *base, "--hyperparameters", *extra)
+        assert status == 2 and out == "" and expected in one_sentence(err), (extra, err)
+    assert not (tmp_path / "r").exists()
     # A resumed run plans with the hyperparameters it recorded.
     recorded = json.loads((tiny_run / "run.json").read_text())
     argv = ["pretrain", "--corpus", small_corpus, "--output", tiny_run, "--steps", "10"]

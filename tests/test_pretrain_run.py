@@ -397,3 +397,22 @@ def test_given_hyperparameters_change_a_new_or_init_run_and_a_resumed_run_refuse
     assert resolve(tiny_run, hyperparameters=kept).hyperparameter_values() == recorded
     with pytest.raises(ConfigError, match=r"was started with disc_weight=50\.0, not 30\.0; "):
         resolve(tiny_run, hyperparameters=changed)
+
+
+def test_the_command_takes_the_objectives_hyperparameters_and_a_resume_keeps_them(
+    small_corpus, tmp_path, capsys
+):
+    out = tmp_path / "corrective"
+    corpus = ("--corpus", str(small_corpus), "--output", str(out), "--no-health")
+    given = ("--hyperparameters", "corrective_weight=1", "disc_weight=30")
+    assert run_cli(*corpus, *given) == 0
+    recorded = json.loads((out / "run.json").read_text())["hyperparameters"]
+    assert (recorded["corrective_weight"], recorded["disc_weight"]) == (1.0, 30.0)
+    assert "corrective_loss" in read_metrics(out)[-1]  # the corrective LM trained
+    # The same command resumes; another value is one sentence, and the run is kept.
+    assert run_cli(*corpus, *given, "--steps", "4") == 0
+    assert run_cli(*corpus, "--steps", "6", "--hyperparameters", "disc_weight=20") == 2
+    assert "was started with disc_weight=30.0, not 20.0" in one_sentence(capsys.readouterr().err)
+    model = load_run(out)[0]
+    assert model.hyperparameters.disc_weight == 30.0 and model.corrective_head is not None
+    assert read_metrics(out)[-1]["step"] == 4

@@ -60,6 +60,10 @@ def test_every_field_with_a_flag_reaches_the_settings_from_the_command_line():
         "on_nan": ("skip", "--on-nan", "skip"),
         "progress": (False, "--no-progress"),
         "dry_run": (True, "--dry-run"),
+        "hyperparameters": (
+            {"disc_weight": 30.0, "disallow_correct": True},
+            *("--hyperparameters", "disc_weight=30", "disallow_correct=true"),
+        ),
     }
     with_flags = {name for name, f in FIELDS.items() if f.metadata["cli"]}
     assert with_flags == set(given) | {"corpus"}, "a new option needs a case here"

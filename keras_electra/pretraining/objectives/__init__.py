@@ -149,6 +149,8 @@ class Objective:
         return chosen
 
     def _check_names(self, values: dict) -> None:
+        """One sentence for a name this objective does not have, or a value of the wrong
+        kind (a number for a flag, a flag for a number)."""
         names = self.hyperparameter_names()
         unknown = sorted(set(values) - set(names))
         if unknown:
@@ -157,6 +159,15 @@ class Objective:
                 f"{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; its "
                 f"hyperparameters are: {', '.join(names) or 'none'}."
             )
+        for f in dataclasses.fields(self.Hyperparameters):
+            if f.name not in values:
+                continue
+            value, flag = values[f.name], isinstance(f.default, bool)
+            if isinstance(value, bool) != flag or not isinstance(value, bool | int | float):
+                raise ConfigError(
+                    f"The {self.name} objective's {f.name} is "
+                    f"{'true or false' if flag else 'a number'}, not {value!r}."
+                )
 
     @classmethod
     def hyperparameter_names(cls) -> tuple[str, ...]:
