@@ -29,6 +29,7 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
 from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text
+from keras_electra.serving.errors import ServingError
 from keras_electra.serving.export_reader import (
     Answer,
     Classification,
@@ -268,7 +269,20 @@ def score_with_server(
         client = GrpcClient(target, model_name, tls=tls, **client_args)
     with client as served:
         source = f"Model '{model_name}' at {target}"
-        reader = export_reader(served.metadata()["signatures"], source)
+        try:
+            metadata = served.metadata()
+        except ServingError as err:
+            if err.code != "NOT_FOUND":
+                raise
+            raise ServingError(
+                f"{err}; the server serves no model named '{model_name}': pass the name it "
+                "serves the model under with --model-name (the MODEL_NAME of `docker run`, a "
+                "`name` in models.config).",
+                code=err.code,
+                http_status=err.http_status,
+                details=err.details,
+            ) from None
+        reader = export_reader(metadata["signatures"], source)
         inputs = _inputs(reader, texts)
         feeds = {name: np.array(values, object) for name, values in inputs.items()}
         return Scores(reader, inputs, reader.read(served.predict(feeds, reader.signature)))

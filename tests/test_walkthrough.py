@@ -63,3 +63,34 @@ def test_the_serving_readmes_stand_in_snippet_serves_a_real_export_in_a_fresh_pr
     done = _run_as_the_docs_say(code, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[[" in done.stdout  # the replaced_prob array, printed
+
+
+@pytest.fixture(scope="module")
+def served(tiny_export):
+    """The tiny export on the stand-in TF Serving as ``pretrained`` (not the default name)."""
+    from tfserving_standin import ModelServer
+
+    with ModelServer(tiny_export, "pretrained") as server:
+        yield server
+
+
+def _score(capsys, *args: str) -> tuple[int, str, str]:
+    from keras_electra.cli import main
+
+    capsys.readouterr()
+    status = main(["score", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_score_without_model_name_on_a_server_naming_it_otherwise_says_to_pass_it(served, capsys):
+    # `score --server` asks for the model 'electra' unless told; a server serving it under
+    # another name answered NOT_FOUND with nothing about --model-name.
+    for where in (served.grpc_target, served.rest_url):
+        status, out, err = _score(capsys, "--server", where, "the king is dead")
+        assert status == 2 and out == "", err
+        assert err.count("\n") == 1 and "--model-name" in err and "'electra'" in err, err
+    status, out, err = _score(
+        capsys, "--server", served.grpc_target, "--model-name", "pretrained", "the king"
+    )
+    assert status == 0 and "king(" in out, err
