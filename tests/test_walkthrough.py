@@ -94,3 +94,13 @@ def test_score_without_model_name_on_a_server_naming_it_otherwise_says_to_pass_i
         capsys, "--server", served.grpc_target, "--model-name", "pretrained", "the king"
     )
     assert status == 0 and "king(" in out, err
+
+
+def test_score_over_grpc_at_the_rest_port_says_so_at_once(served, capsys):
+    # gRPC to the REST port failed as "Could not reach TF Serving ... after 4 attempts" with
+    # gRPC's HTTP/2 parsing error, seconds of retries later.
+    rest_port = served.rest_url.removeprefix("http://")
+    status, out, err = _score(capsys, "--server", rest_port, "--model-name", "pretrained", "x")
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and "REST port" in err and "attempts" not in err, err
+    assert f"http://{rest_port}" in err, err
