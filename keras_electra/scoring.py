@@ -29,6 +29,7 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
 from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text
+from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.export_reader import (
     Answer,
@@ -131,6 +132,11 @@ def latest_version_dir(path: str | Path) -> str:
         ElectraError: no SavedModel at ``path``.
     """
     found = find_export(path)
+    if found is None and RunDirectory(path).has_config():
+        raise ElectraError(
+            f"'{path}' is a training run, not an export; export it first with `keras-electra "
+            f"export --run {path} --output saved_models/NAME` and pass saved_models/NAME."
+        )
     if found is None:
         raise ElectraError(
             f"No SavedModel at '{path}' (expected saved_model.pb or numeric version folders); "

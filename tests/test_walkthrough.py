@@ -104,3 +104,11 @@ def test_score_over_grpc_at_the_rest_port_says_so_at_once(served, capsys):
     assert status == 2 and out == "", err
     assert err.count("\n") == 1 and "REST port" in err and "attempts" not in err, err
     assert f"http://{rest_port}" in err, err
+
+
+def test_score_on_a_run_directory_says_how_to_export_it(tiny_run, capsys):
+    # It said "No SavedModel at '...'; create one with `keras-electra export`", leaving the
+    # user to find that export takes the run as --run and writes elsewhere.
+    status, out, err = _score(capsys, "--model", str(tiny_run), "the king")
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and f"export --run {tiny_run} --output" in err, err
