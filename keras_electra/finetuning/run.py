@@ -232,6 +232,12 @@ def _train(
         checkpoints = resume.open(model, optimizer)
         start = checkpoints.restore_latest()
         records = resume.records(start)
+        if start and progress:
+            print(
+                f"Resuming the interrupted fine-tuning at step {start} of {steps} (saved in "
+                f"'{resume.directory}').",
+                flush=True,
+            )
     stopper = StopOnSignal(stop)
     bar = progress_bar("finetune", steps, start, progress)
     logger = _EpochLog(records, steps_per_epoch, start, resume, bar)
