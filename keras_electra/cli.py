@@ -259,6 +259,10 @@ def _run_finetune(args: argparse.Namespace) -> None:
     print(f"Fine-tuned model: {result.output_dir}")
     if result.metrics:
         print(f"Eval metrics: {json.dumps(result.metrics)}")
+    print(
+        f"Next: keras-electra export --run {result.output_dir} --output saved_models/NAME "
+        f"(to serve it), or keras-electra predict --model {result.output_dir} --input FILE"
+    )
 
 
 @command(

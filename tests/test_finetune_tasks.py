@@ -572,6 +572,11 @@ def test_finetuning_shows_a_progress_bar_with_the_running_loss_unless_quiet(
     assert "loss=" in shown.err
     epochs = [line for line in shown.out.splitlines() if line.startswith("epoch ")]
     assert [line.split(" (")[0] for line in epochs] == ["epoch 1", "epoch 2"]
+    # It ends saying where the model went and the commands that take it next.
+    out = tmp_path / "shown"
+    assert f"Fine-tuned model: {out}\n" in shown.out
+    assert f"Next: keras-electra export --run {out} --output saved_models/NAME" in shown.out
+    assert f"keras-electra predict --model {out} --input FILE" in shown.out
     assert main([*args, "--output", str(tmp_path / "quiet"), "--quiet"]) == 0
     quiet = capsys.readouterr()
     assert "finetune:" not in quiet.err and "epoch 1" not in quiet.out
