@@ -543,6 +543,9 @@ def test_empty_text_is_one_clear_error(tiny_run, tmp_path):
 def test_not_a_run_directory_is_one_clear_error(tmp_path, classify_data):
     with pytest.raises(ElectraError, match="is not a run or init directory"):
         finetune(tmp_path, "classify", classify_data[0], output_dir=tmp_path / "x")
+    # A path that is not there says so, not that a directory lacks config.json.
+    with pytest.raises(ElectraError, match=r"'.*runs/demo' does not exist; check the path"):
+        finetune(tmp_path / "runs/demo", "classify", classify_data[0], output_dir=tmp_path / "x")
 
 
 def test_report_draws_a_fine_tuning_directory(classifier, tmp_path):
