@@ -23,7 +23,12 @@ from keras_electra.data.pretraining import no_autograph
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.plan import FinetunePlan
-from keras_electra.finetuning.saved import FinetunedModel, load_finetuned, save_finetuned
+from keras_electra.finetuning.saved import (
+    FinetunedModel,
+    check_output_dir,
+    load_finetuned,
+    save_finetuned,
+)
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import get_task
@@ -91,6 +96,8 @@ def finetune(
     options = with_options("finetune", FinetuneOptions, options, **keywords)
     check_task(task)
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
+    if output_dir is not None:  # before any work: a run there would be refused once trained
+        check_output_dir(output_dir)
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
