@@ -86,6 +86,12 @@ def _run_pretrain(args: argparse.Namespace) -> None:
             f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float | int) and k != "step"
         )
         print(f"Last window: {shown}")
+    run_dir = result.run_dir
+    print(
+        f"Next: keras-electra report {run_dir} (its curves and health), keras-electra export "
+        f"--run {run_dir} --output saved_models/NAME (to serve it), or keras-electra finetune "
+        f"--run {run_dir} --task TASK ... (docs/finetuning.md)"
+    )
     if args.sample and result.model.objective == "electric":
         print("\nDiscriminator: each token's energy (how badly it fits), the sentence's score")
         for text, (tokens, score) in zip(
