@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -542,11 +543,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return 0
     except errors.ElectraError as e:
         return fail(f"error: {e}", 2)
     except errors.TrainingInterrupted as e:
         return fail(str(e), errors.INTERRUPTED_EXIT_CODE)
+    except BrokenPipeError:  # stdout's reader closed (`score ... | head`): stop without a word
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the last flush too
+        return 128 + int(signal.SIGPIPE)  # as a shell reports a command its pipe ended
     except OSError as e:  # a write the library does not wrap: one sentence, not a traceback
         where = f" '{e.filename}'" if e.filename else ""
         return fail(

@@ -112,3 +112,21 @@ def test_score_on_a_run_directory_says_how_to_export_it(tiny_run, capsys):
     status, out, err = _score(capsys, "--model", str(tiny_run), "the king")
     assert status == 2 and out == "", err
     assert err.count("\n") == 1 and f"export --run {tiny_run} --output" in err, err
+
+
+def test_score_into_a_pipe_whose_reader_closed_stops_without_a_word(
+    tiny_export, monkeypatch, capsys
+):
+    # `keras-electra score --json ... | head -5` ended with "error: could not access (broken
+    # pipe); free space or fix the path", the message for a disk that is full.
+    from keras_electra.cli import main
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    pipe = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", pipe)
+    status = main(["score", "--model", str(tiny_export), "--json", "the king is dead"])
+    monkeypatch.undo()
+    pipe.close()  # its fd now leads to /dev/null: closing flushes nothing into the pipe
+    assert status == 141
+    assert capsys.readouterr().err == ""
