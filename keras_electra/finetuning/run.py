@@ -96,8 +96,9 @@ def finetune(
     options = with_options("finetune", FinetuneOptions, options, **keywords)
     check_task(task)
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
+    replaces = False
     if output_dir is not None:  # before any work: a run there would be refused once trained
-        check_output_dir(output_dir)
+        replaces = check_output_dir(output_dir).is_finetuned()
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
@@ -146,6 +147,7 @@ def finetune(
             steps=steps,
             steps_per_epoch=steps_per_epoch,
             resume_step=resume_step,
+            replaces=replaces,
         )
 
     chosen = kernels.choose()
@@ -166,6 +168,8 @@ def finetune(
     settings.training["kernels"] = f"{chosen.backend}: {chosen.reason}"
     if options.progress:
         print(chosen.describe(), flush=True)
+        if replaces:
+            print(f"The fine-tuned model in '{output_dir}' is replaced when this one is done.")
     signals = resume is not None and stop_on_signals
     with StopRequest() if signals else nullcontext(StopRequest()) as stop:
         records = _train(
