@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -86,6 +87,12 @@ def _run_pretrain(args: argparse.Namespace) -> None:
             f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float | int) and k != "step"
         )
         print(f"Last window: {shown}")
+    run_dir = result.run_dir
+    print(
+        f"Next: keras-electra report {run_dir} (its curves and health), keras-electra export "
+        f"--run {run_dir} --output saved_models/NAME (to serve it), or keras-electra finetune "
+        f"--run {run_dir} --task TASK ... (docs/finetuning.md)"
+    )
     if args.sample and result.model.objective == "electric":
         print("\nDiscriminator: each token's energy (how badly it fits), the sentence's score")
         for text, (tokens, score) in zip(
@@ -259,6 +266,10 @@ def _run_finetune(args: argparse.Namespace) -> None:
     print(f"Fine-tuned model: {result.output_dir}")
     if result.metrics:
         print(f"Eval metrics: {json.dumps(result.metrics)}")
+    print(
+        f"Next: keras-electra export --run {result.output_dir} --output saved_models/NAME "
+        f"(to serve it), or keras-electra predict --model {result.output_dir} --input FILE"
+    )
 
 
 @command(
@@ -532,11 +543,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return 0
     except errors.ElectraError as e:
         return fail(f"error: {e}", 2)
     except errors.TrainingInterrupted as e:
         return fail(str(e), errors.INTERRUPTED_EXIT_CODE)
+    except BrokenPipeError:  # stdout's reader closed (`score ... | head`): stop without a word
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the last flush too
+        return 128 + int(signal.SIGPIPE)  # as a shell reports a command its pipe ended
     except OSError as e:  # a write the library does not wrap: one sentence, not a traceback
         where = f" '{e.filename}'" if e.filename else ""
         return fail(

@@ -29,6 +29,8 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
 from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text
+from keras_electra.run_directory import RunDirectory
+from keras_electra.serving.errors import ServingError
 from keras_electra.serving.export_reader import (
     Answer,
     Classification,
@@ -130,6 +132,11 @@ def latest_version_dir(path: str | Path) -> str:
         ElectraError: no SavedModel at ``path``.
     """
     found = find_export(path)
+    if found is None and RunDirectory(path).has_config():
+        raise ElectraError(
+            f"'{path}' is a training run, not an export; export it first with `keras-electra "
+            f"export --run {path} --output saved_models/NAME` and pass saved_models/NAME."
+        )
     if found is None:
         raise ElectraError(
             f"No SavedModel at '{path}' (expected saved_model.pb or numeric version folders); "
@@ -268,7 +275,20 @@ def score_with_server(
         client = GrpcClient(target, model_name, tls=tls, **client_args)
     with client as served:
         source = f"Model '{model_name}' at {target}"
-        reader = export_reader(served.metadata()["signatures"], source)
+        try:
+            metadata = served.metadata()
+        except ServingError as err:
+            if err.code != "NOT_FOUND":
+                raise
+            raise ServingError(
+                f"{err}; the server serves no model named '{model_name}': pass the name it "
+                "serves the model under with --model-name (the MODEL_NAME of `docker run`, a "
+                "`name` in models.config).",
+                code=err.code,
+                http_status=err.http_status,
+                details=err.details,
+            ) from None
+        reader = export_reader(metadata["signatures"], source)
         inputs = _inputs(reader, texts)
         feeds = {name: np.array(values, object) for name, values in inputs.items()}
         return Scores(reader, inputs, reader.read(served.predict(feeds, reader.signature)))

@@ -278,6 +278,13 @@ def test_finetune_dry_run_reads_the_data_and_writes_nothing(tiny_run, tmp_path, 
     assert not out.exists()
     status, _, err = run_cli(capsys, *argv, "--label-column", "gold")
     assert status == 2 and "gold" in one_sentence(err)
+    # An --output holding a fine-tuned model: the plan says that it is replaced.
+    out.mkdir(parents=True)
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(tiny_run / name, out / name)
+    (out / "finetune.json").write_text("{}", encoding="utf-8")
+    status, text, err = run_cli(capsys, *argv)
+    assert status == 0 and "; replaces the fine-tuned model there" in text, err
     empty = tmp_path / "empty-run"
     shutil.copytree(tiny_run, empty, ignore=shutil.ignore_patterns("checkpoints"))
     argv[2] = empty

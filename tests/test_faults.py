@@ -184,7 +184,13 @@ def test_sigterm_during_finetune_saves_the_step_and_the_rerun_ends_as_an_uninter
     assert [r["step"] for r in read_metrics(out / "resume")] == [3, 4]
     monkeypatch.undo()
 
-    assert main([*args, "--output", str(out)]) == 0
+    # The rerun says that it resumes, and where from (--quiet only drops the epoch lines
+    # and the bar, and is no part of what a resume must match).
+    loud = [arg for arg in args if arg != "--quiet"]
+    assert main([*loud, "--output", str(out)]) == 0
+    said = capsys.readouterr().out
+    resuming = f"Resuming the interrupted fine-tuning at step 4 of 6 (saved in '{out / 'resume'}"
+    assert resuming in said, said
     assert not (out / "resume").exists()
     assert [r["step"] for r in read_metrics(out)] == [3, 4, 6]
     straight = finetune_module.load_finetuned(tmp_path / "straight").model

@@ -10,6 +10,7 @@ import csv
 import json
 import random
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -543,6 +544,25 @@ def test_empty_text_is_one_clear_error(tiny_run, tmp_path):
 def test_not_a_run_directory_is_one_clear_error(tmp_path, classify_data):
     with pytest.raises(ElectraError, match="is not a run or init directory"):
         finetune(tmp_path, "classify", classify_data[0], output_dir=tmp_path / "x")
+    # A path that is not there says so, not that a directory lacks config.json.
+    with pytest.raises(ElectraError, match=r"'.*runs/demo' does not exist; check the path"):
+        finetune(tmp_path / "runs/demo", "classify", classify_data[0], output_dir=tmp_path / "x")
+
+
+def test_an_output_holding_a_pretraining_run_is_refused_before_any_training(
+    tiny_run, classify_data, tmp_path
+):
+    # It was refused only when the trained model was saved: the dry run passed, the run
+    # trained to the end, lost it and left its resume/ folder in the pretraining run.
+    taken = tmp_path / "run"
+    taken.mkdir()
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(tiny_run / name, taken / name)
+    args = (tiny_run, "classify", classify_data[0])
+    for dry_run in (True, False):
+        with pytest.raises(ElectraError, match="holds a pretraining run; choose a new --output"):
+            finetune(*args, output_dir=taken, text_column="sentence", dry_run=dry_run, **FAST)
+    assert sorted(p.name for p in taken.iterdir()) == ["config.json", "vocab.txt"]
 
 
 def test_report_draws_a_fine_tuning_directory(classifier, tmp_path):
@@ -572,6 +592,11 @@ def test_finetuning_shows_a_progress_bar_with_the_running_loss_unless_quiet(
     assert "loss=" in shown.err
     epochs = [line for line in shown.out.splitlines() if line.startswith("epoch ")]
     assert [line.split(" (")[0] for line in epochs] == ["epoch 1", "epoch 2"]
+    # It ends saying where the model went and the commands that take it next.
+    out = tmp_path / "shown"
+    assert f"Fine-tuned model: {out}\n" in shown.out
+    assert f"Next: keras-electra export --run {out} --output saved_models/NAME" in shown.out
+    assert f"keras-electra predict --model {out} --input FILE" in shown.out
     assert main([*args, "--output", str(tmp_path / "quiet"), "--quiet"]) == 0
     quiet = capsys.readouterr()
     assert "finetune:" not in quiet.err and "epoch 1" not in quiet.out

@@ -129,6 +129,19 @@ def test_tables_in_tsv_csv_and_jsonl(tmp_path):
             {},
             r"b\.tsv:3: the row has 1 fields but the label column",
         ),
+        (
+            "semicolons.csv",
+            "text;label\nhi;1\n",
+            {},
+            r"no text column 'text' \(columns: text;label\); the header row is one column "
+            r"holding ';', but a \.csv file's columns are separated by commas",
+        ),
+        (
+            "commas.tsv",
+            "text,label\nhi,1\n",
+            {},
+            r"holding ',', but a \.tsv file's columns are separated by tabs: save it with those",
+        ),
         ("c.csv", "text,label\n  ,1\n", {}, r"c\.csv:2: the text is empty"),
         ("d.csv", "text,label\nhi,\n", {}, r"d\.csv:2: the label is empty"),
         ("e.jsonl", '{"text": "a", "label": 1}\n{"text": "b"\n', {}, r"e\.jsonl:2: not valid JSON"),

@@ -244,9 +244,14 @@ def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
     )
 
 
-def test_no_health_skips_the_probe(small_corpus, tmp_path):
+def test_no_health_skips_the_probe(small_corpus, tmp_path, capsys):
     out = tmp_path / "quiet"
     assert run_cli("--corpus", str(small_corpus), "--output", str(out), "--no-health") == 0
+    # The command ends with where the run went and the commands that take it next.
+    said = capsys.readouterr().out
+    assert f"Run directory: {out}  (step 2)" in said
+    assert f"Next: keras-electra report {out} " in said
+    assert f"keras-electra export --run {out} --output saved_models/NAME" in said
     record = read_metrics(out)[-1]
     assert record["step"] == 2 and "disc_auc" in record
     assert not {"context_auc", "disc_cosine_0", "health_seconds"} & set(record)

@@ -31,6 +31,7 @@ class FinetunePlan:
         steps: optimizer steps (``steps_per_epoch * epochs``).
         steps_per_epoch: batches per pass over the training rows.
         resume_step: the step an interrupted fine-tuning in ``output_dir`` resumes at.
+        replaces: ``output_dir`` holds a fine-tuned model, which this one replaces.
     """
 
     source: str
@@ -45,6 +46,7 @@ class FinetunePlan:
     steps: int
     steps_per_epoch: int
     resume_step: int = 0
+    replaces: bool = False
 
     def flops_per_step(self) -> float:
         """Matmul FLOPs of one step of the backbone (forward and backward; the head's are
@@ -101,5 +103,7 @@ class FinetunePlan:
             if self.output_dir is not None
             else "none: the model is not saved"
         )
+        if self.replaces:
+            rows["output"] += "; replaces the fine-tuned model there"
         width = max(map(len, rows))
         return "\n".join([DRY_RUN_NOTE, *(f"  {k.ljust(width)}  {v}" for k, v in rows.items())])

@@ -59,15 +59,27 @@ def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
             yield reader.line_num, fields
 
 
+# The column separator of each table format, and its name in an error.
+_SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
+_SEPARATOR_NAMES = {".csv": "commas", ".tsv": "tabs", ".txt": "tabs"}
+
+
 def _column_index(path: Path, names: list[str] | None, column: str | int, role: str) -> int:
     if isinstance(column, int) or str(column).isdigit():
         return int(column)
     if names is None or column not in names:
         shown = ", ".join(names or []) or "none (the file has no header row)"
-        raise InputDataError(
-            f"{path}: no {role} column '{column}' (columns: {shown}); pass the right column "
-            "name or a 0-based index."
-        )
+        fix = "pass the right column name or a 0-based index"
+        if names is not None and len(names) == 1:  # the header did not split: another separator
+            suffix = path.suffix.lower()
+            seen = next((c for c in ",;\t|" if c in names[0] and c != _SEPARATORS[suffix]), None)
+            if seen is not None:
+                fix = (
+                    f"the header row is one column holding {seen!r}, but a {suffix} file's "
+                    f"columns are separated by {_SEPARATOR_NAMES[suffix]}: save it with those "
+                    "(commas as .csv, tabs as .tsv)"
+                )
+        raise InputDataError(f"{path}: no {role} column '{column}' (columns: {shown}); {fix}.")
     return names.index(column)
 
 

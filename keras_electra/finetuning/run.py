@@ -23,7 +23,12 @@ from keras_electra.data.pretraining import no_autograph
 from keras_electra.errors import ConfigError, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.plan import FinetunePlan
-from keras_electra.finetuning.saved import FinetunedModel, load_finetuned, save_finetuned
+from keras_electra.finetuning.saved import (
+    FinetunedModel,
+    check_output_dir,
+    load_finetuned,
+    save_finetuned,
+)
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
 from keras_electra.finetuning.source import load_backbone, read_source
 from keras_electra.finetuning.tasks import get_task
@@ -91,6 +96,9 @@ def finetune(
     options = with_options("finetune", FinetuneOptions, options, **keywords)
     check_task(task)
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
+    replaces = False
+    if output_dir is not None:  # before any work: a run there would be refused once trained
+        replaces = check_output_dir(output_dir).is_finetuned()
     named = str(source)  # recorded as given: a directory, or hf:ORG/NAME
     source = Path(local_init(source))
     config, tokenizer = read_source(source)
@@ -139,6 +147,7 @@ def finetune(
             steps=steps,
             steps_per_epoch=steps_per_epoch,
             resume_step=resume_step,
+            replaces=replaces,
         )
 
     chosen = kernels.choose()
@@ -159,6 +168,8 @@ def finetune(
     settings.training["kernels"] = f"{chosen.backend}: {chosen.reason}"
     if options.progress:
         print(chosen.describe(), flush=True)
+        if replaces:
+            print(f"The fine-tuned model in '{output_dir}' is replaced when this one is done.")
     signals = resume is not None and stop_on_signals
     with StopRequest() if signals else nullcontext(StopRequest()) as stop:
         records = _train(
@@ -232,6 +243,12 @@ def _train(
         checkpoints = resume.open(model, optimizer)
         start = checkpoints.restore_latest()
         records = resume.records(start)
+        if start and progress:
+            print(
+                f"Resuming the interrupted fine-tuning at step {start} of {steps} (saved in "
+                f"'{resume.directory}').",
+                flush=True,
+            )
     stopper = StopOnSignal(stop)
     bar = progress_bar("finetune", steps, start, progress)
     logger = _EpochLog(records, steps_per_epoch, start, resume, bar)

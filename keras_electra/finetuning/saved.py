@@ -48,13 +48,24 @@ class FinetunedModel:
         return self.task.predict(self.model, examples, self.tokenizer, self.settings, batch_size)
 
 
-def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:
-    """Write a fine-tuned model's directory; return it."""
+def check_output_dir(output_dir: str | Path) -> RunDirectory:
+    """``output_dir`` as a run directory a fine-tuned model may be written to: new, or a
+    fine-tuned model's (which it replaces); never a pretraining run or a converted model.
+
+    Raises:
+        ConfigError: ``output_dir`` holds a model that is not a fine-tuned one.
+    """
     run = RunDirectory(output_dir)
     if run.has_config() and not run.is_finetuned():
         raise ConfigError(
             f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
         )
+    return run
+
+
+def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:
+    """Write a fine-tuned model's directory; return it."""
+    run = check_output_dir(output_dir)
     run.write_model_files(result.config, result.tokenizer.vocab)
     write_atomic(run.labels_file, "".join(x + "\n" for x in result.settings.labels))
     shutil.rmtree(run.checkpoint_dir, ignore_errors=True)

@@ -21,6 +21,11 @@ from keras_electra.run_directory import RunDirectory
 def read_source(source: str | Path) -> tuple[ElectraConfig, ElectraTokenizer]:
     """The config and tokenizer of a source directory, checked against each other."""
     run = RunDirectory(source)
+    if not Path(source).exists():
+        raise ConfigError(
+            f"The source directory '{source}' does not exist; check the path (--run or --init "
+            "takes the --output of `keras-electra pretrain`, `convert` or `finetune`)."
+        )
     if not run.has_model_files():
         raise ConfigError(
             f"'{source}' is not a run or init directory (it needs {run.CONFIG} and {run.VOCAB}); "

@@ -28,6 +28,9 @@ from keras_electra.serving.tensors import (
     tensor_proto_to_ndarray,
 )
 
+# What gRPC reports when the server at the target answered in HTTP/1 (a REST port).
+HTTP1_ANSWER = "Failed parsing HTTP/2"
+
 
 def host_port(target: str) -> tuple[str, int] | None:
     """The host and port of a gRPC target (``host:port``, ``[::1]:port``,
@@ -109,6 +112,8 @@ class GrpcClient(ModelClient):
                 if self.tls and err.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
                     host, port = host_port(self.target) or (self.target, None)
                     self._raise_tls_failure(self.target, host, port, err.details())  # type: ignore[attr-defined]
+                if HTTP1_ANSWER in (err.details() or ""):  # type: ignore[attr-defined]
+                    raise self._not_grpc(err.details()) from None  # type: ignore[attr-defined]
                 raise
 
         def retryable(err: Exception) -> bool:
@@ -133,6 +138,17 @@ class GrpcClient(ModelClient):
                     f"{CREDENTIALS_FIX}."
                 )
             raise ServingError(message, code=code.name, details=details) from None
+
+    def _not_grpc(self, details: str) -> ServingError:
+        """The error for a server that answered in HTTP/1 (a REST port, most often): not
+        retried, as asking again cannot make it speak gRPC."""
+        return ServingError(
+            f"{self.target} answered in HTTP/1, not gRPC, so it is most likely TF Serving's "
+            "REST port (--rest_api_port); use its gRPC port (--port, 8500 by default), or reach "
+            f"its REST API at http://{self.target} (RestClient; `score --server http://...`).",
+            code="UNAVAILABLE",
+            details=details,
+        )
 
     def predict(
         self,

@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+# TF Serving's binary has TF Text's ops built in, and keras-electra's exports tokenize
+# with them: loading the library registers them here, whatever the process imported.
+import tensorflow_text  # noqa: F401
 from tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
 
 from keras_electra.serving.errors import ServingError

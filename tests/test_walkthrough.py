@@ -1,0 +1,132 @@
+"""What a new user trips over on the way from a run to a served model, each as one test.
+
+The mistakes are the ones a user makes when following the README and serving/README.md
+for the first time: the snippets run as the docs write them, in a fresh process, and a
+wrong address or model name is one sentence that says how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tiny_run, tmp_path_factory) -> Path:
+    """The session's tiny pretraining run exported: ``saved_models/electra`` with ``1/``."""
+    from keras_electra.export import export
+
+    base = tmp_path_factory.mktemp("saved_models") / "electra"
+    export(tiny_run, base)
+    return base
+
+
+def _python_block_after(page: Path, heading: str) -> str:
+    """The first ```python block of ``page`` after the line ``heading``."""
+    text = page.read_text(encoding="utf-8")
+    found = re.search(re.escape(heading) + r"\n.*?```python\n(.*?)```", text, re.S)
+    assert found, f"no python block after {heading!r} in {page}"
+    return found.group(1)
+
+
+def _run_as_the_docs_say(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter from a checkout, with ``tests/`` on the path as the
+    docs say (``PYTHONPATH=tests``; the package is installed, here: the checkout)."""
+    path = os.pathsep.join([str(REPO / "tests"), str(REPO)])
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_serving_readmes_stand_in_snippet_serves_a_real_export_in_a_fresh_process(
+    tiny_export, tmp_path
+):
+    # The stand-in loads the export as TF Serving does; the export's tokenizer ops are TF
+    # Text's, which TF Serving has built in: a process that had not imported tensorflow_text
+    # failed to load any export ("Op type not registered 'FastBertNormalize'").
+    code = _python_block_after(REPO / "serving" / "README.md", "## Testing without Docker")
+    assert '"saved_models/electra"' in code
+    (tmp_path / "saved_models").mkdir()
+    (tmp_path / "saved_models" / "electra").symlink_to(tiny_export)
+    done = _run_as_the_docs_say(code, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[[" in done.stdout  # the replaced_prob array, printed
+
+
+@pytest.fixture(scope="module")
+def served(tiny_export):
+    """The tiny export on the stand-in TF Serving as ``pretrained`` (not the default name)."""
+    from tfserving_standin import ModelServer
+
+    with ModelServer(tiny_export, "pretrained") as server:
+        yield server
+
+
+def _score(capsys, *args: str) -> tuple[int, str, str]:
+    from keras_electra.cli import main
+
+    capsys.readouterr()
+    status = main(["score", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_score_without_model_name_on_a_server_naming_it_otherwise_says_to_pass_it(served, capsys):
+    # `score --server` asks for the model 'electra' unless told; a server serving it under
+    # another name answered NOT_FOUND with nothing about --model-name.
+    for where in (served.grpc_target, served.rest_url):
+        status, out, err = _score(capsys, "--server", where, "the king is dead")
+        assert status == 2 and out == "", err
+        assert err.count("\n") == 1 and "--model-name" in err and "'electra'" in err, err
+    status, out, err = _score(
+        capsys, "--server", served.grpc_target, "--model-name", "pretrained", "the king"
+    )
+    assert status == 0 and "king(" in out, err
+
+
+def test_score_over_grpc_at_the_rest_port_says_so_at_once(served, capsys):
+    # gRPC to the REST port failed as "Could not reach TF Serving ... after 4 attempts" with
+    # gRPC's HTTP/2 parsing error, seconds of retries later.
+    rest_port = served.rest_url.removeprefix("http://")
+    status, out, err = _score(capsys, "--server", rest_port, "--model-name", "pretrained", "x")
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and "REST port" in err and "attempts" not in err, err
+    assert f"http://{rest_port}" in err, err
+
+
+def test_score_on_a_run_directory_says_how_to_export_it(tiny_run, capsys):
+    # It said "No SavedModel at '...'; create one with `keras-electra export`", leaving the
+    # user to find that export takes the run as --run and writes elsewhere.
+    status, out, err = _score(capsys, "--model", str(tiny_run), "the king")
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and f"export --run {tiny_run} --output" in err, err
+
+
+def test_score_into_a_pipe_whose_reader_closed_stops_without_a_word(
+    tiny_export, monkeypatch, capsys
+):
+    # `keras-electra score --json ... | head -5` ended with "error: could not access (broken
+    # pipe); free space or fix the path", the message for a disk that is full.
+    from keras_electra.cli import main
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    pipe = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", pipe)
+    status = main(["score", "--model", str(tiny_export), "--json", "the king is dead"])
+    monkeypatch.undo()
+    pipe.close()  # its fd now leads to /dev/null: closing flushes nothing into the pipe
+    assert status == 141
+    assert capsys.readouterr().err == ""
