@@ -75,11 +75,12 @@ def test_one_version_everywhere():
     assert f"\nversion: {_version()}\n" in citation
     changelog = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     assert re.findall(r"^## (\S+)", changelog, re.M)[0] == _version()
-    done = subprocess.run(
-        [sys.executable, "-m", "keras_electra.cli", "--version"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "KERAS_BACKEND": "jax"},
-    )
-    assert done.returncode == 0 and done.stdout == f"keras-electra {_version()}\n", done
+    for module in ("keras_electra.cli", "keras_electra"):  # python -m keras_electra too
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "KERAS_BACKEND": "jax"},
+        )
+        assert done.returncode == 0 and done.stdout == f"keras-electra {_version()}\n", done
