@@ -106,6 +106,16 @@ def test_score_over_grpc_at_the_rest_port_says_so_at_once(served, capsys):
     assert f"http://{rest_port}" in err, err
 
 
+def test_score_over_rest_at_the_grpc_port_says_so_without_printing_its_bytes(served, capsys):
+    # The gRPC port answers an HTTP/1 request with HTTP/2's binary frames, which the
+    # message printed as they came (NUL bytes and all).
+    url = f"http://{served.grpc_target}"
+    status, out, err = _score(capsys, "--server", url, "--model-name", "pretrained", "x")
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and err.strip().isprintable(), repr(err)
+    assert "binary frames, as TF Serving's gRPC port" in err and "--rest_api_port" in err, err
+
+
 def test_score_on_a_run_directory_says_how_to_export_it(tiny_run, capsys):
     # It said "No SavedModel at '...'; create one with `keras-electra export`", leaving the
     # user to find that export takes the run as --run and writes elsewhere.

@@ -259,9 +259,12 @@ def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | N
 
 
 def _closed(url: str, reason: BaseException, times: str = "", tls: str = "") -> ServingError:
+    said = str(reason) or type(reason).__name__
+    if not said.isprintable():  # binary frames: an HTTP/2 server, most often a gRPC port
+        said = "it answered in binary frames, as TF Serving's gRPC port (--port) does"
     return ServingError(
         f"TF Serving at {url} closed the connection without an answer "
-        f"({reason or type(reason).__name__}){times}; check that the URL is its REST port "
+        f"({said}){times}; check that the URL is its REST port "
         f"(--rest_api_port) and whether a proxy in front of it wants credentials{tls}.",
         code="UNAVAILABLE",
     )
