@@ -87,6 +87,18 @@ def panels_for(records: list[dict]) -> list[tuple[str, list[str], bool]]:
     return out
 
 
+def _samples_at_a_temperature(run_dir: str) -> bool:
+    """Whether the run's objective samples at a temperature (``--temperature`` is one of
+    its remedies); an objective this process does not know is taken to."""
+    from keras_electra.pretraining import objectives
+
+    name = RunDirectory(run_dir).settings().get("objective", "electra")
+    try:
+        return "temperature" in objectives.get(name).sampling()
+    except ConfigError:
+        return True
+
+
 def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -> dict:
     """Draw the runs' metrics into ``report.png``, ``report.html`` and ``report.json``.
 
@@ -111,7 +123,10 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     out_dir.mkdir(parents=True, exist_ok=True)
 
     panels = panels_for([r for records in runs.values() for r in records])
-    warnings = {d: collapse_warnings(records) for d, records in runs.items()}
+    warnings = {
+        d: collapse_warnings(records, temperature=_samples_at_a_temperature(d))
+        for d, records in runs.items()
+    }
     png = _draw(runs, panels, warnings)
     (out_dir / "report.png").write_bytes(png)
 

@@ -88,6 +88,18 @@ def test_a_collapsed_run_raises_each_warning_once_and_a_healthy_one_none():
     assert kinds["dead_detector"]["since"] == 200 and kinds["dead_detector"]["step"] == 300
     assert kinds["collapsed_representation"]["step"] == 50
     assert all("try" in w["message"] for w in warnings)
+    assert kinds["dead_detector"]["message"].endswith(
+        "try a lower --learning-rate, a higher --temperature or a smaller --generator-size."
+    )
+    assert kinds["collapsed_representation"]["message"].endswith(
+        "try a lower --learning-rate or a higher --temperature."
+    )
+    # An objective that samples at no temperature (Electric) is not told to raise it.
+    for warning in collapse_warnings(collapsed_run(), temperature=False):
+        assert (
+            "--temperature" not in warning["message"]
+            and "try a lower --learning-rate" in (warning["message"])
+        )
     assert collapse_warnings(healthy_run()) == []
 
 

@@ -64,6 +64,20 @@ def test_a_collapsed_run_is_flagged_and_a_healthy_one_is_not(tmp_path, capsys):
     assert summary["last_window"][str(healthy)]["step"] == 600
 
 
+def test_an_electric_runs_warnings_name_no_temperature(tmp_path):
+    # Electric samples from its cloze model as it is: --temperature is not its remedy.
+    runs = {
+        name: write_metrics(tmp_path / name, collapsed_run()) for name in ("electra", "electric")
+    }
+    for name, run in runs.items():
+        (run / "run.json").write_text(json.dumps({"objective": name}), encoding="utf-8")
+    summary = write_report(list(runs.values()), tmp_path / "out")
+    electra, electric = (summary["warnings"][str(run)] for run in runs.values())
+    assert len(electra) == len(electric) == 2
+    assert all("--temperature" in message for message in electra)
+    assert not any("--temperature" in message for message in electric)
+
+
 def test_report_refuses_a_directory_without_metrics(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err

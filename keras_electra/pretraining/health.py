@@ -237,8 +237,12 @@ def average_ranks(values) -> np.ndarray:
     return (np.cumsum(counts) - (counts - 1) / 2.0)[inverse.reshape(-1)]
 
 
-def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
-    """The collapse warnings a run's metrics records raise, in step order.
+def collapse_warnings(
+    records: Iterable[Mapping[str, float]], *, temperature: bool = True
+) -> list[dict]:
+    """The collapse warnings a run's metrics records raise, in step order; the remedies
+    they name include ``--temperature`` where the run's objective samples at one
+    (``temperature``: ELECTRA does, Electric samples from its cloze model as it is).
 
     Two rules, each reported once, at the step it first holds:
 
@@ -252,6 +256,7 @@ def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
     """
     warnings: list[dict] = []
     dead_run: list[int] = []
+    hotter = ["a higher --temperature"] if temperature else []
     for record in records:
         step, seen = int(record.get("step", 0)), {w["kind"] for w in warnings}
         recall, disc_auc = record.get("disc_recall"), record.get("disc_auc")
@@ -263,8 +268,9 @@ def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
             message = (
                 f"The discriminator stopped detecting replacements at step {dead_run[0]} "
                 f"(recall 0, AUC {disc_auc:.2f} for {len(dead_run)} windows): it predicts the "
-                "base rate everywhere; try a lower --learning-rate, a higher --temperature or "
-                "a smaller --generator-size."
+                "base rate everywhere; try "
+                + _either(["a lower --learning-rate", *hotter, "a smaller --generator-size"])
+                + "."
             )
             warnings.append(
                 dict(step=step, since=dead_run[0], kind="dead_detector", message=message)
@@ -275,11 +281,16 @@ def collapse_warnings(records: Iterable[Mapping[str, float]]) -> list[dict]:
             message = (
                 f"The discriminator's token vectors collapsed at step {step} (final-layer "
                 f"cosine {cosine:.2f}, logit spread {std:.3f}): every token looks the same to "
-                "it; try a lower --learning-rate or a higher --temperature."
+                f"it; try {_either(['a lower --learning-rate', *hotter])}."
             )
             kind = "collapsed_representation"
             warnings.append(dict(step=step, since=step, kind=kind, message=message))
     return warnings
+
+
+def _either(options: list[str]) -> str:
+    """``a, b or c``."""
+    return " or ".join([", ".join(options[:-1]), options[-1]] if len(options) > 1 else options)
 
 
 def _final_cosine(record: Mapping[str, float]) -> float | None:

@@ -4,6 +4,7 @@ directory, resuming and ``--dry-run``: docs/pretraining.md; faults: docs/reliabi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -402,7 +403,8 @@ def _train(
         initial_step=start,
         progress=settings.progress and chief,
         measure=probe.measure if probe is not None else None,
-        warnings=collapse_warnings,
+        # Their remedies name --temperature where the objective samples at one.
+        warnings=functools.partial(collapse_warnings, temperature="temperature" in model.sampling),
     )
     multi_worker = is_multi_worker(distribution)
     stopper = ClusterStopOnSignal(stop, distribution) if multi_worker else StopOnSignal(stop)
