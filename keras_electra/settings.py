@@ -214,7 +214,7 @@ class PretrainSettings:
         "the objective's hyperparameters to change from the preset's or --init's, as "
         "NAME=VALUE (a number, true or false): electra's mlm_weight, disc_weight, "
         "corrective_weight (a COCO-LM-style corrective LM), temperature, disallow_correct; "
-        "mlm's mlm_weight; electric's mlm_weight, disc_weight (a new run only)",
+        "mlm's mlm_weight; electric's mlm_weight, disc_weight (a resumed run keeps its own)",
         metavar="NAME=VALUE",
     )
     # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed

@@ -330,7 +330,8 @@ def test_the_plan_shows_the_objectives_hyperparameters(
     refused = [
         (["warmth=3"], "The electra objective has no hyperparameter 'warmth'; its hyperparameters"),
         (["disallow_correct=1"], "The electra objective's disallow_correct is true or false, not"),
-        (["temperature=true"], "The electra objective's temperature is a number, not True."),
+        (["temperature=true"], "The electra objective's temperature is a finite number, not True"),
+        (["disc_weight=nan"], "The electra objective's disc_weight is a finite number, not nan."),
         (["temperature=2", "--objective", "mlm"], "The mlm objective has no hyperparameter"),
     ]
     for extra, expected in refused:

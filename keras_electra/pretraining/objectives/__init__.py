@@ -61,6 +61,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import math
 from typing import Any, ClassVar, NamedTuple
 
 import keras
@@ -138,19 +139,19 @@ class Objective:
     config_overrides: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **hyperparameters: Any) -> None:
-        self._check_names(hyperparameters)
+        self._check_values(hyperparameters)
         self.hyperparameters = self.Hyperparameters(**hyperparameters)
 
     def with_hyperparameters(self, **values: Any) -> Objective:
         """A copy of this objective with ``values`` changed, or one sentence."""
-        self._check_names(values)
+        self._check_values(values)
         chosen = copy.copy(self)
         chosen.hyperparameters = dataclasses.replace(self.hyperparameters, **values)
         return chosen
 
-    def _check_names(self, values: dict) -> None:
+    def _check_values(self, values: dict) -> None:
         """One sentence for a name this objective does not have, or a value of the wrong
-        kind (a number for a flag, a flag for a number)."""
+        kind (a number for a flag, a flag for a number, a number that is not finite)."""
         names = self.hyperparameter_names()
         unknown = sorted(set(values) - set(names))
         if unknown:
@@ -163,10 +164,11 @@ class Objective:
             if f.name not in values:
                 continue
             value, flag = values[f.name], isinstance(f.default, bool)
-            if isinstance(value, bool) != flag or not isinstance(value, bool | int | float):
+            kind = isinstance(value, bool) == flag and isinstance(value, bool | int | float)
+            if not kind or not math.isfinite(value):
                 raise ConfigError(
                     f"The {self.name} objective's {f.name} is "
-                    f"{'true or false' if flag else 'a number'}, not {value!r}."
+                    f"{'true or false' if flag else 'a finite number'}, not {value!r}."
                 )
 
     @classmethod
