@@ -173,8 +173,8 @@ def _run_export(args: argparse.Namespace) -> None:
             help="TF Serving: HOST:PORT for gRPC, or an http:// or https:// URL for REST",
         ),
     ],
-    flag("--model-name", default="electra", help="model name on the server"),
-    flag("--timeout", type=float, default=10.0, help="seconds per call"),
+    flag("--model-name", help="the model's name on the server (default: electra)"),
+    flag("--timeout", type=float, help="seconds per call to the server (default: 10)"),
     flag(
         "--tls",
         action="store_true",
@@ -215,13 +215,27 @@ def _run_score(args: argparse.Namespace) -> None:
     from keras_electra.scoring import format_answers, score_with_saved_model, score_with_server
     from keras_electra.serving.credentials import read_token
 
+    names = ("timeout", "tls", "root_certificates", "client_certificate", "client_key")
+    server_only = ("model_name", *names, "token_file", "insecure")
     if args.model:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in server_only
+            if getattr(args, name) not in (None, False)
+        ]
+        if given:
+            raise errors.ConfigError(
+                f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for a server "
+                f"(--server), not for --model '{args.model}', which scores in this process; "
+                "leave them out, or pass --server."
+            )
         scores = score_with_saved_model(args.model, args.text)
     else:
-        names = ("timeout", "tls", "root_certificates", "client_certificate", "client_key")
         options = {name: getattr(args, name) for name in (*names, "insecure")}
+        options = {name: value for name, value in options.items() if value is not None}
         token = read_token(args.token_file)
-        scores = score_with_server(args.server, args.model_name, args.text, token=token, **options)
+        model_name = args.model_name or "electra"
+        scores = score_with_server(args.server, model_name, args.text, token=token, **options)
     if args.json:
         print(json.dumps(scores.records(), ensure_ascii=False, indent=2))
     else:

@@ -116,6 +116,42 @@ def test_score_over_rest_at_the_grpc_port_says_so_without_printing_its_bytes(ser
     assert "binary frames, as TF Serving's gRPC port" in err and "--rest_api_port" in err, err
 
 
+def test_score_with_the_rest_apis_path_in_the_url_names_the_servers_url(served, capsys):
+    # A URL copied from a curl line (.../v1/models/NAME:predict) went out with the client's
+    # own path after it, and TF Serving answered "Malformed request".
+    url = f"{served.rest_url}/v1/models/pretrained:predict"
+    status, out, err = _score(capsys, "--server", url, "the king")
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and f"URL, '{served.rest_url}'," in err, err
+    assert "--model-name pretrained" in err, err
+    status, out, err = _score(
+        capsys, "--server", served.rest_url + "/", "--model-name", "pretrained", "the king"
+    )
+    assert status == 0 and "king(" in out, err
+
+
+def test_a_rest_url_keeps_a_proxys_path_before_the_api_path():
+    from keras_electra.serving.errors import ServingError
+    from keras_electra.serving.rest_client import RestClient
+
+    client = RestClient("http://127.0.0.1:9/serving/", "electra", insecure=True)
+    assert client.model_url == "http://127.0.0.1:9/serving/v1/models/electra"
+    with pytest.raises(ServingError, match=r"server's URL, 'http://127.0.0.1:9/serving'\.$"):
+        RestClient("http://127.0.0.1:9/serving/v1/models", "electra")
+
+
+def test_score_in_process_refuses_the_flags_of_a_server(tiny_export, capsys):
+    # `score --model DIR --model-name sst2` scored with DIR and ignored the name (and
+    # --timeout, --tls, a token file) without a word.
+    status, out, err = _score(
+        capsys, "--model", str(tiny_export), "--model-name", "x", "--timeout", "3", "the king"
+    )
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and "--model-name, --timeout are for a server" in err, err
+    status, out, err = _score(capsys, "--model", str(tiny_export), "the king")
+    assert status == 0 and "king(" in out, err
+
+
 def test_score_on_a_run_directory_says_how_to_export_it(tiny_run, capsys):
     # It said "No SavedModel at '...'; create one with `keras-electra export`", leaving the
     # user to find that export takes the run as --run and writes elsewhere.

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from http.client import HTTPException
 from typing import Any, Literal, NoReturn
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import numpy as np
 
@@ -285,6 +286,24 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
         )
 
 
+def _refuse_api_path(url: str) -> None:
+    """One sentence for a base URL that holds TF Serving's API path, as copied from a
+    ``curl`` line (``http://host:8501/v1/models/NAME:predict``): the client adds that path
+    itself, and the server answered the doubled one with "Malformed request". A path
+    before it (a proxy's prefix) is kept."""
+    parts = urlsplit(url)
+    found = re.search(r"/v1/models(?:/([^/:]+))?", parts.path)
+    if found is None:
+        return
+    base = f"{parts.scheme}://{parts.netloc}{parts.path[: found.start()]}"
+    name = found.group(1) and unquote(found.group(1))
+    apart = f", and the model's name apart (--model-name {name})" if name else ""
+    raise ServingError(
+        f"'{url}' holds the path of TF Serving's REST API ({parts.path[found.start() :]}), "
+        f"which the client adds itself; give the server's URL, '{base}'{apart}."
+    )
+
+
 class RestClient(ModelClient):
     """Talks to one model on a TF Serving REST endpoint; the arguments it shares with
     :class:`~keras_electra.serving.grpc_client.GrpcClient` are
@@ -300,7 +319,9 @@ class RestClient(ModelClient):
             whole numbers → int64, strings → bytes).
 
     Raises:
-        ServingError: certificates for an ``http://`` URL, a URL with ``user:password@``.
+        ServingError: certificates for an ``http://`` URL, a URL with ``user:password@``,
+            a URL that holds the REST API's path (``/v1/models/NAME``) where the server's
+            own URL belongs.
 
     Examples:
         >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
@@ -320,6 +341,7 @@ class RestClient(ModelClient):
                 "Pass credentials with token= or headers=, not in the URL (where errors "
                 "and logs would show them)."
             )
+        _refuse_api_path(base_url)
         self.base_url = base_url.rstrip("/")
         self._tls = None
         if self.base_url.startswith("https://"):
