@@ -73,6 +73,10 @@ def test_the_cli_run_records_electrics_metrics_health_and_report(electric_run, c
     assert main(["report", str(electric_run)]) == 0
     report = json.loads((electric_run / "report.json").read_text())
     assert "cloze_loss" in json.dumps(report)
+    # Its cloze model's metrics under their own title, not the masked-LM generator's.
+    panels = {panel["title"]: panel["metrics"] for panel in report["panels"]}
+    assert "Generator (masked LM)" not in panels, panels
+    assert panels["Cloze model (Electric)"] == ["cloze_accuracy", "resampled_original"]
     assert (electric_run / "report.png").stat().st_size > 0
 
 
