@@ -113,6 +113,10 @@ class RunDirectory:
     def is_finetuned(self) -> bool:
         return self.finetune_file.is_file()
 
+    def is_converted(self) -> bool:
+        """Written by ``keras-electra convert --from`` (or ``--init hf:ORG/NAME``)."""
+        return (self.path / self.CONVERT).is_file()
+
     def has_checkpoint(self) -> bool:
         return tf.train.latest_checkpoint(str(self.checkpoint_dir)) is not None
 

@@ -176,3 +176,63 @@ def test_score_into_a_pipe_whose_reader_closed_stops_without_a_word(
     pipe.close()  # its fd now leads to /dev/null: closing flushes nothing into the pipe
     assert status == 141
     assert capsys.readouterr().err == ""
+
+
+# === Pretraining, converting and fine-tuning directories mistaken for one another ===
+
+
+@pytest.fixture(scope="module")
+def tiny_finetuned(tiny_run, tmp_path_factory) -> Path:
+    """The session's tiny run fine-tuned for one epoch on a 16-row classification file."""
+    from keras_electra.finetuning import finetune
+
+    folder = tmp_path_factory.mktemp("finetuned")
+    rows = [("the king is good", "pos"), ("the villain is cruel", "neg")] * 8
+    train = folder / "train.csv"
+    train.write_text("sentence,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    output = folder / "cls"
+    finetune(tiny_run, "classify", train, None, output, epochs=1, text_column="sentence")
+    return output
+
+
+@pytest.fixture(scope="module")
+def tiny_converted(tiny_run, tmp_path_factory) -> Path:
+    """The session's tiny run written as Hugging Face directories and its discriminator
+    read back (its generator has embeddings of its own): an init directory."""
+    from keras_electra.convert import convert, convert_run
+
+    folder = tmp_path_factory.mktemp("converted")
+    convert_run(tiny_run, folder / "hf", "hf")
+    return convert(folder / "hf" / "discriminator", folder / "init", "hf").output
+
+
+def _command(capsys, *args: str) -> tuple[int, str, str]:
+    from keras_electra.cli import main
+
+    capsys.readouterr()
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_pretrain_into_a_fine_tuned_or_converted_directory_is_refused(
+    tiny_finetuned, tiny_converted, small_corpus, dry_run, capsys
+):
+    # A fine-tuned --output was "resumed": the dry run planned to resume at its step, the run
+    # said "was started with batch_size=32, not 8" (the fine-tuning's), and with that batch
+    # a checkpoint that "does not match the model configuration (Found 223 Python objects
+    # ...". A converted one said "was started with batch_size=None".
+    dry = ["--dry-run"] if dry_run else []
+    for folder, said in (
+        (tiny_finetuned, "holds a fine-tuned model, not a pretraining run to resume; choose a new"),
+        (tiny_converted, f"pass it as --init '{tiny_converted}' and choose a new --output"),
+    ):
+        before = sorted(p.name for p in folder.iterdir())
+        status, out, err = _command(
+            capsys, "pretrain", "--corpus", str(small_corpus), "--output", str(folder),
+            "--steps", "2", "--batch-size", "8", "--max-seq-length", "32", *dry,
+        )  # fmt: skip
+        assert status == 2 and "Dry run" not in out, out
+        assert err.count("\n") == 1 and said in err, err
+        assert sorted(p.name for p in folder.iterdir()) == before

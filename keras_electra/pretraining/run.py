@@ -275,6 +275,7 @@ def resolve_run(
         objective.check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
     if resuming:
+        _check_resumable(run)
         source = str(run.vocab_file)
         stored, tokens = read_run(run, settings)
         if sharing is not None and sharing != stored.embedding_sharing:
@@ -319,6 +320,21 @@ def resolve_run(
         vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
     )
     return ResolvedRun(final, config, tokens, source, objective)
+
+
+def _check_resumable(run: RunDirectory) -> None:
+    """Refuse an ``--output`` holding a model that is not a pretraining run (a fine-tuned
+    or converted directory), before its settings or checkpoints are read as a run's."""
+    if run.is_finetuned():
+        raise ConfigError(
+            f"'{run.path}' holds a fine-tuned model, not a pretraining run to resume; choose a "
+            "new --output."
+        )
+    if run.is_converted():
+        raise ConfigError(
+            f"'{run.path}' holds a converted checkpoint, not a pretraining run to resume; pass "
+            f"it as --init '{run.path}' and choose a new --output."
+        )
 
 
 def _check_kept(stored: objectives.Objective, given: dict, run_dir: Path) -> None:
