@@ -236,3 +236,27 @@ def test_pretrain_into_a_fine_tuned_or_converted_directory_is_refused(
         assert status == 2 and "Dry run" not in out, out
         assert err.count("\n") == 1 and said in err, err
         assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_fine_tuned_directory_as_init_or_to_convert_is_one_sentence(
+    tiny_finetuned, small_corpus, tmp_path, capsys
+):
+    # Both read it as a pretraining run: "Checkpoint '.../ckpt-1' does not match the model
+    # configuration (Found 52 Python objects that were not bound ...", and pretrain had
+    # already written config.json, run.json and vocab.txt into its new --output.
+    status, _, err = _command(
+        capsys, "pretrain", "--init", str(tiny_finetuned), "--corpus", str(small_corpus),
+        "--output", str(tmp_path / "continued"), "--steps", "2", "--batch-size", "8",
+        "--max-seq-length", "32",
+    )  # fmt: skip
+    assert status == 2 and err.count("\n") == 1, err
+    assert f"--init '{tiny_finetuned}' holds a fine-tuned model; pass the pretraining" in err
+    assert not (tmp_path / "continued").exists()
+    status, _, err = _command(
+        capsys, "convert", "--to", "hf", "--run", str(tiny_finetuned), "--output",
+        str(tmp_path / "hf"),
+    )  # fmt: skip
+    assert status == 2 and err.count("\n") == 1, err
+    assert "holds a fine-tuned model, which --to does not write" in err, err
+    assert f"export --run {tiny_finetuned}` serves" in err
+    assert not (tmp_path / "hf").exists()

@@ -31,6 +31,7 @@ from keras_electra.convert.hf import read_hf, write_hf
 from keras_electra.convert.hub import is_hub_id, local_source
 from keras_electra.convert.keras_hub import read_keras_hub, write_keras_hub
 from keras_electra.errors import ConfigError
+from keras_electra.run_directory import RunDirectory
 
 SOURCES = ("google", "hf", "keras-hub")
 TARGETS = ("hf", "keras-hub")
@@ -111,6 +112,12 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
 
     if target not in TARGETS:
         raise ConfigError(f"Unknown target format '{target}'; choose one of: {', '.join(TARGETS)}.")
+    if RunDirectory(run_dir).is_finetuned():
+        raise ConfigError(
+            f"'{run_dir}' holds a fine-tuned model, which --to does not write; pass the "
+            "pretraining run or converted directory it was fine-tuned from (`keras-electra "
+            f"export --run {run_dir}` serves the fine-tuned model)."
+        )
     model, tokenizer, _ = load_run(run_dir)
     if model.objective == "electric":
         raise ConfigError(

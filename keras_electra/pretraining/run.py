@@ -626,6 +626,11 @@ def _init_source(
         f"--init '{init}' is not a run or converted directory",
         "pass the --output of `keras-electra pretrain` or `keras-electra convert`",
     )
+    if source.is_finetuned():  # no generator, and a task's head: it cannot start a pretraining
+        raise ConfigError(
+            f"--init '{init}' holds a fine-tuned model; pass the pretraining run or converted "
+            "directory it was fine-tuned from."
+        )
     config, tokens = read_run(source, None)
     if not source.has_checkpoint():
         raise ConfigError(f"--init '{init}' has no checkpoint.")
