@@ -260,3 +260,49 @@ def test_a_fine_tuned_directory_as_init_or_to_convert_is_one_sentence(
     assert "holds a fine-tuned model, which --to does not write" in err, err
     assert f"export --run {tiny_finetuned}` serves" in err
     assert not (tmp_path / "hf").exists()
+
+
+def test_convert_from_a_directory_of_another_kind_names_the_flag_to_use(
+    tiny_run, tiny_converted, tiny_finetuned, tmp_path, capsys
+):
+    # Each reader looked for its own files and said "'RUN/config.json' describes a 'None'
+    # model, not ELECTRA" (hf on a keras-electra or keras-hub directory) or "holds a
+    # keras-hub None, not an ElectraBackbone" (keras-hub on a run or a Hugging Face model).
+    import tensorflow as tf
+
+    from keras_electra.convert import convert_run
+
+    hf = tiny_converted.parent / "hf"  # discriminator/ and generator/
+    keras_hub = convert_run(tiny_run, tmp_path / "keras_hub", "keras-hub").output
+    google = tmp_path / "google"
+    tf.train.Checkpoint(v=tf.Variable(1.0)).write(str(google / "model.ckpt-1"))
+    ours = "is a keras-electra directory, which needs no conversion: pass it to --init or --run"
+    cases = [
+        ("hf", tiny_run, ours),
+        ("keras-hub", tiny_finetuned, ours),
+        ("google", tiny_converted, ours),
+        ("hf", keras_hub, "holds a keras-hub preset, not a Hugging Face model; convert it with "
+         "--from keras-hub."),
+        ("keras-hub", hf, "holds a Hugging Face model, not a keras-hub preset; convert it with "
+         "--from hf."),
+        ("google", hf / "discriminator", "holds a Hugging Face model, not a google-research TF1 "
+         "checkpoint; convert it with --from hf."),
+        ("hf", google, "holds a google-research TF1 checkpoint, not a Hugging Face model; "
+         "convert it with --from google."),
+        ("hf", google / "model.ckpt-1", "holds a google-research TF1 checkpoint, not a "
+         "Hugging Face model; convert it with --from google."),
+    ]  # fmt: skip
+    for source_format, source, said in cases:
+        output = tmp_path / "out"
+        status, _, err = _command(
+            capsys, "convert", "--from", source_format, str(source), "--output", str(output)
+        )
+        assert status == 2 and err.count("\n") == 1, err
+        assert f"'{source}' {said}" in err, err
+        assert not output.exists()
+    status, _, err = _command(
+        capsys, "convert", "--from", "hf", str(hf / "discriminator"), "--generator",
+        str(keras_hub), "--output", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert status == 2 and err.count("\n") == 1, err
+    assert f"--generator '{keras_hub}' holds a keras-hub preset, not a Hugging Face" in err
