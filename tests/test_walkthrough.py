@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from keras_electra.errors import ConfigError
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -306,3 +308,25 @@ def test_convert_from_a_directory_of_another_kind_names_the_flag_to_use(
     )  # fmt: skip
     assert status == 2 and err.count("\n") == 1, err
     assert f"--generator '{keras_hub}' holds a keras-hub preset, not a Hugging Face" in err
+
+
+def test_a_mistyped_directory_is_said_not_to_exist(tmp_path, capsys):
+    # Each said the path lacked a file ("'runs/dmeo' is not a run directory (no
+    # config.json)", "has no metrics.jsonl", "neither a fine-tuned model directory (no
+    # finetune.json) nor an export"), which reads as a directory of the wrong kind.
+    from keras_electra.finetuning import load_finetuned
+
+    missing = str(tmp_path / "runs" / "dmeo")
+    for args in (
+        ("export", "--run", missing, "--output", str(tmp_path / "export")),
+        ("convert", "--to", "hf", "--run", missing, "--output", str(tmp_path / "hf")),
+        ("pretrain", "--init", missing, "--corpus", str(REPO / "data" / "sample"), "--output",
+         str(tmp_path / "run"), "--dry-run"),
+        ("predict", "--model", missing, "--input", str(tmp_path / "input.csv")),
+        ("report", missing),
+    ):  # fmt: skip
+        status, _, err = _command(capsys, *args)
+        assert status == 2 and err.count("\n") == 1, err
+        assert f"'{missing}'" in err and "does not exist" in err and "(no " not in err, err
+    with pytest.raises(ConfigError, match="dmeo' is not a fine-tuned model directory \\(it does"):
+        load_finetuned(missing)
