@@ -330,3 +330,17 @@ def test_a_mistyped_directory_is_said_not_to_exist(tmp_path, capsys):
         assert f"'{missing}'" in err and "does not exist" in err and "(no " not in err, err
     with pytest.raises(ConfigError, match="dmeo' is not a fine-tuned model directory \\(it does"):
         load_finetuned(missing)
+
+
+def test_convert_to_into_a_keras_electra_directory_is_refused(tiny_run, tiny_converted, capsys):
+    # `convert --to hf --run RUN --output RUN` wrote discriminator/ and generator/ into the
+    # run directory and said "Wrote RUN".
+    for output in (tiny_run, tiny_converted):
+        for target in ("hf", "keras-hub"):
+            before = sorted(p.name for p in output.iterdir())
+            status, out, err = _command(
+                capsys, "convert", "--to", target, "--run", str(tiny_run), "--output", str(output)
+            )
+            assert status == 2 and out == "" and err.count("\n") == 1, err
+            assert f"--output '{output}' holds a keras-electra directory" in err, err
+            assert sorted(p.name for p in output.iterdir()) == before

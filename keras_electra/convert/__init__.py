@@ -184,6 +184,11 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
             "pretraining run or converted directory it was fine-tuned from (`keras-electra "
             f"export --run {run_dir}` serves the fine-tuned model)."
         )
+    if source_kind(output) == "keras-electra":  # the run itself, or another
+        raise ConfigError(
+            f"--output '{output}' holds a keras-electra directory, which the {target} files "
+            "would be mixed into; choose a new --output."
+        )
     model, tokenizer, _ = load_run(run_dir)
     if model.objective == "electric":
         raise ConfigError(
