@@ -60,6 +60,7 @@ from keras_electra.training.precision import dtype_policy, needs_loss_scaling
 from keras_electra.training.preemption import ClusterStopOnSignal, StopOnSignal, StopRequest
 from keras_electra.training.strategy import (
     check_workers_agree,
+    cluster_size,
     is_chief,
     is_multi_worker,
     prepare_multi_worker_fit,
@@ -162,6 +163,8 @@ def _pretrain(
     settings = requested.resolved(init_preset)
     if settings.dry_run:
         return _plan(run, settings)
+    # Before a worker waits for the others to join: what TF_CONFIG alone shows is wrong.
+    _check_batches(settings, cluster_size(settings.strategy))
     distribution = resolve_strategy(settings.strategy)
     if is_multi_worker(distribution):
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
@@ -183,7 +186,8 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
     see assumed, and the plan; nothing is written and no model is built."""
     check_writable(run.path)  # a run finds out by writing, and says why
     replicas, devices = replicas_here(settings.strategy)
-    _check_batches(settings, replicas or 1)
+    # Several workers: at least one replica each (the run finds how many).
+    _check_batches(settings, replicas or cluster_size(settings.strategy))
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS (the choice itself builds kernels)
     resumed = run.config_file.exists()
     resolved = resolve_run(run, settings, learn=False)
