@@ -344,3 +344,16 @@ def test_convert_to_into_a_keras_electra_directory_is_refused(tiny_run, tiny_con
             assert status == 2 and out == "" and err.count("\n") == 1, err
             assert f"--output '{output}' holds a keras-electra directory" in err, err
             assert sorted(p.name for p in output.iterdir()) == before
+
+
+def test_load_run_on_a_fine_tuned_directory_names_load_finetuned(tiny_finetuned):
+    # It failed on "Checkpoint '.../ckpt-1' does not match the model configuration (Found 52
+    # Python objects that were not bound to checkpointed values ...".
+    from keras_electra.pretraining.run import load_run
+
+    with pytest.raises(ConfigError) as refused:
+        load_run(tiny_finetuned)
+    assert str(refused.value) == (
+        f"'{tiny_finetuned}' holds a fine-tuned model, not a pretraining run; load it with "
+        "keras_electra.finetuning.load_finetuned."
+    )
