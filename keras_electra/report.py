@@ -47,11 +47,12 @@ NOT_DRAWN = {"step", "epoch", "health_seconds", "window_seconds", "warnings"}
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of ``RUN_DIR/metrics.jsonl``; a line cut short by a crash is skipped."""
-    path = RunDirectory(run_dir).metrics_file
+    run = RunDirectory(run_dir)
+    path = run.metrics_file
     if not path.is_file():
+        where = f"has no {path.name}" if run.path.is_dir() else "does not exist"
         raise ConfigError(
-            f"'{run_dir}' has no {path.name}; pass a `keras-electra pretrain` or "
-            "`finetune` output directory."
+            f"'{run_dir}' {where}; pass a `keras-electra pretrain` or `finetune` output directory."
         )
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -104,7 +104,12 @@ class RunDirectory:
     def require_config(self, what: str, fix: str) -> None:
         """Raise ``ConfigError("{what} (no config.json); {fix}.")`` if there is no config."""
         if not self.has_config():
-            raise ConfigError(f"{what} (no {self.CONFIG}); {fix}.")
+            raise ConfigError(f"{what} ({self.lacks(self.CONFIG)}); {fix}.")
+
+    def lacks(self, name: str) -> str:
+        """Why a file ``name`` is not in the directory, as a message says it: ``no NAME``, or
+        that the directory itself does not exist (a mistyped path)."""
+        return f"no {name}" if self.path.is_dir() else "it does not exist"
 
     def has_model_files(self) -> bool:
         """Both ``config.json`` and ``vocab.txt`` exist."""
@@ -112,6 +117,10 @@ class RunDirectory:
 
     def is_finetuned(self) -> bool:
         return self.finetune_file.is_file()
+
+    def is_converted(self) -> bool:
+        """Written by ``keras-electra convert --from`` (or ``--init hf:ORG/NAME``)."""
+        return (self.path / self.CONVERT).is_file()
 
     def has_checkpoint(self) -> bool:
         return tf.train.latest_checkpoint(str(self.checkpoint_dir)) is not None

@@ -75,3 +75,24 @@ def test_the_readme_is_a_users_guide():
     commit = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
     hashes = [line for line in lines if commit.search(line)]
     assert not hashes, hashes
+
+
+def test_the_installation_pages_extras_table_names_every_package_of_each_extra():
+    # The `dev` row left out nbclient, nbformat, ipykernel and scikit-learn, which
+    # `pip install -e ".[dev]"` installs for the notebook test and the benchmark's probes.
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    page = (REPO / "docs" / "installation.md").read_text(encoding="utf-8")
+    table = page.split("### Extras", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z]+)` \| (.*?) \|", table, re.M))
+    assert set(rows) == set(extras), rows
+    docs_packages = {re.split(r"[\[<>=]", p)[0] for p in extras["docs"]}
+    for extra, requirements in extras.items():
+        for requirement in requirements:
+            name = re.split(r"[\[<>=]", requirement)[0]
+            if extra == "dev" and name in docs_packages and "the `docs` packages" in rows[extra]:
+                continue
+            assert name in rows[extra], f"{name} of the {extra} extra is not in its row"

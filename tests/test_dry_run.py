@@ -222,11 +222,37 @@ def test_multi_worker_and_tpu_are_planned_without_their_hardware(
     monkeypatch.delenv("TF_CONFIG", raising=False)
     status, _, err = run_cli(capsys, *argv, "--strategy", "multi_worker")
     assert status == 2 and "needs TF_CONFIG naming the cluster's workers" in one_sentence(err)
-    cluster = {"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"index": 0}}
+    workers = {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}
+    cluster = {"cluster": workers, "task": {"type": "worker", "index": 0}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
     status, out, err = run_cli(capsys, *argv, "--strategy", "multi_worker")
     assert status == 0, err
     assert "2 workers in TF_CONFIG" in out and "per device, estimated" in out
+    # A task its cluster does not list passed, and the run ended in TensorFlow's traceback
+    # ("ValueError: The `task_id` 2 exceeds the maximum id of worker."); a batch the workers
+    # cannot share passed too.
+    for task, listed in (
+        ({"type": "worker", "index": 2}, "(type 'worker', index 2)"),
+        ({"type": "chief", "index": 0}, "(type 'chief', index 0)"),
+        ({"index": 0}, "(type None, index 0)"),
+    ):
+        monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": workers, "task": task}))
+        status, out, err = run_cli(capsys, *argv, "--strategy", "multi_worker")
+        assert status == 2 and out == "", out
+        assert f"TF_CONFIG's task {listed} is not one its cluster lists (worker 0 to 1)" in (
+            one_sentence(err)
+        )
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    status, out, err = run_cli(capsys, *argv, "--strategy", "multi_worker", "--batch-size", "255")
+    assert status == 2 and "--batch-size 255 must be a multiple of the 2" in one_sentence(err)
+    status, out, err = run_cli(
+        capsys, *argv[:-1], "--strategy", "multi_worker", "--batch-size", "255"
+    )  # the run says so before it waits for the other worker
+    assert status == 2 and "--batch-size 255 must be a multiple of the 2" in one_sentence(err)
+    cluster["task"]["index"] = 5
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    status, out, err = run_cli(capsys, *argv[:-1], "--strategy", "multi_worker")
+    assert status == 2 and "(type 'worker', index 5) is not one" in one_sentence(err)
     status, out, err = run_cli(capsys, *argv, "--strategy", "tpu", "--precision", "mixed_bfloat16")
     assert status == 0, err
     assert "a TPU's cores" in out and "GB with 8" in out

@@ -223,3 +223,28 @@ def test_convert_says_which_file_it_read_online_and_offline(hub, hub_env, tmp_pa
     done = cli("convert", "--from", "hf", f"hf:{ORG}/pickle-only", "--output", "x")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "pytorch_model.bin" in done.stderr
+
+
+def test_an_unreachable_hub_is_one_sentence_without_the_retries_lines(tmp_path, capfd):
+    # huggingface_hub printed a line per retry before the sentence: "'[Errno 111] Connection
+    # refused' thrown while requesting HEAD http://.../config.json", "Retrying in 1s [Retry
+    # 1/5].", ... eleven lines in all.
+    import socket
+
+    from keras_electra.cli import main
+
+    with socket.socket() as closed:  # a port on 127.0.0.1 that nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_CACHE": str(tmp_path / "cache")}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.delenv("HF_HUB_OFFLINE", raising=False)
+        capfd.readouterr()
+        status = main(
+            ["convert", "--from", "hf", f"hf:{ORG}/gone", "--output", str(tmp_path / "o")]
+        )
+    err = capfd.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert f"Could not fetch Hugging Face model '{ORG}/gone': the Hub is not reachable" in err

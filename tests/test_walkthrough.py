@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from keras_electra.errors import ConfigError
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -176,3 +178,182 @@ def test_score_into_a_pipe_whose_reader_closed_stops_without_a_word(
     pipe.close()  # its fd now leads to /dev/null: closing flushes nothing into the pipe
     assert status == 141
     assert capsys.readouterr().err == ""
+
+
+# === Pretraining, converting and fine-tuning directories mistaken for one another ===
+
+
+@pytest.fixture(scope="module")
+def tiny_finetuned(tiny_run, tmp_path_factory) -> Path:
+    """The session's tiny run fine-tuned for one epoch on a 16-row classification file."""
+    from keras_electra.finetuning import finetune
+
+    folder = tmp_path_factory.mktemp("finetuned")
+    rows = [("the king is good", "pos"), ("the villain is cruel", "neg")] * 8
+    train = folder / "train.csv"
+    train.write_text("sentence,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    output = folder / "cls"
+    finetune(tiny_run, "classify", train, None, output, epochs=1, text_column="sentence")
+    return output
+
+
+@pytest.fixture(scope="module")
+def tiny_converted(tiny_run, tmp_path_factory) -> Path:
+    """The session's tiny run written as Hugging Face directories and its discriminator
+    read back (its generator has embeddings of its own): an init directory."""
+    from keras_electra.convert import convert, convert_run
+
+    folder = tmp_path_factory.mktemp("converted")
+    convert_run(tiny_run, folder / "hf", "hf")
+    return convert(folder / "hf" / "discriminator", folder / "init", "hf").output
+
+
+def _command(capsys, *args: str) -> tuple[int, str, str]:
+    from keras_electra.cli import main
+
+    capsys.readouterr()
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_pretrain_into_a_fine_tuned_or_converted_directory_is_refused(
+    tiny_finetuned, tiny_converted, small_corpus, dry_run, capsys
+):
+    # A fine-tuned --output was "resumed": the dry run planned to resume at its step, the run
+    # said "was started with batch_size=32, not 8" (the fine-tuning's), and with that batch
+    # a checkpoint that "does not match the model configuration (Found 223 Python objects
+    # ...". A converted one said "was started with batch_size=None".
+    dry = ["--dry-run"] if dry_run else []
+    for folder, said in (
+        (tiny_finetuned, "holds a fine-tuned model, not a pretraining run to resume; choose a new"),
+        (tiny_converted, f"pass it as --init '{tiny_converted}' and choose a new --output"),
+    ):
+        before = sorted(p.name for p in folder.iterdir())
+        status, out, err = _command(
+            capsys, "pretrain", "--corpus", str(small_corpus), "--output", str(folder),
+            "--steps", "2", "--batch-size", "8", "--max-seq-length", "32", *dry,
+        )  # fmt: skip
+        assert status == 2 and "Dry run" not in out, out
+        assert err.count("\n") == 1 and said in err, err
+        assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_fine_tuned_directory_as_init_or_to_convert_is_one_sentence(
+    tiny_finetuned, small_corpus, tmp_path, capsys
+):
+    # Both read it as a pretraining run: "Checkpoint '.../ckpt-1' does not match the model
+    # configuration (Found 52 Python objects that were not bound ...", and pretrain had
+    # already written config.json, run.json and vocab.txt into its new --output.
+    status, _, err = _command(
+        capsys, "pretrain", "--init", str(tiny_finetuned), "--corpus", str(small_corpus),
+        "--output", str(tmp_path / "continued"), "--steps", "2", "--batch-size", "8",
+        "--max-seq-length", "32",
+    )  # fmt: skip
+    assert status == 2 and err.count("\n") == 1, err
+    assert f"--init '{tiny_finetuned}' holds a fine-tuned model; pass the pretraining" in err
+    assert not (tmp_path / "continued").exists()
+    status, _, err = _command(
+        capsys, "convert", "--to", "hf", "--run", str(tiny_finetuned), "--output",
+        str(tmp_path / "hf"),
+    )  # fmt: skip
+    assert status == 2 and err.count("\n") == 1, err
+    assert "holds a fine-tuned model, which --to does not write" in err, err
+    assert f"export --run {tiny_finetuned}` serves" in err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_convert_from_a_directory_of_another_kind_names_the_flag_to_use(
+    tiny_run, tiny_converted, tiny_finetuned, tmp_path, capsys
+):
+    # Each reader looked for its own files and said "'RUN/config.json' describes a 'None'
+    # model, not ELECTRA" (hf on a keras-electra or keras-hub directory) or "holds a
+    # keras-hub None, not an ElectraBackbone" (keras-hub on a run or a Hugging Face model).
+    import tensorflow as tf
+
+    from keras_electra.convert import convert_run
+
+    hf = tiny_converted.parent / "hf"  # discriminator/ and generator/
+    keras_hub = convert_run(tiny_run, tmp_path / "keras_hub", "keras-hub").output
+    google = tmp_path / "google"
+    tf.train.Checkpoint(v=tf.Variable(1.0)).write(str(google / "model.ckpt-1"))
+    ours = "is a keras-electra directory, which needs no conversion: pass it to --init or --run"
+    cases = [
+        ("hf", tiny_run, ours),
+        ("keras-hub", tiny_finetuned, ours),
+        ("google", tiny_converted, ours),
+        ("hf", keras_hub, "holds a keras-hub preset, not a Hugging Face model; convert it with "
+         "--from keras-hub."),
+        ("keras-hub", hf, "holds a Hugging Face model, not a keras-hub preset; convert it with "
+         "--from hf."),
+        ("google", hf / "discriminator", "holds a Hugging Face model, not a google-research TF1 "
+         "checkpoint; convert it with --from hf."),
+        ("hf", google, "holds a google-research TF1 checkpoint, not a Hugging Face model; "
+         "convert it with --from google."),
+        ("hf", google / "model.ckpt-1", "holds a google-research TF1 checkpoint, not a "
+         "Hugging Face model; convert it with --from google."),
+    ]  # fmt: skip
+    for source_format, source, said in cases:
+        output = tmp_path / "out"
+        status, _, err = _command(
+            capsys, "convert", "--from", source_format, str(source), "--output", str(output)
+        )
+        assert status == 2 and err.count("\n") == 1, err
+        assert f"'{source}' {said}" in err, err
+        assert not output.exists()
+    status, _, err = _command(
+        capsys, "convert", "--from", "hf", str(hf / "discriminator"), "--generator",
+        str(keras_hub), "--output", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert status == 2 and err.count("\n") == 1, err
+    assert f"--generator '{keras_hub}' holds a keras-hub preset, not a Hugging Face" in err
+
+
+def test_a_mistyped_directory_is_said_not_to_exist(tmp_path, capsys):
+    # Each said the path lacked a file ("'runs/dmeo' is not a run directory (no
+    # config.json)", "has no metrics.jsonl", "neither a fine-tuned model directory (no
+    # finetune.json) nor an export"), which reads as a directory of the wrong kind.
+    from keras_electra.finetuning import load_finetuned
+
+    missing = str(tmp_path / "runs" / "dmeo")
+    for args in (
+        ("export", "--run", missing, "--output", str(tmp_path / "export")),
+        ("convert", "--to", "hf", "--run", missing, "--output", str(tmp_path / "hf")),
+        ("pretrain", "--init", missing, "--corpus", str(REPO / "data" / "sample"), "--output",
+         str(tmp_path / "run"), "--dry-run"),
+        ("predict", "--model", missing, "--input", str(tmp_path / "input.csv")),
+        ("report", missing),
+    ):  # fmt: skip
+        status, _, err = _command(capsys, *args)
+        assert status == 2 and err.count("\n") == 1, err
+        assert f"'{missing}'" in err and "does not exist" in err and "(no " not in err, err
+    with pytest.raises(ConfigError, match="dmeo' is not a fine-tuned model directory \\(it does"):
+        load_finetuned(missing)
+
+
+def test_convert_to_into_a_keras_electra_directory_is_refused(tiny_run, tiny_converted, capsys):
+    # `convert --to hf --run RUN --output RUN` wrote discriminator/ and generator/ into the
+    # run directory and said "Wrote RUN".
+    for output in (tiny_run, tiny_converted):
+        for target in ("hf", "keras-hub"):
+            before = sorted(p.name for p in output.iterdir())
+            status, out, err = _command(
+                capsys, "convert", "--to", target, "--run", str(tiny_run), "--output", str(output)
+            )
+            assert status == 2 and out == "" and err.count("\n") == 1, err
+            assert f"--output '{output}' holds a keras-electra directory" in err, err
+            assert sorted(p.name for p in output.iterdir()) == before
+
+
+def test_load_run_on_a_fine_tuned_directory_names_load_finetuned(tiny_finetuned):
+    # It failed on "Checkpoint '.../ckpt-1' does not match the model configuration (Found 52
+    # Python objects that were not bound to checkpointed values ...".
+    from keras_electra.pretraining.run import load_run
+
+    with pytest.raises(ConfigError) as refused:
+        load_run(tiny_finetuned)
+    assert str(refused.value) == (
+        f"'{tiny_finetuned}' holds a fine-tuned model, not a pretraining run; load it with "
+        "keras_electra.finetuning.load_finetuned."
+    )

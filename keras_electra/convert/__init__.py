@@ -16,6 +16,7 @@ Examples:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from keras_electra.convert.hf import read_hf, write_hf
 from keras_electra.convert.hub import is_hub_id, local_source
 from keras_electra.convert.keras_hub import read_keras_hub, write_keras_hub
 from keras_electra.errors import ConfigError
+from keras_electra.run_directory import RunDirectory
 
 SOURCES = ("google", "hf", "keras-hub")
 TARGETS = ("hf", "keras-hub")
@@ -75,10 +77,75 @@ def read(source: str | Path, source_format: str, **options) -> Converted:
         raise ConfigError(f"'{source}' is a Hugging Face model: convert it with --from hf.")
     if not Path(source).exists() and not Path(str(source) + ".index").exists():
         raise ConfigError(f"'{source}' does not exist.")
+    _check_kind(source, source_format)
+    generator = options.get("generator")
+    if generator is not None and source_kind(generator) not in (None, "hf"):
+        held = KIND_NAMES.get(source_kind(generator), "keras-electra directory")
+        raise ConfigError(
+            f"--generator '{generator}' holds a {held}, not a Hugging Face model; pass the "
+            "Hugging Face generator's directory (ElectraForMaskedLM)."
+        )
     readers = {"google": read_google, "hf": read_hf, "keras-hub": read_keras_hub}
     converted = readers[source_format](source, **options)
     converted.notes[:0] = notes
     return converted
+
+
+# What each format's directory is called in a sentence.
+KIND_NAMES = {
+    "google": "google-research TF1 checkpoint",
+    "hf": "Hugging Face model",
+    "keras-hub": "keras-hub preset",
+}
+
+
+def source_kind(path: str | Path) -> str | None:
+    """What ``path`` holds, told by its files: ``keras-electra`` (a run, init or fine-tuned
+    directory), ``hf``, ``keras-hub`` or ``google``; None when it is none of them (the
+    format's reader then names what is missing).
+
+    Examples:
+        >>> source_kind("no/such/directory") is None
+        True
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return "google" if Path(f"{path}.index").is_file() else None
+    run = RunDirectory(path)
+    if run.settings_file.is_file() or run.is_finetuned() or run.is_converted():
+        return "keras-electra"
+    if RunDirectory(path / "discriminator").has_config():  # what --to hf writes
+        return "hf"
+    try:
+        config = json.loads(run.config_file.read_text(encoding="utf-8"))  # any format's
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict):
+        if "model_type" in config:
+            return "hf"
+        if "class_name" in config or "registered_name" in config:
+            return "keras-hub"
+        if "embedding_sharing" in config:
+            return "keras-electra"
+    if (path / "checkpoint").is_file() or any(path.glob("*.index")):
+        return "google"
+    return None
+
+
+def _check_kind(source: str | Path, source_format: str) -> None:
+    """Refuse a source that holds another format than ``--from`` says, in one sentence."""
+    kind = source_kind(source)
+    if kind == "keras-electra":
+        raise ConfigError(
+            f"'{source}' is a keras-electra directory, which needs no conversion: pass "
+            "it to --init or --run as it is (`convert --to hf|keras-hub --run DIR` writes it "
+            "out for another implementation)."
+        )
+    if kind is not None and kind != source_format:
+        raise ConfigError(
+            f"'{source}' holds a {KIND_NAMES[kind]}, not a {KIND_NAMES[source_format]}; "
+            f"convert it with --from {kind}."
+        )
 
 
 def convert(source: str | Path, output: str | Path, source_format: str, **options) -> ConvertResult:
@@ -111,6 +178,17 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
 
     if target not in TARGETS:
         raise ConfigError(f"Unknown target format '{target}'; choose one of: {', '.join(TARGETS)}.")
+    if RunDirectory(run_dir).is_finetuned():
+        raise ConfigError(
+            f"'{run_dir}' holds a fine-tuned model, which --to does not write; pass the "
+            "pretraining run or converted directory it was fine-tuned from (`keras-electra "
+            f"export --run {run_dir}` serves the fine-tuned model)."
+        )
+    if source_kind(output) == "keras-electra":  # the run itself, or another
+        raise ConfigError(
+            f"--output '{output}' holds a keras-electra directory, which the {target} files "
+            "would be mixed into; choose a new --output."
+        )
     model, tokenizer, _ = load_run(run_dir)
     if model.objective == "electric":
         raise ConfigError(

@@ -14,9 +14,11 @@ Examples:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +81,29 @@ def fetch(model: str) -> Snapshot:
         ConfigError: for a malformed id.
         InputDataError: the model or its files cannot be had (one sentence).
     """
+    with _quiet_retries():
+        return _fetch(model)
+
+
+@contextmanager
+def _quiet_retries():
+    """huggingface_hub's own warnings muted: an unreachable Hub printed a line per retry
+    ("'[Errno 111] Connection refused' thrown while requesting HEAD ...", "Retrying in 1s
+    [Retry 1/5].", ...) before the one sentence that says what to do."""
+    try:  # its import sets its level once, which would undo ours
+        import huggingface_hub.utils.logging  # noqa: F401
+    except ImportError:  # pragma: no cover - _Hub says how to install it
+        pass
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub_logger.setLevel(level)
+
+
+def _fetch(model: str) -> Snapshot:
     hub = _Hub(model)
     hub.files(MAIN)  # the config and vocabulary, or the sentence saying why not
     weights = hub.file(MAIN, SAFETENSORS)

@@ -407,6 +407,11 @@ def predict_file(
         rows = loaded.predict_examples(examples, batch_size)
     elif find_export(model_dir) is not None:
         rows = _predict_with_export(model_dir, input_path, batch_size)
+    elif not run.path.exists():
+        raise ConfigError(
+            f"'{run.path}' does not exist; pass the --output of `keras-electra finetune` or of "
+            "`keras-electra export`."
+        )
     else:
         raise ConfigError(
             f"'{run.path}' is neither a fine-tuned model directory (no {run.FINETUNE}) nor an "

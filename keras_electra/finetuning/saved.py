@@ -105,8 +105,8 @@ def load_finetuned(output_dir: str | Path) -> FinetunedModel:
     run = RunDirectory(output_dir)
     if not run.is_finetuned():
         raise ConfigError(
-            f"'{run.path}' is not a fine-tuned model directory (no {run.FINETUNE}); pass the "
-            "--output of `keras-electra finetune`."
+            f"'{run.path}' is not a fine-tuned model directory ({run.lacks(run.FINETUNE)}); "
+            "pass the --output of `keras-electra finetune`."
         )
     settings = FinetuneSettings.load(run.finetune_file)
     config, tokens = run.config_and_vocab()

@@ -28,12 +28,18 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
     """Load a run's model (latest checkpoint) and tokenizer; return them with the step.
 
     Raises:
-        ConfigError: if the directory holds no run or no checkpoint, or they disagree.
+        ConfigError: if the directory holds no run (or a fine-tuned model) or no
+            checkpoint, or they disagree.
     """
     run = RunDirectory(run_dir)
     run.require_config(
         f"'{run_dir}' is not a run directory", "pass the --output of `keras-electra pretrain`"
     )
+    if run.is_finetuned():  # its checkpoint holds a task's model, not a pretrainer
+        raise ConfigError(
+            f"'{run_dir}' holds a fine-tuned model, not a pretraining run; load it with "
+            "keras_electra.finetuning.load_finetuned."
+        )
     config, tokens = read_run(run, None)
     model = stored_pretrainer(run, config, run.settings().get("objective", "electra"))
     step = run.restore_latest(model)

@@ -60,6 +60,7 @@ from keras_electra.training.precision import dtype_policy, needs_loss_scaling
 from keras_electra.training.preemption import ClusterStopOnSignal, StopOnSignal, StopRequest
 from keras_electra.training.strategy import (
     check_workers_agree,
+    cluster_size,
     is_chief,
     is_multi_worker,
     prepare_multi_worker_fit,
@@ -162,6 +163,8 @@ def _pretrain(
     settings = requested.resolved(init_preset)
     if settings.dry_run:
         return _plan(run, settings)
+    # Before a worker waits for the others to join: what TF_CONFIG alone shows is wrong.
+    _check_batches(settings, cluster_size(settings.strategy))
     distribution = resolve_strategy(settings.strategy)
     if is_multi_worker(distribution):
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
@@ -183,7 +186,8 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
     see assumed, and the plan; nothing is written and no model is built."""
     check_writable(run.path)  # a run finds out by writing, and says why
     replicas, devices = replicas_here(settings.strategy)
-    _check_batches(settings, replicas or 1)
+    # Several workers: at least one replica each (the run finds how many).
+    _check_batches(settings, replicas or cluster_size(settings.strategy))
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS (the choice itself builds kernels)
     resumed = run.config_file.exists()
     resolved = resolve_run(run, settings, learn=False)
@@ -275,6 +279,7 @@ def resolve_run(
         objective.check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
     if resuming:
+        _check_resumable(run)
         source = str(run.vocab_file)
         stored, tokens = read_run(run, settings)
         if sharing is not None and sharing != stored.embedding_sharing:
@@ -319,6 +324,21 @@ def resolve_run(
         vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
     )
     return ResolvedRun(final, config, tokens, source, objective)
+
+
+def _check_resumable(run: RunDirectory) -> None:
+    """Refuse an ``--output`` holding a model that is not a pretraining run (a fine-tuned
+    or converted directory), before its settings or checkpoints are read as a run's."""
+    if run.is_finetuned():
+        raise ConfigError(
+            f"'{run.path}' holds a fine-tuned model, not a pretraining run to resume; choose a "
+            "new --output."
+        )
+    if run.is_converted():
+        raise ConfigError(
+            f"'{run.path}' holds a converted checkpoint, not a pretraining run to resume; pass "
+            f"it as --init '{run.path}' and choose a new --output."
+        )
 
 
 def _check_kept(stored: objectives.Objective, given: dict, run_dir: Path) -> None:
@@ -610,6 +630,11 @@ def _init_source(
         f"--init '{init}' is not a run or converted directory",
         "pass the --output of `keras-electra pretrain` or `keras-electra convert`",
     )
+    if source.is_finetuned():  # no generator, and a task's head: it cannot start a pretraining
+        raise ConfigError(
+            f"--init '{init}' holds a fine-tuned model; pass the pretraining run or converted "
+            "directory it was fine-tuned from."
+        )
     config, tokens = read_run(source, None)
     if not source.has_checkpoint():
         raise ConfigError(f"--init '{init}' has no checkpoint.")

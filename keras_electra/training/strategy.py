@@ -74,18 +74,32 @@ mirrored, multi_worker, one_device.
 
 
 def _cluster_workers() -> list[str]:
-    """The workers ``TF_CONFIG`` names; raises unless it names them and this task."""
+    """The workers ``TF_CONFIG`` names (its chief first, if it names one); raises unless it
+    names them and this task among them."""
     try:
         config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
     except json.JSONDecodeError:
         raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
-    workers = config.get("cluster", {}).get("worker") if isinstance(config, dict) else None
-    if not (workers and "task" in config):
+    config = config if isinstance(config, dict) else {}
+    cluster = config.get("cluster") if isinstance(config.get("cluster"), dict) else {}
+    workers, task = cluster.get("worker"), config.get("task")
+    if not (workers and isinstance(task, dict)):
         raise ConfigError(
             "--strategy multi_worker needs TF_CONFIG naming the cluster's workers and this "
             "task; set it on every worker or use --strategy auto."
         )
-    return list(workers)
+    # TensorFlow raises a ValueError (a traceback) for a task its cluster does not list.
+    jobs = {job: len(cluster[job]) for job in ("chief", "worker") if cluster.get(job)}
+    kind, index = task.get("type"), task.get("index")
+    if kind not in jobs or not isinstance(index, int) or not 0 <= index < jobs[kind]:
+        listed = ", ".join(
+            f"{job} 0 to {n - 1}" if n > 1 else f"{job} 0" for job, n in jobs.items()
+        )
+        raise ConfigError(
+            f"TF_CONFIG's task (type {kind!r}, index {index!r}) is not one its cluster lists "
+            f"({listed}); give every worker the same cluster and its own task in it."
+        )
+    return [*cluster.get("chief", []), *workers]
 
 
 def replicas_here(name: str) -> tuple[int | None, str]:
@@ -105,14 +119,19 @@ def replicas_here(name: str) -> tuple[int | None, str]:
     if name == "tpu":
         return None, "a TPU's cores (the run connects to the TPU when it starts)"
     if name == "multi_worker":
-        workers = len(_cluster_workers())
-        return None, f"{workers} workers in TF_CONFIG, each with its devices"
+        return None, f"{cluster_size(name)} workers in TF_CONFIG, each with its devices"
     if gpus > 1:
         return gpus, f"MirroredStrategy over {gpus} GPUs"
     if name == "mirrored":
         return None, f"MirroredStrategy over two or more GPUs ({gpus} here)"
     where = "one GPU" if gpus else "the CPU"
     return 1, f"{where} here (a TPU, when the run finds one, takes its place)"
+
+
+def cluster_size(name: str) -> int:
+    """The workers ``--strategy name`` trains on: ``TF_CONFIG``'s for ``multi_worker``,
+    else 1."""
+    return len(_cluster_workers()) if name == "multi_worker" else 1
 
 
 def _tpu_resolver():
