@@ -165,7 +165,8 @@ def describe_data(settings: PretrainSettings, files: list[str]) -> str:
         line = f"TFRecords: {count} of {settings.max_seq_length}-token examples"
         if examples:
             passes = settings.steps * settings.batch_size / examples
-            line += f", {examples:,} of them ({passes:,.1f} passes to step {settings.steps:,})"
+            shown = f"{passes:,.0f}" if passes >= 10 else f"{passes:.1f}"
+            line += f", {examples:,} of them ({shown} passes to step {settings.steps:,})"
         return line
     local = [f for f in files if not is_remote(f)]
     size = sum(os.path.getsize(f) for f in local)
