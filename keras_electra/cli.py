@@ -221,7 +221,7 @@ def _run_score(args: argparse.Namespace) -> None:
         given = [
             f"--{name.replace('_', '-')}"
             for name in server_only
-            if getattr(args, name) not in (None, False)
+            if getattr(args, name) is not None and getattr(args, name) is not False
         ]
         if given:
             raise errors.ConfigError(

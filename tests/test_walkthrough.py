@@ -138,6 +138,8 @@ def test_a_rest_url_keeps_a_proxys_path_before_the_api_path():
 
     client = RestClient("http://127.0.0.1:9/serving/", "electra", insecure=True)
     assert client.model_url == "http://127.0.0.1:9/serving/v1/models/electra"
+    client = RestClient("http://127.0.0.1:9/v1/models-proxy", "electra", insecure=True)
+    assert client.model_url == "http://127.0.0.1:9/v1/models-proxy/v1/models/electra"
     with pytest.raises(ServingError, match=r"server's URL, 'http://127.0.0.1:9/serving'\.$"):
         RestClient("http://127.0.0.1:9/serving/v1/models", "electra")
 
@@ -146,7 +148,7 @@ def test_score_in_process_refuses_the_flags_of_a_server(tiny_export, capsys):
     # `score --model DIR --model-name sst2` scored with DIR and ignored the name (and
     # --timeout, --tls, a token file) without a word.
     status, out, err = _score(
-        capsys, "--model", str(tiny_export), "--model-name", "x", "--timeout", "3", "the king"
+        capsys, "--model", str(tiny_export), "--model-name", "x", "--timeout", "0", "the king"
     )
     assert status == 2 and out == "", err
     assert err.count("\n") == 1 and "--model-name, --timeout are for a server" in err, err

@@ -292,7 +292,7 @@ def _refuse_api_path(url: str) -> None:
     itself, and the server answered the doubled one with "Malformed request". A path
     before it (a proxy's prefix) is kept."""
     parts = urlsplit(url)
-    found = re.search(r"/v1/models(?:/([^/:]+))?", parts.path)
+    found = re.search(r"/v1/models(?:/([^/:]+))?(?=$|[/:])", parts.path)
     if found is None:
         return
     base = f"{parts.scheme}://{parts.netloc}{parts.path[: found.start()]}"
