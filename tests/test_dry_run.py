@@ -228,6 +228,9 @@ def test_multi_worker_and_tpu_are_planned_without_their_hardware(
     status, out, err = run_cli(capsys, *argv, "--strategy", "multi_worker")
     assert status == 0, err
     assert "2 workers in TF_CONFIG" in out and "per device, estimated" in out
+    # One device or more on each worker: the memory row listed "with 1" device.
+    memory = next(line for line in out.splitlines() if line.lstrip().startswith("memory"))
+    assert "GB with 2, " in memory and "with 1," not in memory and "with 64 devices" in memory
     # A task its cluster does not list passed, and the run ended in TensorFlow's traceback
     # ("ValueError: The `task_id` 2 exceeds the maximum id of worker."); a batch the workers
     # cannot share passed too.

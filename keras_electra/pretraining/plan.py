@@ -15,6 +15,7 @@ from keras_electra.data.tfrecords import is_tfrecord_input, record_metadata
 from keras_electra.pretraining import objectives
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PretrainSettings
+from keras_electra.training.strategy import cluster_size
 
 DRY_RUN_NOTE = "Dry run: every input checked; nothing was trained or written."
 
@@ -137,9 +138,11 @@ class PretrainPlan:
                 f"{sequences:,} sequences per device and micro-batch; TensorFlow's own "
                 "memory not included)"
             )
+        # Several workers: at least one device each, as many on each.
+        workers = cluster_size(s.strategy)
         counts = [
             n
-            for n in DEVICE_COUNTS
+            for n in (workers * k for k in DEVICE_COUNTS)
             if s.batch_size % n == 0 and (s.batch_size // n) % s.grad_accumulation == 0
         ]
         shown = ", ".join(
