@@ -50,9 +50,9 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     run = RunDirectory(run_dir)
     path = run.metrics_file
     if not path.is_file():
-        where = f"has no {path.name}" if run.path.is_dir() else "does not exist"
         raise ConfigError(
-            f"'{run_dir}' {where}; pass a `keras-electra pretrain` or `finetune` output directory."
+            f"'{run_dir}' holds no run ({run.lacks(path.name)}); pass a `keras-electra pretrain` "
+            "or `finetune` output directory."
         )
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -81,7 +81,7 @@ def test_an_electric_runs_warnings_name_no_temperature(tmp_path):
 def test_report_refuses_a_directory_without_metrics(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "has no metrics.jsonl" in err and err.count("\n") == 1
+    assert "(no metrics.jsonl)" in err and err.count("\n") == 1
 
 
 def test_report_on_a_run_still_writing_its_first_window(tmp_path):
