@@ -225,6 +225,40 @@ def test_convert_says_which_file_it_read_online_and_offline(hub, hub_env, tmp_pa
     assert len(done.stderr.strip().splitlines()) == 1 and "pytorch_model.bin" in done.stderr
 
 
+def test_a_hub_that_does_not_answer_is_asked_once_not_retried_for_23_seconds(tmp_path):
+    # huggingface_hub retried the uncached config.json five times (1 + 2 + 4 + 8 + 8 s)
+    # before keras-electra could say the Hub was not reachable: six requests for it here.
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def hang_up():  # read the request, then close without an answer (a dropped connection)
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(connection.recv(4096).split(b"\r\n")[0])
+            connection.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HF_ENDPOINT", endpoint)
+            patch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+            patch.delenv("HF_HUB_OFFLINE", raising=False)
+            with pytest.raises(InputDataError, match="the Hub is not reachable"):
+                fetch(f"hf:{ORG}/gone")
+    finally:
+        server.close()
+    # (huggingface_hub 2.4 also asks for /api/agent-harnesses on its own.)
+    asked = [line for line in accepted if f"/{ORG}/gone/".encode() in line]
+    assert asked == [f"HEAD /{ORG}/gone/resolve/main/config.json HTTP/1.1".encode()]
+
+
 def test_an_unreachable_hub_is_one_sentence_without_the_retries_lines(tmp_path, capfd):
     # huggingface_hub printed a line per retry before the sentence: "'[Errno 111] Connection
     # refused' thrown while requesting HEAD http://.../config.json", "Retrying in 1s [Retry

@@ -171,6 +171,7 @@ class _Hub:
         self.endpoint = os.environ.get("HF_ENDPOINT")  # read now, not when huggingface_hub loaded
         self.cache = os.environ.get("HF_HUB_CACHE")
         self.unreachable: str | None = None  # a file that could not be had, if any
+        self._answers: bool | None = None  # whether the Hub answered, once asked
         try:
             import huggingface_hub  # noqa: F401
         except ImportError:  # pragma: no cover - a dependency of the package
@@ -204,7 +205,6 @@ class _Hub:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import (
             EntryNotFoundError,
-            HfHubHTTPError,
             LocalEntryNotFoundError,
             RepositoryNotFoundError,
             RevisionNotFoundError,
@@ -212,7 +212,8 @@ class _Hub:
 
         where = dict(revision=revision, endpoint=self.endpoint, cache_dir=self.cache)
         try:
-            return Path(hf_hub_download(self.repo_id, name, **where))
+            cached_only = not self.answers()
+            return Path(hf_hub_download(self.repo_id, name, local_files_only=cached_only, **where))
         except LocalEntryNotFoundError:  # offline (or the Hub unreachable) and not cached
             if needed:
                 self.unreachable = self.unreachable or name
@@ -231,18 +232,40 @@ class _Hub:
                 f"Hugging Face model '{self.repo_id}' has no main branch; check the name at "
                 "huggingface.co."
             ) from None
-        except (HfHubHTTPError, OSError) as error:
+        except _network_errors() as error:  # a server error, or a connection dropped
             raise InputDataError(
                 f"Could not fetch {name} of Hugging Face model '{self.repo_id}' "
                 f"({_reason(error)}); retry, or convert a local copy with "
                 "`keras-electra convert --from hf DIR`."
             ) from None
 
+    def answers(self) -> bool:
+        """Whether the Hub answers at all, asked once without retries. huggingface_hub
+        retries a file it has not cached five times (23 s) when nothing answers; a Hub
+        that does not answer here is read from the cache alone (its own fallback), so the
+        sentence comes at once. An HTTP error is an answer: the download then retries a
+        busy server as huggingface_hub does."""
+        if self._answers is None:
+            from huggingface_hub import get_hf_file_metadata, hf_hub_url
+            from huggingface_hub.errors import HfHubHTTPError
+
+            url = hf_hub_url(self.repo_id, REQUIRED[0], revision=MAIN, endpoint=self.endpoint)
+            try:
+                get_hf_file_metadata(url)
+                self._answers = True
+            except HfHubHTTPError:  # 404, 401, 5xx: the download says what it means
+                self._answers = True
+            except _network_errors():  # refused, no such host, timed out, offline mode
+                self._answers = False
+        return self._answers
+
     def conversion_revisions(self) -> list[str]:
         """The conversion pull requests' revisions (``refs/pr/N``), newest first: listed
         by the Hub, else (offline) found among the cached revisions."""
         from huggingface_hub import HfApi
 
+        if not self.answers():
+            return self._cached_conversions()
         try:
             listed = HfApi(endpoint=self.endpoint).get_repo_discussions(
                 self.repo_id, discussion_type="pull_request", discussion_status="open"
