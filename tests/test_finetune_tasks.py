@@ -452,6 +452,25 @@ def test_qa_learns_the_word_after_a_marker_with_unanswerable_questions(tiny_run,
 # === Loading and bad input ===
 
 
+def test_a_fine_tuning_reads_its_sources_config_and_vocabulary_once(
+    tiny_run, classify_data, tmp_path, monkeypatch
+):
+    # They were read twice, and the tokenizer built twice (the data encoded with the first).
+    from keras_electra.run_directory import RunDirectory
+
+    real, reads = RunDirectory.config_and_vocab, []
+
+    def counted(self):
+        reads.append(self.path)
+        return real(self)
+
+    monkeypatch.setattr(RunDirectory, "config_and_vocab", counted)
+    train, dev = classify_data
+    out = tmp_path / "once"
+    finetune(tiny_run, "classify", train, dev, out, text_column="sentence", epochs=1, **FAST)
+    assert reads == [tiny_run]
+
+
 def test_backbone_from_run_and_from_an_init_dir_equals_the_discriminator(tiny_run, tmp_path):
     from keras_electra.pretraining.run import load_run
     from keras_electra.training.checkpoints import RunCheckpoints

@@ -30,7 +30,7 @@ from keras_electra.finetuning.saved import (
     save_finetuned,
 )
 from keras_electra.finetuning.settings import FinetuneSettings, infer_preset
-from keras_electra.finetuning.source import load_backbone, read_source
+from keras_electra.finetuning.source import read_source, restore_backbone
 from keras_electra.finetuning.tasks import get_task
 from keras_electra.limits import MAX_BATCH_SIZE
 from keras_electra.run_directory import RunDirectory
@@ -152,7 +152,9 @@ def finetune(
 
     chosen = kernels.choose()
     keras.utils.set_random_seed(seed)
-    backbone, tokenizer, config = load_backbone(source, dropout=options.dropout)
+    if options.dropout is not None:
+        config = config.replace(dropout=options.dropout)
+    backbone = restore_backbone(source, config)  # the config and tokenizer read above
     model = handler.build_model(backbone, settings)
     if hyper["probe_epochs"]:
         probe_head(model, backbone, handler.loss(settings), x, y, hyper, seed)

@@ -44,10 +44,16 @@ def load_backbone(
         source: a pretraining run, init or fine-tuned directory.
         dropout: the backbone's dropout (default: the config's).
     """
-    run = RunDirectory(source)
     config, tokenizer = read_source(source)
     if dropout is not None:
         config = config.replace(dropout=dropout)
+    return restore_backbone(source, config), tokenizer, config
+
+
+def restore_backbone(source: str | Path, config: ElectraConfig) -> ElectraBackbone:
+    """A standalone discriminator backbone of ``config`` (:func:`read_source`'s, its
+    dropout as fine-tuning wants it) with the source's weights."""
+    run = RunDirectory(source)
     backbone = ElectraBackbone(config)
     if run.is_finetuned():
         trained = load_finetuned(source).model.backbone
@@ -55,9 +61,9 @@ def load_backbone(
         objective = run.stored_objective()
         if objective is None:  # the discriminator backbone alone: restore it in place
             run.restore_latest(backbone, "source directory")
-            return backbone, tokenizer, config
+            return backbone
         trained = stored_pretrainer(run, config, objective)
         run.restore_latest(trained, "source directory")
         trained = trained.discriminator_backbone()
     backbone.set_weights(trained.get_weights())
-    return backbone, tokenizer, config
+    return backbone
