@@ -277,6 +277,25 @@ def test_prepare_writes_to_a_url_and_pretraining_reads_it(corpus, tmp_path):
     assert next(iter(batches))["token_ids"].shape == (4, LENGTH)
 
 
+def test_a_dry_run_sizes_a_corpus_of_urls_asking_each_file_once(tmp_path, monkeypatch):
+    # The plan's corpus row counted local files only ("0.0 MB" for gs://...), and each
+    # URL's size was asked twice (the Beam decision, then the pipeline row).
+    from keras_electra.data import prepare as prepare_module
+
+    base = f"ram://corpus-{tmp_path.name}"
+    text = "The quick brown fox jumps over the lazy dog.\n" * 4000  # 180,000 bytes
+    for name in ("a.txt", "b.txt"):
+        with tf.io.gfile.GFile(f"{base}/{name}", "w") as f:
+            f.write(text)
+    asked = []
+    real = prepare_module.file_size
+    monkeypatch.setattr(prepare_module, "file_size", lambda p: asked.append(p) or real(p))
+    result = prepare_module.prepare(base, tmp_path / "out", vocab_size=60, dry_run=True)
+    assert sorted(asked) == [f"{base}/a.txt", f"{base}/b.txt"]
+    assert result.corpus_bytes == 2 * len(text)
+    assert "2 text files, 0.4 MB" in result.describe()
+
+
 def test_the_written_bytes_are_pinned(corpus, tokenizer, tmp_path):
     # The shards, metadata.json (corpus paths as file names) and a learned vocabulary of a
     # fixed corpus, as digests: a refactoring of the writers must leave every byte alone.

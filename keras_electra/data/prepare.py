@@ -54,6 +54,7 @@ class PrepareResult:
         vocab_size: the vocabulary's size (a learned one: at most this).
         shards: the shard files.
         written: False for a dry run.
+        corpus_bytes: the corpus files' total size (local files and URLs alike).
     """
 
     output_dir: Path | str
@@ -62,6 +63,7 @@ class PrepareResult:
     vocab_size: int
     shards: list[str]
     written: bool
+    corpus_bytes: int = 0
 
     @property
     def vocab_file(self) -> Path | str:
@@ -82,8 +84,7 @@ class PrepareResult:
                 f"Wrote {len(self.shards)} shards and {RunDirectory.VOCAB} to "
                 f"{self.output_dir}\nPretrain with: {pretrain}"
             )
-        local = [f for f in self.corpus_files if not is_remote(f)]
-        size = sum(os.path.getsize(f) for f in local) / 1e6
+        size = self.corpus_bytes / 1e6
         vocabulary = (
             f"{s.vocab} ({self.vocab_size:,} pieces)"
             if s.vocab
@@ -97,7 +98,7 @@ class PrepareResult:
             + f", {size:,.1f} MB",
             "vocabulary": f"{vocabulary}, written to {self.vocab_file}",
             "examples": f"{s.max_seq_length} tokens each, packed with seed {s.seed}",
-            "pipeline": _pipeline_row(s, self.corpus_files),
+            "pipeline": _pipeline_row(s, self.corpus_bytes),
             "shards": f"{len(self.shards)} in {self.output_dir} ({Path(self.shards[0]).name}, "
             "...) and metadata.json",
             "then": pretrain,
@@ -107,8 +108,8 @@ class PrepareResult:
         return "\n".join(["Dry run: every input checked; nothing was written.", *lines])
 
 
-def _pipeline_row(s: PrepareSettings, files: list[str]) -> str:
-    if not uses_beam(s, corpus_bytes(files)):
+def _pipeline_row(s: PrepareSettings, size: int) -> str:
+    if not uses_beam(s, size):
         return "in this process" + (
             "" if beam_available() else ' (one core; pip install "keras-electra[beam]" for all)'
         )
@@ -154,14 +155,15 @@ def prepare(
     tokens = load_vocab(s.vocab) if s.vocab else None
     files = resolve_corpus_files(corpus)
     check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)
+    total = corpus_bytes(files)  # each file's size asked once (a URL's is a request)
     if s.dry_run:
         if not remote:
             check_writable(out)
         shards = shard_paths(str(out), s.num_shards)
         size = len(tokens) if tokens is not None else s.vocab_size
-        uses_beam(s, corpus_bytes(files))  # the options' checks
-        return PrepareResult(out, s, files, size, shards, written=False)
-    beam = uses_beam(s, corpus_bytes(files))
+        uses_beam(s, total)  # the options' checks
+        return PrepareResult(out, s, files, size, shards, written=False, corpus_bytes=total)
+    beam = uses_beam(s, total)
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)
     import tensorflow as tf
@@ -182,7 +184,7 @@ def prepare(
             tokens = vocab_from_counts(counts, s.vocab_size)
         else:
             tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
-    result = PrepareResult(out, s, files, len(tokens), [], written=True)
+    result = PrepareResult(out, s, files, len(tokens), [], written=True, corpus_bytes=total)
     save_vocab(tokens, str(result.vocab_file))
     tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
     options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
