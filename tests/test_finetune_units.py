@@ -114,6 +114,30 @@ def test_tables_in_tsv_csv_and_jsonl(tmp_path):
     assert len(unlabelled) == 2
 
 
+def test_only_a_line_feed_ends_a_row(tmp_path):
+    # \x85, \x0c and \u2028 are line breaks to str.splitlines, but text in a TSV row or
+    # a JSON string: each text below stays one row (one question).
+    tsv = write(tmp_path / "nel.tsv", "sentence\tlabel\na good\x85film\tpos\nbad\x0cone\tneg\n")
+    assert [(r["text"], r["line"]) for r in read_table(tsv, "sentence")] == [
+        ("a good\x85film", 2),
+        ("bad\x0cone", 3),
+    ]
+    line = json.dumps({"text": "a good\u2028film", "label": "pos"}, ensure_ascii=False)
+    assert read_table(write(tmp_path / "ls.jsonl", line + "\n"))[0]["text"] == "a good\u2028film"
+    context = "Ann wrote\u2028the book."
+    qa = {"id": "1", "question": "Who?", "answers": [{"text": "Ann", "answer_start": 0}]}
+    squad = {"data": [{"paragraphs": [{"context": context, "qas": [qa]}]}]}
+    path = write(tmp_path / "ls.json", json.dumps(squad, ensure_ascii=False))
+    assert read_squad(path)[0].context == context
+    # A quoted CSV field keeps its line break (the words are not glued together), and the
+    # row after it has its own line number; Windows line ends read the same.
+    csv = write(tmp_path / "quoted.csv", 'text,label\r\n"a good\r\nfilm",pos\r\nbad,neg\r\n')
+    assert [(r["text"], r["label"], r["line"]) for r in read_table(csv)] == [
+        ("a good\nfilm", "pos", 3),
+        ("bad", "neg", 4),
+    ]
+
+
 @pytest.mark.parametrize(
     "name, text, kwargs, message",
     [

@@ -15,15 +15,21 @@ from keras_electra.errors import InputDataError
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
 
 
-def _open_lines(path: Path) -> list[str]:
+def _open_lines(path: Path, keepends: bool = False) -> list[str]:
     if not path.is_file():
         raise InputDataError(f"Data file '{path}' does not exist; check the path.")
     try:
-        return path.read_text(encoding="utf-8-sig").splitlines()
+        text = path.read_text(encoding="utf-8-sig")  # "\r\n" and "\r" are read as "\n"
     except UnicodeDecodeError as e:
         raise InputDataError(
             f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8."
         ) from None
+    # Only a line feed ends a line: str.splitlines would also cut at characters a text or a
+    # JSON string may hold (\x85, \x0c, \u2028, ...), splitting one row into two.
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line + "\n" for line in lines] if keepends else lines
 
 
 def _json(text: str, path: Path, fix: str, line: int | None = None):
@@ -37,8 +43,10 @@ def _json(text: str, path: Path, fix: str, line: int | None = None):
 
 def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
     """(line number, fields) per data row; fields is a dict for JSON lines."""
-    lines = _open_lines(path)
     suffix = path.suffix.lower()
+    # A table keeps its line ends: a quoted CSV field may hold a line break, which the
+    # csv module then keeps (without them it would glue the two lines' words together).
+    lines = _open_lines(path, keepends=suffix in (".tsv", ".csv", ".txt"))
     if suffix in (".jsonl", ".json", ".ndjson"):
         for number, line in enumerate(lines, 1):
             if not line.strip():
