@@ -114,6 +114,13 @@ def test_tables_in_tsv_csv_and_jsonl(tmp_path):
     assert len(unlabelled) == 2
 
 
+@pytest.mark.parametrize("suffix, sep", [(".tsv", "\t"), (".csv", ",")])
+def test_a_text_longer_than_the_csv_modules_field_limit_is_read(tmp_path, suffix, sep):
+    long = "word " * 40_000  # 200,000 characters: over csv's default 131,072
+    rows = read_table(write(tmp_path / f"long{suffix}", f"text{sep}label\n{long}{sep}pos\n"))
+    assert [(len(r["text"]), r["label"]) for r in rows] == [(len(long), "pos")]
+
+
 def test_only_a_line_feed_ends_a_row(tmp_path):
     # \x85, \x0c and \u2028 are line breaks to str.splitlines, but text in a TSV row or
     # a JSON string: each text below stays one row (one question).

@@ -62,10 +62,15 @@ def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
         reader = csv.reader(lines)
     else:  # GLUE TSV files are not quoted: quotes are part of the text
         reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    # A text may be as long as a document: the csv module's default limit (128 KiB a
+    # field) would stop the read with a csv.Error; the model cuts long texts itself.
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
     for fields in reader:
         if any(f.strip() for f in fields):  # blank rows are skipped
             yield reader.line_num, fields
 
+
+_FIELD_LIMIT = 2**31 - 1  # the largest field size the csv module takes on every platform
 
 # The column separator of each table format, and its name in an error.
 _SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
