@@ -288,6 +288,26 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
     assert status == 2 and "num_shards=0 is invalid" in one_sentence(err)
 
 
+def test_prepare_refuses_an_output_holding_a_model_or_exports(
+    small_corpus, tiny_run, tmp_path, capsys
+):
+    # prepare --output RUN_DIR replaced the run's vocab.txt with the records' own, and the
+    # run could no longer be resumed, fine-tuned or exported.
+    vocab = (tiny_run / "vocab.txt").read_bytes()
+    exports = tmp_path / "saved_models" / "electra"
+    (exports / "1").mkdir(parents=True)
+    (exports / "1" / "saved_model.pb").write_bytes(b"")
+    argv = ["prepare", "--corpus", small_corpus, "--vocab-size", "500", "--max-seq-length", "32"]
+    for dry_run in (["--dry-run"], []):
+        status, _, err = run_cli(capsys, *argv, "--output", tiny_run, *dry_run)
+        assert status == 2 and "holds a model (config.json), whose vocab.txt" in one_sentence(err)
+        status, _, err = run_cli(capsys, *argv, "--output", exports, *dry_run)
+        assert status == 2 and "holds exports (saved_model.pb)" in one_sentence(err)
+    assert (tiny_run / "vocab.txt").read_bytes() == vocab
+    assert not any(p.suffix == ".tfrecord" for p in tiny_run.iterdir())
+    assert sorted(p.name for p in exports.rglob("*")) == ["1", "saved_model.pb"]
+
+
 # === finetune --dry-run ===
 
 
