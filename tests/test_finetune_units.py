@@ -268,6 +268,20 @@ def test_the_task_registry_has_a_class_for_every_task_name():
         get_task("sentiment")
 
 
+@pytest.mark.parametrize("label", ["nan", "inf", "-Infinity", "1e39"])
+def test_a_regression_label_that_is_not_finite_is_one_sentence(tmp_path, label):
+    # float() reads each of these (1e39 overflows float32): training went on with a NaN
+    # loss and NaN metrics.
+    from keras_electra.finetuning import get_task
+
+    path = write(tmp_path / "sts.tsv", f"a\tb\ty\none\ttwo\t{label}\nthree\tfour\t2.5\n")
+    examples = read_table(path, "a", "b", "y")
+    message = rf"sts\.tsv:2: label '{label}' is not a finite number"
+    with pytest.raises(InputDataError, match=message):
+        get_task("regress").targets(examples, None)
+    assert get_task("regress").targets(examples[1:], None).tolist() == [[2.5]]
+
+
 def test_layer_factors_head_1_top_layer_decay_embeddings_decay_to_the_l_plus_1():
     # L = 2: embeddings decay^3, layer 0 decay^2, layer 1 decay, head 1 (no off-by-one).
     assert [layer_factor(d, 2, 0.8) for d in range(4)] == pytest.approx([0.512, 0.64, 0.8, 1.0])
