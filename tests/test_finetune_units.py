@@ -185,6 +185,13 @@ def test_bad_tables_name_file_line_and_fix(tmp_path, name, text, kwargs, message
         read_table(write(tmp_path / name, text), **kwargs)
 
 
+def test_a_directory_for_a_data_file_says_so(tmp_path):
+    # It said "Data file '...' does not exist" of a directory that does.
+    for read in (read_table, read_conll, read_squad):
+        with pytest.raises(InputDataError, match=r"'.*' is a directory; pass a data file"):
+            read(tmp_path)
+
+
 def test_conll_and_its_errors(tmp_path):
     path = write(tmp_path / "t.conll", "-DOCSTART- O\n\nJohn NNP B-PER\nlives VB O\n\nRome B-LOC\n")
     sentences = read_conll(path)

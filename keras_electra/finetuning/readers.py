@@ -16,6 +16,10 @@ _TAG = re.compile(r"^(O|[BIES]-\S+)$")
 
 
 def _open_lines(path: Path, keepends: bool = False) -> list[str]:
+    if path.is_dir():
+        raise InputDataError(
+            f"'{path}' is a directory; pass a data file (TSV, CSV, JSONL, CoNLL or SQuAD JSON)."
+        )
     if not path.is_file():
         raise InputDataError(f"Data file '{path}' does not exist; check the path.")
     try:
