@@ -203,6 +203,12 @@ def test_conll_and_its_errors(tmp_path):
         read_conll(write(tmp_path / "bad.conll", "a O\nb PER\n"))
     with pytest.raises(InputDataError, match=r"one\.conll:1: expected 'word tag'"):
         read_conll(write(tmp_path / "one.conll", "lonely\n"))
+    # A JSON lines file of tokens and tags: its lines read as words ("tag 'O"]}' is not
+    # BIO/BIOES"), or as untagged words for predict.
+    tokens = write(tmp_path / "t.jsonl", '{"tokens": ["John"], "tags": ["B-PER", "O"]}\n')
+    for require_tags in (True, False):
+        with pytest.raises(InputDataError, match=r"t\.jsonl: tagging reads CoNLL text"):
+            read_conll(tokens, require_tags=require_tags)
 
 
 def test_squad_and_its_errors(tmp_path):

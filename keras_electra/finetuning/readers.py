@@ -13,6 +13,7 @@ from pathlib import Path
 from keras_electra.errors import InputDataError
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
+_JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")  # JSON lines (tables), or JSON
 
 
 def _open_lines(path: Path, keepends: bool = False) -> list[str]:
@@ -51,7 +52,7 @@ def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
     # A table keeps its line ends: a quoted CSV field may hold a line break, which the
     # csv module then keeps (without them it would glue the two lines' words together).
     lines = _open_lines(path, keepends=suffix in (".tsv", ".csv", ".txt"))
-    if suffix in (".jsonl", ".json", ".ndjson"):
+    if suffix in _JSON_SUFFIXES:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -129,7 +130,7 @@ def read_table(
     path = Path(path)
     rows = _table_rows(path)
     names: list[str] | None = None
-    json_lines = path.suffix.lower() in (".jsonl", ".json", ".ndjson")
+    json_lines = path.suffix.lower() in _JSON_SUFFIXES
     if header and not json_lines:
         first = next(rows, None)
         if first is None:
@@ -199,6 +200,11 @@ def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSen
     With ``require_tags=False``, a line holding only a word gets the tag ``O``.
     """
     path = Path(path)
+    if path.suffix.lower() in _JSON_SUFFIXES:  # its lines would read as words and tags
+        raise InputDataError(
+            f"{path}: tagging reads CoNLL text ('word tag' per line, a blank line between "
+            "sentences), not JSON; write the file in that form."
+        )
     sentences: list[TaggedSentence] = []
     words, tags, start = [], [], 0
     for number, line in enumerate([*_open_lines(path), ""], 1):
