@@ -66,7 +66,9 @@ def cap_text(value: Any) -> Any:
 
 def cap_texts(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """``inputs`` with every string of a :data:`TEXT_INPUTS` input cut by :func:`cap_text`
-    (a list, tuple or 1-D array of strings, or one string); other inputs as they are.
+    (a list, tuple or 1-D array of strings, or one string); other inputs as they are. An
+    empty text input becomes an empty string array (numpy would make it float64, which a
+    string input refuses).
 
     Examples:
         >>> capped = cap_texts({"text": ["x" * (MAX_TEXT_CHARS + 1)], "n": [1]})
@@ -81,7 +83,7 @@ def cap_texts(inputs: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(value, list | tuple) or (
             isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "OSU"
         ):
-            out[name] = [cap_text(item) for item in value]
+            out[name] = [cap_text(item) for item in value] or np.array([], dtype=object)
     return out
 
 

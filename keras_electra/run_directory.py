@@ -118,6 +118,23 @@ class RunDirectory:
     def is_finetuned(self) -> bool:
         return self.finetune_file.is_file()
 
+    def holds_exports(self) -> bool:
+        """The directory is a SavedModel or a model's base folder of numbered SavedModel
+        versions (what ``keras-electra export`` writes), not a place for a run."""
+        if (self.path / "saved_model.pb").is_file():
+            return True
+        found = self.path.iterdir() if self.path.is_dir() else ()
+        return any(p.name.isdigit() and (p / "saved_model.pb").is_file() for p in found)
+
+    def refuse_exports(self, what: str) -> None:
+        """Raise ``ConfigError`` when the directory holds exports (:meth:`holds_exports`):
+        ``what`` (a run, a fine-tuned model) is not written among them."""
+        if self.holds_exports():
+            raise ConfigError(
+                f"'{self.path}' holds exports (saved_model.pb), where TF Serving reads its "
+                f"versions; choose a new --output for {what}."
+            )
+
     def is_converted(self) -> bool:
         """Written by ``keras-electra convert --from`` (or ``--init hf:ORG/NAME``)."""
         return (self.path / self.CONVERT).is_file()

@@ -288,7 +288,49 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
     assert status == 2 and "num_shards=0 is invalid" in one_sentence(err)
 
 
+def test_prepare_refuses_an_output_holding_a_model_or_exports(
+    small_corpus, tiny_run, tmp_path, capsys
+):
+    # prepare --output RUN_DIR replaced the run's vocab.txt with the records' own, and the
+    # run could no longer be resumed, fine-tuned or exported.
+    vocab = (tiny_run / "vocab.txt").read_bytes()
+    exports = tmp_path / "saved_models" / "electra"
+    (exports / "1").mkdir(parents=True)
+    (exports / "1" / "saved_model.pb").write_bytes(b"")
+    argv = ["prepare", "--corpus", small_corpus, "--vocab-size", "500", "--max-seq-length", "32"]
+    for dry_run in (["--dry-run"], []):
+        status, _, err = run_cli(capsys, *argv, "--output", tiny_run, *dry_run)
+        assert status == 2 and "holds a model (config.json), whose vocab.txt" in one_sentence(err)
+        status, _, err = run_cli(capsys, *argv, "--output", exports, *dry_run)
+        assert status == 2 and "holds exports (saved_model.pb)" in one_sentence(err)
+    assert (tiny_run / "vocab.txt").read_bytes() == vocab
+    assert not any(p.suffix == ".tfrecord" for p in tiny_run.iterdir())
+    assert sorted(p.name for p in exports.rglob("*")) == ["1", "saved_model.pb"]
+
+
 # === finetune --dry-run ===
+
+
+def test_an_output_holding_exports_is_refused(records, tiny_run, tmp_path, capsys):
+    # saved_models/NAME (or its version folder) as --output: the run's files went among
+    # the versions TF Serving reads.
+    base = tmp_path / "saved_models" / "cls"
+    (base / "1").mkdir(parents=True)
+    (base / "1" / "saved_model.pb").write_bytes(b"")
+    data = records / "tfrecords-128"
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "the king,a\nthe queen,b\n" * 4, encoding="utf-8")
+    commands = [
+        ["pretrain", "--corpus", data, "--vocab", data / "vocab.txt"],
+        ["finetune", "--run", tiny_run, "--task", "classify", "--train", train],
+    ]
+    for command in commands:
+        for output in (base, base / "1"):
+            status, _, err = run_cli(capsys, *command, "--output", output, "--dry-run")
+            assert status == 2, err
+            assert f"'{output}' holds exports (saved_model.pb)" in one_sentence(err)
+            assert "choose a new --output" in err
+    assert sorted(p.name for p in base.rglob("*")) == ["1", "saved_model.pb"]
 
 
 def test_finetune_dry_run_reads_the_data_and_writes_nothing(tiny_run, tmp_path, capsys):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
 from keras_electra.encoding import encode_texts
-from keras_electra.errors import ElectraError
+from keras_electra.errors import ConfigError, ElectraError
 from keras_electra.export import export, next_version
 from keras_electra.pretraining.run import load_run
 
@@ -49,6 +49,17 @@ def test_export_writes_a_numbered_version_atomically(export_dir):
 def test_export_refuses_to_overwrite_a_version(tiny_run, export_dir):
     with pytest.raises(ElectraError, match="already exists"):
         export(tiny_run, export_dir.parent, version=1)
+
+
+def test_export_refuses_a_version_folder_or_a_run_as_its_output(tiny_run, export_dir):
+    # A version folder as --output would nest the new version where TF Serving never
+    # looks; a run directory would mix versions into the run.
+    with pytest.raises(ConfigError, match=r"is an export's version folder .*pass the model's"):
+        export(tiny_run, export_dir)
+    assert [p.name for p in export_dir.iterdir() if p.name.isdigit()] == []
+    with pytest.raises(ConfigError, match=r"holds a run or a fine-tuned model \(config\.json\)"):
+        export(tiny_run, tiny_run)
+    assert not any(p.name.isdigit() for p in tiny_run.iterdir())
 
 
 AUDIT = r"""

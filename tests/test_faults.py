@@ -17,6 +17,7 @@ import errno
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -468,6 +469,9 @@ def test_truncated_tfrecord_shard_is_one_sentence_naming_it(
     sentence = last_sentence(capsys.readouterr().err)
     assert f"TFRecord shard '{broken}' is truncated or corrupt" in sentence, sentence
     assert "keras-electra prepare" in sentence
+    # The reader's words, without TensorFlow's wrapping ({{function_node ...}}, [Op:...]).
+    assert re.search(r"corrupt \(truncated record at \d+: Read less bytes", sentence), sentence
+    assert "{{" not in sentence and "[Op:" not in sentence, sentence
 
 
 def test_a_changed_vocabulary_is_refused_on_resume(small_corpus, vocab_file, base_run, tmp_path):

@@ -114,6 +114,37 @@ def test_tables_in_tsv_csv_and_jsonl(tmp_path):
     assert len(unlabelled) == 2
 
 
+@pytest.mark.parametrize("suffix, sep", [(".tsv", "\t"), (".csv", ",")])
+def test_a_text_longer_than_the_csv_modules_field_limit_is_read(tmp_path, suffix, sep):
+    long = "word " * 40_000  # 200,000 characters: over csv's default 131,072
+    rows = read_table(write(tmp_path / f"long{suffix}", f"text{sep}label\n{long}{sep}pos\n"))
+    assert [(len(r["text"]), r["label"]) for r in rows] == [(len(long), "pos")]
+
+
+def test_only_a_line_feed_ends_a_row(tmp_path):
+    # \x85, \x0c and \u2028 are line breaks to str.splitlines, but text in a TSV row or
+    # a JSON string: each text below stays one row (one question).
+    tsv = write(tmp_path / "nel.tsv", "sentence\tlabel\na good\x85film\tpos\nbad\x0cone\tneg\n")
+    assert [(r["text"], r["line"]) for r in read_table(tsv, "sentence")] == [
+        ("a good\x85film", 2),
+        ("bad\x0cone", 3),
+    ]
+    line = json.dumps({"text": "a good\u2028film", "label": "pos"}, ensure_ascii=False)
+    assert read_table(write(tmp_path / "ls.jsonl", line + "\n"))[0]["text"] == "a good\u2028film"
+    context = "Ann wrote\u2028the book."
+    qa = {"id": "1", "question": "Who?", "answers": [{"text": "Ann", "answer_start": 0}]}
+    squad = {"data": [{"paragraphs": [{"context": context, "qas": [qa]}]}]}
+    path = write(tmp_path / "ls.json", json.dumps(squad, ensure_ascii=False))
+    assert read_squad(path)[0].context == context
+    # A quoted CSV field keeps its line break (the words are not glued together), and the
+    # row after it has its own line number; Windows line ends read the same.
+    csv = write(tmp_path / "quoted.csv", 'text,label\r\n"a good\r\nfilm",pos\r\nbad,neg\r\n')
+    assert [(r["text"], r["label"], r["line"]) for r in read_table(csv)] == [
+        ("a good\nfilm", "pos", 3),
+        ("bad", "neg", 4),
+    ]
+
+
 @pytest.mark.parametrize(
     "name, text, kwargs, message",
     [
@@ -154,6 +185,13 @@ def test_bad_tables_name_file_line_and_fix(tmp_path, name, text, kwargs, message
         read_table(write(tmp_path / name, text), **kwargs)
 
 
+def test_a_directory_for_a_data_file_says_so(tmp_path):
+    # It said "Data file '...' does not exist" of a directory that does.
+    for read in (read_table, read_conll, read_squad):
+        with pytest.raises(InputDataError, match=r"'.*' is a directory; pass a data file"):
+            read(tmp_path)
+
+
 def test_conll_and_its_errors(tmp_path):
     path = write(tmp_path / "t.conll", "-DOCSTART- O\n\nJohn NNP B-PER\nlives VB O\n\nRome B-LOC\n")
     sentences = read_conll(path)
@@ -165,6 +203,12 @@ def test_conll_and_its_errors(tmp_path):
         read_conll(write(tmp_path / "bad.conll", "a O\nb PER\n"))
     with pytest.raises(InputDataError, match=r"one\.conll:1: expected 'word tag'"):
         read_conll(write(tmp_path / "one.conll", "lonely\n"))
+    # A JSON lines file of tokens and tags: its lines read as words ("tag 'O"]}' is not
+    # BIO/BIOES"), or as untagged words for predict.
+    tokens = write(tmp_path / "t.jsonl", '{"tokens": ["John"], "tags": ["B-PER", "O"]}\n')
+    for require_tags in (True, False):
+        with pytest.raises(InputDataError, match=r"t\.jsonl: tagging reads CoNLL text"):
+            read_conll(tokens, require_tags=require_tags)
 
 
 def test_squad_and_its_errors(tmp_path):
@@ -235,6 +279,20 @@ def test_the_task_registry_has_a_class_for_every_task_name():
         assert task.name == name and type(task) is REGISTRY[name]
     with pytest.raises(ConfigError, match="Unknown task 'sentiment'"):
         get_task("sentiment")
+
+
+@pytest.mark.parametrize("label", ["nan", "inf", "-Infinity", "1e39"])
+def test_a_regression_label_that_is_not_finite_is_one_sentence(tmp_path, label):
+    # float() reads each of these (1e39 overflows float32): training went on with a NaN
+    # loss and NaN metrics.
+    from keras_electra.finetuning import get_task
+
+    path = write(tmp_path / "sts.tsv", f"a\tb\ty\none\ttwo\t{label}\nthree\tfour\t2.5\n")
+    examples = read_table(path, "a", "b", "y")
+    message = rf"sts\.tsv:2: label '{label}' is not a finite number"
+    with pytest.raises(InputDataError, match=message):
+        get_task("regress").targets(examples, None)
+    assert get_task("regress").targets(examples[1:], None).tolist() == [[2.5]]
 
 
 def test_layer_factors_head_1_top_layer_decay_embeddings_decay_to_the_l_plus_1():

@@ -194,6 +194,13 @@ def test_checkpoint_that_does_not_match_the_config_is_one_sentence(tiny_run, tmp
         load_run(run_dir)
     assert main(["export", "--run", str(run_dir), "--output", str(tmp_path / "m")]) == 2
     assert "does not match" in one_sentence(capsys.readouterr().err)
+    # More layers than the checkpoint: TensorFlow's list of unbound objects (tf.Variable
+    # reprs with their values) was cut at 300 characters into the sentence.
+    config = json.loads((tiny_run / "config.json").read_text())
+    config["num_layers"] += 1
+    (run_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"\(\d+ of the model's objects are not in it, such as '"):
+        load_run(run_dir)
 
 
 def test_resuming_with_a_different_preset_is_one_sentence(tiny_run, tmp_path, capsys):

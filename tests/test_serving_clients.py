@@ -314,6 +314,16 @@ def test_a_large_batch_goes_in_chunks_of_at_most_max_batch_size_in_order(
             assert {row[1][0] for row in rows} == {"32", "6"}
 
 
+def test_an_empty_list_of_texts_is_a_batch_of_none(electra_server: ModelServer) -> None:
+    # numpy makes [] float64: gRPC sent DT_DOUBLE and the server refused it ("Expects arg[0]
+    # to be string but double is provided").
+    with GrpcClient(electra_server.grpc_target, "electra") as client:
+        out = client.predict({"text": []})
+    assert out["num_tokens"].shape == (0,) and out["replaced_prob"].shape[0] == 0
+    out = RestClient(electra_server.rest_url, "electra").predict({"text": []})
+    assert out["num_tokens"].size == 0
+
+
 def test_texts_are_cut_as_the_export_cuts_them(exports: dict[str, Path]) -> None:
     long_text = "é" * (MAX_TEXT_CHARS + 7)
     long_bytes = b"x" * (4 * MAX_TEXT_CHARS + 7)

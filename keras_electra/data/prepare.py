@@ -141,8 +141,9 @@ def prepare(
 
     Raises:
         InputDataError: a corpus file is missing or not text, or the vocabulary is unusable.
-        ConfigError: a length or shard count no writing can use, or Beam options the
-            installed Beam does not know (or without Beam installed).
+        ConfigError: a length or shard count no writing can use, Beam options the
+            installed Beam does not know (or without Beam installed), or an output
+            directory that holds a model or exports.
         StorageError: (dry run) the output directory cannot be written.
         TypeError: a keyword that is not an option.
     """
@@ -152,6 +153,14 @@ def prepare(
     remote = is_remote(out_name)  # gs://bucket/dir: written through tf.io.gfile
     out: Path | str = out_name.rstrip("/") if remote else Path(out_name)
     check_writing(s.max_seq_length, s.num_shards)
+    if not remote:  # the records' vocab.txt would replace a model's own
+        held = RunDirectory(out)
+        if held.has_config():
+            raise ConfigError(
+                f"--output '{out}' holds a model (config.json), whose vocab.txt the records' "
+                "vocabulary would replace; choose a new --output for the records."
+            )
+        held.refuse_exports("the records")
     tokens = load_vocab(s.vocab) if s.vocab else None
     files = resolve_corpus_files(corpus)
     check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)

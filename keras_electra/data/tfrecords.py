@@ -13,6 +13,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -594,9 +595,18 @@ def unreadable_tfrecord(paths: PathsLike) -> tuple[str, str] | None:
             for _ in tf.data.TFRecordDataset(path).batch(1024):
                 pass
         except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
-            detail = e.message.strip().splitlines()[0] if e.message else type(e).__name__
-            return path, detail
+            return path, _reader_complaint(e)
     return None
+
+
+def _reader_complaint(error: tf.errors.OpError) -> str:
+    """The TFRecord reader's own words ("truncated record at 8192: Read less bytes than
+    requested"), without the eager iterator's wrapping (``{{function_node ...}}``, ``[Op:
+    IteratorGetNext]``) around them."""
+    text = error.message.strip().splitlines()[0] if error.message else ""
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", text)
+    text = re.sub(r"\s*\[Op:[^\]]*\].*$", "", text)
+    return text.replace("' failed with ", ": ").strip(" '") or type(error).__name__
 
 
 def check_records(

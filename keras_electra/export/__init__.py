@@ -11,6 +11,7 @@ from keras_electra.export.saved_model import (
     SIGNATURE_NAMES,
     EnergyModule,
     ReplacedTokenModule,
+    check_export_base,
     export_module,
     next_version,
 )
@@ -59,14 +60,16 @@ def export(
         The written version folder.
 
     Raises:
-        ConfigError: if the directory holds no model, ``max_length`` is out of range, or
-            a pretraining run has no replaced-token head (``--objective mlm``).
+        ConfigError: if the directory holds no model, ``max_length`` is out of range,
+            a pretraining run has no replaced-token head (``--objective mlm``), or
+            ``output`` is a version folder or a run directory.
         ElectraError: if the version folder already exists.
 
     Examples:
         >>> export("runs/demo", "saved_models/electra")  # doctest: +SKIP
         PosixPath('saved_models/electra/1')
     """
+    check_export_base(output)  # before the model is built
     run = RunDirectory(run_dir)
     if run.is_finetuned():
         module = finetuned_module(load_finetuned(run.path), max_length)

@@ -153,7 +153,12 @@ class QuestionAnsweringModule(FinetunedModule):
         def per_question(values: tf.Tensor, default) -> tf.Tensor:
             return tf.RaggedTensor.from_row_splits(values, windows.row_splits).to_tensor(default)
 
-        best_window = tf.argmax(per_question(score, float("-inf")), axis=-1, output_type=tf.int32)
+        # A trailing -inf column changes no question's choice (argmax takes the first of equal
+        # scores) and keeps the axis non-empty for a batch of no questions.
+        window_scores = tf.pad(
+            per_question(score, float("-inf")), [[0, 0], [0, 1]], constant_values=float("-inf")
+        )
+        best_window = tf.argmax(window_scores, axis=-1, output_type=tf.int32)
         row = tf.cast(windows.row_starts(), tf.int32) + best_window
         best_score = tf.gather(score, row)
         has_span = best_score > float("-inf")

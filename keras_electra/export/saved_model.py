@@ -247,6 +247,27 @@ def next_version(base: str | Path) -> int:
     return max((int(p.name) for p in found if p.is_dir() and p.name.isdigit()), default=0) + 1
 
 
+def check_export_base(output: str | Path) -> None:
+    """Refuse an export ``output`` that is not a model's base folder: a SavedModel (a
+    version folder: the new version would be nested inside it, where TF Serving never
+    looks) or a run directory.
+
+    Raises:
+        ConfigError: one sentence naming the folder to pass instead.
+    """
+    base = Path(output)
+    if (base / "saved_model.pb").is_file():
+        raise ConfigError(
+            f"--output '{base}' is an export's version folder (it holds saved_model.pb); pass "
+            f"the model's base folder, '{base.parent}', and the next version is written there."
+        )
+    if RunDirectory(base).has_config():
+        raise ConfigError(
+            f"--output '{base}' holds a run or a fine-tuned model (config.json), not exports; "
+            "pass a folder for the model's versions, such as saved_models/NAME."
+        )
+
+
 def export_module(
     module: tf.Module,
     output: str | Path,
@@ -260,8 +281,10 @@ def export_module(
     (``tf.saved_model.save`` writes predict only). Returns the version folder.
 
     Raises:
+        ConfigError: ``output`` is a version folder or a run directory.
         ElectraError: if the version folder already exists.
     """
+    check_export_base(output)
     base = Path(output)
     version = next_version(base) if version is None else int(version)
     if version <= 0:

@@ -13,17 +13,28 @@ from pathlib import Path
 from keras_electra.errors import InputDataError
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
+_JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")  # JSON lines (tables), or JSON
 
 
-def _open_lines(path: Path) -> list[str]:
+def _open_lines(path: Path, keepends: bool = False) -> list[str]:
+    if path.is_dir():
+        raise InputDataError(
+            f"'{path}' is a directory; pass a data file (TSV, CSV, JSONL, CoNLL or SQuAD JSON)."
+        )
     if not path.is_file():
         raise InputDataError(f"Data file '{path}' does not exist; check the path.")
     try:
-        return path.read_text(encoding="utf-8-sig").splitlines()
+        text = path.read_text(encoding="utf-8-sig")  # "\r\n" and "\r" are read as "\n"
     except UnicodeDecodeError as e:
         raise InputDataError(
             f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8."
         ) from None
+    # Only a line feed ends a line: str.splitlines would also cut at characters a text or a
+    # JSON string may hold (\x85, \x0c, \u2028, ...), splitting one row into two.
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line + "\n" for line in lines] if keepends else lines
 
 
 def _json(text: str, path: Path, fix: str, line: int | None = None):
@@ -37,9 +48,11 @@ def _json(text: str, path: Path, fix: str, line: int | None = None):
 
 def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
     """(line number, fields) per data row; fields is a dict for JSON lines."""
-    lines = _open_lines(path)
     suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json", ".ndjson"):
+    # A table keeps its line ends: a quoted CSV field may hold a line break, which the
+    # csv module then keeps (without them it would glue the two lines' words together).
+    lines = _open_lines(path, keepends=suffix in (".tsv", ".csv", ".txt"))
+    if suffix in _JSON_SUFFIXES:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -54,10 +67,15 @@ def _table_rows(path: Path) -> Iterator[tuple[int, list[str] | dict]]:
         reader = csv.reader(lines)
     else:  # GLUE TSV files are not quoted: quotes are part of the text
         reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    # A text may be as long as a document: the csv module's default limit (128 KiB a
+    # field) would stop the read with a csv.Error; the model cuts long texts itself.
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
     for fields in reader:
         if any(f.strip() for f in fields):  # blank rows are skipped
             yield reader.line_num, fields
 
+
+_FIELD_LIMIT = 2**31 - 1  # the largest field size the csv module takes on every platform
 
 # The column separator of each table format, and its name in an error.
 _SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
@@ -112,7 +130,7 @@ def read_table(
     path = Path(path)
     rows = _table_rows(path)
     names: list[str] | None = None
-    json_lines = path.suffix.lower() in (".jsonl", ".json", ".ndjson")
+    json_lines = path.suffix.lower() in _JSON_SUFFIXES
     if header and not json_lines:
         first = next(rows, None)
         if first is None:
@@ -182,6 +200,11 @@ def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSen
     With ``require_tags=False``, a line holding only a word gets the tag ``O``.
     """
     path = Path(path)
+    if path.suffix.lower() in _JSON_SUFFIXES:  # its lines would read as words and tags
+        raise InputDataError(
+            f"{path}: tagging reads CoNLL text ('word tag' per line, a blank line between "
+            "sentences), not JSON; write the file in that form."
+        )
     sentences: list[TaggedSentence] = []
     words, tags, start = [], [], 0
     for number, line in enumerate([*_open_lines(path), ""], 1):

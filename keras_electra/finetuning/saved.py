@@ -50,12 +50,14 @@ class FinetunedModel:
 
 def check_output_dir(output_dir: str | Path) -> RunDirectory:
     """``output_dir`` as a run directory a fine-tuned model may be written to: new, or a
-    fine-tuned model's (which it replaces); never a pretraining run or a converted model.
+    fine-tuned model's (which it replaces); never a pretraining run, a converted model or
+    exports.
 
     Raises:
-        ConfigError: ``output_dir`` holds a model that is not a fine-tuned one.
+        ConfigError: ``output_dir`` holds a model that is not a fine-tuned one, or exports.
     """
     run = RunDirectory(output_dir)
+    run.refuse_exports("the fine-tuned model")
     if run.has_config() and not run.is_finetuned():
         raise ConfigError(
             f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."

@@ -267,6 +267,7 @@ def resolve_run(
     ``--init``'s or the preset's recipe with ``settings.hyperparameters``; ``--temperature``
     applied to each.
     """
+    run.refuse_exports("the run")
     fields = ("embedding_sharing", "generator_hidden_size")
     flags = (settings.embedding_sharing, settings.generator_size)
     overrides = dict(settings.config_overrides)

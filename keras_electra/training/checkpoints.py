@@ -8,6 +8,7 @@ files (docs/reliability.md). Every worker saves, but only the chief into the run
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -153,7 +154,7 @@ class RunCheckpoints:
                     f"the checkpoint holds {stored} model variables, the model has {expected}"
                 )
         except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
-            detail = str(e).splitlines()[0][:300]
+            detail = _mismatch(str(e))
             raise ConfigError(
                 f"Checkpoint '{path}' does not match the model configuration ({detail}); "
                 "restore the run's original config.json or start a new output directory."
@@ -249,3 +250,14 @@ def _unreadable(path: str, error: BaseException) -> StorageError:
         f"Checkpoint '{path}' cannot be read ({storage_reason(error)}); restore its files, "
         "or edit the 'checkpoint' file beside it to name an earlier one."
     )
+
+
+def _mismatch(message: str) -> str:
+    """What a failed restore says, short: TensorFlow's list of unbound objects (a model
+    with more layers than the checkpoint) becomes a count and the first variable's name."""
+    unbound = re.match(r"Found (\d+) Python objects that were not bound", message)
+    if unbound is None:
+        return message.splitlines()[0][:300] if message else "no detail"
+    variable = re.search(r"<tf\.Variable '([^']+?)(?::\d+)?'", message)
+    example = f", such as '{variable.group(1)}'" if variable else ""
+    return f"{unbound.group(1)} of the model's objects are not in it{example}"

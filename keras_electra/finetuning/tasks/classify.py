@@ -20,6 +20,8 @@ from keras_electra.finetuning.models import ElectraClassifier, ElectraRegressor
 from keras_electra.finetuning.readers import read_table
 from keras_electra.finetuning.tasks.base import Arrays, Task, pack
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 ENCODE_CHUNK = 4096
 
 
@@ -155,12 +157,20 @@ class RegressTask(_SequenceTask):
         values = []
         for e in examples:
             try:
-                values.append(float(e["label"]))
+                value = float(e["label"])
             except ValueError:
                 raise InputDataError(
                     f"{e['file']}:{e['line']}: label '{e['label']}' is not a number; regression "
                     "needs numeric labels."
                 ) from None
+            # float() reads 'nan' and 'inf' (and 1e39 is inf in float32): the loss and
+            # every metric would be NaN without a word.
+            if not abs(value) <= _FLOAT32_MAX:
+                raise InputDataError(
+                    f"{e['file']}:{e['line']}: label '{e['label']}' is not a finite number; "
+                    "regression needs finite numeric labels."
+                )
+            values.append(value)
         return np.asarray(values, np.float32)[:, None]
 
     def build_model(self, backbone, settings):
