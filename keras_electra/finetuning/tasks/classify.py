@@ -143,8 +143,10 @@ class ClassifyTask(_SequenceTask):
         logits = self.outputs(model, examples, tokenizer, settings, batch_size)
         rows, labels = [], settings.labels
         for e, p in zip(examples, tf.nn.softmax(logits).numpy(), strict=True):
-            scores = {label: round(float(s), 6) for label, s in zip(labels, p, strict=True)}
-            rows.append(self.row(e, label=labels[int(p.argmax())], scores=scores))
+            # Most likely first (ties in label order), as the export's answers and `score`.
+            order = np.argsort(-p, kind="stable")
+            scores = {labels[i]: round(float(p[i]), 6) for i in order}
+            rows.append(self.row(e, label=labels[int(order[0])], scores=scores))
         return rows
 
 
