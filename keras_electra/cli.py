@@ -174,6 +174,13 @@ def _run_export(args: argparse.Namespace) -> None:
         ),
     ],
     flag("--model-name", help="the model's name on the server (default: electra)"),
+    flag(
+        "--model-version",
+        type=int,
+        metavar="N",
+        help="a version the server has loaded (default: the latest it serves)",
+    ),
+    flag("--version-label", metavar="LABEL", help="or a version label it has, such as stable"),
     flag("--timeout", type=float, help="seconds per call to the server (default: 10)"),
     flag(
         "--tls",
@@ -216,7 +223,8 @@ def _run_score(args: argparse.Namespace) -> None:
     from keras_electra.serving.credentials import read_token
 
     names = ("timeout", "tls", "root_certificates", "client_certificate", "client_key")
-    server_only = ("model_name", *names, "token_file", "insecure")
+    versions = ("model_version", "version_label")
+    server_only = ("model_name", *versions, *names, "token_file", "insecure")
     if args.model:
         given = [
             f"--{name.replace('_', '-')}"
@@ -231,7 +239,13 @@ def _run_score(args: argparse.Namespace) -> None:
             )
         scores = score_with_saved_model(args.model, args.text)
     else:
+        if args.model_version is not None and args.version_label is not None:
+            raise errors.ConfigError(
+                f"--model-version {args.model_version} and --version-label "
+                f"'{args.version_label}' both choose the version; pass one of them."
+            )
         options = {name: getattr(args, name) for name in (*names, "insecure")}
+        options |= {"version": args.model_version, "version_label": args.version_label}
         options = {name: value for name, value in options.items() if value is not None}
         token = read_token(args.token_file)
         model_name = args.model_name or "electra"

@@ -280,10 +280,17 @@ def score_with_server(
         except ServingError as err:
             if err.code != "NOT_FOUND":
                 raise
-            raise ServingError(
-                f"{err}; the server serves no model named '{model_name}': pass the name it "
+            version = client_args.get("version")
+            fix = (
+                f"the server has no version {version} of '{model_name}' loaded: pass a "
+                "version it serves with --model-version, or leave it out for its latest"
+                if version is not None
+                else f"the server serves no model named '{model_name}': pass the name it "
                 "serves the model under with --model-name (the MODEL_NAME of `docker run`, a "
-                "`name` in models.config).",
+                "`name` in models.config)"
+            )
+            raise ServingError(
+                f"{err}; {fix}.",
                 code=err.code,
                 http_status=err.http_status,
                 details=err.details,

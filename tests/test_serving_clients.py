@@ -519,6 +519,37 @@ def test_a_loaded_export_and_its_server_show_the_reader_the_same_signatures(
     assert export_reader(loaded).kind == export_reader(served).kind == "classify"
 
 
+def test_score_asks_a_server_for_a_model_version_or_a_version_label(classifier_server, capsys):
+    # score had no way to choose among the versions a server serves (only the latest).
+    from keras_electra.cli import main
+
+    def score(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["score", "--model-name", "classifier", "--json", *argv, "fine"])
+        out, err = capsys.readouterr()
+        return code, out, err.strip()
+
+    for server in (classifier_server.grpc_target, classifier_server.rest_url):
+        for chosen in (("--model-version", "1"), ("--version-label", "stable")):
+            code, out, err = score("--server", server, *chosen)
+            assert code == 0, err
+            assert {row["label"] for row in json.loads(out)} <= set(LABELS)
+        for chosen in (("--model-version", "2"), ("--version-label", "canary")):
+            code, _, err = score("--server", server, *chosen)
+            assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+            assert (
+                "the server has no version 2 of 'classifier' loaded" in err
+                if chosen[0] == "--model-version"
+                else "Unrecognized servable version label: canary" in err
+            ), err
+    code, _, err = score(
+        "--server", classifier_server.grpc_target, "--model-version", "1", "--version-label", "x"
+    )
+    assert code == 2 and "both choose the version; pass one of them" in err, err
+    code, _, err = score("--model", "saved_models/x", "--version-label", "stable")
+    assert code == 2 and "--model-name, --version-label are for a server (--server)" in err, err
+
+
 def test_an_export_of_no_known_kind_is_one_sentence_naming_its_signatures(
     exports: dict[str, Path], capsys
 ) -> None:
