@@ -280,11 +280,13 @@ def export_module(
     Signatures the module lists in ``method_names()`` get those TF Serving method names
     (``tf.saved_model.save`` writes predict only). Returns the version folder.
 
+    The caller checks ``output`` with :func:`check_export_base` before it builds the
+    module.
+
     Raises:
-        ConfigError: ``output`` is a version folder or a run directory.
+        ConfigError: ``version`` is not positive.
         ElectraError: if the version folder already exists.
     """
-    check_export_base(output)
     base = Path(output)
     version = next_version(base) if version is None else int(version)
     if version <= 0:
