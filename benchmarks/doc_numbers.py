@@ -335,7 +335,7 @@ def demo_time() -> str:
 
 
 def _idle_demo() -> dict:
-    return [r for r in read_json("demo.json")["runs"] if r["conditions"] == "idle"][-1]
+    return [r for r in read_json("demo.json")["runs"] if r["conditions"].startswith("idle")][-1]
 
 
 def _workers(run: dict) -> re.Match | None:
