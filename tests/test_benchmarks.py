@@ -108,9 +108,16 @@ def test_near_duplicates_are_dropped_before_the_split_and_kept_out_of_the_in_dom
     most = " ".join(f"word{i}" for i in range(40)) + " " + " ".join(f"x{i}" for i in range(20))
     assert data.count_near_duplicated([most], [article]) == 1
     # The previous build's audit: its test texts that near-duplicated its pool are counted.
-    pool = [(f"text number {i} " + article, "a") for i in range(4000)]
+    # (Every row shares 11 of its 14 shingles with every other: a short text and a small
+    # pool keep the all-pairs matches few.)
+    shared = " ".join(article.split()[:20])
+    pool = [(f"text number {i} " + shared, "a") for i in range(2400)]
     audit = data.previous_split_audit("tweet_sentiment", pool)
     assert audit["test"] == 2000 and audit["test_near_duplicating_pool"] == 2000
+    unique = [
+        (f"text number {i} " + " ".join(f"w{i}x{j}" for j in range(20)), "a") for i in range(2400)
+    ]
+    assert data.previous_split_audit("tweet_sentiment", unique)["test_near_duplicating_pool"] == 0
 
 
 def test_memory_timeline_replays_the_allocator_to_its_peak(capsys):
