@@ -3,7 +3,8 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import pathlib
+import importlib  # noqa: E402
+import pathlib  # noqa: E402
 import random  # noqa: E402
 
 import pytest  # noqa: E402
@@ -11,6 +12,20 @@ import pytest  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "data" / "sample" / "shakespeare.txt"
 SAMPLE_VALID = REPO / "data" / "sample" / "shakespeare_valid.txt"
+
+
+class OnFirstUse:
+    """A module imported when a test first uses it, not when a worker collects the file:
+    torch, transformers and keras-hub take seconds to import, which every test worker
+    would pay whether or not it runs the file's tests."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("_"):  # pytest's collection asks for _mock_name, __test__...
+            raise AttributeError(attribute)
+        return getattr(importlib.import_module(self._name), attribute)
 
 
 # The longest files, longest first (seconds of one worker in the last timed run:

@@ -8,12 +8,12 @@ original variable names, and keras-hub's ``ElectraBackbone``.
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import OnFirstUse
 
 from keras_electra.cli import main
 from keras_electra.convert import convert, convert_run, read_google
@@ -21,22 +21,7 @@ from keras_electra.convert.core import write_init_dir
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.run import load_run
 
-
-class _OnFirstUse:
-    """A module imported when first used. torch, transformers and keras-hub take about 8 s
-    to import, which every test worker would pay when it collects this file, whether or
-    not it runs it."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def __getattr__(self, attribute: str):
-        if attribute.startswith("_"):  # pytest's collection asks for _mock_name, __test__...
-            raise AttributeError(attribute)
-        return getattr(importlib.import_module(self._name), attribute)
-
-
-torch, transformers, keras_hub = (_OnFirstUse(n) for n in ("torch", "transformers", "keras_hub"))
+torch, transformers, keras_hub = (OnFirstUse(n) for n in ("torch", "transformers", "keras_hub"))
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
 TOLERANCE = 1e-4

@@ -4,16 +4,18 @@ import dataclasses
 import shutil
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import OnFirstUse
 
 from keras_electra import kernels as kernel_tables
 from keras_electra.kernels import implementation, table
 from keras_electra.layers import encoder as encoder_module
 from keras_electra.layers.dropout import DropoutDraw, dropout_key
 from keras_electra.layers.encoder import ElectraEncoder
+
+keras_hub = OnFirstUse("keras_hub")
 
 
 def bias_gelu(h, bias):

@@ -8,14 +8,16 @@ import subprocess
 import sys
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import OnFirstUse
 
 from keras_electra.layers.embedding import PositionEmbedding
 from keras_electra.layers.encoder import TransformerLayer
 from keras_electra.layers.heads import GeneratorHead
+
+keras_hub = OnFirstUse("keras_hub")
 
 LAYER = dict(
     intermediate_dim=24,
