@@ -48,12 +48,15 @@ Texts = Sequence[str | bytes] | Mapping[str, Sequence[str | bytes]]
 inputs by name (``{"question": [...], "context": [...]}``)."""
 
 
-def utf8_texts(texts: Sequence[str | bytes]) -> list[bytes]:
-    """The texts as UTF-8 bytes, each cut to the export's length (``limits.cap_text``).
+def utf8_texts(texts: Sequence[str | bytes], name: str | None = None) -> list[bytes]:
+    """The texts as UTF-8 bytes, each cut to the export's length (``limits.cap_text``);
+    ``name`` is the input they feed, for the errors.
 
     Raises:
-        InputDataError: a ``str`` that is not valid Unicode text (a command-line argument
-            in another encoding arrives with its bytes escaped as lone surrogates).
+        InputDataError: an empty (or all-whitespace) text, which has no tokens to score,
+            as ``predict`` refuses it; a ``str`` that is not valid Unicode text (a
+            command-line argument in another encoding arrives with its bytes escaped as
+            lone surrogates).
 
     Examples:
         >>> utf8_texts(["café", b"raw"])
@@ -61,6 +64,9 @@ def utf8_texts(texts: Sequence[str | bytes]) -> list[bytes]:
     """
     out = []
     for number, text in enumerate(texts, 1):
+        where = f"Text {number}" if name is None else f"The {name} of example {number}"
+        if not text.strip():
+            raise InputDataError(f"{where} is empty; pass text to score, or leave it out.")
         if isinstance(text, bytes):
             out.append(cap_text(text))
             continue
@@ -68,7 +74,7 @@ def utf8_texts(texts: Sequence[str | bytes]) -> list[bytes]:
             out.append(cap_text(text).encode("utf-8"))
         except UnicodeEncodeError as error:
             raise InputDataError(
-                f"Text {number} is not valid UTF-8 (at character {error.start + 1}); pass "
+                f"{where} is not valid UTF-8 (at character {error.start + 1}); pass "
                 "text in UTF-8 (set a UTF-8 locale, or convert it with iconv)."
             ) from None
     return out
@@ -197,7 +203,8 @@ def _inputs(reader: ExportReader, texts: Texts) -> dict[str, list[bytes]]:
         inputs = reader.check_inputs(texts)
     else:
         inputs = reader.feeds(texts)
-    return {name: utf8_texts(values) for name, values in inputs.items()}
+    named = len(inputs) > 1
+    return {name: utf8_texts(values, name if named else None) for name, values in inputs.items()}
 
 
 def score_with_saved_model(

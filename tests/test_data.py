@@ -335,8 +335,9 @@ def test_missing_file_and_empty_corpus_errors(tmp_path, tokenizer):
 
 def test_a_corpus_that_is_mostly_not_text_is_one_sentence(tmp_path, capsys):
     """300 KB of random bytes (or UTF-16 text) as a corpus: learning a vocabulary and
-    pretraining refuse it in one sentence instead of training on garbage; real text in
-    a legacy encoding with a few accents still passes (its bytes become U+FFFD)."""
+    pretraining refuse it in one sentence instead of training on garbage. Text in a legacy
+    8-bit encoding, whose accents would all train as U+FFFD, is refused too, naming the
+    line and the byte; UTF-8 with a few stray bytes still passes (they become U+FFFD)."""
     from keras_electra.cli import main
 
     junk = tmp_path / "junk.txt"
@@ -348,8 +349,14 @@ def test_a_corpus_that_is_mostly_not_text_is_one_sentence(tmp_path, capsys):
             learn_vocab([str(path)], vocab_size=100)
         assert "\n" not in str(error.value) and "iconv" in str(error.value)
     latin1 = tmp_path / "latin1.txt"
-    latin1.write_bytes("Le café est près de la forêt.\n".encode("latin-1") * 100)
-    assert "caf" in " ".join(learn_vocab([str(latin1)], vocab_size=100))
+    latin1.write_bytes(("The end.\n" + "Le café est près de la forêt.\n" * 100).encode("cp1252"))
+    with pytest.raises(InputDataError, match="legacy 8-bit encoding") as error:
+        learn_vocab([str(latin1)], vocab_size=100)
+    assert "line 2 has the byte 0xE9 ('é' in Windows-1252)" in str(error.value)
+    assert "\n" not in str(error.value) and "iconv -f WINDOWS-1252" in str(error.value)
+    stray = tmp_path / "stray.txt"
+    stray.write_bytes("Le café est près de la forêt.\n".encode() * 99 + b"caf\xe9\n")
+    assert "caf" in " ".join(learn_vocab([str(stray)], vocab_size=100))  # no error
     out = tmp_path / "run"
     capsys.readouterr()
     assert main(["pretrain", "--corpus", str(junk), "--output", str(out), "--steps", "1"]) == 2
@@ -381,9 +388,9 @@ def test_too_few_examples_without_repeat_is_an_error(corpus, tokenizer):
         pretraining_dataset(corpus, tokenizer, batch_size=2, max_seq_length=2)
 
 
-def test_non_utf8_file_gives_batches(tmp_path, tokenizer):
-    path = tmp_path / "latin1.txt"
-    path.write_bytes("The café sat on the mat.\n\nThe dog ran \xff\xfe far.\n".encode("latin-1"))
+def test_stray_bytes_that_are_not_utf8_give_batches(tmp_path, tokenizer):
+    path = tmp_path / "stray.txt"
+    path.write_bytes("The café sat on the mat.\n\nThe dog ran ".encode() + b"\xff\xfe far.\n")
     batch = next(iter(pretraining_dataset(str(path), tokenizer, batch_size=2, max_seq_length=16)))
     tokens = tokenizer.detokenize_ids(batch["token_ids"]).numpy()
     assert b"[UNK]" in tokens and b"dog" in tokens

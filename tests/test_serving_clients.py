@@ -376,6 +376,25 @@ def test_score_names_an_argument_that_is_not_utf8_in_one_sentence(exports, tmp_p
         assert "is not valid UTF-8" in err_text
 
 
+def test_score_refuses_an_empty_text_as_predict_does(exports, capsys) -> None:
+    """An empty or all-whitespace text has no tokens to score: one sentence naming it (and
+    its input, for a two-input export) before any scoring, in the library and the command."""
+    from keras_electra import scoring
+    from keras_electra.cli import main
+    from keras_electra.errors import InputDataError
+    from keras_electra.serving.export_reader import KINDS, ExportReader
+
+    with pytest.raises(InputDataError, match="^Text 2 is empty; pass text to score"):
+        score_with_saved_model(str(exports["echo"]), ["fine", " \t "])
+    qa = ExportReader(KINDS[-1], ("question", "context"))
+    with pytest.raises(InputDataError, match="^The context of example 2 is empty"):
+        scoring._inputs(qa, ["Who ran?", "Ann ran.", "Why?", b" "])
+    capsys.readouterr()
+    assert main(["score", "--model", str(exports["echo"]), "fine", ""]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said.endswith("Text 2 is empty; pass text to score, or leave it out."), said
+
+
 # -- classify -------------------------------------------------------------------------
 
 

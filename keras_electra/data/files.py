@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import glob
 import os
 import re
@@ -229,13 +230,35 @@ def not_text_share(data: bytes) -> float:
     return len(_NOT_TEXT.findall(text)) / len(text) if text else 0.0
 
 
+def legacy_byte(data: bytes) -> int | None:
+    """The offset of the first byte of ``data`` (a file's beginning) that is not UTF-8, if
+    ``data`` reads as text in an 8-bit legacy encoding (Latin-1, Windows-1252): such a
+    byte, and no character beyond ASCII that is UTF-8. None for UTF-8 text, ASCII, and
+    UTF-8 with a few stray bytes (those become U+FFFD). A character cut at the end of
+    ``data`` does not count.
+
+    Examples:
+        >>> legacy_byte("Le café\\n".encode("latin-1")), legacy_byte("Le café\\n".encode())
+        (6, None)
+        >>> legacy_byte("café, \\xff".encode() + b"\\xe9")  # UTF-8 with a stray byte
+    """
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+        return None
+    except UnicodeDecodeError as error:
+        first = error.start
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)
+    return None if any("\x7f" < c != "\ufffd" for c in text) else first
+
+
 def check_text_files(files: Sequence[str]) -> None:
     """Raises if a local file's beginning (:data:`TEXT_SAMPLE_BYTES`) is mostly not text
     (:data:`MAX_NOT_TEXT_SHARE`): a binary file, or text in another encoding, would train
-    on a vocabulary of garbage without a word.
+    on a vocabulary of garbage without a word; or if it is text in a legacy 8-bit encoding
+    (:func:`legacy_byte`), whose accented letters would all train as U+FFFD.
 
     Raises:
-        InputDataError: one sentence naming the file, the share and the fix.
+        InputDataError: one sentence naming the file, what is wrong and the fix.
 
     Examples:
         >>> import tempfile, os
@@ -250,13 +273,26 @@ def check_text_files(files: Sequence[str]) -> None:
         if is_remote(path):
             continue
         with open(path, "rb") as f:
-            share = not_text_share(f.read(TEXT_SAMPLE_BYTES))
+            data = f.read(TEXT_SAMPLE_BYTES)
+        share = not_text_share(data)
         if share > MAX_NOT_TEXT_SHARE:
             raise InputDataError(
                 f"Corpus file '{path}' is not text: {share:.0%} of its first "
                 f"{TEXT_SAMPLE_BYTES // 1024} KiB are bytes that are not UTF-8 or control "
                 "characters (real text has almost none); pass UTF-8 text files (convert "
                 "others with iconv), or TFRecords from `keras-electra prepare`."
+            )
+        at = legacy_byte(data)
+        if at is not None:
+            letter = data[at : at + 1].decode("cp1252", "replace")
+            shown = f" ('{letter}' in Windows-1252)" if letter.isprintable() else ""
+            line = data[:at].count(b"\n") + 1
+            raise InputDataError(
+                f"Corpus file '{path}' is not UTF-8 but a legacy 8-bit encoding such as "
+                f"Latin-1: line {line} has the byte "
+                f"0x{data[at]:02X}{shown}, and none of its first {TEXT_SAMPLE_BYTES // 1024} "
+                "KiB is UTF-8 beyond ASCII; convert it (`iconv -f WINDOWS-1252 -t UTF-8 "
+                f"'{path}' > converted.txt`) and pass the converted file."
             )
 
 
