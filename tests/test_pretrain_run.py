@@ -170,7 +170,7 @@ def test_non_utf8_bytes_and_a_one_megabyte_line_still_train(tmp_path, small_corp
     corpus = tmp_path / "messy.txt"
     clean = small_corpus.read_bytes()[:200_000]
     corpus.write_bytes(
-        b"caf\xe9 cr\xe8me \xff\xfe broken bytes.\n" + b"word " * 200_000 + b"\n\n" + clean
+        "café crème".encode() + b" \xff\xfe broken bytes.\n" + b"word " * 200_000 + b"\n\n" + clean
     )
     result = pretrain(
         [str(corpus)],
