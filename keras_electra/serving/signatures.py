@@ -1,4 +1,5 @@
-"""SignatureDef method names and the ``classify`` signature contract.
+"""SignatureDef method names, the ``classify`` signature contract and the keys of TF
+Serving's Classify and Regress APIs.
 
 ``tf.saved_model.save`` writes every signature with the method name
 ``tensorflow/serving/predict``, which TF Serving's Classify API accepts only without
@@ -25,6 +26,9 @@ SERVE_TAG = "serve"
 CLASSIFY_INPUTS = "inputs"
 CLASSIFY_OUTPUT_CLASSES = "classes"
 CLASSIFY_OUTPUT_SCORES = "scores"
+# Keys TF Serving's Regress API requires: one input, one float output.
+REGRESS_INPUTS = "inputs"
+REGRESS_OUTPUTS = "outputs"
 
 _DT_STRING = 7
 _DT_FLOAT = 1

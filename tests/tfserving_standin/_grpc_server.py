@@ -39,6 +39,9 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Classify(self, request: Any, context: grpc.ServicerContext) -> Any:
         return _call(context, lambda: self.model.classify(request))
 
+    def Regress(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return _call(context, lambda: self.model.regress(request))
+
     def GetModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
         return _call(context, lambda: self.model.metadata(request))
 

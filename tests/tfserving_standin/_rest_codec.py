@@ -3,7 +3,7 @@
 Follows TF Serving's REST API document and its JSON rules
 (``util/json_tensor.cc``): row and columnar predict, ``{"b64": ...}`` binary
 values, ``_bytes`` output names, float32 numbers printed at float32 precision,
-``results`` for classify. Used by the in-process test server.
+``results`` for classify and regress. Used by the in-process test server.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_pb2,
     predict_pb2,
+    regression_pb2,
 )
 
 from keras_electra.serving.errors import ServingError
@@ -302,16 +303,10 @@ def _example_from_json(value: Any) -> Any:
     return make_example(features)
 
 
-def classification_request_from_json(
-    body: bytes, spec: model_pb2.ModelSpec
-) -> classification_pb2.ClassificationRequest:
-    """Builds a ``ClassificationRequest`` from a REST ``:classify`` body.
-
-    Raises:
-        ServingError: For a malformed body, as TF Serving reports it.
-    """
-    document = _parse_body(body)
-    request = classification_pb2.ClassificationRequest(model_spec=spec)
+def _fill_examples(document: dict, request: Any) -> Any:
+    """Fills a Classification or RegressionRequest's signature name and examples from a
+    parsed REST body, as TF Serving's one parser for both does (whose message for missing
+    examples says "classify" for regress too)."""
     request.model_spec.signature_name = document.get("signature_name", "")
     examples = document.get("examples")
     if examples is None:
@@ -328,6 +323,31 @@ def classification_request_from_json(
     for example in examples:
         target.examples.add().CopyFrom(_example_from_json(example))
     return request
+
+
+def classification_request_from_json(
+    body: bytes, spec: model_pb2.ModelSpec
+) -> classification_pb2.ClassificationRequest:
+    """Builds a ``ClassificationRequest`` from a REST ``:classify`` body.
+
+    Raises:
+        ServingError: For a malformed body, as TF Serving reports it.
+    """
+    request = classification_pb2.ClassificationRequest(model_spec=spec)
+    return _fill_examples(_parse_body(body), request)
+
+
+def regression_request_from_json(
+    body: bytes, spec: model_pb2.ModelSpec
+) -> regression_pb2.RegressionRequest:
+    """Builds a ``RegressionRequest`` from a REST ``:regress`` body (the format of
+    ``:classify``'s).
+
+    Raises:
+        ServingError: For a malformed body, as TF Serving reports it.
+    """
+    request = regression_pb2.RegressionRequest(model_spec=spec)
+    return _fill_examples(_parse_body(body), request)
 
 
 # -- tensors -> JSON ----------------------------------------------------------------
@@ -404,6 +424,17 @@ def classification_response_to_json(response: classification_pb2.ClassificationR
             [[item.label, _decimal(item.score, 9, np.float32)] for item in result.classes]
             for result in response.result.classifications
         ]
+    }
+
+
+def regression_response_to_json(response: regression_pb2.RegressionResponse) -> Any:
+    """Writes a ``RegressionResponse`` as TF Serving's ``{"results": [...]}`` JSON, a
+    value per example (``util/json_tensor.cc``; its REST document shows ``result``, but
+    the server writes ``results``, as for classify)."""
+    if not response.result.regressions:
+        raise _invalid("Cannot convert empty RegressionResults to JSON")
+    return {
+        "results": [_decimal(item.value, 9, np.float32) for item in response.result.regressions]
     }
 
 

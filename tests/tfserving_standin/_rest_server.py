@@ -25,6 +25,8 @@ from ._rest_codec import (
     metadata_response_to_json,
     predict_request_from_json,
     predict_response_to_json,
+    regression_request_from_json,
+    regression_response_to_json,
     status_response_to_json,
 )
 from .servable import SIGNATURE_DEF_FIELD, ServedModel
@@ -99,9 +101,8 @@ def _dispatch(model: ServedModel, method: str, path: str, body: bytes) -> Any:
         if verb == "classify":
             request = classification_request_from_json(body, spec)
             return classification_response_to_json(model.classify(request))
-        raise ServingError(
-            "Regress is not implemented by the keras-electra test server.", code="UNIMPLEMENTED"
-        )
+        request = regression_request_from_json(body, spec)
+        return regression_response_to_json(model.regress(request))
     match = _MODEL_PATH.fullmatch(path) if method == "GET" else None
     if match:
         name, version, label, subresource = match.groups()

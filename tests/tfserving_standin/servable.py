@@ -1,11 +1,12 @@
 """TF Serving's request semantics on top of :class:`SignatureRunner`.
 
 :class:`ServedModel` answers the ``tensorflow.serving`` request protos
-(``PredictRequest``, ``ClassificationRequest``, ``GetModelMetadataRequest``,
-``GetModelStatusRequest``) the way ``tensorflow_model_server`` does: the same
-model-spec resolution, the same validation and the same error codes and
-messages (in substance). The in-process gRPC and REST servers and the warmup
-replay in :mod:`.server` all go through it.
+(``PredictRequest``, ``ClassificationRequest``, ``RegressionRequest``,
+``GetModelMetadataRequest``, ``GetModelStatusRequest``) the way
+``tensorflow_model_server`` does: the same model-spec resolution, the same
+validation and the same error codes and messages (in substance). The
+in-process gRPC and REST servers and the warmup replay in :mod:`.server` all
+go through it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import re
 from collections.abc import Mapping
 
 import numpy as np
-from google.protobuf import any_pb2
+import tensorflow as tf
+from google.protobuf import any_pb2, text_format
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -23,6 +25,7 @@ from tensorflow_serving.apis import (
     input_pb2,
     model_pb2,
     predict_pb2,
+    regression_pb2,
 )
 
 from keras_electra.serving.errors import ServingError
@@ -32,8 +35,15 @@ from keras_electra.serving.signatures import (
     CLASSIFY_METHOD_NAME,
     CLASSIFY_OUTPUT_CLASSES,
     CLASSIFY_OUTPUT_SCORES,
+    REGRESS_INPUTS,
+    REGRESS_METHOD_NAME,
+    REGRESS_OUTPUTS,
 )
-from keras_electra.serving.tensors import ndarray_to_tensor_proto, tensor_proto_to_ndarray
+from keras_electra.serving.tensors import (
+    dtype_name,
+    ndarray_to_tensor_proto,
+    tensor_proto_to_ndarray,
+)
 
 from .runner import SignatureRunner
 
@@ -84,7 +94,8 @@ class ServedModel:
         method_name_check: Mirror of ``--enable_signature_method_name_check``
             (TF Serving's default is ``False``). When ``True``, Classify only
             accepts signatures whose method name is
-            ``tensorflow/serving/classify``.
+            ``tensorflow/serving/classify``, and Regress only
+            ``tensorflow/serving/regress``.
 
     Example:
         >>> model = ServedModel("electra", {1: SignatureRunner("saved_models/electra/1")})
@@ -251,6 +262,78 @@ class ServedModel:
                 'or "scores".',
                 code="FAILED_PRECONDITION",
             )
+
+    # -- Regress ------------------------------------------------------------------
+
+    def regress(
+        self, request: regression_pb2.RegressionRequest
+    ) -> regression_pb2.RegressionResponse:
+        """Answers a ``RegressionRequest`` like ``PredictionService.Regress``
+        (``servables/tensorflow/regressor.cc``): the signature is checked, the serialized
+        examples fed to ``inputs`` and ``outputs`` (float32, ``[batch]`` or
+        ``[batch, 1]``) read as one value per example."""
+        version, runner = self.resolve(request.model_spec)
+        signature_name = request.model_spec.signature_name or DEFAULT_SIGNATURE
+        if signature_name not in runner.signatures:
+            raise ServingError(
+                f"No signature was found with the name: {signature_name}",
+                code="INVALID_ARGUMENT",
+            )
+        self._check_regress_signature(runner.signatures[signature_name])
+        examples = serialized_examples(request.input)
+        outputs = runner.run(
+            signature_name, {REGRESS_INPUTS: examples}, output_filter=[REGRESS_OUTPUTS]
+        )
+        values = outputs[REGRESS_OUTPUTS]
+        if not (values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1)):
+            shape = ",".join(str(size) for size in values.shape)
+            raise ServingError(
+                "Expected output Tensor shape to be either [batch_size] or [batch_size, 1] "
+                f"but got [{shape}]",
+                code="INVALID_ARGUMENT",
+            )
+        if values.shape[0] != len(examples):
+            raise ServingError(
+                "Input batch size did not match output batch size: "
+                f"{len(examples)} vs. {values.shape[0]}",
+                code="INVALID_ARGUMENT",
+            )
+        if values.dtype != np.float32:
+            raise ServingError(
+                "Expected output Tensor of DT_FLOAT.  Got: "
+                f"{dtype_name(tf.dtypes.as_dtype(values.dtype).as_datatype_enum)}",
+                code="INVALID_ARGUMENT",
+            )
+        response = regression_pb2.RegressionResponse(model_spec=self._spec(version, signature_name))
+        for value in values.reshape(-1):
+            response.result.regressions.add(value=float(value))
+        return response
+
+    def _check_regress_signature(self, signature: object) -> None:
+        """TF Serving's checks of a regression signature, with its messages (those for a
+        missing input or output end with the SignatureDef's text, over several lines)."""
+        method = signature.method_name  # type: ignore[attr-defined]
+        if self.method_name_check and method != REGRESS_METHOD_NAME:
+            raise ServingError(
+                f"Expected regression signature method_name to be {REGRESS_METHOD_NAME}. "
+                f"Was: {method}",
+                code="INVALID_ARGUMENT",
+            )
+        inputs, outputs = signature.inputs, signature.outputs  # type: ignore[attr-defined]
+        if len(inputs) != 1:
+            raise ServingError("Expected one input Tensor.", code="INVALID_ARGUMENT")
+        if len(outputs) != 1:
+            raise ServingError("Expected one output Tensor.", code="INVALID_ARGUMENT")
+        for kind, found, key in (
+            ("inputs", inputs, REGRESS_INPUTS),
+            ("outputs", outputs, REGRESS_OUTPUTS),
+        ):
+            if key not in found:
+                raise ServingError(
+                    f"No regression {kind} found in SignatureDef: "
+                    f"{text_format.MessageToString(signature)}",  # type: ignore[arg-type]
+                    code="INVALID_ARGUMENT",
+                )
 
     # -- Metadata and status ------------------------------------------------------
 

@@ -2,9 +2,9 @@
 
 The TF Serving binary is not needed: :class:`ModelServer` loads SavedModels
 with TF Serving's loader semantics (:class:`SignatureRunner`) and serves TF
-Serving's gRPC services (``PredictionService``: Predict, Classify,
+Serving's gRPC services (``PredictionService``: Predict, Classify, Regress,
 GetModelMetadata; ``ModelService``: GetModelStatus) and REST API (predict in
-row and columnar form, classify, metadata, status) on 127.0.0.1. Bad requests
+row and columnar form, classify, regress, metadata, status) on 127.0.0.1. Bad requests
 come back as ``INVALID_ARGUMENT`` / HTTP 400 and the server keeps serving.
 :func:`replay_warmup` runs a SavedModel's warmup file the way the server does
 when it loads a version.
