@@ -46,6 +46,7 @@ from keras_electra.serving.rest_client import RestClient, predict_body  # noqa: 
 from keras_electra.serving.signatures import (  # noqa: E402
     CLASSIFY_METHOD_NAME,
     PREDICT_METHOD_NAME,
+    REGRESS_METHOD_NAME,
     check_classify_signature,
     set_signature_method_name,
 )
@@ -156,6 +157,17 @@ class _BatchEcho(tf.Module):
         }
 
 
+class _RegressEcho(tf.Module):
+    """A regression signature giving each example's ``n`` times 100 plus the size of the
+    batch it came in."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def regress(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        n = tf.io.parse_example(inputs, {"n": tf.io.FixedLenFeature([], tf.float32)})["n"]
+        size = tf.cast(tf.shape(inputs)[0], tf.float32)
+        return {"outputs": tf.expand_dims(100.0 * n + size, 1)}
+
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("saved_models")
@@ -182,7 +194,44 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     unknown = _Unknown()
     signatures = {"serving_default": unknown.serve, "double": unknown.serve}
     tf.saved_model.save(unknown, str(base / "unknown" / "1"), signatures=signatures)
-    return {name: base / name for name in ("electra", "classifier", "echo", "unknown")}
+    regress_echo = _RegressEcho()
+    path = base / "regress_echo" / "1"
+    tf.saved_model.save(regress_echo, str(path), signatures={"regress": regress_echo.regress})
+    set_signature_method_name(path, "regress", REGRESS_METHOD_NAME)
+    names = ("electra", "classifier", "echo", "unknown", "regress_echo")
+    return {name: base / name for name in names}
+
+
+@pytest.fixture(scope="module")
+def regressor_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fine-tuned regressor's export as `keras-electra export` writes it (its module and
+    export code), of a one-layer ELECTRA left untrained: its values are arbitrary but the
+    same wherever the export runs."""
+    import keras
+
+    from keras_electra.config import ElectraConfig
+    from keras_electra.data import SPECIAL_TOKENS, ElectraTokenizer
+    from keras_electra.export.classifier import TextClassifierModule
+    from keras_electra.export.saved_model import export_module
+    from keras_electra.finetuning.models import ElectraRegressor
+    from keras_electra.finetuning.saved import FinetunedModel
+    from keras_electra.finetuning.settings import FinetuneSettings
+    from keras_electra.finetuning.tasks import get_task
+    from keras_electra.layers.backbone import ElectraBackbone
+
+    keras.utils.set_random_seed(0)
+    vocab = [*SPECIAL_TOKENS, *sorted(set(" ".join(TEXTS + ["a dog ran far"]).split()))]
+    config = ElectraConfig.from_preset("tiny", vocab_size=len(vocab), num_layers=1)
+    model = ElectraRegressor(ElectraBackbone(config))
+    ids = np.ones((1, 8), "int32")
+    model({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids})
+    settings = FinetuneSettings(task="regress", max_seq_length=16)
+    finetuned = FinetunedModel(
+        model, ElectraTokenizer(vocab), settings, get_task("regress"), config
+    )
+    return export_module(
+        TextClassifierModule(finetuned), tmp_path_factory.mktemp("saved_models") / "regressor"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -443,6 +492,105 @@ def test_method_name_rewrite_is_what_classify_needs(
     with SignatureRunner(export) as runner:
         with pytest.raises(ServingError, match="input named 'inputs'"):
             check_classify_signature("serving_default", runner.signatures["serving_default"])
+
+
+# -- regress --------------------------------------------------------------------------
+
+
+def test_regress_over_grpc_and_rest_matches_the_model(regressor_export: Path) -> None:
+    """A regressor export's ``regress`` signature through TF Serving's Regress API gives the
+    values it gives in process, one per example, in order (regress() was missing)."""
+    examples = [{"text": text} for text in [*TEXTS, "a dog ran far", ""]]
+    with SignatureRunner(regressor_export) as runner:
+        assert runner.signatures["regress"].method_name == REGRESS_METHOD_NAME
+        serialized = [make_example(example).SerializeToString() for example in examples]
+        direct = runner.run("regress", {"inputs": serialized})["outputs"]
+        served = runner.run("serving_default", {"text": [e["text"] for e in examples]})
+    assert direct.shape == (5, 1) and len(set(direct[:, 0].tolist())) == 5
+    loaded = tf.saved_model.load(str(regressor_export))
+    eager = loaded.signatures["regress"](inputs=tf.constant(serialized))["outputs"].numpy()
+    for in_process in (eager, served["scores"]):
+        np.testing.assert_allclose(in_process, direct, rtol=1e-6)
+
+    # The method-name check proves the export's method name is the one TF Serving wants.
+    with ModelServer(regressor_export, "regressor", method_name_check=True) as server:
+        with GrpcClient(server.grpc_target, "regressor") as client:
+            grpc_values = client.regress(examples)
+        rest_values = RestClient(server.rest_url, "regressor").regress(examples)
+        pinned = RestClient(server.rest_url, "regressor", version=1).regress(examples)
+    assert all(isinstance(value, float) for value in grpc_values + rest_values)
+    np.testing.assert_allclose(grpc_values, direct[:, 0], rtol=1e-6)
+    # REST prints float32 values at float32 precision, so both APIs give the same numbers.
+    assert rest_values == grpc_values == pinned
+
+
+def test_a_regress_batch_goes_in_parts_of_at_most_max_batch_size_joined_in_order(
+    exports: dict[str, Path],
+) -> None:
+    """70 examples with chunks of 32 (the default) and of 4: each value is its example's
+    (``n``), from a request of at most that many examples (the batch size it saw)."""
+    examples = [{"n": float(i), "text": "x" * (i % 5)} for i in range(70)]
+    with ModelServer(exports["regress_echo"], "echo", method_name_check=True) as server:
+        for size in (MAX_BATCH_SIZE, 4):
+            sizes = [min(size, 70 - start) for start in range(0, 70, size)]
+            expected = [100.0 * i + n for i, n in enumerate(n for n in sizes for _ in range(n))]
+            with GrpcClient(server.grpc_target, "echo", max_batch_size=size) as client:
+                assert client.regress(examples) == expected
+            rest = RestClient(server.rest_url, "echo", max_batch_size=size)
+            assert rest.regress(examples) == expected
+        with GrpcClient(server.grpc_target, "echo", max_batch_size=None) as client:
+            assert client.regress(examples) == [100.0 * i + 70 for i in range(70)]
+
+
+def test_regress_with_a_signature_that_cannot_regress_is_one_sentence(
+    exports: dict[str, Path], classifier_server: ModelServer, regressor_export: Path
+) -> None:
+    """A classifier's ``classify`` signature (with TF Serving's method-name check or
+    without, its default) and a regressor's ``serving_default``, which TF Serving refuses
+    with the whole SignatureDef over many lines: one sentence saying the signature is not a
+    regression signature, with the server's reason; the server keeps serving."""
+
+    def refusals(server: ModelServer, model: str, signature: str | None) -> list[ServingError]:
+        errors = []
+        with GrpcClient(server.grpc_target, model, retries=0) as client:
+            with pytest.raises(ServingError) as grpc_err:
+                client.regress([{"text": "good"}], signature)
+            errors.append(grpc_err.value)
+        with pytest.raises(ServingError) as rest_err:
+            RestClient(server.rest_url, model, retries=0).regress([{"text": "good"}], signature)
+        assert rest_err.value.http_status == 400
+        return [*errors, rest_err.value]
+
+    fix = (
+        "; pass the signature_name of one (method tensorflow/serving/regress, input 'inputs', "
+        "one float output 'outputs', as a regressor export's 'regress'), or call classify() "
+        "for a classifier."
+    )
+    checked = "Expected regression signature method_name to be tensorflow/serving/regress. Was: "
+    with ModelServer(exports["classifier"], "plain") as unchecked:  # TF Serving's default
+        cases = [
+            (refusals(classifier_server, "classifier", "classify"), "classifier", "classify",
+             checked + CLASSIFY_METHOD_NAME),
+            (refusals(unchecked, "plain", "classify"), "plain", "classify",
+             "Expected one output Tensor"),
+        ]  # fmt: skip
+    with ModelServer(regressor_export, "regressor") as server:
+        cases.append(
+            (refusals(server, "regressor", None), "regressor", "serving_default",
+             "No regression inputs found in SignatureDef")
+        )  # fmt: skip
+        with GrpcClient(server.grpc_target, "regressor") as client:
+            assert len(client.regress([{"text": "good"}])) == 1  # still serving
+    for errors, model, signature, reason in cases:
+        for err in errors:
+            message = str(err)
+            assert message.endswith(
+                f"cannot regress with signature '{signature}' of model '{model}', which is not "
+                f"a regression signature ({reason}){fix}"
+            ), message
+            assert message.startswith("TF Serving at ") and "\n" not in message, message
+            assert err.code == "INVALID_ARGUMENT" and err.details.startswith(reason)
+    assert "\n" in cases[-1][0][0].details  # the SignatureDef, cut from the sentence
 
 
 # -- metadata and status ----------------------------------------------------------------
@@ -852,6 +1000,10 @@ GOLDEN_CALLS = {
         "model",
         lambda c: c.predict(_NAMED_INPUTS, None, format="columnar"),
     ),
+    "rest_regress_half_plus_three.json": (
+        "half_plus_three",
+        lambda c: c.regress([{"x": 1.0}, {"x": 2.0}], "tensorflow/serving/regress"),
+    ),
     "rest_classify_b64.json": (
         "model",
         lambda c: c.classify(
@@ -909,6 +1061,8 @@ def test_rest_client_matches_documented_bodies(name: str) -> None:
         assert result == [
             {"version": 123, "state": "AVAILABLE", "error_code": "OK", "error_message": ""}
         ]
+    elif name.startswith("rest_regress"):
+        assert error is None and result == [3.5, 4.0]
     else:
         assert error is None and list(result) == ["predictions"]
         assert result["predictions"].dtype == np.float32

@@ -22,7 +22,25 @@ from keras_electra.serving.errors import ServingError
 from keras_electra.serving.export_reader import signature_defs_to_dict
 
 T = TypeVar("T")
+# How TF Serving's Regress refuses a signature (servables/tensorflow/regressor.cc).
+_NOT_REGRESSION = (
+    "Expected regression signature method_name",
+    "Expected one input Tensor",
+    "Expected one output Tensor",
+    "No regression inputs found",
+    "No regression outputs found",
+    "Expected output Tensor shape to be either",
+    "Expected output Tensor of DT_FLOAT",
+)
 CREDENTIALS_FIX = "pass the credentials its proxy expects (token= or headers=; --token-file)"
+
+
+def _capped(examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``examples`` with their text features cut as the export cuts them."""
+    return [
+        {k: limits.cap_text(v) if k in limits.TEXT_INPUTS else v for k, v in e.items()}
+        for e in examples
+    ]
 
 
 class RetriesExhausted(Exception):
@@ -37,7 +55,8 @@ class RetriesExhausted(Exception):
 class ModelClient:
     """What :class:`~keras_electra.serving.grpc_client.GrpcClient` and
     :class:`~keras_electra.serving.rest_client.RestClient` share, and the arguments they
-    both take. A transport defines ``_classify``, ``_metadata`` and ``_status``.
+    both take. A transport defines ``_classify``, ``_regress``, ``_metadata`` and
+    ``_status``.
 
     Args:
         model_name: The served model's name.
@@ -181,12 +200,54 @@ class ModelClient:
             >>> client.classify([{"text": "a wonderful film"}])  # doctest: +SKIP
             [[('negative', 0.03), ('positive', 0.97)]]
         """
-        capped = [
-            {k: limits.cap_text(v) if k in limits.TEXT_INPUTS else v for k, v in e.items()}
-            for e in examples
-        ]
+        capped = _capped(examples)
         parts = limits.batch_slices(len(capped), self.max_batch_size)
         return [result for part in parts for result in self._classify(capped[part], signature_name)]
+
+    def regress(
+        self, examples: Sequence[Mapping[str, Any]], signature_name: str | None = "regress"
+    ) -> list[float]:
+        """Regresses examples through TF Serving's Regress API (gRPC ``Regress``, REST
+        ``:regress``): one value per example, in order.
+
+        ``examples`` are :meth:`classify`'s (one dict of features per example, texts cut as
+        ``predict`` cuts them, ``max_batch_size`` per request); ``signature_name``: a
+        regression signature (method ``tensorflow/serving/regress``, input ``inputs``, one
+        float output ``outputs``), as a fine-tuned regressor's export has in ``regress``.
+        A signature that is not one raises a :class:`ServingError` saying so.
+
+        Examples:
+            >>> client.regress([{"text": "a cat sat"}, {"text": "a dog ran"}])  # doctest: +SKIP
+            [3.1875, 0.4921875]
+        """
+        capped = _capped(examples)
+        parts = limits.batch_slices(len(capped), self.max_batch_size)
+        return [value for part in parts for value in self._regress(capped[part], signature_name)]
+
+    def _not_regression(
+        self, err: ServingError, where: str, signature_name: str | None
+    ) -> ServingError | None:
+        """The error for TF Serving's refusal of a signature that cannot regress (a
+        classifier's, a predict signature) as one sentence, or None for another error. The
+        server's reason is kept up to its first ``:`` or line break (the refusals for a
+        missing ``inputs`` or ``outputs`` go on with the whole SignatureDef)."""
+        said = (err.details or "").strip()
+        if not said.startswith(_NOT_REGRESSION):
+            return None
+        said = said.splitlines()[0]
+        if said.startswith("No regression"):
+            said = said.split(":", 1)[0]
+        name = signature_name or "serving_default"
+        return ServingError(
+            f"TF Serving at {where} cannot regress with signature '{name}' of model "
+            f"'{self.model_name}', which is not a regression signature ({said.rstrip('.')}); "
+            "pass the signature_name of one (method tensorflow/serving/regress, input "
+            "'inputs', one float output 'outputs', as a regressor export's 'regress'), or "
+            "call classify() for a classifier.",
+            code=err.code,
+            http_status=err.http_status,
+            details=err.details,
+        )
 
     def metadata(self) -> dict[str, Any]:
         """The model's signatures (gRPC ``GetModelMetadata``, REST ``GET .../metadata``)::

@@ -17,6 +17,7 @@ from tensorflow_serving.apis import (
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
@@ -191,19 +192,35 @@ class GrpcClient(ModelClient):
         response = self._call("Predict", self._predictions.Predict, request)
         return {alias: tensor_proto_to_ndarray(proto) for alias, proto in response.outputs.items()}
 
-    def _classify(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
-        spec = self._model_spec(signature_name)
-        request = classification_pb2.ClassificationRequest(model_spec=spec)
+    def _examples_request(
+        self, request_type: Any, examples: Sequence[Mapping[str, Any]], signature_name: str | None
+    ) -> Any:
+        """A Classification or RegressionRequest of ``examples`` for ``signature_name``."""
+        request = request_type(model_spec=self._model_spec(signature_name))
         for example in examples:
             try:
                 request.input.example_list.examples.add().CopyFrom(make_example(example))
             except TypeError as err:
                 raise ServingError(f"An example cannot be sent to TF Serving: {err}.") from err
+        return request
+
+    def _classify(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
+        request = self._examples_request(
+            classification_pb2.ClassificationRequest, examples, signature_name
+        )
         response = self._call("Classify", self._predictions.Classify, request)
         return [
             [(item.label, float(item.score)) for item in result.classes]
             for result in response.result.classifications
         ]
+
+    def _regress(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
+        request = self._examples_request(regression_pb2.RegressionRequest, examples, signature_name)
+        try:
+            response = self._call("Regress", self._predictions.Regress, request)
+        except ServingError as err:
+            raise self._not_regression(err, self.target, signature_name) or err from None
+        return [float(item.value) for item in response.result.regressions]
 
     def _metadata(self) -> tuple:
         request = get_model_metadata_pb2.GetModelMetadataRequest(

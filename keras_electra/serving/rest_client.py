@@ -246,7 +246,7 @@ def _encode_feature(value: Any) -> Any:
 
 
 def classify_body(examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> dict:
-    """The JSON body of a REST classify request (``bytes`` features go as b64).
+    """The JSON body of a REST classify or regress request (``bytes`` features go as b64).
 
     Examples:
         >>> classify_body([{"text": "fine"}], "classify")
@@ -514,6 +514,19 @@ class RestClient(ModelClient):
             [(str(label), float(np.float32(score))) for label, score in result]
             for result in results
         ]
+
+    def _regress(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
+        # The body is classify's; the answer {"results": [value, ...]}, a value per example.
+        body = classify_body(examples, signature_name)
+        try:
+            response = self._request(f"{self.model_url}:regress", body)
+        except ServingError as err:
+            raise self._not_regression(err, self.base_url, signature_name) or err from None
+        results = response.get("results", response.get("result"))
+        if not isinstance(results, list):
+            raise ServingError(f"TF Serving's regress response has no 'results' list: {response}")
+        # Values are float32 on the server; read them at that precision, as gRPC gives them.
+        return [float(np.float32(value)) for value in results]
 
     def _metadata(self) -> tuple:
         response = self._request(f"{self.model_url}/metadata")
