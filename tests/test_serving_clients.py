@@ -563,7 +563,7 @@ def test_regress_with_a_signature_that_cannot_regress_is_one_sentence(
 
     fix = (
         "; pass the signature_name of one (method tensorflow/serving/regress, input 'inputs', "
-        "one float output 'outputs', as a regressor export's 'regress'), or call classify() "
+        "one float output 'outputs', as a fine-tuned export's 'regress'), or call classify() "
         "for a classifier."
     )
     checked = "Expected regression signature method_name to be tensorflow/serving/regress. Was: "
@@ -590,6 +590,45 @@ def test_regress_with_a_signature_that_cannot_regress_is_one_sentence(
             ), message
             assert message.startswith("TF Serving at ") and "\n" not in message, message
             assert err.code == "INVALID_ARGUMENT" and err.details.startswith(reason)
+    assert "\n" in cases[-1][0][0].details  # the SignatureDef, cut from the sentence
+
+
+def test_a_signature_that_cannot_classify_is_one_sentence(regressor_export) -> None:
+    """Classify on a signature TF Serving's Classify API refuses (a regressor's
+    ``regress``; a ``serving_default`` without an ``inputs`` input, whose refusal goes on
+    with the whole SignatureDef) is one sentence naming it, over gRPC and REST."""
+
+    def refusals(server: ModelServer, model: str, signature: str | None) -> list:
+        errors = []
+        with GrpcClient(server.grpc_target, model, retries=0) as client:
+            with pytest.raises(ServingError) as grpc_err:
+                client.classify([{"text": "good"}], signature)
+            errors.append(grpc_err.value)
+        with pytest.raises(ServingError) as rest_err:
+            RestClient(server.rest_url, model, retries=0).classify([{"text": "good"}], signature)
+        return [*errors, rest_err.value]
+
+    with ModelServer(regressor_export, "regressor", method_name_check=True) as server:
+        cases = [
+            (refusals(server, "regressor", "regress"), "regress",
+             "Expected classification signature method_name to be "
+             f"tensorflow/serving/classify. Was: {REGRESS_METHOD_NAME}"),
+        ]  # fmt: skip
+    with ModelServer(regressor_export, "plain") as server:  # TF Serving's default: no check
+        cases.append(
+            (refusals(server, "plain", None), "serving_default",
+             "No classification inputs found in SignatureDef")
+        )  # fmt: skip
+        with GrpcClient(server.grpc_target, "plain") as client:
+            assert len(client.regress([{"text": "good"}])) == 1  # still serving
+    for errors, signature, reason in cases:
+        for err in errors:
+            message = str(err)
+            assert message.startswith("TF Serving at ") and "\n" not in message, message
+            assert f"cannot classify with signature '{signature}'" in message, message
+            assert f"which is not a classification signature ({reason});" in message, message
+            assert message.endswith("or call regress() for a regressor."), message
+            assert err.details.startswith(reason)
     assert "\n" in cases[-1][0][0].details  # the SignatureDef, cut from the sentence
 
 

@@ -22,16 +22,34 @@ from keras_electra.serving.errors import ServingError
 from keras_electra.serving.export_reader import signature_defs_to_dict
 
 T = TypeVar("T")
-# How TF Serving's Regress refuses a signature (servables/tensorflow/regressor.cc).
-_NOT_REGRESSION = (
-    "Expected regression signature method_name",
-    "Expected one input Tensor",
-    "Expected one output Tensor",
-    "No regression inputs found",
-    "No regression outputs found",
-    "Expected output Tensor shape to be either",
-    "Expected output Tensor of DT_FLOAT",
-)
+# How TF Serving's Classify and Regress refuse a signature (servables/tensorflow/
+# classifier.cc, regressor.cc); "No ... found in SignatureDef" goes on with the whole
+# SignatureDef over many lines.
+_REFUSALS = {
+    "classify": (
+        "Expected classification signature method_name",
+        "Expected one input Tensor",
+        "Expected one or two output Tensors",
+        "No classification inputs found",
+        "Expected classification signature outputs",
+        "Expected Tensor shape",
+        "Expected scores Tensor of DT_FLOAT",
+        "Expected classes Tensor of DT_STRING",
+    ),
+    "regress": (
+        "Expected regression signature method_name",
+        "Expected one input Tensor",
+        "Expected one output Tensor",
+        "No regression inputs found",
+        "No regression outputs found",
+        "Expected output Tensor shape to be either",
+        "Expected output Tensor of DT_FLOAT",
+    ),
+}
+_KINDS = {
+    "classify": ("classification", "tensorflow/serving/classify", "'classes' and/or 'scores'"),
+    "regress": ("regression", "tensorflow/serving/regress", "one float output 'outputs'"),
+}
 CREDENTIALS_FIX = "pass the credentials its proxy expects (token= or headers=; --token-file)"
 
 
@@ -224,26 +242,26 @@ class ModelClient:
         parts = limits.batch_slices(len(capped), self.max_batch_size)
         return [value for part in parts for value in self._regress(capped[part], signature_name)]
 
-    def _not_regression(
-        self, err: ServingError, where: str, signature_name: str | None
+    def _wrong_signature(
+        self, err: ServingError, where: str, signature_name: str | None, api: str
     ) -> ServingError | None:
-        """The error for TF Serving's refusal of a signature that cannot regress (a
-        classifier's, a predict signature) as one sentence, or None for another error. The
-        server's reason is kept up to its first ``:`` or line break (the refusals for a
-        missing ``inputs`` or ``outputs`` go on with the whole SignatureDef)."""
+        """TF Serving's refusal of a signature that ``api`` (``classify`` or ``regress``)
+        cannot use as one sentence, or None for another error. The server's reason is kept
+        up to its first line break, and a missing input's or output's up to its ``:``."""
         said = (err.details or "").strip()
-        if not said.startswith(_NOT_REGRESSION):
+        if not said.startswith(_REFUSALS[api]):
             return None
         said = said.splitlines()[0]
-        if said.startswith("No regression"):
+        if said.startswith("No "):
             said = said.split(":", 1)[0]
+        kind, method, outputs = _KINDS[api]
+        other = "classify() for a classifier" if api == "regress" else "regress() for a regressor"
         name = signature_name or "serving_default"
         return ServingError(
-            f"TF Serving at {where} cannot regress with signature '{name}' of model "
-            f"'{self.model_name}', which is not a regression signature ({said.rstrip('.')}); "
-            "pass the signature_name of one (method tensorflow/serving/regress, input "
-            "'inputs', one float output 'outputs', as a regressor export's 'regress'), or "
-            "call classify() for a classifier.",
+            f"TF Serving at {where} cannot {api} with signature '{name}' of model "
+            f"'{self.model_name}', which is not a {kind} signature ({said.rstrip('.')}); "
+            f"pass the signature_name of one (method {method}, input 'inputs', {outputs}, "
+            f"as a fine-tuned export's '{api}'), or call {other}.",
             code=err.code,
             http_status=err.http_status,
             details=err.details,

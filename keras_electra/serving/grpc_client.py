@@ -208,7 +208,12 @@ class GrpcClient(ModelClient):
         request = self._examples_request(
             classification_pb2.ClassificationRequest, examples, signature_name
         )
-        response = self._call("Classify", self._predictions.Classify, request)
+        try:
+            response = self._call("Classify", self._predictions.Classify, request)
+        except ServingError as err:
+            raise (
+                self._wrong_signature(err, self.target, signature_name, "classify") or err
+            ) from None
         return [
             [(item.label, float(item.score)) for item in result.classes]
             for result in response.result.classifications
@@ -219,7 +224,9 @@ class GrpcClient(ModelClient):
         try:
             response = self._call("Regress", self._predictions.Regress, request)
         except ServingError as err:
-            raise self._not_regression(err, self.target, signature_name) or err from None
+            raise (
+                self._wrong_signature(err, self.target, signature_name, "regress") or err
+            ) from None
         return [float(item.value) for item in response.result.regressions]
 
     def _metadata(self) -> tuple:

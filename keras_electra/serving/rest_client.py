@@ -505,7 +505,12 @@ class RestClient(ModelClient):
 
     def _classify(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
         body = classify_body(examples, signature_name)
-        response = self._request(f"{self.model_url}:classify", body)
+        try:
+            response = self._request(f"{self.model_url}:classify", body)
+        except ServingError as err:
+            raise (
+                self._wrong_signature(err, self.base_url, signature_name, "classify") or err
+            ) from None
         results = response.get("results", response.get("result"))
         if results is None:
             raise ServingError(f"TF Serving's classify response has no 'results' key: {response}")
@@ -521,7 +526,9 @@ class RestClient(ModelClient):
         try:
             response = self._request(f"{self.model_url}:regress", body)
         except ServingError as err:
-            raise self._not_regression(err, self.base_url, signature_name) or err from None
+            raise (
+                self._wrong_signature(err, self.base_url, signature_name, "regress") or err
+            ) from None
         results = response.get("results", response.get("result"))
         if not isinstance(results, list):
             raise ServingError(f"TF Serving's regress response has no 'results' list: {response}")

@@ -251,9 +251,9 @@ class ServedModel:
                 code="INVALID_ARGUMENT",
             )
         if CLASSIFY_INPUTS not in inputs:
-            raise ServingError(
-                "No classification inputs found in SignatureDef (the input must be named "
-                f"'{CLASSIFY_INPUTS}').",
+            raise ServingError(  # TF Serving goes on with the whole SignatureDef
+                "No classification inputs found in SignatureDef: "
+                f"{text_format.MessageToString(signature)}",  # type: ignore[arg-type]
                 code="FAILED_PRECONDITION",
             )
         if CLASSIFY_OUTPUT_CLASSES not in outputs and CLASSIFY_OUTPUT_SCORES not in outputs:
