@@ -388,6 +388,22 @@ def test_too_few_examples_without_repeat_is_an_error(corpus, tokenizer):
         pretraining_dataset(corpus, tokenizer, batch_size=2, max_seq_length=2)
 
 
+def test_learning_a_vocabulary_with_progress_says_what_it_does(tmp_path, capsys):
+    """A progress bar over the corpus bytes while words are counted, then a line naming
+    what the pieces are chosen from and one with the time; quiet without progress; the
+    same vocabulary either way."""
+    path = tmp_path / "a.txt"
+    path.write_text("The cat sat on the mat.\nThe dog sat.\n" * 500 + "The end", encoding="utf-8")
+    capsys.readouterr()
+    quiet = learn_vocab([str(path)], vocab_size=100)
+    assert capsys.readouterr().err == ""
+    assert learn_vocab([str(path)], vocab_size=100, progress=True) == quiet
+    said = capsys.readouterr().err
+    assert "Counting words: 100%" in said and "18.5k/18.5k" in said, said  # 18,507 bytes
+    assert "up to 100 tokens from 8 distinct words (5,502 in all) ..." in said, said
+    assert f"\nLearned {len(quiet)} tokens in " in said, said
+
+
 def test_stray_bytes_that_are_not_utf8_give_batches(tmp_path, tokenizer):
     path = tmp_path / "stray.txt"
     path.write_bytes("The café sat on the mat.\n\nThe dog ran ".encode() + b"\xff\xfe far.\n")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -255,7 +256,9 @@ def test_no_health_skips_the_probe(small_corpus, tmp_path, capsys):
     out = tmp_path / "quiet"
     assert run_cli("--corpus", str(small_corpus), "--output", str(out), "--no-health") == 0
     # The command ends with where the run went and the commands that take it next.
-    said = capsys.readouterr().out
+    captured = capsys.readouterr()
+    said = captured.out
+    assert "Counting words" not in captured.err and "WordPiece" not in captured.err  # quiet
     assert f"Run directory: {out}  (step 2)" in said
     assert f"Next: keras-electra report {out} " in said
     assert f"keras-electra export --run {out} --output saved_models/NAME" in said
@@ -285,6 +288,13 @@ def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, ca
         == 0
     )
     assert len(list(data.glob("*.tfrecord"))) == 2
+    # Learning the vocabulary says so (a step of minutes on a large corpus).
+    said = capsys.readouterr().err
+    assert "Counting words: 100%" in said, said
+    assert re.search(
+        r"Learning a WordPiece vocabulary of up to 500 tokens from [\d,]+ distinct", said
+    )
+    assert re.search(r"Learned 500 tokens in [\d.]+ s\.", said), said
     out = tmp_path / "from_records"
     assert (
         run_cli(

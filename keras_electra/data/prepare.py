@@ -190,9 +190,9 @@ def prepare(
             )
             if tf.io.gfile.exists(temp):
                 tf.io.gfile.rmtree(temp)
-            tokens = vocab_from_counts(counts, s.vocab_size)
+            tokens = vocab_from_counts(counts, s.vocab_size, progress=True)
         else:
-            tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase)
+            tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase, progress=True)
     result = PrepareResult(out, s, files, len(tokens), [], written=True, corpus_bytes=total)
     save_vocab(tokens, str(result.vocab_file))
     tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)

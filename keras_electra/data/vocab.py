@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
+import time
 from collections.abc import Sequence
 
 from keras_electra.data.files import (
     check_text_files,
     clean_lines,
+    file_size,
     is_remote,
     resolve_corpus_files,
 )
@@ -136,7 +139,10 @@ def save_vocab(tokens: Sequence[str], path: str) -> None:
 
 
 def count_words(
-    files: Sequence[str], lowercase: bool = True, max_lines: int | None = None
+    files: Sequence[str],
+    lowercase: bool = True,
+    max_lines: int | None = None,
+    progress: bool = False,
 ) -> collections.Counter:
     """Counts the words of text files, split as :class:`ElectraTokenizer` splits them.
 
@@ -148,6 +154,7 @@ def count_words(
         files: UTF-8 text files (or directories of ``*.txt`` files).
         lowercase: whether to lower-case and strip accents, as the tokenizer will.
         max_lines: read at most this many lines in total (``None`` reads everything).
+        progress: show a progress bar on stderr (bytes of text counted).
 
     Returns:
         A ``Counter`` from word (``str``) to count.
@@ -163,6 +170,7 @@ def count_words(
         2
     """
     import tensorflow as tf
+    from tqdm import tqdm
 
     paths = resolve_corpus_files(files)
     check_text_files(paths)
@@ -170,10 +178,22 @@ def count_words(
     if max_lines is not None:
         lines = lines.take(max_lines)
     split = _word_splitter(lowercase)
-    words = lines.batch(_COUNT_BATCH).map(split, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def counted(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        # The batch's bytes, newlines included, for the progress bar.
+        read = tf.reduce_sum(tf.strings.length(batch)) + tf.size(batch)
+        return (*split(batch), read)
+
+    words = lines.batch(_COUNT_BATCH).map(counted, num_parallel_calls=tf.data.AUTOTUNE)
     counts: dict[bytes, int] = {}
-    for unique, n in words.as_numpy_iterator():
-        _add_counts(counts, unique, n)
+    total = sum(map(file_size, paths)) if max_lines is None else None
+    with tqdm(
+        total=total, unit="B", unit_scale=True, desc="Counting words", disable=not progress
+    ) as bar:
+        for unique, n, read in words.as_numpy_iterator():
+            _add_counts(counts, unique, n)
+            # Counted with a newline per line: a last line without one is a byte less.
+            bar.update(int(read) if total is None else min(int(read), total - bar.n))
     return _decoded(counts)
 
 
@@ -221,6 +241,7 @@ def learn_vocab(
     vocab_size: int,
     lowercase: bool = True,
     max_lines: int | None = None,
+    progress: bool = False,
 ) -> list[str]:
     """Learns a WordPiece vocabulary from text files.
 
@@ -236,6 +257,8 @@ def learn_vocab(
         vocab_size: the maximum number of tokens, special tokens included.
         lowercase: lower-case and strip accents; must match the tokenizer's ``lowercase``.
         max_lines: learn from at most this many lines (``None`` reads everything).
+        progress: say on stderr what is being done: a progress bar while the words are
+            counted, a line while the pieces are chosen.
 
     Returns:
         The vocabulary, in id order.
@@ -253,8 +276,8 @@ def learn_vocab(
         ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
     """
     _check_vocab_size(vocab_size)
-    counts = count_words(files, lowercase=lowercase, max_lines=max_lines)
-    return vocab_from_counts(counts, vocab_size)
+    counts = count_words(files, lowercase=lowercase, max_lines=max_lines, progress=progress)
+    return vocab_from_counts(counts, vocab_size, progress=progress)
 
 
 def _check_vocab_size(vocab_size: int) -> None:
@@ -265,8 +288,10 @@ def _check_vocab_size(vocab_size: int) -> None:
         )
 
 
-def vocab_from_counts(counts: dict[str, int], vocab_size: int) -> list[str]:
-    """A WordPiece vocabulary of at most ``vocab_size`` tokens from word counts.
+def vocab_from_counts(counts: dict[str, int], vocab_size: int, progress: bool = False) -> list[str]:
+    """A WordPiece vocabulary of at most ``vocab_size`` tokens from word counts (with
+    ``progress``, a line on stderr says what is chosen from what, and another how long it
+    took: this step runs in one process, minutes for millions of distinct words).
 
     tensorflow-text's WordPiece learner runs once, at the count of the
     ``vocab_size``-th most frequent word (where its vocabulary is at least that large:
@@ -292,6 +317,14 @@ def vocab_from_counts(counts: dict[str, int], vocab_size: int) -> list[str]:
         )
     frequencies = sorted((n for _, n in word_counts), reverse=True)
     threshold = max(1, frequencies[min(vocab_size, len(frequencies)) - 1])
+    start = time.perf_counter()
+    if progress:
+        print(
+            f"Learning a WordPiece vocabulary of up to {vocab_size:,} tokens from "
+            f"{len(word_counts):,} distinct words ({sum(frequencies):,} in all) ...",
+            file=sys.stderr,
+            flush=True,
+        )
     vocab = learner.learn(
         word_counts,
         vocab_size=vocab_size,
@@ -307,4 +340,7 @@ def vocab_from_counts(counts: dict[str, int], vocab_size: int) -> list[str]:
     kept = [*SPECIAL_TOKENS, *first, *sorted(inner)]
     chosen = set(kept)
     kept += [t for t in vocab[len(SPECIAL_TOKENS) :] if t not in chosen]
+    if progress:
+        took = time.perf_counter() - start
+        print(f"Learned {min(len(kept), vocab_size):,} tokens in {took:.1f} s.", file=sys.stderr)
     return kept[:vocab_size]

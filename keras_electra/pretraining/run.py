@@ -591,7 +591,9 @@ def _vocabulary(settings: PretrainSettings, learn: bool = True) -> list[str] | N
     if not learn:
         return None
     size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
-    return learn_vocab(settings.corpus, size, lowercase=settings.lowercase)
+    return learn_vocab(
+        settings.corpus, size, lowercase=settings.lowercase, progress=settings.progress
+    )
 
 
 def model_config(
