@@ -29,6 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from tensorflow_serving.apis import prediction_log_pb2  # noqa: E402
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup  # noqa: E402
 
 from keras_electra.errors import InputDataError  # noqa: E402
@@ -511,6 +512,15 @@ def test_regress_over_grpc_and_rest_matches_the_model(regressor_export: Path) ->
     eager = loaded.signatures["regress"](inputs=tf.constant(serialized))["outputs"].numpy()
     for in_process in (eager, served["scores"]):
         np.testing.assert_allclose(in_process, direct, rtol=1e-6)
+
+    # Its warmup file warms the Regress API too, as a classifier's warms Classify.
+    assert replay_warmup(regressor_export) == 3
+    warmup = regressor_export / "assets.extra" / "tf_serving_warmup_requests"
+    kinds = [
+        prediction_log_pb2.PredictionLog.FromString(record).WhichOneof("log_type")
+        for record in tf.data.TFRecordDataset(str(warmup)).as_numpy_iterator()
+    ]
+    assert kinds == ["predict_log", "predict_log", "regress_log"], kinds
 
     # The method-name check proves the export's method name is the one TF Serving wants.
     with ModelServer(regressor_export, "regressor", method_name_check=True) as server:

@@ -16,7 +16,13 @@ Examples:
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow_serving.apis import classification_pb2, input_pb2, model_pb2, prediction_log_pb2
+from tensorflow_serving.apis import (
+    classification_pb2,
+    input_pb2,
+    model_pb2,
+    prediction_log_pb2,
+    regression_pb2,
+)
 
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError
@@ -101,17 +107,23 @@ class TextClassifierModule(FinetunedModule):
         return {"text": texts, **({"text_b": texts[1:] + texts[:1]} if self.pair else {})}
 
     def warmup_records(self) -> list:
-        records = super().warmup_records()
-        if self.task == "classify":
-            feeds = self.warmup_feeds()
-            examples = [make_example({k: v[i] for k, v in feeds.items()}) for i in range(2)]
-            request = classification_pb2.ClassificationRequest(
-                model_spec=model_pb2.ModelSpec(signature_name="classify"),
-                input=input_pb2.Input(example_list=input_pb2.ExampleList(examples=examples)),
+        """The predict records, then one request through the tf.Example signature's own API
+        (Classify or Regress), so that its first real call is warm too."""
+        feeds = self.warmup_feeds()
+        examples = [make_example({k: v[i] for k, v in feeds.items()}) for i in range(2)]
+        spec = model_pb2.ModelSpec(signature_name=self.example_signature)
+        batch = input_pb2.Input(example_list=input_pb2.ExampleList(examples=examples))
+        if self.task == "regress":
+            request = regression_pb2.RegressionRequest(model_spec=spec, input=batch)
+            log = prediction_log_pb2.PredictionLog(
+                regress_log=prediction_log_pb2.RegressLog(request=request)
             )
-            log = prediction_log_pb2.ClassifyLog(request=request)
-            records.append(prediction_log_pb2.PredictionLog(classify_log=log))
-        return records
+        else:
+            request = classification_pb2.ClassificationRequest(model_spec=spec, input=batch)
+            log = prediction_log_pb2.PredictionLog(
+                classify_log=prediction_log_pb2.ClassifyLog(request=request)
+            )
+        return [*super().warmup_records(), log]
 
 
 def finetuned_module(finetuned: FinetunedModel, max_length: int | None = None) -> tf.Module:

@@ -93,6 +93,11 @@ def replay_warmup(export_dir: str | os.PathLike[str], *, model_name: str = "mode
                     request.model_spec.name = model_name
                     request.model_spec.ClearField("version")
                     model.classify(request)
+                elif kind == "regress_log":
+                    request = log.regress_log.request
+                    request.model_spec.name = model_name
+                    request.model_spec.ClearField("version")
+                    model.regress(request)
                 else:
                     raise ServingError(
                         f"Unsupported log_type for warmup: {kind}", code="UNIMPLEMENTED"
