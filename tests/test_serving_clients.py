@@ -11,6 +11,7 @@ Serving's loader semantics) and with ``tf.saved_model.load``. Golden REST bodies
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -552,6 +553,20 @@ def test_a_regress_batch_goes_in_parts_of_at_most_max_batch_size_joined_in_order
             assert client.regress(examples) == [100.0 * i + 70 for i in range(70)]
 
 
+def _refusals(api: str, server: ModelServer, model: str, signature: str | None) -> list:
+    """The errors of ``api`` (``classify`` or ``regress``) on ``signature`` over gRPC and
+    REST (an HTTP 400)."""
+    errors = []
+    with GrpcClient(server.grpc_target, model, retries=0) as client:
+        with pytest.raises(ServingError) as grpc_err:
+            getattr(client, api)([{"text": "good"}], signature)
+        errors.append(grpc_err.value)
+    with pytest.raises(ServingError) as rest_err:
+        getattr(RestClient(server.rest_url, model, retries=0), api)([{"text": "good"}], signature)
+    assert rest_err.value.http_status == 400
+    return [*errors, rest_err.value]
+
+
 def test_regress_with_a_signature_that_cannot_regress_is_one_sentence(
     exports: dict[str, Path], classifier_server: ModelServer, regressor_export: Path
 ) -> None:
@@ -560,16 +575,7 @@ def test_regress_with_a_signature_that_cannot_regress_is_one_sentence(
     with the whole SignatureDef over many lines: one sentence saying the signature is not a
     regression signature, with the server's reason; the server keeps serving."""
 
-    def refusals(server: ModelServer, model: str, signature: str | None) -> list[ServingError]:
-        errors = []
-        with GrpcClient(server.grpc_target, model, retries=0) as client:
-            with pytest.raises(ServingError) as grpc_err:
-                client.regress([{"text": "good"}], signature)
-            errors.append(grpc_err.value)
-        with pytest.raises(ServingError) as rest_err:
-            RestClient(server.rest_url, model, retries=0).regress([{"text": "good"}], signature)
-        assert rest_err.value.http_status == 400
-        return [*errors, rest_err.value]
+    refusals = functools.partial(_refusals, "regress")
 
     fix = (
         "; pass the signature_name of one (method tensorflow/serving/regress, input 'inputs', "
@@ -608,15 +614,7 @@ def test_a_signature_that_cannot_classify_is_one_sentence(regressor_export) -> N
     ``regress``; a ``serving_default`` without an ``inputs`` input, whose refusal goes on
     with the whole SignatureDef) is one sentence naming it, over gRPC and REST."""
 
-    def refusals(server: ModelServer, model: str, signature: str | None) -> list:
-        errors = []
-        with GrpcClient(server.grpc_target, model, retries=0) as client:
-            with pytest.raises(ServingError) as grpc_err:
-                client.classify([{"text": "good"}], signature)
-            errors.append(grpc_err.value)
-        with pytest.raises(ServingError) as rest_err:
-            RestClient(server.rest_url, model, retries=0).classify([{"text": "good"}], signature)
-        return [*errors, rest_err.value]
+    refusals = functools.partial(_refusals, "classify")
 
     with ModelServer(regressor_export, "regressor", method_name_check=True) as server:
         cases = [
