@@ -213,6 +213,35 @@ def test_beam_writes_the_same_shards_with_one_and_two_workers(corpus, tokenizer,
     assert counts == dict(count_words(corpus))
 
 
+def test_local_worker_processes_log_to_a_file_not_between_the_commands_lines(capfd):
+    """Beam's local worker processes inherit stderr and print start-up warnings there (Beam's
+    apitools notice, TensorFlow's absl line): while a multi-process pipeline runs they go
+    to a log file, removed after a clean run and named on an error; the progress bar
+    still reaches the terminal. Other running modes are left alone."""
+    import subprocess
+    import sys
+
+    from keras_electra.data.beam import quiet_local_workers
+
+    noise = [sys.executable, "-c", "import sys; print('worker noise', file=sys.stderr)"]
+    local = {"direct_running_mode": "multi_processing"}
+    with quiet_local_workers(local) as stderr:
+        subprocess.run(noise, check=True)
+        print("Packing: 1/1", file=stderr)
+    said = capfd.readouterr().err
+    assert "worker noise" not in said and "Packing: 1/1" in said, said
+    with pytest.raises(RuntimeError) as error, quiet_local_workers(local):
+        subprocess.run(noise, check=True)
+        raise RuntimeError("the pipeline failed")
+    (note,) = error.value.__notes__
+    log = note.removeprefix("The Beam workers' log: ")
+    assert open(log).read() == "worker noise\n"
+    os.remove(log)
+    with quiet_local_workers({"direct_running_mode": "multi_threading"}) as stderr:
+        subprocess.run(noise, check=True)
+    assert "worker noise" in capfd.readouterr().err
+
+
 def test_beam_writer_takes_the_in_process_writers_settings():
     # Named in its signature (not **kwargs), with the same defaults: a typo or a missing
     # max_seq_length is Python's TypeError naming write_tfrecords_beam, before Beam starts.

@@ -9,12 +9,15 @@ options: docs/pretraining.md, "Preparing a large corpus".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
+import tempfile
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
 
 from keras_electra.data.files import PathsLike, is_remote
 from keras_electra.data.tokenizer import ElectraTokenizer
@@ -99,6 +102,41 @@ _RECORDED_OPTIONS = (
 )
 
 
+@contextlib.contextmanager
+def quiet_local_workers(described: dict[str, Any]) -> Iterator[IO[str]]:
+    """While a local multi-process pipeline runs, its worker processes' start-up logging
+    (each worker inherits this process's stderr and prints Beam's and TensorFlow's
+    warnings there, between the command's own lines) goes to a log file; yields the real
+    stderr, for the progress bar. Other runners print nothing of the kind: unchanged.
+
+    Examples:
+        >>> import subprocess, sys
+        >>> with quiet_local_workers({"direct_running_mode": "multi_processing"}) as err:
+        ...     _ = subprocess.run([sys.executable, "-c", "print('noise', file=sys.stderr)"])
+    """
+    if described.get("direct_running_mode") != "multi_processing":
+        yield sys.stderr
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = tempfile.NamedTemporaryFile(prefix="keras-electra-beam-", suffix=".log", delete=False)
+    os.dup2(log.fileno(), 2)
+    log.close()
+    real = os.fdopen(os.dup(saved), "w", buffering=1)
+    try:
+        yield real
+    except BaseException as error:
+        error.add_note(f"The Beam workers' log: {log.name}")
+        raise
+    else:
+        os.remove(log.name)
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        real.close()
+
+
 class _WriteShard:
     """A Beam ``DoFn``'s work: build the tokenizer once per worker, write a shard."""
 
@@ -156,31 +194,34 @@ def write_tfrecords_beam(
     job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
     write = _WriteShard(job, tokenizer.vocab, tokenizer.lowercase)
     done = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(job.paths, done, progress), daemon=True)
-    watcher.start()
-    try:
-        with beam.Pipeline(options=options) as pipeline:
-            _ = (
-                pipeline
-                | "Shards" >> beam.Create(job.plans)
-                | "Spread" >> beam.Reshuffle()
-                | "Pack and write" >> beam.Map(write)
-                | "Counts" >> beam.combiners.ToList()
-                | "Metadata" >> beam.Map(_finish, job, described)
-            )
-    finally:
-        done.set()
-        watcher.join()
+    with quiet_local_workers(described) as stderr:
+        watcher = threading.Thread(
+            target=_watch, args=(job.paths, done, progress, stderr), daemon=True
+        )
+        watcher.start()
+        try:
+            with beam.Pipeline(options=options) as pipeline:
+                _ = (
+                    pipeline
+                    | "Shards" >> beam.Create(job.plans)
+                    | "Spread" >> beam.Reshuffle()
+                    | "Pack and write" >> beam.Map(write)
+                    | "Counts" >> beam.combiners.ToList()
+                    | "Metadata" >> beam.Map(_finish, job, described)
+                )
+        finally:
+            done.set()
+            watcher.join()
     return job.paths
 
 
-def _watch(paths: list[str], done: threading.Event, progress: bool) -> None:
+def _watch(paths: list[str], done: threading.Event, progress: bool, stderr: IO[str]) -> None:
     """A progress bar of the shards whose final file exists (polled: any runner)."""
     if not progress or any(map(is_remote, paths)):
         return
     from tqdm import tqdm
 
-    with tqdm(total=len(paths), unit=" shards", desc="Packing") as bar:
+    with tqdm(total=len(paths), unit=" shards", desc="Packing", file=stderr) as bar:
         while True:
             finished = sum(os.path.exists(p) for p in paths)
             bar.update(finished - bar.n)
@@ -225,14 +266,14 @@ def count_words_beam(
     from keras_electra.data.files import check_text_files, file_size, resolve_corpus_files
     from keras_electra.data.tfrecords import plan_shards
 
-    options, _ = pipeline_options(pipeline_args, num_workers)
+    options, described = pipeline_options(pipeline_args, num_workers)
     paths = resolve_corpus_files(files)
     check_text_files(paths)
     workers = num_workers or os.cpu_count() or 1
     size = sum(map(file_size, paths))
     pieces = plan_shards(paths, max(4 * workers, size // (64 << 20) + 1))
     prefix = os.path.join(temp_dir, "word-counts")
-    with beam.Pipeline(options=options) as pipeline:
+    with quiet_local_workers(described), beam.Pipeline(options=options) as pipeline:
         _ = (
             pipeline
             | "Pieces" >> beam.Create([p for p in pieces if p.pieces])
