@@ -73,8 +73,8 @@ class RetriesExhausted(Exception):
 class ModelClient:
     """What :class:`~keras_electra.serving.grpc_client.GrpcClient` and
     :class:`~keras_electra.serving.rest_client.RestClient` share, and the arguments they
-    both take. A transport defines ``_classify``, ``_regress``, ``_metadata`` and
-    ``_status``.
+    both take. A transport defines ``where`` (its address, for messages), ``_classify``,
+    ``_regress``, ``_metadata`` and ``_status``.
 
     Args:
         model_name: The served model's name.
@@ -218,9 +218,7 @@ class ModelClient:
             >>> client.classify([{"text": "a wonderful film"}])  # doctest: +SKIP
             [[('negative', 0.03), ('positive', 0.97)]]
         """
-        capped = _capped(examples)
-        parts = limits.batch_slices(len(capped), self.max_batch_size)
-        return [result for part in parts for result in self._classify(capped[part], signature_name)]
+        return self._by_examples("classify", examples, signature_name)
 
     def regress(
         self, examples: Sequence[Mapping[str, Any]], signature_name: str | None = "regress"
@@ -238,12 +236,26 @@ class ModelClient:
             >>> client.regress([{"text": "a cat sat"}, {"text": "a dog ran"}])  # doctest: +SKIP
             [3.1875, 0.4921875]
         """
+        return self._by_examples("regress", examples, signature_name)
+
+    def _by_examples(
+        self, api: str, examples: Sequence[Mapping[str, Any]], signature_name: str | None
+    ) -> list:
+        """The transport's ``_classify`` or ``_regress`` answers, ``max_batch_size``
+        examples (texts cut) per request, joined in order; a signature the API refuses is
+        one sentence (:meth:`_wrong_signature`)."""
         capped = _capped(examples)
-        parts = limits.batch_slices(len(capped), self.max_batch_size)
-        return [value for part in parts for value in self._regress(capped[part], signature_name)]
+        send = self._classify if api == "classify" else self._regress
+        answers = []
+        for part in limits.batch_slices(len(capped), self.max_batch_size):
+            try:
+                answers += send(capped[part], signature_name)
+            except ServingError as err:
+                raise self._wrong_signature(err, signature_name, api) or err from None
+        return answers
 
     def _wrong_signature(
-        self, err: ServingError, where: str, signature_name: str | None, api: str
+        self, err: ServingError, signature_name: str | None, api: str
     ) -> ServingError | None:
         """TF Serving's refusal of a signature that ``api`` (``classify`` or ``regress``)
         cannot use as one sentence, or None for another error. The server's reason is kept
@@ -258,7 +270,7 @@ class ModelClient:
         other = "classify() for a classifier" if api == "regress" else "regress() for a regressor"
         name = signature_name or "serving_default"
         return ServingError(
-            f"TF Serving at {where} cannot {api} with signature '{name}' of model "
+            f"TF Serving at {self.where} cannot {api} with signature '{name}' of model "
             f"'{self.model_name}', which is not a {kind} signature ({said.rstrip('.')}); "
             f"pass the signature_name of one (method {method}, input 'inputs', {outputs}, "
             f"as a fine-tuned export's '{api}'), or call {other}.",

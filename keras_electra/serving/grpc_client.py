@@ -204,16 +204,15 @@ class GrpcClient(ModelClient):
                 raise ServingError(f"An example cannot be sent to TF Serving: {err}.") from err
         return request
 
+    @property
+    def where(self) -> str:
+        return self.target
+
     def _classify(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
         request = self._examples_request(
             classification_pb2.ClassificationRequest, examples, signature_name
         )
-        try:
-            response = self._call("Classify", self._predictions.Classify, request)
-        except ServingError as err:
-            raise (
-                self._wrong_signature(err, self.target, signature_name, "classify") or err
-            ) from None
+        response = self._call("Classify", self._predictions.Classify, request)
         return [
             [(item.label, float(item.score)) for item in result.classes]
             for result in response.result.classifications
@@ -221,12 +220,7 @@ class GrpcClient(ModelClient):
 
     def _regress(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
         request = self._examples_request(regression_pb2.RegressionRequest, examples, signature_name)
-        try:
-            response = self._call("Regress", self._predictions.Regress, request)
-        except ServingError as err:
-            raise (
-                self._wrong_signature(err, self.target, signature_name, "regress") or err
-            ) from None
+        response = self._call("Regress", self._predictions.Regress, request)
         return [float(item.value) for item in response.result.regressions]
 
     def _metadata(self) -> tuple:

@@ -503,14 +503,13 @@ class RestClient(ModelClient):
             values = {name: [row[name] for row in values] for name in first}
         return {name: decode_tensor(value, types.get(name)) for name, value in values.items()}
 
+    @property
+    def where(self) -> str:
+        return self.base_url
+
     def _classify(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
         body = classify_body(examples, signature_name)
-        try:
-            response = self._request(f"{self.model_url}:classify", body)
-        except ServingError as err:
-            raise (
-                self._wrong_signature(err, self.base_url, signature_name, "classify") or err
-            ) from None
+        response = self._request(f"{self.model_url}:classify", body)
         results = response.get("results", response.get("result"))
         if results is None:
             raise ServingError(f"TF Serving's classify response has no 'results' key: {response}")
@@ -523,12 +522,7 @@ class RestClient(ModelClient):
     def _regress(self, examples: Sequence[Mapping[str, Any]], signature_name: str | None) -> list:
         # The body is classify's; the answer {"results": [value, ...]}, a value per example.
         body = classify_body(examples, signature_name)
-        try:
-            response = self._request(f"{self.model_url}:regress", body)
-        except ServingError as err:
-            raise (
-                self._wrong_signature(err, self.base_url, signature_name, "regress") or err
-            ) from None
+        response = self._request(f"{self.model_url}:regress", body)
         results = response.get("results", response.get("result"))
         if not isinstance(results, list):
             raise ServingError(f"TF Serving's regress response has no 'results' list: {response}")
