@@ -252,7 +252,13 @@ class PretrainSettings:
             xla=bool(self.xla),
             **filled,
         )
-        out.log_every = max(1, min(out.log_every, out.steps))
+        # Counts a run cannot use are refused before they are clamped or rounded below.
+        for name in ("log_every", "checkpoint_every", "vocab_size"):
+            if (value := getattr(out, name)) is not None and value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer.")
+        if out.warmup_steps < 0:
+            raise ConfigError("--warmup-steps must be 0 or more.")
+        out.log_every = max(1, min(out.log_every, out.steps))  # --steps is checked below
         every = out.checkpoint_every or max(out.log_every, 500)
         out.checkpoint_every = -(-every // out.log_every) * out.log_every
         out.check()

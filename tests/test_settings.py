@@ -107,6 +107,11 @@ def test_preset_defaults_come_from_the_one_table_and_explicit_values_win():
         (dict(learning_rate=-1.0), "--learning-rate must be positive"),
         (dict(max_seq_length=4), "--max-seq-length must be at least 8"),
         (dict(keep_checkpoints=0), "--keep-checkpoints must be at least 1"),
+        # Were clamped to 1, used as "every -5 steps", or ran a negative warm-up.
+        (dict(log_every=0), "--log-every must be a positive integer"),
+        (dict(checkpoint_every=-5), "--checkpoint-every must be a positive integer"),
+        (dict(vocab_size=0), "--vocab-size must be a positive integer"),
+        (dict(warmup_steps=-1), "--warmup-steps must be 0 or more"),
     ],
 )
 def test_a_bad_value_is_one_sentence(values, message):
