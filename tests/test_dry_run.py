@@ -404,6 +404,10 @@ def test_the_plan_shows_the_objectives_hyperparameters(
         (["temperature=true"], "The electra objective's temperature is a finite number, not True"),
         (["disc_weight=nan"], "The electra objective's disc_weight is a finite number, not nan."),
         (["temperature=2", "--objective", "mlm"], "The mlm objective has no hyperparameter"),
+        # A negative loss weight maximized that loss; two temperatures: the flag's won.
+        (["disc_weight=-1"], "The electra objective's disc_weight is a loss weight, 0 or more"),
+        (["mlm_weight=-2", "--objective", "mlm"], "The mlm objective's mlm_weight is a loss"),
+        (["temperature=3", "--temperature", "2"], "--temperature 2 and --hyperparameters temper"),
     ]
     for extra, expected in refused:
         status, out, err = run_cli(capsys, *base, "--hyperparameters", *extra)

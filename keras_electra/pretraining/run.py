@@ -273,6 +273,7 @@ def resolve_run(
     overrides = dict(settings.config_overrides)
     overrides.update({k: v for k, v in zip(fields, flags, strict=True) if v is not None})
     given = {} if settings.temperature is None else {"temperature": settings.temperature}
+    _check_temperature_flag(settings)
     # Checked before anything is written: a hyperparameter the objective does not have.
     objective = objectives.get(settings.objective, **{**settings.hyperparameters, **given})
     sharing = overrides.get("embedding_sharing")
@@ -325,6 +326,24 @@ def resolve_run(
         vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
     )
     return ResolvedRun(final, config, tokens, source, objective)
+
+
+def _check_temperature_flag(settings: PretrainSettings) -> None:
+    """Refuse ``--temperature`` for an objective that samples at none (in the flag's
+    words), and one that disagrees with ``--hyperparameters temperature=``."""
+    flag, named = settings.temperature, settings.hyperparameters.get("temperature")
+    if flag is None:
+        return
+    if "temperature" not in objectives.get(settings.objective).hyperparameter_names():
+        raise ConfigError(
+            f"--temperature applies to an objective that samples at a temperature (electra); "
+            f"the {settings.objective} objective has none, so leave the flag out."
+        )
+    if named is not None and named != flag:
+        raise ConfigError(
+            f"--temperature {flag:g} and --hyperparameters temperature={named:g} disagree; "
+            "pass one of them."
+        )
 
 
 def _check_resumable(run: RunDirectory) -> None:
