@@ -17,6 +17,7 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -418,8 +419,8 @@ def _run_report(args: argparse.Namespace) -> None:
 
     summary = write_report([args.run, *args.compare], args.output)
     print(report_text(summary))
-    out = args.output or args.run
-    print(f"Wrote {out}/report.png, report.html and report.json")
+    out = Path(args.output or args.run)
+    print(f"Wrote {out / 'report.png'}, report.html and report.json")
 
 
 def build_parser() -> argparse.ArgumentParser:
