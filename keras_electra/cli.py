@@ -566,11 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         _check_paths(args)
-    except errors.ElectraError as e:
-        return fail(f"error: {e}", 2)
-    _import_tensorflow_quietly()
-
-    try:
+        _import_tensorflow_quietly()  # seconds, in which a Ctrl-C is common
         args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return 0
@@ -589,7 +585,11 @@ def main(argv: list[str] | None = None) -> int:
             2,
         )
     except KeyboardInterrupt:
-        return fail("interrupted", 130)
+        return fail(
+            "interrupted; run the command again (pretrain and finetune resume from their "
+            "last checkpoint).",
+            130,
+        )
 
 
 if __name__ == "__main__":
