@@ -31,6 +31,7 @@ from keras_electra.settings import (  # noqa: E402 - plain Python
     PrepareSettings,
     PretrainSettings,
     add_arguments,
+    default_note,
     from_arguments,
 )
 
@@ -481,7 +482,8 @@ def _flag_cell(action: argparse.Action) -> str:
 
 
 def _cell(action: argparse.Action) -> str:
-    text = " ".join((action.help or "").replace("%%", "%").split()).replace("|", "\\|")
+    text = (action.help or "").removesuffix(f" {default_note(action.default)}")  # its column
+    text = " ".join(text.replace("%%", "%").split()).replace("|", "\\|")
     return text + (" (required)" if action.required else "")
 
 

@@ -512,7 +512,14 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
         elif kind == "dict":  # NAME=VALUE pairs
             kwargs.update(nargs="+", type=assignment, default=None)
         kwargs.update({k: meta[k] for k in ("choices", "metavar", "required") if meta[k]})
+        if kwargs["default"] is not None and "default" not in meta["help"]:
+            kwargs["help"] += f" {default_note(kwargs['default'])}"  # --help says it too
         parser.add_argument(flag, **kwargs)
+
+
+def default_note(value: Any) -> str:
+    """How a flag's help states its default, as :func:`add_arguments` appends it."""
+    return f"(default: {value})"
 
 
 def from_arguments(args: argparse.Namespace, settings: type = PretrainSettings, **extra):

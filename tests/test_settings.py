@@ -328,3 +328,19 @@ def test_a_boolean_flag_states_its_default_once_on_every_python():
     assert "(default: False)" not in text
     assert parse("--xla").xla is True and parse("--no-xla").xla is False
     assert parse().xla is False
+
+
+def test_help_states_every_default_the_reference_lists():
+    """docs/cli.md says `--help` prints what the reference's default column shows; the
+    help of --log-every, --keep-checkpoints, --seed, --precision, ... did not."""
+    from keras_electra.cli import _default_cell
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("pretrain", "prepare", "finetune"):
+        for action in sub.choices[name]._actions:
+            shown = _default_cell(action).strip("`")
+            if action.dest != "help" and shown and shown not in ("on", "off"):
+                assert "default" in action.help, (name, action.option_strings)
+    text = " ".join(sub.choices["pretrain"].format_help().split())
+    assert "steps per metrics.jsonl line (default: 50)" in text
+    assert "how many recent checkpoints the run directory keeps (default: 3)" in text
