@@ -226,6 +226,25 @@ def test_resuming_with_a_different_preset_is_one_sentence(tiny_run, tmp_path, ca
     assert "preset='tiny'" in one_sentence(capsys.readouterr().err)
 
 
+def test_a_run_used_again_says_where_it_stands_and_refuses_fewer_steps(tiny_run, tmp_path, capsys):
+    """Run again with --steps below the step reached, it printed "(step 2)", recorded
+    steps=2 in run.json and kept the step-4 weights; at the step reached, it said nothing."""
+    run_dir = tmp_path / "copy"
+    shutil.copytree(tiny_run, run_dir)
+    recorded = json.loads((run_dir / "run.json").read_text())
+    argv = ["pretrain", "--corpus", *recorded["corpus"], "--output", str(run_dir)]
+    argv += ["--batch-size", "8", "--max-seq-length", "32", "--log-every", "2"]
+    assert main([*argv, "--steps", "2"]) == 2
+    assert one_sentence(capsys.readouterr().err).endswith(
+        "has trained to step 4, past --steps 2; pass --steps 4 or more to resume it, or "
+        "choose a new --output."
+    )
+    assert json.loads((run_dir / "run.json").read_text())["steps"] == 4
+    assert main([*argv, "--steps", "4"]) == 0
+    out = capsys.readouterr().out
+    assert f"Run directory '{run_dir}' is already at step 4 of --steps 4: nothing to train" in out
+
+
 def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
     out = tmp_path / "mlm"
     assert (

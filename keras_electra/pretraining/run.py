@@ -174,6 +174,8 @@ def _pretrain(
     settings = resolved.settings
     tokenizer = ElectraTokenizer(resolved.tokens, lowercase=resolved.config.lowercase)
     model, checkpoints, start = _build(run, resolved, distribution, chief)
+    if chief and settings.progress and start:
+        print(_resumed(run_dir, start, settings.steps), flush=True)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
         return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
@@ -298,6 +300,13 @@ def resolve_run(
                 "--output."
             )
         _check_size(stored, settings, f"Run directory '{run.path}'")
+        reached = run.latest_step()
+        if reached is not None and reached > settings.steps:  # it would stop there, untrained
+            raise ConfigError(
+                f"Run directory '{run.path}' has trained to step {reached:,}, past --steps "
+                f"{settings.steps:,}; pass --steps {reached} or more to resume it, or choose a "
+                "new --output."
+            )
         config, recorded = stored, run.stored_hyperparameters()
         _check_kept(objective.restored(recorded), settings.hyperparameters, run.path)
     elif settings.init is not None:
@@ -493,6 +502,16 @@ def _train(
 
 
 # === Helpers ===
+
+
+def _resumed(run_dir: Path, start: int, steps: int) -> str:
+    """The line a resumed run prints: where it goes on from, or that it is done."""
+    if start >= steps:
+        return (
+            f"Run directory '{run_dir}' is already at step {start:,} of --steps {steps:,}: "
+            "nothing to train (pass a larger --steps to train on)."
+        )
+    return f"Resuming '{run_dir}' from its checkpoint at step {start:,} of {steps:,}."
 
 
 def _diverged(
