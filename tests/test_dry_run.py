@@ -171,6 +171,25 @@ def test_base_passes_with_matching_records_or_length(records, tmp_path, capsys, 
     assert not output.parent.exists()  # nothing written
 
 
+def test_a_batch_beyond_this_machines_memory_is_named_in_the_plan(small_corpus, tmp_path, capsys):
+    """A batch no CPU here could hold was planned as "~498,432.0 GB per device" and
+    nothing else: every input checked, nothing said about the machine it would run on."""
+    import os
+
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tmp_path / "r", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv, "--batch-size", "100000000")
+    assert status == 0, err
+    memory = re.search(r"^  memory +(.+)$", out, re.M)[1]
+    assert memory.startswith("~498 TB per device, estimated (")
+    assert memory.endswith(
+        f"; more than the {here / 1e9:,.1f} GB this machine has, so the run would run out of "
+        "memory: lower --batch-size or raise --grad-accumulation"
+    )
+    status, out, err = run_cli(capsys, *argv)  # the tiny preset's batch fits
+    assert status == 0 and "this machine has" not in out, err
+
+
 def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys, monkeypatch):
     no_model_built(monkeypatch)
     data = records / "tfrecords-128"

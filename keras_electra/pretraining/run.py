@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import zlib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -210,7 +211,17 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
         replicas=replicas,
         devices=devices,
         objective=resolved.objective,
+        memory_here=_cpu_memory() if replicas and "the CPU" in devices else None,
     )
+
+
+def _cpu_memory() -> int | None:
+    """This machine's memory in bytes (what a run on its CPU can use at most), or None
+    where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _check_data(settings: PretrainSettings, tokens: list[str] | None) -> list[str]:
