@@ -440,6 +440,39 @@ def test_given_hyperparameters_change_a_new_or_init_run_and_a_resumed_run_refuse
         resolve(tiny_run, hyperparameters=changed)
 
 
+def test_vocabulary_flags_a_resumed_or_init_run_would_ignore_are_refused(
+    tiny_run, small_corpus, tmp_path
+):
+    """A resumed run or --init keeps its vocabulary: --vocab-size, --cased and --vocab
+    were silently ignored, so a run asked for 1,000 cased pieces trained on 2,000 uncased."""
+    from keras_electra.pretraining.run import resolve_run
+    from keras_electra.run_directory import RunDirectory
+    from keras_electra.settings import PretrainSettings
+
+    tokens = (tiny_run / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    pieces, vocab_file = len(tokens), tmp_path / "other.txt"
+    vocab_file.write_text("\n".join(tokens[:-1]) + "\n", encoding="utf-8")
+    same = dict(batch_size=8, max_seq_length=32, steps=4, log_every=2)
+
+    def resolve(run_dir, **options):
+        settings = PretrainSettings(corpus=[str(small_corpus)], **same, **options).resolved()
+        return resolve_run(RunDirectory(run_dir), settings, learn=False)
+
+    resolve(tiny_run, vocab_size=pieces)  # the same command resumes
+    resolve(tiny_run, vocab_size=pieces + 100)  # learned "up to": it may have asked more
+    refused = [
+        (tiny_run, dict(vocab_size=pieces // 2), "which the run keeps, not --vocab-size 1,000;"),
+        (tiny_run, dict(lowercase=False), "has an uncased vocabulary, which the run keeps, so"),
+        (tmp_path / "new", dict(init=str(tiny_run), vocab_size=30522), "not --vocab-size 30,"),
+        (tmp_path / "new", dict(init=str(tiny_run), vocab=str(vocab_file)), "differs from the"),
+    ]
+    assert pieces == 2000
+    for run_dir, options, message in refused:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            resolve(run_dir, **options)
+    assert not (tmp_path / "new").exists()
+
+
 def test_the_command_takes_the_objectives_hyperparameters_and_a_resume_keeps_them(
     small_corpus, tmp_path, capsys
 ):

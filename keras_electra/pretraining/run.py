@@ -311,6 +311,7 @@ def resolve_run(
                 "--output."
             )
         _check_size(stored, settings, f"Run directory '{run.path}'")
+        _check_vocabulary_flags(settings, stored, tokens, f"Run directory '{run.path}'", True)
         reached = run.latest_step()
         if reached is not None and reached > settings.steps:  # it would stop there, untrained
             raise ConfigError(
@@ -325,6 +326,7 @@ def resolve_run(
         config, tokens = _init_source(settings.init, settings, sharing)
         objective.check(config)
         _check_size(config, settings, f"--init '{settings.init}'")
+        _check_vocabulary_flags(settings, config, tokens, f"--init '{settings.init}'", False)
         recorded = RunDirectory(settings.init).stored_hyperparameters()
         recorded.update(settings.hyperparameters)  # given ones win, as --temperature does
     else:
@@ -391,6 +393,36 @@ def _check_kept(stored: objectives.Objective, given: dict, run_dir: Path) -> Non
                 f"{getattr(stored.hyperparameters, name)!r}, not {value!r}; resume with the "
                 "same value or choose a new --output."
             )
+
+
+def _check_vocabulary_flags(
+    settings: PretrainSettings,
+    config: ElectraConfig,
+    tokens: list[str],
+    source: str,
+    learned_here: bool,
+) -> None:
+    """Refuse the vocabulary flags a resumed run or ``--init`` would ignore: their
+    vocabulary is kept. ``--vocab-size`` asked "up to" that many pieces where the run
+    learned its own (``learned_here``), so only a smaller one differs for sure."""
+    size, fix = settings.vocab_size, "leave the flag out"
+    if learned_here:
+        fix += " or start a new --output"
+    if size is not None and (size < len(tokens) if learned_here else size != len(tokens)):
+        raise ConfigError(
+            f"{source} has a vocabulary of {len(tokens):,} pieces, which the run keeps, not "
+            f"--vocab-size {size:,}; {fix}."
+        )
+    if not settings.lowercase and config.lowercase:
+        raise ConfigError(
+            f"{source} has an uncased vocabulary, which the run keeps, so --cased cannot "
+            f"apply; {fix}."
+        )
+    if not learned_here and settings.vocab and load_vocab(settings.vocab) != tokens:
+        raise ConfigError(
+            f"--vocab '{settings.vocab}' differs from the vocabulary of {source}, which its "
+            "weights fit; leave the flag out or pass that directory's vocab.txt."
+        )
 
 
 def _check_size(config: ElectraConfig, settings: PretrainSettings, source: str) -> None:
