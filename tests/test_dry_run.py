@@ -305,6 +305,11 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
     assert status == 2 and "does not exist" in one_sentence(err)
     status, _, err = run_cli(capsys, *argv, "--num-shards", "0", "--dry-run")
     assert status == 2 and "num_shards=0 is invalid" in one_sentence(err)
+    # A vocabulary size no words fit in: the run refused it, the dry runs passed it.
+    for command in (argv, ["pretrain", "--corpus", small_corpus, "--output", out]):
+        status, _, err = run_cli(capsys, *command, "--vocab-size", "3", "--dry-run")
+        assert status == 2 and "vocab_size=3 leaves no room for words" in one_sentence(err)
+    assert not out.exists()
 
 
 def test_prepare_refuses_an_output_holding_a_model_or_exports(

@@ -33,6 +33,7 @@ from keras_electra.data.files import (
 from keras_electra.data.tfrecords import check_writing, shard_paths, write_pretraining_tfrecords
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.data.vocab import (
+    check_vocab_size,
     learn_vocab,
     load_vocab,
     save_vocab,
@@ -162,6 +163,8 @@ def prepare(
             )
         held.refuse_exports("the records")
     tokens = load_vocab(s.vocab) if s.vocab else None
+    if tokens is None:
+        check_vocab_size(s.vocab_size)  # a dry run too
     files = resolve_corpus_files(corpus)
     check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)
     total = corpus_bytes(files)  # each file's size asked once (a URL's is a request)

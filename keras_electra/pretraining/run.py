@@ -28,6 +28,7 @@ from keras_electra.data import (
     resolve_corpus_files,
 )
 from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
+from keras_electra.data.vocab import check_vocab_size
 from keras_electra.errors import (
     ConfigError,
     InputDataError,
@@ -669,9 +670,10 @@ def _vocabulary(settings: PretrainSettings, learn: bool = True) -> list[str] | N
         check_corpus_has_text(resolve_corpus_files(settings.corpus))
     if settings.vocab:
         return load_vocab(settings.vocab)
+    size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
+    check_vocab_size(size)  # a dry run too
     if not learn:
         return None
-    size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
     return learn_vocab(
         settings.corpus, size, lowercase=settings.lowercase, progress=settings.progress
     )
