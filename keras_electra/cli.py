@@ -549,6 +549,7 @@ def _check_paths(args: argparse.Namespace) -> None:
         from keras_electra.data.files import check_corpus_paths_exist
 
         check_corpus_paths_exist(args.corpus)
+        check_corpus_paths_exist(getattr(args, "validation", None) or [], "Validation file")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ import pytest
 from conftest import GRADIENT_NORMS, HEALTH, METRICS, WINDOW, pretrain_command
 
 from keras_electra.cli import main
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.pretraining.run import load_run, pretrain
 
 FAST = dict(batch_size=8, max_seq_length=32, vocab_size=2000, progress=False)
@@ -150,6 +150,31 @@ def test_a_missing_corpus_is_one_sentence_before_tensorflow_loads(tmp_path, comm
         "pass paths to existing UTF-8 text files or directories."
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_validation_text_is_refused_in_its_own_name_before_anything_is_written(
+    small_corpus, tmp_path, capsys
+):
+    """--validation was read only by the health probe, once the model was built: a dry
+    run passed a missing file, and the run wrote run.json, config.json and vocab.txt,
+    then said "Corpus file 'nope.txt' does not exist" of a corpus that did."""
+    out = tmp_path / "r"
+    missing, empty = tmp_path / "nope.txt", tmp_path / "blank.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    corpus = ["--corpus", str(small_corpus), "--output", str(out)]
+    for extra in ([], ["--dry-run"]):
+        assert run_cli(*corpus, "--validation", str(missing), *extra) == 2
+        assert one_sentence(capsys.readouterr().err).endswith(
+            f"error: Validation file '{missing}' does not exist; pass paths to existing UTF-8 "
+            "text files or directories."
+        )
+        assert run_cli(*corpus, "--validation", str(empty), *extra) == 2
+        assert f"The validation text ('{empty}') has no text" in one_sentence(
+            capsys.readouterr().err
+        )
+    with pytest.raises(InputDataError, match="^Validation file '.*nope.txt' does not exist"):
+        pretrain([str(small_corpus)], out, validation=[str(missing)], dry_run=True)
+    assert not out.exists()
 
 
 def test_empty_corpus_is_one_sentence(tmp_path, capsys):

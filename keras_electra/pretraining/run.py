@@ -231,12 +231,29 @@ def _check_data(settings: PretrainSettings, tokens: list[str] | None) -> list[st
     them again when it reads); returns the files."""
     if is_tfrecord_input(settings.corpus):
         vocab_size = len(tokens) if tokens is not None else None
-        return check_records(
+        files = check_records(
             settings.corpus, max_seq_length=settings.max_seq_length, vocab_size=vocab_size
         )
-    files = resolve_corpus_files(settings.corpus)
-    check_corpus_has_text(files)
+    else:
+        files = resolve_corpus_files(settings.corpus)
+        check_corpus_has_text(files)
+    _check_validation(settings, tokens)
     return files
+
+
+def _check_validation(settings: PretrainSettings, tokens: list[str] | None) -> None:
+    """``--validation`` checked as the corpus is, in its own name, before anything is
+    written (the probe reads it only once the model is built)."""
+    if not settings.validation:
+        return
+    if is_tfrecord_input(settings.validation):
+        vocab_size = len(tokens) if tokens is not None else None
+        check_records(
+            settings.validation, max_seq_length=settings.max_seq_length, vocab_size=vocab_size
+        )
+        return
+    files = resolve_corpus_files(settings.validation, "Validation file")
+    check_corpus_has_text(files, "Validation file")
 
 
 def _prepare_run_directory(
