@@ -270,6 +270,25 @@ def test_a_run_used_again_says_where_it_stands_and_refuses_fewer_steps(tiny_run,
     assert f"Run directory '{run_dir}' is already at step 4 of --steps 4: nothing to train" in out
 
 
+def test_a_run_stopped_during_setup_says_it_may_be_removed(tiny_run, small_corpus, tmp_path):
+    """Stopped before its first step ("nothing was trained or saved"), a run directory
+    holds run.json, config.json and vocab.txt; another batch size was refused with "choose
+    a new --output", as if a trained run were at stake."""
+    run_dir = tmp_path / "stopped"
+    run_dir.mkdir()
+    for name in ("run.json", "config.json", "vocab.txt"):
+        shutil.copy(tiny_run / name, run_dir / name)
+    with pytest.raises(ConfigError) as refused:
+        pretrain([str(small_corpus)], run_dir, batch_size=16, max_seq_length=32, dry_run=True)
+    assert str(refused.value) == (
+        f"Run directory '{run_dir}' was started with batch_size=8, not 16; it has no "
+        "checkpoint yet (nothing was trained), so remove it to start afresh, resume with the "
+        "same value or choose a new --output."
+    )
+    with pytest.raises(ConfigError, match="; resume with the same value or choose a new"):
+        pretrain([str(small_corpus)], tiny_run, batch_size=16, max_seq_length=32, dry_run=True)
+
+
 def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
     out = tmp_path / "mlm"
     assert (
