@@ -78,6 +78,11 @@ def _run_pretrain(args: argparse.Namespace) -> None:
     from keras_electra.pretraining.run import pretrain
     from keras_electra.scoring import format_scores, score_sentences, score_texts
 
+    if args.sample and args.objective == "mlm":  # before the run: it would train, then ignore it
+        raise errors.ConfigError(
+            "--sample shows the discriminator's per-token scores, and --objective mlm trains "
+            "no discriminator head; leave --sample out."
+        )
     result = pretrain(args.corpus, args.output, settings=from_arguments(args, PretrainSettings))
     if args.dry_run:
         print(result.describe())
@@ -106,6 +111,10 @@ def _run_pretrain(args: argparse.Namespace) -> None:
         print("\nDiscriminator: probability that each token was replaced")
         scores = score_texts(result.model, result.tokenizer, args.sample)
         print(format_scores(scores, color=sys.stdout.isatty()))
+    elif args.sample:  # a registered objective without a per-token head
+        print(
+            f"\n--sample: the {result.model.objective} objective scores no tokens; nothing to show."
+        )
 
 
 @command(

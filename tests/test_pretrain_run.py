@@ -289,8 +289,17 @@ def test_a_run_stopped_during_setup_says_it_may_be_removed(tiny_run, small_corpu
         pretrain([str(small_corpus)], tiny_run, batch_size=16, max_seq_length=32, dry_run=True)
 
 
-def test_mlm_objective_from_the_command_line(small_corpus, tmp_path):
+def test_mlm_objective_from_the_command_line(small_corpus, tmp_path, capsys):
     out = tmp_path / "mlm"
+    # --sample scores with the discriminator's head, which mlm has not: it trained the whole
+    # run, then printed nothing for it.
+    argv = ["--corpus", str(small_corpus), "--output", str(out), "--objective", "mlm"]
+    assert run_cli(*argv, "--sample", "The king is dead .") == 2
+    assert one_sentence(capsys.readouterr().err).endswith(
+        "--sample shows the discriminator's per-token scores, and --objective mlm trains no "
+        "discriminator head; leave --sample out."
+    )
+    assert not out.exists()
     assert (
         run_cli(
             "--corpus",
