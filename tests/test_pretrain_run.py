@@ -14,6 +14,7 @@ import pytest
 from conftest import GRADIENT_NORMS, HEALTH, METRICS, WINDOW, pretrain_command
 
 from keras_electra.cli import main
+from keras_electra.data.prepare import prepare as prepare_records
 from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.pretraining.run import load_run, pretrain
 
@@ -179,6 +180,28 @@ def test_a_bad_validation_text_is_refused_in_its_own_name_before_anything_is_wri
     with pytest.raises(InputDataError, match="^Validation file '.*nope.txt' does not exist"):
         pretrain([str(small_corpus)], out, validation=[str(missing)], dry_run=True)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["pretrain", "prepare"])
+def test_an_output_that_is_the_corpus_directory_is_refused(small_corpus, tmp_path, command):
+    """The run's (or the records') vocab.txt went into the corpus directory, where the
+    next run on that corpus, or the resume, read it as text."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(small_corpus, corpus / "a.txt")
+    for given in (str(corpus), f"{corpus}/*.txt"):
+        argv = [command, "--corpus", given, "--output", f"{corpus}/", "--dry-run"]
+        with pytest.raises(ConfigError) as refused:
+            (pretrain if command == "pretrain" else prepare_records)(
+                [given], f"{corpus}/", dry_run=True
+            )
+        assert str(refused.value) == (
+            f"--output '{corpus}{'/' if command == 'prepare' else ''}' is where '{given}' "
+            f"reads its *.txt files: the vocab.txt {command} writes there would be read as "
+            "corpus text; choose another --output."
+        )
+        assert main(argv) == 2
+    assert sorted(p.name for p in corpus.iterdir()) == ["a.txt"]
 
 
 def test_empty_corpus_is_one_sentence(tmp_path, capsys):

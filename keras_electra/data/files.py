@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from keras_electra.errors import InputDataError
+from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.limits import MAX_TEXT_CHARS
 
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
@@ -216,6 +216,30 @@ def check_corpus_paths_exist(paths: PathsLike, what: str = "Corpus file") -> Non
             raise InputDataError(
                 f"{what} '{item}' does not exist; "
                 "pass paths to existing UTF-8 text files or directories."
+            )
+
+
+def check_output_outside_corpus(paths: PathsLike, output: str | os.PathLike, command: str) -> None:
+    """Raises :class:`ConfigError` when ``output`` is a directory the corpus is read from
+    (a ``--corpus`` directory, or a pattern's): the ``vocab.txt`` written there would be
+    read as corpus text by the next run on that corpus, or on resume.
+
+    Examples:
+        >>> check_output_outside_corpus(["data/sample"], "runs/demo", "pretrain")
+    """
+    if is_remote(os.fspath(output)):
+        return
+    out = os.path.realpath(output)
+    for item in _as_list(paths):
+        if is_remote(item):
+            continue
+        folder = item if os.path.isdir(item) else None
+        if folder is None and glob.has_magic(item):
+            folder = os.path.dirname(item) or "."
+        if folder is not None and os.path.realpath(folder) == out:
+            raise ConfigError(
+                f"--output '{output}' is where '{item}' reads its *.txt files: the vocab.txt "
+                f"{command} writes there would be read as corpus text; choose another --output."
             )
 
 

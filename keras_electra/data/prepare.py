@@ -26,6 +26,7 @@ from keras_electra.data.beam import (
 )
 from keras_electra.data.files import (
     check_corpus_has_text,
+    check_output_outside_corpus,
     file_size,
     is_remote,
     resolve_corpus_files,
@@ -154,6 +155,7 @@ def prepare(
     remote = is_remote(out_name)  # gs://bucket/dir: written through tf.io.gfile
     out: Path | str = out_name.rstrip("/") if remote else Path(out_name)
     check_writing(s.max_seq_length, s.num_shards)
+    check_output_outside_corpus(corpus, out_name, "prepare")
     if not remote:  # the records' vocab.txt would replace a model's own
         held = RunDirectory(out)
         if held.has_config():

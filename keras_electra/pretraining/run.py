@@ -27,6 +27,7 @@ from keras_electra.data import (
     pretraining_dataset,
     resolve_corpus_files,
 )
+from keras_electra.data.files import check_output_outside_corpus
 from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
 from keras_electra.data.vocab import check_vocab_size
 from keras_electra.errors import (
@@ -159,6 +160,8 @@ def _pretrain(
     """Resolve the settings, prepare the run directory, build the model, then train (or,
     for a dry run, make the same checks and return the plan)."""
     run = RunDirectory(run_dir)
+    text = [] if is_tfrecord_input(requested.corpus) else requested.corpus
+    check_output_outside_corpus([*text, *requested.validation], run_dir, "pretrain")
     # --init hf:ORG/NAME: fetched and converted once, then read as a directory.
     requested = dataclasses.replace(requested, init=local_init(requested.init))
     init_preset = requested.init and RunDirectory(requested.init).settings().get("preset")
