@@ -275,9 +275,20 @@ class PretrainSettings:
             raise ConfigError("--max-seq-length must be at least 8.")
         if self.keep_checkpoints < 1:
             raise ConfigError("--keep-checkpoints must be at least 1.")
+        check_seed(self.seed)
         for name in ("temperature", "generator_size"):
             if (value := getattr(self, name)) is not None and not value > 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, not {value}.")
+
+
+MAX_SEED = 2**32 - 1  # NumPy's and Keras' global seeds (keras.utils.set_random_seed)
+
+
+def check_seed(seed: int) -> None:
+    """One sentence for a ``--seed`` the random generators refuse (with a traceback, once
+    the run had written its files)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be between 0 and {MAX_SEED:,}, not {seed}.")
 
 
 # --- fine-tuning ---
@@ -402,6 +413,7 @@ class FinetuneOptions:
         if not 0.0 <= out.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
         check_choices(out, ("pooling",))
+        check_seed(out.seed)
         if not 8 <= out.max_seq_length <= max_positions:
             raise ConfigError(
                 f"--max-seq-length must be between 8 and {max_positions} (the model's "

@@ -112,6 +112,9 @@ def test_preset_defaults_come_from_the_one_table_and_explicit_values_win():
         (dict(checkpoint_every=-5), "--checkpoint-every must be a positive integer"),
         (dict(vocab_size=0), "--vocab-size must be a positive integer"),
         (dict(warmup_steps=-1), "--warmup-steps must be 0 or more"),
+        # Passed the dry run; the run wrote its files, then NumPy's ValueError traceback.
+        (dict(seed=-1), "--seed must be between 0 and 4,294,967,295, not -1"),
+        (dict(seed=2**32), "--seed must be between 0 and 4,294,967,295, not 4294967296"),
     ],
 )
 def test_a_bad_value_is_one_sentence(values, message):
@@ -273,6 +276,7 @@ def test_finetune_defaults_follow_the_papers_recipe_per_size_and_task():
         ({"dropout": 1.0}, "qa", "--dropout must be in [0, 1), got 1.0."),
         ({"pooling": "max"}, "classify", "Unknown pooling 'max'; choose one of: cls, mean."),
         ({"max_seq_length": 600}, "qa", "--max-seq-length must be between 8 and 512 (the"),
+        ({"seed": -3}, "classify", "--seed must be between 0 and 4,294,967,295, not -3."),
     ],
 )
 def test_a_bad_finetune_value_is_one_sentence(values, task, message):
