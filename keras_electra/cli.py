@@ -17,6 +17,7 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -30,6 +31,7 @@ from keras_electra.settings import (  # noqa: E402 - plain Python
     PrepareSettings,
     PretrainSettings,
     add_arguments,
+    default_note,
     from_arguments,
 )
 
@@ -76,6 +78,11 @@ def _run_pretrain(args: argparse.Namespace) -> None:
     from keras_electra.pretraining.run import pretrain
     from keras_electra.scoring import format_scores, score_sentences, score_texts
 
+    if args.sample and args.objective == "mlm":  # before the run: it would train, then ignore it
+        raise errors.ConfigError(
+            "--sample shows the discriminator's per-token scores, and --objective mlm trains "
+            "no discriminator head; leave --sample out."
+        )
     result = pretrain(args.corpus, args.output, settings=from_arguments(args, PretrainSettings))
     if args.dry_run:
         print(result.describe())
@@ -104,6 +111,10 @@ def _run_pretrain(args: argparse.Namespace) -> None:
         print("\nDiscriminator: probability that each token was replaced")
         scores = score_texts(result.model, result.tokenizer, args.sample)
         print(format_scores(scores, color=sys.stdout.isatty()))
+    elif args.sample:  # a registered objective without a per-token head
+        print(
+            f"\n--sample: the {result.model.objective} objective scores no tokens; nothing to show."
+        )
 
 
 @command(
@@ -418,8 +429,8 @@ def _run_report(args: argparse.Namespace) -> None:
 
     summary = write_report([args.run, *args.compare], args.output)
     print(report_text(summary))
-    out = args.output or args.run
-    print(f"Wrote {out}/report.png, report.html and report.json")
+    out = Path(args.output or args.run)
+    print(f"Wrote {out / 'report.png'}, report.html and report.json")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -480,7 +491,8 @@ def _flag_cell(action: argparse.Action) -> str:
 
 
 def _cell(action: argparse.Action) -> str:
-    text = " ".join((action.help or "").replace("%%", "%").split()).replace("|", "\\|")
+    text = (action.help or "").removesuffix(f" {default_note(action.default)}")  # its column
+    text = " ".join(text.replace("%%", "%").split()).replace("|", "\\|")
     return text + (" (required)" if action.required else "")
 
 
@@ -546,6 +558,7 @@ def _check_paths(args: argparse.Namespace) -> None:
         from keras_electra.data.files import check_corpus_paths_exist
 
         check_corpus_paths_exist(args.corpus)
+        check_corpus_paths_exist(getattr(args, "validation", None) or [], "Validation file")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -565,11 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         _check_paths(args)
-    except errors.ElectraError as e:
-        return fail(f"error: {e}", 2)
-    _import_tensorflow_quietly()
-
-    try:
+        _import_tensorflow_quietly()  # seconds, in which a Ctrl-C is common
         args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return 0
@@ -588,7 +597,11 @@ def main(argv: list[str] | None = None) -> int:
             2,
         )
     except KeyboardInterrupt:
-        return fail("interrupted", 130)
+        return fail(
+            "interrupted; run the command again (pretrain and finetune resume from their "
+            "last checkpoint).",
+            130,
+        )
 
 
 if __name__ == "__main__":

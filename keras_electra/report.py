@@ -49,6 +49,11 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of ``RUN_DIR/metrics.jsonl``; a line cut short by a crash is skipped."""
     run = RunDirectory(run_dir)
     path = run.metrics_file
+    if not path.is_file() and (run.has_config() or run.settings_file.is_file()):
+        raise ConfigError(
+            f"'{run_dir}' has no metrics yet (no {path.name}): its run has not finished a "
+            "logging window (--log-every steps); run the report again once it has."
+        )
     if not path.is_file():
         raise ConfigError(
             f"'{run_dir}' holds no run ({run.lacks(path.name)}); pass a `keras-electra pretrain` "

@@ -108,8 +108,10 @@ class RunDirectory:
 
     def lacks(self, name: str) -> str:
         """Why a file ``name`` is not in the directory, as a message says it: ``no NAME``, or
-        that the directory itself does not exist (a mistyped path)."""
-        return f"no {name}" if self.path.is_dir() else "it does not exist"
+        that the directory itself does not exist (a mistyped path) or is a file."""
+        if self.path.is_dir():
+            return f"no {name}"
+        return "it is a file, not a directory" if self.path.exists() else "it does not exist"
 
     def has_model_files(self) -> bool:
         """Both ``config.json`` and ``vocab.txt`` exist."""

@@ -252,7 +252,13 @@ class PretrainSettings:
             xla=bool(self.xla),
             **filled,
         )
-        out.log_every = max(1, min(out.log_every, out.steps))
+        # Counts a run cannot use are refused before they are clamped or rounded below.
+        for name in ("log_every", "checkpoint_every", "vocab_size"):
+            if (value := getattr(out, name)) is not None and value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer.")
+        if out.warmup_steps < 0:
+            raise ConfigError("--warmup-steps must be 0 or more.")
+        out.log_every = max(1, min(out.log_every, out.steps))  # --steps is checked below
         every = out.checkpoint_every or max(out.log_every, 500)
         out.checkpoint_every = -(-every // out.log_every) * out.log_every
         out.check()
@@ -269,9 +275,20 @@ class PretrainSettings:
             raise ConfigError("--max-seq-length must be at least 8.")
         if self.keep_checkpoints < 1:
             raise ConfigError("--keep-checkpoints must be at least 1.")
+        check_seed(self.seed)
         for name in ("temperature", "generator_size"):
             if (value := getattr(self, name)) is not None and not value > 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, not {value}.")
+
+
+MAX_SEED = 2**32 - 1  # NumPy's and Keras' global seeds (keras.utils.set_random_seed)
+
+
+def check_seed(seed: int) -> None:
+    """One sentence for a ``--seed`` the random generators refuse (with a traceback, once
+    the run had written its files)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be between 0 and {MAX_SEED:,}, not {seed}.")
 
 
 # --- fine-tuning ---
@@ -396,6 +413,7 @@ class FinetuneOptions:
         if not 0.0 <= out.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
         check_choices(out, ("pooling",))
+        check_seed(out.seed)
         if not 8 <= out.max_seq_length <= max_positions:
             raise ConfigError(
                 f"--max-seq-length must be between 8 and {max_positions} (the model's "
@@ -506,7 +524,14 @@ def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSett
         elif kind == "dict":  # NAME=VALUE pairs
             kwargs.update(nargs="+", type=assignment, default=None)
         kwargs.update({k: meta[k] for k in ("choices", "metavar", "required") if meta[k]})
+        if kwargs["default"] is not None and "default" not in meta["help"]:
+            kwargs["help"] += f" {default_note(kwargs['default'])}"  # --help says it too
         parser.add_argument(flag, **kwargs)
+
+
+def default_note(value: Any) -> str:
+    """How a flag's help states its default, as :func:`add_arguments` appends it."""
+    return f"(default: {value})"
 
 
 def from_arguments(args: argparse.Namespace, settings: type = PretrainSettings, **extra):

@@ -171,6 +171,25 @@ def test_base_passes_with_matching_records_or_length(records, tmp_path, capsys, 
     assert not output.parent.exists()  # nothing written
 
 
+def test_a_batch_beyond_this_machines_memory_is_named_in_the_plan(small_corpus, tmp_path, capsys):
+    """A batch no CPU here could hold was planned as "~498,432.0 GB per device" and
+    nothing else: every input checked, nothing said about the machine it would run on."""
+    import os
+
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tmp_path / "r", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv, "--batch-size", "100000000")
+    assert status == 0, err
+    memory = re.search(r"^  memory +(.+)$", out, re.M)[1]
+    assert memory.startswith("~498 TB per device, estimated (")
+    assert memory.endswith(
+        f"; more than the {here / 1e9:,.1f} GB this machine has, so the run would run out of "
+        "memory: lower --batch-size or raise --grad-accumulation"
+    )
+    status, out, err = run_cli(capsys, *argv)  # the tiny preset's batch fits
+    assert status == 0 and "this machine has" not in out, err
+
+
 def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys, monkeypatch):
     no_model_built(monkeypatch)
     data = records / "tfrecords-128"
@@ -286,6 +305,11 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
     assert status == 2 and "does not exist" in one_sentence(err)
     status, _, err = run_cli(capsys, *argv, "--num-shards", "0", "--dry-run")
     assert status == 2 and "num_shards=0 is invalid" in one_sentence(err)
+    # A vocabulary size no words fit in: the run refused it, the dry runs passed it.
+    for command in (argv, ["pretrain", "--corpus", small_corpus, "--output", out]):
+        status, _, err = run_cli(capsys, *command, "--vocab-size", "3", "--dry-run")
+        assert status == 2 and "vocab_size=3 leaves no room for words" in one_sentence(err)
+    assert not out.exists()
 
 
 def test_prepare_refuses_an_output_holding_a_model_or_exports(
@@ -404,6 +428,10 @@ def test_the_plan_shows_the_objectives_hyperparameters(
         (["temperature=true"], "The electra objective's temperature is a finite number, not True"),
         (["disc_weight=nan"], "The electra objective's disc_weight is a finite number, not nan."),
         (["temperature=2", "--objective", "mlm"], "The mlm objective has no hyperparameter"),
+        # A negative loss weight maximized that loss; two temperatures: the flag's won.
+        (["disc_weight=-1"], "The electra objective's disc_weight is a loss weight, 0 or more"),
+        (["mlm_weight=-2", "--objective", "mlm"], "The mlm objective's mlm_weight is a loss"),
+        (["temperature=3", "--temperature", "2"], "--temperature 2 and --hyperparameters temper"),
     ]
     for extra, expected in refused:
         status, out, err = run_cli(capsys, *base, "--hyperparameters", *extra)

@@ -151,6 +151,25 @@ def test_sigterm_before_training_starts_exits_75_at_once(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
 
 
+def test_ctrl_c_while_the_command_loads_tensorflow_is_one_sentence(
+    small_corpus, tmp_path, monkeypatch, capsys
+):
+    """The first seconds of every command load TensorFlow, outside the run's own signal
+    handling: a Ctrl-C there printed KeyboardInterrupt's traceback through TF's modules."""
+    from keras_electra import cli
+
+    monkeypatch.setattr(cli, "_import_tensorflow_quietly", lambda: os.kill(os.getpid(), 2))
+    out = tmp_path / "run"
+    argv = ["pretrain", "--corpus", str(small_corpus), "--output", str(out), "--steps", "4"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err == (
+        "keras-electra pretrain: interrupted; run the command again (pretrain and finetune "
+        "resume from their last checkpoint).\n"
+    )
+    assert not out.exists()
+
+
 def test_sigterm_during_finetune_saves_the_step_and_the_rerun_ends_as_an_uninterrupted_one(
     base_run, tmp_path, monkeypatch, capsys
 ):

@@ -89,7 +89,9 @@ def test_a_collapsed_run_raises_each_warning_once_and_a_healthy_one_none():
     assert kinds["collapsed_representation"]["step"] == 50
     assert all("try" in w["message"] for w in warnings)
     assert kinds["dead_detector"]["message"].endswith(
-        "try a lower --learning-rate, a higher --temperature or a smaller --generator-size."
+        # A resumed run refuses another generator size: the remedy says it takes a new one.
+        "try a lower --learning-rate, a higher --temperature or a smaller --generator-size "
+        "(a new run)."
     )
     assert kinds["collapsed_representation"]["message"].endswith(
         "try a lower --learning-rate or a higher --temperature."

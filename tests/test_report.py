@@ -82,6 +82,23 @@ def test_report_refuses_a_directory_without_metrics(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "(no metrics.jsonl)" in err and err.count("\n") == 1
+    # A file is not said not to exist (it was), and a run not yet one window old is a run.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a line.\n", encoding="utf-8")
+    assert main(["report", str(corpus)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no run (it is a file, not a directory); pass a" in err
+    (tmp_path / "run.json").write_text("{}", encoding="utf-8")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "has no metrics yet (no metrics.jsonl): its run has not finished a logging" in err
+    assert err.count("\n") == 1
+
+
+def test_report_names_its_files_under_an_output_given_with_a_slash(tmp_path, capsys):
+    run = write_metrics(tmp_path / "run", healthy_run()[:2])
+    assert main(["report", str(run), "--output", f"{tmp_path}/out/"]) == 0
+    assert f"Wrote {tmp_path}/out/report.png, report.html" in capsys.readouterr().out
 
 
 def test_report_on_a_run_still_writing_its_first_window(tmp_path):

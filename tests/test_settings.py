@@ -107,6 +107,14 @@ def test_preset_defaults_come_from_the_one_table_and_explicit_values_win():
         (dict(learning_rate=-1.0), "--learning-rate must be positive"),
         (dict(max_seq_length=4), "--max-seq-length must be at least 8"),
         (dict(keep_checkpoints=0), "--keep-checkpoints must be at least 1"),
+        # Were clamped to 1, used as "every -5 steps", or ran a negative warm-up.
+        (dict(log_every=0), "--log-every must be a positive integer"),
+        (dict(checkpoint_every=-5), "--checkpoint-every must be a positive integer"),
+        (dict(vocab_size=0), "--vocab-size must be a positive integer"),
+        (dict(warmup_steps=-1), "--warmup-steps must be 0 or more"),
+        # Passed the dry run; the run wrote its files, then NumPy's ValueError traceback.
+        (dict(seed=-1), "--seed must be between 0 and 4,294,967,295, not -1"),
+        (dict(seed=2**32), "--seed must be between 0 and 4,294,967,295, not 4294967296"),
     ],
 )
 def test_a_bad_value_is_one_sentence(values, message):
@@ -268,6 +276,7 @@ def test_finetune_defaults_follow_the_papers_recipe_per_size_and_task():
         ({"dropout": 1.0}, "qa", "--dropout must be in [0, 1), got 1.0."),
         ({"pooling": "max"}, "classify", "Unknown pooling 'max'; choose one of: cls, mean."),
         ({"max_seq_length": 600}, "qa", "--max-seq-length must be between 8 and 512 (the"),
+        ({"seed": -3}, "classify", "--seed must be between 0 and 4,294,967,295, not -3."),
     ],
 )
 def test_a_bad_finetune_value_is_one_sentence(values, task, message):
@@ -323,3 +332,19 @@ def test_a_boolean_flag_states_its_default_once_on_every_python():
     assert "(default: False)" not in text
     assert parse("--xla").xla is True and parse("--no-xla").xla is False
     assert parse().xla is False
+
+
+def test_help_states_every_default_the_reference_lists():
+    """docs/cli.md says `--help` prints what the reference's default column shows; the
+    help of --log-every, --keep-checkpoints, --seed, --precision, ... did not."""
+    from keras_electra.cli import _default_cell
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("pretrain", "prepare", "finetune"):
+        for action in sub.choices[name]._actions:
+            shown = _default_cell(action).strip("`")
+            if action.dest != "help" and shown and shown not in ("on", "off"):
+                assert "default" in action.help, (name, action.option_strings)
+    text = " ".join(sub.choices["pretrain"].format_help().split())
+    assert "steps per metrics.jsonl line (default: 50)" in text
+    assert "how many recent checkpoints the run directory keeps (default: 3)" in text

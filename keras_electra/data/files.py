@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from keras_electra.errors import InputDataError
+from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.limits import MAX_TEXT_CHARS
 
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
@@ -178,11 +178,12 @@ def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
     return resolved
 
 
-def resolve_corpus_files(paths: PathsLike) -> list[str]:
+def resolve_corpus_files(paths: PathsLike, what: str = "Corpus file") -> list[str]:
     """Expands corpus paths (files, directories of ``*.txt`` files, glob patterns).
 
     Args:
         paths: one path or a sequence of paths.
+        what: how errors name a file (``"Validation file"`` for ``--validation``).
 
     Returns:
         The text files, in order.
@@ -197,11 +198,11 @@ def resolve_corpus_files(paths: PathsLike) -> list[str]:
         keras_electra.errors.InputDataError: Corpus file 'missing.txt' does not exist; \
 pass paths to existing UTF-8 text files or directories.
     """
-    check_corpus_paths_exist(paths)
-    return resolve_files(_as_list(paths), ".txt", "Corpus file")
+    check_corpus_paths_exist(paths, what)
+    return resolve_files(_as_list(paths), ".txt", what)
 
 
-def check_corpus_paths_exist(paths: PathsLike) -> None:
+def check_corpus_paths_exist(paths: PathsLike, what: str = "Corpus file") -> None:
     """Raises :class:`InputDataError` for the first local path that does not exist (not a
     glob pattern or a URL), in the words of :func:`resolve_corpus_files`. Needs no
     TensorFlow: ``keras-electra`` checks its ``--corpus`` with it before loading
@@ -213,8 +214,32 @@ def check_corpus_paths_exist(paths: PathsLike) -> None:
     for item in _as_list(paths):
         if not (os.path.exists(item) or glob.has_magic(item) or is_remote(item)):
             raise InputDataError(
-                f"Corpus file '{item}' does not exist; "
+                f"{what} '{item}' does not exist; "
                 "pass paths to existing UTF-8 text files or directories."
+            )
+
+
+def check_output_outside_corpus(paths: PathsLike, output: str | os.PathLike, command: str) -> None:
+    """Raises :class:`ConfigError` when ``output`` is a directory the corpus is read from
+    (a ``--corpus`` directory, or a pattern's): the ``vocab.txt`` written there would be
+    read as corpus text by the next run on that corpus, or on resume.
+
+    Examples:
+        >>> check_output_outside_corpus(["data/sample"], "runs/demo", "pretrain")
+    """
+    if is_remote(os.fspath(output)):
+        return
+    out = os.path.realpath(output)
+    for item in _as_list(paths):
+        if is_remote(item):
+            continue
+        folder = item if os.path.isdir(item) else None
+        if folder is None and glob.has_magic(item):
+            folder = os.path.dirname(item) or "."
+        if folder is not None and os.path.realpath(folder) == out:
+            raise ConfigError(
+                f"--output '{output}' is where '{item}' reads its *.txt files: the vocab.txt "
+                f"{command} writes there would be read as corpus text; choose another --output."
             )
 
 
@@ -251,7 +276,7 @@ def legacy_byte(data: bytes) -> int | None:
     return None if any("\x7f" < c != "\ufffd" for c in text) else first
 
 
-def check_text_files(files: Sequence[str]) -> None:
+def check_text_files(files: Sequence[str], what: str = "Corpus file") -> None:
     """Raises if a local file's beginning (:data:`TEXT_SAMPLE_BYTES`) is mostly not text
     (:data:`MAX_NOT_TEXT_SHARE`): a binary file, or text in another encoding, would train
     on a vocabulary of garbage without a word; or if it is text in a legacy 8-bit encoding
@@ -277,7 +302,7 @@ def check_text_files(files: Sequence[str]) -> None:
         share = not_text_share(data)
         if share > MAX_NOT_TEXT_SHARE:
             raise InputDataError(
-                f"Corpus file '{path}' is not text: {share:.0%} of its first "
+                f"{what} '{path}' is not text: {share:.0%} of its first "
                 f"{TEXT_SAMPLE_BYTES // 1024} KiB are bytes that are not UTF-8 or control "
                 "characters (real text has almost none); pass UTF-8 text files (convert "
                 "others with iconv), or TFRecords from `keras-electra prepare`."
@@ -288,7 +313,7 @@ def check_text_files(files: Sequence[str]) -> None:
             shown = f" ('{letter}' in Windows-1252)" if letter.isprintable() else ""
             line = data[:at].count(b"\n") + 1
             raise InputDataError(
-                f"Corpus file '{path}' is not UTF-8 but a legacy 8-bit encoding such as "
+                f"{what} '{path}' is not UTF-8 but a legacy 8-bit encoding such as "
                 f"Latin-1: line {line} has the byte "
                 f"0x{data[at]:02X}{shown}, and none of its first {TEXT_SAMPLE_BYTES // 1024} "
                 "KiB is UTF-8 beyond ASCII; convert it (`iconv -f WINDOWS-1252 -t UTF-8 "
@@ -296,12 +321,14 @@ def check_text_files(files: Sequence[str]) -> None:
             )
 
 
-def check_corpus_has_text(files: Sequence[str]) -> None:
+def check_corpus_has_text(files: Sequence[str], what: str = "Corpus file") -> None:
     """Raises if a file is mostly not text (:func:`check_text_files`), or no file has a
     non-blank line (reads only until the first one).
 
     Args:
         files: resolved text files.
+        what: how errors name a file; the files together are "the corpus" for the
+            default, else the text of ``what``'s first word (``--validation``'s).
 
     Raises:
         InputDataError: if a file is not text, or every line of every file is blank.
@@ -312,11 +339,12 @@ def check_corpus_has_text(files: Sequence[str]) -> None:
         >>> _ = open(path, "w").write("Hi.\\n")
         >>> check_corpus_has_text([path])
     """
-    check_text_files(files)
+    check_text_files(files, what)
+    whole = "The corpus" if what == "Corpus file" else f"The {what.split()[0].lower()} text"
     shown = ", ".join(f"'{p}'" for p in files[:3]) + (" ..." if len(files) > 3 else "")
     if all(not is_remote(p) and os.path.getsize(p) == 0 for p in files):
         raise InputDataError(
-            f"The corpus ({shown}) is empty (0 bytes); pass UTF-8 text files with one "
+            f"{whole} ({shown}) is empty (0 bytes); pass UTF-8 text files with one "
             "sentence per line."
         )
     for path in files:
@@ -327,6 +355,6 @@ def check_corpus_has_text(files: Sequence[str]) -> None:
                 if line.strip():
                     return
     raise InputDataError(
-        f"The corpus ({shown}) has no text, only blank lines; "
+        f"{whole} ({shown}) has no text, only blank lines; "
         "pass UTF-8 text files with one sentence per line."
     )

@@ -26,6 +26,7 @@ from keras_electra.data.beam import (
 )
 from keras_electra.data.files import (
     check_corpus_has_text,
+    check_output_outside_corpus,
     file_size,
     is_remote,
     resolve_corpus_files,
@@ -33,6 +34,7 @@ from keras_electra.data.files import (
 from keras_electra.data.tfrecords import check_writing, shard_paths, write_pretraining_tfrecords
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.data.vocab import (
+    check_vocab_size,
     learn_vocab,
     load_vocab,
     save_vocab,
@@ -153,6 +155,7 @@ def prepare(
     remote = is_remote(out_name)  # gs://bucket/dir: written through tf.io.gfile
     out: Path | str = out_name.rstrip("/") if remote else Path(out_name)
     check_writing(s.max_seq_length, s.num_shards)
+    check_output_outside_corpus(corpus, out_name, "prepare")
     if not remote:  # the records' vocab.txt would replace a model's own
         held = RunDirectory(out)
         if held.has_config():
@@ -162,6 +165,8 @@ def prepare(
             )
         held.refuse_exports("the records")
     tokens = load_vocab(s.vocab) if s.vocab else None
+    if tokens is None:
+        check_vocab_size(s.vocab_size)  # a dry run too
     files = resolve_corpus_files(corpus)
     check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)
     total = corpus_bytes(files)  # each file's size asked once (a URL's is a request)

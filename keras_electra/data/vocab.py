@@ -275,12 +275,13 @@ def learn_vocab(
         >>> vocab[:5]
         ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
     """
-    _check_vocab_size(vocab_size)
+    check_vocab_size(vocab_size)
     counts = count_words(files, lowercase=lowercase, max_lines=max_lines, progress=progress)
     return vocab_from_counts(counts, vocab_size, progress=progress)
 
 
-def _check_vocab_size(vocab_size: int) -> None:
+def check_vocab_size(vocab_size: int) -> None:
+    """One sentence for a learned vocabulary's size that leaves no room for words."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ConfigError(
             f"vocab_size={vocab_size} leaves no room for words; use a vocab_size above "
@@ -309,7 +310,7 @@ def vocab_from_counts(counts: dict[str, int], vocab_size: int, progress: bool = 
     """
     from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-    _check_vocab_size(vocab_size)
+    check_vocab_size(vocab_size)
     word_counts = [(w, n) for w, n in counts.items() if w not in SPECIAL_TOKENS]
     if not word_counts:
         raise InputDataError(

@@ -269,7 +269,9 @@ def collapse_warnings(
                 f"The discriminator stopped detecting replacements at step {dead_run[0]} "
                 f"(recall 0, AUC {disc_auc:.2f} for {len(dead_run)} windows): it predicts the "
                 "base rate everywhere; try "
-                + _either(["a lower --learning-rate", *hotter, "a smaller --generator-size"])
+                + _either(
+                    ["a lower --learning-rate", *hotter, "a smaller --generator-size (a new run)"]
+                )
                 + "."
             )
             warnings.append(

@@ -78,10 +78,15 @@ def read_run(
         for name in PretrainSettings.fixed_names():
             # Runs from before a setting existed used its default.
             if previous.get(name, getattr(PretrainSettings, name)) != getattr(settings, name):
+                fix = "resume with the same value or choose a new --output"
+                if not run.has_checkpoint():  # stopped during setup: nothing to lose
+                    fix = (
+                        "it has no checkpoint yet (nothing was trained), so remove it to start "
+                        "afresh, resume with the same value or choose a new --output"
+                    )
                 raise ConfigError(
                     f"Run directory '{run.path}' was started with {name}={previous.get(name)!r}, "
-                    f"not {getattr(settings, name)!r}; resume with the same value or choose "
-                    "a new --output."
+                    f"not {getattr(settings, name)!r}; {fix}."
                 )
     return config, tokens
 

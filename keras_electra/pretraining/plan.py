@@ -41,6 +41,8 @@ class PretrainPlan:
             can tell (a TPU, GPUs this machine lacks, several workers).
         devices: what those devices are.
         objective: the settings' objective, looked up.
+        memory_here: the bytes of memory each of those devices has, where the plan can
+            tell (the CPU's: this machine's memory), else None.
     """
 
     settings: PretrainSettings
@@ -53,6 +55,7 @@ class PretrainPlan:
     replicas: int | None
     devices: str
     objective: objectives.Objective
+    memory_here: int | None = None
 
     def parameters(self) -> dict[str, int]:
         """The weights pretraining trains, by part."""
@@ -133,11 +136,17 @@ class PretrainPlan:
             parts = self.memory_per_device(self.replicas)
             sequences = max(1, s.batch_size // self.replicas // s.grad_accumulation)
             shown = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
-            return (
+            row = (
                 f"~{format_bytes(sum(parts.values()))} per device, estimated ({shown}; "
                 f"{sequences:,} sequences per device and micro-batch; TensorFlow's own "
                 "memory not included)"
             )
+            if self.memory_here is not None and sum(parts.values()) > self.memory_here:
+                row += (
+                    f"; more than the {format_bytes(self.memory_here)} this machine has, so the "
+                    "run would run out of memory: lower --batch-size or raise --grad-accumulation"
+                )
+            return row
         # Several workers: at least one device each, as many on each.
         workers = cluster_size(s.strategy)
         counts = [
@@ -198,5 +207,7 @@ def format_flops(value: float) -> str:
 
 
 def format_bytes(value: float) -> str:
-    """Bytes in GB (from 0.1 GB) or MB."""
+    """Bytes in TB (from 10 TB), GB (from 0.1 GB) or MB."""
+    if value >= 1e13:
+        return f"{value / 1e12:,.0f} TB"
     return f"{value / 1e9:,.1f} GB" if value >= 1e8 else f"{value / 1e6:,.0f} MB"

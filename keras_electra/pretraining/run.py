@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import zlib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ from keras_electra.data import (
     pretraining_dataset,
     resolve_corpus_files,
 )
+from keras_electra.data.files import check_output_outside_corpus
 from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
+from keras_electra.data.vocab import check_vocab_size
 from keras_electra.errors import (
     ConfigError,
     InputDataError,
@@ -157,6 +160,8 @@ def _pretrain(
     """Resolve the settings, prepare the run directory, build the model, then train (or,
     for a dry run, make the same checks and return the plan)."""
     run = RunDirectory(run_dir)
+    text = [] if is_tfrecord_input(requested.corpus) else requested.corpus
+    check_output_outside_corpus([*text, *requested.validation], run_dir, "pretrain")
     # --init hf:ORG/NAME: fetched and converted once, then read as a directory.
     requested = dataclasses.replace(requested, init=local_init(requested.init))
     init_preset = requested.init and RunDirectory(requested.init).settings().get("preset")
@@ -174,6 +179,8 @@ def _pretrain(
     settings = resolved.settings
     tokenizer = ElectraTokenizer(resolved.tokens, lowercase=resolved.config.lowercase)
     model, checkpoints, start = _build(run, resolved, distribution, chief)
+    if chief and settings.progress and start:
+        print(_resumed(run_dir, start, settings.steps), flush=True)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
         return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
@@ -208,7 +215,17 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
         replicas=replicas,
         devices=devices,
         objective=resolved.objective,
+        memory_here=_cpu_memory() if replicas and "the CPU" in devices else None,
     )
+
+
+def _cpu_memory() -> int | None:
+    """This machine's memory in bytes (what a run on its CPU can use at most), or None
+    where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _check_data(settings: PretrainSettings, tokens: list[str] | None) -> list[str]:
@@ -217,12 +234,29 @@ def _check_data(settings: PretrainSettings, tokens: list[str] | None) -> list[st
     them again when it reads); returns the files."""
     if is_tfrecord_input(settings.corpus):
         vocab_size = len(tokens) if tokens is not None else None
-        return check_records(
+        files = check_records(
             settings.corpus, max_seq_length=settings.max_seq_length, vocab_size=vocab_size
         )
-    files = resolve_corpus_files(settings.corpus)
-    check_corpus_has_text(files)
+    else:
+        files = resolve_corpus_files(settings.corpus)
+        check_corpus_has_text(files)
+    _check_validation(settings, tokens)
     return files
+
+
+def _check_validation(settings: PretrainSettings, tokens: list[str] | None) -> None:
+    """``--validation`` checked as the corpus is, in its own name, before anything is
+    written (the probe reads it only once the model is built)."""
+    if not settings.validation:
+        return
+    if is_tfrecord_input(settings.validation):
+        vocab_size = len(tokens) if tokens is not None else None
+        check_records(
+            settings.validation, max_seq_length=settings.max_seq_length, vocab_size=vocab_size
+        )
+        return
+    files = resolve_corpus_files(settings.validation, "Validation file")
+    check_corpus_has_text(files, "Validation file")
 
 
 def _prepare_run_directory(
@@ -273,6 +307,7 @@ def resolve_run(
     overrides = dict(settings.config_overrides)
     overrides.update({k: v for k, v in zip(fields, flags, strict=True) if v is not None})
     given = {} if settings.temperature is None else {"temperature": settings.temperature}
+    _check_temperature_flag(settings)
     # Checked before anything is written: a hyperparameter the objective does not have.
     objective = objectives.get(settings.objective, **{**settings.hyperparameters, **given})
     sharing = overrides.get("embedding_sharing")
@@ -297,6 +332,14 @@ def resolve_run(
                 "--output."
             )
         _check_size(stored, settings, f"Run directory '{run.path}'")
+        _check_vocabulary_flags(settings, stored, tokens, f"Run directory '{run.path}'", True)
+        reached = run.latest_step()
+        if reached is not None and reached > settings.steps:  # it would stop there, untrained
+            raise ConfigError(
+                f"Run directory '{run.path}' has trained to step {reached:,}, past --steps "
+                f"{settings.steps:,}; pass --steps {reached} or more to resume it, or choose a "
+                "new --output."
+            )
         config, recorded = stored, run.stored_hyperparameters()
         _check_kept(objective.restored(recorded), settings.hyperparameters, run.path)
     elif settings.init is not None:
@@ -304,6 +347,7 @@ def resolve_run(
         config, tokens = _init_source(settings.init, settings, sharing)
         objective.check(config)
         _check_size(config, settings, f"--init '{settings.init}'")
+        _check_vocabulary_flags(settings, config, tokens, f"--init '{settings.init}'", False)
         recorded = RunDirectory(settings.init).stored_hyperparameters()
         recorded.update(settings.hyperparameters)  # given ones win, as --temperature does
     else:
@@ -325,6 +369,24 @@ def resolve_run(
         vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
     )
     return ResolvedRun(final, config, tokens, source, objective)
+
+
+def _check_temperature_flag(settings: PretrainSettings) -> None:
+    """Refuse ``--temperature`` for an objective that samples at none (in the flag's
+    words), and one that disagrees with ``--hyperparameters temperature=``."""
+    flag, named = settings.temperature, settings.hyperparameters.get("temperature")
+    if flag is None:
+        return
+    if "temperature" not in objectives.get(settings.objective).hyperparameter_names():
+        raise ConfigError(
+            f"--temperature applies to an objective that samples at a temperature (electra); "
+            f"the {settings.objective} objective has none, so leave the flag out."
+        )
+    if named is not None and named != flag:
+        raise ConfigError(
+            f"--temperature {flag:g} and --hyperparameters temperature={named:g} disagree; "
+            "pass one of them."
+        )
 
 
 def _check_resumable(run: RunDirectory) -> None:
@@ -352,6 +414,36 @@ def _check_kept(stored: objectives.Objective, given: dict, run_dir: Path) -> Non
                 f"{getattr(stored.hyperparameters, name)!r}, not {value!r}; resume with the "
                 "same value or choose a new --output."
             )
+
+
+def _check_vocabulary_flags(
+    settings: PretrainSettings,
+    config: ElectraConfig,
+    tokens: list[str],
+    source: str,
+    learned_here: bool,
+) -> None:
+    """Refuse the vocabulary flags a resumed run or ``--init`` would ignore: their
+    vocabulary is kept. ``--vocab-size`` asked "up to" that many pieces where the run
+    learned its own (``learned_here``), so only a smaller one differs for sure."""
+    size, fix = settings.vocab_size, "leave the flag out"
+    if learned_here:
+        fix += " or start a new --output"
+    if size is not None and (size < len(tokens) if learned_here else size != len(tokens)):
+        raise ConfigError(
+            f"{source} has a vocabulary of {len(tokens):,} pieces, which the run keeps, not "
+            f"--vocab-size {size:,}; {fix}."
+        )
+    if not settings.lowercase and config.lowercase:
+        raise ConfigError(
+            f"{source} has an uncased vocabulary, which the run keeps, so --cased cannot "
+            f"apply; {fix}."
+        )
+    if not learned_here and settings.vocab and load_vocab(settings.vocab) != tokens:
+        raise ConfigError(
+            f"--vocab '{settings.vocab}' differs from the vocabulary of {source}, which its "
+            "weights fit; leave the flag out or pass that directory's vocab.txt."
+        )
 
 
 def _check_size(config: ElectraConfig, settings: PretrainSettings, source: str) -> None:
@@ -476,6 +568,16 @@ def _train(
 # === Helpers ===
 
 
+def _resumed(run_dir: Path, start: int, steps: int) -> str:
+    """The line a resumed run prints: where it goes on from, or that it is done."""
+    if start >= steps:
+        return (
+            f"Run directory '{run_dir}' is already at step {start:,} of --steps {steps:,}: "
+            "nothing to train (pass a larger --steps to train on)."
+        )
+    return f"Resuming '{run_dir}' from its checkpoint at step {start:,} of {steps:,}."
+
+
 def _diverged(
     settings: PretrainSettings, step: int, checkpoints: RunCheckpoints
 ) -> TrainingDiverged:
@@ -588,9 +690,10 @@ def _vocabulary(settings: PretrainSettings, learn: bool = True) -> list[str] | N
         check_corpus_has_text(resolve_corpus_files(settings.corpus))
     if settings.vocab:
         return load_vocab(settings.vocab)
+    size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
+    check_vocab_size(size)  # a dry run too
     if not learn:
         return None
-    size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
     return learn_vocab(
         settings.corpus, size, lowercase=settings.lowercase, progress=settings.progress
     )

@@ -104,19 +104,33 @@ class MetricsLogger(keras.callbacks.Callback):
         self.history: list[dict] = []
         self._bar = progress_bar("pretrain", total_steps, initial_step, progress)
 
+    def on_train_begin(self, logs=None):
+        # A fit's first step traces (and compiles) the step function: seconds that are not
+        # throughput. Its window's rate is measured from the end of that step.
+        self._tracing = getattr(self.model, "steps_per_execution", 1) == 1
+
     def on_epoch_begin(self, epoch, logs=None):
         self._window_start = time.perf_counter()
         self._window_steps = 0
+        self._after_trace: tuple[float, int] | None = None
 
     def on_train_batch_end(self, batch, logs=None):
         self._window_steps += 1
         self._bar.update(1)
+        if getattr(self, "_tracing", False):
+            self._tracing = False
+            self._after_trace = (time.perf_counter(), self._window_steps)
 
     def on_epoch_end(self, epoch, logs=None):
-        elapsed = time.perf_counter() - self._window_start
+        now = time.perf_counter()
+        elapsed = now - self._window_start
         self.step += self._window_steps
         record = {"step": self.step}
-        record["tokens_per_sec"] = round(self.tokens_per_step * self._window_steps / elapsed, 1)
+        start, done = self._window_start, 0
+        if self._after_trace is not None and self._window_steps > self._after_trace[1]:
+            start, done = self._after_trace  # the steps after the traced one
+        rate = self.tokens_per_step * (self._window_steps - done) / max(now - start, 1e-9)
+        record["tokens_per_sec"] = round(rate, 1)
         record.update({k: float(v) for k, v in (logs or {}).items()})
         record["learning_rate"] = float(self.model.optimizer.learning_rate)
         if self.measure is not None:

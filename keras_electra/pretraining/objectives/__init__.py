@@ -170,6 +170,11 @@ class Objective:
                     f"The {self.name} objective's {f.name} is "
                     f"{'true or false' if flag else 'a finite number'}, not {value!r}."
                 )
+            if f.name.endswith("_weight") and value < 0:  # a negative weight maximizes a loss
+                raise ConfigError(
+                    f"The {self.name} objective's {f.name} is a loss weight, 0 or more, not "
+                    f"{value:g}."
+                )
 
     @classmethod
     def hyperparameter_names(cls) -> tuple[str, ...]:

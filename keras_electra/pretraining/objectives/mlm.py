@@ -97,8 +97,9 @@ class MaskedLM(Objective):
     def check(self, config):
         if config.embedding_sharing != "all":
             raise ConfigError(
-                f"embedding_sharing '{config.embedding_sharing}' needs --objective electra: "
-                "the mlm baseline has one tower, so use embedding_sharing 'all'."
+                f"embedding_sharing '{config.embedding_sharing}' needs a generator "
+                "(--objective electra or electric): the mlm baseline has one tower, so pass "
+                "--embedding-sharing all or leave the flag out."
             )
 
     def add_layers(self, model):
