@@ -229,34 +229,25 @@ def _cpu_memory() -> int | None:
 
 
 def _check_data(settings: PretrainSettings, tokens: list[str] | None) -> list[str]:
-    """The corpus checked against the run before any model is built (text: that the files
-    exist and hold text; TFRecords: their length and vocabulary, as the pipeline checks
-    them again when it reads); returns the files."""
-    if is_tfrecord_input(settings.corpus):
-        vocab_size = len(tokens) if tokens is not None else None
-        files = check_records(
-            settings.corpus, max_seq_length=settings.max_seq_length, vocab_size=vocab_size
-        )
-    else:
-        files = resolve_corpus_files(settings.corpus)
-        check_corpus_has_text(files)
-    _check_validation(settings, tokens)
+    """The corpus and ``--validation`` checked against the run before any model is built
+    or anything written (text: that the files exist and hold text; TFRecords: their length
+    and vocabulary, as the pipeline checks them again when it reads); returns the corpus's
+    files."""
+    files = _checked_input(settings.corpus, settings, tokens, "Corpus file")
+    if settings.validation:  # in its own name: the probe reads it only once the model is built
+        _checked_input(settings.validation, settings, tokens, "Validation file")
     return files
 
 
-def _check_validation(settings: PretrainSettings, tokens: list[str] | None) -> None:
-    """``--validation`` checked as the corpus is, in its own name, before anything is
-    written (the probe reads it only once the model is built)."""
-    if not settings.validation:
-        return
-    if is_tfrecord_input(settings.validation):
+def _checked_input(
+    paths: list[str], settings: PretrainSettings, tokens: list[str] | None, what: str
+) -> list[str]:
+    if is_tfrecord_input(paths):
         vocab_size = len(tokens) if tokens is not None else None
-        check_records(
-            settings.validation, max_seq_length=settings.max_seq_length, vocab_size=vocab_size
-        )
-        return
-    files = resolve_corpus_files(settings.validation, "Validation file")
-    check_corpus_has_text(files, "Validation file")
+        return check_records(paths, max_seq_length=settings.max_seq_length, vocab_size=vocab_size)
+    files = resolve_corpus_files(paths, what)
+    check_corpus_has_text(files, what)
+    return files
 
 
 def _prepare_run_directory(

@@ -234,17 +234,26 @@ class ServedModel:
                     item.score = float(scores[i, c])
         return response
 
-    def _check_classify_signature(self, signature: object) -> None:
+    def _check_method_and_one_input(
+        self, signature: object, kind: str, method_name: str
+    ) -> tuple[object, object]:
+        """The first two checks TF Serving's Classify and Regress share (with their
+        messages): the signature's method name, then exactly one input tensor."""
         method = signature.method_name  # type: ignore[attr-defined]
-        if self.method_name_check and method != CLASSIFY_METHOD_NAME:
+        if self.method_name_check and method != method_name:
             raise ServingError(
-                f"Expected classification signature method_name to be {CLASSIFY_METHOD_NAME}. "
-                f"Was: {method}",
+                f"Expected {kind} signature method_name to be {method_name}. Was: {method}",
                 code="INVALID_ARGUMENT",
             )
         inputs, outputs = signature.inputs, signature.outputs  # type: ignore[attr-defined]
         if len(inputs) != 1:
             raise ServingError("Expected one input Tensor.", code="INVALID_ARGUMENT")
+        return inputs, outputs
+
+    def _check_classify_signature(self, signature: object) -> None:
+        inputs, outputs = self._check_method_and_one_input(
+            signature, "classification", CLASSIFY_METHOD_NAME
+        )
         if len(outputs) not in (1, 2):
             raise ServingError(
                 f"Expected one or two output Tensors, found {len(outputs)}",
@@ -312,16 +321,9 @@ class ServedModel:
     def _check_regress_signature(self, signature: object) -> None:
         """TF Serving's checks of a regression signature, with its messages (those for a
         missing input or output end with the SignatureDef's text, over several lines)."""
-        method = signature.method_name  # type: ignore[attr-defined]
-        if self.method_name_check and method != REGRESS_METHOD_NAME:
-            raise ServingError(
-                f"Expected regression signature method_name to be {REGRESS_METHOD_NAME}. "
-                f"Was: {method}",
-                code="INVALID_ARGUMENT",
-            )
-        inputs, outputs = signature.inputs, signature.outputs  # type: ignore[attr-defined]
-        if len(inputs) != 1:
-            raise ServingError("Expected one input Tensor.", code="INVALID_ARGUMENT")
+        inputs, outputs = self._check_method_and_one_input(
+            signature, "regression", REGRESS_METHOD_NAME
+        )
         if len(outputs) != 1:
             raise ServingError("Expected one output Tensor.", code="INVALID_ARGUMENT")
         for kind, found, key in (
