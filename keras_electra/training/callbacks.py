@@ -105,9 +105,10 @@ class MetricsLogger(keras.callbacks.Callback):
         self._bar = progress_bar("pretrain", total_steps, initial_step, progress)
 
     def on_train_begin(self, logs=None):
-        # A fit's first step traces (and compiles) the step function: seconds that are not
-        # throughput. Its window's rate is measured from the end of that step.
-        self._tracing = getattr(self.model, "steps_per_execution", 1) == 1
+        # A fit's first execution traces (and compiles) the step function: seconds that are
+        # not throughput. Its window's rate is measured from the end of that execution (its
+        # steps_per_execution steps, replayed one by one: training/per_step.py).
+        self._tracing = getattr(self.model, "steps_per_execution", 1)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._window_start = time.perf_counter()
@@ -117,9 +118,10 @@ class MetricsLogger(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self._window_steps += 1
         self._bar.update(1)
-        if getattr(self, "_tracing", False):
-            self._tracing = False
-            self._after_trace = (time.perf_counter(), self._window_steps)
+        if getattr(self, "_tracing", 0):
+            self._tracing -= 1
+            if not self._tracing:
+                self._after_trace = (time.perf_counter(), self._window_steps)
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.perf_counter()
