@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -181,7 +182,7 @@ def test_an_interrupted_run_resumes(corpus, tokenizer, tmp_path):
 
 
 @needs_beam
-def test_beam_writes_the_same_shards_with_one_and_two_workers(corpus, tokenizer, tmp_path):
+def test_beam_writes_the_same_shards_with_one_and_two_workers(corpus, tokenizer, tmp_path, capfd):
     from keras_electra.data.beam import count_words_beam, write_tfrecords_beam
 
     options = {"max_seq_length": LENGTH, "num_shards": 5, "seed": 4}
@@ -207,10 +208,18 @@ def test_beam_writes_the_same_shards_with_one_and_two_workers(corpus, tokenizer,
         metadata = json.loads((out / "metadata.json").read_text())
         assert metadata["pipeline"]["runner"] == "DirectRunner"
         assert metadata["pipeline"]["direct_num_workers"] == workers
+    capfd.readouterr()
     counts = count_words_beam(
         corpus, temp_dir=str(tmp_path / "counts"), num_workers=2, pipeline_args=runs[2]
     )
     assert counts == dict(count_words(corpus))
+    # Its progress bar counted every piece (it said nothing while Beam counted), and the
+    # pieces' marks are gone.
+    bar = re.findall(
+        r"Counting words: 100%\|[^|]*\| (\d+)/(\d+) \[.* pieces/s\]", capfd.readouterr().err
+    )
+    assert bar and bar[-1][0] == bar[-1][1] and int(bar[-1][0]) >= 2, bar
+    assert os.listdir(tmp_path / "counts") == []
 
 
 def test_local_worker_processes_log_to_a_file_not_between_the_commands_lines(capfd):

@@ -193,35 +193,42 @@ def write_tfrecords_beam(
     options, described = pipeline_options(pipeline_args, num_workers)
     job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
     write = _WriteShard(job, tokenizer.vocab, tokenizer.lowercase)
-    done = threading.Event()
-    with quiet_local_workers(described) as stderr:
-        watcher = threading.Thread(
-            target=_watch, args=(job.paths, done, progress, stderr), daemon=True
-        )
-        watcher.start()
-        try:
-            with beam.Pipeline(options=options) as pipeline:
-                _ = (
-                    pipeline
-                    | "Shards" >> beam.Create(job.plans)
-                    | "Spread" >> beam.Reshuffle()
-                    | "Pack and write" >> beam.Map(write)
-                    | "Counts" >> beam.combiners.ToList()
-                    | "Metadata" >> beam.Map(_finish, job, described)
-                )
-        finally:
-            done.set()
-            watcher.join()
+    bar = (job.paths, "Packing", " shards") if progress else None
+    with quiet_local_workers(described) as stderr, _watching(bar, stderr):
+        with beam.Pipeline(options=options) as pipeline:
+            _ = (
+                pipeline
+                | "Shards" >> beam.Create(job.plans)
+                | "Spread" >> beam.Reshuffle()
+                | "Pack and write" >> beam.Map(write)
+                | "Counts" >> beam.combiners.ToList()
+                | "Metadata" >> beam.Map(_finish, job, described)
+            )
     return job.paths
 
 
-def _watch(paths: list[str], done: threading.Event, progress: bool, stderr: IO[str]) -> None:
-    """A progress bar of the shards whose final file exists (polled: any runner)."""
-    if not progress or any(map(is_remote, paths)):
+@contextlib.contextmanager
+def _watching(bar: tuple[list[str], str, str] | None, stderr: IO[str]) -> Iterator[None]:
+    """While the pipeline runs, a progress bar ``(paths, desc, unit)`` of the files that
+    exist (each written when a unit of work ends: polled, so any runner can write them);
+    none for ``None`` or remote paths."""
+    if bar is None or any(map(is_remote, bar[0])):
+        yield
         return
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(*bar, done, stderr), daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def _watch(paths: list[str], desc: str, unit: str, done: threading.Event, stderr: IO[str]):
     from tqdm import tqdm
 
-    with tqdm(total=len(paths), unit=" shards", desc="Packing", file=stderr) as bar:
+    with tqdm(total=len(paths), unit=unit, desc=desc, file=stderr) as bar:
         while True:
             finished = sum(os.path.exists(p) for p in paths)
             bar.update(finished - bar.n)
@@ -233,7 +240,9 @@ def _watch(paths: list[str], done: threading.Event, progress: bool, stderr: IO[s
 # --- word counts for the vocabulary learner ------------------------------------------------
 
 
-def _count_piece(plan, lowercase: bool) -> list[tuple[str, int]]:
+def _count_piece(plan, lowercase: bool, markers: dict[int, str]) -> list[tuple[str, int]]:
+    import tensorflow as tf
+
     from keras_electra.data.tfrecords import read_lines
     from keras_electra.data.vocab import _decoded, count_lines
 
@@ -241,6 +250,8 @@ def _count_piece(plan, lowercase: bool) -> list[tuple[str, int]]:
     for path, start, end in plan.pieces:
         for lines, _ in read_lines(path, start, end):
             count_lines(lines, lowercase, counts)
+    with tf.io.gfile.GFile(markers[plan.index], "w") as f:  # for the progress bar
+        f.write("")
     return list(_decoded(counts).items())
 
 
@@ -251,10 +262,12 @@ def count_words_beam(
     temp_dir: str,
     pipeline_args: Sequence[str] = (),
     num_workers: int | None = None,
+    progress: bool = True,
 ) -> dict[str, int]:
     """A corpus's word counts (as :func:`~keras_electra.data.vocab.count_words` counts
     them) from a Beam pipeline: pieces of the corpus counted in parallel and summed by a
     combine; the counts pass through ``temp_dir`` (local or ``gs://``) to the caller.
+    ``progress``: a progress bar of the pieces counted (a local ``temp_dir``).
 
     Raises:
         ConfigError: Beam is not installed.
@@ -271,14 +284,22 @@ def count_words_beam(
     check_text_files(paths)
     workers = num_workers or os.cpu_count() or 1
     size = sum(map(file_size, paths))
-    pieces = plan_shards(paths, max(4 * workers, size // (64 << 20) + 1))
+    pieces = [p for p in plan_shards(paths, max(4 * workers, size // (64 << 20) + 1)) if p.pieces]
     prefix = os.path.join(temp_dir, "word-counts")
-    with quiet_local_workers(described), beam.Pipeline(options=options) as pipeline:
+    counted = os.path.join(temp_dir, "counted")  # a file per piece done, for the bar
+    markers = {p.index: os.path.join(counted, f"piece-{p.index:05d}") for p in pieces}
+    tf.io.gfile.makedirs(counted)
+    bar = (list(markers.values()), "Counting words", " pieces") if progress else None
+    with (
+        quiet_local_workers(described) as stderr,
+        _watching(bar, stderr),
+        beam.Pipeline(options=options) as pipeline,
+    ):
         _ = (
             pipeline
-            | "Pieces" >> beam.Create([p for p in pieces if p.pieces])
+            | "Pieces" >> beam.Create(pieces)
             | "Spread" >> beam.Reshuffle()
-            | "Count" >> beam.FlatMap(_count_piece, lowercase)
+            | "Count" >> beam.FlatMap(_count_piece, lowercase, markers)
             | "Sum" >> beam.CombinePerKey(sum)
             | "Lines" >> beam.Map(lambda item: json.dumps(item, ensure_ascii=False))
             | "Write" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl")
@@ -290,6 +311,7 @@ def count_words_beam(
                 word, n = json.loads(line)
                 counts[word] = n
         tf.io.gfile.remove(name)
+    tf.io.gfile.rmtree(counted)
     return counts
 
 
