@@ -304,12 +304,30 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
                              out, "--dry-run")  # fmt: skip
     assert status == 2 and "does not exist" in one_sentence(err)
     status, _, err = run_cli(capsys, *argv, "--num-shards", "0", "--dry-run")
-    assert status == 2 and "num_shards=0 is invalid" in one_sentence(err)
+    assert status == 2 and "--num-shards must be a positive integer" in one_sentence(err)
     # A vocabulary size no words fit in: the run refused it, the dry runs passed it.
     for command in (argv, ["pretrain", "--corpus", small_corpus, "--output", out]):
         status, _, err = run_cli(capsys, *command, "--vocab-size", "3", "--dry-run")
-        assert status == 2 and "vocab_size=3 leaves no room for words" in one_sentence(err)
+        assert status == 2 and "--vocab-size 3 leaves no room for words" in one_sentence(err)
     assert not out.exists()
+
+
+def test_prepares_counts_are_refused_in_the_words_of_its_flags(small_corpus, tmp_path, capsys):
+    # They named Python's arguments ("num_shards=0 is invalid; use a positive integer."),
+    # not the flags the command's user typed.
+    argv = ["prepare", "--corpus", small_corpus, "--output", tmp_path / "out", "--dry-run"]
+    for flags, message in (
+        (["--num-shards", "0"], "--num-shards must be a positive integer, not 0."),
+        (
+            ["--max-seq-length", "3"],
+            "--max-seq-length must be an integer of at least 5 (128 is typical), not 3.",
+        ),
+        (["--workers", "0"], "--workers must be a positive integer, not 0."),
+        (["--vocab-size", "3"], "--vocab-size 3 leaves no room for words; use one above 5 "),
+    ):
+        status, _, err = run_cli(capsys, *argv, *flags)
+        assert status == 2 and message in one_sentence(err), (flags, err)
+    assert not (tmp_path / "out").exists()
 
 
 def test_prepare_refuses_an_output_holding_a_model_or_exports(
