@@ -190,6 +190,24 @@ def test_a_batch_beyond_this_machines_memory_is_named_in_the_plan(small_corpus, 
     assert status == 0 and "this machine has" not in out, err
 
 
+def test_a_warm_up_longer_than_the_run_is_named_in_the_plan(small_corpus, tmp_path, capsys):
+    """The tiny preset's 100 warm-up steps in a run of --steps 20: the learning rate never
+    reached its peak, and nothing said so."""
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tmp_path / "r", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv, "--steps", "20")
+    assert status == 0, err
+    plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
+    assert plan["warm-up"] == (
+        "Warm-up (--warmup-steps 100) is longer than the run (--steps 20): the learning rate "
+        "climbs for the whole run and never reaches its peak (--learning-rate 0.0005); pass a "
+        "smaller --warmup-steps, such as 2 (a tenth of --steps), to change it."
+    )
+    assert plan["steps"].startswith("20 (warm-up 100), learning rate 0.0005,")  # unchanged
+    for fixed in (["--steps", "20", "--warmup-steps", "2"], ["--steps", "100"]):
+        status, out, err = run_cli(capsys, *argv, *fixed)
+        assert status == 0 and "Dry run:" in out and "longer than the run" not in out, err
+
+
 def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys, monkeypatch):
     no_model_built(monkeypatch)
     data = records / "tfrecords-128"

@@ -366,6 +366,17 @@ def test_no_health_skips_the_probe(small_corpus, tmp_path, capsys):
     assert not {"context_auc", "disc_cosine_0", "health_seconds"} & set(record)
 
 
+def test_a_run_shorter_than_its_warm_up_says_so(small_corpus, tmp_path, capsys):
+    """The tiny preset's 100 warm-up steps in a run of --steps 2: the learning rate never
+    reached its peak, and nothing said so. Said once, with the flag that changes it."""
+    out = tmp_path / "short"
+    argv = ["--corpus", str(small_corpus), "--output", str(out), "--no-health"]
+    assert pretrain_command(*argv) == 0  # progress on
+    said = capsys.readouterr().out
+    assert said.count("Warm-up (--warmup-steps 100) is longer than the run (--steps 2): ") == 1
+    assert "; pass a smaller --warmup-steps, such as 0 (a tenth of --steps), to change" in said
+
+
 def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, capsys):
     data = tmp_path / "records"
     assert (

@@ -42,7 +42,7 @@ from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
 from keras_electra.pretraining.loading import read_run, stored_pretrainer, vocab_checksum
-from keras_electra.pretraining.plan import PretrainPlan, describe_data
+from keras_electra.pretraining.plan import PretrainPlan, describe_data, warmup_note
 from keras_electra.pretraining.pretrainer import (
     NONFINITE_MESSAGE,
     ElectraPretrainer,
@@ -181,6 +181,8 @@ def _pretrain(
     model, checkpoints, start = _build(run, resolved, distribution, chief)
     if chief and settings.progress and start:
         print(_resumed(run_dir, start, settings.steps), flush=True)
+    if chief and settings.progress and start < settings.steps and (note := warmup_note(settings)):
+        print(note, flush=True)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
         return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
