@@ -220,6 +220,12 @@ class PretrainSettings:
     # Filled in by the run: the vocabulary's checksum (a run refuses to resume on a changed
     # one), and the training kernels' backend and why (keras_electra.kernels).
     vocab_sha256: str = option("", "the vocabulary's checksum", cli=False)
+    # Filled in by a run that learns its vocabulary: the size it asked for (--vocab-size or
+    # the preset's), which the vocabulary may fall short of; a resumed run's --vocab-size
+    # must be this one. None: --vocab's or --init's vocabulary, or a run from before.
+    asked_vocab_size: int | None = option(
+        None, "the --vocab-size the run's vocabulary was learned at", cli=False
+    )
     kernels: str = option("", "the training kernels (KERAS_ELECTRA_KERNELS)", cli=False)
 
     # --- derived views ---

@@ -111,7 +111,7 @@ def test_a_learned_vocabulary_spells_every_word_of_its_corpus(tmp_path):
 
 
 def test_learn_vocab_rejects_too_small_size(corpus):
-    with pytest.raises(ConfigError, match="vocab_size=5"):
+    with pytest.raises(ConfigError, match="--vocab-size 5 leaves no room for words"):
         learn_vocab([corpus], vocab_size=5)
 
 
@@ -384,7 +384,7 @@ def test_directory_of_text_files_is_read_in_shuffled_file_order(corpus, tokenize
 def test_too_few_examples_without_repeat_is_an_error(corpus, tokenizer):
     with pytest.raises(InputDataError, match="fewer than batch_size=1000"):
         pretraining_dataset(corpus, tokenizer, batch_size=1000, max_seq_length=32, repeat=False)
-    with pytest.raises(ConfigError, match="max_seq_length=2"):
+    with pytest.raises(ConfigError, match="--max-seq-length must be .*, not 2\\."):
         pretraining_dataset(corpus, tokenizer, batch_size=2, max_seq_length=2)
 
 

@@ -190,6 +190,24 @@ def test_a_batch_beyond_this_machines_memory_is_named_in_the_plan(small_corpus, 
     assert status == 0 and "this machine has" not in out, err
 
 
+def test_a_warm_up_longer_than_the_run_is_named_in_the_plan(small_corpus, tmp_path, capsys):
+    """The tiny preset's 100 warm-up steps in a run of --steps 20: the learning rate never
+    reached its peak, and nothing said so."""
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tmp_path / "r", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv, "--steps", "20")
+    assert status == 0, err
+    plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
+    assert plan["warm-up"] == (
+        "Warm-up (--warmup-steps 100) is longer than the run (--steps 20): the learning rate "
+        "climbs for the whole run and never reaches its peak (--learning-rate 0.0005); pass a "
+        "smaller --warmup-steps, such as 2 (a tenth of --steps), to change it."
+    )
+    assert plan["steps"].startswith("20 (warm-up 100), learning rate 0.0005,")  # unchanged
+    for fixed in (["--steps", "20", "--warmup-steps", "2"], ["--steps", "100"]):
+        status, out, err = run_cli(capsys, *argv, *fixed)
+        assert status == 0 and "Dry run:" in out and "longer than the run" not in out, err
+
+
 def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys, monkeypatch):
     no_model_built(monkeypatch)
     data = records / "tfrecords-128"
@@ -304,12 +322,30 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
                              out, "--dry-run")  # fmt: skip
     assert status == 2 and "does not exist" in one_sentence(err)
     status, _, err = run_cli(capsys, *argv, "--num-shards", "0", "--dry-run")
-    assert status == 2 and "num_shards=0 is invalid" in one_sentence(err)
+    assert status == 2 and "--num-shards must be a positive integer" in one_sentence(err)
     # A vocabulary size no words fit in: the run refused it, the dry runs passed it.
     for command in (argv, ["pretrain", "--corpus", small_corpus, "--output", out]):
         status, _, err = run_cli(capsys, *command, "--vocab-size", "3", "--dry-run")
-        assert status == 2 and "vocab_size=3 leaves no room for words" in one_sentence(err)
+        assert status == 2 and "--vocab-size 3 leaves no room for words" in one_sentence(err)
     assert not out.exists()
+
+
+def test_prepares_counts_are_refused_in_the_words_of_its_flags(small_corpus, tmp_path, capsys):
+    # They named Python's arguments ("num_shards=0 is invalid; use a positive integer."),
+    # not the flags the command's user typed.
+    argv = ["prepare", "--corpus", small_corpus, "--output", tmp_path / "out", "--dry-run"]
+    for flags, message in (
+        (["--num-shards", "0"], "--num-shards must be a positive integer, not 0."),
+        (
+            ["--max-seq-length", "3"],
+            "--max-seq-length must be an integer of at least 5 (128 is typical), not 3.",
+        ),
+        (["--workers", "0"], "--workers must be a positive integer, not 0."),
+        (["--vocab-size", "3"], "--vocab-size 3 leaves no room for words; use one above 5 "),
+    ):
+        status, _, err = run_cli(capsys, *argv, *flags)
+        assert status == 2 and message in one_sentence(err), (flags, err)
+    assert not (tmp_path / "out").exists()
 
 
 def test_prepare_refuses_an_output_holding_a_model_or_exports(

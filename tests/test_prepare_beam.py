@@ -294,6 +294,35 @@ def test_prepare_names_an_unknown_beam_option(corpus, tmp_path, capsys):
     assert code == 2 and "Unknown option --runer" in err
 
 
+@needs_beam
+def test_a_dry_run_refuses_a_runner_beam_does_not_know(corpus, tmp_path, capsys):
+    # The dry run passed --runner Bogus; the run failed once Beam made the pipeline.
+    out = str(tmp_path / "out")
+    argv = ("--corpus", corpus[0], "--output", out, "--vocab-size", "60", "--dry-run")
+    for given, shown in (
+        (["--runner", "Bogus"], "Bogus"),
+        (["--runner=no_such_module.MyRunner"], "no_such_module.MyRunner"),
+    ):
+        code, err = run_prepare(capsys, *argv, *given)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1, err
+        assert f"--runner {shown} is not an Apache Beam runner; pass one of " in err
+        assert "DataflowRunner" in err and "FlinkRunner" in err
+    # Runners Beam knows pass without being reached (no Dataflow project, Flink or Spark
+    # cluster here), in Beam's spellings: any case, "Runner" left out, the class's path.
+    for runner in (
+        "DataflowRunner",
+        "FlinkRunner",
+        "SparkRunner",
+        "PortableRunner",
+        "direct",
+        "apache_beam.runners.portability.flink_runner.FlinkRunner",
+    ):
+        code, err = run_prepare(capsys, *argv, "--runner", runner)
+        assert code == 0, (runner, err)
+    assert not os.path.exists(out)
+
+
 def test_prepare_writes_to_a_url_and_pretraining_reads_it(corpus, tmp_path):
     """``--output gs://...`` with TensorFlow's in-memory ``ram://`` filesystem for gs://."""
     from keras_electra.data import pretraining_dataset

@@ -366,6 +366,17 @@ def test_no_health_skips_the_probe(small_corpus, tmp_path, capsys):
     assert not {"context_auc", "disc_cosine_0", "health_seconds"} & set(record)
 
 
+def test_a_run_shorter_than_its_warm_up_says_so(small_corpus, tmp_path, capsys):
+    """The tiny preset's 100 warm-up steps in a run of --steps 2: the learning rate never
+    reached its peak, and nothing said so. Said once, with the flag that changes it."""
+    out = tmp_path / "short"
+    argv = ["--corpus", str(small_corpus), "--output", str(out), "--no-health"]
+    assert pretrain_command(*argv) == 0  # progress on
+    said = capsys.readouterr().out
+    assert said.count("Warm-up (--warmup-steps 100) is longer than the run (--steps 2): ") == 1
+    assert "; pass a smaller --warmup-steps, such as 0 (a tenth of --steps), to change" in said
+
+
 def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, capsys):
     data = tmp_path / "records"
     assert (
@@ -539,9 +550,9 @@ def test_vocabulary_flags_a_resumed_or_init_run_would_ignore_are_refused(
         return resolve_run(RunDirectory(run_dir), settings, learn=False)
 
     resolve(tiny_run, vocab_size=pieces)  # the same command resumes
-    resolve(tiny_run, vocab_size=pieces + 100)  # learned "up to": it may have asked more
     refused = [
         (tiny_run, dict(vocab_size=pieces // 2), "which the run keeps, not --vocab-size 1,000;"),
+        (tiny_run, dict(vocab_size=pieces + 100), "learned at --vocab-size 2,000, which the"),
         (tiny_run, dict(lowercase=False), "has an uncased vocabulary, which the run keeps, so"),
         (tmp_path / "new", dict(init=str(tiny_run), vocab_size=30522), "not --vocab-size 30,"),
         (tmp_path / "new", dict(init=str(tiny_run), vocab=str(vocab_file)), "differs from the"),
@@ -551,6 +562,43 @@ def test_vocabulary_flags_a_resumed_or_init_run_would_ignore_are_refused(
         with pytest.raises(ConfigError, match=re.escape(message)):
             resolve(run_dir, **options)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_resumed_run_refuses_a_vocab_size_other_than_the_one_it_learned_at(tmp_path, capsys):
+    """A learned vocabulary may hold fewer pieces than --vocab-size asked for, and run.json
+    did not record the size asked: a resumed run refused a smaller --vocab-size than its
+    vocabulary's, but took a larger one (and trained on with the vocabulary it had)."""
+    from keras_electra.pretraining.run import resolve_run
+    from keras_electra.run_directory import RunDirectory
+    from keras_electra.settings import PretrainSettings
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat on the mat .\nThe dog ran far away .\n\n" * 40, "utf-8")
+    run_dir = tmp_path / "run"
+    argv = ["--corpus", str(corpus), "--output", str(run_dir), "--no-health"]
+    assert run_cli(*argv) == 0  # --vocab-size 500 (pretrain_command's)
+    pieces = len((run_dir / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    recorded = json.loads((run_dir / "run.json").read_text())
+    assert pieces < 500 and recorded["asked_vocab_size"] == 500
+    capsys.readouterr()
+    assert run_cli(*argv, "--dry-run") == 0  # the same command resumes
+    for size in (pieces, 501, 30522):
+        assert run_cli(*argv, "--vocab-size", str(size), "--dry-run") == 2
+        assert one_sentence(capsys.readouterr().err).endswith(
+            f"Run directory '{run_dir}' has a vocabulary of {pieces} pieces learned at "
+            f"--vocab-size 500, which the run keeps, not --vocab-size {size:,}; leave the flag "
+            "out or start a new --output."
+        )
+    # A resumed run records the size its vocabulary was asked for again.
+    settings = PretrainSettings(corpus=[str(corpus)], steps=4, batch_size=4, max_seq_length=16)
+    resolved = resolve_run(RunDirectory(run_dir), settings.resolved(), learn=False)
+    assert resolved.settings.asked_vocab_size == 500
+    # A run directory from before run.json recorded it resumes as it did.
+    del recorded["asked_vocab_size"]
+    (run_dir / "run.json").write_text(json.dumps(recorded))
+    assert run_cli(*argv, "--vocab-size", "30522", "--dry-run") == 0
+    assert run_cli(*argv, "--vocab-size", str(pieces - 1), "--dry-run") == 2
+    assert "which the run keeps, not --vocab-size" in one_sentence(capsys.readouterr().err)
 
 
 def test_the_command_takes_the_objectives_hyperparameters_and_a_resume_keeps_them(

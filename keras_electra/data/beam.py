@@ -10,6 +10,7 @@ options: docs/pretraining.md, "Preparing a large corpus".
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -74,6 +75,9 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
             "`keras-electra prepare --help`, and any other must be an Apache Beam "
             "pipeline option (--runner, --project, --temp_location, ...)."
         )
+    runner = given.get_all_options().get("runner")
+    if runner is not None:
+        check_runner(runner)
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         workers = num_workers or os.cpu_count() or 1
         args = [
@@ -86,6 +90,35 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
     options = PipelineOptions(args)
     shown = {k: v for k, v in options.get_all_options().items() if k in _RECORDED_OPTIONS and v}
     return options, shown
+
+
+def check_runner(name: str) -> None:
+    """Refuse a ``--runner`` that Beam would not find when the pipeline is made, by Beam's
+    own rule: one of its runners' names (in any case, ``Runner`` optional) or the dotted
+    path of a ``PipelineRunner`` class. A runner Beam knows passes without being imported
+    or reached (its service and credentials are the run's business); another dotted path
+    must import.
+
+    Raises:
+        ConfigError: a name that is neither (one sentence naming the flag and the runners).
+    """
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    known = StandardOptions.KNOWN_RUNNER_NAMES
+    names = {n.lower() for n in known} | {p.lower() for p in StandardOptions.ALL_KNOWN_RUNNERS}
+    if name.lower() in names or name.lower() + "runner" in names:
+        return
+    module, _, attribute = name.rpartition(".")
+    if module:
+        try:
+            if hasattr(importlib.import_module(module), attribute):
+                return
+        except ImportError:
+            pass
+    raise ConfigError(
+        f"--runner {name} is not an Apache Beam runner; pass one of {', '.join(known)}, or "
+        "the dotted path of a PipelineRunner class."
+    )
 
 
 # The options metadata.json records (not credentials, not machine-specific paths).

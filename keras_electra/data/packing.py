@@ -47,7 +47,8 @@ def _stream_seed(seed, epoch, stream: int):
 
 
 def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
-    """Validates ``batch_size`` and ``max_seq_length`` arguments.
+    """Validates ``batch_size`` and ``max_seq_length`` arguments (a message names them as
+    the commands' flags, ``--batch-size`` and ``--max-seq-length``, which they are).
 
     Args:
         batch_size: examples per batch (``None`` skips the check).
@@ -60,11 +61,11 @@ def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
         >>> check_shapes(32, 128)
     """
     if batch_size is not None and (not isinstance(batch_size, int | np.integer) or batch_size < 1):
-        raise ConfigError(f"batch_size={batch_size!r} is invalid; use a positive integer.")
+        raise ConfigError(f"--batch-size must be a positive integer, not {batch_size!r}.")
     if not isinstance(max_seq_length, int | np.integer) or max_seq_length < 5:
         raise ConfigError(
-            f"max_seq_length={max_seq_length!r} is too small; use an integer of at least 5 "
-            "(128 is typical)."
+            "--max-seq-length must be an integer of at least 5 (128 is typical), not "
+            f"{max_seq_length!r}."
         )
 
 

@@ -246,7 +246,7 @@ def uses_beam(settings: PrepareSettings, size: int) -> bool:
     """
     workers = settings.workers
     if workers is not None and workers < 1:
-        raise ConfigError(f"workers={workers} is invalid; use a positive integer.")
+        raise ConfigError(f"--workers must be a positive integer, not {workers}.")
     if settings.beam_options:
         pipeline_options(settings.beam_options, workers)  # checks them
         return True

@@ -288,17 +288,18 @@ def _write_metadata(directory: str, metadata: dict) -> None:
 
 def check_writing(max_seq_length: int, num_shards: int) -> None:
     """Raises :class:`ConfigError` for a length or shard count no writing can use
-    (:func:`write_pretraining_tfrecords` checks this first; so does a dry run).
+    (:func:`write_pretraining_tfrecords` checks this first; so does a dry run), naming
+    them as ``keras-electra prepare``'s flags (the arguments of the same names).
 
     Examples:
         >>> check_writing(128, 0)
         Traceback (most recent call last):
         ...
-        keras_electra.errors.ConfigError: num_shards=0 is invalid; use a positive integer.
+        keras_electra.errors.ConfigError: --num-shards must be a positive integer, not 0.
     """
     check_shapes(None, max_seq_length)
     if not isinstance(num_shards, int) or num_shards < 1:
-        raise ConfigError(f"num_shards={num_shards!r} is invalid; use a positive integer.")
+        raise ConfigError(f"--num-shards must be a positive integer, not {num_shards!r}.")
 
 
 @dataclass(frozen=True)

@@ -281,10 +281,11 @@ def learn_vocab(
 
 
 def check_vocab_size(vocab_size: int) -> None:
-    """One sentence for a learned vocabulary's size that leaves no room for words."""
+    """One sentence for a learned vocabulary's size that leaves no room for words (named
+    as the commands' flag, ``--vocab-size``, which Python's ``vocab_size`` is)."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ConfigError(
-            f"vocab_size={vocab_size} leaves no room for words; use a vocab_size above "
+            f"--vocab-size {vocab_size} leaves no room for words; use one above "
             f"{len(SPECIAL_TOKENS)} (8000 to 30000 is typical)."
         )
 

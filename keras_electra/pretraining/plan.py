@@ -108,6 +108,8 @@ class PretrainPlan:
             f"{s.optimizer}, batch {s.batch_size:,} x {s.max_seq_length} tokens"
             + (f" in {s.grad_accumulation} micro-batches" if s.grad_accumulation > 1 else "")
         )
+        if note := warmup_note(s):
+            rows["warm-up"] = note
         remaining = max(0, s.steps - self.start_step)
         rows["per step"] = (
             f"{self.tokens_per_step():,} tokens, {format_flops(self.flops_per_step())} (matmuls, "
@@ -158,6 +160,31 @@ class PretrainPlan:
             f"{format_bytes(sum(self.memory_per_device(n).values()))} with {n}" for n in counts
         )
         return f"~{shown} devices: per device, estimated (TensorFlow's own memory not included)"
+
+
+def warmup_note(settings: PretrainSettings) -> str | None:
+    """The line a run prints, and its dry run's plan shows, when its warm-up is longer than
+    the run (the tiny preset's 100 steps for ``--steps 20``): the learning rate climbs to
+    the last step and never reaches its peak; else None.
+
+    Examples:
+        >>> settings = PretrainSettings(corpus=["a.txt"], steps=20).resolved()
+        >>> print(warmup_note(settings))
+        Warm-up (--warmup-steps 100) is longer than the run (--steps 20): the learning
+        rate climbs for the whole run and never reaches its peak (--learning-rate 0.0005);
+        pass a smaller --warmup-steps, such as 2 (a tenth of --steps), to change it.
+        >>> warmup_note(PretrainSettings(corpus=["a.txt"], steps=100).resolved()) is None
+        True
+    """
+    s = settings
+    if s.warmup_steps <= s.steps:
+        return None
+    return (
+        f"Warm-up (--warmup-steps {s.warmup_steps:,}) is longer than the run (--steps "
+        f"{s.steps:,}): the learning rate climbs for the whole run and never reaches its peak "
+        f"(--learning-rate {s.learning_rate:g}); pass a smaller --warmup-steps, such as "
+        f"{s.steps // 10} (a tenth of --steps), to change it."
+    )
 
 
 def format_value(value) -> str:

@@ -42,7 +42,7 @@ from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
 from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
 from keras_electra.pretraining.loading import read_run, stored_pretrainer, vocab_checksum
-from keras_electra.pretraining.plan import PretrainPlan, describe_data
+from keras_electra.pretraining.plan import PretrainPlan, describe_data, warmup_note
 from keras_electra.pretraining.pretrainer import (
     NONFINITE_MESSAGE,
     ElectraPretrainer,
@@ -181,6 +181,8 @@ def _pretrain(
     model, checkpoints, start = _build(run, resolved, distribution, chief)
     if chief and settings.progress and start:
         print(_resumed(run_dir, start, settings.steps), flush=True)
+    if chief and settings.progress and start < settings.steps and (note := warmup_note(settings)):
+        print(note, flush=True)
     stop.arm()  # from here a signal saves a checkpoint at the step reached
     try:
         return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
@@ -323,7 +325,10 @@ def resolve_run(
                 "--output."
             )
         _check_size(stored, settings, f"Run directory '{run.path}'")
-        _check_vocabulary_flags(settings, stored, tokens, f"Run directory '{run.path}'", True)
+        asked = run.settings().get("asked_vocab_size")
+        _check_vocabulary_flags(
+            settings, stored, tokens, f"Run directory '{run.path}'", True, asked
+        )
         reached = run.latest_step()
         if reached is not None and reached > settings.steps:  # it would stop there, untrained
             raise ConfigError(
@@ -334,7 +339,7 @@ def resolve_run(
         config, recorded = stored, run.stored_hyperparameters()
         _check_kept(objective.restored(recorded), settings.hyperparameters, run.path)
     elif settings.init is not None:
-        source = str(RunDirectory(settings.init).vocab_file)
+        source, asked = str(RunDirectory(settings.init).vocab_file), None
         config, tokens = _init_source(settings.init, settings, sharing)
         objective.check(config)
         _check_size(config, settings, f"--init '{settings.init}'")
@@ -343,6 +348,7 @@ def resolve_run(
         recorded.update(settings.hyperparameters)  # given ones win, as --temperature does
     else:
         source = settings.vocab or "learned"
+        asked = None if settings.vocab else _asked_vocab_size(settings)
         tokens = _vocabulary(settings, learn)
         overrides = {**objective.config_overrides, **overrides}
         config = model_config(settings.preset, tokens, settings.lowercase, settings, overrides)
@@ -358,6 +364,7 @@ def resolve_run(
         hyperparameters=objective.hyperparameter_values(),
         generator_size=config.generator_hidden_size,
         vocab_sha256=settings.vocab_sha256 if tokens is None else vocab_checksum(tokens),
+        asked_vocab_size=asked,
     )
     return ResolvedRun(final, config, tokens, source, objective)
 
@@ -413,14 +420,23 @@ def _check_vocabulary_flags(
     tokens: list[str],
     source: str,
     learned_here: bool,
+    asked: int | None = None,
 ) -> None:
     """Refuse the vocabulary flags a resumed run or ``--init`` would ignore: their
     vocabulary is kept. ``--vocab-size`` asked "up to" that many pieces where the run
-    learned its own (``learned_here``), so only a smaller one differs for sure."""
+    learned its own (``learned_here``): it must be the size the run asked for (``asked``,
+    from ``run.json``); for a run that did not record it, only a smaller one than the
+    vocabulary's differs for sure."""
     size, fix = settings.vocab_size, "leave the flag out"
     if learned_here:
         fix += " or start a new --output"
-    if size is not None and (size < len(tokens) if learned_here else size != len(tokens)):
+    if size is not None and asked is not None:
+        if size != asked:
+            raise ConfigError(
+                f"{source} has a vocabulary of {len(tokens):,} pieces learned at --vocab-size "
+                f"{asked:,}, which the run keeps, not --vocab-size {size:,}; {fix}."
+            )
+    elif size is not None and (size < len(tokens) if learned_here else size != len(tokens)):
         raise ConfigError(
             f"{source} has a vocabulary of {len(tokens):,} pieces, which the run keeps, not "
             f"--vocab-size {size:,}; {fix}."
@@ -681,13 +697,19 @@ def _vocabulary(settings: PretrainSettings, learn: bool = True) -> list[str] | N
         check_corpus_has_text(resolve_corpus_files(settings.corpus))
     if settings.vocab:
         return load_vocab(settings.vocab)
-    size = settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
+    size = _asked_vocab_size(settings)
     check_vocab_size(size)  # a dry run too
     if not learn:
         return None
     return learn_vocab(
         settings.corpus, size, lowercase=settings.lowercase, progress=settings.progress
     )
+
+
+def _asked_vocab_size(settings: PretrainSettings) -> int:
+    """The size a vocabulary learned from the corpus is asked for: ``--vocab-size``, else
+    the preset's."""
+    return settings.vocab_size or ElectraConfig.from_preset(settings.preset).vocab_size
 
 
 def model_config(
