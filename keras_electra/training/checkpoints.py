@@ -65,6 +65,53 @@ def _checkpoint_keys(path: str, prefix: str) -> set[str]:
     }
 
 
+def latest_checkpoint(directory: str | Path) -> str | None:
+    """The latest checkpoint under ``directory``, as its ``checkpoint`` state file names it
+    (None when the directory holds no checkpoint).
+
+    Raises:
+        StorageError: when ``ckpt-N`` files are there but the state file is missing,
+            unreadable or names a checkpoint that is gone: a run would otherwise start over
+            at step 0 and overwrite them, and export would say nothing was trained.
+    """
+    directory = Path(directory)
+    state = directory / "checkpoint"
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("FATAL")  # TensorFlow logs a state file it cannot use: said below
+    try:
+        latest = tf.train.latest_checkpoint(str(directory))
+        named = tf.train.get_checkpoint_state(str(directory))
+    except (ValueError, tf.errors.OpError):  # an empty state file
+        latest = named = None
+    finally:
+        logger.setLevel(level)
+    if latest is not None:
+        return latest
+    found = sorted(
+        int(match.group(1))
+        for file in directory.glob("ckpt-*.index")
+        if (match := re.fullmatch(r"ckpt-(\d+)\.index", file.name))
+    )
+    if not found:
+        return None
+    restore = "restore that file"
+    if not state.exists():
+        problem = "no 'checkpoint' file naming the latest"
+    elif named is None or not named.model_checkpoint_path:
+        problem = "a 'checkpoint' file that is empty or unreadable"
+    else:
+        name = Path(named.model_checkpoint_path).name
+        problem = f"a 'checkpoint' file naming '{name}', whose files are missing"
+        restore = f"restore the files of '{name}'"
+    steps = ", ".join(f"ckpt-{step}" for step in found)
+    raise StorageError(
+        f"'{directory}' holds checkpoints ({steps}) but {problem}; {restore}, or write "
+        f"the 'checkpoint' file with the one line model_checkpoint_path: \"ckpt-{found[-1]}\" "
+        "to use the latest there."
+    )
+
+
 def stored_layers(path: str) -> set[str]:
     """The top-level layers whose variables the checkpoint at ``path`` holds (the first
     part of each model variable's path: ``discriminator``, ``embedding``, ...)."""
@@ -109,6 +156,7 @@ class RunCheckpoints:
         chief: bool = True,
     ):
         self.directory = Path(directory)
+        latest_checkpoint(self.directory)  # a state file lost beside checkpoints: refused
         self.model_variables = VariablesByPath(model.variables)
         tracked = {"model": self.model_variables}
         if optimizer is not None:
