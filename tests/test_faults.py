@@ -447,6 +447,16 @@ def test_a_corrupt_checkpoint_file_is_one_sentence_naming_it(base_run, tmp_path)
     assert "\n" not in str(caught.value)
 
 
+def test_a_checkpoint_missing_its_data_file_names_it(base_run, tmp_path):
+    # Was: "... cannot be read (the directory was removed); ..." with the directory there.
+    run_dir = tmp_path / "run"
+    shutil.copytree(base_run, run_dir)
+    next((run_dir / "checkpoints").glob("ckpt-4.data-*")).unlink()
+    with pytest.raises(StorageError, match=r"ckpt-4' cannot be read \(its data files") as caught:
+        load_run(run_dir)
+    assert "removed" not in str(caught.value)
+
+
 @pytest.mark.parametrize("state", ["missing", "empty", "garbled", "names a removed one"])
 def test_checkpoints_without_their_state_file_are_refused_not_overwritten(
     base_run, vocab_file, small_corpus, tmp_path, state

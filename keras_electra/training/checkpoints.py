@@ -8,6 +8,7 @@ files (docs/reliability.md). Every worker saves, but only the chief into the run
 
 from __future__ import annotations
 
+import glob
 import re
 import shutil
 import tempfile
@@ -294,10 +295,29 @@ def _step_of(path: str) -> int:
 
 
 def _unreadable(path: str, error: BaseException) -> StorageError:
+    missing = _missing_files(path)
+    reason = missing or storage_reason(error)
     return StorageError(
-        f"Checkpoint '{path}' cannot be read ({storage_reason(error)}); restore its files, "
+        f"Checkpoint '{path}' cannot be read ({reason}); restore its files, "
         "or edit the 'checkpoint' file beside it to name an earlier one."
     )
+
+
+def _missing_files(path: str) -> str | None:
+    """Which of a checkpoint's files are gone (its ``.index``, a ``.data-*`` shard), said as
+    the reason it cannot be read; None when all are there."""
+    prefix = Path(path)
+    if not prefix.with_name(prefix.name + ".index").exists():
+        return f"its file '{prefix.name}.index' is missing"
+    shards = list(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*-of-*"))
+    if not shards:
+        return f"its data files, '{prefix.name}.data-*', are missing"
+    total = int(shards[0].name.rsplit("-of-", 1)[-1])
+    for shard in range(total):
+        name = f"{prefix.name}.data-{shard:05d}-of-{total:05d}"
+        if not prefix.with_name(name).exists():
+            return f"its file '{name}' is missing"
+    return None
 
 
 def _mismatch(message: str) -> str:
