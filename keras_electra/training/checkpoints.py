@@ -184,11 +184,18 @@ class RunCheckpoints:
         if path is None:
             return 0
         try:
-            keys = _checkpoint_keys(path, "")
+            shapes = dict(tf.train.list_variables(path))
         except (tf.errors.OpError, IndexError, OSError) as e:
             raise _unreadable(path, e) from None
+        keys = {k for k in shapes if not k.startswith("_CHECKPOINTABLE")}
         expected = len(self.model_variables.by_path)
         stored = sum(k.startswith("model/") for k in keys)
+        detail = self._shape_mismatch(shapes)
+        if detail is not None:  # before restoring: a failed restore floods the log at exit
+            raise ConfigError(
+                f"Checkpoint '{path}' does not match the model configuration ({detail}); "
+                "restore the run's original config.json or start a new output directory."
+            )
         checkpoint = self.checkpoint
         if "random" in self._tracked and not any(k.startswith("random/") for k in keys):
             # Written before checkpoints held the dropout generators: restore the rest.
@@ -211,6 +218,24 @@ class RunCheckpoints:
         except (tf.errors.OpError, IndexError, OSError) as e:  # a file cut short or damaged
             raise _unreadable(path, e) from None
         return _step_of(path)
+
+    def _shape_mismatch(self, shapes: dict[str, list[int]]) -> str | None:
+        """The first tracked variable whose shape differs from the checkpoint's, said short.
+
+        TensorFlow raises on it in the middle of a restore, before the restore can be told
+        that a partial one is expected: its log then lists every unrestored value (a hundred
+        lines or more) when the process exits, after the error.
+        """
+        for name, module in self._tracked.items():
+            for key, variable in getattr(module, "by_path", {}).items():
+                escaped = key.replace(".", "..").replace("/", ".S")
+                stored = shapes.get(f"{name}/by_path/{escaped}/.ATTRIBUTES/VARIABLE_VALUE")
+                if stored is not None and list(stored) != variable.shape.as_list():
+                    return (
+                        f"'{key}' has shape {tuple(stored)} in it and "
+                        f"{tuple(variable.shape.as_list())} in the model"
+                    )
+        return None
 
     def save(self, step: int) -> str:
         """Write checkpoint ``step``; return its path (a deleted one on a non-chief worker).
