@@ -868,6 +868,16 @@ def test_unreachable_server_fails_clearly_after_bounded_retries() -> None:
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.parametrize("url", ["http://localhost:8500", "https://serving.example.com:443/"])
+def test_a_url_given_to_the_grpc_client_is_one_sentence_at_once(url: str) -> None:
+    # Was: accepted, then every call retried 4 times with backoff and failed with gRPC's
+    # "errors resolving http://localhost:8500: ... Misformatted domain name".
+    address = url.split("://")[1].rstrip("/")
+    with pytest.raises(ServingError, match="takes the gRPC port as HOST:PORT") as caught:
+        GrpcClient(url, "electra")
+    assert f"pass '{address}'" in str(caught.value) and "RestClient" in str(caught.value)
+
+
 def test_rest_server_that_closes_without_answering_fails_in_one_sentence() -> None:
     # urllib wraps only errors raised while connecting: a server (or proxy) that reads the
     # request and hangs up raises RemoteDisconnected bare, past the URLError handler.
