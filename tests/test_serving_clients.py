@@ -755,6 +755,7 @@ def test_score_asks_a_server_for_a_model_version_or_a_version_label(classifier_s
                 "the server has no version 2 of 'classifier' loaded" in err
                 if chosen[0] == "--model-version"
                 else "Unrecognized servable version label: canary" in err
+                and "the server has no version label 'canary' for 'classifier'" in err
             ), err
     code, _, err = score(
         "--server", classifier_server.grpc_target, "--model-version", "1", "--version-label", "x"
