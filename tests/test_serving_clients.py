@@ -849,6 +849,24 @@ def test_bad_requests_raise_the_servers_message_and_the_server_keeps_serving(
     assert rest.predict({"text": ["still fine"]}, format="row")["num_tokens"].tolist() == [2]
 
 
+def test_an_example_without_the_text_feature_is_one_line_naming_it(classifier_server) -> None:
+    # Was: the server's message as TensorFlow framed it, over three lines: "Graph execution
+    # error:", a blank line, the reason, then "[[{{node ParseExample/ParseExampleV2}}]]".
+    server = classifier_server
+    clients = [
+        GrpcClient(server.grpc_target, "classifier", retries=0),
+        RestClient(server.rest_url, "classifier", retries=0),
+    ]
+    for client in clients:
+        with pytest.raises(ServingError) as caught:
+            client.classify([{"txt": "a wonderful film"}])
+        said = str(caught.value)
+        assert "\n" not in said and "{{node" not in said and "  " not in said, said
+        assert "Feature: text (data type: string) is required but could not be found" in said
+        assert "[[{{node" in caught.value.details  # the server's own words, kept as sent
+    clients[0].close()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -22,7 +22,7 @@ from tensorflow_serving.apis import (
 
 from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
 from keras_electra.serving.credentials import read_pems
-from keras_electra.serving.errors import ServingError
+from keras_electra.serving.errors import ServingError, one_line
 from keras_electra.serving.tensors import (
     make_example,
     ndarray_to_tensor_proto,
@@ -143,7 +143,8 @@ class GrpcClient(ModelClient):
             call = f" {rpc} for model '{self.model_name}'"
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self._too_slow(self.target, call, details=details) from None
-            message = f"TF Serving at {self.target} rejected{call} with {code.name}: {details}"
+            said = one_line(details or "")
+            message = f"TF Serving at {self.target} rejected{call} with {code.name}: {said}"
             if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 message = (
                     f"TF Serving at {self.target} refused{call} ({code.name}: {details}); "
