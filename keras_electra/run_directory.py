@@ -24,13 +24,11 @@ import json
 import os
 from pathlib import Path
 
-import tensorflow as tf
-
 from keras_electra.atomic import write_json
 from keras_electra.config import OBJECTIVE_FIELDS, ElectraConfig
 from keras_electra.data.vocab import load_vocab, save_vocab
 from keras_electra.errors import ConfigError
-from keras_electra.training.checkpoints import RunCheckpoints, stored_layers
+from keras_electra.training.checkpoints import RunCheckpoints, latest_checkpoint, stored_layers
 
 
 def _read_json(path: Path, missing):
@@ -142,11 +140,11 @@ class RunDirectory:
         return (self.path / self.CONVERT).is_file()
 
     def has_checkpoint(self) -> bool:
-        return tf.train.latest_checkpoint(str(self.checkpoint_dir)) is not None
+        return latest_checkpoint(self.checkpoint_dir) is not None
 
     def latest_step(self) -> int | None:
         """The step of the latest checkpoint, from its name (None without one)."""
-        latest = tf.train.latest_checkpoint(str(self.checkpoint_dir))
+        latest = latest_checkpoint(self.checkpoint_dir)
         return None if latest is None else int(latest.rsplit("-", 1)[-1])
 
     # --- reading ---
@@ -220,7 +218,7 @@ class RunDirectory:
         objective = self.settings().get("objective")
         if objective is not None:
             return objective
-        latest = tf.train.latest_checkpoint(str(self.checkpoint_dir))
+        latest = latest_checkpoint(self.checkpoint_dir)
         if latest is None:
             raise ConfigError(
                 f"The directory '{self.path}' has no checkpoint yet; pretrain it first."

@@ -285,17 +285,26 @@ def score_with_server(
         try:
             metadata = served.metadata()
         except ServingError as err:
-            if err.code != "NOT_FOUND":
+            label = client_args.get("version_label")
+            if label is not None and "version label" in str(err).lower():
+                fix = (
+                    f"the server has no version label '{label}' for '{model_name}': pass a "
+                    "label its models.config gives the model (version_labels), or leave "
+                    "--version-label out for its latest version"
+                )
+            elif err.code != "NOT_FOUND":
                 raise
-            version = client_args.get("version")
-            fix = (
-                f"the server has no version {version} of '{model_name}' loaded: pass a "
-                "version it serves with --model-version, or leave it out for its latest"
-                if version is not None
-                else f"the server serves no model named '{model_name}': pass the name it "
-                "serves the model under with --model-name (the MODEL_NAME of `docker run`, a "
-                "`name` in models.config)"
-            )
+            elif (version := client_args.get("version")) is not None:
+                fix = (
+                    f"the server has no version {version} of '{model_name}' loaded: pass a "
+                    "version it serves with --model-version, or leave it out for its latest"
+                )
+            else:
+                fix = (
+                    f"the server serves no model named '{model_name}': pass the name it "
+                    "serves the model under with --model-name (the MODEL_NAME of `docker "
+                    "run`, a `name` in models.config)"
+                )
             raise ServingError(
                 f"{err}; {fix}.",
                 code=err.code,

@@ -51,6 +51,19 @@ def test_export_refuses_to_overwrite_a_version(tiny_run, export_dir):
         export(tiny_run, export_dir.parent, version=1)
 
 
+def test_a_max_length_beyond_the_position_table_names_the_flag(tiny_run, tmp_path, capsys):
+    # Was: "max_length must be between 4 and 128, got 100000." (the flag is --max-length).
+    from keras_electra.cli import main
+
+    command = ["export", "--run", str(tiny_run), "--output", str(tmp_path / "m")]
+    assert main([*command, "--max-length", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "--max-length must be between 4 and 128 (the model's position table), got 100000."
+    ), err
+    assert not (tmp_path / "m").exists()
+
+
 def test_export_refuses_a_version_folder_or_a_run_as_its_output(tiny_run, export_dir):
     # A version folder as --output would nest the new version where TF Serving never
     # looks; a run directory would mix versions into the run.

@@ -447,6 +447,48 @@ def test_a_corrupt_checkpoint_file_is_one_sentence_naming_it(base_run, tmp_path)
     assert "\n" not in str(caught.value)
 
 
+def test_a_checkpoint_missing_its_data_file_names_it(base_run, tmp_path):
+    # Was: "... cannot be read (the directory was removed); ..." with the directory there.
+    run_dir = tmp_path / "run"
+    shutil.copytree(base_run, run_dir)
+    next((run_dir / "checkpoints").glob("ckpt-4.data-*")).unlink()
+    with pytest.raises(StorageError, match=r"ckpt-4' cannot be read \(its data files") as caught:
+        load_run(run_dir)
+    assert "removed" not in str(caught.value)
+
+
+@pytest.mark.parametrize("state", ["missing", "empty", "garbled", "names a removed one"])
+def test_checkpoints_without_their_state_file_are_refused_not_overwritten(
+    base_run, vocab_file, small_corpus, tmp_path, state
+):
+    # Was: export said "has no checkpoint yet; pretrain it first" (a missing or garbled
+    # 'checkpoint' file), an empty one a ValueError traceback, and pretrain started over at
+    # step 0, overwriting the trained checkpoints.
+    run_dir = tmp_path / "run"
+    shutil.copytree(base_run, run_dir)
+    checkpoints = run_dir / "checkpoints"
+    latest = "ckpt-4"
+    if state == "missing":
+        (checkpoints / "checkpoint").unlink()
+    elif state == "empty":
+        (checkpoints / "checkpoint").write_text("")
+    elif state == "garbled":
+        (checkpoints / "checkpoint").write_text("garbage {{\n")
+    else:
+        for file in checkpoints.glob("ckpt-4.*"):
+            file.unlink()
+        latest = "ckpt-2"
+    before = {p.name: p.read_bytes() for p in checkpoints.glob("ckpt-*")}
+    with pytest.raises(StorageError, match=r"holds checkpoints \(ckpt-2") as caught:
+        load_run(run_dir)
+    assert "\n" not in str(caught.value)
+    assert f'model_checkpoint_path: "{latest}"' in str(caught.value)
+    kwargs = dict(log_every=2, checkpoint_every=2, vocab=str(vocab_file), **FAST)
+    with pytest.raises(StorageError, match="holds checkpoints"):
+        pretrain([str(small_corpus)], run_dir, steps=6, **kwargs)
+    assert {p.name: p.read_bytes() for p in checkpoints.glob("ckpt-*")} == before
+
+
 # === Data, vocabulary, metrics log ===
 
 

@@ -256,6 +256,26 @@ def test_checkpoint_that_does_not_match_the_config_is_one_sentence(tiny_run, tmp
         load_run(run_dir)
 
 
+def test_a_checkpoint_of_other_shapes_is_one_sentence_with_no_log_after_it(tiny_run, tmp_path):
+    # Was: the sentence, then (at exit) TensorFlow's "Detecting that an object or model or
+    # tf.train.Checkpoint is being deleted with unrestored values" and a WARNING line per
+    # value (187 for a small run) burying it.
+    run_dir = tmp_path / "other"
+    shutil.copytree(tiny_run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["intermediate_size"] = 256
+    (run_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"\('[^']+' has shape \([\d, ]+\) in it and \("):
+        load_run(run_dir)
+    command = [sys.executable, "-m", "keras_electra", "export", "--run", str(run_dir)]
+    done = subprocess.run(
+        [*command, "--output", str(tmp_path / "m")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2
+    assert "unrestored" not in done.stderr and "WARNING:tensorflow" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("keras-electra export: error: ")
+
+
 def test_resuming_with_a_different_preset_is_one_sentence(tiny_run, tmp_path, capsys):
     run_dir = tmp_path / "copy"
     shutil.copytree(tiny_run, run_dir)

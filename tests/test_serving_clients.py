@@ -755,6 +755,7 @@ def test_score_asks_a_server_for_a_model_version_or_a_version_label(classifier_s
                 "the server has no version 2 of 'classifier' loaded" in err
                 if chosen[0] == "--model-version"
                 else "Unrecognized servable version label: canary" in err
+                and "the server has no version label 'canary' for 'classifier'" in err
             ), err
     code, _, err = score(
         "--server", classifier_server.grpc_target, "--model-version", "1", "--version-label", "x"
@@ -848,6 +849,24 @@ def test_bad_requests_raise_the_servers_message_and_the_server_keeps_serving(
     assert rest.predict({"text": ["still fine"]}, format="row")["num_tokens"].tolist() == [2]
 
 
+def test_an_example_without_the_text_feature_is_one_line_naming_it(classifier_server) -> None:
+    # Was: the server's message as TensorFlow framed it, over three lines: "Graph execution
+    # error:", a blank line, the reason, then "[[{{node ParseExample/ParseExampleV2}}]]".
+    server = classifier_server
+    clients = [
+        GrpcClient(server.grpc_target, "classifier", retries=0),
+        RestClient(server.rest_url, "classifier", retries=0),
+    ]
+    for client in clients:
+        with pytest.raises(ServingError) as caught:
+            client.classify([{"txt": "a wonderful film"}])
+        said = str(caught.value)
+        assert "\n" not in said and "{{node" not in said and "  " not in said, said
+        assert "Feature: text (data type: string) is required but could not be found" in said
+        assert "[[{{node" in caught.value.details  # the server's own words, kept as sent
+    clients[0].close()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -866,6 +885,16 @@ def test_unreachable_server_fails_clearly_after_bounded_retries() -> None:
         rest.status()
     assert f"http://127.0.0.1:{port}/v1/models/electra" in str(rest_err.value)
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("url", ["http://localhost:8500", "https://serving.example.com:443/"])
+def test_a_url_given_to_the_grpc_client_is_one_sentence_at_once(url: str) -> None:
+    # Was: accepted, then every call retried 4 times with backoff and failed with gRPC's
+    # "errors resolving http://localhost:8500: ... Misformatted domain name".
+    address = url.split("://")[1].rstrip("/")
+    with pytest.raises(ServingError, match="takes the gRPC port as HOST:PORT") as caught:
+        GrpcClient(url, "electra")
+    assert f"pass '{address}'" in str(caught.value) and "RestClient" in str(caught.value)
 
 
 def test_rest_server_that_closes_without_answering_fails_in_one_sentence() -> None:

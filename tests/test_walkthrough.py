@@ -285,6 +285,12 @@ def test_convert_from_a_directory_of_another_kind_names_the_flag_to_use(
         ("hf", tiny_run, ours),
         ("keras-hub", tiny_finetuned, ours),
         ("google", tiny_converted, ours),
+        # Was: "is not an ELECTRA checkpoint: it has no 'electra/embeddings/word_embeddings'
+        # or 'electra/encoder/layer_0/...' variables" (a run's own checkpoints).
+        ("google", tiny_run / "checkpoints", "holds the checkpoints of the keras-electra "
+         f"directory '{tiny_run}', which needs no conversion: pass '{tiny_run}' to --init"),
+        ("google", tiny_run / "checkpoints" / "ckpt-4", "is a checkpoint of the keras-electra "
+         f"directory '{tiny_run}', which needs no conversion"),
         ("hf", keras_hub, "holds a keras-hub preset, not a Hugging Face model; convert it with "
          "--from keras-hub."),
         ("keras-hub", hf, "holds a Hugging Face model, not a keras-hub preset; convert it with "

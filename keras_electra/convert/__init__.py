@@ -134,6 +134,14 @@ def source_kind(path: str | Path) -> str | None:
 
 def _check_kind(source: str | Path, source_format: str) -> None:
     """Refuse a source that holds another format than ``--from`` says, in one sentence."""
+    folder = Path(source) if Path(source).is_dir() else Path(source).parent
+    if folder.name == RunDirectory.CHECKPOINTS and source_kind(folder.parent) == "keras-electra":
+        what = "holds the checkpoints" if Path(source).is_dir() else "is a checkpoint"
+        raise ConfigError(
+            f"'{source}' {what} of the keras-electra directory "
+            f"'{folder.parent}', which needs no conversion: pass '{folder.parent}' to --init "
+            "or --run as it is."
+        )
     kind = source_kind(source)
     if kind == "keras-electra":
         raise ConfigError(

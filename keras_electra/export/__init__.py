@@ -80,5 +80,8 @@ def export(
         extra = run.model_files()
     limit = run.config_and_vocab()[0].max_position_embeddings
     if not 4 <= module.max_length <= limit:
-        raise ConfigError(f"max_length must be between 4 and {limit}, got {module.max_length}.")
+        raise ConfigError(
+            f"--max-length must be between 4 and {limit} (the model's position table), "
+            f"got {module.max_length}."
+        )
     return export_module(module, output, version=version, extra_files=extra)

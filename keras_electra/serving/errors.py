@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 from keras_electra.errors import ElectraError
+
+# TensorFlow's framing around an op's error: a heading, and the failing node's name.
+_FRAMING = re.compile(r"Graph execution error:|\[\[\{\{node [^}]*\}\}\]\]|Detected at node .*")
+
+
+def one_line(said: str) -> str:
+    """A server's error message on one line: TensorFlow's framing (``Graph execution
+    error:``, ``[[{{node ...}}]]``) left out, line breaks and runs of spaces made one space.
+
+    Examples:
+        >>> one_line("Graph execution error:\\n\\nFeature: text is required.\\n\\t "
+        ...          "[[{{node ParseExample/ParseExampleV2}}]]")
+        'Feature: text is required.'
+    """
+    return " ".join(_FRAMING.sub(" ", said).split()) or said.strip()
 
 
 class ServingError(ElectraError):

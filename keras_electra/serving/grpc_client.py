@@ -22,7 +22,7 @@ from tensorflow_serving.apis import (
 
 from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
 from keras_electra.serving.credentials import read_pems
-from keras_electra.serving.errors import ServingError
+from keras_electra.serving.errors import ServingError, one_line
 from keras_electra.serving.tensors import (
     make_example,
     ndarray_to_tensor_proto,
@@ -61,6 +61,9 @@ class GrpcClient(ModelClient):
         tls: Encrypt the channel, trusting the system's certificate authorities
             (implied by ``root_certificates`` and a client certificate).
 
+    Raises:
+        ServingError: a URL (``http://...``) as ``target``: that is RestClient's.
+
     Examples:
         >>> with GrpcClient("localhost:8500", "electra") as client:  # doctest: +SKIP
         ...     outputs = client.predict({"text": ["the chef cooked the meal"]})
@@ -78,6 +81,14 @@ class GrpcClient(ModelClient):
         **options: Any,
     ) -> None:
         super().__init__(model_name, **options)
+        scheme, _, rest = target.partition("://")
+        if rest and scheme.lower() in ("http", "https", "grpc", "grpcs"):
+            address = rest.split("/", 1)[0]
+            raise ServingError(
+                f"GrpcClient takes the gRPC port as HOST:PORT, not the URL '{target}'; pass "
+                f"'{address}' if that is TF Serving's gRPC port (--port, 8500 by default), or "
+                "call its REST port (--rest_api_port) with RestClient and the URL."
+            )
         self.target = target
         # Read once: the channel's, and diagnose()'s after a failed TLS handshake.
         self._pems = root, chain, key = read_pems(self._pems)
@@ -132,7 +143,8 @@ class GrpcClient(ModelClient):
             call = f" {rpc} for model '{self.model_name}'"
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self._too_slow(self.target, call, details=details) from None
-            message = f"TF Serving at {self.target} rejected{call} with {code.name}: {details}"
+            said = one_line(details or "")
+            message = f"TF Serving at {self.target} rejected{call} with {code.name}: {said}"
             if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 message = (
                     f"TF Serving at {self.target} refused{call} ({code.name}: {details}); "

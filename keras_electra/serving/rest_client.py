@@ -25,7 +25,7 @@ import numpy as np
 
 from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
 from keras_electra.serving.credentials import client_context, read_pems
-from keras_electra.serving.errors import ServingError
+from keras_electra.serving.errors import ServingError, one_line
 
 PredictFormat = Literal["columnar", "row"]
 # What a failed TLS connection raises without saying why (the client then asks the server;
@@ -446,7 +446,8 @@ class RestClient(ModelClient):
         if err.code in (401, 403):
             advice = f"; {CREDENTIALS_FIX}"
         return ServingError(
-            f"TF Serving at {url} rejected the request with HTTP {err.code}: {message}{advice}",
+            f"TF Serving at {url} rejected the request with HTTP {err.code}: "
+            f"{one_line(str(message))}{advice}",
             code=_CODES.get(err.code),
             http_status=err.code,
             details=str(message),

@@ -8,6 +8,7 @@ files (docs/reliability.md). Every worker saves, but only the chief into the run
 
 from __future__ import annotations
 
+import glob
 import re
 import shutil
 import tempfile
@@ -65,6 +66,53 @@ def _checkpoint_keys(path: str, prefix: str) -> set[str]:
     }
 
 
+def latest_checkpoint(directory: str | Path) -> str | None:
+    """The latest checkpoint under ``directory``, as its ``checkpoint`` state file names it
+    (None when the directory holds no checkpoint).
+
+    Raises:
+        StorageError: when ``ckpt-N`` files are there but the state file is missing,
+            unreadable or names a checkpoint that is gone: a run would otherwise start over
+            at step 0 and overwrite them, and export would say nothing was trained.
+    """
+    directory = Path(directory)
+    state = directory / "checkpoint"
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("FATAL")  # TensorFlow logs a state file it cannot use: said below
+    try:
+        latest = tf.train.latest_checkpoint(str(directory))
+        named = tf.train.get_checkpoint_state(str(directory))
+    except (ValueError, tf.errors.OpError):  # an empty state file
+        latest = named = None
+    finally:
+        logger.setLevel(level)
+    if latest is not None:
+        return latest
+    found = sorted(
+        int(match.group(1))
+        for file in directory.glob("ckpt-*.index")
+        if (match := re.fullmatch(r"ckpt-(\d+)\.index", file.name))
+    )
+    if not found:
+        return None
+    restore = "restore that file"
+    if not state.exists():
+        problem = "no 'checkpoint' file naming the latest"
+    elif named is None or not named.model_checkpoint_path:
+        problem = "a 'checkpoint' file that is empty or unreadable"
+    else:
+        name = Path(named.model_checkpoint_path).name
+        problem = f"a 'checkpoint' file naming '{name}', whose files are missing"
+        restore = f"restore the files of '{name}'"
+    steps = ", ".join(f"ckpt-{step}" for step in found)
+    raise StorageError(
+        f"'{directory}' holds checkpoints ({steps}) but {problem}; {restore}, or write "
+        f"the 'checkpoint' file with the one line model_checkpoint_path: \"ckpt-{found[-1]}\" "
+        "to use the latest there."
+    )
+
+
 def stored_layers(path: str) -> set[str]:
     """The top-level layers whose variables the checkpoint at ``path`` holds (the first
     part of each model variable's path: ``discriminator``, ``embedding``, ...)."""
@@ -109,6 +157,7 @@ class RunCheckpoints:
         chief: bool = True,
     ):
         self.directory = Path(directory)
+        latest_checkpoint(self.directory)  # a state file lost beside checkpoints: refused
         self.model_variables = VariablesByPath(model.variables)
         tracked = {"model": self.model_variables}
         if optimizer is not None:
@@ -135,11 +184,18 @@ class RunCheckpoints:
         if path is None:
             return 0
         try:
-            keys = _checkpoint_keys(path, "")
+            shapes = dict(tf.train.list_variables(path))
         except (tf.errors.OpError, IndexError, OSError) as e:
             raise _unreadable(path, e) from None
+        keys = {k for k in shapes if not k.startswith("_CHECKPOINTABLE")}
         expected = len(self.model_variables.by_path)
         stored = sum(k.startswith("model/") for k in keys)
+        detail = self._shape_mismatch(shapes)
+        if detail is not None:  # before restoring: a failed restore floods the log at exit
+            raise ConfigError(
+                f"Checkpoint '{path}' does not match the model configuration ({detail}); "
+                "restore the run's original config.json or start a new output directory."
+            )
         checkpoint = self.checkpoint
         if "random" in self._tracked and not any(k.startswith("random/") for k in keys):
             # Written before checkpoints held the dropout generators: restore the rest.
@@ -162,6 +218,24 @@ class RunCheckpoints:
         except (tf.errors.OpError, IndexError, OSError) as e:  # a file cut short or damaged
             raise _unreadable(path, e) from None
         return _step_of(path)
+
+    def _shape_mismatch(self, shapes: dict[str, list[int]]) -> str | None:
+        """The first tracked variable whose shape differs from the checkpoint's, said short.
+
+        TensorFlow raises on it in the middle of a restore, before the restore can be told
+        that a partial one is expected: its log then lists every unrestored value (a hundred
+        lines or more) when the process exits, after the error.
+        """
+        for name, module in self._tracked.items():
+            for key, variable in getattr(module, "by_path", {}).items():
+                escaped = key.replace(".", "..").replace("/", ".S")
+                stored = shapes.get(f"{name}/by_path/{escaped}/.ATTRIBUTES/VARIABLE_VALUE")
+                if stored is not None and list(stored) != variable.shape.as_list():
+                    return (
+                        f"'{key}' has shape {tuple(stored)} in it and "
+                        f"{tuple(variable.shape.as_list())} in the model"
+                    )
+        return None
 
     def save(self, step: int) -> str:
         """Write checkpoint ``step``; return its path (a deleted one on a non-chief worker).
@@ -246,10 +320,29 @@ def _step_of(path: str) -> int:
 
 
 def _unreadable(path: str, error: BaseException) -> StorageError:
+    missing = _missing_files(path)
+    reason = missing or storage_reason(error)
     return StorageError(
-        f"Checkpoint '{path}' cannot be read ({storage_reason(error)}); restore its files, "
+        f"Checkpoint '{path}' cannot be read ({reason}); restore its files, "
         "or edit the 'checkpoint' file beside it to name an earlier one."
     )
+
+
+def _missing_files(path: str) -> str | None:
+    """Which of a checkpoint's files are gone (its ``.index``, a ``.data-*`` shard), said as
+    the reason it cannot be read; None when all are there."""
+    prefix = Path(path)
+    if not prefix.with_name(prefix.name + ".index").exists():
+        return f"its file '{prefix.name}.index' is missing"
+    shards = list(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*-of-*"))
+    if not shards:
+        return f"its data files, '{prefix.name}.data-*', are missing"
+    total = int(shards[0].name.rsplit("-of-", 1)[-1])
+    for shard in range(total):
+        name = f"{prefix.name}.data-{shard:05d}-of-{total:05d}"
+        if not prefix.with_name(name).exists():
+            return f"its file '{name}' is missing"
+    return None
 
 
 def _mismatch(message: str) -> str:
