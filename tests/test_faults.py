@@ -34,6 +34,7 @@ from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, StorageError, TrainingDiverged
 from keras_electra.pretraining import run as run_module
 from keras_electra.pretraining.run import load_run, pretrain
+from keras_electra.run_directory import RunDirectory
 from keras_electra.training.callbacks import plan_windows
 
 # A one-layer model on 8 x 32-token batches; no health probe (the SIGTERM trials keep it).
@@ -458,16 +459,17 @@ def test_a_checkpoint_missing_its_data_file_names_it(base_run, tmp_path):
 
 
 @pytest.mark.parametrize("state", ["missing", "empty", "garbled", "names a removed one"])
-def test_checkpoints_without_their_state_file_are_refused_not_overwritten(
-    base_run, vocab_file, small_corpus, tmp_path, state
+def test_checkpoints_without_their_state_file_resume_from_the_newest_complete_one(
+    base_run, vocab_file, small_corpus, tmp_path, state, capsys
 ):
     # Was: export said "has no checkpoint yet; pretrain it first" (a missing or garbled
-    # 'checkpoint' file), an empty one a ValueError traceback, and pretrain started over at
-    # step 0, overwriting the trained checkpoints.
+    # 'checkpoint' file; a run killed between its first checkpoint and that file leaves
+    # this), an empty one a ValueError traceback, and pretrain started over at step 0,
+    # overwriting the trained checkpoints.
     run_dir = tmp_path / "run"
     shutil.copytree(base_run, run_dir)
     checkpoints = run_dir / "checkpoints"
-    latest = "ckpt-4"
+    latest, step = "ckpt-4", 4
     if state == "missing":
         (checkpoints / "checkpoint").unlink()
     elif state == "empty":
@@ -477,16 +479,35 @@ def test_checkpoints_without_their_state_file_are_refused_not_overwritten(
     else:
         for file in checkpoints.glob("ckpt-4.*"):
             file.unlink()
-        latest = "ckpt-2"
-    before = {p.name: p.read_bytes() for p in checkpoints.glob("ckpt-*")}
-    with pytest.raises(StorageError, match=r"holds checkpoints \(ckpt-2") as caught:
-        load_run(run_dir)
-    assert "\n" not in str(caught.value)
-    assert f'model_checkpoint_path: "{latest}"' in str(caught.value)
+        latest, step = "ckpt-2", 2
+    capsys.readouterr()
+    assert load_run(run_dir)[2] == step  # export and finetune read it
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"'{checkpoints}' has ") and said.endswith(
+        f": using {latest}, its newest complete checkpoint; the file now names it."
+    ), said
+    assert tf.train.latest_checkpoint(str(checkpoints)).endswith(latest)
     kwargs = dict(log_every=2, checkpoint_every=2, vocab=str(vocab_file), **FAST)
-    with pytest.raises(StorageError, match="holds checkpoints"):
-        pretrain([str(small_corpus)], run_dir, steps=6, **kwargs)
-    assert {p.name: p.read_bytes() for p in checkpoints.glob("ckpt-*")} == before
+    result = pretrain([str(small_corpus)], run_dir, steps=6, **kwargs)
+    assert result.step == 6 and RunDirectory(run_dir).latest_step() == 6
+    logged = [r["step"] for r in read_metrics(run_dir)]
+    assert logged[-2:] == [4, 6] and logged == sorted(set(logged)), logged
+
+
+def test_checkpoints_none_of_them_complete_are_one_sentence(base_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(base_run, run_dir)
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "checkpoint").unlink()
+    for file in checkpoints.glob("ckpt-*.data-*"):
+        file.unlink()
+    with pytest.raises(StorageError) as caught:
+        load_run(run_dir)
+    assert str(caught.value) == (
+        f"'{checkpoints}' holds checkpoints (ckpt-2, ckpt-4), none with all its files, and "
+        "has no 'checkpoint' file naming the latest; restore the files, or start a new "
+        "output directory."
+    )
 
 
 # === Data, vocabulary, metrics log ===

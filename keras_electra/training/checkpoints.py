@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -66,17 +67,21 @@ def _checkpoint_keys(path: str, prefix: str) -> set[str]:
     }
 
 
-def latest_checkpoint(directory: str | Path) -> str | None:
+def latest_checkpoint(directory: str | Path, repair: bool = False) -> str | None:
     """The latest checkpoint under ``directory``, as its ``checkpoint`` state file names it
     (None when the directory holds no checkpoint).
 
+    Where the state file is missing, unreadable or names a checkpoint that is gone (a run
+    killed between writing its first checkpoint and that file, or a file lost), the newest
+    complete ``ckpt-N`` there is the latest, and a line on stderr says so; with ``repair``
+    (a run that goes on writing there) the state file is written again to name it. Before,
+    a run started over at step 0 and overwrote the trained checkpoints, and export said
+    nothing was trained.
+
     Raises:
-        StorageError: when ``ckpt-N`` files are there but the state file is missing,
-            unreadable or names a checkpoint that is gone: a run would otherwise start over
-            at step 0 and overwrite them, and export would say nothing was trained.
+        StorageError: when ``ckpt-N`` files are there but none is complete.
     """
     directory = Path(directory)
-    state = directory / "checkpoint"
     logger = tf.get_logger()
     level = logger.level
     logger.setLevel("FATAL")  # TensorFlow logs a state file it cannot use: said below
@@ -96,21 +101,38 @@ def latest_checkpoint(directory: str | Path) -> str | None:
     )
     if not found:
         return None
-    restore = "restore that file"
-    if not state.exists():
-        problem = "no 'checkpoint' file naming the latest"
+    complete = [
+        f"ckpt-{step}" for step in found if _missing_files(directory / f"ckpt-{step}") is None
+    ]
+    if not (directory / "checkpoint").exists():
+        problem = "has no 'checkpoint' file naming the latest"
     elif named is None or not named.model_checkpoint_path:
-        problem = "a 'checkpoint' file that is empty or unreadable"
+        problem = "has a 'checkpoint' file that is empty or unreadable"
     else:
         name = Path(named.model_checkpoint_path).name
-        problem = f"a 'checkpoint' file naming '{name}', whose files are missing"
-        restore = f"restore the files of '{name}'"
-    steps = ", ".join(f"ckpt-{step}" for step in found)
-    raise StorageError(
-        f"'{directory}' holds checkpoints ({steps}) but {problem}; {restore}, or write "
-        f"the 'checkpoint' file with the one line model_checkpoint_path: \"ckpt-{found[-1]}\" "
-        "to use the latest there."
+        problem = f"has a 'checkpoint' file naming '{name}', whose files are missing"
+    if not complete:
+        steps = ", ".join(f"ckpt-{step}" for step in found)
+        raise StorageError(
+            f"'{directory}' holds checkpoints ({steps}), none with all its files, and {problem}; "
+            "restore the files, or start a new output directory."
+        )
+    newest = complete[-1]
+    done = ""
+    if repair:
+        try:
+            tf.compat.v1.train.update_checkpoint_state(
+                str(directory), newest, all_model_checkpoint_paths=complete
+            )
+            done = "; the file now names it"
+        except (tf.errors.OpError, OSError):  # a read-only copy: read it all the same
+            pass
+    print(
+        f"'{directory}' {problem}: using {newest}, its newest complete checkpoint{done}.",
+        file=sys.stderr,
+        flush=True,
     )
+    return str(directory / newest)
 
 
 def stored_layers(path: str) -> set[str]:
@@ -157,7 +179,7 @@ class RunCheckpoints:
         chief: bool = True,
     ):
         self.directory = Path(directory)
-        latest_checkpoint(self.directory)  # a state file lost beside checkpoints: refused
+        latest_checkpoint(self.directory, repair=chief)  # a lost state file: written again
         self.model_variables = VariablesByPath(model.variables)
         tracked = {"model": self.model_variables}
         if optimizer is not None:
