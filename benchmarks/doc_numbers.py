@@ -113,7 +113,8 @@ def _range(values: list[float], digits: int = 2, unit: str = "") -> str:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+    whole = round(seconds)  # 1,739.9 s is 29 min 0 s, not 28 min 60 s
+    return f"{whole // 60} min {whole % 60} s"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
