@@ -494,6 +494,28 @@ def test_checkpoints_without_their_state_file_resume_from_the_newest_complete_on
     assert logged[-2:] == [4, 6] and logged == sorted(set(logged)), logged
 
 
+def test_a_resume_without_its_state_file_says_so_once(
+    base_run, vocab_file, small_corpus, tmp_path, capfd, monkeypatch
+):
+    # Was: two lines, one from the resume's check of the step reached, one as it restored,
+    # and TensorFlow's deprecation warning; a relative run directory's state file was
+    # written naming '../../ckpt-4', which the restore then could not find.
+    monkeypatch.chdir(tmp_path)
+    run_dir = Path("run")
+    shutil.copytree(base_run, run_dir)
+    (run_dir / "checkpoints" / "checkpoint").unlink()
+    kwargs = dict(log_every=2, checkpoint_every=2, vocab=str(vocab_file), **FAST)
+    capfd.readouterr()
+    assert pretrain([str(small_corpus)], run_dir, steps=6, **kwargs).step == 6
+    err = capfd.readouterr().err
+    assert "deprecated" not in err
+    said = [line for line in err.splitlines() if "newest complete" in line]
+    assert said == [
+        f"'{run_dir / 'checkpoints'}' has no 'checkpoint' file naming the latest: using "
+        "ckpt-4, its newest complete checkpoint; the file now names it."
+    ], said
+
+
 def test_checkpoints_none_of_them_complete_are_one_sentence(base_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(base_run, run_dir)

@@ -19,6 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_electra.atomic import write_atomic
 from keras_electra.errors import (
     ConfigError,
     StorageError,
@@ -67,21 +68,26 @@ def _checkpoint_keys(path: str, prefix: str) -> set[str]:
     }
 
 
-def latest_checkpoint(directory: str | Path, repair: bool = False) -> str | None:
+def latest_checkpoint(directory: str | Path) -> str | None:
     """The latest checkpoint under ``directory``, as its ``checkpoint`` state file names it
     (None when the directory holds no checkpoint).
 
     Where the state file is missing, unreadable or names a checkpoint that is gone (a run
     killed between writing its first checkpoint and that file, or a file lost), the newest
-    complete ``ckpt-N`` there is the latest, and a line on stderr says so; with ``repair``
-    (a run that goes on writing there) the state file is written again to name it. Before,
-    a run started over at step 0 and overwrote the trained checkpoints, and export said
-    nothing was trained.
+    complete ``ckpt-N`` there is the latest. This reads quietly: ``RunCheckpoints``, which
+    restores from there, says so once and writes the state file again. Before, a run
+    started over at step 0 and overwrote the trained checkpoints, and export said nothing
+    was trained.
 
     Raises:
         StorageError: when ``ckpt-N`` files are there but none is complete.
     """
-    directory = Path(directory)
+    return _latest(Path(directory))[0]
+
+
+def _latest(directory: Path) -> tuple[str | None, str | None, list[str]]:
+    """The latest checkpoint's path, what is wrong with the state file (None when it names
+    a checkpoint that is there) and, when something is, the complete checkpoints' names."""
     logger = tf.get_logger()
     level = logger.level
     logger.setLevel("FATAL")  # TensorFlow logs a state file it cannot use: said below
@@ -93,14 +99,14 @@ def latest_checkpoint(directory: str | Path, repair: bool = False) -> str | None
     finally:
         logger.setLevel(level)
     if latest is not None:
-        return latest
+        return latest, None, []
     found = sorted(
         int(match.group(1))
         for file in directory.glob("ckpt-*.index")
         if (match := re.fullmatch(r"ckpt-(\d+)\.index", file.name))
     )
     if not found:
-        return None
+        return None, None, []
     complete = [
         f"ckpt-{step}" for step in found if _missing_files(directory / f"ckpt-{step}") is None
     ]
@@ -117,22 +123,31 @@ def latest_checkpoint(directory: str | Path, repair: bool = False) -> str | None
             f"'{directory}' holds checkpoints ({steps}), none with all its files, and {problem}; "
             "restore the files, or start a new output directory."
         )
-    newest = complete[-1]
+    return str(directory / complete[-1]), problem, complete
+
+
+def _restate(directory: Path, write: bool) -> str | None:
+    """The latest checkpoint, as ``latest_checkpoint`` finds it; where the state file was
+    wrong, one line on stderr says which checkpoint is used, and with ``write`` (a run that
+    goes on writing there) the state file is written again to name it."""
+    latest, problem, complete = _latest(directory)
+    if problem is None:
+        return latest
     done = ""
-    if repair:
-        try:
-            tf.compat.v1.train.update_checkpoint_state(
-                str(directory), newest, all_model_checkpoint_paths=complete
-            )
+    if write:
+        lines = [f'model_checkpoint_path: "{complete[-1]}"']
+        lines += [f'all_model_checkpoint_paths: "{name}"' for name in complete]
+        try:  # the names relative to the directory, as CheckpointManager writes them
+            write_atomic(directory / "checkpoint", "\n".join(lines) + "\n")
             done = "; the file now names it"
-        except (tf.errors.OpError, OSError):  # a read-only copy: read it all the same
+        except OSError:  # a read-only copy: read it all the same
             pass
     print(
-        f"'{directory}' {problem}: using {newest}, its newest complete checkpoint{done}.",
+        f"'{directory}' {problem}: using {complete[-1]}, its newest complete checkpoint{done}.",
         file=sys.stderr,
         flush=True,
     )
-    return str(directory / newest)
+    return latest
 
 
 def stored_layers(path: str) -> set[str]:
@@ -179,7 +194,7 @@ class RunCheckpoints:
         chief: bool = True,
     ):
         self.directory = Path(directory)
-        latest_checkpoint(self.directory, repair=chief)  # a lost state file: written again
+        self._found = _restate(self.directory, write=chief)  # a lost state file: said once
         self.model_variables = VariablesByPath(model.variables)
         tracked = {"model": self.model_variables}
         if optimizer is not None:
@@ -198,7 +213,7 @@ class RunCheckpoints:
 
     @property
     def latest(self) -> str | None:
-        return self.manager.latest_checkpoint
+        return self.manager.latest_checkpoint or self._found  # found: a state file not written
 
     def restore_latest(self) -> int:
         """Restore the latest checkpoint if there is one; return its step (0 for none)."""
@@ -350,7 +365,7 @@ def _unreadable(path: str, error: BaseException) -> StorageError:
     )
 
 
-def _missing_files(path: str) -> str | None:
+def _missing_files(path: str | Path) -> str | None:
     """Which of a checkpoint's files are gone (its ``.index``, a ``.data-*`` shard), said as
     the reason it cannot be read; None when all are there."""
     prefix = Path(path)
