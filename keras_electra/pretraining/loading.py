@@ -1,8 +1,10 @@
-"""A pretraining run directory read back: its model, tokenizer and step.
+"""A pretraining run directory read back (its model, tokenizer and step), and one written
+from a model trained in your own script.
 
 A run read back (to convert or export it) without the training machinery of
 :mod:`keras_electra.pretraining.run`, which uses :func:`read_run` to resume a run or
-start one from ``--init`` and re-exports :func:`load_run`.
+start one from ``--init`` and re-exports :func:`load_run`. :func:`save_run` writes a
+pretrainer trained with ``model.fit`` as such a directory.
 
 Examples:
     >>> vocab_checksum(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
@@ -44,6 +46,71 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
     model = stored_pretrainer(run, config, run.settings().get("objective", "electra"))
     step = run.restore_latest(model)
     return model, ElectraTokenizer(tokens, lowercase=config.lowercase), step
+
+
+# run.json's mark of a directory save_run wrote: a model, not a command-line run to resume.
+SAVED_BY = "keras_electra.pretraining.save_run"
+
+
+def save_run(model: ElectraPretrainer, tokenizer: ElectraTokenizer, run_dir: str | Path) -> str:
+    """Write a pretrainer trained in your own script (``model.fit``) as a run directory:
+    ``config.json``, ``vocab.txt``, ``run.json`` and a checkpoint at the optimizer's step,
+    as ``keras-electra pretrain --output`` writes them. ``finetune``, ``export``,
+    ``convert --to`` and :func:`load_run` read it as a run, and ``pretrain --init`` starts
+    from it; a command-line run does not resume it (it has no corpus or schedule to go on
+    with). Saving again into the same directory, with the same model sizes and
+    vocabulary, adds a checkpoint at the new step (the last three are kept). Under a
+    multi-worker strategy, call it on the chief only.
+
+    Returns:
+        The checkpoint's path (``RUN_DIR/checkpoints/ckpt-STEP``).
+
+    Raises:
+        ConfigError: if the tokenizer does not fit the model, or the directory holds
+            another model.
+
+    Examples:
+        >>> import tempfile
+        >>> tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+        >>> model = ElectraPretrainer.from_preset("tiny", vocab_size=len(tokens), seed=0)
+        >>> run_dir = tempfile.mkdtemp()
+        >>> save_run(model, ElectraTokenizer(tokens), run_dir).endswith("ckpt-0")
+        True
+        >>> load_run(run_dir)[2]
+        0
+    """
+    config, tokens = model.config, list(tokenizer.vocab)
+    if len(tokens) != config.vocab_size or tokenizer.lowercase != config.lowercase:
+        raise ConfigError(
+            f"The tokenizer ({len(tokens):,} tokens, lowercase={tokenizer.lowercase}) is not "
+            f"the model's ({config.vocab_size:,}, lowercase={config.lowercase}); pass the "
+            "tokenizer whose vocabulary the model was built for."
+        )
+    run = RunDirectory(run_dir)
+    if run.has_config():
+        if run.settings().get("saved_by") != SAVED_BY or run.config_and_vocab() != (
+            config,
+            tokens,
+        ):
+            raise ConfigError(f"'{run_dir}' already holds another model; choose a new directory.")
+    else:
+        from keras_electra.finetuning.settings import infer_preset
+
+        described = model.get_config()
+        run.write_model_files(config, tokens)
+        run.write_settings(
+            {
+                "preset": infer_preset(config),
+                "objective": described["objective"],
+                "hyperparameters": described["hyperparameters"],
+                "precision": model.dtype_policy.name,
+                "vocab_sha256": vocab_checksum(tokens),
+                "saved_by": SAVED_BY,
+            }
+        )
+    optimizer = getattr(model, "optimizer", None)
+    step = 0 if optimizer is None else int(optimizer.iterations.numpy())
+    return run.checkpoints(model).save(step)
 
 
 def stored_pretrainer(run: RunDirectory, config: ElectraConfig, objective: str):

@@ -1,0 +1,162 @@
+"""A pretrainer trained in a user's own script (``model.fit``) goes on to fine-tuning,
+export and serving: ``save_run`` writes it as a run directory (docs/pretraining.md, "From
+Python"), and the page's snippet runs as written, on tiny sizes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tfserving_standin import SignatureRunner
+
+from keras_electra.data import ElectraTokenizer, learn_vocab, pretraining_dataset
+from keras_electra.errors import ConfigError
+from keras_electra.finetuning import finetune
+from keras_electra.pretraining import ElectraPretrainer, load_run, save_run
+from keras_electra.pretraining.run import pretrain
+from keras_electra.run_directory import RunDirectory
+from keras_electra.training.optimizer import create_optimizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def fitted(small_corpus):
+    """A one-layer tiny pretrainer after three steps of ``model.fit``, its tokenizer and
+    its data."""
+    tokenizer = ElectraTokenizer(learn_vocab([str(small_corpus)], 2000))
+    model = ElectraPretrainer.from_preset(
+        "tiny", vocab_size=tokenizer.vocab_size, seed=0, num_layers=1
+    )
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=5e-4, total_steps=10, warmup_steps=1)
+    )
+    data = pretraining_dataset([str(small_corpus)], tokenizer, batch_size=8, max_seq_length=32)
+    model.fit(data, steps_per_epoch=3, epochs=1, verbose=0)
+    return model, tokenizer, data
+
+
+def test_a_fitted_model_saved_as_a_run_loads_back_and_saves_on(fitted, tmp_path):
+    model, tokenizer, data = fitted
+    run_dir = tmp_path / "run"
+    assert save_run(model, tokenizer, run_dir) == str(run_dir / "checkpoints" / "ckpt-3")
+    loaded, loaded_tokenizer, step = load_run(run_dir)
+    assert step == 3 and loaded_tokenizer.vocab == tokenizer.vocab
+    assert loaded.objective == model.objective == "electra"
+    assert loaded.hyperparameters == model.hyperparameters
+    ours = {v.path: v.numpy() for v in model.weights}
+    theirs = {v.path: v.numpy() for v in loaded.weights}
+    assert ours.keys() == theirs.keys()
+    for path, value in ours.items():
+        np.testing.assert_array_equal(theirs[path], value, err_msg=path)
+    assert RunDirectory(run_dir).stored_objective() == "electra"
+
+    model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)  # more training, saved again
+    assert save_run(model, tokenizer, run_dir).endswith("ckpt-5")
+    assert RunDirectory(run_dir).latest_step() == 5
+
+
+def test_what_save_run_refuses_is_one_sentence(fitted, small_corpus, tmp_path):
+    model, tokenizer, _ = fitted
+    with pytest.raises(ConfigError, match="is not the model's") as caught:
+        save_run(model, ElectraTokenizer(tokenizer.vocab[:-1]), tmp_path / "a")
+    assert "\n" not in str(caught.value) and not (tmp_path / "a").exists()
+    run_dir = tmp_path / "run"
+    step = int(save_run(model, tokenizer, run_dir).rsplit("-", 1)[1])
+    other = ElectraPretrainer.from_preset(
+        "tiny", vocab_size=tokenizer.vocab_size, seed=0, num_layers=2
+    )
+    with pytest.raises(ConfigError, match="already holds another model"):
+        save_run(other, tokenizer, run_dir)
+    assert RunDirectory(run_dir).latest_step() == step  # untouched
+    # The command line cannot resume it (no corpus, no schedule): it says to start from it.
+    with pytest.raises(ConfigError, match="a model saved by save_run.*--init"):
+        pretrain([str(small_corpus)], run_dir, steps=6, progress=False)
+
+
+def test_a_saved_run_fine_tunes_like_a_pretraining_run(fitted, tmp_path):
+    model, tokenizer, _ = fitted
+    run_dir = tmp_path / "run"
+    save_run(model, tokenizer, run_dir)
+    rows = ["sentence\tlabel"] + [
+        f"{'good' if i % 2 else 'bad'} king {i}\t{'pos' if i % 2 else 'neg'}" for i in range(32)
+    ]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    result = finetune(
+        run_dir,
+        "classify",
+        tmp_path / "train.tsv",
+        None,
+        tmp_path / "cls",
+        text_column="sentence",
+        epochs=1,
+        batch_size=16,
+        max_seq_length=16,
+        progress=False,
+    )
+    assert result.config == model.config
+    assert RunDirectory(tmp_path / "cls").is_finetuned()
+
+
+# What the page's snippet runs with here: its sizes made tiny, each swap checked to apply.
+TINY = {
+    '"data/sample/shakespeare.txt"': None,  # the small corpus, filled in below
+    "vocab_size=8000": "vocab_size=2000",
+    "total_steps=300, warmup_steps=30": "total_steps=4, warmup_steps=1",
+    "batch_size=32, max_seq_length=128": "batch_size=8, max_seq_length=32",
+    "steps_per_epoch=100, epochs=3": "steps_per_epoch=2, epochs=2, verbose=0",
+    'from_preset("tiny", vocab_size=len(vocab), seed=0)': (
+        'from_preset("tiny", vocab_size=len(vocab), seed=0, num_layers=1)'
+    ),
+}
+
+
+def test_the_pages_python_snippet_trains_saves_and_exports_a_servable_model(small_corpus, tmp_path):
+    page = (REPO / "docs" / "pretraining.md").read_text(encoding="utf-8")
+    found = re.search(r"## From Python\n.*?```python\n(.*?)```", page, re.S)
+    assert found, "no python block in docs/pretraining.md's From Python section"
+    code = found.group(1)
+    for old, new in {**TINY, '"data/sample/shakespeare.txt"': repr(str(small_corpus))}.items():
+        assert old in code, f"the snippet no longer has {old!r}: update TINY"
+        code = code.replace(old, new)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert RunDirectory(tmp_path / "runs" / "from-python").latest_step() == 4
+    with SignatureRunner(str(tmp_path / "saved_models" / "from-python" / "1")) as runner:
+        out = runner.run("serving_default", {"text": np.array([b"the king is dead"], object)})
+    probs = out["replaced_prob"]
+    assert probs.shape[0] == 1 and np.all((probs >= 0) & (probs <= 1))
+
+
+def test_a_saved_run_converts_and_starts_a_command_line_run(fitted, small_corpus, tmp_path):
+    from keras_electra.cli import main
+
+    model, tokenizer, _ = fitted
+    run_dir = tmp_path / "run"
+    save_run(model, tokenizer, run_dir)
+    out = tmp_path / "hf"
+    assert main(["convert", "--to", "hf", "--run", str(run_dir), "--output", str(out)]) == 0
+    assert (out / "discriminator" / "config.json").is_file()
+    result = pretrain(
+        [str(small_corpus)],
+        tmp_path / "next",
+        init=str(run_dir),
+        steps=2,
+        batch_size=8,
+        max_seq_length=32,
+        progress=False,
+        health=False,
+    )
+    assert result.step == 2 and result.model.config == model.config
