@@ -116,11 +116,25 @@ TINY = {
 }
 
 
+def _python_block(page: str, heading: str) -> str:
+    text = (REPO / page).read_text(encoding="utf-8")
+    found = re.search(re.escape(heading) + r"\n.*?```python\n(.*?)```", text, re.S)
+    assert found, f"no python block in {page}'s {heading!r} section"
+    return found.group(1)
+
+
+def test_the_readmes_python_snippet_is_the_pages_without_the_strategy():
+    # The test below runs the page's; the README's must be the same code, on one device.
+    def code(block: str) -> list[str]:
+        skipped = ("import tensorflow as tf", "strategy")
+        return [line.strip() for line in block.splitlines() if not any(s in line for s in skipped)]
+
+    readme = _python_block("README.md", "## Python API")
+    assert code(readme) == code(_python_block("docs/pretraining.md", "## From Python"))
+
+
 def test_the_pages_python_snippet_trains_saves_and_exports_a_servable_model(small_corpus, tmp_path):
-    page = (REPO / "docs" / "pretraining.md").read_text(encoding="utf-8")
-    found = re.search(r"## From Python\n.*?```python\n(.*?)```", page, re.S)
-    assert found, "no python block in docs/pretraining.md's From Python section"
-    code = found.group(1)
+    code = _python_block("docs/pretraining.md", "## From Python")
     for old, new in {**TINY, '"data/sample/shakespeare.txt"': repr(str(small_corpus))}.items():
         assert old in code, f"the snippet no longer has {old!r}: update TINY"
         code = code.replace(old, new)
