@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+import test_serving_clients
 from tfserving_standin import ModelServer
 
 from keras_electra.cli import main
@@ -23,6 +24,10 @@ from keras_electra.scoring import format_answers, score_with_saved_model, score_
 from keras_electra.serving.export_reader import SentenceScore, export_reader
 from keras_electra.serving.grpc_client import GrpcClient
 from keras_electra.serving.rest_client import RestClient
+
+# The serving clients' tests' stand-in classifier and regressor exports, as fixtures here.
+exports = test_serving_clients.exports
+regressor_export = test_serving_clients.regressor_export
 
 TEXTS = ["the king is dead", "long live the king"]
 VALID = Path(__file__).parents[1] / "data" / "sample" / "shakespeare_valid.txt"
@@ -163,3 +168,40 @@ def test_the_sentence_score_ranks_originals_above_implanted_copies(electric_run,
     # Measured: 0.89 after this run's 60 steps (0.865 with the same recipe through
     # pretrain() at seed 0), 0.45 after one step (chance: 0.5).
     assert ranked >= RANKED, f"{ranked:.3f} of {len(pairs)} pairs ranked right"
+
+
+def test_the_serving_readmes_first_queries_run_against_served_exports(
+    electric_export, tiny_run, exports, regressor_export, tmp_path
+):
+    # serving/README.md's Python as written: the pretrained export (with a 'stable'
+    # label), the Electric export's sentence scores, a classifier and a regressor.
+    from doc_snippets import run_here, snippet
+
+    from keras_electra.export import export
+
+    electra = export(tiny_run, tmp_path / "electra").parent
+    with (
+        ModelServer(electra, "electra", version_labels={"stable": 1}) as server,
+        ModelServer(electric_export, "electric") as electric,
+        ModelServer(exports["classifier"], "electra_classifier") as classifier,
+        ModelServer(regressor_export.parent, "electra_regressor") as regressor,
+    ):
+        printed = run_here(
+            snippet("serving/README.md", "## 3. First queries"),
+            {
+                '("localhost:8500", "electra",': f'("{server.grpc_target}", "electra",',
+                '("localhost:8500", "electric")': f'("{electric.grpc_target}", "electric")',
+                '("http://localhost:8501", "electra",': f'("{server.rest_url}", "electra",',
+                '("http://localhost:8501", "electra_classifier")': (
+                    f'("{classifier.rest_url}", "electra_classifier")'
+                ),
+                '("localhost:8500", "electra_regressor")': (
+                    f'("{regressor.grpc_target}", "electra_regressor")'
+                ),
+            },
+        )
+    lines = printed.splitlines()
+    assert "'state': 'AVAILABLE'" in printed, printed
+    scores = [line for line in lines if line.startswith("[") and line.endswith("]")]
+    assert len(scores[1].strip("[]").split()) == 2, printed  # a sentence score per text
+    assert "('positive'," in scores[2] and len(scores[3].split(",")) == 2, printed

@@ -18,12 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_snippets import run_here, snippet
 from hf_hub_standin import Hub, Repo
 from tfserving_standin import ModelServer
 
 from keras_electra.serving import GrpcClient
 
 MODEL = "test-org/electra-tiny-discriminator"
+QUICKSTART_1 = "## 1. Released weights → your CSV → a server that answers with class scores"
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +125,12 @@ def test_the_quickstart_from_released_weights_fetch_finetune_export_and_serve(
     with ModelServer(tmp_path / "saved_models" / "cls", "cls") as server:
         with GrpcClient(server.grpc_target, "cls", timeout=30.0) as client:
             results = client.classify([{"text": "the good king"}, {"text": "a bad day"}])
+        printed = run_here(  # the page's Python, as written
+            snippet("docs/quickstart.md", QUICKSTART_1),
+            {'"localhost:8500"': repr(server.grpc_target)},
+        )
     assert [sorted(label for label, _ in r) for r in results] == [["neg", "pos"]] * 2
+    assert "'neg'" in printed and "'pos'" in printed, printed
 
     # convert --from hf takes the same id; then offline, the cache serves it.
     done = _cli("convert", "--from", "hf", f"hf:{MODEL}", "--output", "conv", env=env, cwd=tmp_path)

@@ -5,13 +5,13 @@ Python"), and the page's snippet runs as written, on tiny sizes."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from doc_snippets import snippet, swapped
 from tfserving_standin import SignatureRunner
 
 from keras_electra.data import ElectraTokenizer, learn_vocab, pretraining_dataset
@@ -116,28 +116,19 @@ TINY = {
 }
 
 
-def _python_block(page: str, heading: str) -> str:
-    text = (REPO / page).read_text(encoding="utf-8")
-    found = re.search(re.escape(heading) + r"\n.*?```python\n(.*?)```", text, re.S)
-    assert found, f"no python block in {page}'s {heading!r} section"
-    return found.group(1)
-
-
 def test_the_readmes_python_snippet_is_the_pages_without_the_strategy():
     # The test below runs the page's; the README's must be the same code, on one device.
     def code(block: str) -> list[str]:
         skipped = ("import tensorflow as tf", "strategy")
         return [line.strip() for line in block.splitlines() if not any(s in line for s in skipped)]
 
-    readme = _python_block("README.md", "## Python API")
-    assert code(readme) == code(_python_block("docs/pretraining.md", "## From Python"))
+    readme = snippet("README.md", "## Python API")
+    assert code(readme) == code(snippet("docs/pretraining.md", "## From Python"))
 
 
 def test_the_pages_python_snippet_trains_saves_and_exports_a_servable_model(small_corpus, tmp_path):
-    code = _python_block("docs/pretraining.md", "## From Python")
-    for old, new in {**TINY, '"data/sample/shakespeare.txt"': repr(str(small_corpus))}.items():
-        assert old in code, f"the snippet no longer has {old!r}: update TINY"
-        code = code.replace(old, new)
+    code = snippet("docs/pretraining.md", "## From Python")
+    code = swapped(code, {**TINY, '"data/sample/shakespeare.txt"': repr(str(small_corpus))})
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,

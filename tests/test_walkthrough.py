@@ -8,12 +8,12 @@ wrong address or model name is one sentence that says how to fix it.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from doc_snippets import run_here, snippet
 
 from keras_electra.errors import ConfigError
 
@@ -28,14 +28,6 @@ def tiny_export(tiny_run, tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("saved_models") / "electra"
     export(tiny_run, base)
     return base
-
-
-def _python_block_after(page: Path, heading: str) -> str:
-    """The first ```python block of ``page`` after the line ``heading``."""
-    text = page.read_text(encoding="utf-8")
-    found = re.search(re.escape(heading) + r"\n.*?```python\n(.*?)```", text, re.S)
-    assert found, f"no python block after {heading!r} in {page}"
-    return found.group(1)
 
 
 def _run_as_the_docs_say(code: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -58,13 +50,24 @@ def test_the_serving_readmes_stand_in_snippet_serves_a_real_export_in_a_fresh_pr
     # The stand-in loads the export as TF Serving does; the export's tokenizer ops are TF
     # Text's, which TF Serving has built in: a process that had not imported tensorflow_text
     # failed to load any export ("Op type not registered 'FastBertNormalize'").
-    code = _python_block_after(REPO / "serving" / "README.md", "## Testing without Docker")
+    code = snippet("serving/README.md", "## Testing without Docker")
     assert '"saved_models/electra"' in code
     (tmp_path / "saved_models").mkdir()
     (tmp_path / "saved_models" / "electra").symlink_to(tiny_export)
     done = _run_as_the_docs_say(code, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[[" in done.stdout  # the replaced_prob array, printed
+
+
+def test_the_readmes_client_snippet_reads_a_served_export(tiny_export):
+    from tfserving_standin import ModelServer
+
+    with ModelServer(tiny_export, "electra") as server:
+        printed = run_here(
+            snippet("README.md", "## Export and serving"),
+            {'"localhost:8500"': repr(server.grpc_target)},
+        )
+    assert printed.startswith("[[") and "]]" in printed  # replaced_prob, a row per text
 
 
 @pytest.fixture(scope="module")
