@@ -369,7 +369,12 @@ def _run_predict(args: argparse.Namespace) -> None:
         "discriminator directory or model id (hf:ORG/NAME), or keras-hub preset directory",
     ),
     flag("--run", metavar="DIR", help="with --to: the run or init directory to write"),
-    flag("--output", required=True, metavar="DIR", help="the directory to write"),
+    flag(
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="the directory to write: new, or empty (a directory with files is refused)",
+    ),
     flag("--generator", metavar="DIR", help="hf: the generator's directory or hf:ORG/NAME"),
     flag("--vocab", metavar="FILE", help="google: vocab.txt (default: next to SRC)"),
     flag(
