@@ -375,6 +375,44 @@ def test_an_empty_list_of_texts_is_a_batch_of_none(electra_server: ModelServer) 
     assert out["num_tokens"].size == 0
 
 
+def test_an_empty_batch_has_the_same_answer_from_both_clients_and_in_process(
+    exports: dict[str, Path],
+) -> None:
+    """No texts give what many give, with no rows: predict() the outputs in their rank and
+    dtype (REST gave ``(0,)`` where gRPC gave ``(0, 2)``; its row format an HTTP 400),
+    classify() and regress() an empty list (both raised the server's refusal of an empty
+    request, in other words over gRPC and REST), the scorers no answers."""
+    cases = {"electra": ["a cat"], "classifier": ["a fine film"]}
+    for name, texts in cases.items():
+        with ModelServer(exports[name], name) as server:
+            with GrpcClient(server.grpc_target, name) as grpc:
+                rest = RestClient(server.rest_url, name)
+                full = grpc.predict({"text": texts})
+                none = grpc.predict({"text": []})  # the server's tensors, of no rows
+                answers = [
+                    rest.predict({"text": []}),
+                    rest.predict({"text": []}, format="row"),
+                    rest.predict({"text": np.array([], object)}),
+                ]
+                for answer in [none, *answers]:
+                    assert answer.keys() == full.keys()
+                    for key, value in full.items():
+                        assert answer[key].shape == none[key].shape, (key, answer[key].shape)
+                        assert answer[key].shape[0] == 0 and answer[key].ndim == value.ndim
+                        assert answer[key].dtype == value.dtype, key
+                        if key == "scores":  # [-1, 2]: the classes are known
+                            assert answer[key].shape == (0, 2)
+                if name == "classifier":
+                    assert grpc.classify([]) == rest.classify([]) == []
+            for target in (server.grpc_target, server.rest_url):
+                assert list(score_with_server(target, name, [])) == []
+        assert list(score_with_saved_model(exports[name], [])) == []
+    with ModelServer(exports["regress_echo"], "regress_echo") as server:
+        with GrpcClient(server.grpc_target, "regress_echo") as grpc:
+            assert grpc.regress([]) == []
+        assert RestClient(server.rest_url, "regress_echo").regress([]) == []
+
+
 def test_texts_are_cut_as_the_export_cuts_them(exports: dict[str, Path]) -> None:
     long_text = "é" * (MAX_TEXT_CHARS + 7)
     long_bytes = b"x" * (4 * MAX_TEXT_CHARS + 7)
