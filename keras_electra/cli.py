@@ -223,8 +223,8 @@ def _run_export(args: argparse.Namespace) -> None:
     flag(
         "--json",
         action="store_true",
-        help="print a JSON list, one object per example (its inputs, then the answer's fields), "
-        "instead of text",
+        help="print a JSON list, one object per example (its inputs, then the answer's fields; "
+        '"truncated": true for a text cut at the export\'s length), instead of text',
     ),
 )
 def _run_score(args: argparse.Namespace) -> None:
@@ -265,6 +265,10 @@ def _run_score(args: argparse.Namespace) -> None:
         print(json.dumps(scores.records(), ensure_ascii=False, indent=2))
     else:
         print(format_answers(scores, color=sys.stdout.isatty()))
+    note = scores.truncation_note()
+    if note:
+        sys.stdout.flush()  # after the answers it is about, where both go to one terminal
+        print(note, file=sys.stderr)
 
 
 @command(
@@ -369,7 +373,12 @@ def _run_predict(args: argparse.Namespace) -> None:
         "discriminator directory or model id (hf:ORG/NAME), or keras-hub preset directory",
     ),
     flag("--run", metavar="DIR", help="with --to: the run or init directory to write"),
-    flag("--output", required=True, metavar="DIR", help="the directory to write"),
+    flag(
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="the directory to write: new, or empty (a directory with files is refused)",
+    ),
     flag("--generator", metavar="DIR", help="hf: the generator's directory or hf:ORG/NAME"),
     flag("--vocab", metavar="FILE", help="google: vocab.txt (default: next to SRC)"),
     flag(

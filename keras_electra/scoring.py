@@ -162,11 +162,16 @@ class Scores(Sequence):
         reader: the export's reader (kind, inputs, JSON fields).
         inputs: each input's texts, as sent (UTF-8, cut to the export's length).
         answers: one answer per example.
+        truncated: per example, whether its text was cut at the export's length (its
+            answer covers the first ``L`` tokens only); None for an export whose outputs
+            do not say (:meth:`ExportReader.cut
+            <keras_electra.serving.export_reader.ExportReader.cut>`).
     """
 
     reader: ExportReader
     inputs: dict[str, list[bytes]]
     answers: list
+    truncated: list[bool] | None = None
 
     @property
     def kind(self) -> str:
@@ -189,12 +194,43 @@ class Scores(Sequence):
 
     def records(self) -> list[dict[str, Any]]:
         """One JSON object per example: its inputs by name, then the answer's fields
-        (``score --json``)."""
+        (``score --json``), then ``"truncated": true`` if its text was cut."""
         columns = [self.texts(name) for name in self.reader.inputs]
+        cut = self.truncated or [False] * len(self.answers)
         return [
-            {**dict(zip(self.reader.inputs, row, strict=True)), **self.reader.record(answer)}
-            for *row, answer in zip(*columns, self.answers, strict=True)
+            {
+                **dict(zip(self.reader.inputs, row, strict=True)),
+                **self.reader.record(answer),
+                **({"truncated": True} if was_cut else {}),
+            }
+            for *row, answer, was_cut in zip(*columns, self.answers, cut, strict=True)
         ]
+
+    def truncation_note(self) -> str | None:
+        """One sentence saying how many texts were cut at the export's length and where
+        (``score`` prints it on stderr), or None when none was (or the export cannot say).
+
+        Examples:
+            >>> scores = score_with_saved_model("saved_models/electra", texts)  # doctest: +SKIP
+            >>> scores.truncation_note()  # doctest: +SKIP
+            "1 of 2 texts was cut at the export's length of 128 tokens: its scores cover ..."
+        """
+        count = sum(self.truncated or ())
+        if not count:
+            return None
+        texts = f"{count} of {len(self)} texts" if len(self) > 1 else "The text"
+        was, its = ("was", "its") if count == 1 else ("were", "their")
+        rows = f'{its} --json {"row says" if count == 1 else "rows say"} "truncated": true'
+        if self.kind == "tag":
+            return (
+                f"{texts} {was} longer than the export's length: {its} words past it are "
+                f"tagged O without being scored ({rows})."
+            )
+        length = self.reader.length
+        return (
+            f"{texts} {was} cut at the export's length of {length} tokens: {its} scores cover "
+            f"the first {length - 2} word pieces only ({rows})."
+        )
 
 
 def _inputs(reader: ExportReader, texts: Texts) -> dict[str, list[bytes]]:
@@ -238,10 +274,14 @@ def score_with_saved_model(
     serve = loaded.signatures[reader.signature]
     total = len(next(iter(inputs.values())))
     answers: list = []
+    cut: list[bool] | None = []
     for part in batch_slices(total, batch_size) if total else ():
         outputs = serve(**{name: tf.constant(v[part], tf.string) for name, v in inputs.items()})
-        answers += reader.read({name: value.numpy() for name, value in outputs.items()})
-    return Scores(reader, inputs, answers)
+        arrays = {name: value.numpy() for name, value in outputs.items()}
+        answers += reader.read(arrays)
+        rows = reader.cut(arrays)
+        cut = None if cut is None or rows is None else cut + rows
+    return Scores(reader, inputs, answers, cut)
 
 
 def score_with_server(
@@ -314,7 +354,8 @@ def score_with_server(
         reader = export_reader(metadata["signatures"], source)
         inputs = _inputs(reader, texts)
         feeds = {name: np.array(values, object) for name, values in inputs.items()}
-        return Scores(reader, inputs, reader.read(served.predict(feeds, reader.signature)))
+        outputs = served.predict(feeds, reader.signature)
+        return Scores(reader, inputs, reader.read(outputs), reader.cut(outputs))
 
 
 def format_scores(scores: list[TokenScores], color: bool = False, threshold: float = 0.5) -> str:

@@ -236,6 +236,52 @@ def regressor_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+SHORT = 8  # the sequence length of short_exports' models, [CLS] and [SEP] included
+SHORT_WORDS = "the cat sat on a mat by dog ran far".split()
+
+
+@pytest.fixture(scope="module")
+def short_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A replaced-token, an Electric and a tagger export as `keras-electra export` writes
+    them (their modules and export code), of one-layer models left untrained, with
+    ``L = SHORT`` tokens: answers arbitrary, lengths real."""
+    import keras
+
+    from keras_electra.config import ElectraConfig
+    from keras_electra.data import SPECIAL_TOKENS, ElectraTokenizer
+    from keras_electra.export.saved_model import EnergyModule, ReplacedTokenModule, export_module
+    from keras_electra.export.tagger import TextTaggerModule
+    from keras_electra.finetuning.models import ElectraTagger
+    from keras_electra.finetuning.saved import FinetunedModel
+    from keras_electra.finetuning.settings import FinetuneSettings
+    from keras_electra.finetuning.tasks import get_task
+    from keras_electra.layers.backbone import ElectraBackbone
+    from keras_electra.pretraining.pretrainer import ElectraPretrainer
+
+    keras.utils.set_random_seed(0)
+    vocab = [*SPECIAL_TOKENS, *SHORT_WORDS]
+    tokenizer = ElectraTokenizer(vocab)
+    sizes = dict(vocab_size=len(vocab), num_layers=1, max_position_embeddings=16)
+    ids = np.ones((1, SHORT), "int32")
+    x = {"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids}
+    pretrainer = ElectraPretrainer.from_preset("tiny", seed=1, **sizes)
+    pretrainer(x)
+    backbone, head = pretrainer.discriminator_backbone(), pretrainer.token_head
+    specials = (pretrainer.config.cls_token_id, pretrainer.config.sep_token_id)
+    config = ElectraConfig.from_preset("tiny", **sizes)
+    tagger = ElectraTagger(ElectraBackbone(config), 2)
+    tagger(x)
+    settings = FinetuneSettings(task="tag", labels=["O", "B-PER"], max_seq_length=SHORT)
+    finetuned = FinetunedModel(tagger, tokenizer, settings, get_task("tag"), config)
+    modules = {
+        "electra": ReplacedTokenModule(tokenizer, backbone, head, SHORT),
+        "electric": EnergyModule(tokenizer, backbone, head, specials, SHORT),
+        "tagger": TextTaggerModule(finetuned),
+    }
+    base = tmp_path_factory.mktemp("short_exports")
+    return {name: export_module(module, base / name) for name, module in modules.items()}
+
+
 @pytest.fixture(scope="module")
 def electra_server(exports: dict[str, Path]) -> Iterator[ModelServer]:
     with ModelServer(exports["electra"], "electra") as server:
@@ -373,6 +419,97 @@ def test_an_empty_list_of_texts_is_a_batch_of_none(electra_server: ModelServer) 
     assert out["num_tokens"].shape == (0,) and out["replaced_prob"].shape[0] == 0
     out = RestClient(electra_server.rest_url, "electra").predict({"text": []})
     assert out["num_tokens"].size == 0
+
+
+def test_an_empty_batch_has_the_same_answer_from_both_clients_and_in_process(
+    exports: dict[str, Path],
+) -> None:
+    """No texts give what many give, with no rows: predict() the outputs in their rank and
+    dtype (REST gave ``(0,)`` where gRPC gave ``(0, 2)``; its row format an HTTP 400),
+    classify() and regress() an empty list (both raised the server's refusal of an empty
+    request, in other words over gRPC and REST), the scorers no answers."""
+    cases = {"electra": ["a cat"], "classifier": ["a fine film"]}
+    for name, texts in cases.items():
+        with ModelServer(exports[name], name) as server:
+            with GrpcClient(server.grpc_target, name) as grpc:
+                rest = RestClient(server.rest_url, name)
+                full = grpc.predict({"text": texts})
+                none = grpc.predict({"text": []})  # the server's tensors, of no rows
+                answers = [
+                    rest.predict({"text": []}),
+                    rest.predict({"text": []}, format="row"),
+                    rest.predict({"text": np.array([], object)}),
+                ]
+                for answer in [none, *answers]:
+                    assert answer.keys() == full.keys()
+                    for key, value in full.items():
+                        assert answer[key].shape == none[key].shape, (key, answer[key].shape)
+                        assert answer[key].shape[0] == 0 and answer[key].ndim == value.ndim
+                        assert answer[key].dtype == value.dtype, key
+                        if key == "scores":  # [-1, 2]: the classes are known
+                            assert answer[key].shape == (0, 2)
+                if name == "classifier":
+                    assert grpc.classify([]) == rest.classify([]) == []
+            for target in (server.grpc_target, server.rest_url):
+                assert list(score_with_server(target, name, [])) == []
+        assert list(score_with_saved_model(exports[name], [])) == []
+    with ModelServer(exports["regress_echo"], "regress_echo") as server:
+        with GrpcClient(server.grpc_target, "regress_echo") as grpc:
+            assert grpc.regress([]) == []
+        assert RestClient(server.rest_url, "regress_echo").regress([]) == []
+
+
+@pytest.mark.parametrize("name", ["electra", "electric", "tagger"])
+def test_score_says_which_texts_the_export_cut_at_its_length(name, short_exports, capsys):
+    """A text longer than the export's L tokens was scored on its first L without a word:
+    now one line on stderr counts them, and their --json rows say "truncated": true, in
+    process and through TF Serving's gRPC and REST alike. A text that fits says nothing."""
+    import json
+
+    from keras_electra.cli import main
+
+    export_dir = short_exports[name]
+    fits, cut = "the cat sat", " ".join(SHORT_WORDS)  # 3 and 10 word pieces; 6 fit
+    if name == "tagger":
+        said = "1 of 3 texts was longer than the export's length: its words past it are "
+        said += "tagged O without being scored"
+    else:
+        said = f"1 of 3 texts was cut at the export's length of {SHORT} tokens: its scores "
+        said += f"cover the first {SHORT - 2} word pieces only"
+    said += ' (its --json row says "truncated": true).'
+    with ModelServer(export_dir, "served") as server:
+        for where in (["--model", str(export_dir)],
+                      ["--server", server.grpc_target, "--model-name", "served"],
+                      ["--server", server.rest_url, "--model-name", "served"]):  # fmt: skip
+            capsys.readouterr()
+            assert main(["score", *where, fits, cut, "a cat"]) == 0
+            out, err = capsys.readouterr()
+            assert err == said + "\n", (where, err)
+            assert main(["score", *where, "--json", fits, cut, "a cat"]) == 0
+            out, err = capsys.readouterr()
+            assert err == said + "\n", (where, err)
+            rows = json.loads(out)
+            assert [row.get("truncated") for row in rows] == [None, True, None], where
+            assert main(["score", *where, fits, "a cat"]) == 0
+            assert capsys.readouterr().err == "", where
+    scores = score_with_saved_model(export_dir, [fits, cut, fits])
+    assert scores.truncated == [False, True, False]
+    note = score_with_saved_model(export_dir, [cut, fits, cut]).truncation_note()
+    assert note.startswith("2 of 3 texts were ") and 'their --json rows say "t' in note, note
+    note = score_with_saved_model(export_dir, [cut]).truncation_note()
+    assert note.startswith("The text was ") and 'its --json row says "t' in note, note
+    if name != "tagger":  # the cut text's scores are its first L - 2 pieces'
+        tokens = scores[1] if name == "electra" else scores[1].tokens
+        assert [token for token, _ in tokens] == SHORT_WORDS[: SHORT - 2]
+
+
+def test_a_kind_whose_outputs_do_not_say_is_never_marked_cut(exports) -> None:
+    # A classifier's answer does not say how many tokens it read; a token export of no
+    # fixed length (the stand-in here) cannot be told to have filled it.
+    for name in ("classifier", "electra"):
+        scores = score_with_saved_model(exports[name], ["x " * 600])
+        assert scores.truncated is None and scores.truncation_note() is None, name
+        assert "truncated" not in scores.records()[0]
 
 
 def test_texts_are_cut_as_the_export_cuts_them(exports: dict[str, Path]) -> None:

@@ -200,6 +200,33 @@ def test_keras_electra_score_reaches_an_https_server_with_a_token_file(
             assert "pass the credentials" in _no_secret(refused.stderr.strip())
 
 
+def test_a_token_file_holds_one_token_else_one_sentence(tmp_path, capsys):
+    # Only the first line was read: a file of two tokens (or a token under a comment) sent
+    # the first line and ignored the rest, and a blank first line read as an empty file.
+    from keras_electra.cli import main
+    from keras_electra.serving.credentials import read_token
+
+    token_file = tmp_path / "token"
+    for text in (SECRET, SECRET + "\n", SECRET + "\r\n", "\n\n  " + SECRET + "  \n\n"):
+        token_file.write_text(text)
+        assert read_token(token_file) == SECRET, repr(text)
+    cases = [
+        ("", "is empty; write the token in it."),
+        ("\n \n", "is empty; write the token in it."),
+        (f"{SECRET}\nsecond\n", "holds 2 lines of text, not one token; write the token alone"),
+        (f"# staging\n{SECRET}\n\nthird", "holds 3 lines of text, not one token"),
+    ]
+    for text, said in cases:
+        token_file.write_text(text)
+        with pytest.raises(ServingError, match=f"^--token-file '{token_file}' {said}"):
+            read_token(token_file)
+        capsys.readouterr()
+        args = ["score", "--server", "127.0.0.1:9", "--token-file", str(token_file), "a cat"]
+        assert main(args) == 2  # refused before any connection
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and SECRET not in err, err
+
+
 # -- credentials only over TLS ----------------------------------------------------------
 
 

@@ -357,6 +357,27 @@ def test_convert_to_into_a_keras_electra_directory_is_refused(tiny_run, tiny_con
             assert sorted(p.name for p in output.iterdir()) == before
 
 
+def test_convert_to_into_a_directory_with_files_is_refused(tiny_run, tmp_path, capsys):
+    # `convert --to hf --output DIR` wrote over an earlier conversion (or any files) in DIR
+    # without a word, and mixed its files with the ones it did not replace.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _command(capsys, "convert", "--to", "hf", "--run", str(tiny_run), "--output",
+                    str(empty))[0] == 0  # fmt: skip
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("mine\n")
+    for output in (empty, tmp_path / "notes"):
+        for target in ("hf", "keras-hub"):
+            before = {p: p.stat().st_mtime_ns for p in output.rglob("*")}
+            status, out, err = _command(
+                capsys, "convert", "--to", target, "--run", str(tiny_run), "--output", str(output)
+            )
+            assert status == 2 and out == "" and err.count("\n") == 1, err
+            assert f"--output '{output}' is not empty" in err, err
+            assert "choose a new or empty --output, or remove it first." in err, err
+            assert {p: p.stat().st_mtime_ns for p in output.rglob("*")} == before
+
+
 def test_load_run_on_a_fine_tuned_directory_names_load_finetuned(tiny_finetuned):
     # It failed on "Checkpoint '.../ckpt-1' does not match the model configuration (Found 52
     # Python objects that were not bound to checkpointed values ...".

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from keras_electra.atomic import check_writable
 from keras_electra.convert.core import (
     CONVERT_FILE,
     Converted,
@@ -178,7 +179,8 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
 
     Args:
         run_dir: a pretraining run or init directory (ELECTRA objective).
-        output: the directory to write.
+        output: the directory to write: new or empty (a directory with files in it is
+            refused, as it would be overwritten).
         target: ``hf`` (``discriminator/`` and ``generator/`` directories that
             transformers loads) or ``keras-hub`` (an ``ElectraBackbone`` preset).
     """
@@ -196,6 +198,12 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
         raise ConfigError(
             f"--output '{output}' holds a keras-electra directory, which the {target} files "
             "would be mixed into; choose a new --output."
+        )
+    check_writable(output)
+    if Path(output).is_dir() and any(Path(output).iterdir()):  # an earlier --to, say
+        raise ConfigError(
+            f"--output '{output}' is not empty, and its files would be overwritten or mixed "
+            f"with the {target} files; choose a new or empty --output, or remove it first."
         )
     model, tokenizer, _ = load_run(run_dir)
     if model.objective == "electric":

@@ -212,7 +212,8 @@ class ModelClient:
         ``int`` (int64 list), ``float`` (float list) or a list of those, e.g. ``{"text":
         "great movie"}``; ``signature_name``: a signature following the Classify contract.
         Gives per example the ``(label, score)`` pairs in the model's class order
-        (``max_batch_size`` examples per request, texts cut as ``predict`` cuts them).
+        (``max_batch_size`` examples per request, texts cut as ``predict`` cuts them); no
+        examples give ``[]``, with no request.
 
         Examples:
             >>> client.classify([{"text": "a wonderful film"}])  # doctest: +SKIP
@@ -245,6 +246,8 @@ class ModelClient:
         examples (texts cut) per request, joined in order; a signature the API refuses is
         one sentence (:meth:`_wrong_signature`)."""
         capped = _capped(examples)
+        if not capped:  # no answers to ask for (TF Serving refuses an empty request)
+            return []
         send = self._classify if api == "classify" else self._regress
         answers = []
         for part in limits.batch_slices(len(capped), self.max_batch_size):

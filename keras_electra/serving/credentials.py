@@ -88,8 +88,14 @@ class CallCredentials:
 
 
 def read_token(path: str | os.PathLike | None) -> str | None:
-    """The bearer token of the command line: the first line of the file ``path``, else
-    ``$KERAS_ELECTRA_TOKEN``, else None; surrounding whitespace (a newline) stripped.
+    """The bearer token of the command line: the one line of text in the file ``path``,
+    else ``$KERAS_ELECTRA_TOKEN``, else None; surrounding whitespace (a final newline,
+    blank lines) stripped.
+
+    Raises:
+        ServingError: the file cannot be read, holds no text, or holds more than one
+            line of text (several tokens, or a token beside other settings: which to send
+            is a guess); the sentence never shows the file's contents.
 
     Examples:
         >>> import os
@@ -101,13 +107,19 @@ def read_token(path: str | os.PathLike | None) -> str | None:
     if path is None:
         return os.environ.get(TOKEN_ENV, "").strip() or None
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or "not UTF-8 text"
         raise ServingError(f"Cannot read --token-file '{path}' ({reason}).") from None
-    if not lines or not lines[0].strip():
-        raise ServingError(f"--token-file '{path}' is empty; write the token on its first line.")
-    return lines[0].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ServingError(f"--token-file '{path}' is empty; write the token in it.")
+    if len(lines) > 1:
+        raise ServingError(
+            f"--token-file '{path}' holds {len(lines)} lines of text, not one token; write "
+            "the token alone in it, on one line."
+        )
+    return lines[0]
 
 
 def read_pem(value: Pem | None, what: str) -> bytes | None:

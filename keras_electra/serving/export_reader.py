@@ -196,6 +196,32 @@ def read_answers(outputs: Outputs) -> list[Answer]:
     ]
 
 
+# === Texts cut at the export's length ===
+
+
+def _cut_unknown(outputs: Outputs, length: int | None) -> None:
+    """A kind whose outputs do not say whether a text was cut (a classifier's)."""
+    return None
+
+
+def _cut_tokens(outputs: Outputs, length: int | None) -> list[bool] | None:
+    """Which rows of a token export filled all ``length`` positions (their word pieces past
+    them, if any, were not read); None when the signature does not say ``length``."""
+    if length is None:
+        return None
+    return [int(n) >= length for n in np.asarray(outputs["num_tokens"]).reshape(-1)]
+
+
+def _cut_words(outputs: Outputs, length: int | None) -> list[bool] | None:
+    """Which rows of a tagger had words past its length (``word_mask`` 0: tagged ``O``
+    unscored); None without ``word_mask``."""
+    if "word_mask" not in outputs:
+        return None
+    counts = np.asarray(outputs["num_words"]).reshape(-1)
+    mask = np.asarray(outputs["word_mask"]).reshape(len(counts), -1)
+    return [int(kept) < int(n) for kept, n in zip(mask.sum(axis=1), counts, strict=True)]
+
+
 # === Answers as JSON fields ===
 
 
@@ -250,6 +276,7 @@ class Kind:
     outputs: tuple[str, ...]
     read: Callable[[Outputs], list]
     record: Callable[[Any], dict[str, Any]]
+    cut: Callable[[Outputs, int | None], list[bool] | None] = _cut_unknown
 
 
 KINDS = (
@@ -260,6 +287,7 @@ KINDS = (
         ("tokens", "replaced_prob", "num_tokens"),
         read_token_scores,
         _token_record,
+        _cut_tokens,
     ),
     Kind(
         "sentence_score",
@@ -268,6 +296,7 @@ KINDS = (
         ("tokens", "energy", "sentence_score", "num_tokens"),
         read_sentence_scores,
         _sentence_record,
+        _cut_tokens,
     ),
     Kind(
         "classify",
@@ -293,6 +322,7 @@ KINDS = (
         ("words", "tags", "num_words"),
         read_taggings,
         _tagging_record,
+        _cut_words,
     ),
     Kind(
         "qa",
@@ -310,11 +340,13 @@ KINDS = (
 class ExportReader:
     """How to call one export and read what it answers (from :func:`export_reader`): its
     :class:`Kind` (``spec``), the signature's text ``inputs`` in the order texts are laid
-    out, and the ``signature`` to run."""
+    out, the ``signature`` to run, and its fixed sequence ``length`` in tokens (``L``, when
+    its outputs' shape says it: a replaced-token or Electric export's)."""
 
     spec: Kind
     inputs: tuple[str, ...]
     signature: str = DEFAULT_SIGNATURE
+    length: int | None = None
 
     @property
     def kind(self) -> str:
@@ -361,6 +393,13 @@ class ExportReader:
         as one answer per row."""
         return self.spec.read(outputs)
 
+    def cut(self, outputs: Outputs) -> list[bool] | None:
+        """Per row, whether its text was cut at the export's length (a token export: it
+        filled all ``L`` positions; a tagger: words past them were tagged ``O`` unscored),
+        from the outputs alone; None for a kind whose outputs do not say (a classifier's,
+        a regressor's, a QA model's)."""
+        return self.spec.cut(outputs, self.length)
+
     def record(self, answer: Any) -> dict[str, Any]:
         """One answer as JSON fields (floats to 6 decimals), as ``score --json`` and
         ``predict`` write them."""
@@ -392,10 +431,12 @@ def export_reader(
     """
     signature = signatures.get(DEFAULT_SIGNATURE, {})
     inputs, outputs = set(signature.get("inputs", {})), set(signature.get("outputs", {}))
+    shape = (signature.get("outputs", {}).get("tokens") or {}).get("shape") or []
+    length = shape[1] if len(shape) == 2 and shape[1] > 0 else None  # [-1, L]
     for kind in KINDS:
         layout = next((names for names in kind.layouts if set(names) == inputs), None)
         if layout is not None and set(kind.outputs) <= outputs:
-            return ExportReader(kind, layout)
+            return ExportReader(kind, layout, length=length)
     raise ServingError(
         f"{source} has {_describe(signatures)}, none of which keras-electra reads (the "
         "replaced-token, sentence-score, classifier, regressor, tagger and QA exports of "

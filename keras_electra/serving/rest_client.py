@@ -198,6 +198,24 @@ def _object_fill(nested: Any, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def _no_rows(inputs: Mapping[str, Any]) -> bool:
+    """Whether ``inputs`` are a batch of no rows (every input an empty list or array)."""
+    return bool(inputs) and all(
+        isinstance(value, list | tuple | np.ndarray) and np.ndim(value) > 0 and len(value) == 0
+        for value in inputs.values()
+    )
+
+
+def _empty_as(value: np.ndarray, spec: Mapping[str, Any] | None) -> np.ndarray:
+    """An output of no rows in the rank its signature gives it (``(0, L)`` for ``[-1,
+    L]``, unknown sizes 0), as gRPC's tensor has it: JSON's ``[]`` carries only one
+    dimension. Other outputs, and any without a known shape, as they are."""
+    shape = (spec or {}).get("shape")
+    if value.size or not shape or len(shape) <= value.ndim or shape[0] != -1:
+        return value
+    return value.reshape((0, *(max(int(size), 0) for size in shape[1:])))
+
+
 def _body(signature_name: str | None) -> dict[str, Any]:
     return {} if signature_name is None else {"signature_name": signature_name}
 
@@ -453,13 +471,15 @@ class RestClient(ModelClient):
             details=str(message),
         )
 
-    def _output_types(self, signature_name: str | None) -> dict[str, str]:
+    def _output_specs(self, signature_name: str | None) -> dict[str, dict[str, Any]]:
+        """The signature's outputs, name to ``dtype`` and ``shape`` (from the metadata,
+        fetched once), or nothing without ``typed_outputs``."""
         if not self.typed_outputs:
             return {}
         if self._signatures is None:
             self._signatures = self.metadata()["signatures"]
         signature = self._signatures.get(signature_name or "serving_default", {})
-        return {name: spec["dtype"] for name, spec in signature.get("outputs", {}).items()}
+        return dict(signature.get("outputs", {}))
 
     def predict(
         self,
@@ -472,16 +492,23 @@ class RestClient(ModelClient):
         ``signature_name=None`` leaves it out of the body (the server runs
         ``serving_default``); ``format`` is ``"columnar"`` or ``"row"`` (:func:`predict_body`).
         The one output of a signature that the server leaves unnamed is keyed by its name
-        with ``typed_outputs``, else ``"outputs"`` / ``"predictions"``.
+        with ``typed_outputs``, else ``"outputs"`` / ``"predictions"``. A batch of no rows
+        gives each output in its signature's rank (``(0, L)``, as gRPC does; JSON's ``[]``
+        says one dimension), with ``typed_outputs``; the row format sends it columnar (TF
+        Serving refuses an empty ``"instances"``).
 
         Examples:
             >>> client.predict({"text": ["a b"]})["tokens"]  # doctest: +SKIP
             array([[b'a', b'b']], dtype=object)
         """
-        types = self._output_types(signature_name)
-        return self._predict_in_parts(
+        specs = self._output_specs(signature_name)
+        types = {name: spec["dtype"] for name, spec in specs.items()}
+        if format == "row" and _no_rows(inputs):
+            format = "columnar"  # TF Serving refuses an empty "instances"; the answer is alike
+        outputs = self._predict_in_parts(
             inputs, lambda chunk: self._predict(chunk, signature_name, format, types)
         )
+        return {name: _empty_as(value, specs.get(name)) for name, value in outputs.items()}
 
     def _predict(
         self,
