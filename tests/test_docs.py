@@ -96,3 +96,20 @@ def test_the_installation_pages_extras_table_names_every_package_of_each_extra()
             if extra == "dev" and name in docs_packages and "the `docs` packages" in rows[extra]:
                 continue
             assert name in rows[extra], f"{name} of the {extra} extra is not in its row"
+
+
+def test_every_python_block_of_the_pages_is_run_by_a_test_or_says_why_not():
+    from doc_snippets import RUN_BY, SKIPPED, pages, python_blocks
+
+    found = {
+        (str(page.relative_to(REPO)), heading)
+        for page in pages()
+        for heading, _ in python_blocks(page)
+    }
+    assert found - set(RUN_BY) - set(SKIPPED) == set(), "a new block: run it in a test (RUN_BY)"
+    assert set(RUN_BY) | set(SKIPPED) <= found, "RUN_BY or SKIPPED names a block that is gone"
+    for (page, heading), test_file in RUN_BY.items():
+        # The test that runs it names the heading (as snippet()'s argument or a constant).
+        assert heading in (REPO / "tests" / test_file).read_text(encoding="utf-8"), (
+            f"{test_file} does not run {page}'s block under {heading!r}"
+        )

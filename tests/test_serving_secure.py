@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 import tensorflow as tf
+import test_serving_clients
+from doc_snippets import run_here, snippet
 from test_serving_clients import TEXTS, _Discriminator
 from tfserving_standin import ModelServer
 
@@ -37,6 +39,9 @@ from keras_electra.serving.credentials import diagnose
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.grpc_client import GrpcClient
 from keras_electra.serving.rest_client import RestClient
+
+# The serving clients' tests' stand-in exports (a classifier among them), as a fixture here.
+exports = test_serving_clients.exports
 
 SECRET = "s3cret-token-4c1d"
 REQUIRED = ("authorization", f"Bearer {SECRET}")
@@ -436,3 +441,43 @@ def test_a_client_reads_its_certificates_once_when_built(electra, pki, tmp_path)
             for call in (client.status, rest.status):
                 with pytest.raises(ServingError, match=TLS_FAILURES["no-client-certificate"]):
                     call()
+
+
+# === The pages' Python for a secured server, as written ===
+
+QUICKSTART_3 = "## 3. A server behind TLS, with a token, from Python"
+
+
+def test_the_quickstarts_tls_snippet_classifies_with_the_environment_token(
+    exports, pki, monkeypatch
+):
+    monkeypatch.setenv("KERAS_ELECTRA_TOKEN", SECRET)
+    tls = (pki["server_key"].read_bytes(), pki["server_pem"].read_bytes())
+    with ModelServer(exports["classifier"], "cls", tls=tls, required_header=REQUIRED) as server:
+        printed = run_here(
+            snippet("docs/quickstart.md", QUICKSTART_3),
+            {
+                '"models.example.com:443"': repr(server.grpc_target),
+                '"https://models.example.com"': repr(server.rest_url),
+                '"ca.pem"': repr(str(pki["ca_pem"])),
+            },
+        )
+    classified, predicted = printed.strip().splitlines()
+    assert "('positive'," in classified and "'scores'" in predicted, printed
+    assert SECRET not in printed
+
+
+def test_the_serving_readmes_tls_snippet_calls_with_a_token_source(electra, pki):
+    with _server(electra, pki) as server:
+        printed = run_here(
+            snippet("serving/README.md", "## Exposing the server"),
+            {
+                '"serving.example.com:443"': repr(server.grpc_target),
+                '"https://serving.example.com"': repr(server.rest_url),
+                '"ca.pem"': repr(str(pki["ca_pem"])),
+                '"client.pem"': repr(str(pki["client_pem"])),
+                '"client.key"': repr(str(pki["client_key"])),
+            },
+            names={"my_token_source": lambda: SECRET, "key": "an-api-key"},
+        )
+    assert printed == ""  # it calls and builds; a refused call would raise
