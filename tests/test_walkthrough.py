@@ -376,6 +376,15 @@ def test_convert_to_into_a_directory_with_files_is_refused(tiny_run, tmp_path, c
             assert f"--output '{output}' is not empty" in err, err
             assert "choose a new or empty --output, or remove it first." in err, err
             assert {p: p.stat().st_mtime_ns for p in output.rglob("*")} == before
+    # --from likewise: the converted model's files were written among the folder's own.
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "notes").rglob("*")}
+    status, out, err = _command(capsys, "convert", "--from", "hf", str(empty / "discriminator"),
+                                "--output", str(tmp_path / "notes"))  # fmt: skip
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert f"--output '{tmp_path / 'notes'}' is not empty" in err, err
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "notes").rglob("*")} == before
+    assert _command(capsys, "convert", "--from", "hf", str(empty / "discriminator"),
+                    "--output", str(tmp_path / "new"))[0] == 0  # fmt: skip
 
 
 def test_load_run_on_a_fine_tuned_directory_names_load_finetuned(tiny_finetuned):

@@ -162,7 +162,8 @@ def convert(source: str | Path, output: str | Path, source_format: str, **option
 
     Args:
         source: the checkpoint (see :data:`SOURCES` for the formats).
-        output: the new init directory.
+        output: the new init directory: new or empty (a directory with files in it is
+            refused, as they would be mixed with the model's).
         source_format: ``google``, ``hf`` or ``keras-hub``.
         **options: passed to the reader: ``vocab``, ``preset``, ``lowercase``,
             ``num_heads`` (google); ``generator`` (hf).
@@ -170,8 +171,21 @@ def convert(source: str | Path, output: str | Path, source_format: str, **option
     Returns:
         The directory and what the conversion reported (also in ``convert.json``).
     """
+    if not RunDirectory(output).has_config():  # a model there: write_init_dir says so
+        _check_new_output(output, "the converted model's")
     path, notes = write_init_dir(read(source, source_format, **options), output)
     return ConvertResult(path, notes)
+
+
+def _check_new_output(output: str | Path, written: str) -> None:
+    """Refuse an ``--output`` that cannot be written, or holds files (an earlier
+    conversion, say), which ``written`` would overwrite or be mixed with."""
+    check_writable(output)
+    if Path(output).is_dir() and any(Path(output).iterdir()):
+        raise ConfigError(
+            f"--output '{output}' is not empty, and its files would be overwritten or mixed "
+            f"with {written}; choose a new or empty --output, or remove it first."
+        )
 
 
 def convert_run(run_dir: str | Path, output: str | Path, target: str) -> ConvertResult:
@@ -199,12 +213,7 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
             f"--output '{output}' holds a keras-electra directory, which the {target} files "
             "would be mixed into; choose a new --output."
         )
-    check_writable(output)
-    if Path(output).is_dir() and any(Path(output).iterdir()):  # an earlier --to, say
-        raise ConfigError(
-            f"--output '{output}' is not empty, and its files would be overwritten or mixed "
-            f"with the {target} files; choose a new or empty --output, or remove it first."
-        )
+    _check_new_output(output, f"the {target} files")
     model, tokenizer, _ = load_run(run_dir)
     if model.objective == "electric":
         raise ConfigError(
