@@ -609,3 +609,12 @@ def test_step_ab_alternates_which_side_goes_first_and_bounds_the_median():
     low, high = bench.median_interval(ratios)
     assert min(ratios) <= low <= statistics.median(ratios) <= high <= max(ratios)
     assert bench.median_interval([1.0] * 5) == [1.0, 1.0]
+
+
+def test_vocab_learning_times_each_size_it_is_given(capsys):
+    bench = load_benchmark("vocab_learning")
+    assert len(bench.synthetic_counts(500)) == 500
+    assert bench.main(["--words", "300", "1000", "--vocab-size", "120"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["distinct_words"], r["tokens"]) for r in rows] == [(300, 120), (1000, 120)], rows
+    assert all(r["seconds"] >= 0 for r in rows)
