@@ -22,7 +22,10 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import numpy as np
+import os, tempfile
 from keras_electra.config import ElectraConfig
+from keras_electra.data import ElectraTokenizer
+from keras_electra.pretraining import load_run, save_run
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.training.strategy import resolve_strategy
 
@@ -63,10 +66,17 @@ def case(clip, temperature):
     # Each replica's own copy of every variable: the replicas applied the same update.
     copies = [w.value.values for w in two.weights + two.optimizer.variables]
     replica_gap = max(float(np.max(np.abs(c[1].numpy() - c[0].numpy()))) for c in copies)
+    # The 2-replica model saved as a run directory (save_run) reads back as it is.
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(295)]
+    run_dir = os.path.join(tempfile.mkdtemp(), "run")
+    save_run(two, ElectraTokenizer(tokens, lowercase=config.lowercase), run_dir)
+    loaded, _, saved_step = load_run(run_dir)
+    saved_gap = max(float(np.max(np.abs(a - b)))
+                    for a, b in zip(loaded.get_weights(), two.get_weights()))
     return {"replicas": mirrored.num_replicas_in_sync, "max_abs_diff": diff,
             "moved": moved, "one": one_logs, "two": two_logs,
             "replica_gap": replica_gap, "mirrored": sum(len(c) == 2 for c in copies),
-            "variables": len(copies)}
+            "variables": len(copies), "saved_step": saved_step, "saved_gap": saved_gap}
 
 # argv: a JSON object of cases, each [clip norm or null, temperature]. A case that fails
 # reports its traceback; the others still run.
@@ -129,6 +139,7 @@ def test_two_replica_step_equals_one_device_step_on_the_same_global_batch(
     # The two replicas hold the same bits: each applied the same all-reduced update.
     assert result["mirrored"] == result["variables"] > 0
     assert result["replica_gap"] == 0.0, result["replica_gap"]
+    assert result["saved_step"] == 1 and result["saved_gap"] == 0.0, result  # save_run
     # Metrics aggregate over replicas: the 2-replica losses are the global-batch losses.
     for name in ("loss", "mlm_loss", "disc_loss", "mlm_accuracy", "disc_accuracy", "disc_auc"):
         assert result["two"][name] == pytest.approx(result["one"][name], rel=1e-4, abs=1e-5), name

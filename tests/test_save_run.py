@@ -74,6 +74,9 @@ def test_what_save_run_refuses_is_one_sentence(fitted, small_corpus, tmp_path):
     with pytest.raises(ConfigError, match="already holds another model"):
         save_run(other, tokenizer, run_dir)
     assert RunDirectory(run_dir).latest_step() == step  # untouched
+    # A worker other than the chief saves, but not into the directory.
+    elsewhere = save_run(model, tokenizer, tmp_path / "b", chief=False)
+    assert not (tmp_path / "b").exists() and not Path(elsewhere).parent.exists()
     # The command line cannot resume it (no corpus, no schedule): it says to start from it.
     with pytest.raises(ConfigError, match="a model saved by save_run.*--init"):
         pretrain([str(small_corpus)], run_dir, steps=6, progress=False)

@@ -52,7 +52,13 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
 SAVED_BY = "keras_electra.pretraining.save_run"
 
 
-def save_run(model: ElectraPretrainer, tokenizer: ElectraTokenizer, run_dir: str | Path) -> str:
+def save_run(
+    model: ElectraPretrainer,
+    tokenizer: ElectraTokenizer,
+    run_dir: str | Path,
+    *,
+    chief: bool = True,
+) -> str:
     """Write a pretrainer trained in your own script (``model.fit``) as a run directory:
     ``config.json``, ``vocab.txt``, ``run.json`` and a checkpoint at the optimizer's step,
     as ``keras-electra pretrain --output`` writes them. ``finetune``, ``export``,
@@ -60,7 +66,9 @@ def save_run(model: ElectraPretrainer, tokenizer: ElectraTokenizer, run_dir: str
     from it; a command-line run does not resume it (it has no corpus or schedule to go on
     with). Saving again into the same directory, with the same model sizes and
     vocabulary, adds a checkpoint at the new step (the last three are kept). Under a
-    multi-worker strategy, call it on the chief only.
+    multi-worker strategy every worker calls it, with ``chief=False`` on all but the
+    chief: as in training, each worker saves, and only the chief into ``run_dir`` (the
+    others into a temporary directory they remove).
 
     Returns:
         The checkpoint's path (``RUN_DIR/checkpoints/ckpt-STEP``).
@@ -87,30 +95,37 @@ def save_run(model: ElectraPretrainer, tokenizer: ElectraTokenizer, run_dir: str
             "tokenizer whose vocabulary the model was built for."
         )
     run = RunDirectory(run_dir)
-    if run.has_config():
-        if run.settings().get("saved_by") != SAVED_BY or run.config_and_vocab() != (
-            config,
-            tokens,
-        ):
-            raise ConfigError(f"'{run_dir}' already holds another model; choose a new directory.")
-    else:
-        from keras_electra.finetuning.settings import infer_preset
-
-        described = model.get_config()
-        run.write_model_files(config, tokens)
-        run.write_settings(
-            {
-                "preset": infer_preset(config),
-                "objective": described["objective"],
-                "hyperparameters": described["hyperparameters"],
-                "precision": model.dtype_policy.name,
-                "vocab_sha256": vocab_checksum(tokens),
-                "saved_by": SAVED_BY,
-            }
-        )
+    if chief:  # the other workers leave the files and the check to it
+        _claim(run, model, tokens)
     optimizer = getattr(model, "optimizer", None)
     step = 0 if optimizer is None else int(optimizer.iterations.numpy())
-    return run.checkpoints(model).save(step)
+    return run.checkpoints(model, chief=chief).save(step)
+
+
+def _claim(run: RunDirectory, model: ElectraPretrainer, tokens: list[str]) -> None:
+    """Write ``run``'s files for ``save_run``, or check that they are the model's own (a
+    directory it saved before)."""
+    if run.has_config():
+        if run.settings().get("saved_by") != SAVED_BY or run.config_and_vocab() != (
+            model.config,
+            tokens,
+        ):
+            raise ConfigError(f"'{run.path}' already holds another model; choose a new directory.")
+        return
+    from keras_electra.finetuning.settings import infer_preset
+
+    described = model.get_config()
+    run.write_model_files(model.config, tokens)
+    run.write_settings(
+        {
+            "preset": infer_preset(model.config),
+            "objective": described["objective"],
+            "hyperparameters": described["hyperparameters"],
+            "precision": model.dtype_policy.name,
+            "vocab_sha256": vocab_checksum(tokens),
+            "saved_by": SAVED_BY,
+        }
+    )
 
 
 def stored_pretrainer(run: RunDirectory, config: ElectraConfig, objective: str):
