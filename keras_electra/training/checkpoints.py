@@ -93,7 +93,8 @@ def _latest(directory: Path) -> tuple[str | None, str | None, list[str]]:
     logger.setLevel("FATAL")  # TensorFlow logs a state file it cannot use: said below
     try:
         latest = tf.train.latest_checkpoint(str(directory))
-        named = tf.train.get_checkpoint_state(str(directory))
+        # Read again only when it names none (what is wrong with it is said below).
+        named = None if latest is not None else tf.train.get_checkpoint_state(str(directory))
     except (ValueError, tf.errors.OpError):  # an empty state file
         latest = named = None
     finally:
