@@ -161,21 +161,8 @@ def _run_export(args: argparse.Namespace) -> None:
     print(f"Exported {path}")
 
 
-@command(
-    "score",
-    "answer texts with an export: replaced tokens, classes, values, tags or answers",
-    "Answer texts with any export of `keras-electra export`, in process (--model) or from "
-    "TF Serving (--server: gRPC, or REST at an http:// or https:// URL): a pretrained "
-    "model's per-token replacement probabilities (an Electric model's per-token energies "
-    "and sentence score, higher: more plausible), a classifier's labels (most likely "
-    "first), a regressor's value, a tagger's tag per word, a QA model's answer and its word "
-    "span. The export's signatures say which.",
-    flag(
-        "text",
-        nargs="+",
-        help="texts to score; an export of pairs takes them in pairs: text then text_b (a "
-        "pair classifier or regressor), question then context (QA)",
-    ),
+# Where ``score`` and ``rerank`` get their answers: an export in this process or a server.
+SERVED_BY = (
     [
         flag("--model", metavar="DIR", help="saved_models/NAME or a version folder"),
         flag(
@@ -220,6 +207,25 @@ def _run_export(args: argparse.Namespace) -> None:
         action="store_true",
         help="send the token over a plaintext connection too (gRPC without TLS, an http:// URL)",
     ),
+)
+
+
+@command(
+    "score",
+    "answer texts with an export: replaced tokens, classes, values, tags or answers",
+    "Answer texts with any export of `keras-electra export`, in process (--model) or from "
+    "TF Serving (--server: gRPC, or REST at an http:// or https:// URL): a pretrained "
+    "model's per-token replacement probabilities (an Electric model's per-token energies "
+    "and sentence score, higher: more plausible), a classifier's labels (most likely "
+    "first), a regressor's value, a tagger's tag per word, a QA model's answer and its word "
+    "span. The export's signatures say which.",
+    flag(
+        "text",
+        nargs="+",
+        help="texts to score; an export of pairs takes them in pairs: text then text_b (a "
+        "pair classifier or regressor), question then context (QA)",
+    ),
+    *SERVED_BY,  # --model or --server, and the server's flags
     flag(
         "--json",
         action="store_true",
@@ -231,6 +237,25 @@ def _run_score(args: argparse.Namespace) -> None:
     import json
 
     from keras_electra.scoring import format_answers, score_with_saved_model, score_with_server
+
+    options = _server_options(args)
+    if options is None:
+        scores = score_with_saved_model(args.model, args.text)
+    else:
+        scores = score_with_server(args.server, texts=args.text, **options)
+    if args.json:
+        print(json.dumps(scores.records(), ensure_ascii=False, indent=2))
+    else:
+        print(format_answers(scores, color=sys.stdout.isatty()))
+    note = scores.truncation_note()
+    if note:
+        sys.stdout.flush()  # after the answers it is about, where both go to one terminal
+        print(note, file=sys.stderr)
+
+
+def _server_options(args: argparse.Namespace) -> dict | None:
+    """None for ``--model`` (an export read in this process; a server's flag beside it is
+    refused), else ``score_with_server``'s keyword arguments from the server's flags."""
     from keras_electra.serving.credentials import read_token
 
     names = ("timeout", "tls", "root_certificates", "client_certificate", "client_key")
@@ -248,27 +273,110 @@ def _run_score(args: argparse.Namespace) -> None:
                 f"(--server), not for --model '{args.model}', which scores in this process; "
                 "leave them out, or pass --server."
             )
-        scores = score_with_saved_model(args.model, args.text)
+        return None
+    if args.model_version is not None and args.version_label is not None:
+        raise errors.ConfigError(
+            f"--model-version {args.model_version} and --version-label "
+            f"'{args.version_label}' both choose the version; pass one of them."
+        )
+    options = {name: getattr(args, name) for name in (*names, "insecure")}
+    options |= {"version": args.model_version, "version_label": args.version_label}
+    options = {name: value for name, value in options.items() if value is not None}
+    return {
+        **options,
+        "token": read_token(args.token_file),
+        "model_name": args.model_name or "electra",
+    }
+
+
+@command(
+    "rerank",
+    "re-rank n-best lists (a recognizer's or translator's) with an Electric export",
+    "Order each n-best list by first-pass score + --weight x sentence score, the sentence "
+    "score from an Electric export (pretrain --objective electric), in process (--model) or "
+    "from TF Serving (--server). NBEST is JSON Lines, one list per line: "
+    '{"id": "u1", "hypotheses": [{"text": "...", "score": -12.3}, ...], "reference": "..."}; '
+    "hypotheses may be plain strings (no first-pass scores: ordered by the sentence score), "
+    "id and reference are optional. With a reference on every list, the word error rate "
+    "before and after is printed on stderr, and --tune chooses the weight.",
+    flag("nbest", metavar="NBEST", help="the n-best lists (JSON Lines; - for standard input)"),
+    *SERVED_BY,
+    flag(
+        "--weight",
+        type=float,
+        default=1.0,
+        help="the sentence score's weight against the first pass's scores (default: 1; "
+        "choose it with --tune on held-out lists)",
+    ),
+    flag(
+        "--per-token",
+        action="store_true",
+        help="divide each sentence score by its word pieces (a sum of energies favours "
+        "short hypotheses)",
+    ),
+    flag(
+        "--tune",
+        action="store_true",
+        help="print the word error rate at each weight of a grid (0, and two decades either "
+        "side of the weight that gives both scores the same spread; every list needs a "
+        "reference and first-pass scores) and the best weight, instead of the lists",
+    ),
+    flag(
+        "--json",
+        action="store_true",
+        help="print one JSON object per list (its id, best hypothesis and every hypothesis "
+        "with its score, sentence_score, total and first-pass place) instead of text",
+    ),
+)
+def _run_rerank(args: argparse.Namespace) -> None:
+    import json
+    import math
+
+    from keras_electra import rerank
+
+    if not math.isfinite(args.weight):
+        raise errors.ConfigError(f"--weight must be a finite number, not {args.weight}.")
+    options = _server_options(args)  # checked before the lists are read
+    lists = rerank.read_nbest(args.nbest)
+    if options is None:
+        scorer = rerank.ElectricScorer(args.model)
     else:
-        if args.model_version is not None and args.version_label is not None:
-            raise errors.ConfigError(
-                f"--model-version {args.model_version} and --version-label "
-                f"'{args.version_label}' both choose the version; pass one of them."
+        scorer = rerank.ElectricScorer(server=args.server, **options)
+    if args.tune:
+        rows = rerank.tune_weight(lists, scorer, per_token=args.per_token)
+        for row in sorted(rows, key=lambda row: row["weight"]):
+            print(f"weight {row['weight']:g}: word error rate {100 * row['wer']:.2f}%")
+        before = _first_pass_wer(rerank, lists)
+        print(
+            f"Best --weight {rows[0]['weight']:g}: {100 * rows[0]['wer']:.2f}% against "
+            f"{100 * before:.2f}% for the first pass ({len(lists)} lists)."
+        )
+    else:
+        ranked = rerank.rerank(lists, scorer, weight=args.weight, per_token=args.per_token)
+        for item in ranked:
+            if args.json:
+                print(json.dumps(item.record(), ensure_ascii=False))
+            else:
+                was = item.hypotheses[0]["was"]
+                moved = f"  (was #{was})" if was != 1 else ""
+                print(f"{item.id}\t{item.best}{moved}")
+        sys.stdout.flush()  # the summary after the lists it is about
+        if all(nbest.reference is not None for nbest in lists):
+            after = rerank.word_error_rate([r.best for r in ranked], [n.reference for n in lists])
+            before = _first_pass_wer(rerank, lists)
+            print(
+                f"Word error rate over {len(lists)} lists: {100 * before:.2f}% first pass, "
+                f"{100 * after:.2f}% re-ranked (--weight {args.weight:g}).",
+                file=sys.stderr,
             )
-        options = {name: getattr(args, name) for name in (*names, "insecure")}
-        options |= {"version": args.model_version, "version_label": args.version_label}
-        options = {name: value for name, value in options.items() if value is not None}
-        token = read_token(args.token_file)
-        model_name = args.model_name or "electra"
-        scores = score_with_server(args.server, model_name, args.text, token=token, **options)
-    if args.json:
-        print(json.dumps(scores.records(), ensure_ascii=False, indent=2))
-    else:
-        print(format_answers(scores, color=sys.stdout.isatty()))
-    note = scores.truncation_note()
+    note = scorer.truncation_note()
     if note:
-        sys.stdout.flush()  # after the answers it is about, where both go to one terminal
         print(note, file=sys.stderr)
+
+
+def _first_pass_wer(rerank, lists) -> float:
+    best = [rerank.first_pass_best(nbest) for nbest in lists]
+    return rerank.word_error_rate(best, [nbest.reference for nbest in lists])
 
 
 @command(

@@ -61,7 +61,7 @@ ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 # How each subcommand runs here (every subcommand must be in one: a new one needs a choice).
 DRY_RUN = {"pretrain", "finetune"}
-FOR_REAL = {"prepare", "export", "score", "predict", "convert", "report"}
+FOR_REAL = {"prepare", "export", "score", "rerank", "predict", "convert", "report"}
 
 # Commands that need a service this machine cannot reach, by a token in them.
 SKIP_REASONS = {
