@@ -17,6 +17,7 @@ RUN_BY = {
     ("README.md", "## Python API"): "test_save_run.py",
     ("docs/pretraining.md", "## From Python"): "test_save_run.py",
     ("serving/README.md", "## 3. First queries"): "test_electric_run.py",
+    ("serving/README.md", "## 4. Re-ranking n-best lists (Electric)"): "test_electric_run.py",
     ("serving/README.md", "## Exposing the server"): "test_serving_secure.py",
     ("serving/README.md", "## Testing without Docker"): "test_walkthrough.py",
     (

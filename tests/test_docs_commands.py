@@ -108,6 +108,9 @@ DOC_PATHS = {
     "saved_models/mine": "export",
     "saved_models/electra": "export",
     "saved_models/demo": "export",
+    "saved_models/electric": "electric-export",
+    "dev_nbest.jsonl": "dev_nbest.jsonl",
+    "nbest.jsonl": "nbest.jsonl",
     "train.csv": "train.csv",
     "train.tsv": "train.tsv",
     "dev.tsv": "dev.tsv",
@@ -134,6 +137,7 @@ SERVED = {
     "electra": "saved_models/electra",
     "cls": "saved_models/cls",
     "electra_classifier": "saved_models/cls",
+    "electric": "saved_models/electric",
 }
 PATH_LIKE = re.compile(r"/|\.(txt|tsv|csv|jsonl?|conll|pem)$")
 # Options whose value the command writes: left where the command puts them.
@@ -461,6 +465,29 @@ def _other_formats(root: Path, run: Path) -> None:
             tf.compat.v1.train.Saver().save(session, str(root / "google" / "model.ckpt-1"))
 
 
+def _electric(root: Path, words: list[str]) -> None:
+    """A two-step Electric run of one layer on the tiny corpus, exported
+    (``saved_models/electric``), and n-best lists with first-pass scores and references
+    for ``rerank``."""
+    from keras_electra.export import export
+    from keras_electra.pretraining.run import pretrain
+
+    run = root / "electric-run"
+    pretrain([str(root / "corpus" / "part-1.txt")], run, objective="electric", steps=2,
+             batch_size=8, max_seq_length=32, vocab=str(root / "run" / "vocab.txt"),
+             config_overrides={"num_layers": 1}, health=False, progress=False)  # fmt: skip
+    export(run, root / "electric-export")
+    rng = random.Random(0)
+    for name in ("dev_nbest.jsonl", "nbest.jsonl"):
+        rows = []
+        for i in range(4):
+            reference = " ".join(rng.sample(words, 5))
+            wrong = reference.rsplit(" ", 1)[0] + " " + rng.choice(words)
+            hypotheses = [{"text": wrong, "score": -1.0}, {"text": reference, "score": -1.5}]
+            rows.append({"id": f"u{i}", "hypotheses": hypotheses, "reference": reference})
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory, tiny_run, small_corpus):
     """Every fixture of :data:`DOC_PATHS`, then the docs' ``prepare`` commands run on the
@@ -483,6 +510,7 @@ def fixtures(tmp_path_factory, tiny_run, small_corpus):
     finetune(root / "run", "qa", root / "train-v2.0.json", None, root / "squad", version_2=True,
              doc_stride=16, max_query_length=8, **quick)  # fmt: skip
     _other_formats(root, root / "run")
+    _electric(root, words)
     found = Fixtures(root)
     # The export the score commands read: the docs' first export of the run, for real.
     first = next(c for c in COMMANDS if c.name == "export" and c.argv[2] in DOC_PATHS)

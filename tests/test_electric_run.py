@@ -265,6 +265,19 @@ def test_rerank_puts_the_original_first_and_lowers_the_word_error_rate(
         f"(--weight {best_weight:g}).\n"
     ), captured.err
 
+    # serving/README.md's Python, as written but for the server's address and the files.
+    from doc_snippets import run_here, snippet
+
+    with ModelServer(electric_export, "electric") as server:
+        code = snippet("serving/README.md", "## 4. Re-ranking n-best lists (Electric)")
+        swaps = {
+            '"dev_nbest.jsonl"': repr(str(nbest)),
+            '"nbest.jsonl"': repr(str(nbest)),
+            '"localhost:8500"': repr(server.grpc_target),
+        }
+        printed = run_here(code, swaps).splitlines()
+    assert printed == [re.sub(r"  \(was #\d\)$", "", line).replace("\t", " ") for line in lines]
+
     # Without first-pass scores, the sentence score alone: in process, over gRPC and REST.
     plain = tmp_path / "plain.jsonl"
     plain.write_text(

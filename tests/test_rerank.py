@@ -13,6 +13,7 @@ from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.rerank import (
     NBest,
     first_pass_best,
+    parse_nbest,
     read_nbest,
     rerank,
     tune_weight,
@@ -173,3 +174,16 @@ def test_the_default_grid_is_centred_where_both_scores_spread_alike():
     assert grid[1 + 2 * STEPS_PER_DECADE] == 3000.0 and grid[1] == 30.0 and grid[-1] == 300000.0
     with pytest.raises(InputDataError, match=r"^No list has first-pass scores; without them"):
         tune_weight([NBest("w", ["a b c"], None, "a b c")], scorer)
+
+
+def test_the_serving_pages_example_list_is_read_as_documented():
+    from doc_snippets import REPO
+
+    page = (REPO / "serving" / "README.md").read_text(encoding="utf-8")
+    section = page[page.index("## 4. Re-ranking n-best lists") :]
+    example = section[
+        section.index("```json\n") + 8 : section.index("\n```", section.index("```json"))
+    ]
+    (nbest,) = [parse_nbest(line, "the example", 1) for line in example.splitlines()]
+    assert nbest.texts == ["the chef cooked the moon", "the chef cooked the meal"]
+    assert nbest.scores == [-4.2, -4.5] and nbest.reference == "the chef cooked the meal"
