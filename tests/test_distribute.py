@@ -100,7 +100,8 @@ result = pretrain([sys.argv[1]], sys.argv[2], steps=2, log_every=1, batch_size=8
                   config_overrides={"num_layers": 1}, strategy="mirrored")
 _, _, step = load_run(sys.argv[2])
 print(json.dumps({"step": step, "history": result.history,
-                  "replicas": result.model.distribute_strategy.num_replicas_in_sync}))
+                  "replicas": result.model.distribute_strategy.num_replicas_in_sync,
+                  "clipnorm": result.model.optimizer.global_clipnorm}))
 """
 
 
@@ -149,6 +150,10 @@ def test_pretrain_with_the_mirrored_strategy_checkpoints_and_resumes(small_corpu
     result = run_python(RUN, str(small_corpus), str(tmp_path / "run"))
     assert result["replicas"] == 2 and result["step"] == 2
     assert all(v == v for r in result["history"] for v in r.values())  # no NaN
+    # The replicas trace the step in their own threads, each switching the optimizer's
+    # clipping off while it applies the gradient it clipped: the clip is back afterwards
+    # (it was None, and every step traced later went unclipped).
+    assert result["clipnorm"] == 1.0
 
 
 def test_requested_hardware_that_is_absent_is_one_sentence(monkeypatch):
