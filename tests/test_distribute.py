@@ -170,3 +170,20 @@ def test_auto_and_one_device_use_a_single_replica_here():
     assert resolve_strategy("auto").num_replicas_in_sync == 1
     assert resolve_strategy("one_device").num_replicas_in_sync == 1
     assert isinstance(resolve_strategy("one_device"), tf.distribute.OneDeviceStrategy)
+
+
+def test_dropout_masks_follow_each_replicas_rows_as_the_docs_say():
+    """A replica draws dropout over its own rows: replica 1 of 2 takes the masks of rows
+    0-3 of the global batch, not of its rows 4-7, so replicas match one device only with
+    dropout off (what docs/distributed.md says, and the equivalence tests set)."""
+    from pathlib import Path
+
+    from keras_electra.layers.dropout import dropout_mask
+
+    seed = tf.constant([3, 7], tf.int32)
+    whole = dropout_mask(tf.constant([8, 64]), 0.5, seed, tf.float32).numpy()
+    share = dropout_mask(tf.constant([4, 64]), 0.5, seed, tf.float32).numpy()
+    assert (whole[:4] == share).all() and (whole[4:] != share).any()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "distributed.md").read_text()
+    claim = page.split("take the same step as one device", 1)[1].split("\n\n", 1)[0]
+    assert "when dropout is off" in claim, claim
