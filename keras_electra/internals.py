@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 
 import keras
 import tensorflow as tf
@@ -123,18 +124,37 @@ def strategy_supports_no_merge_call() -> bool:
     return tf.__internal__.distribute.strategy_supports_no_merge_call()
 
 
+# Optimizer id -> (how many are inside unclipped(), its global_clipnorm before the first).
+_UNCLIPPED: dict[int, tuple[int, float | None]] = {}
+_UNCLIPPED_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def unclipped(optimizer: keras.optimizers.Optimizer):
     """Within: ``optimizer`` (not a ``LossScaleOptimizer``) does not clip to its
     ``global_clipnorm``. A trace-time switch (the update traced inside has no clipping
     ops): Keras reads the attribute as it builds the update, and has no argument to
-    ``apply`` for gradients that were clipped already."""
-    clip = optimizer.global_clipnorm
-    optimizer.global_clipnorm = None
+    ``apply`` for gradients that were clipped already.
+
+    ``MirroredStrategy`` traces each replica's step in its own thread, and the replicas'
+    entries and exits overlap: the first in sets the attribute to None, the last out puts
+    the clip back. (Each saving and restoring its own value left it None once a second
+    replica had saved the first one's None: every later trace, such as the run's next
+    window, applied the gradient unclipped.)"""
+    key = id(optimizer)
+    with _UNCLIPPED_LOCK:
+        inside, clip = _UNCLIPPED.get(key, (0, optimizer.global_clipnorm))
+        _UNCLIPPED[key] = (inside + 1, clip)
+        optimizer.global_clipnorm = None
     try:
         yield
     finally:
-        optimizer.global_clipnorm = clip
+        with _UNCLIPPED_LOCK:
+            inside, clip = _UNCLIPPED.pop(key)
+            if inside > 1:
+                _UNCLIPPED[key] = (inside - 1, clip)
+            else:
+                optimizer.global_clipnorm = clip
 
 
 # === Optimizers ===

@@ -100,7 +100,8 @@ result = pretrain([sys.argv[1]], sys.argv[2], steps=2, log_every=1, batch_size=8
                   config_overrides={"num_layers": 1}, strategy="mirrored")
 _, _, step = load_run(sys.argv[2])
 print(json.dumps({"step": step, "history": result.history,
-                  "replicas": result.model.distribute_strategy.num_replicas_in_sync}))
+                  "replicas": result.model.distribute_strategy.num_replicas_in_sync,
+                  "clipnorm": result.model.optimizer.global_clipnorm}))
 """
 
 
@@ -149,6 +150,10 @@ def test_pretrain_with_the_mirrored_strategy_checkpoints_and_resumes(small_corpu
     result = run_python(RUN, str(small_corpus), str(tmp_path / "run"))
     assert result["replicas"] == 2 and result["step"] == 2
     assert all(v == v for r in result["history"] for v in r.values())  # no NaN
+    # The replicas trace the step in their own threads, each switching the optimizer's
+    # clipping off while it applies the gradient it clipped: the clip is back afterwards
+    # (it was None, and every step traced later went unclipped).
+    assert result["clipnorm"] == 1.0
 
 
 def test_requested_hardware_that_is_absent_is_one_sentence(monkeypatch):
@@ -165,3 +170,20 @@ def test_auto_and_one_device_use_a_single_replica_here():
     assert resolve_strategy("auto").num_replicas_in_sync == 1
     assert resolve_strategy("one_device").num_replicas_in_sync == 1
     assert isinstance(resolve_strategy("one_device"), tf.distribute.OneDeviceStrategy)
+
+
+def test_dropout_masks_follow_each_replicas_rows_as_the_docs_say():
+    """A replica draws dropout over its own rows: replica 1 of 2 takes the masks of rows
+    0-3 of the global batch, not of its rows 4-7, so replicas match one device only with
+    dropout off (what docs/distributed.md says, and the equivalence tests set)."""
+    from pathlib import Path
+
+    from keras_electra.layers.dropout import dropout_mask
+
+    seed = tf.constant([3, 7], tf.int32)
+    whole = dropout_mask(tf.constant([8, 64]), 0.5, seed, tf.float32).numpy()
+    share = dropout_mask(tf.constant([4, 64]), 0.5, seed, tf.float32).numpy()
+    assert (whole[:4] == share).all() and (whole[4:] != share).any()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "distributed.md").read_text()
+    claim = page.split("take the same step as one device", 1)[1].split("\n\n", 1)[0]
+    assert "when dropout is off" in claim, claim
