@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -40,27 +41,28 @@ data = tf.data.Dataset.from_tensors(
 # first one's collective keys, which the runtime has bound to the first one's tensors.
 mirrored = resolve_strategy("mirrored")
 
-def train(strategy, config, hyperparameters, clip, initial):
+def train(strategy, config, hyperparameters, clip, initial, on_nan):
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = ElectraPretrainer(config, seed=7, hyperparameters=hyperparameters)
         # With a clip, the global norm of the summed gradient (~1 here) must be clipped
         # once, not each replica's share of it (as Keras' optimizers do on their own).
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=clip))
+        model.configure_step(on_nan=on_nan)
     model.set_weights(initial)
     logs = model.fit(data, epochs=1, verbose=0).history
     return model, {k: v[-1] for k, v in logs.items()}
 
-def case(clip, temperature):
+def case(clip, temperature, on_nan, dropout):
     # The clip norm (None for no clip) and the sampling temperature (at 1 the sampler
     # takes the MLM loss's probabilities, otherwise its own softmax).
-    config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1, dropout=0.0,
+    config = ElectraConfig.from_preset("tiny", vocab_size=300, num_layers=1, dropout=dropout,
                                        max_position_embeddings=32)
     sampling = {"temperature": temperature}
     keras.utils.set_random_seed(0)
     initial = ElectraPretrainer(config, seed=7, hyperparameters=sampling).get_weights()
-    one, one_logs = train(tf.distribute.get_strategy(), config, sampling, clip, initial)
-    two, two_logs = train(mirrored, config, sampling, clip, initial)
+    one, one_logs = train(tf.distribute.get_strategy(), config, sampling, clip, initial, on_nan)
+    two, two_logs = train(mirrored, config, sampling, clip, initial, on_nan)
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), two.get_weights()))
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), initial))
     # Each replica's own copy of every variable: the replicas applied the same update.
@@ -78,12 +80,12 @@ def case(clip, temperature):
             "replica_gap": replica_gap, "mirrored": sum(len(c) == 2 for c in copies),
             "variables": len(copies), "saved_step": saved_step, "saved_gap": saved_gap}
 
-# argv: a JSON object of cases, each [clip norm or null, temperature]. A case that fails
-# reports its traceback; the others still run.
+# argv: a JSON object of cases, each [clip norm or null, temperature, on_nan or null,
+# dropout]. A case that fails reports its traceback; the others still run.
 results = {}
-for name, (clip, temperature) in json.loads(sys.argv[1]).items():
+for name, (clip, temperature, on_nan, dropout) in json.loads(sys.argv[1]).items():
     try:
-        results[name] = case(clip, temperature)
+        results[name] = case(clip, temperature, on_nan, dropout)
     except Exception:
         results[name] = {"error": traceback.format_exc()[-3000:]}
 print(json.dumps(results))
@@ -114,12 +116,17 @@ def run_python(script, *args):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# The equivalence cases: (clip norm, sampling temperature). One subprocess runs them all
-# (importing TensorFlow and building the model is most of a case's time).
+# The equivalence cases: (clip norm, sampling temperature, on_nan, dropout). One
+# subprocess runs them all (importing TensorFlow and building the model is most of a case's
+# time). With an on_nan policy, as every `pretrain` runs, the update is applied inside a
+# branch on the step's finiteness (it applied half a step on two replicas: each replica its
+# own share). With dropout, each replica draws the global batch's masks of its own rows
+# (replica 1 drew rows 0-3's).
 EQUIVALENCE_CASES = {
-    "unclipped": (None, 2.0),
-    "global-norm-clipped": (0.05, 2.0),
-    "sampling-from-the-loss-softmax": (None, 1.0),
+    "unclipped": (None, 2.0, None, 0.0),
+    "global-norm-clipped": (0.05, 2.0, None, 0.0),
+    "sampling-from-the-loss-softmax": (None, 1.0, None, 0.0),
+    "as-pretrain-runs-guarded-with-dropout": (0.05, 2.0, "stop", 0.1),
 }
 
 
@@ -172,18 +179,21 @@ def test_auto_and_one_device_use_a_single_replica_here():
     assert isinstance(resolve_strategy("one_device"), tf.distribute.OneDeviceStrategy)
 
 
-def test_dropout_masks_follow_each_replicas_rows_as_the_docs_say():
-    """A replica draws dropout over its own rows: replica 1 of 2 takes the masks of rows
-    0-3 of the global batch, not of its rows 4-7, so replicas match one device only with
-    dropout off (what docs/distributed.md says, and the equivalence tests set)."""
-    from pathlib import Path
+def test_each_replica_draws_the_global_batchs_dropout_masks_of_its_rows():
+    """Replica r's dropout key is shifted past the earlier replicas' elements: the
+    replicas' masks together are one device's mask of the global batch (replica 1 of 2
+    drew rows 0-3's masks before). One device's key is untouched (its runs are the same
+    bits as before)."""
+    from keras_electra.layers.dropout import DropoutDraw, dropout_key, replica_key
 
-    from keras_electra.layers.dropout import dropout_mask
-
-    seed = tf.constant([3, 7], tf.int32)
-    whole = dropout_mask(tf.constant([8, 64]), 0.5, seed, tf.float32).numpy()
-    share = dropout_mask(tf.constant([4, 64]), 0.5, seed, tf.float32).numpy()
-    assert (whole[:4] == share).all() and (whole[4:] != share).any()
-    page = (Path(__file__).resolve().parents[1] / "docs" / "distributed.md").read_text()
-    claim = page.split("take the same step as one device", 1)[1].split("\n\n", 1)[0]
-    assert "when dropout is off" in claim, claim
+    key = dropout_key(tf.constant([3, 7], tf.int64))
+    whole = DropoutDraw(key, tf.constant([8, 16, 64]), 0.5).mask(tf.float32).numpy()
+    shares = [
+        DropoutDraw(replica_key(key, tf.constant([2, 16, 64]), r), [2, 16, 64], 0.5)
+        .mask(tf.float32)
+        .numpy()
+        for r in range(4)
+    ]
+    assert (np.concatenate(shares) == whole).all()
+    assert (shares[1] != shares[0]).any()
+    assert (replica_key(key, tf.constant([2, 16, 64]), 0).numpy() == key.numpy()).all()

@@ -3,8 +3,10 @@
 ``keras.layers.Dropout`` on TensorFlow draws one float per element in the compute dtype
 (under ``mixed_bfloat16`` a rate of 0.1 drops 10.2%) and writes it to memory. Here each
 element's 16-bit draw is a hash of its flat index and a 64-bit key (:func:`hash_bits`)
-drawn once per call from the layer's seed, so the rate is exact to 1/65,536 and a fused
-kernel recomputes the bits from the key, forward and backward
+drawn once per call from the layer's seed (each replica's shifted past the earlier
+replicas' rows, :func:`replica_key`: N replicas draw one device's masks of the global
+batch), so the rate is exact to 1/65,536 and a fused kernel recomputes the bits from the
+key, forward and backward
 (:mod:`keras_electra.kernels`). Outside the kernels, the kept elements' scale
 ``1 / (1 - rate)`` is one mask tensor, and the gradient is that mask times the
 incoming gradient.
@@ -100,6 +102,25 @@ class DropoutDraw(NamedTuple):
         )
 
 
+def replica_key(key: tf.Tensor, shape: tf.Tensor, replica_id) -> tf.Tensor:
+    """``key`` for replica ``replica_id`` of a dropout over ``shape`` (one replica's rows,
+    batch first): the key whose draws at flat index ``i`` are ``key``'s at ``i`` plus the
+    earlier replicas' elements, so the replicas' masks together are one device's mask of
+    the global batch (``tf.distribute`` gives replica ``r`` the rows from ``r *
+    local_batch``). The hash reads the index only as ``index * golden + key[0]``, so the
+    shift is one addition to ``key[0]`` (modulo 2**32).
+
+    Examples:
+        >>> key = tf.constant([5, 9], tf.uint32)
+        >>> whole = DropoutDraw(key, tf.constant([4, 3]), 0.5).bits
+        >>> second = DropoutDraw(replica_key(key, tf.constant([2, 3]), 1), [2, 3], 0.5).bits
+        >>> bool(tf.reduce_all(whole[2:] == second))
+        True
+    """
+    earlier = tf.cast(replica_id, _U32) * tf.cast(tf.reduce_prod(shape), _U32)
+    return tf.stack([key[0] + earlier * tf.constant(_GOLDEN, _U32), key[1]])
+
+
 def dropout_bits(shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     """Uniform 16-bit draws (uint32 in ``[0, 65536)``) of ``shape`` from a stateless seed.
 
@@ -157,4 +178,8 @@ class Dropout(keras.layers.Dropout):
         if not self.drawable:
             return None
         seed = tf.cast(self.seed_generator.next(), tf.int64)
-        return DropoutDraw(dropout_key(seed), shape, self.rate)
+        key = dropout_key(seed)
+        replica = tf.distribute.get_replica_context()
+        if replica is not None and replica.num_replicas_in_sync > 1:
+            key = replica_key(key, shape, replica.replica_id_in_sync_group)
+        return DropoutDraw(key, shape, self.rate)

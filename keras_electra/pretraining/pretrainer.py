@@ -389,7 +389,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         loss = tf.cast(losses["loss"], tf.float32)
         finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norms["grad_norm"]))
         with clipped_already(self.optimizer, scale):
-            apply_if(finite, lambda: self.optimizer.apply(shares, variables))
+            apply_if(finite, self.optimizer.apply, shares, variables)
 
         def nonfinite():
             if self.on_nan == "skip":

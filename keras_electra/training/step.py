@@ -149,22 +149,31 @@ def clipped_already(optimizer, scale: tf.Tensor | None = None):
             inner.gradient_scale = None
 
 
-def apply_if(condition: tf.Tensor, apply: Callable[[], object]) -> None:
-    """Run ``apply`` (an optimizer update) only where ``condition`` holds (the same on every
-    replica), on every replica; a TPU branches in the cross-replica context, as Keras'
-    ``LossScaleOptimizer`` does."""
+def apply_if(condition: tf.Tensor, apply: Callable[..., object], *args) -> None:
+    """Run ``apply(*args)`` (an optimizer update) only where ``condition`` holds (the same
+    on every replica), on every replica; a strategy that needs ``merge_call`` (a TPU, or
+    ``MirroredStrategy``) branches in the cross-replica context, as Keras'
+    ``LossScaleOptimizer`` does.
+
+    ``args`` go through the ``merge_call``, so that each replica applies its own tensors.
+    (A closure would hand every replica the first one's: the optimizer's all-reduce then
+    sees one tensor, not one per replica, and takes it as the sum, so each replica applied
+    its 1/N share alone: half a step on two replicas.)"""
     if internals.strategy_supports_no_merge_call():
-        tf.cond(condition, lambda: (apply(), tf.constant(True))[1], lambda: tf.constant(False))
+        tf.cond(condition, lambda: (apply(*args), tf.constant(True))[1], lambda: tf.constant(False))
         return
 
-    def cross_replica(distribution, condition):
+    def cross_replica(distribution, condition, *args):
         tf.cond(
             distribution.experimental_local_results(condition)[0],
-            lambda: (distribution.extended.call_for_each_replica(apply), tf.constant(True))[1],
+            lambda: (
+                distribution.extended.call_for_each_replica(apply, args=args),
+                tf.constant(True),
+            )[1],
             lambda: tf.constant(False),
         )
 
-    tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition,))
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition, *args))
 
 
 def split_batch(batch: Any, parts: int) -> Any:
