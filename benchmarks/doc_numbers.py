@@ -552,6 +552,26 @@ def prepare_large(key: str) -> str:
     return f"{run['seconds']:.1f} s ({run['mb_per_s']:.2f} MB/s)"
 
 
+def rerank_table() -> str:
+    """Per kind of list and scorer: how often the original came first and the word error
+    rate, with picking at random beside them (``rerank_electric.py``)."""
+    run = read_json("rerank_electric.json")
+    rows = []
+    for kind, result in run["kinds"].items():
+        scorers = [
+            ("Electric sentence score", result["electric"]),
+            ("unigram LM of the pretraining corpus", result["unigram"]),
+            ("a hypothesis at random", {"original_first": result["chance_original_first"],
+                                        "wer": result["chance_wer"]}),
+        ]  # fmt: skip
+        for label, got in scorers:
+            first, wer = 100 * got["original_first"], 100 * got["wer"]
+            rows.append(
+                [f"{kind} ({result['lists']} lists)", label, f"{first:.1f}%", f"{wer:.2f}%"]
+            )
+    return _table(["lists", "ranked by", "original first", "word error rate"], rows)
+
+
 # === The registry: name -> (results file, renderer) ===
 
 
@@ -628,6 +648,11 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
     ),
     "first_study.accuracies": ("electra_vs_mlm.jsonl", first_study_accuracies),
     "first-study-table": ("electra_vs_mlm.jsonl", first_study_table),
+    "rerank-table": ("rerank_electric.json", rerank_table),
+    "rerank.steps": (
+        "rerank_electric.json",
+        field(partial(read_json, "rerank_electric.json"), "pretrain_steps", spec=","),
+    ),
     "recipe-table": ("recipe_sweep.jsonl", recipe_table),
     "prepare-table": (PREPARE, prepare_table),
     "prepare.ours_over_peer": (

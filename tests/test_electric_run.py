@@ -310,3 +310,31 @@ def test_rerank_puts_the_original_first_and_lowers_the_word_error_rate(
                 assert [h["sentence_score"] for h in a["hypotheses"]] == pytest.approx(
                     [h["sentence_score"] for h in b["hypotheses"]], abs=1e-4
                 )
+
+
+def test_the_rerank_benchmarks_smoke_run_writes_both_kinds_of_lists(
+    electric_run, small_corpus, tmp_path
+):
+    from test_benchmarks import load_benchmark
+
+    bench = load_benchmark("rerank_electric")
+    out = tmp_path / "r.json"
+    argv = ["--run", str(electric_run), "--corpus", str(small_corpus), "--texts", str(VALID)]
+    assert bench.main([*argv, "--lists", "12", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["kinds"]) == {"random", "frequency-matched"}
+    assert result["pretrain_steps"] == STEPS
+    for kind in result["kinds"].values():
+        assert kind["lists"] == 12 and kind["hypotheses"] == 48
+        for scorer in ("electric", "electric_per_token", "unigram"):
+            assert 0.0 <= kind[scorer]["original_first"] <= 1.0 and kind[scorer]["wer"] >= 0.0
+    # A frequency-matched copy's new word is within the band of the old one's rank.
+    counts = bench.word_counts(small_corpus)
+    vocab = set((electric_run / "vocab.txt").read_text().split())
+    words = {w for w in vocab if bench.WORD.match(w)}
+    ranked = [w for w, _ in counts.most_common() if w in words]
+    example = result["kinds"]["frequency-matched"]["example"]
+    original = example["reference"].split()
+    for copy in example["hypotheses"][:-1]:
+        (i,) = [j for j, (a, b) in enumerate(zip(copy.split(), original, strict=True)) if a != b]
+        assert abs(ranked.index(copy.split()[i]) - ranked.index(original[i])) <= 20
