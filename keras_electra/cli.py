@@ -327,6 +327,12 @@ def _server_options(args: argparse.Namespace) -> dict | None:
         help="print one JSON object per list (its id, best hypothesis and every hypothesis "
         "with its score, sentence_score, total and first-pass place) instead of text",
     ),
+    flag(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="hide the progress bar (shown on a terminal while the hypotheses are scored)",
+    ),
 )
 def _run_rerank(args: argparse.Namespace) -> None:
     import json
@@ -338,10 +344,11 @@ def _run_rerank(args: argparse.Namespace) -> None:
         raise errors.ConfigError(f"--weight must be a finite number, not {args.weight}.")
     options = _server_options(args)  # checked before the lists are read
     lists = rerank.read_nbest(args.nbest)
+    progress = args.progress and sys.stderr.isatty()
     if options is None:
-        scorer = rerank.ElectricScorer(args.model)
+        scorer = rerank.ElectricScorer(args.model, progress=progress)
     else:
-        scorer = rerank.ElectricScorer(server=args.server, **options)
+        scorer = rerank.ElectricScorer(server=args.server, progress=progress, **options)
     if args.tune:
         rows = rerank.tune_weight(lists, scorer, per_token=args.per_token)
         for row in sorted(rows, key=lambda row: row["weight"]):

@@ -48,6 +48,9 @@ SentenceScorer = Callable[[list[str]], Sequence[SentenceScore]]
 """Texts in, an Electric export's answer per text out (its word pieces' energies and the
 sentence score, higher: more plausible): :func:`electric_scorer` makes one."""
 
+CHUNK = 1024
+"""Hypotheses scored per call of the export or the server (the progress bar's step)."""
+
 STEPS_PER_DECADE, DECADES = 8, 2
 """The grid :func:`tune_weight` searches when none is given: 0, and ``DECADES`` decades
 either side of the weight that gives both scores the same spread, ``STEPS_PER_DECADE``
@@ -306,34 +309,59 @@ class ElectricScorer:
         *,
         server: str | None = None,
         model_name: str = "electra",
+        progress: bool = False,
         **client_args,
     ):
         if (model is None) == (server is None):
             raise ConfigError("Pass an Electric export (model) or a server, not both or neither.")
         self.model, self.server, self.model_name = model, server, model_name
-        self.client_args = client_args
+        self.progress, self.client_args = progress, client_args
         self.truncated = self.scored = 0
         self.length: int | None = None
+        self._export = None
+
+    def _scores(self, texts: list[str]):
+        from keras_electra.scoring import LoadedExport, score_with_server
+
+        if self.model is None:
+            return score_with_server(self.server, self.model_name, texts, **self.client_args)
+        if self._export is None:
+            self._export = LoadedExport(self.model)
+        return self._export.score(texts)
 
     def __call__(self, texts: list[str]) -> list[SentenceScore]:
-        from keras_electra.scoring import score_with_saved_model, score_with_server
+        """The texts' answers, :data:`CHUNK` at a time (a progress bar on stderr over the
+        texts with ``progress``); the first chunk's answers say whether the export is an
+        Electric one."""
+        from tqdm import tqdm
 
-        if self.model is not None:
-            scores = score_with_saved_model(self.model, texts)
-            where = f"The export at '{self.model}'"
-        else:
-            scores = score_with_server(self.server, self.model_name, texts, **self.client_args)
-            where = f"The model '{self.model_name}' at {self.server}"
-        if scores.kind != "sentence_score":
-            raise ConfigError(
-                f"{where} answers {scores.kind.replace('_', ' ')}, not sentence scores; "
-                "re-ranking needs an Electric export (pretrain with --objective electric, "
-                "then export that run)."
-            )
-        self.truncated += sum(scores.truncated or [])
-        self.scored += len(scores)
-        self.length = scores.reader.length
-        return list(scores)
+        answers: list[SentenceScore] = []
+        with tqdm(
+            total=len(texts),
+            unit="text",
+            desc="Scoring",
+            disable=not self.progress,
+            file=sys.stderr,
+        ) as bar:
+            for start in range(0, len(texts), CHUNK):
+                scores = self._scores(texts[start : start + CHUNK])
+                if scores.kind != "sentence_score":
+                    where = (
+                        f"The export at '{self.model}'"
+                        if self.model is not None
+                        else f"The model '{self.model_name}' at {self.server}"
+                    )
+                    raise ConfigError(
+                        f"{where} answers {scores.kind.replace('_', ' ')}, not sentence scores; "
+                        "re-ranking needs an Electric export (pretrain with --objective "
+                        "electric, then export that run)."
+                    )
+                self.truncated += sum(scores.truncated or [])
+                self.scored += len(scores)
+                self.length = scores.reader.length
+                answers += list(scores)
+                bar.update(len(scores))
+        return answers
 
     def truncation_note(self) -> str | None:
         """One sentence on the hypotheses cut at the export's length, or None."""

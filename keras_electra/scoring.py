@@ -267,21 +267,41 @@ def score_with_saved_model(
         >>> scores.kind, scores[0][:2]  # doctest: +SKIP
         ('replaced_token', [('long', 0.02), ('live', 0.05)])
     """
-    directory = latest_version_dir(path)
-    loaded = tf.saved_model.load(directory)
-    reader = export_reader(saved_model_signatures(loaded), f"The export at '{directory}'")
-    inputs = _inputs(reader, texts)
-    serve = loaded.signatures[reader.signature]
-    total = len(next(iter(inputs.values())))
-    answers: list = []
-    cut: list[bool] | None = []
-    for part in batch_slices(total, batch_size) if total else ():
-        outputs = serve(**{name: tf.constant(v[part], tf.string) for name, v in inputs.items()})
-        arrays = {name: value.numpy() for name, value in outputs.items()}
-        answers += reader.read(arrays)
-        rows = reader.cut(arrays)
-        cut = None if cut is None or rows is None else cut + rows
-    return Scores(reader, inputs, answers, cut)
+    return LoadedExport(path).score(texts, batch_size=batch_size)
+
+
+class LoadedExport:
+    """An export loaded once, to answer many calls (:func:`score_with_saved_model` loads
+    one per call): ``path`` is ``saved_models/NAME`` (its highest version) or a version
+    folder; ``reader`` says its kind.
+
+    Raises:
+        ElectraError: no SavedModel at ``path``.
+        ServingError: an export of no kind keras-electra reads.
+    """
+
+    def __init__(self, path: str | Path):
+        self.directory = latest_version_dir(path)
+        self._loaded = tf.saved_model.load(self.directory)
+        where = f"The export at '{self.directory}'"
+        self.reader = export_reader(saved_model_signatures(self._loaded), where)
+
+    def score(self, texts: Texts, *, batch_size: int = MAX_BATCH_SIZE) -> Scores:
+        """The export's answers to ``texts``, ``batch_size`` examples per call (as
+        :func:`score_with_saved_model` takes them)."""
+        reader = self.reader
+        inputs = _inputs(reader, texts)
+        serve = self._loaded.signatures[reader.signature]
+        total = len(next(iter(inputs.values())))
+        answers: list = []
+        cut: list[bool] | None = []
+        for part in batch_slices(total, batch_size) if total else ():
+            feeds = {name: tf.constant(v[part], tf.string) for name, v in inputs.items()}
+            arrays = {name: value.numpy() for name, value in serve(**feeds).items()}
+            answers += reader.read(arrays)
+            rows = reader.cut(arrays)
+            cut = None if cut is None or rows is None else cut + rows
+        return Scores(reader, inputs, answers, cut)
 
 
 def score_with_server(

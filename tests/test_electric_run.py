@@ -338,3 +338,28 @@ def test_the_rerank_benchmarks_smoke_run_writes_both_kinds_of_lists(
     for copy in example["hypotheses"][:-1]:
         (i,) = [j for j, (a, b) in enumerate(zip(copy.split(), original, strict=True)) if a != b]
         assert abs(ranked.index(copy.split()[i]) - ranked.index(original[i])) <= 20
+
+
+def test_the_scorer_loads_the_export_once_and_scores_in_chunks_with_a_bar(
+    electric_export, monkeypatch, capsys
+):
+    from keras_electra import rerank, scoring
+
+    texts = [f"{TEXTS[i % 2]} {'and ' * i}so" for i in range(7)]
+    whole = [a.score for a in score_with_saved_model(electric_export, texts)]
+    loads = []
+    real = scoring.LoadedExport.__init__
+
+    def counted(self, path):
+        loads.append(path)
+        real(self, path)
+
+    monkeypatch.setattr(scoring.LoadedExport, "__init__", counted)
+    monkeypatch.setattr(rerank, "CHUNK", 3)
+    capsys.readouterr()
+    scorer = rerank.ElectricScorer(electric_export, progress=True)
+    chunked = [a.score for a in scorer(texts)]
+    assert chunked == pytest.approx(whole, abs=1e-5) and len(loads) == 1
+    assert scorer.scored == 7 and scorer.truncated == 0
+    err = capsys.readouterr().err
+    assert "Scoring: 100%" in err and "7/7" in err, err
