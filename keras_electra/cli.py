@@ -304,7 +304,6 @@ def _server_options(args: argparse.Namespace) -> dict | None:
     flag(
         "--weight",
         type=float,
-        default=1.0,
         help="the sentence score's weight against the first pass's scores (default: 1; "
         "choose it with --tune on held-out lists)",
     ),
@@ -325,7 +324,9 @@ def _server_options(args: argparse.Namespace) -> dict | None:
         "--json",
         action="store_true",
         help="print one JSON object per list (its id, best hypothesis and every hypothesis "
-        "with its score, sentence_score, total and first-pass place) instead of text",
+        "with its score, sentence_score, total and first-pass place) instead of text; with "
+        "--tune, one object: the best weight and its word error rate, the first pass's, and "
+        "every weight's",
     ),
     flag(
         "--no-progress",
@@ -340,6 +341,11 @@ def _run_rerank(args: argparse.Namespace) -> None:
 
     from keras_electra import rerank
 
+    if args.tune and args.weight is not None:
+        raise errors.ConfigError(
+            f"--weight {args.weight:g} and --tune: --tune chooses the weight; pass one of them."
+        )
+    args.weight = 1.0 if args.weight is None else args.weight
     if not math.isfinite(args.weight):
         raise errors.ConfigError(f"--weight must be a finite number, not {args.weight}.")
     options = _server_options(args)  # checked before the lists are read
@@ -351,9 +357,14 @@ def _run_rerank(args: argparse.Namespace) -> None:
         scorer = rerank.ElectricScorer(server=args.server, progress=progress, **options)
     if args.tune:
         rows = rerank.tune_weight(lists, scorer, per_token=args.per_token)
+        before = _first_pass_wer(rerank, lists)
+        if args.json:
+            table = sorted(rows, key=lambda row: row["weight"])
+            best = {"best": rows[0], "first_pass_wer": before, "lists": len(lists)}
+            print(json.dumps({**best, "weights": table}))
+            return
         for row in sorted(rows, key=lambda row: row["weight"]):
             print(f"weight {row['weight']:g}: word error rate {100 * row['wer']:.2f}%")
-        before = _first_pass_wer(rerank, lists)
         print(
             f"Best --weight {rows[0]['weight']:g}: {100 * rows[0]['wer']:.2f}% against "
             f"{100 * before:.2f}% for the first pass ({len(lists)} lists)."

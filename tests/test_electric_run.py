@@ -252,6 +252,11 @@ def test_rerank_puts_the_original_first_and_lowers_the_word_error_rate(
     # Measured: 11.88% -> 2.61% (at 240,000: the 60-step model's energies differ by
     # thousandths, the first pass's scores by ones).
     assert best_weight > 0 and best <= first / 2, wer
+    assert main(["rerank", str(nbest), "--model", str(electric_export), "--tune", "--json"]) == 0
+    tuned = json.loads(capsys.readouterr().out)
+    assert tuned["best"] == {"weight": best_weight, "wer": pytest.approx(best / 100, abs=5e-5)}
+    assert tuned["first_pass_wer"] == pytest.approx(first / 100, abs=5e-5)
+    assert [row["weight"] for row in tuned["weights"]] == sorted(wer) and tuned["lists"] == 100
     # The chosen weight, in text: each list's best, and where the first pass had it.
     argv = ["rerank", str(nbest), "--model", str(electric_export), "--weight", f"{best_weight:g}"]
     assert main(argv) == 0

@@ -145,6 +145,11 @@ def test_the_command_refuses_bad_flags_before_reading_or_scoring(tmp_path, capsy
     assert "--timeout is for a server (--server), not for --model" in capsys.readouterr().err
     assert main(["rerank", str(tmp_path / "none.jsonl"), "--model", str(tmp_path)]) == 2
     assert capsys.readouterr().err.endswith("does not exist.\n")
+    assert main(["rerank", lists, "--model", str(tmp_path), "--tune", "--weight", "2"]) == 2
+    assert capsys.readouterr().err == (
+        "keras-electra rerank: error: --weight 2 and --tune: --tune chooses the weight; pass "
+        "one of them.\n"
+    )
 
 
 def test_an_export_without_sentence_scores_is_refused_in_one_sentence(tiny_run, tmp_path, capsys):
