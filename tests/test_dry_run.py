@@ -203,6 +203,16 @@ def test_a_warm_up_longer_than_the_run_is_named_in_the_plan(small_corpus, tmp_pa
         "smaller --warmup-steps, such as 2 (a tenth of --steps), to change it."
     )
     assert plan["steps"].startswith("20 (warm-up 100), learning rate 0.0005,")  # unchanged
+    # Under 10 steps a tenth of --steps is 0: the note said "such as 0 (a tenth of
+    # --steps)"; it now says that 0 turns warm-up off.
+    status, out, err = run_cli(capsys, *argv, "--steps", "5")
+    assert status == 0, err
+    plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
+    assert plan["warm-up"].endswith(
+        "(--learning-rate 0.0005); pass --warmup-steps 0 to turn warm-up off (the learning "
+        "rate starts at its peak)."
+    )
+    assert "a tenth of --steps" not in out
     for fixed in (["--steps", "20", "--warmup-steps", "2"], ["--steps", "100"]):
         status, out, err = run_cli(capsys, *argv, *fixed)
         assert status == 0 and "Dry run:" in out and "longer than the run" not in out, err
