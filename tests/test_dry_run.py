@@ -308,6 +308,27 @@ def test_multi_worker_and_tpu_are_planned_without_their_hardware(
     assert "a TPU's cores" in out and "GB with 8" in out
 
 
+def test_mirrored_is_planned_on_the_device_counts_it_runs_on(small_corpus, tmp_path, capsys):
+    """--strategy mirrored needs two devices or more (one is refused when the run starts),
+    but its memory row listed "with 1" device first."""
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tmp_path / "r", "--dry-run"]
+    argv += ["--strategy", "mirrored"]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 0 and "MirroredStrategy over two or more GPUs" in out, err
+    memory = re.search(r"^  memory +(.+)$", out, re.M)[1]
+    assert re.match(r"~\S+ [MG]B with 2, ", memory) and "with 1," not in memory, memory
+    assert memory.endswith(
+        " with 32 devices: per device, estimated (TensorFlow's own memory not included)"
+    )
+    # A batch no count of two or more devices splits: said, not an empty list.
+    status, out, err = run_cli(capsys, *argv, "--batch-size", "9")
+    assert status == 0, err
+    memory = re.search(r"^  memory +(.+)$", out, re.M)[1]
+    assert memory == (
+        "not estimated: --batch-size 9 does not split evenly over 2, 4, 8, 16 or 32 devices"
+    )
+
+
 def test_the_python_api_returns_the_plan(records, tmp_path, monkeypatch):
     no_model_built(monkeypatch)
     data = records / "tfrecords-512"

@@ -149,13 +149,22 @@ class PretrainPlan:
                     "run would run out of memory: lower --batch-size or raise --grad-accumulation"
                 )
             return row
-        # Several workers: at least one device each, as many on each.
+        # Several workers: at least one device each, as many on each; mirrored: at least
+        # two devices (one would be refused when the run starts).
         workers = cluster_size(s.strategy)
+        least = 2 if s.strategy == "mirrored" else 1
+        runnable = [workers * k for k in DEVICE_COUNTS if k >= least]
         counts = [
             n
-            for n in (workers * k for k in DEVICE_COUNTS)
+            for n in runnable
             if s.batch_size % n == 0 and (s.batch_size // n) % s.grad_accumulation == 0
         ]
+        if not counts:
+            split = f"--batch-size {s.batch_size:,}" + (
+                f" in {s.grad_accumulation} micro-batches" if s.grad_accumulation > 1 else ""
+            )
+            listed = ", ".join(map(str, runnable[:-1])) + f" or {runnable[-1]}"
+            return f"not estimated: {split} does not split evenly over {listed} devices"
         shown = ", ".join(
             f"{format_bytes(sum(self.memory_per_device(n).values()))} with {n}" for n in counts
         )
