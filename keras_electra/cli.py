@@ -87,19 +87,7 @@ def _run_pretrain(args: argparse.Namespace) -> None:
     if args.dry_run:
         print(result.describe())
         return
-    metrics = result.final_metrics
-    print(f"\nRun directory: {result.run_dir}  (step {result.step})")
-    if metrics:
-        shown = ", ".join(
-            f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float | int) and k != "step"
-        )
-        print(f"Last window: {shown}")
-    run_dir = result.run_dir
-    print(
-        f"Next: keras-electra report {run_dir} (its curves and health), keras-electra export "
-        f"--run {run_dir} --output saved_models/NAME (to serve it), or keras-electra finetune "
-        f"--run {run_dir} --task TASK ... (docs/finetuning.md)"
-    )
+    print(pretrain_summary(result))
     if args.sample and result.model.objective == "electric":
         print("\nDiscriminator: each token's energy (how badly it fits), the sentence's score")
         for text, (tokens, score) in zip(
@@ -115,6 +103,27 @@ def _run_pretrain(args: argparse.Namespace) -> None:
         print(
             f"\n--sample: the {result.model.objective} objective scores no tokens; nothing to show."
         )
+
+
+def pretrain_summary(result) -> str:
+    """What ``pretrain`` prints when its run ends: the chief's run directory, its last
+    window and the commands that take it next; a multi-worker cluster's other workers
+    wrote no run directory, and say only that they finished."""
+    run_dir = result.run_dir
+    if not result.chief:
+        return f"\nWorker finished at step {result.step}; the chief wrote the run to {run_dir}."
+    lines = [f"\nRun directory: {run_dir}  (step {result.step})"]
+    if metrics := result.final_metrics:
+        shown = ", ".join(
+            f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float | int) and k != "step"
+        )
+        lines.append(f"Last window: {shown}")
+    lines.append(
+        f"Next: keras-electra report {run_dir} (its curves and health), keras-electra export "
+        f"--run {run_dir} --output saved_models/NAME (to serve it), or keras-electra finetune "
+        f"--run {run_dir} --task TASK ... (docs/finetuning.md)"
+    )
+    return "\n".join(lines)
 
 
 @command(

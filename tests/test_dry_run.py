@@ -203,6 +203,16 @@ def test_a_warm_up_longer_than_the_run_is_named_in_the_plan(small_corpus, tmp_pa
         "smaller --warmup-steps, such as 2 (a tenth of --steps), to change it."
     )
     assert plan["steps"].startswith("20 (warm-up 100), learning rate 0.0005,")  # unchanged
+    # Under 10 steps a tenth of --steps is 0: the note said "such as 0 (a tenth of
+    # --steps)"; it now says that 0 turns warm-up off.
+    status, out, err = run_cli(capsys, *argv, "--steps", "5")
+    assert status == 0, err
+    plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
+    assert plan["warm-up"].endswith(
+        "(--learning-rate 0.0005); pass --warmup-steps 0 to turn warm-up off (the learning "
+        "rate starts at its peak)."
+    )
+    assert "a tenth of --steps" not in out
     for fixed in (["--steps", "20", "--warmup-steps", "2"], ["--steps", "100"]):
         status, out, err = run_cli(capsys, *argv, *fixed)
         assert status == 0 and "Dry run:" in out and "longer than the run" not in out, err
@@ -296,6 +306,27 @@ def test_multi_worker_and_tpu_are_planned_without_their_hardware(
     status, out, err = run_cli(capsys, *argv, "--strategy", "tpu", "--precision", "mixed_bfloat16")
     assert status == 0, err
     assert "a TPU's cores" in out and "GB with 8" in out
+
+
+def test_mirrored_is_planned_on_the_device_counts_it_runs_on(small_corpus, tmp_path, capsys):
+    """--strategy mirrored needs two devices or more (one is refused when the run starts),
+    but its memory row listed "with 1" device first."""
+    argv = ["pretrain", "--corpus", small_corpus, "--output", tmp_path / "r", "--dry-run"]
+    argv += ["--strategy", "mirrored"]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 0 and "MirroredStrategy over two or more GPUs" in out, err
+    memory = re.search(r"^  memory +(.+)$", out, re.M)[1]
+    assert re.match(r"~\S+ [MG]B with 2, ", memory) and "with 1," not in memory, memory
+    assert memory.endswith(
+        " with 32 devices: per device, estimated (TensorFlow's own memory not included)"
+    )
+    # A batch no count of two or more devices splits: said, not an empty list.
+    status, out, err = run_cli(capsys, *argv, "--batch-size", "9")
+    assert status == 0, err
+    memory = re.search(r"^  memory +(.+)$", out, re.M)[1]
+    assert memory == (
+        "not estimated: --batch-size 9 does not split evenly over 2, 4, 8, 16 or 32 devices"
+    )
 
 
 def test_the_python_api_returns_the_plan(records, tmp_path, monkeypatch):

@@ -51,7 +51,7 @@ except TrainingInterrupted as e:
     print(json.dumps({"interrupted": e.step}))
     sys.exit(INTERRUPTED_EXIT_CODE)
 np.savez(weights, **{v.path: np.asarray(v.numpy()) for v in result.model.weights})
-print(json.dumps({"history": result.history, "step": result.step}))
+print(json.dumps({"history": result.history, "step": result.step, "chief": result.chief}))
 """
 
 
@@ -247,6 +247,7 @@ def test_a_preempted_then_a_lost_worker_and_the_cluster_ends_as_one_uninterrupte
     finally:
         results = _finish(workers, logs)
     assert [r["step"] for r in results] == [40, 40]
+    assert [r["chief"] for r in results] == [True, False]  # what `pretrain` says at the end
     # Resumed from the backup, not the stop: the first window ends 4 steps after it.
     assert [r["history"][0]["step"] for r in results] == [backup + 4] * 2
     assert _latest_checkpoint_step(run_dir / "checkpoints") == 40
@@ -276,3 +277,20 @@ def test_a_preempted_then_a_lost_worker_and_the_cluster_ends_as_one_uninterrupte
         "run.json",
         "vocab.txt",
     ]
+
+
+def test_only_the_chief_names_the_run_directory_when_the_run_ends(tiny_run):
+    """Every worker of a cluster printed "Run directory: ..." and the commands that take
+    it next, though only the chief writes it; another worker now says it finished."""
+    from keras_electra.cli import pretrain_summary
+    from keras_electra.pretraining.run import RunResult
+
+    history = [json.loads(line) for line in open(tiny_run / "metrics.jsonl")]
+    chief = RunResult(tiny_run, 4, history, model=None, tokenizer=None)
+    said = pretrain_summary(chief)
+    assert f"Run directory: {tiny_run}  (step 4)" in said and "\nLast window: " in said
+    assert f"Next: keras-electra report {tiny_run} " in said
+    worker = RunResult(tiny_run, 4, history, model=None, tokenizer=None, chief=False)
+    assert pretrain_summary(worker) == (
+        f"\nWorker finished at step 4; the chief wrote the run to {tiny_run}."
+    )

@@ -394,7 +394,8 @@ def test_a_run_shorter_than_its_warm_up_says_so(small_corpus, tmp_path, capsys):
     assert pretrain_command(*argv) == 0  # progress on
     said = capsys.readouterr().out
     assert said.count("Warm-up (--warmup-steps 100) is longer than the run (--steps 2): ") == 1
-    assert "; pass a smaller --warmup-steps, such as 0 (a tenth of --steps), to change" in said
+    assert "; pass --warmup-steps 0 to turn warm-up off (the learning rate starts at" in said
+    assert "such as 0 (a tenth of --steps)" not in said  # a tenth of 2 steps is no advice
 
 
 def test_prepare_writes_tfrecords_that_pretrain_reads(small_corpus, tmp_path, capsys):

@@ -149,13 +149,22 @@ class PretrainPlan:
                     "run would run out of memory: lower --batch-size or raise --grad-accumulation"
                 )
             return row
-        # Several workers: at least one device each, as many on each.
+        # Several workers: at least one device each, as many on each; mirrored: at least
+        # two devices (one would be refused when the run starts).
         workers = cluster_size(s.strategy)
+        least = 2 if s.strategy == "mirrored" else 1
+        runnable = [workers * k for k in DEVICE_COUNTS if k >= least]
         counts = [
             n
-            for n in (workers * k for k in DEVICE_COUNTS)
+            for n in runnable
             if s.batch_size % n == 0 and (s.batch_size // n) % s.grad_accumulation == 0
         ]
+        if not counts:
+            split = f"--batch-size {s.batch_size:,}" + (
+                f" in {s.grad_accumulation} micro-batches" if s.grad_accumulation > 1 else ""
+            )
+            listed = ", ".join(map(str, runnable[:-1])) + f" or {runnable[-1]}"
+            return f"not estimated: {split} does not split evenly over {listed} devices"
         shown = ", ".join(
             f"{format_bytes(sum(self.memory_per_device(n).values()))} with {n}" for n in counts
         )
@@ -175,15 +184,28 @@ def warmup_note(settings: PretrainSettings) -> str | None:
         pass a smaller --warmup-steps, such as 2 (a tenth of --steps), to change it.
         >>> warmup_note(PretrainSettings(corpus=["a.txt"], steps=100).resolved()) is None
         True
+
+        A run under 10 steps has no room for a warm-up (a tenth of it rounds to none; one
+        step of warm-up would train its first step at a learning rate of 0):
+
+        >>> print(warmup_note(PretrainSettings(corpus=["a.txt"], steps=5).resolved()))
+        Warm-up (--warmup-steps 100) is longer than the run (--steps 5): the learning
+        rate climbs for the whole run and never reaches its peak (--learning-rate 0.0005);
+        pass --warmup-steps 0 to turn warm-up off (the learning rate starts at its peak).
     """
     s = settings
     if s.warmup_steps <= s.steps:
         return None
+    advice = (
+        f"pass a smaller --warmup-steps, such as {s.steps // 10} (a tenth of --steps), to "
+        "change it."
+        if s.steps >= 10
+        else "pass --warmup-steps 0 to turn warm-up off (the learning rate starts at its peak)."
+    )
     return (
         f"Warm-up (--warmup-steps {s.warmup_steps:,}) is longer than the run (--steps "
         f"{s.steps:,}): the learning rate climbs for the whole run and never reaches its peak "
-        f"(--learning-rate {s.learning_rate:g}); pass a smaller --warmup-steps, such as "
-        f"{s.steps // 10} (a tenth of --steps), to change it."
+        f"(--learning-rate {s.learning_rate:g}); {advice}"
     )
 
 

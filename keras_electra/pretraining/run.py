@@ -103,6 +103,8 @@ class RunResult:
     history: list[dict]
     model: ElectraPretrainer
     tokenizer: ElectraTokenizer
+    # False on a multi-worker cluster's other workers: the chief wrote the run directory.
+    chief: bool = True
 
     @property
     def final_metrics(self) -> dict:
@@ -575,7 +577,7 @@ def _train(
             step=saver.step,
             signal_name=stop.signal_name,
         )
-    return RunResult(run_dir, settings.steps, logger.history, model, tokenizer)
+    return RunResult(run_dir, settings.steps, logger.history, model, tokenizer, chief)
 
 
 # === Helpers ===
