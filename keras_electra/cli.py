@@ -76,7 +76,6 @@ def flag(*names: str, **keywords) -> tuple[tuple[str, ...], dict]:
 )
 def _run_pretrain(args: argparse.Namespace) -> None:
     from keras_electra.pretraining.run import pretrain
-    from keras_electra.scoring import format_scores, score_sentences, score_texts
 
     if args.sample and args.objective == "mlm":  # before the run: it would train, then ignore it
         raise errors.ConfigError(
@@ -88,21 +87,36 @@ def _run_pretrain(args: argparse.Namespace) -> None:
         print(result.describe())
         return
     print(pretrain_summary(result))
-    if args.sample and result.model.objective == "electric":
-        print("\nDiscriminator: each token's energy (how badly it fits), the sentence's score")
+    samples = pretrain_samples(result, args.sample or [])
+    if samples:
+        print(samples)
+
+
+def pretrain_samples(result, texts: list[str]) -> str:
+    """What ``pretrain --sample`` prints after the run: the discriminator's per-token
+    scores of ``texts`` (an Electric model's energies and sentence scores), on the chief
+    only ("" elsewhere: a cluster's workers hold the same model, and the chief speaks for
+    it)."""
+    from keras_electra.scoring import format_scores, score_sentences, score_texts
+
+    if not texts or not result.chief:
+        return ""
+    model, tokenizer = result.model, result.tokenizer
+    if model.objective == "electric":
+        lines = ["\nDiscriminator: each token's energy (how badly it fits), the sentence's score"]
         for text, (tokens, score) in zip(
-            args.sample, score_sentences(result.model, result.tokenizer, args.sample), strict=True
+            texts, score_sentences(model, tokenizer, texts), strict=True
         ):
             shown = " ".join(f"{token}({energy:.2f})" for token, energy in tokens)
-            print(f"{text} -> sentence_score {score:.3f}: {shown}")
-    elif args.sample and result.model.token_head is not None:  # a replaced-token head
-        print("\nDiscriminator: probability that each token was replaced")
-        scores = score_texts(result.model, result.tokenizer, args.sample)
-        print(format_scores(scores, color=sys.stdout.isatty()))
-    elif args.sample:  # a registered objective without a per-token head
-        print(
-            f"\n--sample: the {result.model.objective} objective scores no tokens; nothing to show."
+            lines.append(f"{text} -> sentence_score {score:.3f}: {shown}")
+        return "\n".join(lines)
+    if model.token_head is not None:  # a replaced-token head
+        scores = score_texts(model, tokenizer, texts)
+        return "\nDiscriminator: probability that each token was replaced\n" + format_scores(
+            scores, color=sys.stdout.isatty()
         )
+    # A registered objective without a per-token head.
+    return f"\n--sample: the {model.objective} objective scores no tokens; nothing to show."
 
 
 def pretrain_summary(result) -> str:

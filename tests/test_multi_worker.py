@@ -282,7 +282,8 @@ def test_a_preempted_then_a_lost_worker_and_the_cluster_ends_as_one_uninterrupte
 def test_only_the_chief_names_the_run_directory_when_the_run_ends(tiny_run):
     """Every worker of a cluster printed "Run directory: ..." and the commands that take
     it next, though only the chief writes it; another worker now says it finished."""
-    from keras_electra.cli import pretrain_summary
+    from keras_electra.cli import pretrain_samples, pretrain_summary
+    from keras_electra.pretraining.loading import load_run
     from keras_electra.pretraining.run import RunResult
 
     history = [json.loads(line) for line in open(tiny_run / "metrics.jsonl")]
@@ -294,3 +295,11 @@ def test_only_the_chief_names_the_run_directory_when_the_run_ends(tiny_run):
     assert pretrain_summary(worker) == (
         f"\nWorker finished at step 4; the chief wrote the run to {tiny_run}."
     )
+    # --sample's scores too: the chief's, once for the cluster.
+    model, tokenizer, _ = load_run(tiny_run)
+    chief = RunResult(tiny_run, 4, history, model=model, tokenizer=tokenizer)
+    assert "Discriminator: probability that each token was replaced" in pretrain_samples(
+        chief, ["the king"]
+    )
+    worker = RunResult(tiny_run, 4, history, model=model, tokenizer=tokenizer, chief=False)
+    assert pretrain_samples(worker, ["the king"]) == ""
