@@ -192,3 +192,13 @@ def test_the_serving_pages_example_list_is_read_as_documented():
     (nbest,) = [parse_nbest(line, "the example", 1) for line in example.splitlines()]
     assert nbest.texts == ["the chef cooked the moon", "the chef cooked the meal"]
     assert nbest.scores == [-4.2, -4.5] and nbest.reference == "the chef cooked the meal"
+
+
+def test_the_lists_can_come_on_standard_input(monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"hypotheses": ["a b c"]}\n'))
+    assert read_nbest("-") == [NBest("1", ["a b c"])]
+    monkeypatch.setattr("sys.stdin", io.StringIO("not json\n"))
+    with pytest.raises(InputDataError, match=r"^Line 1 of standard input is not JSON"):
+        read_nbest("-")
