@@ -61,12 +61,18 @@ def sentences(path: Path, low: int = 6, high: int = 30) -> list[str]:
     return out
 
 
+def plain_word(word: str) -> str:
+    """A whitespace word lowercased, punctuation stripped at its ends (the unigram model's
+    unit)."""
+    return word.strip(".,;:!?\"'()").lower()
+
+
 def word_counts(path: Path) -> collections.Counter:
     """Lowercased whitespace words of the corpus, punctuation stripped at their ends."""
     counts: collections.Counter = collections.Counter()
     with open(path, encoding="utf-8") as f:
         for line in f:
-            counts.update(w.strip(".,;:!?\"'()").lower() for w in line.split())
+            counts.update(plain_word(w) for w in line.split())
     counts.pop("", None)
     return counts
 
@@ -110,7 +116,7 @@ def unigram_scorer(counts: collections.Counter):
     def score(texts):
         out = []
         for text in texts:
-            words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
+            words = [plain_word(w) for w in text.split()]
             logp = sum(math.log((counts.get(w, 0) + 1) / (total + size)) for w in words if w)
             out.append(SentenceScore([(w, 0.0) for w in words], logp))
         return out

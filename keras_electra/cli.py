@@ -381,12 +381,12 @@ def _run_rerank(args: argparse.Namespace) -> None:
     if args.tune:
         rows = rerank.tune_weight(lists, scorer, per_token=args.per_token)
         before = _first_pass_wer(rerank, lists)
+        table = sorted(rows, key=lambda row: row["weight"])
         if args.json:
-            table = sorted(rows, key=lambda row: row["weight"])
             best = {"best": rows[0], "first_pass_wer": before, "lists": len(lists)}
             print(json.dumps({**best, "weights": table}))
             return
-        for row in sorted(rows, key=lambda row: row["weight"]):
+        for row in table:
             print(f"weight {row['weight']:g}: word error rate {100 * row['wer']:.2f}%")
         print(
             f"Best --weight {rows[0]['weight']:g}: {100 * rows[0]['wer']:.2f}% against "

@@ -46,7 +46,7 @@ from keras_electra.serving.export_reader import SentenceScore
 
 SentenceScorer = Callable[[list[str]], Sequence[SentenceScore]]
 """Texts in, an Electric export's answer per text out (its word pieces' energies and the
-sentence score, higher: more plausible): :func:`electric_scorer` makes one."""
+sentence score, higher: more plausible): :class:`ElectricScorer` is one."""
 
 CHUNK = 1024
 """Hypotheses scored per call of the export or the server (the progress bar's step)."""
@@ -155,6 +155,12 @@ def read_nbest(path: str | Path) -> list[NBest]:
     return lists
 
 
+def sentence_scores(answers: Sequence[SentenceScore], per_token: bool = False) -> list[float]:
+    """The answers' sentence scores, each divided by its number of word pieces with
+    ``per_token``."""
+    return [a.score / max(1, len(a.tokens)) if per_token else a.score for a in answers]
+
+
 def rerank(
     lists: Sequence[NBest], score: SentenceScorer, *, weight: float = 1.0, per_token: bool = False
 ) -> list[Ranked]:
@@ -163,13 +169,13 @@ def rerank(
 
     Args:
         lists: the n-best lists.
-        score: texts to sentence scores (:func:`electric_scorer` makes one).
+        score: texts to sentence scores (:class:`ElectricScorer` is one).
         weight: the sentence score's weight against the first pass's scores (with no
             first-pass scores it only scales the totals).
         per_token: divide each sentence score by its text's number of word pieces.
     """
     texts = [text for nbest in lists for text in nbest.texts]
-    sentence = [a.score / max(1, len(a.tokens)) if per_token else a.score for a in score(texts)]
+    sentence = sentence_scores(score(texts), per_token)
     ranked, at = [], 0
     for nbest in lists:
         first = nbest.scores or [None] * len(nbest.texts)
@@ -276,7 +282,7 @@ def tune_weight(
         return [by_text[text] for text in batch]
 
     if weights is None:
-        sentence = [a.score / max(1, len(a.tokens)) if per_token else a.score for a in answers]
+        sentence = sentence_scores(answers, per_token)
         weights = weight_grid(lists, sentence)
     references = [nbest.reference for nbest in lists]
     rows = [
