@@ -6,7 +6,7 @@ DEMO_RUN ?= runs/demo
 DEMO_STEPS ?= 600
 DEMO_EXPORT ?= saved_models/demo
 
-.PHONY: setup demo test docs lint clean bench-data bench-electra-vs-mlm
+.PHONY: setup demo test test-all docs lint clean bench-data bench-electra-vs-mlm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +42,13 @@ demo: setup
 # Two workers, one test file each at a time (files share their module fixtures), the longest
 # first (tests/conftest.py); the budget is 20 minutes, the measured times are in
 # docs/benchmarks.md ("The demo and the test suite", from benchmarks/results/test_suite.json).
-# PYTEST_ARGS adds options (--durations=40, -k ...).
+# PYTEST_ARGS adds options (--durations=40, -k ...). Tests marked slow (long trials: the
+# mixed-precision learning runs, the multi-worker fault trial...) each have a short
+# counterpart that `make test` runs; `make test-all` runs them too.
 test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link

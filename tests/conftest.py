@@ -35,7 +35,6 @@ class OnFirstUse:
 # long file alone at the end. Files not named here follow, in their usual order.
 LONGEST_FIRST = (
     "test_learning.py",
-    "test_learning_mixed.py",
     "test_multi_worker.py",
     "test_faults.py",
     "test_pretrain_run.py",

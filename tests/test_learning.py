@@ -8,10 +8,12 @@ separates out-of-context tokens in held-out text, and the exported model flags a
 implanted word. What it has learned at this compute is mostly rarity: the health probe's
 ``context_auc`` (unigram replacements) stays near 0.5 (docs/run-health.md).
 
-The suite runs the first 100 steps of the demo's 600 (``make demo``), in float32 here and
-in the mixed precisions in tests/test_learning_mixed.py (a file of its own, so that the two
-test workers can take one each), with their own warm-up and decay: the whole run is a long
-experiment, 7 of the suite's minutes in float32 alone. The detector has learned by step 100
+`make test` runs the first 100 steps of the demo's 600 (``make demo``) in float32, with their
+own warm-up and decay. The same checks on the same 100-step runs in mixed_bfloat16 and
+mixed_float16 are marked ``slow`` (``make test-all`` runs them): both precisions are
+emulated on CPUs without bfloat16 or float16 instructions (AMD EPYC, Cascade Lake Xeons),
+where each run costs two to three minutes; tests/test_precision.py checks a short run in each
+in `make test`. The detector has learned by step 100
 (measured on an AMD EPYC: held-out probe AUC 0.920 in both mixed precisions, disc_auc
 0.879 / 0.877 / 0.878 and recall 0.34 / 0.35 / 0.36 in float32 / mixed_bfloat16 /
 mixed_float16; at step 60 the recall is still 0, so 100 is the shortest run the checks pass
@@ -20,12 +22,11 @@ measurement: the generator's held-out accuracy is at 0.9x the most-frequent-toke
 rather than 1.5x (it has learned the commas: 1.09x in float32 at step 100, 1.73x at step
 600), and the export flags the implanted word in 10 of 20 sentences rather than 14 (14 at
 step 100; a word chosen at random would be the top one in about 2). The final-layer
-cosine's bar applies to the whole run only (see the test). The mixed precisions are
-emulated on CPUs without bfloat16 or float16 instructions (AMD EPYC, Cascade Lake Xeons).
-To run the demo's whole 600 steps with every check at its full bar, by hand::
+cosine's bar applies to the whole run only (see the test).
+To run the demo's whole 600 steps in the three precisions with every check at its full bar,
+by hand::
 
-    KERAS_ELECTRA_LEARNING_STEPS=600 python -m pytest \
-        tests/test_learning.py tests/test_learning_mixed.py
+    KERAS_ELECTRA_LEARNING_STEPS=600 python -m pytest tests/test_learning.py
 """
 
 import os
@@ -74,9 +75,17 @@ def train(precision: str, steps: int, tmp_path_factory):
     )
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    return train("float32", SHORT, tmp_path_factory)
+# Mixed precision is emulated on most CPUs: minutes per run (the module docstring).
+PRECISIONS = [
+    "float32",
+    pytest.param("mixed_bfloat16", marks=pytest.mark.slow),
+    pytest.param("mixed_float16", marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture(scope="module", params=PRECISIONS)
+def trained(request, tmp_path_factory):
+    return train(request.param, SHORT, tmp_path_factory)
 
 
 def whole(trained) -> bool:

@@ -178,6 +178,53 @@ def _run_args(corpus: str, output: str, **changes) -> dict:
 # === Tests ===
 
 
+def test_a_two_worker_cluster_trains_as_one_device_and_only_the_chief_writes(
+    corpus_and_vocab, tmp_path
+):
+    """The cluster's short run (the fault trials below are marked slow): both workers end
+    with one device's weights and metrics, the chief alone measured health and wrote the run
+    directory."""
+    corpus, vocab = corpus_and_vocab
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = tmp_path / "run"
+    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=8, log_every=4, checkpoint_every=4)
+    weights = [str(tmp_path / f"w{i}.npz") for i in range(2)]
+    workers = _start_cluster([dict(args, weights=w) for w in weights], logs)
+    try:
+        from keras_electra.pretraining import run
+
+        single = run.pretrain(
+            **dict(args, output_dir=str(tmp_path / "single"), strategy="one_device")
+        )
+        np.savez(
+            tmp_path / "single.npz", **{v.path: np.asarray(v.numpy()) for v in single.model.weights}
+        )
+    finally:
+        results = _finish(workers, logs)
+    assert [(r["step"], r["chief"]) for r in results] == [(8, True), (8, False)]
+    assert _max_difference(*weights) == 0.0
+    assert _max_difference(weights[0], tmp_path / "single.npz") < 1e-5
+    assert _metrics(results[1]["history"]) == _metrics(results[0]["history"])
+    for name in ("loss", "mlm_loss", "disc_loss", "disc_accuracy"):
+        assert results[0]["history"][-1][name] == pytest.approx(
+            single.history[-1][name], rel=1e-5, abs=1e-6
+        ), name
+    assert "disc_effective_rank" in results[0]["history"][-1]
+    assert "disc_effective_rank" not in results[1]["history"][-1]
+    assert _latest_checkpoint_step(run_dir / "checkpoints") == 8
+    assert "ckpt-4.index" in {p.name for p in (run_dir / "checkpoints").iterdir()}
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints",
+        "config.json",
+        "logs",
+        "metrics.jsonl",
+        "run.json",
+        "vocab.txt",
+    ]
+
+
+@pytest.mark.slow
 def test_a_preempted_then_a_lost_worker_and_the_cluster_ends_as_one_uninterrupted_device(
     corpus_and_vocab, tmp_path
 ):

@@ -307,8 +307,11 @@ print(json.dumps({"max_abs_diff": diff, "moved": moved, "one": one_logs, "two": 
 """
 
 
+@pytest.mark.slow
 def test_xla_gradients_and_accumulation_work_under_the_mirrored_strategy():
-    """Two replicas, XLA and 2 micro-batches each: the one-device XLA step, same batch."""
+    """Two replicas, XLA and 2 micro-batches each: the one-device XLA step, same batch.
+    (Slow: XLA compiles both programs. Each option alone is checked above, and two
+    replicas against one device in tests/test_distribute.py.)"""
     env = dict(
         os.environ,
         TF_CPP_MIN_LOG_LEVEL="3",
