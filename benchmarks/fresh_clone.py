@@ -37,7 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-PARTS = ("demo", "test", "wheel")
+PARTS = ("demo", "test", "test-all", "wheel")
 SCORED = re.compile(r"^(?:\S+\(\d\.\d+\) ?)+$")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_info import machine  # noqa: E402
@@ -57,7 +57,9 @@ def suite_counts(output: str) -> dict:
         if found:
             counts = {
                 kind: int(n)
-                for n, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)", line)
+                for n, kind in re.findall(
+                    r"(\d+) (passed|failed|skipped|deselected|errors?)", line
+                )
             }
             counts = {("errors" if k.startswith("error") else k): v for k, v in counts.items()}
             return {"passed": 0, "skipped": 0, **counts, "seconds": float(found["seconds"])}
@@ -112,22 +114,25 @@ def demo(clone: Path, base: dict, logs: Path) -> None:
     )
 
 
-def test(clone: Path, base: dict, logs: Path, without: list[str] = ()) -> None:
-    """``make test``; with ``without``, those packages are uninstalled from the test
-    install (``make .venv/.dev``) before the suite runs, and the run says so."""
+def test(
+    clone: Path, base: dict, logs: Path, without: list[str] = (), target: str = "test"
+) -> None:
+    """``make test`` (or ``make test-all``, the slow tests too); with ``without``, those
+    packages are uninstalled from the test install (``make .venv/.dev``) before the suite
+    runs, and the run says so."""
     # A failing suite is recorded too (its "failed" count), then ends the benchmark.
     seconds = 0.0
     if without:
         seconds, _ = _run(["make", ".venv/.dev"], clone, logs / "install.log")
         python = str(clone / ".venv" / "bin" / "python")
         _run([python, "-m", "pip", "uninstall", "-y", *without], clone, logs / "uninstall.log")
-    more, output = _run(["make", "test"], clone, logs / "test.log", check=False)
+    more, output = _run(["make", target], clone, logs / f"{target}.log", check=False)
     counts = suite_counts(output)
     _append(
         "test_suite.json",
         {
             **base,
-            "command": "make test (a clean clone"
+            "command": f"make {target} (a clean clone"
             + (f", without {', '.join(without)})" if without else ")"),
             **({"without": list(without)} if without else {}),
             # Options passed through make (PYTEST_ARGS): "-n 3" runs three workers.
@@ -137,7 +142,7 @@ def test(clone: Path, base: dict, logs: Path, without: list[str] = ()) -> None:
         },
     )
     if counts.get("failed") or counts.get("errors"):
-        raise SystemExit(f"make test failed; see {logs / 'test.log'}")
+        raise SystemExit(f"make {target} failed; see {logs / f'{target}.log'}")
 
 
 def wheel(clone: Path, base: dict, logs: Path) -> None:
@@ -226,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "conditions": args.conditions,
     }
-    parts = {"demo": demo, "test": lambda *a: test(*a, without=args.without), "wheel": wheel}
+    parts = {
+        "demo": demo,
+        "test": lambda *a: test(*a, without=args.without),
+        "test-all": lambda *a: test(*a, without=args.without, target="test-all"),
+        "wheel": wheel,
+    }
     for part in PARTS:
         if part in args.parts:
             parts[part](clone, base, logs)
