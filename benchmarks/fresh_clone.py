@@ -57,9 +57,7 @@ def suite_counts(output: str) -> dict:
         if found:
             counts = {
                 kind: int(n)
-                for n, kind in re.findall(
-                    r"(\d+) (passed|failed|skipped|deselected|errors?)", line
-                )
+                for n, kind in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?)", line)
             }
             counts = {("errors" if k.startswith("error") else k): v for k, v in counts.items()}
             return {"passed": 0, "skipped": 0, **counts, "seconds": float(found["seconds"])}
