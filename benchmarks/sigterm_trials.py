@@ -13,7 +13,7 @@ Output: one JSON object per line (``trial``, then ``summary``).
 
     python benchmarks/sigterm_trials.py [--trials 10] [--steps 400] [--seed 0]
 
-``tests/test_faults.py`` runs two trials through :func:`run_trials`.
+``tests/test_faults.py`` runs one trial through :func:`run_trials` (two with the slow tests).
 """
 
 from __future__ import annotations

@@ -187,8 +187,9 @@ def pack_examples(
 class _PackState(NamedTuple):
     """:func:`pack_examples`' state between lines."""
 
-    first: tf.Tensor  # the first segment's tokens, cut to length - 2
-    second: tf.Tensor  # the second segment's, cut to length - 3
+    # Fixed-shape buffers (a variable-length state makes Dataset.scan trace its step twice):
+    first: tf.Tensor  # the first segment's tokens, cut to length - 2, zero-padded to it
+    second: tf.Tensor  # the second segment's, cut to length - 3, zero-padded to it
     first_len: tf.Tensor  # the first segment's length before cutting
     second_len: tf.Tensor  # the second's
     doc: tf.Tensor  # the document's key, set by its first line with tokens
@@ -209,11 +210,20 @@ class _Packer:
         self.empty_example = {name: tf.zeros([length], tf.int32) for name in FEATURES}
 
     def initial_state(self) -> _PackState:
-        empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
+        first, second = self.buffers()
+        zero = tf.constant(0)
         return _PackState(
-            empty, empty, zero, zero, tf.constant(0, tf.uint64), tf.constant(False), zero, zero,
+            first, second, zero, zero, tf.constant(0, tf.uint64), tf.constant(False), zero, zero,
             zero, zero,
         )  # fmt: skip
+
+    def buffers(self, first=(), second=()) -> tuple[tf.Tensor, tf.Tensor]:
+        """The state's two segment buffers holding ``first`` and ``second``."""
+        sizes = (self.length - 2, self.length - 3)
+        return tuple(
+            tf.reshape(tf.pad(tf.cast(kept, tf.int32), [[0, size - tf.size(kept)]]), [size])
+            for kept, size in zip((first, second), sizes, strict=True)
+        )
 
     def make_example(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
         """``[CLS] first [SEP] second [SEP]`` (the second cut to fit), padded."""
@@ -277,8 +287,10 @@ class _Packer:
         to_first = self._to_first(state, num)
         add_first = tf.where(append & to_first, num, 0)
         add_second = tf.where(append & ~to_first, num, 0)
-        first = tf.concat([state.first, ids[:add_first]], axis=0)[: self.length - 2]
-        second = tf.concat([state.second, ids[:add_second]], axis=0)[: self.length - 3]
+        kept_first = state.first[: tf.minimum(state.first_len, self.length - 2)]
+        kept_second = state.second[: tf.minimum(state.second_len, self.length - 3)]
+        first = tf.concat([kept_first, ids[:add_first]], axis=0)[: self.length - 2]
+        second = tf.concat([kept_second, ids[:add_second]], axis=0)[: self.length - 3]
         first_len = state.first_len + add_first
         second_len = state.second_len + add_second
         flush = (blank & (pending > 0)) | (append & (first_len + second_len >= target))
@@ -290,14 +302,19 @@ class _Packer:
         )
 
         def emit():
-            empty, zero = tf.zeros([0], tf.int32), tf.constant(0)
-            emptied = state._replace(first=empty, second=empty, first_len=zero, second_len=zero)
+            empty_first, empty_second = self.buffers()
+            zero = tf.constant(0)
+            emptied = state._replace(
+                first=empty_first, second=empty_second, first_len=zero, second_len=zero
+            )
             return emptied, (True, self.make_example(first, second))
 
         def keep():
+            first_buffer, second_buffer = self.buffers(first, second)
             kept = state._replace(
-                first=first, second=second, first_len=first_len, second_len=second_len
-            )
+                first=first_buffer, second=second_buffer, first_len=first_len,
+                second_len=second_len,
+            )  # fmt: skip
             return kept, (False, self.empty_example)
 
         return tf.cond(flush, emit, keep)
