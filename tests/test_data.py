@@ -221,6 +221,20 @@ def test_packing_segments_exact():
     ]
 
 
+def test_packing_traces_its_step_once(monkeypatch):
+    # Dataset.scan traces its step again when the state's shapes change between the initial
+    # state and the step's output; fixed-shape buffers keep it to one trace per pipeline.
+    from keras_electra.data import pretraining
+
+    traced = []
+    step = pretraining._Packer.step
+    monkeypatch.setattr(
+        pretraining._Packer, "step", lambda self, *a: traced.append(1) or step(self, *a)
+    )
+    pack([[5, 6], [7], []], max_seq_length=8)
+    assert len(traced) == 1
+
+
 def test_packing_flushes_at_target_and_trims():
     # 10 + 4 tokens reach target 12: first segment gets the 10 (trimmed to 12 - 2 = 10),
     # second segment gets max(0, 12 - 10 - 3) = 0 tokens. Then [20, 21] waits for the blank.
