@@ -348,8 +348,8 @@ def suite_table() -> str:
     rows = [
         [
             r["machine"],
-            # Before the slow tier, `make test` ran what `make test-all` runs now.
-            "make test" if r.get("deselected") else "make test-all",
+            # Before the slow mark, `make test` ran what `make test-all` runs now.
+            f"make {r.get('target', 'test-all')}",
             f"{r['passed']} passed, {r['skipped']} skipped"
             + (f" (without {', '.join(r['without'])})" if r.get("without") else "")
             + (f" ({m.group(1)} workers)" if (m := _workers(r)) else ""),
