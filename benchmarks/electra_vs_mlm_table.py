@@ -559,13 +559,16 @@ def answers(summary: dict, questions=tuple(QUESTIONS)) -> list[str]:
             continue
         holding = sorted((k, e) for k, e in entries.items() if e["holds"])
         family = tested[0]["family"]
-        scope = "" if family == len(tested) else f" over {family} comparisons"
+        comparisons = f"{family} comparison{'s' * (family != 1)}"
+        scope = "" if family == len(tested) else f" over {comparisons}"
         if not holding:
             out.append(
-                f"**{title}**: no difference holds after correcting for {family} "
-                f"comparisons; every 95% interval with two or more seeds contains zero"
-                if all(e["low"] <= 0 <= e["high"] for e in tested)
-                else f"**{title}**: no difference holds after correcting for {family} comparisons"
+                f"**{title}**: no difference holds after correcting for {comparisons}"
+                + (
+                    "; every 95% interval with two or more seeds contains zero"
+                    if all(e["low"] <= 0 <= e["high"] for e in tested)
+                    else ""
+                )
             )
             out[-1] += "."
             continue

@@ -453,6 +453,15 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     assert "| Electric − MLM | t | 32 | 1× | +0.160 [" in made["questions"]
     readme = " ".join(made["readme"].split())
     assert "Electric" not in readme and "of the study's 48 are in" in readme
+    # One comparison in the family: no plural.
+    alone = {"p": 0.3, "holds": False, "family": 1, "low": -0.1, "high": 0.2}
+    said = table.answers(
+        {"differences": {"electra_minus_mlm": {"t|1|32": alone}}}, ["electra_minus_mlm"]
+    )
+    assert said == [
+        "**ELECTRA − MLM**: no difference holds after correcting for 1 comparison; every 95% "
+        "interval with two or more seeds contains zero."
+    ]
     # Electric's means beside the others' at 1x; nothing at 3x, where it does not run.
     accuracy = made["accuracy"].splitlines()
     assert accuracy[0].split(" | ")[3:7] == ["none", "ELECTRA", "MLM", "Electric"]
