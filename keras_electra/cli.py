@@ -545,29 +545,35 @@ def _run_predict(args: argparse.Namespace) -> None:
 def _run_convert(args: argparse.Namespace) -> None:
     from keras_electra.convert import convert, convert_run
 
+    options = _convert_options(args)
     if args.target:
-        if not args.run:
-            raise errors.ConfigError("--to needs --run DIR, the run or init directory to convert.")
         result = convert_run(args.run, args.output, args.target)
     else:
-        if not args.source:
-            raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
-        google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
-        if args.source_format != "google" and google_only:
-            given = "--" + google_only[0].replace("_", "-")
-            raise errors.ConfigError(f"{given} applies to --from google only.")
-        if args.generator and args.source_format != "hf":
-            raise errors.ConfigError("--generator applies to --from hf only.")
-        options = {}
-        if args.source_format == "google":
-            options = dict(vocab=args.vocab, preset=args.preset, num_heads=args.num_heads)
-            options["lowercase"] = not args.cased
-        elif args.source_format == "hf":
-            options = dict(generator=args.generator)
         result = convert(args.source, args.output, args.source_format, **options)
     print(f"Wrote {result.output}")
     for note in result.notes:
         print(f"  note: {note}")
+
+
+def _convert_options(args: argparse.Namespace) -> dict:
+    """``convert``'s flags checked against each other (no TensorFlow needed), and the
+    options of its ``--from`` format."""
+    if args.target:
+        if not args.run:
+            raise errors.ConfigError("--to needs --run DIR, the run or init directory to convert.")
+        return {}
+    if not args.source:
+        raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
+    google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
+    if args.source_format != "google" and google_only:
+        given = "--" + google_only[0].replace("_", "-")
+        raise errors.ConfigError(f"{given} applies to --from google only.")
+    if args.generator and args.source_format != "hf":
+        raise errors.ConfigError("--generator applies to --from hf only.")
+    if args.source_format == "google":
+        options = dict(vocab=args.vocab, preset=args.preset, num_heads=args.num_heads)
+        return {**options, "lowercase": not args.cased}
+    return dict(generator=args.generator) if args.source_format == "hf" else {}
 
 
 @command(
@@ -708,15 +714,22 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _check_paths(args: argparse.Namespace) -> None:
+def _check_before_tensorflow(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow, made before it loads (seconds): a ``--corpus``
-    path of ``pretrain`` or ``prepare`` that does not exist. The library makes them again,
+    path of ``pretrain`` or ``prepare`` that does not exist, a Hugging Face model id that
+    is not one, ``convert``'s flags that do not go together. The library makes them again,
     in the same words."""
     if args.command in ("pretrain", "prepare") and getattr(args, "corpus", None):
         from keras_electra.data.files import check_corpus_paths_exist
 
         check_corpus_paths_exist(args.corpus)
         check_corpus_paths_exist(getattr(args, "validation", None) or [], "Validation file")
+    from keras_electra.hub_ids import check_hub_id
+
+    for name in ("init", "source", "generator"):
+        check_hub_id(getattr(args, name, None))
+    if args.command == "convert":
+        _convert_options(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -735,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
             2,
         )
     try:
-        _check_paths(args)
+        _check_before_tensorflow(args)
         _import_tensorflow_quietly()  # seconds, in which a Ctrl-C is common
         args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit

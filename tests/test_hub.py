@@ -15,6 +15,7 @@ read, online and offline.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import subprocess
@@ -282,3 +283,39 @@ def test_an_unreachable_hub_is_one_sentence_without_the_retries_lines(tmp_path, 
     err = capfd.readouterr().err
     assert status == 2 and err.count("\n") == 1, err
     assert f"Could not fetch Hugging Face model '{ORG}/gone': the Hub is not reachable" in err
+
+
+def test_a_malformed_model_id_or_flags_that_do_not_go_together_fail_before_tensorflow_loads(
+    tmp_path,
+):
+    """One sentence in a fraction of a second, not after the seconds TensorFlow takes to
+    load: checked on the command line before it is imported."""
+    code = (
+        "import json, sys\n"
+        "from keras_electra.cli import main\n"
+        "status = main(json.loads(sys.argv[1]))\n"
+        "print(status, 'tensorflow' in sys.modules)\n"
+    )
+    corpus = str(Path(__file__).resolve().parents[1] / "data" / "sample" / "shakespeare.txt")
+    cases = [
+        (["convert", "--from", "hf", "hf:a/b/c", "--output", "x"], "'hf:a/b/c' is not a Hugging"),
+        (["convert", "--from", "hf", "d", "--generator", "hf:/g", "--output", "x"], "'hf:/g' is"),
+        (["pretrain", "--corpus", corpus, "--init", "hf:", "--output", "x"], "'hf:' is not a"),
+        (["finetune", "--init", "hf:a/../b", "--task", "classify", "--train", "t.csv",
+          "--output", "x"], "'hf:a/../b' is not a"),
+        (["convert", "--from", "google", "ckpt", "--generator", "g", "--output", "x"],
+         "--generator applies to --from hf only."),
+        (["convert", "--to", "hf", "--output", "x"], "--to needs --run DIR"),
+    ]  # fmt: skip
+    for argv, said in cases:
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(argv)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert done.stdout.split() == ["2", "False"], (argv, done.stderr)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"keras-electra {argv[0]}: error: ") and said in line, line
+    assert not (tmp_path / "x").exists()

@@ -27,9 +27,10 @@ from keras_electra.convert.hf import TF_WEIGHTS_FILE as TF_WEIGHTS
 from keras_electra.convert.hf import WEIGHTS_FILE as SAFETENSORS
 from keras_electra.convert.hf import read_hf
 from keras_electra.errors import ConfigError, InputDataError
+from keras_electra.hub_ids import PREFIX, is_hub_id
+from keras_electra.hub_ids import repo_id as _repo_id
 from keras_electra.run_directory import RunDirectory
 
-PREFIX = "hf:"
 MAIN = "main"
 REQUIRED = ("config.json", "vocab.txt")
 OPTIONAL = ("tokenizer_config.json",)
@@ -59,11 +60,6 @@ class Snapshot:
             else f"its safetensors conversion pull request {self.revision}"
         )
         return f"{self.weights} from {where} (commit {self.folder.name[:12]})"
-
-
-def is_hub_id(source: str | Path | None) -> bool:
-    """Whether ``source`` names a Hub model (``hf:ORG/NAME``) rather than a path."""
-    return isinstance(source, str) and source.startswith(PREFIX)
 
 
 def cache_root() -> Path:
@@ -371,17 +367,6 @@ def _check_discriminator(model: str, folder: Path) -> None:
 
 def _note(snapshot: Snapshot) -> str:
     return f"Read {snapshot.model}: {snapshot.describe()}."
-
-
-def _repo_id(model: str) -> str:
-    repo_id = model[len(PREFIX) :] if model.startswith(PREFIX) else model
-    parts = repo_id.split("/")
-    if len(parts) > 2 or not all(parts) or any(p in (".", "..") for p in parts):
-        raise ConfigError(
-            f"'{model}' is not a Hugging Face model id; write hf:ORG/NAME, such as "
-            "hf:google/electra-small-discriminator."
-        )
-    return repo_id
 
 
 def _reason(error: Exception) -> str:
