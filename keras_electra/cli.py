@@ -717,8 +717,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def _check_before_tensorflow(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow, made before it loads (seconds): a ``--corpus``
     path of ``pretrain`` or ``prepare`` that does not exist, a Hugging Face model id that
-    is not one, ``convert``'s flags that do not go together. The library makes them again,
-    in the same words."""
+    is not one, ``convert``'s flags that do not go together. The library (for ``convert``'s
+    flags, the command) makes them again, in the same words."""
     if args.command in ("pretrain", "prepare") and getattr(args, "corpus", None):
         from keras_electra.data.files import check_corpus_paths_exist
 
