@@ -5,8 +5,9 @@ a temporary directory, and there
 
 1. ``make demo`` runs (virtualenv, install, 600 tiny-preset steps on the bundled corpus,
    report, export, score): its wall time, the run's last window and the scored sentences;
-2. ``make test`` runs (the dev install and the whole suite): passed/skipped/failed and the
-   suite's own time beside the command's;
+2. ``make test`` runs (the dev install and the suite without its slow tests; ``--parts
+   test-all`` runs ``make test-all``, every test): passed/skipped/failed and the suite's own
+   time beside the command's;
 3. the wheel (``python -m build``) is installed into a new virtualenv outside the clone, and
    ``keras-electra --version`` and a short pretrain → export → score on a copy of the sample
    corpus run from a directory that is not the repository.
@@ -16,7 +17,8 @@ Each finished part appends one run to its results file (``demo.json``, ``test_su
 ``benchmarks/doc_numbers.py``). The machine should be otherwise idle; ``--conditions``
 records what it was.
 
-    python benchmarks/fresh_clone.py                      # all three (~45 min on 2 cores)
+    python benchmarks/fresh_clone.py                      # demo, test and wheel (~45 min)
+    python benchmarks/fresh_clone.py --parts test-all     # every test, the slow ones too
     python benchmarks/fresh_clone.py --parts demo wheel   # without the suite
     python benchmarks/fresh_clone.py --parts test --without apache-beam  # without the Beam extra
 """
@@ -199,7 +201,9 @@ def wheel(clone: Path, base: dict, logs: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument(
+        "--parts", nargs="+", choices=PARTS, default=["demo", "test", "wheel"]
+    )  # test-all: by hand
     parser.add_argument("--conditions", default="idle", help="what else the machine ran")
     parser.add_argument(
         "--keep",
