@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from conftest import GRADIENT_NORMS, METRICS
 
+# What the chief writes in the run directory (another worker writes nothing there).
+RUN_FILES = ["checkpoints", "config.json", "logs", "metrics.jsonl", "run.json", "vocab.txt"]
 TIMEOUT = 600  # seconds per cluster launch: a healthy one takes under a minute on an idle
 # 2-core machine and over three on one running other jobs (TIMEOUT only catches a hang)
 
@@ -138,6 +140,27 @@ def _latest_checkpoint_step(checkpoints) -> int:
     return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state, re.M).group(1))
 
 
+def _cluster_beside_one_device(args: dict, weights: list[str], logs, tmp_path):
+    """The cluster of ``args`` (worker ``i`` saving its weights to ``weights[i]``) and, in
+    this process while the workers train, the same run on one device (its weights in
+    tmp_path/single.npz). ELECTRA's AdamW clips the global gradient norm at 1.0; the
+    pretrainer clips the workers' summed gradient, so the step is one device's. Returns
+    the workers' results and the single run."""
+    workers = _start_cluster([dict(args, weights=w) for w in weights], logs)
+    try:
+        from keras_electra.pretraining import run
+
+        single = run.pretrain(
+            **dict(args, output_dir=str(tmp_path / "single"), strategy="one_device")
+        )
+        np.savez(
+            tmp_path / "single.npz", **{v.path: np.asarray(v.numpy()) for v in single.model.weights}
+        )
+    finally:
+        results = _finish(workers, logs)
+    return results, single
+
+
 # === Fixtures ===
 
 
@@ -190,18 +213,7 @@ def test_a_two_worker_cluster_trains_as_one_device_and_only_the_chief_writes(
     run_dir = tmp_path / "run"
     args = _run_args(corpus, str(run_dir), vocab=vocab, steps=8, log_every=4, checkpoint_every=4)
     weights = [str(tmp_path / f"w{i}.npz") for i in range(2)]
-    workers = _start_cluster([dict(args, weights=w) for w in weights], logs)
-    try:
-        from keras_electra.pretraining import run
-
-        single = run.pretrain(
-            **dict(args, output_dir=str(tmp_path / "single"), strategy="one_device")
-        )
-        np.savez(
-            tmp_path / "single.npz", **{v.path: np.asarray(v.numpy()) for v in single.model.weights}
-        )
-    finally:
-        results = _finish(workers, logs)
+    results, single = _cluster_beside_one_device(args, weights, logs, tmp_path)
     assert [(r["step"], r["chief"]) for r in results] == [(8, True), (8, False)]
     assert _max_difference(*weights) == 0.0
     assert _max_difference(weights[0], tmp_path / "single.npz") < 1e-5
@@ -214,14 +226,7 @@ def test_a_two_worker_cluster_trains_as_one_device_and_only_the_chief_writes(
     assert "disc_effective_rank" not in results[1]["history"][-1]
     assert _latest_checkpoint_step(run_dir / "checkpoints") == 8
     assert "ckpt-4.index" in {p.name for p in (run_dir / "checkpoints").iterdir()}
-    assert sorted(p.name for p in run_dir.iterdir()) == [
-        "checkpoints",
-        "config.json",
-        "logs",
-        "metrics.jsonl",
-        "run.json",
-        "vocab.txt",
-    ]
+    assert sorted(p.name for p in run_dir.iterdir()) == RUN_FILES
 
 
 @pytest.mark.slow
@@ -278,21 +283,7 @@ def test_a_preempted_then_a_lost_worker_and_the_cluster_ends_as_one_uninterrupte
 
     # The health probe's first measurement costs the chief seconds of tracing: on from here.
     args["health"] = True
-    workers = _start_cluster([dict(args, weights=w) for w in weights], logs)
-    try:
-        # The same run on one device, in this process, while the workers train.
-        # ELECTRA's AdamW clips the global gradient norm at 1.0; the pretrainer clips
-        # the workers' summed gradient, so the step is one device's.
-        from keras_electra.pretraining import run
-
-        single = run.pretrain(
-            **dict(args, output_dir=str(tmp_path / "single"), strategy="one_device")
-        )
-        np.savez(
-            tmp_path / "single.npz", **{v.path: np.asarray(v.numpy()) for v in single.model.weights}
-        )
-    finally:
-        results = _finish(workers, logs)
+    results, single = _cluster_beside_one_device(args, weights, logs, tmp_path)
     assert [r["step"] for r in results] == [40, 40]
     assert [r["chief"] for r in results] == [True, False]  # what `pretrain` says at the end
     # Resumed from the backup, not the stop: the first window ends 4 steps after it.
@@ -316,14 +307,7 @@ def test_a_preempted_then_a_lost_worker_and_the_cluster_ends_as_one_uninterrupte
     assert steps == sorted(set(range(4, 41, 4)) | {stopped})
     # Only the chief wrote the run directory; the other worker's checkpoints went to a
     # temporary directory that is gone.
-    assert sorted(p.name for p in run_dir.iterdir()) == [
-        "checkpoints",
-        "config.json",
-        "logs",
-        "metrics.jsonl",
-        "run.json",
-        "vocab.txt",
-    ]
+    assert sorted(p.name for p in run_dir.iterdir()) == RUN_FILES
 
 
 def test_only_the_chief_names_the_run_directory_when_the_run_ends(tiny_run):
