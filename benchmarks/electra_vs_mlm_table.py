@@ -667,7 +667,10 @@ def plot(summary: dict, path: Path) -> bool:
             ax.set_xlabel("pretraining compute (multiples of 15.2 TFLOPs)")
             ax.set_ylabel("test accuracy difference")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[1]:
+                ax.legend(fontsize=7)
+            else:  # neither arm of the difference has a cell of this task yet
+                ax.text(0.5, 0.5, "no comparison yet", ha="center", transform=ax.transAxes)
     fig.suptitle(
         "95% intervals over pretraining seeds; filled: holds after Holm's correction", fontsize=9
     )

@@ -210,8 +210,18 @@ def test_a_resumed_pretraining_keeps_its_whole_curve_and_time_in_the_result(tmp_
     assert bench.pretrain_record(tmp_path, 300, 2.0, 40.0, windows=3)["resumed"] is False
 
 
+# The whole study's code path on small data: `make test` runs two of its arms (no
+# pretraining and ELECTRA); `make test-all` all four, MLM's and Electric's pretraining too
+# (each arm's cell costs about 40 s here). Either way the plan gives every arm's steps.
+SMOKE_ARMS = [
+    pytest.param(("none", "electra"), id="two-arms"),
+    pytest.param(("none", "electra", "mlm", "electric"), id="every-arm", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("arms", SMOKE_ARMS)
 def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_by_draw(
-    tmp_path, capsys
+    tmp_path, capsys, arms
 ):
     import matplotlib.image
 
@@ -221,16 +231,14 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     bench, table = load_benchmark("electra_vs_mlm"), load_benchmark("electra_vs_mlm_table")
     results, work = tmp_path / "results.jsonl", tmp_path / "work"
     argv = ["--smoke", "--work", str(work), "--results", str(results)]
-    assert bench.main(argv) == 0
+    assert bench.main([*argv, "--objectives", *arms]) == 0
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [r["kind"] for r in rows] == ["data", "anchor", "cell", "cell", "cell", "cell"]
+    assert [r["kind"] for r in rows] == ["data", "anchor", *["cell"] * len(arms)]
     cells = {r["objective"]: r for r in rows if r["kind"] == "cell"}
     # Electric (at 1x) after the other arms of its compute and seed.
+    expected = [("none", 0), ("electra", 1), ("mlm", 1), ("electric", 1)]
     assert [(o, c["compute"], c["seed"], c["draws"]) for o, c in cells.items()] == [
-        ("none", 0, 0, [0, 1]),
-        ("electra", 1, 0, [0, 1]),
-        ("mlm", 1, 0, [0, 1]),
-        ("electric", 1, 0, [0, 1]),
+        (o, compute, 0, [0, 1]) for o, compute in expected if o in arms
     ]
     for objective, cell in cells.items():
         # The recipe per budget: every candidate's validation accuracy on the first draw,
@@ -252,25 +260,13 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
             assert all(0.0 <= r["accuracy"] <= 1.0 for r in cell["probes"][kind]["16"])
     # LP-FT is a candidate: its runs trained the head first.
     assert any(c["probe_steps"] for c in bench.SMOKE_RECIPES)
-    # Equal compute; the arms read the in-domain vocabulary.
+    # The arms read the in-domain vocabulary.
     config = ElectraConfig.load(
         work / "tweet_sentiment" / "x1" / "electra-seed0" / "run" / "config.json"
     )
-    assert cells["mlm"]["pretrain"]["steps"] == equal_compute_steps(config, 32, 32, 20) > 20
-    assert "context_auc" in cells["electra"]["pretrain"]["metrics"]
-    # Electric's steps cost what ELECTRA's 20 do (its two cloze towers and its head at
-    # every position make a step dearer: fewer steps), within half a step.
-    electric = cells["electric"]["pretrain"]
-    assert electric["steps"] == equal_compute_steps(config, 32, 32, 20, "electric") < 20
-    assert electric["step_flops"] == get("electric").step_flops(config, 32, 32)
     electra_flops = cells["electra"]["pretrain"]["flops"]
     assert electra_flops == 20 * get("electra").step_flops(config, 32, 32)
-    assert abs(electric["flops"] - electra_flops) <= electric["step_flops"] / 2
-    assert {"disc_auc", "cloze_accuracy"} <= set(electric["metrics"])
-    electric_config = ElectraConfig.load(
-        work / "tweet_sentiment" / "x1" / "electric-seed0" / "run" / "config.json"
-    )
-    assert get("electric").step_flops(electric_config, 32, 32) == electric["step_flops"]
+    assert "context_auc" in cells["electra"]["pretrain"]["metrics"]
     assert all(" cores, " in c["cpu"] and c["cpu"].endswith("AMX") for c in cells.values())
     domain = work / "smoke-data" / "tasks" / "tweet_sentiment"
     vocab = (domain / "in_domain" / "vocab.txt").read_text()
@@ -300,9 +296,10 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     # Another seed of no pretraining: the recipe chosen on seed 0, its own draws.
     assert bench.main([*argv, "--seeds", "0", "1", "--objectives", "none"]) == 0
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [r["kind"] for r in rows[6:]] == ["anchor", "cell"]
-    assert [r["draw"] for r in rows[6]["tfidf"]["16"]] == [2, 3]
-    later = rows[7]
+    done = 2 + len(arms)
+    assert [r["kind"] for r in rows[done:]] == ["anchor", "cell"]
+    assert [r["draw"] for r in rows[done]["tfidf"]["16"]] == [2, 3]
+    later = rows[done + 1]
     assert (later["objective"], later["seed"], later["draws"]) == ("none", 1, [2, 3])
     assert "selection" not in later and later["recipes"] == cells["none"]["recipes"]
     # A rerun finds everything done and appends nothing; --plan says so.
@@ -312,34 +309,49 @@ def test_electra_vs_mlm_smoke_chooses_recipes_on_the_first_seed_and_pairs_arms_b
     assert "cell " not in capsys.readouterr().out
     assert bench.main([*argv, "--seeds", "0", "1", "--plan"]) == 0
     left = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert (left["cells_done"], left["cells_left"]) == (5, 3)  # ELECTRA, MLM, Electric of seed 1
-    assert left["finetune_runs_left"] == 3 * 2  # two draws x one fine-tuning seed, no selection
+    assert (left["cells_done"], left["cells_left"]) == (len(arms) + 1, 8 - len(arms) - 1)
+    # Seed 1's ELECTRA, MLM and Electric: two draws x one fine-tuning seed, no selection.
+    assert left["finetune_runs_left"] == 3 * 2 + (4 - len(arms)) * 3
+    planned = [("none", 0), ("none", 1), *[(o, 0) for o in ("electra", "mlm", "electric")]]
+    planned += [(o, 1) for o in ("electra", "mlm", "electric")]
     assert [(c["objective"], c["seed"], c["done"]) for c in left["cells"]] == [
-        ("none", 0, True),
-        ("none", 1, True),
-        ("electra", 0, True),
-        ("mlm", 0, True),
-        ("electric", 0, True),
-        ("electra", 1, False),
-        ("mlm", 1, False),
-        ("electric", 1, False),
+        (o, seed, o in arms and seed == 0 or o == "none") for o, seed in planned
     ]
-    electric_steps = {c["pretrain_steps"] for c in left["cells"] if c["objective"] == "electric"}
-    assert electric_steps == {electric["steps"]}
+    # Equal compute: MLM's steps cost what ELECTRA's 20 do; Electric's two cloze towers
+    # and its head at every position make a step dearer: fewer steps, within half a step.
+    steps = {c["objective"]: c["pretrain_steps"] for c in left["cells"] if c["seed"] == 0}
+    assert steps["mlm"] == equal_compute_steps(config, 32, 32, 20) > 20
+    assert steps["electric"] == equal_compute_steps(config, 32, 32, 20, "electric") < 20
+    electric_step = get("electric").step_flops(config, 32, 32)
+    assert abs(steps["electric"] * electric_step - electra_flops) <= electric_step / 2
+    for objective in set(arms) - {"none"}:  # what ran is what was planned
+        assert cells[objective]["pretrain"]["steps"] == steps[objective]
+    if "electric" in arms:
+        electric = cells["electric"]["pretrain"]
+        assert electric["step_flops"] == electric_step
+        assert electric["flops"] == steps["electric"] * electric_step
+        assert {"disc_auc", "cloze_accuracy"} <= set(electric["metrics"])
+        electric_config = ElectraConfig.load(
+            work / "tweet_sentiment" / "x1" / "electric-seed0" / "run" / "config.json"
+        )
+        assert get("electric").step_flops(electric_config, 32, 32) == electric_step
 
     # The table: pairs by seed, one seed has no interval.
     figure = tmp_path / "f.png"
     args = ["--results", str(results), "--markdown", "--figures", "--figure", str(figure)]
     assert table.main([*args, "--health-figure", str(tmp_path / "h.png")]) == 0
     out = capsys.readouterr().out
-    assert "**ELECTRA − MLM**: no comparison has two pretraining seeds yet." in out
-    assert "**Electric − ELECTRA**: no comparison has two pretraining seeds yet." in out
     assert "| tweet_sentiment | 1× | 16 | 0." in out and "(2 seed)" not in out
-    # The accuracy table's row at 1x: ELECTRA, MLM and Electric of one seed each; the
-    # Electric differences of one seed, untested.
     rows_1x = [line for line in out.splitlines() if line.startswith("| tweet_sentiment | 1× |")]
-    assert rows_1x[0].count("(1 seed)") == 3 and "not yet" not in rows_1x[0]
-    assert "| Electric − MLM | tweet_sentiment | 16 | 1× | " in out
+    if "mlm" in arms:
+        assert "**ELECTRA − MLM**: no comparison has two pretraining seeds yet." in out
+        assert "**Electric − ELECTRA**: no comparison has two pretraining seeds yet." in out
+        # The accuracy table's row at 1x: ELECTRA, MLM and Electric of one seed each; the
+        # Electric differences of one seed, untested.
+        assert rows_1x[0].count("(1 seed)") == 3 and "not yet" not in rows_1x[0]
+        assert "| Electric − MLM | tweet_sentiment | 16 | 1× | " in out
+    else:  # MLM's and Electric's columns wait for their cells
+        assert rows_1x[0].count("(1 seed)") == 1 and rows_1x[0].count("not yet") == 2
     none = table.summarize(table.read_study(results))["arms"]["tweet_sentiment|0|16|none"]
     # Two seeds give an interval (a zero-width one when a few smoke steps leave both seeds
     # predicting the majority class: the same accuracy).
@@ -630,3 +642,24 @@ def test_vocab_learning_times_each_size_it_is_given(capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["distinct_words"], r["tokens"]) for r in rows] == [(300, 120), (1000, 120)], rows
     assert all(r["seconds"] >= 0 for r in rows)
+
+
+def test_the_study_figure_marks_a_comparison_with_no_cells_yet_instead_of_an_empty_legend(
+    tmp_path,
+):
+    import warnings
+
+    import matplotlib.image
+
+    table = load_benchmark("electra_vs_mlm_table")
+    rows = [{"kind": "data", "tasks": {}, "settings": {"s": 1}}]
+    rows += [_cell("t", 0, "none", s, 0.5, 0.5) for s in (0, 1)]
+    rows += [_cell("t", 1, "electra", s, a, 0.6) for s, a in enumerate((0.6, 0.7))]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = table.summarize(table.read_study(path))
+    assert not summary["differences"].get("electra_minus_mlm")  # no MLM cell yet
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warned of a legend with nothing in it
+        assert table.plot(summary, tmp_path / "f.png") is True
+    assert np.ptp(matplotlib.image.imread(tmp_path / "f.png")) > 0
