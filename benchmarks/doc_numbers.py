@@ -284,6 +284,38 @@ def serving_table() -> str:
     )
 
 
+def vocab_table() -> str:
+    """Our WordPiece learner beside tensorflow-text's, per size (benchmarks/vocab_learning.py)."""
+    return _table(
+        [
+            "distinct words",
+            "pieces",
+            "ours, s",
+            "tensorflow-text, s",
+            "speed-up",
+            "same vocabulary",
+        ],
+        [
+            [
+                _n(r["distinct_words"]),
+                _n(r["tokens"]),
+                f"{r['seconds']:.1f}",
+                f"{r['reference_seconds']:.1f}",
+                f"{r['speedup']:.1f}×",
+                "yes" if r["identical"] else "no",
+            ]
+            for r in read_json("vocab_learning.json")["runs"]
+        ],
+    )
+
+
+def _vocab_run(distinct: int) -> dict:
+    (run,) = [
+        r for r in read_json("vocab_learning.json")["runs"] if r["distinct_words"] == distinct
+    ]
+    return run
+
+
 def _demo() -> dict:
     """The run whose scores the README shows: the latest with its printed lines."""
     return [r for r in read_json("demo.json")["runs"] if r.get("output")][-1]
@@ -520,7 +552,7 @@ def recipe_table() -> str:
 
 # === Corpus preparation ===
 
-PREPARE = "prepare_throughput_2026-11-28.json"
+PREPARE = "prepare_throughput_2026-11-30.json"
 PREPARE_ROWS = (
     ("`prepare`, in process", "prepare_in_process"),
     ("`prepare` on Beam, DirectRunner, 1 worker", "prepare_beam_1"),
@@ -657,6 +689,15 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
         field(partial(read_json, "rerank_electric.json"), "pretrain_steps", spec=","),
     ),
     "recipe-table": ("recipe_sweep.jsonl", recipe_table),
+    "vocab-table": ("vocab_learning.json", vocab_table),
+    "vocab.million_seconds": (
+        "vocab_learning.json",
+        lambda: f"{_vocab_run(1_000_000)['seconds']:.0f}",
+    ),
+    "vocab.million_reference_seconds": (
+        "vocab_learning.json",
+        lambda: f"{_vocab_run(1_000_000)['reference_seconds']:.0f}",
+    ),
     "prepare-table": (PREPARE, prepare_table),
     "prepare.ours_over_peer": (
         PREPARE,

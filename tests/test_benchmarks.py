@@ -635,13 +635,19 @@ def test_step_ab_alternates_which_side_goes_first_and_bounds_the_median():
     assert bench.median_interval([1.0] * 5) == [1.0, 1.0]
 
 
-def test_vocab_learning_times_each_size_it_is_given(capsys):
+def test_vocab_learning_times_each_size_beside_tensorflow_texts_learner(tmp_path, capsys):
     bench = load_benchmark("vocab_learning")
     assert len(bench.synthetic_counts(500)) == 500
-    assert bench.main(["--words", "300", "1000", "--vocab-size", "120"]) == 0
+    output = tmp_path / "vocab.json"
+    argv = ["--words", "300", "3000", "--vocab-size", "120", "--output", str(output)]
+    assert bench.main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["distinct_words"], r["tokens"]) for r in rows] == [(300, 120), (1000, 120)], rows
-    assert all(r["seconds"] >= 0 for r in rows)
+    assert [r["distinct_words"] for r in rows] == [300, 3000]
+    # Both learners, the same vocabulary: every character, alone and continuing a word,
+    # and the pieces that count at least the 120th word's count.
+    assert all(r["identical"] and r["tokens"] > 2 * 26 for r in rows), rows
+    assert all(r["seconds"] > 0 and r["reference_seconds"] > 0 for r in rows)
+    assert json.loads(output.read_text())["runs"] == rows
 
 
 def test_the_study_figure_marks_a_comparison_with_no_cells_yet_instead_of_an_empty_legend(

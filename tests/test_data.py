@@ -110,6 +110,58 @@ def test_a_learned_vocabulary_spells_every_word_of_its_corpus(tmp_path):
     assert vocab.index("[UNK]") not in ids, [vocab[i] for i in ids]
 
 
+def _tensorflow_text_pieces(word_counts, threshold, **limits):
+    """tensorflow-text's WordPiece learner at one threshold (its binary search reduced to
+    a single run), the reference :func:`wordpiece_pieces` must equal."""
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
+
+    return lib.learn(
+        word_counts,
+        vocab_size=10**9,  # the threshold alone decides
+        reserved_tokens=list(SPECIAL_TOKENS),
+        upper_thresh=threshold,
+        lower_thresh=threshold,
+        **limits,
+    )
+
+
+@pytest.mark.parametrize("threshold", [1, 3, 20])
+def test_the_wordpiece_learner_equals_tensorflow_texts_on_the_sample_corpus(threshold):
+    from keras_electra.data.vocab import count_words, wordpiece_pieces
+
+    counts = count_words([SAMPLE], max_lines=5000)
+    words = [(w, n) for w, n in counts.items() if w not in SPECIAL_TOKENS]
+    ours = wordpiece_pieces(words, threshold, SPECIAL_TOKENS)
+    assert ours == _tensorflow_text_pieces(words, threshold)
+    assert len(ours) > 500 and "##s" in ours
+
+
+def test_the_wordpiece_learner_equals_tensorflow_texts_at_its_limits(monkeypatch):
+    """Words over 50 characters, reserved words among the counts, an alphabet of more
+    than 1,000 characters (words with the rarest left out), more words than the learner
+    takes (the most frequent kept, ties in their order), ties in count between pieces."""
+    import random
+
+    from keras_electra.data import vocab as vocab_module
+
+    rng = random.Random(0)
+    letters = [chr(c) for c in range(0x4E00, 0x4E00 + 1100)]  # 1,100 CJK characters
+    counts = {}
+    for i in range(6000):
+        word = "".join(
+            rng.choice(letters[:40] if i % 3 else letters) for _ in range(rng.randint(1, 6))
+        )
+        counts[word] = rng.choice([1, 2, 2, 3, 5, 8])  # many ties
+    counts["x" * 51] = 500  # longer than a piece may be
+    counts["[MASK]"] = 500  # a reserved token among the words
+    words = list(counts.items())
+    monkeypatch.setattr(vocab_module, "_MAX_WORDS", 4000)
+    ours = vocab_module.wordpiece_pieces(words, 2, SPECIAL_TOKENS)
+    assert ours == _tensorflow_text_pieces(words, 2, max_input_tokens=4000)
+    assert "x" * 51 not in ours and ours.count("[MASK]") == 1
+    assert sum(len(t) == 1 for t in ours) < 1000  # the rarest characters were left out
+
+
 def test_learn_vocab_rejects_too_small_size(corpus):
     with pytest.raises(ConfigError, match="--vocab-size 5 leaves no room for words"):
         learn_vocab([corpus], vocab_size=5)
@@ -421,19 +473,19 @@ def test_learning_a_vocabulary_with_progress_says_what_it_does(tmp_path, capsys)
 def test_the_vocabulary_learners_silent_minutes_show_the_time_elapsed(
     tmp_path, capsys, monkeypatch
 ):
-    # The learner says nothing while it works (481 s for a million distinct words on a
-    # 2-core AMD EPYC): the line under way showed no sign of life until it was done.
+    # The learner says nothing while it works (a minute or more for a million distinct
+    # words): the line under way showed no sign of life until it was done.
     import time
 
-    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
+    from keras_electra.data import vocab as vocab_module
 
-    learn = lib.learn
+    learn = vocab_module.wordpiece_pieces
 
     def slow(*args, **kwargs):
         time.sleep(2.5)
         return learn(*args, **kwargs)
 
-    monkeypatch.setattr(lib, "learn", slow)
+    monkeypatch.setattr(vocab_module, "wordpiece_pieces", slow)
     path = tmp_path / "a.txt"
     path.write_text("The cat sat on the mat.\n" * 50, encoding="utf-8")
     capsys.readouterr()
