@@ -289,11 +289,11 @@ def vocab_table() -> str:
     return _table(
         [
             "distinct words",
-            "pieces",
+            "pieces learned",
             "ours, s",
             "tensorflow-text, s",
             "speed-up",
-            "same vocabulary",
+            "same pieces",
         ],
         [
             [
