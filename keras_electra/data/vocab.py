@@ -367,7 +367,7 @@ def vocab_from_counts(counts: dict[str, int], vocab_size: int, progress: bool = 
     return kept[:vocab_size]
 
 
-# WordPiece learning's limits (BERT's, and tensorflow-text's learner's defaults).
+# WordPiece learning's limits (tensorflow-text's learner's defaults).
 JOINER = "##"
 """The prefix of a piece that continues a word (``##s`` in ``place ##s``)."""
 _ROUNDS = 4  # learning rounds: each re-splits the words with the last round's pieces
