@@ -44,19 +44,13 @@ def synthetic_counts(distinct: int, seed: int = 0) -> dict[str, int]:
     return counts
 
 
-def learning_threshold(counts: dict[str, int], vocab_size: int) -> int:
-    """The count of the ``vocab_size``-th most frequent word (``vocab_from_counts``')."""
-    frequencies = sorted(counts.values(), reverse=True)
-    return max(1, frequencies[min(vocab_size, len(frequencies)) - 1])
-
-
 def compare(distinct: int, vocab_size: int, reference: bool = True) -> dict:
     """Our learner and (with ``reference``) tensorflow-text's on the same counts."""
-    from keras_electra.data.vocab import SPECIAL_TOKENS, wordpiece_pieces
+    from keras_electra.data.vocab import SPECIAL_TOKENS, learning_threshold, wordpiece_pieces
 
     counts = synthetic_counts(distinct)
     words = [(w, n) for w, n in counts.items() if w not in SPECIAL_TOKENS]
-    threshold = learning_threshold(counts, vocab_size)
+    threshold = learning_threshold(words, vocab_size)
     start = time.perf_counter()
     ours = wordpiece_pieces(words, threshold, SPECIAL_TOKENS)
     record = {

@@ -318,6 +318,21 @@ def check_vocab_size(vocab_size: int) -> None:
         )
 
 
+def learning_threshold(word_counts: list[tuple[str, int]], vocab_size: int) -> int:
+    """The count of the ``vocab_size``-th most frequent of ``word_counts`` (at least 1):
+    the threshold :func:`vocab_from_counts` runs the learner at. Reserved words are the
+    caller's to leave out first.
+
+    Examples:
+        >>> learning_threshold([("a", 9), ("b", 4), ("c", 4), ("d", 1)], 2)
+        4
+        >>> learning_threshold([("a", 9)], 30)
+        9
+    """
+    frequencies = sorted((n for _, n in word_counts), reverse=True)
+    return max(1, frequencies[min(vocab_size, len(frequencies)) - 1])
+
+
 def vocab_from_counts(counts: dict[str, int], vocab_size: int, progress: bool = False) -> list[str]:
     """A WordPiece vocabulary of at most ``vocab_size`` tokens from word counts (with
     ``progress``, a line on stderr says what is chosen from what, with the time elapsed
@@ -344,12 +359,11 @@ def vocab_from_counts(counts: dict[str, int], vocab_size: int, progress: bool = 
         raise InputDataError(
             "The corpus has no words to learn a vocabulary from; pass non-empty UTF-8 text files."
         )
-    frequencies = sorted((n for _, n in word_counts), reverse=True)
-    threshold = max(1, frequencies[min(vocab_size, len(frequencies)) - 1])
+    threshold = learning_threshold(word_counts, vocab_size)
     start = time.perf_counter()
     said = (
         f"Learning a WordPiece vocabulary of up to {vocab_size:,} tokens from "
-        f"{len(word_counts):,} distinct words ({sum(frequencies):,} in all) ..."
+        f"{len(word_counts):,} distinct words ({sum(n for _, n in word_counts):,} in all) ..."
     )
     with _elapsed(said if progress else None):
         vocab = wordpiece_pieces(word_counts, threshold, SPECIAL_TOKENS)
