@@ -593,7 +593,7 @@ def test_the_fresh_clone_benchmark_reads_what_make_demo_and_make_test_print():
     )
     with pytest.raises(ValueError, match="no closing line"):
         fresh.suite_counts("Interrupted: 1 error during collection")
-    assert re.fullmatch(r"\d+-core .+ \((no )?AMX\)", fresh.machine())
+    assert re.fullmatch(r"\d+-core .+ \((family \d+ model \d+, )?(no )?AMX\)", fresh.machine())
 
 
 def test_throughput_baseline_ratios_are_paired_by_round():
@@ -669,3 +669,31 @@ def test_the_study_figure_marks_a_comparison_with_no_cells_yet_instead_of_an_emp
         warnings.simplefilter("error")  # matplotlib warned of a legend with nothing in it
         assert table.plot(summary, tmp_path / "f.png") is True
     assert np.ptp(matplotlib.image.imread(tmp_path / "f.png")) > 0
+
+
+ZEN4 = "model name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx512_bf16\n"
+ZEN5 = "model name\t: AMD EPYC\ncpu family\t: 26\nmodel\t\t: 2\nflags\t\t: fpu avx512_bf16\n"
+SAPPHIRE = (
+    "model name\t: Intel(R) Xeon(R) Platinum 8481C\ncpu family\t: 6\nmodel\t\t: 143\n"
+    "flags\t\t: amx_bf16\n"
+)
+
+
+def test_results_tell_apart_cpu_generations_that_share_a_model_name(monkeypatch):
+    """A cloud VM's 'AMD EPYC' names generations whose training speeds differ several
+    times over; the study's cost table groups its cells by this description."""
+    info = load_benchmark("machine_info")
+    monkeypatch.setattr(info.os, "cpu_count", lambda: 2)
+    described = {}
+    for name, text in {"zen4": ZEN4, "zen5": ZEN5, "sapphire": SAPPHIRE}.items():
+        monkeypatch.setattr(info, "_cpuinfo", lambda text=text: text)
+        described[name] = (info.cpu_description(), info.machine())
+    assert described["zen4"] != described["zen5"]
+    assert described["zen5"] == (
+        "AMD EPYC (family 26 model 2), 2 cores, no AMX",
+        "2-core AMD EPYC (family 26 model 2, no AMX)",
+    )
+    assert described["sapphire"][1].endswith("(family 6 model 143, AMX)")
+    # Without /proc/cpuinfo: the platform's name, still one description.
+    monkeypatch.setattr(info, "_cpuinfo", lambda: "")
+    assert info.machine().endswith("(no AMX)") and "family" not in info.machine()
