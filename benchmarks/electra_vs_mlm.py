@@ -100,6 +100,7 @@ PRETRAIN_METRICS = (
     "disc_recall",
     "context_auc",
     "rarity_auc",
+    "probe_auc",
     "mlm_accuracy",
     "cloze_accuracy",
 )

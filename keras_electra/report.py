@@ -28,6 +28,7 @@ PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     (
         "Detector on the probe",
         (
+            "probe_auc",
             "probe_logit_std",
             "probe_mean_prob",
             "probe_replaced_fraction",

@@ -137,6 +137,7 @@ HEALTH = {
     "embedding_cosine",
     "context_auc",
     "rarity_auc",
+    "probe_auc",
     "probe_logit_std",
     "probe_mean_prob",
     "probe_replaced_fraction",

@@ -72,10 +72,10 @@ def test_the_cli_run_records_electrics_metrics_health_and_report(electric_run, c
         last
     )
     # Health: the probe's own corruption (the cloze model's samples) and the fixed ones.
-    assert {"context_auc", "rarity_auc", "probe_replaced_fraction", "disc_effective_rank"} <= set(
-        last
-    )
+    health = {"context_auc", "rarity_auc", "probe_auc", "probe_replaced_fraction"}
+    assert health | {"disc_effective_rank"} <= set(last)
     assert 0.05 < last["probe_replaced_fraction"] < 0.3
+    assert 0.0 <= last["probe_auc"] <= 1.0  # the energy's AUC at its cloze model's changes
     assert main(["report", str(electric_run)]) == 0
     report = json.loads((electric_run / "report.json").read_text())
     assert "cloze_loss" in json.dumps(report)

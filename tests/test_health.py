@@ -124,6 +124,7 @@ def test_a_fresh_model_is_healthy_and_knows_nothing(fresh_probe):
     # An untrained detector separates neither corruption.
     assert abs(health["context_auc"] - 0.5) < 0.05, health
     assert abs(health["rarity_auc"] - 0.5) < 0.05, health
+    assert abs(health["probe_auc"] - 0.5) < 0.05, health  # nor its generator's samples
     # It starts at the base rate (the output bias is the prior logit).
     assert abs(health["probe_mean_prob"] - 0.15) < 0.03, health
     assert 0.10 < health["probe_replaced_fraction"] < 0.16, health

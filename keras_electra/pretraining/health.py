@@ -120,7 +120,13 @@ class HealthProbe:
             out["probe_logit_std"] = float(logits.std())
             # sigmoid via tanh: no overflow warning for logits far below zero
             out["probe_mean_prob"] = float((0.5 + 0.5 * np.tanh(0.5 * logits)).mean())
-            out["probe_replaced_fraction"] = float((fake != self.ids)[self.ordinary].mean())
+            replaced = (fake != self.ids)[self.ordinary]
+            out["probe_replaced_fraction"] = float(replaced.mean())
+            if 0 < replaced.sum() < replaced.size:
+                # The head's own task on held-out text; for Electric, whether the energy
+                # rises on a token its cloze model changed (its disc_auc is of the NCE
+                # logit, which adds log q and can sit below 0.5: docs/run-health.md).
+                out["probe_auc"] = auc(replaced, logits)
             out["probe_identity_r2"] = identity_r2(fake[self.ordinary], logits)
         return {k: round(v, 5) for k, v in out.items()}
 
