@@ -326,3 +326,27 @@ def share(weight: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
     mean loss times it is its part of the mean over the global batch's tokens, and summed
     over replicas and micro-batches (as gradients are), exactly the one-device loss."""
     return tf.stop_gradient(weight) / tf.maximum(tf.stop_gradient(total), 1e-6)
+
+
+def detector_tokens(logits: tf.Tensor, labels: tf.Tensor, padding_mask: tf.Tensor) -> dict:
+    """An objective's per-token detector outputs, as :func:`update_detector_metrics` reads
+    them: its ``[B, L]`` float32 logits, its 0/1 labels and the real tokens."""
+    return {
+        "disc_logits": logits,
+        "disc_labels": labels,
+        "padding_mask": tf.cast(padding_mask, tf.float32),
+    }
+
+
+def update_detector_metrics(metrics: dict, tokens: dict, names: tuple[str, ...]) -> tuple:
+    """``disc_accuracy`` (at probability 0.5) and the metrics ``names`` of the labels and
+    probabilities, over the real tokens of :func:`detector_tokens`' outputs; returns the
+    flat labels and real-token mask."""
+    mask = tf.reshape(tokens["padding_mask"], [-1])
+    labels = tf.reshape(tokens["disc_labels"], [-1])
+    probs = tf.sigmoid(tf.reshape(tokens["disc_logits"], [-1]))
+    correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
+    metrics["disc_accuracy"].update_state(correct, sample_weight=mask)
+    for name in names:
+        metrics[name].update_state(labels, probs, sample_weight=mask)
+    return labels, mask

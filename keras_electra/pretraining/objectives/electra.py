@@ -20,7 +20,13 @@ from keras_electra.layers import DiscriminatorHead, ElectraBackbone
 from keras_electra.pretraining import masking
 from keras_electra.pretraining.flops import lm_head_flops, tower_flops
 from keras_electra.pretraining.memory import lm_logits, tower_activations
-from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
+from keras_electra.pretraining.objectives import (
+    Objective,
+    ObjectiveOutput,
+    detector_tokens,
+    share,
+    update_detector_metrics,
+)
 from keras_electra.pretraining.objectives.mlm import lm_head, predict_masked
 
 
@@ -146,9 +152,8 @@ class ReplacedTokenDetection(Objective):
         tokens = {
             "mlm_correct": mlm_correct,
             "sampled_correct": tf.cast(tf.equal(sampled, masked.labels), tf.float32),
-            "disc_logits": disc_logits,  # [B, L] float32 "replaced" logits
-            "disc_labels": labels,  # [B, L] 1.0 where the token was replaced
-            "padding_mask": tf.cast(padding_mask, tf.float32),
+            # "replaced" logits; labels 1.0 where the token was replaced
+            **detector_tokens(disc_logits, labels, padding_mask),
         }
         return ObjectiveOutput(losses, masked, tokens)
 
@@ -156,13 +161,8 @@ class ReplacedTokenDetection(Objective):
         t, weights = out.tokens, out.masked.weights
         metrics["mlm_accuracy"].update_state(t["mlm_correct"], sample_weight=weights)
         metrics["sampled_mlm_accuracy"].update_state(t["sampled_correct"], sample_weight=weights)
-        mask = tf.reshape(t["padding_mask"], [-1])
-        labels = tf.reshape(t["disc_labels"], [-1])
-        probs = tf.sigmoid(tf.reshape(t["disc_logits"], [-1]))
-        correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
-        metrics["disc_accuracy"].update_state(correct, sample_weight=mask)
-        for name in ("disc_precision", "disc_recall", "disc_auc"):
-            metrics[name].update_state(labels, probs, sample_weight=mask)
+        names = ("disc_precision", "disc_recall", "disc_auc")
+        labels, mask = update_detector_metrics(metrics, t, names)
         metrics["replaced_fraction"].update_state(labels, sample_weight=mask)
 
     def forward_flops(self, config, batch, length):

@@ -43,7 +43,13 @@ from keras_electra.layers.cloze import TwoTowerCloze
 from keras_electra.pretraining import masking
 from keras_electra.pretraining.flops import tower_flops
 from keras_electra.pretraining.memory import lm_logits, tower_activations
-from keras_electra.pretraining.objectives import Objective, ObjectiveOutput, share
+from keras_electra.pretraining.objectives import (
+    Objective,
+    ObjectiveOutput,
+    detector_tokens,
+    share,
+    update_detector_metrics,
+)
 from keras_electra.pretraining.objectives.mlm import lm_head
 
 # === The objective's math, as pure functions ===
@@ -188,9 +194,8 @@ class EnergyCloze(Objective):
             "cloze_correct": tf.cast(tf.equal(predicted, token_ids), tf.float32),
             "candidates": candidates,
             "sampled_original": tf.cast(tf.equal(sampled, masked.labels), tf.float32),
-            "disc_logits": disc_logits,  # [B, L] float32 "resampled" logits
-            "disc_labels": labels,  # [B, L] 1.0 where the token was resampled
-            "padding_mask": tf.cast(padding_mask, tf.float32),
+            # "resampled" logits; labels 1.0 where the token was resampled
+            **detector_tokens(disc_logits, labels, padding_mask),
         }
         return ObjectiveOutput(losses, masked, tokens)
 
@@ -200,12 +205,7 @@ class EnergyCloze(Objective):
         metrics["resampled_original"].update_state(
             t["sampled_original"], sample_weight=out.masked.weights
         )
-        mask = tf.reshape(t["padding_mask"], [-1])
-        labels = tf.reshape(t["disc_labels"], [-1])
-        probs = tf.sigmoid(tf.reshape(t["disc_logits"], [-1]))
-        correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
-        metrics["disc_accuracy"].update_state(correct, sample_weight=mask)
-        metrics["disc_auc"].update_state(labels, probs, sample_weight=mask)
+        update_detector_metrics(metrics, t, ("disc_auc",))
 
     def forward_flops(self, config, batch, length):
         disc, gen = config.discriminator_config(), config.generator_config()
