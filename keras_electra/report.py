@@ -152,7 +152,7 @@ def report_text(summary: dict) -> str:
     lines = []
     for run in summary["runs"]:
         last = summary["last_window"][run]
-        keys = ("step", "loss", "disc_auc", "disc_recall", "context_auc", "rarity_auc")
+        keys = ("step", "loss", "disc_auc", "disc_recall", "probe_auc", "context_auc", "rarity_auc")
         shown = ", ".join(f"{k}={_fmt(last[k])}" for k in keys if k in last)
         lines.append(f"{run}: {shown}")
         overhead = summary["health_overhead"].get(run)

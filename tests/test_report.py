@@ -32,7 +32,7 @@ def test_report_of_a_short_pretraining_run(tiny_run, tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["report", str(tiny_run), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "step=4" in printed and "WARNING" not in printed
+    assert "step=4" in printed and "probe_auc=" in printed and "WARNING" not in printed
     decoded_png(out / "report.png")
     summary = json.loads((out / "report.json").read_text())
     drawn = {name for panel in summary["panels"] for name in panel["metrics"]}
