@@ -1,22 +1,27 @@
-"""One pretraining step per kernel backend, recorded bit for bit (tests/golden/steps/one_step.json).
+"""One pretraining step per kernel backend, recorded bit for bit (tests/golden/steps/).
 
 ``python tests/step_fixture.py [COMMIT]`` (``PYTHONPATH`` at a checkout of ``COMMIT``,
 run in the repository) runs one training step of a small pretrainer (masking, sampling,
 both losses, clipping, AdamW) from a fixed seed and batch on each backend
 (``reference``, ``xla``, ``native``) and policy (float32, ``mixed_bfloat16``), each in a
 fresh process, and writes its logs (as ``float.hex``) and the SHA-256 of every weight
-after the update. ``tests/test_kernel_conformance.py`` holds today's code to the file:
-the values are those of the commit it names (74faae4, before the kernels moved to
-``keras_electra/kernels/``), and a change of the kernels' code that changes no numerics
-keeps every one of them, bit for bit.
+after the update. ``tests/test_kernel_conformance.py`` holds today's code to the record
+of the machine it runs on: the values are those of the commit a record names (74faae4,
+before the kernels moved to ``keras_electra/kernels/``), and a change of the kernels'
+code that changes no numerics keeps every one of them, bit for bit.
 
-Bit for bit holds on one machine only: the compiled kernels are built for this CPU
+Bit for bit holds on one kind of machine only: the compiled kernels are built for its CPU
 (``-march=native``), oneDNN chooses its kernels by CPU, and reductions split by thread
-count. The file records the machine's signature (:func:`machine`: the CPU's model and
-flags, the core count, TensorFlow's and Keras' versions, the C++ compiler's version); on
-another machine the test is skipped, and ``test_a_pretraining_step_matches_the_reference``
-(the same step against the ``reference`` backend, within tolerances) still runs. To record
-on another machine, check the recorded commit out, run this file, and copy the result.
+count. So each record names the machine's signature (:func:`machine`: the CPU's model
+and flags, the core count, TensorFlow's and Keras' versions, the C++ compiler's version)
+and is a file of its own, ``one_step.json`` (the first) or ``one_step_<signature>.json``;
+on a machine with no record the test is skipped, and
+``test_a_pretraining_step_matches_the_reference`` (the same step against the
+``reference`` backend, within tolerances) still runs. To record on another machine,
+check the recorded commit out and run this file there with ``PYTHONPATH`` at it::
+
+    git worktree add /tmp/golden 74faae4
+    PYTHONPATH=/tmp/golden python tests/step_fixture.py 74faae4
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-GOLDEN = Path(__file__).parent / "golden" / "steps" / "one_step.json"
+GOLDEN_DIR = Path(__file__).parent / "golden" / "steps"
 BACKENDS = ("reference", "xla", "native")
 DTYPES = ("float32", "bfloat16")
 
@@ -53,6 +58,16 @@ def machine() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def recorded_here() -> dict | None:
+    """The record of this machine (its signature), if one was written."""
+    here = machine()
+    for path in sorted(GOLDEN_DIR.glob("one_step*.json")):
+        record = json.loads(path.read_text())
+        if record["machine"] == here:
+            return record
+    return None
+
+
 def one_step(dtype: str):
     """``(model, batch, logs)`` after one training step on the backend the environment
     chooses (``KERAS_ELECTRA_KERNELS``), from the same seed and batch."""
@@ -63,14 +78,14 @@ def one_step(dtype: str):
     from keras_electra.training.optimizer import create_optimizer
 
     keras.utils.set_random_seed(1)
-    model = ElectraPretrainer.from_preset(
-        "tiny",
-        seed=1,
-        dtype=f"mixed_{dtype}" if dtype != "float32" else None,
-        vocab_size=300,
-        num_layers=2,
-        max_position_embeddings=32,
-    )
+    policy = f"mixed_{dtype}" if dtype != "float32" else None
+    sizes = dict(vocab_size=300, num_layers=2, max_position_embeddings=32)
+    if hasattr(ElectraPretrainer, "from_preset"):
+        model = ElectraPretrainer.from_preset("tiny", seed=1, dtype=policy, **sizes)
+    else:  # the recorded commit (74faae4): the recipe was the config's
+        from keras_electra.config import ElectraConfig
+
+        model = ElectraPretrainer(ElectraConfig.from_preset("tiny", **sizes), seed=1, dtype=policy)
     model.compile(
         optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=10, warmup_steps=0)
     )
@@ -146,7 +161,9 @@ def main() -> None:
             runs[f"{name}/{dtype}"] = json.loads(done.stdout.strip().splitlines()[-1])
             print(name, dtype, runs[f"{name}/{dtype}"]["logs"].get("loss"), flush=True)
     record = {"commit": commit, "machine": machine(), "runs": runs}
-    GOLDEN.write_text(json.dumps(record, indent=1) + "\n")
+    path = GOLDEN_DIR / f"one_step_{record['machine']}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
