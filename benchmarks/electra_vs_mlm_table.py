@@ -64,7 +64,7 @@ ELECTRIC_COMPUTES = (1,)
 STUDY_CELLS = 48
 NOT_YET = "not yet"
 ALPHA = 0.05
-HEALTH = ("disc_auc", "context_auc", "rarity_auc", "mlm_accuracy", "cloze_accuracy")
+HEALTH = ("disc_auc", "probe_auc", "context_auc", "rarity_auc", "mlm_accuracy", "cloze_accuracy")
 
 
 # === Reading ===
@@ -250,7 +250,8 @@ def summarize(rows: list[dict]) -> dict:
         "anchors": anchored,
         "probes": probe_means(rows),
         "components": {"|".join(map(str, k)): v for k, v in components(rows).items()},
-        "health": health(rows),
+        "health": (healths := health(rows))[0],
+        "health_seeds": healths[1],
         "cost": cost(rows),
         "data": next((r["tasks"] for r in rows if r.get("kind") == "data"), {}),
         "cells": sum(r.get("kind") == "cell" for r in rows),
@@ -289,14 +290,16 @@ def probe_means(rows: list[dict]) -> dict:
     return {k: interval(v) for k, v in values.items()}
 
 
-def health(rows: list[dict]) -> dict:
-    """The pretrained discriminators' run health at the end of pretraining, mean over seeds."""
+def health(rows: list[dict]) -> tuple[dict, dict]:
+    """The pretrained discriminators' run health at the end of pretraining, mean over seeds,
+    and how many seeds recorded each metric (``probe_auc`` only from 2026-11-30 on)."""
     values: dict = collections.defaultdict(list)
     for row in rows:
         if row.get("kind") == "cell" and row["objective"] != "none":
             for metric, value in row["pretrain"].get("metrics", {}).items():
                 values[f"{row['task']}|{row['compute']}|{row['objective']}|{metric}"].append(value)
-    return {k: statistics.fmean(v) for k, v in values.items()}
+    means = {k: statistics.fmean(v) for k, v in values.items()}
+    return means, {k: len(v) for k, v in values.items()}
 
 
 def cost(rows: list[dict]) -> dict:
@@ -490,8 +493,16 @@ def health_table(summary: dict) -> str:
         {tuple(k.split("|")[:3]) for k in summary["health"]},
         key=lambda k: (k[0], int(k[1]), ARMS.index(k[2])),
     )
+    seeds = summary.get("health_seeds", {})
     for task, compute, arm in keys:
-        values = [_pct(summary["health"].get(f"{task}|{compute}|{arm}|{m}")) for m in HEALTH]
+        counts = {m: seeds.get(f"{task}|{compute}|{arm}|{m}", 0) for m in HEALTH}
+        values = []
+        for m in HEALTH:
+            value = _pct(summary["health"].get(f"{task}|{compute}|{arm}|{m}"))
+            # A metric that only the later seeds recorded says over how many it is a mean.
+            if value and counts[m] < max(counts.values()):
+                value += f" ({counts[m]} seed{'s' * (counts[m] > 1)})"
+            values.append(value)
         lines.append(f"| {task} | {compute}× | {arm} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 

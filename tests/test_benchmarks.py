@@ -697,3 +697,35 @@ def test_results_tell_apart_cpu_generations_that_share_a_model_name(monkeypatch)
     # Without /proc/cpuinfo: the platform's name, still one description.
     monkeypatch.setattr(info, "_cpuinfo", lambda: "")
     assert info.machine().endswith("(no AMX)") and "family" not in info.machine()
+
+
+def test_the_health_table_says_over_how_many_seeds_a_later_metric_is_a_mean():
+    """probe_auc came in after the first seeds: its mean says how many seeds it is over."""
+    table = load_benchmark("electra_vs_mlm_table")
+
+    def cell(seed, metrics):
+        pretrain = {"metrics": metrics}
+        return {
+            "kind": "cell",
+            "task": "t",
+            "compute": 1,
+            "objective": "electric",
+            "seed": seed,
+            "pretrain": pretrain,
+        }
+
+    rows = [
+        cell(0, {"disc_auc": 0.4, "rarity_auc": 0.8}),
+        cell(1, {"disc_auc": 0.5, "rarity_auc": 0.9}),
+        cell(2, {"disc_auc": 0.6, "rarity_auc": 1.0, "probe_auc": 0.55}),
+    ]
+    means, seeds = table.health(rows)
+    assert means["t|1|electric|disc_auc"] == pytest.approx(0.5)
+    assert seeds == {
+        "t|1|electric|disc_auc": 3,
+        "t|1|electric|rarity_auc": 3,
+        "t|1|electric|probe_auc": 1,
+    }
+    line = table.health_table({"health": means, "health_seeds": seeds}).splitlines()[-1]
+    assert line.startswith("| t | 1× | electric | 0.500 | 0.550 (1 seed) | ")
+    assert "0.900 |" in line and "0.900 (" not in line
