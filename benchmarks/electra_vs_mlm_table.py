@@ -588,8 +588,10 @@ def answers(summary: dict, questions=tuple(QUESTIONS)) -> list[str]:
             + (f" ({e['of']})" if question == "best_minus_none" else "")
             for k, e in holding
         )
+        noun = "difference" if len(tested) == 1 else "differences"
+        verb = "holds" if len(holding) == 1 else "hold"
         out.append(
-            f"**{title}**: {len(holding)} of {len(tested)} differences hold after Holm's "
+            f"**{title}**: {len(holding)} of {len(tested)} {noun} {verb} after Holm's "
             f"correction{scope}: {listed}."
         )
     return out

@@ -451,7 +451,7 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     early = table.cost_table({"cost": {"cpu B": {"finetune_run_seconds": 136.9}}})
     assert "| cpu B | not yet | not yet | not yet | 136.9 | not yet | not yet |" in early
     assert (
-        "**ELECTRA − MLM**: 1 of 2 differences hold after Holm's correction: t at 32 "
+        "**ELECTRA − MLM**: 1 of 2 differences holds after Holm's correction: t at 32 "
         in made["answers"]
     )
     assert (
@@ -459,7 +459,7 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
         in made["questions"]
     )
     assert (
-        "**Electric − ELECTRA**: 1 of 1 differences hold after Holm's correction over 2 "
+        "**Electric − ELECTRA**: 1 of 1 difference holds after Holm's correction over 2 "
         "comparisons: t at 32 labels, 1×: +0.060 [" in made["answers"]
     )
     assert "| Electric − MLM | t | 32 | 1× | +0.160 [" in made["questions"]
