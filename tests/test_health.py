@@ -2,6 +2,7 @@
 
 import itertools
 
+import keras
 import numpy as np
 import pytest
 from conftest import SAMPLE_VALID  # noqa: I001
@@ -86,7 +87,9 @@ def test_a_collapsed_run_raises_each_warning_once_and_a_healthy_one_none():
     assert set(kinds) == {"dead_detector", "collapsed_representation"}
     # Recall 0 from the first window; the AUC rule needs three windows below 0.6.
     assert kinds["dead_detector"]["since"] == 200 and kinds["dead_detector"]["step"] == 300
-    assert kinds["collapsed_representation"]["step"] == 50
+    # Flat logits and one vector from the first window, for three windows.
+    assert kinds["collapsed_representation"]["since"] == 50
+    assert kinds["collapsed_representation"]["step"] == 150
     assert all("try" in w["message"] for w in warnings)
     assert kinds["dead_detector"]["message"].endswith(
         # A resumed run refuses another generator size: the remedy says it takes a new one.
@@ -105,10 +108,27 @@ def test_a_collapsed_run_raises_each_warning_once_and_a_healthy_one_none():
     assert collapse_warnings(healthy_run()) == []
 
 
+def test_a_state_a_run_passes_through_raises_no_warning():
+    """An Electric run's energy head starts at zero: its first window has flat logits and
+    one vector (final-layer cosine 0.97, spread 0.007 at step 50 of a tiny run), then
+    spreads (0.066 at step 100, 2.5 at 150). One window, or two, is not a collapse."""
+    electric = [
+        {"step": 50, "probe_logit_std": 0.007, "disc_cosine_2": 0.97, "disc_auc": 0.5},
+        {"step": 100, "probe_logit_std": 0.066, "disc_cosine_2": 0.998, "disc_auc": 0.42},
+        {"step": 150, "probe_logit_std": 2.53, "disc_cosine_2": 0.89, "disc_auc": 0.53},
+    ]
+    assert collapse_warnings(electric, temperature=False) == []
+    flat = {"probe_logit_std": 0.005, "disc_cosine_2": 0.97}
+    twice = [{"step": 50, **flat}, {"step": 100, **flat}, {"step": 150, "disc_cosine_2": 0.3}]
+    assert collapse_warnings(twice) == []
+
+
 @pytest.fixture(scope="module")
 def fresh_probe():
     vocab = learn_vocab([str(SAMPLE_VALID)], vocab_size=2000)
     tokenizer = ElectraTokenizer(vocab)
+    # The model's seed is its masking and sampling streams'; its weights follow Keras' seed.
+    keras.utils.set_random_seed(0)
     model = ElectraPretrainer.from_preset("tiny", vocab_size=len(vocab), seed=0)
     data = pretraining_dataset(
         [str(SAMPLE_VALID)], tokenizer, batch_size=32, max_seq_length=128, seed=1
@@ -124,7 +144,9 @@ def test_a_fresh_model_is_healthy_and_knows_nothing(fresh_probe):
     # An untrained detector separates neither corruption.
     assert abs(health["context_auc"] - 0.5) < 0.05, health
     assert abs(health["rarity_auc"] - 0.5) < 0.05, health
-    assert abs(health["probe_auc"] - 0.5) < 0.05, health  # nor its generator's samples
+    # Nor its generator's samples; this AUC varies more from one initialization to the
+    # next (0.485-0.555 over five), as a token's score follows its random embedding.
+    assert abs(health["probe_auc"] - 0.5) < 0.1, health
     # It starts at the base rate (the output bias is the prior logit).
     assert abs(health["probe_mean_prob"] - 0.15) < 0.03, health
     assert 0.10 < health["probe_replaced_fraction"] < 0.16, health

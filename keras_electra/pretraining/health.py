@@ -29,9 +29,10 @@ PROBE_SEED = 1234
 TOP_TOKENS = 200
 CORRUPTION_RATE = 0.15
 
-# Collapse warning rules (see collapse_warnings).
+# Collapse warning rules (see collapse_warnings): each must hold for WINDOWS windows in a
+# row, so a state a run passes through (an energy head that starts at zero) raises none.
 DEAD_AUC = 0.6
-DEAD_WINDOWS = 3
+WINDOWS = 3
 FLAT_LOGIT_STD = 0.02
 COLLAPSED_COSINE = 0.9
 
@@ -255,13 +256,16 @@ def collapse_warnings(
     - *dead detector*: ``disc_recall`` is 0 and ``disc_auc`` below 0.6 in three
       windows in a row (the discriminator predicts the base rate everywhere);
     - *collapsed representation*: ``probe_logit_std`` below 0.02 while the final
-      layer's ``disc_cosine`` is above 0.9 (every token has one vector).
+      layer's ``disc_cosine`` is above 0.9, in three windows in a row (every token has
+      one vector; an Electric run passes through it in its first window, as its energy
+      head starts at zero).
 
     Returns:
         A list of ``{"step", "since", "kind", "message"}`` dicts.
     """
     warnings: list[dict] = []
     dead_run: list[int] = []
+    flat_run: list[int] = []
     hotter = ["a higher --temperature"] if temperature else []
     for record in records:
         step, seen = int(record.get("step", 0)), {w["kind"] for w in warnings}
@@ -270,7 +274,7 @@ def collapse_warnings(
             dead_run.append(step)
         else:
             dead_run = []
-        if len(dead_run) >= DEAD_WINDOWS and "dead_detector" not in seen:
+        if len(dead_run) >= WINDOWS and "dead_detector" not in seen:
             message = (
                 f"The discriminator stopped detecting replacements at step {dead_run[0]} "
                 f"(recall 0, AUC {disc_auc:.2f} for {len(dead_run)} windows): it predicts the "
@@ -284,15 +288,19 @@ def collapse_warnings(
                 dict(step=step, since=dead_run[0], kind="dead_detector", message=message)
             )
         std, cosine = record.get("probe_logit_std"), _final_cosine(record)
-        flat = std is not None and std < FLAT_LOGIT_STD
-        if flat and (cosine or 0.0) > COLLAPSED_COSINE and "collapsed_representation" not in seen:
+        if std is not None and std < FLAT_LOGIT_STD and (cosine or 0.0) > COLLAPSED_COSINE:
+            flat_run.append(step)
+        else:
+            flat_run = []
+        if len(flat_run) >= WINDOWS and "collapsed_representation" not in seen:
             message = (
-                f"The discriminator's token vectors collapsed at step {step} (final-layer "
-                f"cosine {cosine:.2f}, logit spread {std:.3f}): every token looks the same to "
-                f"it; try {_either(['a lower --learning-rate', *hotter])}."
+                f"The discriminator's token vectors collapsed at step {flat_run[0]} "
+                f"(final-layer cosine {cosine:.2f}, logit spread {std:.3f} for "
+                f"{len(flat_run)} windows): every token looks the same to it; try "
+                f"{_either(['a lower --learning-rate', *hotter])}."
             )
             kind = "collapsed_representation"
-            warnings.append(dict(step=step, since=step, kind=kind, message=message))
+            warnings.append(dict(step=step, since=flat_run[0], kind=kind, message=message))
     return warnings
 
 
