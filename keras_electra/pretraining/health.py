@@ -263,44 +263,53 @@ def collapse_warnings(
     Returns:
         A list of ``{"step", "since", "kind", "message"}`` dicts.
     """
-    warnings: list[dict] = []
-    dead_run: list[int] = []
-    flat_run: list[int] = []
     hotter = ["a higher --temperature"] if temperature else []
-    for record in records:
-        step, seen = int(record.get("step", 0)), {w["kind"] for w in warnings}
-        recall, disc_auc = record.get("disc_recall"), record.get("disc_auc")
-        if recall is not None and disc_auc is not None and recall == 0 and disc_auc < DEAD_AUC:
-            dead_run.append(step)
-        else:
-            dead_run = []
-        if len(dead_run) >= WINDOWS and "dead_detector" not in seen:
-            message = (
-                f"The discriminator stopped detecting replacements at step {dead_run[0]} "
-                f"(recall 0, AUC {disc_auc:.2f} for {len(dead_run)} windows): it predicts the "
-                "base rate everywhere; try "
+
+    def dead(record):
+        recall, value = record.get("disc_recall"), record.get("disc_auc")
+        return recall is not None and value is not None and recall == 0 and value < DEAD_AUC
+
+    def collapsed(record):
+        std = record.get("probe_logit_std")
+        return (
+            std is not None
+            and std < FLAT_LOGIT_STD
+            and (_final_cosine(record) or 0.0) > COLLAPSED_COSINE
+        )
+
+    rules = {
+        "dead_detector": (
+            dead,
+            lambda since, record, windows: (
+                f"The discriminator stopped detecting replacements at step {since} "
+                f"(recall 0, AUC {record['disc_auc']:.2f} for {windows} windows): it predicts "
+                "the base rate everywhere; try "
                 + _either(
                     ["a lower --learning-rate", *hotter, "a smaller --generator-size (a new run)"]
                 )
                 + "."
-            )
-            warnings.append(
-                dict(step=step, since=dead_run[0], kind="dead_detector", message=message)
-            )
-        std, cosine = record.get("probe_logit_std"), _final_cosine(record)
-        if std is not None and std < FLAT_LOGIT_STD and (cosine or 0.0) > COLLAPSED_COSINE:
-            flat_run.append(step)
-        else:
-            flat_run = []
-        if len(flat_run) >= WINDOWS and "collapsed_representation" not in seen:
-            message = (
-                f"The discriminator's token vectors collapsed at step {flat_run[0]} "
-                f"(final-layer cosine {cosine:.2f}, logit spread {std:.3f} for "
-                f"{len(flat_run)} windows): every token looks the same to it; try "
-                f"{_either(['a lower --learning-rate', *hotter])}."
-            )
-            kind = "collapsed_representation"
-            warnings.append(dict(step=step, since=flat_run[0], kind=kind, message=message))
+            ),
+        ),
+        "collapsed_representation": (
+            collapsed,
+            lambda since, record, windows: (
+                f"The discriminator's token vectors collapsed at step {since} "
+                f"(final-layer cosine {_final_cosine(record):.2f}, logit spread "
+                f"{record['probe_logit_std']:.3f} for {windows} windows): every token looks "
+                f"the same to it; try {_either(['a lower --learning-rate', *hotter])}."
+            ),
+        ),
+    }
+    warnings: list[dict] = []
+    streaks: dict[str, list[int]] = {kind: [] for kind in rules}
+    for record in records:
+        step, seen = int(record.get("step", 0)), {w["kind"] for w in warnings}
+        for kind, (holds, message) in rules.items():
+            streaks[kind] = streaks[kind] + [step] if holds(record) else []
+            streak = streaks[kind]
+            if len(streak) >= WINDOWS and kind not in seen:
+                text = message(streak[0], record, len(streak))
+                warnings.append(dict(step=step, since=streak[0], kind=kind, message=text))
     return warnings
 
 
