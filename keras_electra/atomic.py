@@ -54,8 +54,8 @@ def check_writable(directory: str | Path, flag: str = "--output") -> None:
         >>> check_writable(a_file + "/run")
         Traceback (most recent call last):
         ...
-        keras_electra.errors.StorageError: Cannot write --output '.../run': '...' is not a \
-folder you can write to; pass a directory you can write, or fix its permissions.
+        keras_electra.errors.StorageError: Cannot write --output '.../run': '...' is a file, \
+not a folder; pass a path whose every part is a folder.
     """
     if "://" in str(directory):
         return
@@ -68,10 +68,17 @@ folder you can write to; pass a directory you can write, or fix its permissions.
     if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
         return
     shown = existing if path.is_absolute() else os.path.relpath(existing)
-    why = "is not a folder you can write to"
-    if existing.is_dir() and os.statvfs(existing).f_flag & os.ST_RDONLY:
-        why = "is on a read-only file system"
+    if not existing.is_dir():
+        raise StorageError(
+            f"Cannot write {flag} '{path}': '{shown}' is a file, not a folder; pass a path "
+            "whose every part is a folder."
+        )
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        raise StorageError(
+            f"Cannot write {flag} '{path}': '{shown}' is on a read-only file system; remount "
+            "it writable or pass a directory on another."
+        )
     raise StorageError(
-        f"Cannot write {flag} '{path}': '{shown}' {why}; pass a directory you can write, or "
-        "fix its permissions."
+        f"Cannot write {flag} '{path}': '{shown}' is not a folder you can write to; pass a "
+        "directory you can write, or fix its permissions."
     )

@@ -762,9 +762,12 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + int(signal.SIGPIPE)  # as a shell reports a command its pipe ended
     except OSError as e:  # a write the library does not wrap: one sentence, not a traceback
         where = f" '{e.filename}'" if e.filename else ""
+        remedy = (
+            errors.storage_remedy(e, e.filename) if e.filename else "free space or fix the path"
+        )
         return fail(
-            f"error: could not access{where} ({errors.storage_reason(e)}); free space or fix "
-            "the path, then run the command again.",
+            f"error: could not access{where} ({errors.storage_reason(e)}); {remedy}, "
+            "then run the command again.",
             2,
         )
     except KeyboardInterrupt:

@@ -64,27 +64,57 @@ _REASONS = {
     errno.EPERM: "permission denied",
     errno.EROFS: "the file system is read-only",
     errno.ENOENT: "the directory was removed",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
 }
+# TensorFlow's file errors carry no errno: these words of their messages stand for one.
+_MARKERS = (
+    ("no space left", errno.ENOSPC),
+    ("quota", errno.EDQUOT),
+    ("read-only", errno.EROFS),
+    ("permission denied", errno.EACCES),
+    ("not a directory", errno.ENOTDIR),
+    ("not found", errno.ENOENT),
+    ("no such file", errno.ENOENT),
+)
+
+
+def _storage_errno(error: BaseException) -> int | None:
+    if isinstance(error, OSError) and error.errno in _REASONS:
+        return error.errno
+    text = str(error).lower()
+    return next((code for marker, code in _MARKERS if marker in text), None)
 
 
 def storage_reason(error: BaseException) -> str:
     """A short reason for an ``OSError`` or a TensorFlow file error ("no space left ...")."""
-    if isinstance(error, OSError) and error.errno in _REASONS:
-        return _REASONS[error.errno]
-    text = str(error).lower()
-    for marker, reason in (
-        ("no space left", _REASONS[errno.ENOSPC]),
-        ("quota", _REASONS[errno.EDQUOT]),
-        ("read-only", _REASONS[errno.EROFS]),
-        ("permission denied", _REASONS[errno.EACCES]),
-        ("not found", _REASONS[errno.ENOENT]),
-        ("no such file", _REASONS[errno.ENOENT]),
-    ):
-        if marker in text:
-            return reason
+    if (code := _storage_errno(error)) is not None:
+        return _REASONS[code]
     if isinstance(error, OSError) and error.strerror:
         return error.strerror[:1].lower() + error.strerror[1:]
     return str(error).strip().splitlines()[-1][:200] if str(error).strip() else type(error).__name__
+
+
+def storage_remedy(error: BaseException, where: str | os.PathLike) -> str:
+    """What to do about a failed write at ``where``, for the reason :func:`storage_reason`
+    gives: free space for a full disk, permissions for a refused one, a writable mount
+    for a read-only file system, another path for one through a file.
+
+    Examples:
+        >>> storage_remedy(OSError(errno.ENOSPC, "No space left on device"), "runs/a")
+        "free space on the disk that holds 'runs/a'"
+        >>> storage_remedy(OSError(errno.ENOTDIR, "Not a directory"), "notes.txt/run")
+        "pass another path than 'notes.txt/run', whose every part is a folder"
+    """
+    code = _storage_errno(error)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"free space on the disk that holds '{where}'"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"fix the permissions of '{where}'"
+    if code == errno.EROFS:
+        return f"remount the file system that holds '{where}' writable"
+    if code == errno.ENOTDIR:
+        return f"pass another path than '{where}', whose every part is a folder"
+    return f"free space or fix the permissions of '{where}'"
 
 
 def free_bytes(path: str | os.PathLike) -> int | None:

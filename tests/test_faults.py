@@ -414,11 +414,14 @@ def test_read_only_disk_is_one_sentence_naming_the_run_directory(
     kwargs = dict(log_every=2, checkpoint_every=2, vocab=str(vocab_file), **FAST)
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     try:
-        with pytest.raises(StorageError, match="the file system is read-only") as caught:
+        # Refused before the model is built: the run directory cannot be written.
+        with pytest.raises(StorageError, match="is on a read-only file system") as caught:
             pretrain([str(small_corpus)], run_dir, steps=6, **kwargs)
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
-    assert f"permissions of '{run_dir}'" in str(caught.value) and "\n" not in str(caught.value)
+    message = str(caught.value)
+    assert f"Cannot write --output '{run_dir}'" in message and "remount it writable" in message
+    assert "\n" not in message
     assert load_run(run_dir)[2] == 4
 
 
@@ -603,3 +606,56 @@ def test_a_changed_vocabulary_is_refused_on_resume(small_corpus, vocab_file, bas
         pretrain([str(small_corpus)], run_dir, steps=6, vocab=str(other), **kwargs)
     with pytest.raises(ConfigError, match="vocab.txt has changed"):
         load_run(run_dir)  # export and fine-tuning refuse it too
+
+
+def test_an_output_inside_a_file_is_refused_before_a_vocabulary_is_learned(
+    small_corpus, tmp_path, capsys, monkeypatch
+):
+    """Was: pretrain learned the vocabulary (minutes on a large corpus) before its first
+    write failed, and prepare ended in TensorFlow's traceback ("FailedPreconditionError:
+    notes.txt is not a directory")."""
+    from keras_electra.data import prepare as prepare_module
+
+    def no_learning(*args, **kwargs):
+        raise AssertionError("a vocabulary was learned for an output that cannot be written")
+
+    monkeypatch.setattr(run_module, "learn_vocab", no_learning)
+    monkeypatch.setattr(prepare_module, "learn_vocab", no_learning)
+    (tmp_path / "notes.txt").write_text("not a folder\n")
+    output = tmp_path / "notes.txt" / "run"
+    for argv in (
+        ["pretrain", "--preset", "tiny", "--corpus", small_corpus, "--steps", "2"],
+        ["prepare", "--corpus", small_corpus, "--max-seq-length", "32"],
+    ):
+        status = main([str(a) for a in [*argv, "--output", output]])
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and "Traceback" not in err, err
+        assert f"Cannot write --output '{output}'" in lines[0], err
+        assert "is a file, not a folder; pass a path whose every part is a folder." in err
+    assert (tmp_path / "notes.txt").read_text() == "not a folder\n"
+
+
+@pytest.mark.parametrize(
+    "error, remedy",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "free space on the disk that holds"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "free space on the disk that holds"),
+        (OSError(errno.EACCES, "Permission denied"), "fix the permissions of"),
+        (OSError(errno.EROFS, "Read-only file system"), "remount the file system that holds"),
+        (OSError(errno.ENOTDIR, "Not a directory"), "pass another path than"),
+        (
+            tf.errors.FailedPreconditionError(None, None, "x is not a directory"),
+            "pass another path",
+        ),
+        (tf.errors.ResourceExhaustedError(None, None, "No space left on device"), "free space"),
+        (OSError(errno.EIO, "Input/output error"), "free space or fix the permissions of"),
+    ],
+)
+def test_a_failed_write_names_the_remedy_for_its_reason(error, remedy):
+    """Was: every failed write said "free space or fix the permissions", also for a path
+    through a file or a read-only disk."""
+    from keras_electra.errors import storage_remedy
+
+    assert storage_remedy(error, "runs/a").startswith(remedy)
+    assert "'runs/a'" in storage_remedy(error, "runs/a")

@@ -170,9 +170,9 @@ def prepare(
     files = resolve_corpus_files(corpus)
     check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)
     total = corpus_bytes(files)  # each file's size asked once (a URL's is a request)
+    if not remote:  # before a vocabulary is learned, which can take minutes
+        check_writable(out)
     if s.dry_run:
-        if not remote:
-            check_writable(out)
         shards = shard_paths(str(out), s.num_shards)
         size = len(tokens) if tokens is not None else s.vocab_size
         uses_beam(s, total)  # the options' checks

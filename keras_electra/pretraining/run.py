@@ -37,6 +37,7 @@ from keras_electra.errors import (
     TrainingDiverged,
     TrainingInterrupted,
     storage_reason,
+    storage_remedy,
 )
 from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
@@ -270,6 +271,8 @@ def _prepare_run_directory(
     derive the same vocabulary and config from the same arguments.
     """
     chosen = kernels.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
+    if chief:  # before a vocabulary is learned, which can take minutes
+        check_writable(run.path)
     settings = dataclasses.replace(settings, kernels=f"{chosen.backend}: {chosen.reason}")
     resolved = resolve_run(run, settings, chief=chief)
     config, tokens = resolved.config, resolved.tokens
@@ -805,6 +808,6 @@ def _writing(run_dir: Path):
     except OSError as e:
         where = e.filename or run_dir
         raise StorageError(
-            f"Could not write '{where}' ({storage_reason(e)}); free space or fix the "
-            f"permissions of '{run_dir}', then run the same command again."
+            f"Could not write '{where}' ({storage_reason(e)}); "
+            f"{storage_remedy(e, run_dir)}, then run the same command again."
         ) from None

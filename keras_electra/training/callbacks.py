@@ -15,7 +15,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from keras_electra.atomic import write_atomic
-from keras_electra.errors import StorageError, TrainingDiverged, storage_reason
+from keras_electra.errors import StorageError, TrainingDiverged, storage_reason, storage_remedy
 from keras_electra.training.checkpoints import RunCheckpoints
 
 
@@ -40,8 +40,8 @@ def truncate_metrics_log(path: str | Path, last_step: int) -> None:
         write_atomic(path, "".join(k + "\n" for k in kept))
     except OSError as e:
         raise StorageError(
-            f"Could not rewrite '{path}' ({storage_reason(e)}); free space or fix the "
-            "permissions of the run directory, then rerun the same command."
+            f"Could not rewrite '{path}' ({storage_reason(e)}); "
+            f"{storage_remedy(e, path.parent)}, then rerun the same command."
         ) from None
 
 
