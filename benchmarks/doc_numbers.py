@@ -413,6 +413,18 @@ def _first_study() -> dict[tuple[str, str], float]:
     return {k: statistics.fmean(v) for k, v in values.items()}
 
 
+def first_study_tflops() -> str:
+    """The first study's pretraining TFLOPs per arm: ELECTRA's steps times its step's."""
+    electra = [r for r in read_lines("electra_vs_mlm.jsonl") if r["objective"] == "electra"]
+    return f"{statistics.median(r['steps'] * r['step_flops'] for r in electra) / 1e12:.1f}"
+
+
+def study_unit_tflops() -> str:
+    """The pretraining TFLOPs of the scarce-label study's 1× compute."""
+    table = _table_module()
+    return f"{table.unit_tflops(table.read_study(table.RESULTS)):.1f}"
+
+
 def first_study_table() -> str:
     """Per objective and fine-tuning point: test accuracy, mean ± standard deviation over
     seeds, and the pretraining's last-window health at the full budget (mean over seeds)."""
@@ -681,7 +693,9 @@ SOURCES: dict[str, tuple[str | tuple[str, ...], Callable[[], str]]] = {
         "sigterm_trials.json",
         field(_sigterm, "largest_weight_difference_from_an_uninterrupted_run"),
     ),
+    "study.unit_tflops": ("electra_vs_mlm_labels.jsonl", study_unit_tflops),
     "first_study.accuracies": ("electra_vs_mlm.jsonl", first_study_accuracies),
+    "first_study.tflops": ("electra_vs_mlm.jsonl", first_study_tflops),
     "first-study-table": ("electra_vs_mlm.jsonl", first_study_table),
     "rerank-table": ("rerank_electric.json", rerank_table),
     "rerank.steps": (

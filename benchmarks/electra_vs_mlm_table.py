@@ -255,7 +255,22 @@ def summarize(rows: list[dict]) -> dict:
         "cost": cost(rows),
         "data": next((r["tasks"] for r in rows if r.get("kind") == "data"), {}),
         "cells": sum(r.get("kind") == "cell" for r in rows),
+        "unit_tflops": unit_tflops(rows),
     }
+
+
+def unit_tflops(rows: list[dict]) -> float | None:
+    """The pretraining TFLOPs of 1× compute: the median of the ELECTRA cells' FLOPs per
+    compute multiple (the first ELECTRA cell's step was counted at 7.59 GFLOPs, the
+    later ones' at 7.67)."""
+    per_unit = [
+        r["pretrain"]["flops"] / r["compute"] / 1e12
+        for r in rows
+        if r.get("kind") == "cell"
+        and r.get("objective") == "electra"
+        and (r.get("pretrain") or {}).get("flops")
+    ]
+    return statistics.median(per_unit) if per_unit else None
 
 
 def anchors(rows: list[dict]) -> dict:
@@ -675,9 +690,13 @@ def plot(summary: dict, path: Path) -> bool:
             ax.axhline(0, color="gray", ls=":", lw=1)
             ax.set_xscale("log")
             ax.set_xticks(computes, [f"{c}×" for c in computes])
+            # Room for the budgets' offsets (±6%) and their error bars' caps at both ends.
+            ax.set_xlim(computes[0] / 1.15, computes[-1] * 1.15)
             ax.minorticks_off()
             ax.set_title(f"{task}: {title}", fontsize=10)
-            ax.set_xlabel("pretraining compute (multiples of 15.2 TFLOPs)")
+            unit = summary.get("unit_tflops")
+            of = f" of {unit:.1f} TFLOPs" if unit else ""
+            ax.set_xlabel(f"pretraining compute (multiples{of})")
             ax.set_ylabel("test accuracy difference")
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[1]:

@@ -407,6 +407,11 @@ def test_the_study_table_pairs_seeds_corrects_for_comparisons_and_picks_the_best
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = table.summarize(table.read_study(path))
     assert summary["cells"] == 18 and summary["computes"] == [1, 3]
+    assert summary["unit_tflops"] is None  # these lines count no FLOPs
+    # 1x is the ELECTRA cells' FLOPs per compute multiple, whatever the multiple.
+    counted = [{**r, "pretrain": {**r["pretrain"], "flops": 15.3e12 * r["compute"]}} for r in rows
+               if r.get("objective") == "electra"]  # fmt: skip
+    assert table.unit_tflops(counted) == pytest.approx(15.3)
     one = summary["differences"]["electra_minus_mlm"]["t|1|32"]
     # Student t with 2 degrees of freedom: t = 0.10 / (0.02 / sqrt 3) = sqrt 75, and the
     # two-sided p-value of t at 2 d.f. is 1 - t / sqrt(t^2 + 2).
