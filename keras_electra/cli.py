@@ -244,16 +244,23 @@ SERVED_BY = (
     "span. The export's signatures say which.",
     flag(
         "text",
-        nargs="+",
+        nargs="*",
         help="texts to score; an export of pairs takes them in pairs: text then text_b (a "
         "pair classifier or regressor), question then context (QA)",
+    ),
+    flag(
+        "--input",
+        metavar="FILE",
+        help="score the examples of FILE instead, one per line (a tab between a pair's two "
+        "texts; - reads standard input), 1,024 at a time, printing as it goes",
     ),
     *SERVED_BY,  # --model or --server, and the server's flags
     flag(
         "--json",
         action="store_true",
         help="print a JSON list, one object per example (its inputs, then the answer's fields; "
-        '"truncated": true for a text cut at the export\'s length), instead of text',
+        '"truncated": true for a text cut at the export\'s length), instead of text; with '
+        "--input, one object per line (JSON Lines)",
     ),
 )
 def _run_score(args: argparse.Namespace) -> None:
@@ -261,7 +268,17 @@ def _run_score(args: argparse.Namespace) -> None:
 
     from keras_electra.scoring import format_answers, score_with_saved_model, score_with_server
 
+    if bool(args.text) == bool(args.input):
+        raise errors.ConfigError(
+            "Pass the texts to score or --input FILE (one example per line), not both."
+            if args.text
+            else "Pass the texts to score, or --input FILE (one example per line; - for "
+            "standard input)."
+        )
     options = _server_options(args)
+    if args.input:
+        _score_input(args, options)
+        return
     if options is None:
         scores = score_with_saved_model(args.model, args.text)
     else:
@@ -273,6 +290,47 @@ def _run_score(args: argparse.Namespace) -> None:
     note = scores.truncation_note()
     if note:
         sys.stdout.flush()  # after the answers it is about, where both go to one terminal
+        print(note, file=sys.stderr)
+
+
+def _score_input(args: argparse.Namespace, options: dict | None) -> None:
+    """``score --input``: the file read and checked whole, then scored and printed a chunk
+    at a time (the export loaded once), with a progress bar on a terminal."""
+    import json
+
+    from tqdm import tqdm
+
+    from keras_electra import scoring
+
+    texts, width = scoring.read_examples(args.input)
+    if options is None:
+        export = scoring.LoadedExport(args.model)
+        score = export.score
+    else:
+
+        def score(chunk):
+            return scoring.score_with_server(args.server, texts=chunk, **options)
+
+    where = "standard input" if args.input == "-" else f"'{args.input}'"
+    cut = total = 0
+    last = None
+    with tqdm(
+        total=len(texts) // width,
+        unit="example",
+        desc="Scoring",
+        disable=not sys.stderr.isatty(),
+        file=sys.stderr,
+    ) as bar:
+        for scores in scoring.score_in_chunks(score, texts, width, where):
+            if args.json:
+                lines = (json.dumps(r, ensure_ascii=False) for r in scores.records())
+                print("\n".join(lines), flush=True)
+            else:
+                print(scoring.format_answers(scores, color=sys.stdout.isatty()), flush=True)
+            cut, total, last = cut + sum(scores.truncated or ()), total + len(scores), scores
+            bar.update(len(scores))
+    note = scoring.truncation_note(cut, total, last.kind, last.reader.length)
+    if note:
         print(note, file=sys.stderr)
 
 

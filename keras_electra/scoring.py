@@ -16,7 +16,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,22 +215,26 @@ class Scores(Sequence):
             >>> scores.truncation_note()  # doctest: +SKIP
             "1 of 2 texts was cut at the export's length of 128 tokens: its scores cover ..."
         """
-        count = sum(self.truncated or ())
-        if not count:
-            return None
-        texts = f"{count} of {len(self)} texts" if len(self) > 1 else "The text"
-        was, its = ("was", "its") if count == 1 else ("were", "their")
-        rows = f'{its} --json {"row says" if count == 1 else "rows say"} "truncated": true'
-        if self.kind == "tag":
-            return (
-                f"{texts} {was} longer than the export's length: {its} words past it are "
-                f"tagged O without being scored ({rows})."
-            )
-        length = self.reader.length
+        return truncation_note(sum(self.truncated or ()), len(self), self.kind, self.reader.length)
+
+
+def truncation_note(count: int, total: int, kind: str, length: int | None) -> str | None:
+    """:meth:`Scores.truncation_note` for ``count`` of ``total`` texts cut, of an export
+    of ``kind`` and ``length`` tokens (``score --input`` adds up its chunks' counts)."""
+    if not count:
+        return None
+    texts = f"{count} of {total} texts" if total > 1 else "The text"
+    was, its = ("was", "its") if count == 1 else ("were", "their")
+    rows = f'{its} --json {"row says" if count == 1 else "rows say"} "truncated": true'
+    if kind == "tag":
         return (
-            f"{texts} {was} cut at the export's length of {length} tokens: {its} scores cover "
-            f"the first {length - 2} word pieces only ({rows})."
+            f"{texts} {was} longer than the export's length: {its} words past it are "
+            f"tagged O without being scored ({rows})."
         )
+    return (
+        f"{texts} {was} cut at the export's length of {length} tokens: {its} scores cover "
+        f"the first {length - 2} word pieces only ({rows})."
+    )
 
 
 def _inputs(reader: ExportReader, texts: Texts) -> dict[str, list[bytes]]:
@@ -302,6 +306,115 @@ class LoadedExport:
             rows = reader.cut(arrays)
             cut = None if cut is None or rows is None else cut + rows
         return Scores(reader, inputs, answers, cut)
+
+
+CHUNK = 1024
+"""Examples ``score --input`` reads per call of the export or the server (the progress
+bar's step, and how often its output is written)."""
+
+
+def read_examples(path: str | Path) -> tuple[list[str], int]:
+    """The texts of a file of examples, one example per line (``-``: standard input), and
+    how many texts each example has: 1, or 2 with a tab between them (an export of pairs:
+    text then text_b; QA: question then context). The texts come in the flat order
+    :func:`score_with_saved_model` takes them; blank lines are skipped (a corpus's breaks
+    between documents). Every line is checked before any is scored.
+
+    Raises:
+        InputDataError: a missing file, a line that is not UTF-8, has an empty text beside
+            a tab, more tabs than an example has or another number of texts than the first
+            example (one sentence naming the line), or a file with no examples.
+
+    Examples:
+        >>> import tempfile
+        >>> path = tempfile.mkstemp()[1]
+        >>> _ = open(path, "w").write("a fine film\\tit was good\\nawful\\tbad\\n")
+        >>> read_examples(path)
+        (['a fine film', 'it was good', 'awful', 'bad'], 2)
+    """
+    import sys
+
+    name = "standard input" if str(path) == "-" else f"'{path}'"
+    try:
+        data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputDataError(
+            f"Input file {name} does not exist; pass a file of texts, one per line, or - "
+            "for standard input."
+        ) from None
+    except IsADirectoryError:
+        raise InputDataError(
+            f"Input file {name} is a directory; pass a file of texts, one per line."
+        ) from None
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()  # the last line's newline
+    texts: list[str] = []
+    width = None
+    for number, raw in enumerate(lines, 1):
+        where = f"Line {number} of {name}"
+        try:
+            line = raw.removesuffix(b"\r").decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InputDataError(
+                f"{where} is not UTF-8 (at byte {error.start + 1}); convert the file to "
+                "UTF-8 (iconv -f ENCODING -t UTF-8)."
+            ) from None
+        if not line.strip():
+            continue  # a corpus's break between documents
+        fields = line.split("\t")
+        if not all(field.strip() for field in fields):
+            raise InputDataError(
+                f"{where} has an empty text beside a tab; write both texts of the example, "
+                "or remove the tab."
+            )
+        if len(fields) > 2:
+            raise InputDataError(
+                f"{where} has {len(fields)} tab-separated texts; an example has one, or two "
+                "for an export of pairs (a tab between them)."
+            )
+        width = width or len(fields)
+        if len(fields) != width:
+            raise InputDataError(
+                f"{where} has {len(fields)} text{'s' if len(fields) > 1 else ''} where the "
+                f"first example has {width}; give every line as many (a tab between an "
+                "example's two texts)."
+            )
+        texts += fields
+    if not texts:
+        raise InputDataError(f"Input file {name} has no texts; write one example per line.")
+    return texts, width or 1
+
+
+def score_in_chunks(
+    score: Callable[[list[str]], Scores], texts: list[str], width: int, where: str
+) -> Iterator[Scores]:
+    """``score``'s answers to ``texts`` (``width`` texts per example, as
+    :func:`read_examples` gives them), :data:`CHUNK` examples at a time; the first chunk's
+    answers say whether the export takes examples of ``width`` texts (``where`` names the
+    input in the error).
+
+    Raises:
+        InputDataError: an export of pairs given one text per line, or the other way round.
+    """
+    # With one text per line the first chunk holds an even number of texts, so that an
+    # export of pairs reads it and the check below, not the pairing, names the mismatch.
+    first = CHUNK * width if width > 1 or len(texts) < 2 else min(CHUNK, len(texts) // 2 * 2)
+    bounds = [0, *range(first, len(texts), CHUNK * width), len(texts)]
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        scores = score(texts[start:stop])
+        wanted = scores.reader.inputs
+        if len(wanted) != width:
+            given = "one text" if width == 1 else f"{width} tab-separated texts"
+            fix = (
+                "write both on each line, a tab between them"
+                if len(wanted) > 1
+                else "write one text per line"
+            )
+            raise InputDataError(
+                f"{where} has {given} per line, but the export takes {' and '.join(wanted)}; {fix}."
+            )
+        yield scores
 
 
 def score_with_server(

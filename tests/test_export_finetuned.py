@@ -341,6 +341,32 @@ def test_score_gives_a_qa_exports_answers_and_spans_in_process_and_over_grpc_and
         assert shown.splitlines() == lines, where
 
 
+def test_score_input_takes_a_question_and_its_context_on_each_line(
+    reader_export, words, tmp_path, capsys
+):
+    """A file of examples for an export of two inputs: a tab between the question and its
+    context on each line, answered as the same texts given as arguments; a file of one
+    text per line is refused in one sentence naming both inputs."""
+    pairs = [(q, c) for q, c in qa_inputs(words) if q.strip() and c.strip()][:4]
+    path = tmp_path / "questions.tsv"
+    path.write_text("".join(f"{q}\t{c}\n" for q, c in pairs), encoding="utf-8")
+    arguments = [text for pair in pairs for text in pair]
+    assert main(["score", "--model", str(reader_export), "--json", *arguments]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert main(["score", "--model", str(reader_export), "--json", "--input", str(path)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert_same_records(rows, expected, 1e-5)
+    assert [(r["question"], r["context"]) for r in rows] == pairs
+    path.write_text("".join(f"{q}\n{c}\n" for q, c in pairs), encoding="utf-8")
+    assert main(["score", "--model", str(reader_export), "--input", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert (
+        f"'{path}' has one text per line, but the export takes question and context; write "
+        "both on each line, a tab between them." in err
+    ), err
+
+
 def test_predict_reads_a_qa_export_as_its_directory(reader, reader_export, tmp_path):
     squad = json.loads((reader.output_dir.parent / "train.json").read_text(encoding="utf-8"))
     squad["data"] = squad["data"][:24]

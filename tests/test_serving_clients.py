@@ -1421,3 +1421,99 @@ def test_rest_client_imports_without_tensorflow() -> None:
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_score_input_reads_a_file_of_texts_in_chunks_as_the_arguments_are_scored(
+    short_exports, tmp_path, capsys, monkeypatch
+):
+    """``score --input FILE`` (``-``: standard input) answers as the same texts given as
+    arguments, in process and from TF Serving's gRPC and REST: the export loaded once, the
+    texts scored a chunk at a time (two here), ``--json`` as one object per line, and one
+    note for the texts cut in any chunk."""
+    import io
+    import json
+
+    from keras_electra import scoring
+    from keras_electra.cli import main
+
+    monkeypatch.setattr(scoring, "CHUNK", 2)
+    export_dir = short_exports["electra"]
+    fits, cut = "the cat sat", " ".join(SHORT_WORDS)
+    texts = [fits, cut, "a dog ran", cut, "by the mat"]  # three chunks: 2, 2 and 1
+    path = tmp_path / "texts.txt"  # a corpus's blank lines between documents, CRLF endings
+    lines = [fits, cut, "", "a dog ran", cut, "  ", "by the mat"]
+    path.write_bytes("".join(t + "\r\n" for t in lines).encode("utf-8"))
+    note = f"2 of 5 texts were cut at the export's length of {SHORT} tokens"
+    with ModelServer(export_dir, "served") as server:
+        for where in (["--model", str(export_dir)],
+                      ["--server", server.grpc_target, "--model-name", "served"],
+                      ["--server", server.rest_url, "--model-name", "served"]):  # fmt: skip
+            capsys.readouterr()
+            assert main(["score", *where, "--json", *texts]) == 0
+            expected = json.loads(capsys.readouterr().out)
+            assert main(["score", *where, "--input", str(path), "--json"]) == 0
+            out, err = capsys.readouterr()
+            assert [json.loads(line) for line in out.splitlines()] == expected, where
+            assert err.startswith(note) and err.count("\n") == 1, (where, err)
+            assert main(["score", *where, *texts]) == 0
+            shown = capsys.readouterr().out
+            assert main(["score", *where, "--input", str(path)]) == 0
+            assert capsys.readouterr().out == shown, where
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
+    assert main(["score", "--model", str(export_dir), "--input", "-"]) == 0
+    assert capsys.readouterr().out == shown
+    loads = []
+    real = scoring.LoadedExport.__init__
+    monkeypatch.setattr(
+        scoring.LoadedExport, "__init__", lambda s, p: loads.append(p) or real(s, p)
+    )
+    calls = []
+    score = scoring.LoadedExport.score
+    monkeypatch.setattr(
+        scoring.LoadedExport, "score", lambda s, t, **k: calls.append(len(t)) or score(s, t, **k)
+    )
+    assert main(["score", "--model", str(export_dir), "--input", str(path)]) == 0
+    assert len(loads) == 1 and calls == [2, 2, 1]  # one load for three chunks
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"the cat\t\n", "Line 1 of 'bad.txt' has an empty text beside a tab; write both"),
+        (b"caf\xe9\n", "Line 1 of 'bad.txt' is not UTF-8 (at byte 4); convert the file"),
+        (b"a\tb\n\nc\n", "Line 3 of 'bad.txt' has 1 text where the first example has 2; "
+         "give every line"),
+        (b"a\tb\tc\n", "Line 1 of 'bad.txt' has 3 tab-separated texts; an example has one, "),
+        (b"\n \n", "Input file 'bad.txt' has no texts; write one example per line."),
+        (b"the cat\tsat\n", "'bad.txt' has 2 tab-separated texts per line, but the export "
+         "takes text; write one text per line."),
+        (None, "Input file 'bad.txt' does not exist; pass a file of texts, one per line"),
+    ],
+)  # fmt: skip
+def test_score_input_names_the_line_that_cannot_be_scored_before_scoring_any(
+    short_exports, tmp_path, capsys, monkeypatch, content, said
+):
+    from keras_electra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "bad.txt").write_bytes(content)
+    status = main(["score", "--model", str(short_exports["electra"]), "--input", "bad.txt"])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert f"keras-electra score: error: {said}" in err, err
+
+
+def test_score_takes_texts_or_an_input_file(short_exports, tmp_path, capsys):
+    from keras_electra.cli import main
+
+    export_dir = str(short_exports["electra"])
+    (tmp_path / "t.txt").write_text("the cat\n", encoding="utf-8")
+    for argv, said in (
+        ([], "Pass the texts to score, or --input FILE (one example per line; - for"),
+        (["the cat", "--input", str(tmp_path / "t.txt")], "Pass the texts to score or --input "
+         "FILE (one example per line), not both."),
+    ):  # fmt: skip
+        assert main(["score", "--model", export_dir, *argv]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
