@@ -936,7 +936,8 @@ def test_predict_on_a_pretrained_export_is_one_sentence(exports: dict[str, Path]
     data.write_text("text\na b c\n", encoding="utf-8")
     message = (
         r"^The export at '.*electra.1' holds no fine-tuned model \(no "
-        r"assets.extra/finetune.json\); score a pretrained export with `keras-electra score`"
+        r"assets.extra/finetune.json\); score a pretrained export with `keras-electra score` "
+        r"\(`--input FILE` for a file of texts, one per line\)"
     )
     with pytest.raises(ConfigError, match=message):
         predict_file(exports["electra"], data)

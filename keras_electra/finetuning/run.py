@@ -436,8 +436,9 @@ def _predict_with_export(path: str | Path, input_path: str | Path, batch_size: i
     if not settings_file.is_file():
         raise ConfigError(
             f"The export at '{directory}' holds no fine-tuned model (no {ASSETS_EXTRA}/"
-            f"{RunDirectory.FINETUNE}); score a pretrained export with `keras-electra score`, "
-            "or pass a fine-tuned directory or its export."
+            f"{RunDirectory.FINETUNE}); score a pretrained export with `keras-electra score` "
+            "(`--input FILE` for a file of texts, one per line), or pass a fine-tuned "
+            "directory or its export."
         )
     settings = FinetuneSettings.load(settings_file)
     task = get_task(settings.task)
