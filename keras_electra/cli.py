@@ -252,7 +252,8 @@ SERVED_BY = (
         "--input",
         metavar="FILE",
         help="score the examples of FILE instead, one per line (a tab between a pair's two "
-        "texts; - reads standard input), 1,024 at a time, printing as it goes",
+        "texts; - reads standard input), 1,024 at a time, printing as it goes (a progress "
+        "bar on the terminal when the answers go to a file)",
     ),
     *SERVED_BY,  # --model or --server, and the server's flags
     flag(
@@ -295,7 +296,8 @@ def _run_score(args: argparse.Namespace) -> None:
 
 def _score_input(args: argparse.Namespace, options: dict | None) -> None:
     """``score --input``: the file read and checked whole, then scored and printed a chunk
-    at a time (the export loaded once), with a progress bar on a terminal."""
+    at a time (the export loaded once), with a progress bar on a terminal when the answers
+    go elsewhere (a file, a pipe)."""
     import json
 
     from tqdm import tqdm
@@ -318,7 +320,7 @@ def _score_input(args: argparse.Namespace, options: dict | None) -> None:
         total=len(texts) // width,
         unit="example",
         desc="Scoring",
-        disable=not sys.stderr.isatty(),
+        disable=not sys.stderr.isatty() or sys.stdout.isatty(),
         file=sys.stderr,
     ) as bar:
         for scores in scoring.score_in_chunks(score, texts, width, where):
