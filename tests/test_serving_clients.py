@@ -1518,3 +1518,53 @@ def test_score_takes_texts_or_an_input_file(short_exports, tmp_path, capsys):
         assert main(["score", "--model", export_dir, *argv]) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
+
+
+def test_score_input_shows_a_progress_bar_on_the_terminal_when_its_answers_go_to_a_file(
+    short_exports, tmp_path
+):
+    """The bar goes to a terminal's stderr while the answers go to a file; with the answers
+    on the terminal too (or stderr not a terminal) there is none to mix with them."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    path = tmp_path / "texts.txt"
+    path.write_text("the cat sat\na dog ran\n", encoding="utf-8")
+    argv = [sys.executable, "-m", "keras_electra.cli", "score"]
+    argv += ["--model", str(short_exports["electra"]), "--input", str(path), "--json"]
+
+    def run(stdout_tty: bool) -> tuple[str, str]:
+        err_main, err_side = pty.openpty()
+        out_main, out_side = pty.openpty() if stdout_tty else (None, None)
+        # A terminal 100 columns wide (a new pty has none, and tqdm draws no bar in none).
+        fcntl.ioctl(err_side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+        with open(tmp_path / "out.jsonl", "wb") as out:
+            subprocess.run(argv, stdout=out_side or out, stderr=err_side, check=True, timeout=300)
+        chunks = []
+        for fd, side in ((err_main, err_side), (out_main, out_side)):
+            if fd is None:
+                chunks.append((tmp_path / "out.jsonl").read_text(encoding="utf-8"))
+                continue
+            os.close(side)
+            data = b""
+            while True:
+                try:
+                    piece = os.read(fd, 65536)
+                except OSError:  # the other side is closed and everything is read
+                    break
+                if not piece:
+                    break
+                data += piece
+            os.close(fd)
+            chunks.append(data.decode("utf-8", "replace"))
+        return chunks[0], chunks[1]
+
+    err, out = run(stdout_tty=False)
+    assert "Scoring: 100%" in err and "2/2" in err, err[-500:]
+    assert [json.loads(line)["text"] for line in out.splitlines()] == ["the cat sat", "a dog ran"]
+    err, out = run(stdout_tty=True)
+    assert "Scoring" not in err and '"the cat sat"' in out, err[-500:]
