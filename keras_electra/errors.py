@@ -97,7 +97,8 @@ def storage_reason(error: BaseException) -> str:
 def storage_remedy(error: BaseException, where: str | os.PathLike) -> str:
     """What to do about a failed write at ``where``, for the reason :func:`storage_reason`
     gives: free space for a full disk, permissions for a refused one, a writable mount
-    for a read-only file system, another path for one through a file.
+    for a read-only file system, another path for one through a file, the directory back
+    for a removed one.
 
     Examples:
         >>> storage_remedy(OSError(errno.ENOSPC, "No space left on device"), "runs/a")
@@ -114,6 +115,8 @@ def storage_remedy(error: BaseException, where: str | os.PathLike) -> str:
         return f"remount the file system that holds '{where}' writable"
     if code == errno.ENOTDIR:
         return f"pass another path than '{where}', whose every part is a folder"
+    if code == errno.ENOENT:
+        return f"put '{where}' back (a dropped network mount looks the same)"
     return f"free space or fix the permissions of '{where}'"
 
 

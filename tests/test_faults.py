@@ -649,6 +649,8 @@ def test_an_output_inside_a_file_is_refused_before_a_vocabulary_is_learned(
             "pass another path",
         ),
         (tf.errors.ResourceExhaustedError(None, None, "No space left on device"), "free space"),
+        (OSError(errno.ENOENT, "No such file or directory"), "put 'runs/a' back"),
+        (tf.errors.NotFoundError(None, None, "runs/a/x; No such file or directory"), "put "),
         (OSError(errno.EIO, "Input/output error"), "free space or fix the permissions of"),
     ],
 )
