@@ -609,11 +609,12 @@ def test_a_changed_vocabulary_is_refused_on_resume(small_corpus, vocab_file, bas
 
 
 def test_an_output_inside_a_file_is_refused_before_a_vocabulary_is_learned(
-    small_corpus, tmp_path, capsys, monkeypatch
+    small_corpus, tiny_run, tmp_path, capsys, monkeypatch
 ):
     """Was: pretrain learned the vocabulary (minutes on a large corpus) before its first
-    write failed, and prepare ended in TensorFlow's traceback ("FailedPreconditionError:
-    notes.txt is not a directory")."""
+    write failed, prepare ended in TensorFlow's traceback ("FailedPreconditionError:
+    notes.txt is not a directory"), and export and finetune built their model or read
+    their data first. Now each refuses the --output at once, in the same sentence."""
     from keras_electra.data import prepare as prepare_module
 
     def no_learning(*args, **kwargs):
@@ -623,9 +624,13 @@ def test_an_output_inside_a_file_is_refused_before_a_vocabulary_is_learned(
     monkeypatch.setattr(prepare_module, "learn_vocab", no_learning)
     (tmp_path / "notes.txt").write_text("not a folder\n")
     output = tmp_path / "notes.txt" / "run"
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\nthe king,a\nthe queen,b\n", encoding="utf-8")
     for argv in (
         ["pretrain", "--preset", "tiny", "--corpus", small_corpus, "--steps", "2"],
         ["prepare", "--corpus", small_corpus, "--max-seq-length", "32"],
+        ["export", "--run", tiny_run],
+        ["finetune", "--run", tiny_run, "--task", "classify", "--train", train],
     ):
         status = main([str(a) for a in [*argv, "--output", output]])
         err = capsys.readouterr().err

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_electra.atomic import check_writable
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError
@@ -254,7 +255,9 @@ def check_export_base(output: str | Path) -> None:
 
     Raises:
         ConfigError: one sentence naming the folder to pass instead.
+        StorageError: ``output`` cannot be written.
     """
+    check_writable(output)  # a URL (gs://...) is left to the write
     base = Path(output)
     if (base / "saved_model.pb").is_file():
         raise ConfigError(

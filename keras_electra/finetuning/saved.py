@@ -10,7 +10,7 @@ from pathlib import Path
 
 import keras
 
-from keras_electra.atomic import write_atomic
+from keras_electra.atomic import check_writable, write_atomic
 from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
 from keras_electra.errors import ConfigError
@@ -55,6 +55,7 @@ def check_output_dir(output_dir: str | Path) -> RunDirectory:
 
     Raises:
         ConfigError: ``output_dir`` holds a model that is not a fine-tuned one, or exports.
+        StorageError: ``output_dir`` cannot be written (before any data is read).
     """
     run = RunDirectory(output_dir)
     run.refuse_exports("the fine-tuned model")
@@ -62,6 +63,7 @@ def check_output_dir(output_dir: str | Path) -> RunDirectory:
         raise ConfigError(
             f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
         )
+    check_writable(run.path)
     return run
 
 
