@@ -639,6 +639,15 @@ def test_an_output_inside_a_file_is_refused_before_a_vocabulary_is_learned(
         assert f"Cannot write --output '{output}'" in lines[0], err
         assert "is a file, not a folder; pass a path whose every part is a folder." in err
     assert (tmp_path / "notes.txt").read_text() == "not a folder\n"
+    # predict writes its file once every prediction is made: its --output is checked first.
+    for target, said in (
+        (output / "p.jsonl", f"Cannot write the folder of --output '{output}': "),
+        (tmp_path, f"--output '{tmp_path}' is a directory; pass a file for the predictions"),
+    ):
+        status = main(["predict", "--model", str(tiny_run), "--input", str(train), "--output",
+                       str(target)])  # fmt: skip
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("\n") == 1 and said in err, err
 
 
 @pytest.mark.parametrize(

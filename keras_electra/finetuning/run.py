@@ -396,12 +396,21 @@ def predict_file(
 
     Raises:
         ConfigError: ``model_dir`` is neither, or is a pretrained export; ``batch_size``
-            below 1.
+            below 1; ``output_path`` is a directory.
+        StorageError: ``output_path``'s folder cannot be written (checked before the
+            model runs, so that no predictions are lost).
 
     Examples:
         >>> predict_file("runs/sst2", "test.tsv", "predictions.jsonl")[0]["label"]  # doctest: +SKIP
         '1'
     """
+    if output_path is not None:
+        if Path(output_path).is_dir():
+            raise ConfigError(
+                f"--output '{output_path}' is a directory; pass a file for the predictions, "
+                "such as predictions.jsonl."
+            )
+        check_writable(Path(output_path).parent, "the folder of --output")
     run = RunDirectory(model_dir)
     if run.is_finetuned():
         loaded = load_finetuned(model_dir)
