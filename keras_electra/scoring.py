@@ -16,6 +16,7 @@ Examples:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -332,8 +333,6 @@ def read_examples(path: str | Path) -> tuple[list[str], int]:
         >>> read_examples(path)
         (['a fine film', 'it was good', 'awful', 'bad'], 2)
     """
-    import sys
-
     name = "standard input" if str(path) == "-" else f"'{path}'"
     try:
         data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
