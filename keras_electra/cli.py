@@ -305,14 +305,7 @@ def _score_input(args: argparse.Namespace, options: dict | None) -> None:
     from keras_electra import scoring
 
     texts, width = scoring.read_examples(args.input)
-    if options is None:
-        export = scoring.LoadedExport(args.model)
-        score = export.score
-    else:
-
-        def score(chunk):
-            return scoring.score_with_server(args.server, texts=chunk, **options)
-
+    score = scoring.scorer(args.model, server=args.server, **(options or {}))
     where = "standard input" if args.input == "-" else f"'{args.input}'"
     cut = total = 0
     last = None

@@ -48,9 +48,6 @@ SentenceScorer = Callable[[list[str]], Sequence[SentenceScore]]
 """Texts in, an Electric export's answer per text out (its word pieces' energies and the
 sentence score, higher: more plausible): :class:`ElectricScorer` is one."""
 
-CHUNK = 1024
-"""Hypotheses scored per call of the export or the server (the progress bar's step)."""
-
 STEPS_PER_DECADE, DECADES = 8, 2
 """The grid :func:`tune_weight` searches when none is given: 0, and ``DECADES`` decades
 either side of the weight that gives both scores the same spread, ``STEPS_PER_DECADE``
@@ -305,8 +302,9 @@ class ElectricScorer:
     texts it was given that the export cut at its length (their scores cover the kept
     part).
 
-    Raises (when called):
-        ConfigError: the export is not an Electric one (it has no sentence scores).
+    Raises:
+        ConfigError: both ``model`` and ``server``, or neither; when called, an export that
+            is not an Electric one (it has no sentence scores).
     """
 
     def __init__(
@@ -318,28 +316,21 @@ class ElectricScorer:
         progress: bool = False,
         **client_args,
     ):
-        if (model is None) == (server is None):
-            raise ConfigError("Pass an Electric export (model) or a server, not both or neither.")
+        from keras_electra.scoring import scorer  # TensorFlow, only once there is scoring
+
+        self._scores = scorer(model, server=server, model_name=model_name, **client_args)
         self.model, self.server, self.model_name = model, server, model_name
-        self.progress, self.client_args = progress, client_args
+        self.progress = progress
         self.truncated = self.scored = 0
         self.length: int | None = None
-        self._export = None
-
-    def _scores(self, texts: list[str]):
-        from keras_electra.scoring import LoadedExport, score_with_server
-
-        if self.model is None:
-            return score_with_server(self.server, self.model_name, texts, **self.client_args)
-        if self._export is None:
-            self._export = LoadedExport(self.model)
-        return self._export.score(texts)
 
     def __call__(self, texts: list[str]) -> list[SentenceScore]:
-        """The texts' answers, :data:`CHUNK` at a time (a progress bar on stderr over the
-        texts with ``progress``); the first chunk's answers say whether the export is an
-        Electric one."""
+        """The texts' answers, :data:`~keras_electra.scoring.CHUNK` at a time (a progress bar
+        on stderr over the texts with ``progress``); the first chunk's answers say whether
+        the export is an Electric one."""
         from tqdm import tqdm
+
+        from keras_electra.scoring import CHUNK
 
         answers: list[SentenceScore] = []
         with tqdm(

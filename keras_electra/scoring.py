@@ -309,9 +309,39 @@ class LoadedExport:
         return Scores(reader, inputs, answers, cut)
 
 
+def scorer(
+    model: str | Path | None = None,
+    *,
+    server: str | None = None,
+    model_name: str = "electra",
+    **client_args,
+) -> Callable[[list[str]], Scores]:
+    """One function from texts to an export's :class:`Scores`, in process (``model``: its
+    ``saved_models/NAME`` or a version folder, loaded once, at the first call) or served
+    (``server``, ``model_name`` and the client's arguments as :func:`score_with_server`
+    takes them): what ``score --input`` and :class:`~keras_electra.rerank.ElectricScorer`
+    call a chunk at a time.
+
+    Raises:
+        ConfigError: both ``model`` and ``server``, or neither.
+    """
+    if (model is None) == (server is None):
+        raise ConfigError("Pass an export (model) or a server, not both or neither.")
+    if server is not None:
+        return lambda texts: score_with_server(server, model_name, texts, **client_args)
+    loaded: list[LoadedExport] = []
+
+    def score(texts: list[str]) -> Scores:
+        if not loaded:
+            loaded.append(LoadedExport(model))
+        return loaded[0].score(texts)
+
+    return score
+
+
 CHUNK = 1024
-"""Examples ``score --input`` reads per call of the export or the server (the progress
-bar's step, and how often its output is written)."""
+"""Examples ``score --input`` and ``rerank`` read per call of the export or the server (the
+progress bar's step, and how often ``score --input`` writes its output)."""
 
 
 def read_examples(path: str | Path) -> tuple[list[str], int]:

@@ -360,7 +360,7 @@ def test_the_scorer_loads_the_export_once_and_scores_in_chunks_with_a_bar(
         real(self, path)
 
     monkeypatch.setattr(scoring.LoadedExport, "__init__", counted)
-    monkeypatch.setattr(rerank, "CHUNK", 3)
+    monkeypatch.setattr(scoring, "CHUNK", 3)
     capsys.readouterr()
     scorer = rerank.ElectricScorer(electric_export, progress=True)
     chunked = [a.score for a in scorer(texts)]
