@@ -416,6 +416,13 @@ class FinetuneOptions:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}.")
         if out.probe_epochs < 0:
             raise ConfigError(f"--probe-epochs must be 0 or more, got {out.probe_epochs}.")
+        if not 0.0 <= out.warmup_fraction <= 1.0:
+            raise ConfigError(
+                f"--warmup-fraction must be in [0, 1] (a fraction of the run's steps), got "
+                f"{out.warmup_fraction}."
+            )
+        if out.weight_decay < 0:
+            raise ConfigError(f"--weight-decay must be 0 or more, got {out.weight_decay}.")
         if not 0.0 <= out.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {out.dropout}.")
         check_choices(out, ("pooling",))

@@ -445,6 +445,21 @@ def test_qa_learns_the_word_after_a_marker_with_unanswerable_questions(tiny_run,
     assert set(rows[0]) == {"id", "question", "answer"}
 
 
+def test_squad_2_data_without_squad_v2_is_refused_before_training(tiny_run, words, tmp_path):
+    train = tmp_path / "train-v2.0.json"
+    train.write_text(json.dumps(marker_squad(words, 12, seed=1)), encoding="utf-8")
+    unanswerable = sum("is_impossible" in p["paragraphs"][0]["qas"][0]
+                       for p in marker_squad(words, 12, seed=1)["data"])  # fmt: skip
+    assert unanswerable > 1
+    with pytest.raises(ConfigError) as error:
+        finetune(tiny_run, "qa", train, output_dir=tmp_path / "qa", **FAST)
+    assert str(error.value) == (
+        f"{train} has {unanswerable} unanswerable questions (is_impossible: SQuAD 2.0); pass "
+        "--squad-v2 to train a model that can decline to answer, or remove them."
+    )
+    assert not (tmp_path / "qa").exists()
+
+
 # === Loading and bad input ===
 
 
@@ -615,6 +630,28 @@ def test_finetuning_shows_a_progress_bar_with_the_running_loss_unless_quiet(
     assert main([*args, "--output", str(tmp_path / "quiet"), "--quiet"]) == 0
     quiet = capsys.readouterr()
     assert "finetune:" not in quiet.err and "epoch 1" not in quiet.out
+
+
+def test_a_fine_tuning_whose_loss_goes_nan_stops_in_one_sentence_and_saves_nothing(
+    tiny_run, classify_data, tmp_path, capsys
+):
+    train, dev = classify_data
+    out = tmp_path / "diverged"
+    args = ["finetune", "--run", str(tiny_run), "--task", "classify", "--train", str(train),
+            "--eval", str(dev), "--text-column", "sentence", "--epochs", "2",
+            "--batch-size", "64", "--max-seq-length", str(L), "--learning-rate", "1e30",
+            "--output", str(out)]  # fmt: skip
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"keras-electra finetune: error: Fine-tuning diverged at step [1-8] of 8: the loss "
+        r"became NaN or infinite, so nothing was saved; lower --learning-rate \(now 1e\+30\) "
+        r"and run the command again\.",
+        err,
+    ), err
+    assert "Eval metrics" not in captured.out and "Next:" not in captured.out
+    assert not (out / "finetune.json").exists()
 
 
 def test_lp_ft_fits_the_head_on_a_frozen_backbone_then_fine_tunes_everything(

@@ -20,7 +20,7 @@ from keras_electra.atomic import check_writable, write_json
 from keras_electra.convert.hub import local_init
 from keras_electra.data import fit_options
 from keras_electra.data.pretraining import no_autograph
-from keras_electra.errors import ConfigError, TrainingInterrupted
+from keras_electra.errors import ConfigError, TrainingDiverged, TrainingInterrupted
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.plan import FinetunePlan
 from keras_electra.finetuning.saved import (
@@ -83,6 +83,7 @@ def finetune(
 
     Raises:
         TrainingInterrupted: stopped by SIGTERM/SIGINT; the same call resumes.
+        TrainingDiverged: the loss became NaN or infinite (nothing is saved).
 
     Returns:
         A :class:`FinetunedModel` with the trained model and ``metrics``; with
@@ -177,6 +178,12 @@ def finetune(
         records = _train(
             model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
         )
+    if records and not math.isfinite(records[-1].get("loss", 0.0)):
+        raise TrainingDiverged(
+            f"Fine-tuning diverged at step {records[-1]['step']} of {steps}: the loss became "
+            f"NaN or infinite, so nothing was saved; lower --learning-rate (now "
+            f"{hyper['learning_rate']:g}) and run the command again."
+        )
     history: dict[str, list[float]] = {}
     for record in records:
         for k, v in record.items():
@@ -264,7 +271,7 @@ def _train(
     stop.arm()
     try:
         for first, window, count in plan_windows(start, steps, steps_per_epoch):
-            if stopper.stopping and logger.step > start:
+            if (stopper.stopping and logger.step > start) or logger.diverged:
                 break
             model.fit(
                 batches.skip(first),
@@ -305,12 +312,16 @@ class _EpochLog(keras.callbacks.Callback):
         self.step = start
         self.resume = resume
         self.bar = bar
+        self.diverged = False
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         self.bar.update(1)
         if logs and "loss" in logs:
-            self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}", refresh=False)
+            loss = float(logs["loss"])
+            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            if not math.isfinite(loss):  # the epoch ends here; its record has the loss
+                self.diverged = self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
         done = self.step / self.steps_per_epoch

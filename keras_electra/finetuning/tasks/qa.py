@@ -57,7 +57,15 @@ class QATask(Task):
     name = "qa"
 
     def read(self, path, settings, *, labelled=True) -> list[QAExample]:
-        return read_squad(path, require_answers=labelled)
+        examples = read_squad(path, require_answers=labelled)
+        unanswerable = sum(e.is_impossible for e in examples) if labelled else 0
+        if unanswerable and not settings.version_2:
+            raise ConfigError(
+                f"{path} has {unanswerable} unanswerable question"
+                f"{'s' if unanswerable > 1 else ''} (is_impossible: SQuAD 2.0); pass "
+                "--squad-v2 to train a model that can decline to answer, or remove them."
+            )
+        return examples
 
     def encode(self, examples, tokenizer, settings, *, labelled=True):
         length = settings.max_seq_length
