@@ -550,6 +550,16 @@ def _run_predict(args: argparse.Namespace) -> None:
     else:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
+    cut = sum("truncated" in row for row in rows)
+    if cut:
+        were, its, say = ("was", "its", "row says") if cut == 1 else ("were", "their", "rows say")
+        sys.stdout.flush()  # after the predictions it is about, where both go to a terminal
+        print(
+            f"{cut} of {len(rows)} sentences {were} longer than the model's length: {its} "
+            f'words past it are tagged O without being scored ({its} {say} "truncated": '
+            "true); fine-tune with a larger --max-seq-length to tag them.",
+            file=sys.stderr,
+        )
 
 
 @command(

@@ -183,6 +183,26 @@ def test_predict_reads_a_tagger_export_as_its_directory(tagger, tagger_export):
     assert set(from_directory[0]) == {"words", "tags"} and len(from_directory) == 128
 
 
+def test_predict_marks_a_sentence_longer_than_the_model_on_the_run_and_its_export(
+    tagger, tagger_export, words, tmp_path, capsys
+):
+    long, short = random.Random(5).sample(words, 60), ["the", "king", "rode"]
+    conll = tmp_path / "long.conll"
+    conll.write_text("\n".join(long) + "\n\n" + "\n".join(short) + "\n", encoding="utf-8")
+    rows = predict_file(tagger.output_dir, conll)
+    assert predict_file(tagger_export, conll) == rows
+    assert [row.get("truncated") for row in rows] == [True, None]
+    assert len(rows[0]["tags"]) == 60 and rows[0]["tags"][-1] == "O"
+    assert main(["predict", "--model", str(tagger_export), "--input", str(conll)]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line) for line in out.splitlines()] == rows
+    assert err.strip().splitlines()[-1] == (
+        "1 of 2 sentences was longer than the model's length: its words past it are tagged O "
+        'without being scored (its row says "truncated": true); fine-tune with a larger '
+        "--max-seq-length to tag them."
+    )
+
+
 def test_classifier_module_refuses_other_tasks(tagger):
     with pytest.raises(ConfigError, match=r"use export\(\)"):
         TextClassifierModule(tagger)

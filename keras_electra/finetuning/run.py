@@ -401,9 +401,10 @@ def predict_file(
     ``model_dir`` is a fine-tuned directory or its export (``saved_models/NAME`` or a
     version folder, run in process as ``keras-electra score`` runs it); both write the
     same fields, and a QA export's lines also hold the answer's word span and score.
-    Labels in the file are ignored. Returns the predictions; writes them to
-    ``output_path`` (one JSON object per line) when given. The model runs on
-    ``batch_size`` examples at a time.
+    Labels in the file are ignored; a tagged sentence longer than the model's length has
+    ``"truncated": true`` (its words past it are tagged ``O`` unscored). Returns the
+    predictions; writes them to ``output_path`` (one JSON object per line) when given. The
+    model runs on ``batch_size`` examples at a time.
 
     Raises:
         ConfigError: ``model_dir`` is neither, or is a pretrained export; ``batch_size``
@@ -465,7 +466,11 @@ def _predict_with_export(path: str | Path, input_path: str | Path, batch_size: i
     examples = task.read(input_path, settings, labelled=False)
     inputs = task.export_inputs(examples, settings)
     scores = score_with_saved_model(directory, inputs, batch_size=batch_size)
+    cut = scores.truncated or [False] * len(scores)  # a tagger's export says; others cannot
     return [
-        task.export_row(example, scores.reader.record(answer))
-        for example, answer in zip(examples, scores, strict=True)
+        {
+            **task.export_row(example, scores.reader.record(answer)),
+            **({"truncated": True} if c else {}),
+        }
+        for example, answer, c in zip(examples, scores, cut, strict=True)
     ]

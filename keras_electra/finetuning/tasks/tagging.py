@@ -87,23 +87,31 @@ class TagTask(Task):
     def loss(self, settings):
         return MaskedSparseCrossentropy()
 
-    def predicted_tags(self, model, examples, tokenizer, settings, batch_size) -> list[list[str]]:
+    def predicted_tags(
+        self, model, examples, tokenizer, settings, batch_size
+    ) -> tuple[list[list[str]], list[bool]]:
+        """Each sentence's tags, and whether it was cut: words past the model's length are
+        tagged ``O`` without being scored, as the export tags them."""
         x, _, positions = self.encode(examples, tokenizer, settings, labelled=False)
         best = np.asarray(model.predict(x, batch_size=batch_size, verbose=0)).argmax(-1)
-        tags = []
+        tags, cut = [], []
         for i, s in enumerate(examples):
             kept = [settings.labels[best[i, p]] for p in positions[i]]
             tags.append(kept + ["O"] * (len(s.words) - len(kept)))
-        return tags
+            cut.append(len(kept) < len(s.words))
+        return tags, cut
 
     def scores(self, model, examples, tokenizer, settings, batch_size):
         self.tag_ids(examples, settings)
-        predicted = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
+        predicted, _ = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
         return metrics.chunk_scores([s.tags for s in examples], predicted)
 
     def predict(self, model, examples, tokenizer, settings, batch_size=64):
-        predicted = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
-        return [{"words": s.words, "tags": t} for s, t in zip(examples, predicted, strict=True)]
+        predicted, cut = self.predicted_tags(model, examples, tokenizer, settings, batch_size)
+        return [
+            {"words": s.words, "tags": t, **({"truncated": True} if c else {})}
+            for s, t, c in zip(examples, predicted, cut, strict=True)
+        ]
 
     def export_inputs(self, examples, settings):
         # The export splits its text on whitespace as the CoNLL reader split the lines.
