@@ -578,6 +578,24 @@ def test_pretraining_dataset_dispatches(corpus, tokenizer, tmp_path):
     other = ElectraTokenizer(VOCAB + ["extra"])
     with pytest.raises(InputDataError, match="vocabulary but the tokenizer has"):
         pretraining_dataset(out, other, **kw)
+    # The same size with two pieces swapped: the records' ids would mean other words.
+    swapped = [*VOCAB[:-2], VOCAB[-1], VOCAB[-2]]
+    with pytest.raises(InputDataError, match="another vocabulary of the same size"):
+        pretraining_dataset(out, ElectraTokenizer(swapped), **kw)
+    # Records of lowercased text read by a tokenizer that keeps case.
+    with pytest.raises(InputDataError) as caught:
+        pretraining_dataset(out, ElectraTokenizer(VOCAB, lowercase=False), **kw)
+    assert str(caught.value) == (
+        f"The TFRecords in '{out}' were prepared lowercased but this run keeps case, so its "
+        "tokenizer would not match their ids; leave out --cased."
+    )
+    # A prepare stopped before it wrote every shard.
+    metadata = pathlib.Path(out) / "metadata.json"
+    whole = metadata.read_text(encoding="utf-8")
+    metadata.write_text(json.dumps({**json.loads(whole), "complete": False}), encoding="utf-8")
+    with pytest.raises(InputDataError, match=f"The TFRecords in '{out}' are unfinished: "):
+        pretraining_dataset(out, tokenizer, **kw)
+    metadata.write_text(whole, encoding="utf-8")
     with pytest.raises(InputDataError, match="mix TFRecord and text"):
         pretraining_dataset([out, corpus], tokenizer, **kw)
     with pytest.raises(ConfigError, match="Text data needs a tokenizer"):

@@ -225,6 +225,7 @@ def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys,
     cases = [
         # another vocabulary than the records'
         (["--vocab", tiny_run / "vocab.txt", "--output", tmp_path / "r"], "-token vocabulary"),
+        (["--cased", "--output", tmp_path / "r"], "were prepared lowercased but this run keeps"),
         # a resumed run's fixed settings
         (["--output", tiny_run, "--batch-size", "16"], "was started with batch_size=8"),
         # an output that cannot be a directory

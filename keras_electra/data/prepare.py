@@ -79,7 +79,8 @@ class PrepareResult:
         s = self.settings
         pretrain = (
             f"keras-electra pretrain --corpus {self.output_dir} --vocab {self.vocab_file} "
-            f"--max-seq-length {s.max_seq_length} --output RUN_DIR"
+            f"--max-seq-length {s.max_seq_length}{'' if s.lowercase else ' --cased'} "
+            "--output RUN_DIR"
         )
         if self.written:
             return (

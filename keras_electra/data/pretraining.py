@@ -498,8 +498,12 @@ def record_passes(
             examples, the files hold no example, their length is not
             ``max_seq_length``, or they were written with another vocabulary.
     """
-    vocab_size = tokenizer.vocab_size if tokenizer is not None else None
-    files = check_records(paths, max_seq_length=max_seq_length, vocab_size=vocab_size)
+    files = check_records(
+        paths,
+        max_seq_length=max_seq_length,
+        vocab=None if tokenizer is None else tokenizer.vocab,
+        lowercase=None if tokenizer is None else tokenizer.lowercase,
+    )
     names = tf.constant(files, tf.string)
     cycle = min(len(files), _MAX_SHUFFLED_READERS) if shuffle_files else 1
 

@@ -280,6 +280,8 @@ def _read_metadata(directory: str, lenient: bool = True) -> dict:
 def _write_metadata(directory: str, metadata: dict) -> None:
     path = os.path.join(directory, METADATA_FILE)
     if is_remote(directory):
+        if tf.io.gfile.exists(path):  # ram:// keeps an overwritten file's longer tail
+            tf.io.gfile.remove(path)
         with tf.io.gfile.GFile(path, "w") as f:  # an object store's write is atomic
             f.write(json.dumps(metadata, indent=2))
     else:
@@ -611,13 +613,17 @@ def _reader_complaint(error: tf.errors.OpError) -> str:
 
 
 def check_records(
-    paths: PathsLike, *, max_seq_length: int, vocab_size: int | None = None
+    paths: PathsLike,
+    *,
+    max_seq_length: int,
+    vocab: Sequence[str] | None = None,
+    lowercase: bool | None = None,
 ) -> list[str]:
     """Checks TFRecord files against a run's settings before anything reads them: the
     files exist, the first record is a pretraining example of ``max_seq_length`` tokens,
-    and (with ``vocab_size``) a directory's ``metadata.json`` names that vocabulary size.
-    :func:`~keras_electra.data.pretraining.record_passes` (so every pretraining
-    pipeline) and a dry run call this.
+    and a directory's ``metadata.json`` says its ``prepare`` finished and (given them)
+    names that vocabulary and casing. :func:`~keras_electra.data.pretraining.record_passes`
+    (so every pretraining pipeline) and a dry run call this.
 
     Returns:
         The files, in order.
@@ -626,8 +632,8 @@ def check_records(
         InputDataError: one sentence naming the file and the fix.
     """
     files = resolve_tfrecord_files(paths)
-    if vocab_size is not None:
-        _check_vocab_size(files, vocab_size)
+    for directory in sorted({os.path.dirname(p) for p in files}):
+        _check_metadata(directory, vocab, lowercase)
     path, length = _first_record_length(files)
     if length != max_seq_length:
         raise InputDataError(
@@ -646,17 +652,44 @@ def record_metadata(paths: PathsLike) -> dict:
     return _read_metadata(os.path.dirname(files[0]), lenient=False)
 
 
-def _check_vocab_size(files: Sequence[str], expected: int) -> None:
-    """Raises if a directory's ``metadata.json`` names another vocabulary size."""
-    for directory in {os.path.dirname(p) for p in files}:
-        vocab_size = _read_metadata(directory, lenient=False).get("vocab_size")
-        if vocab_size is not None and vocab_size != expected:
+def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool | None) -> None:
+    """Raises if ``directory``'s ``metadata.json`` says its ``prepare`` did not finish, or
+    names another vocabulary or casing than the run's (records written elsewhere, with no
+    metadata, are taken as they are)."""
+    metadata = _read_metadata(directory, lenient=False)
+    written = metadata.get("settings", metadata)
+    if metadata.get("complete") is False:
+        raise InputDataError(
+            f"The TFRecords in '{directory}' are unfinished: their `keras-electra prepare` "
+            "stopped before it wrote every shard; run the same prepare command again to "
+            "finish them (it keeps the shards already written)."
+        )
+    fix = (
+        "pass the --vocab they were prepared with (their directory's vocab.txt) or write "
+        "them again with this vocabulary."
+    )
+    if vocab is not None and written.get("vocab_size") not in (None, len(vocab)):
+        raise InputDataError(
+            f"The TFRecords in '{directory}' were written with a {written['vocab_size']}-token "
+            f"vocabulary but the tokenizer has {len(vocab)} tokens; {fix}"
+        )
+    digest = written.get("vocab_sha256")
+    if vocab is not None and digest is not None:
+        if hashlib.sha256("\n".join(vocab).encode("utf-8")).hexdigest() != digest:
             raise InputDataError(
-                f"The TFRecords in '{directory}' were written with a {vocab_size}-token "
-                f"vocabulary but the tokenizer has {expected} tokens; pass the --vocab they "
-                "were prepared with (their directory's vocab.txt) or write them again with "
-                "this vocabulary."
+                f"The TFRecords in '{directory}' were written with another vocabulary of the "
+                f"same size ({len(vocab)} tokens, other pieces or another order), so their "
+                f"ids would mean other words; {fix}"
             )
+    if lowercase is not None and written.get("lowercase") not in (None, lowercase):
+        prepared, flag = (
+            ("cased", "pass --cased") if lowercase else ("lowercased", "leave out --cased")
+        )
+        raise InputDataError(
+            f"The TFRecords in '{directory}' were prepared {prepared} but this run "
+            f"{'lowercases' if lowercase else 'keeps case'}, so its tokenizer would not "
+            f"match their ids; {flag}."
+        )
 
 
 def is_tfrecord_input(paths: PathsLike) -> bool:

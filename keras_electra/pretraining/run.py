@@ -253,8 +253,12 @@ def _checked_input(
     paths: list[str], settings: PretrainSettings, tokens: list[str] | None, what: str
 ) -> list[str]:
     if is_tfrecord_input(paths):
-        vocab_size = len(tokens) if tokens is not None else None
-        return check_records(paths, max_seq_length=settings.max_seq_length, vocab_size=vocab_size)
+        return check_records(
+            paths,
+            max_seq_length=settings.max_seq_length,
+            vocab=tokens,
+            lowercase=settings.lowercase,
+        )
     files = resolve_corpus_files(paths, what)
     check_corpus_has_text(files, what)
     return files
