@@ -232,6 +232,23 @@ def test_one_float32_step_matches_the_oracle_bit_for_bit(monkeypatch):
     assert not differ, differ
 
 
+def test_disc_auc_ranks_the_tiny_nce_probabilities_of_a_young_model():
+    # A young Electric model's NCE probabilities sit between 3e-5 and 5e-4: AUC's default
+    # thresholds (even in [0, 1]) put them all in one bin and read 0.5 at every window.
+    auc = objectives.get("electric").metrics(ElectraConfig.from_preset("tiny"))["disc_auc"]
+    logits = tf.constant([-8.0, -10.0, -7.9, -10.2, -9.0, -8.5])  # sigmoid: 3.4e-4 to 3.7e-5
+    labels = tf.constant([1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    objectives.update_detector_metrics(
+        {"disc_accuracy": keras.metrics.Mean(), "disc_auc": auc},
+        {"disc_logits": logits, "disc_labels": labels, "padding_mask": tf.ones([6])},
+        ("disc_auc",),
+    )
+    assert float(auc.result()) == pytest.approx(1.0, abs=1e-6)
+    flat = keras.metrics.AUC()
+    flat.update_state(labels, tf.sigmoid(logits))
+    assert float(flat.result()) == 0.5  # the default thresholds' reading
+
+
 # === The plug-in ===
 
 

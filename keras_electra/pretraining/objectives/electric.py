@@ -52,6 +52,11 @@ from keras_electra.pretraining.objectives import (
 )
 from keras_electra.pretraining.objectives.mlm import lm_head
 
+LOGIT_THRESHOLDS = [float(1 / (1 + math.exp(-x / 8))) for x in range(-96, 97)]
+"""``disc_auc``'s thresholds for Electric: probabilities at logits -12 to 12 in steps of
+1/8."""
+
+
 # === The objective's math, as pure functions ===
 
 
@@ -155,8 +160,13 @@ class EnergyCloze(Objective):
     def metrics(self, config):
         m = keras.metrics
         kinds = dict.fromkeys(["cloze_loss", "cloze_accuracy", "resampled_original"], m.Mean)
-        kinds |= {"disc_loss": m.Mean, "disc_accuracy": m.Mean, "disc_auc": m.AUC}
-        return {name: kind(name=name) for name, kind in kinds.items()}
+        kinds |= {"disc_loss": m.Mean, "disc_accuracy": m.Mean}
+        metrics = {name: kind(name=name) for name, kind in kinds.items()}
+        # The NCE probabilities of a young Electric model sit far below 0.01 (they add
+        # log q), where AUC's default thresholds, evenly spaced in [0, 1], leave one bin and
+        # read 0.5; thresholds even in the logit keep its ranking measured.
+        metrics["disc_auc"] = m.AUC(name="disc_auc", thresholds=LOGIT_THRESHOLDS)
+        return metrics
 
     def compute(self, model, prepared, totals, training):
         c = model.config
