@@ -330,6 +330,39 @@ def test_mirrored_is_planned_on_the_device_counts_it_runs_on(small_corpus, tmp_p
     )
 
 
+def test_the_docs_dry_run_of_base_on_the_bundled_corpus_is_what_the_command_prints(
+    tmp_path, capsys, monkeypatch
+):
+    """docs/pretraining.md quotes the plan of the README's TPU command on the bundled
+    Shakespeare prepared at 512 tokens: the quote and its sentence's counts must be what
+    `prepare` and the dry run give today (the packing's example count had drifted)."""
+    from conftest import SAMPLE_CORPUS
+
+    page = (README.parent / "docs" / "pretraining.md").read_text(encoding="utf-8")
+    command = "$ keras-electra pretrain --strategy tpu --preset base --corpus tfrecords-512/ \\\n"
+    start = page.index(command)
+    quoted = page[start : page.index("```", start)].splitlines()[2:]
+    (tmp_path / "my_corpus").mkdir()
+    shutil.copy(SAMPLE_CORPUS, tmp_path / "my_corpus")
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_cli(capsys, "prepare", "--corpus", "my_corpus/", "--output",
+                             "tfrecords-512/", "--max-seq-length", "512")  # fmt: skip
+    assert status == 0, err
+    no_model_built(monkeypatch)
+    status, out, err = run_cli(capsys, "pretrain", "--strategy", "tpu", "--preset", "base",
+                               "--corpus", "tfrecords-512/", "--vocab", "tfrecords-512/vocab.txt",
+                               "--output", "runs/base", "--precision", "mixed_bfloat16",
+                               "--dry-run")  # fmt: skip
+    assert status == 0, err
+    assert out.splitlines() == quoted
+    pieces = len((tmp_path / "tfrecords-512" / "vocab.txt").read_text("utf-8").splitlines())
+    examples = json.loads((tmp_path / "tfrecords-512" / "metadata.json").read_text())
+    assert (
+        f"prepared at 512 tokens: {pieces:,} pieces,\n{examples['num_examples']:,} examples)"
+        in page
+    )
+
+
 def test_the_python_api_returns_the_plan(records, tmp_path, monkeypatch):
     no_model_built(monkeypatch)
     data = records / "tfrecords-512"
