@@ -401,10 +401,8 @@ def test_prepares_counts_are_refused_in_the_words_of_its_flags(small_corpus, tmp
     argv = ["prepare", "--corpus", small_corpus, "--output", tmp_path / "out", "--dry-run"]
     for flags, message in (
         (["--num-shards", "0"], "--num-shards must be a positive integer, not 0."),
-        (
-            ["--max-seq-length", "3"],
-            "--max-seq-length must be an integer of at least 5 (128 is typical), not 3.",
-        ),
+        (["--max-seq-length", "6"], "--max-seq-length must be at least 8 (the least pretrain"),
+        (["--max-seq-length", "3"], "--max-seq-length must be at least 8 (the least pretrain"),
         (["--workers", "0"], "--workers must be a positive integer, not 0."),
         (["--vocab-size", "3"], "--vocab-size 3 leaves no room for words; use one above 5 "),
     ):

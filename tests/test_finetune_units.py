@@ -178,6 +178,20 @@ def test_only_a_line_feed_ends_a_row(tmp_path):
         ("e.jsonl", '{"text": "a", "label": 1}\n{"text": "b"\n', {}, r"e\.jsonl:2: not valid JSON"),
         ("f.jsonl", '{"sentence": "a", "label": 1}\n', {}, r"f\.jsonl:1: no 'text' field"),
         ("g.xlsx", "x", {}, r"unknown table format '\.xlsx'"),
+        (
+            "h.tsv",
+            "sentence\tlabel\nhi\t1\n",
+            {"text_column": 5},
+            r"h\.tsv: no text column 5 \(0-based; the file has 2: sentence, label\); pass a "
+            r"column name or an index below 2\.$",
+        ),
+        (
+            "i.csv",
+            "text,label\nhi,1\n",
+            {"text_column": "sentence", "label_column": None, "require_labels": False},
+            r"i\.csv: no text column 'sentence' \(columns: text, label\); the model reads the "
+            r"columns it was fine-tuned on: name the file's text column 'sentence'\.$",
+        ),
     ],
 )
 def test_bad_tables_name_file_line_and_fix(tmp_path, name, text, kwargs, message):
@@ -203,6 +217,18 @@ def test_conll_and_its_errors(tmp_path):
         read_conll(write(tmp_path / "bad.conll", "a O\nb PER\n"))
     with pytest.raises(InputDataError, match=r"one\.conll:1: expected 'word tag'"):
         read_conll(write(tmp_path / "one.conll", "lonely\n"))
+    # predict on a sentence per line: it said "tag 'London' is not BIO/BIOES ... fix the tag
+    # column", of a file predict reads no tags from.
+    lines = write(tmp_path / "lines.conll", "John visited London\n")
+    with pytest.raises(InputDataError) as caught:
+        read_conll(lines, require_tags=False)
+    assert str(caught.value) == (
+        f"{lines}:1: the line holds 3 words and no BIO/BIOES tag, but a CoNLL line is one word "
+        "(then, optionally, its tag, which predict ignores); write one word per line, a blank "
+        "line between sentences."
+    )
+    untagged = write(tmp_path / "untagged.conll", "John\nvisited B-LOC\n")
+    assert read_conll(untagged, require_tags=False)[0].words == ["John", "visited"]
     # A JSON lines file of tokens and tags: its lines read as words ("tag 'O"]}' is not
     # BIO/BIOES"), or as untagged words for predict.
     tokens = write(tmp_path / "t.jsonl", '{"tokens": ["John"], "tags": ["B-PER", "O"]}\n')

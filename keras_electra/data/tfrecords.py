@@ -299,6 +299,10 @@ def check_writing(max_seq_length: int, num_shards: int) -> None:
         ...
         keras_electra.errors.ConfigError: --num-shards must be a positive integer, not 0.
     """
+    if isinstance(max_seq_length, int) and max_seq_length < 8:  # records pretrain can read
+        raise ConfigError(
+            f"--max-seq-length must be at least 8 (the least pretrain takes), not {max_seq_length}."
+        )
     check_shapes(None, max_seq_length)
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ConfigError(f"--num-shards must be a positive integer, not {num_shards!r}.")

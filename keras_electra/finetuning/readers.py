@@ -82,12 +82,27 @@ _SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
 _SEPARATOR_NAMES = {".csv": "commas", ".tsv": "tabs", ".txt": "tabs"}
 
 
-def _column_index(path: Path, names: list[str] | None, column: str | int, role: str) -> int:
+def _column_index(
+    path: Path, names: list[str] | None, column: str | int, role: str, fixed: bool = False
+) -> int:
+    """Where ``column`` (a name, or a 0-based index) is among the header's ``names``;
+    ``fixed``: the columns are a fine-tuned model's (``predict`` has no column flags)."""
+    shown = ", ".join(names or []) or "none (the file has no header row)"
     if isinstance(column, int) or str(column).isdigit():
-        return int(column)
+        index = int(column)
+        if names is not None and index >= len(names):
+            raise InputDataError(
+                f"{path}: no {role} column {index} (0-based; the file has {len(names)}: "
+                f"{shown}); pass a column name or an index below {len(names)}."
+            )
+        return index
     if names is None or column not in names:
-        shown = ", ".join(names or []) or "none (the file has no header row)"
         fix = "pass the right column name or a 0-based index"
+        if fixed:
+            fix = (
+                f"the model reads the columns it was fine-tuned on: name the file's {role} "
+                f"column '{column}'"
+            )
         if names is not None and len(names) == 1:  # the header did not split: another separator
             suffix = path.suffix.lower()
             seen = next((c for c in ",;\t|" if c in names[0] and c != _SEPARATORS[suffix]), None)
@@ -143,7 +158,9 @@ def read_table(
         wanted.pop("label", None)  # unlabelled input: a missing label column is fine
     # Where each value is: a JSON object's key, or a table row's index.
     keys = {
-        k: str(v) if json_lines else _column_index(path, names, v, k.replace("text_b", "text pair"))
+        k: str(v)
+        if json_lines
+        else _column_index(path, names, v, k.replace("text_b", "text pair"), not require_labels)
         for k, v in wanted.items()
     }
     examples = []
@@ -220,6 +237,12 @@ def read_conll(path: str | Path, *, require_tags: bool = True) -> list[TaggedSen
                 "(separated by a space or tab)."
             )
         tag = parts[-1] if len(parts) >= 2 else "O"
+        if not _TAG.match(tag) and not require_tags:  # predict: a sentence on one line?
+            raise InputDataError(
+                f"{path}:{number}: the line holds {len(parts)} words and no BIO/BIOES tag, "
+                "but a CoNLL line is one word (then, optionally, its tag, which predict "
+                "ignores); write one word per line, a blank line between sentences."
+            )
         if not _TAG.match(tag):
             raise InputDataError(
                 f"{path}:{number}: tag '{tag}' is not BIO/BIOES (O, B-X, I-X, E-X or S-X); "
