@@ -464,8 +464,9 @@ class PrepareSettings:
     seed: int = option(0, "seeds how sentences are packed into examples")
     workers: int | None = option(
         None,
-        "processes on this machine (default: every core when the beam extra is installed; "
-        "1 packs in this process)",
+        "processes on this machine (default: in this process, or every core on Apache Beam "
+        "for a corpus of 256 MB or more on 4 cores or more with the beam extra; 1: in this "
+        "process)",
     )
     beam_options: list[str] = option(
         [],

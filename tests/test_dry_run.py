@@ -395,6 +395,14 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
     assert not out.exists()
 
 
+def test_prepare_into_a_folder_the_system_refuses_is_one_sentence(small_corpus, capsys):
+    # /proc takes no new folder, even from root, whom os.access lets through: the makedirs
+    # failed as TensorFlow's NotFoundError, a traceback.
+    out = "/proc/keras-electra-test/records"
+    status, _, err = run_cli(capsys, "prepare", "--corpus", small_corpus, "--output", out)
+    assert status == 2 and "could not access '/proc/keras-electra-test" in one_sentence(err), err
+
+
 def test_prepares_counts_are_refused_in_the_words_of_its_flags(small_corpus, tmp_path, capsys):
     # They named Python's arguments ("num_shards=0 is invalid; use a positive integer."),
     # not the flags the command's user typed.

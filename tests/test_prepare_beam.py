@@ -388,3 +388,17 @@ def test_the_written_bytes_are_pinned(corpus, tokenizer, tmp_path):
         "6df68907b9d49276",
         "b62d8e791de81b03",
     ]
+
+
+def test_workers_help_says_when_prepare_runs_on_beam():
+    # It said "default: every core when the beam extra is installed", where prepare packs in
+    # its process below LOCAL_BEAM_MIN_BYTES or LOCAL_BEAM_MIN_CORES.
+    import dataclasses
+
+    from keras_electra.data.prepare import LOCAL_BEAM_MIN_BYTES, LOCAL_BEAM_MIN_CORES
+    from keras_electra.settings import PrepareSettings
+
+    field = next(f for f in dataclasses.fields(PrepareSettings) if f.name == "workers")
+    text = field.metadata["help"]
+    assert f"{LOCAL_BEAM_MIN_BYTES // 10**6} MB or more" in text, text
+    assert f"{LOCAL_BEAM_MIN_CORES} cores or more" in text, text

@@ -183,7 +183,10 @@ def prepare(
         print(IN_PROCESS_HINT, file=sys.stderr)
     import tensorflow as tf
 
-    tf.io.gfile.makedirs(str(out))
+    if isinstance(out, Path):  # an OSError, which the command tells in one sentence
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        tf.io.gfile.makedirs(out)
     if tokens is None:
         if beam:
             temp = os.path.join(str(out), ".word-counts")
