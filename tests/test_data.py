@@ -399,6 +399,34 @@ def test_missing_file_and_empty_corpus_errors(tmp_path, tokenizer):
         pretraining_dataset(str(spaced), tokenizer, batch_size=2, max_seq_length=16)
 
 
+def test_a_compressed_corpus_file_says_how_to_decompress_it(tmp_path):
+    # A .txt.gz file was "not text ... convert others with iconv", which cannot help.
+    import bz2
+    import gzip
+    import lzma
+
+    from keras_electra.data.files import check_text_files
+
+    text = b"The cat sat on the mat.\n" * 200
+    for name, pack, command in (
+        ("a.txt.gz", gzip.compress, "gunzip -k"),
+        ("b.txt.bz2", bz2.compress, "bunzip2 -k"),
+        ("c.txt.xz", lzma.compress, "unxz -k"),
+    ):
+        path = tmp_path / name
+        path.write_bytes(pack(text))
+        with pytest.raises(InputDataError) as error:
+            check_text_files([str(path)])
+        kind = name.split(".")[-1].replace("gz", "gzip").replace("bz2", "bzip2")
+        assert str(error.value) == (
+            f"Corpus file '{path}' is {kind}-compressed, not text; decompress it first "
+            f"({command} '{path}') and pass the text file."
+        )
+    plain = tmp_path / "bzh.txt"
+    plain.write_bytes(b"BZh9 is not a bzip2 file.\n" * 50)
+    check_text_files([str(plain)])
+
+
 def test_a_corpus_that_is_mostly_not_text_is_one_sentence(tmp_path, capsys):
     """300 KB of random bytes (or UTF-16 text) as a corpus: learning a vocabulary and
     pretraining refuse it in one sentence instead of training on garbage. Text in a legacy

@@ -299,6 +299,12 @@ def check_text_files(files: Sequence[str], what: str = "Corpus file") -> None:
             continue
         with open(path, "rb") as f:
             data = f.read(TEXT_SAMPLE_BYTES)
+        compressed = next((name for magic, name in _COMPRESSED if magic.match(data)), None)
+        if compressed is not None:
+            raise InputDataError(
+                f"{what} '{path}' is {compressed}-compressed, not text; decompress it first "
+                f"({_DECOMPRESS[compressed]} '{path}') and pass the text file."
+            )
         share = not_text_share(data)
         if share > MAX_NOT_TEXT_SHARE:
             raise InputDataError(
@@ -319,6 +325,17 @@ def check_text_files(files: Sequence[str], what: str = "Corpus file") -> None:
                 "KiB is UTF-8 beyond ASCII; convert it (`iconv -f WINDOWS-1252 -t UTF-8 "
                 f"'{path}' > converted.txt`) and pass the converted file."
             )
+
+
+# Compressed files' first bytes (bzip2's: "BZh", the block size, then pi's digits), and the
+# command that gives back their text.
+_COMPRESSED = (
+    (re.compile(rb"\x1f\x8b"), "gzip"),
+    (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2"),
+    (re.compile(rb"\xfd7zXZ\x00"), "xz"),
+    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd"),
+)
+_DECOMPRESS = {"gzip": "gunzip -k", "bzip2": "bunzip2 -k", "xz": "unxz -k", "zstd": "unzstd"}
 
 
 def check_corpus_has_text(files: Sequence[str], what: str = "Corpus file") -> None:
