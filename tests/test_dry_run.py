@@ -226,6 +226,10 @@ def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys,
         # another vocabulary than the records'
         (["--vocab", tiny_run / "vocab.txt", "--output", tmp_path / "r"], "-token vocabulary"),
         (["--cased", "--output", tmp_path / "r"], "were prepared lowercased but this run keeps"),
+        # a preset beside an --init model of other sizes (it planned "small: 1 layers x 128")
+        (["--init", tiny_run, "--preset", "small", "--output", tmp_path / "r"],
+         f"--preset small is a model of 12 layers x 256, but --init '{tiny_run}' is one of 1 "
+         "layer x 128; leave --preset out"),
         # a resumed run's fixed settings
         (["--output", tiny_run, "--batch-size", "16"], "was started with batch_size=8"),
         # an output that cannot be a directory

@@ -173,6 +173,8 @@ def _pretrain(
     # --init hf:ORG/NAME: fetched and converted once, then read as a directory.
     requested = dataclasses.replace(requested, init=local_init(requested.init))
     init_preset = requested.init and RunDirectory(requested.init).settings().get("preset")
+    if requested.init and requested.preset:
+        _check_init_preset(requested.init, requested.preset)
     settings = requested.resolved(init_preset)
     if settings.dry_run:
         return _plan(run, settings)
@@ -752,6 +754,27 @@ def model_config(
     if settings.max_seq_length > config.max_position_embeddings:
         config = config.replace(max_position_embeddings=settings.max_seq_length)
     return config
+
+
+def _check_init_preset(init: str, preset: str) -> None:
+    """Refuse ``--preset`` beside an ``--init`` model of other sizes: the run would train
+    ``--init``'s model under the preset's name and recipe (its batch, warm-up, rate)."""
+    source = RunDirectory(init)
+    if not source.has_config():
+        return  # _init_source names what is missing
+    have, want = ElectraConfig.load(source.config_file), ElectraConfig.from_preset(preset)
+    sizes = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "embedding_size")
+    if any(getattr(have, k) != getattr(want, k) for k in sizes):
+        shape = [
+            f"{c.num_layers} layer{'s' * (c.num_layers != 1)} x {c.hidden_size}"
+            for c in (want, have)
+        ]
+        raise ConfigError(
+            f"--preset {preset} is a model of {shape[0]}, but --init '{init}' is one of "
+            f"{shape[1]}; "
+            "leave --preset out (the run takes --init's sizes and its preset's recipe) or "
+            f"pass --init a {preset} model."
+        )
 
 
 def _init_source(
