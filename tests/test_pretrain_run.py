@@ -622,6 +622,34 @@ def test_a_resumed_run_refuses_a_vocab_size_other_than_the_one_it_learned_at(tmp
     assert "which the run keeps, not --vocab-size" in one_sentence(capsys.readouterr().err)
 
 
+def test_a_resumed_run_says_which_data_and_schedule_flags_changed(tmp_path, capsys):
+    # Rerun without --warmup-steps and on another corpus, a run went on with the default
+    # warm-up and the other data, and run.json lost the old values, without a word.
+    from conftest import pretrain_command
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat on the mat .\nThe dog ran far away .\n\n" * 40, "utf-8")
+    other = tmp_path / "other.txt"
+    other.write_text("A bird flew over the sea .\nThe sun set late .\n\n" * 40, "utf-8")
+    run_dir = tmp_path / "run"
+    base = ["--output", str(run_dir), "--no-health", "--log-every", "2"]
+    assert pretrain_command("--corpus", str(corpus), *base, "--warmup-steps", "1") == 0
+    assert "Changed since" not in capsys.readouterr().out
+    assert pretrain_command("--corpus", str(other), *base, "--steps", "4") == 0
+    out = capsys.readouterr().out
+    recorded = json.loads((run_dir / "run.json").read_text())
+    assert recorded["warmup_steps"] != 1 and recorded["corpus"] == [str(other)]
+    assert (
+        f"Changed since the run's last start: --corpus {corpus} -> {other}, --warmup-steps 1 "
+        f"-> {recorded['warmup_steps']}; it goes on with the new values (pass the old ones to "
+        "keep them).\n"
+    ) in out
+    assert "Resuming" in out.split("Changed since")[1]
+    # The same command again: nothing changed, nothing said.
+    assert pretrain_command("--corpus", str(other), *base, "--steps", "6") == 0
+    assert "Changed since" not in capsys.readouterr().out
+
+
 def test_the_command_takes_the_objectives_hyperparameters_and_a_resume_keeps_them(
     small_corpus, tmp_path, capsys
 ):

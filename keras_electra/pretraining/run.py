@@ -290,9 +290,36 @@ def _prepare_run_directory(
     if chief:
         if settings.progress:
             print(chosen.describe(), flush=True)
+            changed = _changed_on_resume(run.settings(), resolved.settings.record())
+            if changed:
+                print(changed, flush=True)
         with _writing(run.path):
             run.write_settings(resolved.settings.record())
     return resolved
+
+
+# What a resumed run may change and goes on with, unlike its fixed settings (which it
+# refuses to change): a user who left a flag out should see that its default replaced it.
+_RESUME_CHANGES = ("corpus", "validation", "learning_rate", "warmup_steps")
+
+
+def _changed_on_resume(previous: dict, record: dict) -> str | None:
+    """The line a resumed run prints when the data or the schedule differ from those
+    ``run.json`` recorded at its last start (``previous``; {} for a new run), else None."""
+    shown = []
+    for name in _RESUME_CHANGES:
+        old, new = previous.get(name), record.get(name)
+        if name not in previous or old == new:
+            continue
+        old, new = (" ".join(v) if isinstance(v, list) else v for v in (old, new))
+        old, new = ("(none)" if v in (None, "") else v for v in (old, new))
+        shown.append(f"--{name.replace('_', '-')} {old} -> {new}")
+    if not shown:
+        return None
+    return (
+        f"Changed since the run's last start: {', '.join(shown)}; it goes on with the new "
+        "values (pass the old ones to keep them)."
+    )
 
 
 def resolve_run(
