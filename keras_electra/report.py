@@ -50,6 +50,18 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of ``RUN_DIR/metrics.jsonl``; a line cut short by a crash is skipped."""
     run = RunDirectory(run_dir)
     path = run.metrics_file
+    if not path.is_file() and run.is_converted():
+        raise ConfigError(
+            f"'{run_dir}' is a converted checkpoint (keras-electra convert), which has no "
+            "training metrics to draw; report the runs of `keras-electra pretrain` and "
+            "`finetune`."
+        )
+    if not path.is_file() and run.is_saved_from_python():
+        raise ConfigError(
+            f"'{run_dir}' was written by save_run from your own training script, which keeps "
+            f"no {path.name}; the report draws the runs of `keras-electra pretrain` and "
+            "`finetune` (your fit's History holds its metrics)."
+        )
     if not path.is_file() and (run.has_config() or run.settings_file.is_file()):
         raise ConfigError(
             f"'{run_dir}' has no metrics yet (no {path.name}): its run has not finished a "

@@ -63,6 +63,7 @@ class RunDirectory:
     LOGS = "logs"  # TensorBoard summaries
     RESUME = "resume"  # an interrupted fine-tuning: its own checkpoints/ and metrics.jsonl
     CONVERT = "convert.json"  # directories `keras-electra convert` wrote: source and notes
+    SAVED_BY = "keras_electra.pretraining.save_run"  # run.json's saved_by, of save_run's
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -138,6 +139,10 @@ class RunDirectory:
     def is_converted(self) -> bool:
         """Written by ``keras-electra convert --from`` (or ``--init hf:ORG/NAME``)."""
         return (self.path / self.CONVERT).is_file()
+
+    def is_saved_from_python(self) -> bool:
+        """Written by :func:`~keras_electra.pretraining.save_run` from a user's own script."""
+        return self.settings().get("saved_by") == self.SAVED_BY
 
     def has_checkpoint(self) -> bool:
         return latest_checkpoint(self.checkpoint_dir) is not None

@@ -203,6 +203,24 @@ def test_predict_marks_a_sentence_longer_than_the_model_on_the_run_and_its_expor
     )
 
 
+def test_an_export_of_another_kind_into_a_models_folder_is_refused(tagger, reader, tmp_path):
+    # A QA export written as version 2 of a tagger's folder would have switched every
+    # client of that model name from tags to answers.
+    from keras_electra.export import export as export_run
+
+    base = tmp_path / "ner"
+    assert export_run(tagger.output_dir, base).name == "1"
+    with pytest.raises(ConfigError) as error:
+        export_run(reader.output_dir, base)
+    assert str(error.value) == (
+        f"--output '{base}' serves a tag model (version 1), and a qa export as its next "
+        "version would switch every client of that model name to other answers; export to a "
+        "new folder (saved_models/OTHER_NAME), or remove the old versions first."
+    )
+    assert sorted(p.name for p in base.iterdir()) == ["1"]
+    assert export_run(tagger.output_dir, base).name == "2"  # a new version of the same kind
+
+
 def test_classifier_module_refuses_other_tasks(tagger):
     with pytest.raises(ConfigError, match=r"use export\(\)"):
         TextClassifierModule(tagger)

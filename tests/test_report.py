@@ -93,6 +93,19 @@ def test_report_refuses_a_directory_without_metrics(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "has no metrics yet (no metrics.jsonl): its run has not finished a logging" in err
     assert err.count("\n") == 1
+    # Directories that will never have metrics were told to wait for them.
+    (tmp_path / "run.json").write_text('{"saved_by": "keras_electra.pretraining.save_run"}')
+    assert main(["report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-electra report: error: '{tmp_path}' was written by save_run from your own "
+        "training script, which keeps no metrics.jsonl; the report draws the runs of "
+        "`keras-electra pretrain` and `finetune` (your fit's History holds its metrics).\n"
+    )
+    (tmp_path / "convert.json").write_text("{}", encoding="utf-8")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is a converted checkpoint (keras-electra convert), which has no training" in (
+        capsys.readouterr().err
+    )
 
 
 def test_report_names_its_files_under_an_output_given_with_a_slash(tmp_path, capsys):

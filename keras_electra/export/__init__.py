@@ -14,9 +14,11 @@ from keras_electra.export.saved_model import (
     check_export_base,
     export_module,
     next_version,
+    served_kind,
 )
 from keras_electra.export.tagger import TextTaggerModule
 from keras_electra.finetuning.saved import load_finetuned
+from keras_electra.finetuning.settings import FinetuneSettings
 from keras_electra.run_directory import RunDirectory
 
 __all__ = [
@@ -71,6 +73,7 @@ def export(
     """
     check_export_base(output)  # before the model is built
     run = RunDirectory(run_dir)
+    _check_same_kind(run, output)
     if run.is_finetuned():
         module = finetuned_module(load_finetuned(run.path), max_length)
         extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
@@ -85,3 +88,25 @@ def export(
             f"got {module.max_length}."
         )
     return export_module(module, output, version=version, extra_files=extra)
+
+
+def _check_same_kind(run: RunDirectory, output: str | Path) -> None:
+    """Refuse a version of another kind than the model's latest under ``output``: TF
+    Serving would switch every client of that model name to answers of the new kind."""
+    served = served_kind(output)
+    if served is None or not run.has_config():
+        return  # a new model; a source that is not a run is named by the export itself
+    if run.is_finetuned():
+        kind = FinetuneSettings.load(run.finetune_file).task
+    else:
+        electric = run.settings().get("objective") == "electric"
+        kind = "sentence_score" if electric else "replaced_token"
+    if kind != served[0]:
+        words = {"replaced_token": "replaced-token", "sentence_score": "sentence-score"}
+        old, new = (words.get(k, k) for k in (served[0], kind))
+        raise ConfigError(
+            f"--output '{output}' serves a {old} model (version {served[1].name}), and a {new} "
+            "export as its next version would switch every client of that model name to "
+            "other answers; export to a new folder (saved_models/OTHER_NAME), or remove the "
+            "old versions first."
+        )

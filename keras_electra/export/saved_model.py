@@ -271,6 +271,35 @@ def check_export_base(output: str | Path) -> None:
         )
 
 
+def served_kind(base: str | Path) -> tuple[str, Path] | None:
+    """The kind (``replaced_token``, ``sentence_score``, ``classify``, ...) of the highest
+    version under a model's base folder and that version's folder, read from its
+    ``saved_model.pb`` alone (nothing is loaded); None without a version keras-electra
+    reads (a URL, no versions, another program's export)."""
+    from google.protobuf import json_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from keras_electra.serving.export_reader import export_reader, signature_defs_to_dict
+
+    folder = Path(base)
+    if "://" in str(base) or not folder.is_dir():
+        return None
+    versions = [
+        p for p in folder.iterdir() if p.name.isdigit() and (p / "saved_model.pb").is_file()
+    ]
+    if not versions:
+        return None
+    latest = max(versions, key=lambda p: int(p.name))
+    model = saved_model_pb2.SavedModel()
+    try:
+        model.ParseFromString((latest / "saved_model.pb").read_bytes())
+        graph = model.meta_graphs[0]
+        signatures = json_format.MessageToDict(graph)["signatureDef"]
+        return export_reader(signature_defs_to_dict(signatures)).kind, latest
+    except Exception:  # noqa: BLE001 - unreadable or foreign: nothing to compare with
+        return None
+
+
 def export_module(
     module: tf.Module,
     output: str | Path,

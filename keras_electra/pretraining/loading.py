@@ -49,7 +49,7 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
 
 
 # run.json's mark of a directory save_run wrote: a model, not a command-line run to resume.
-SAVED_BY = "keras_electra.pretraining.save_run"
+SAVED_BY = RunDirectory.SAVED_BY
 
 
 def save_run(

@@ -41,13 +41,12 @@ from keras_electra.errors import (
 )
 from keras_electra.pretraining import objectives
 from keras_electra.pretraining.health import HealthProbe, collapse_warnings
+from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
 from keras_electra.pretraining.loading import (
-    SAVED_BY,
     read_run,
     stored_pretrainer,
     vocab_checksum,
 )
-from keras_electra.pretraining.loading import load_run as load_run  # callers import it here
 from keras_electra.pretraining.plan import PretrainPlan, describe_data, warmup_note
 from keras_electra.pretraining.pretrainer import (
     NONFINITE_MESSAGE,
@@ -438,7 +437,7 @@ def _check_resumable(run: RunDirectory) -> None:
             f"'{run.path}' holds a fine-tuned model, not a pretraining run to resume; choose a "
             "new --output."
         )
-    if run.is_converted() or run.settings().get("saved_by") == SAVED_BY:
+    if run.is_converted() or run.is_saved_from_python():
         what = "a converted checkpoint" if run.is_converted() else "a model saved by save_run"
         raise ConfigError(
             f"'{run.path}' holds {what}, not a pretraining run to resume; pass "
