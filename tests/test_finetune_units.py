@@ -79,7 +79,7 @@ def test_chunks_follow_conlleval_for_bio_and_bioes():
     # correct 2 (PER, ORG) of 4 predicted and 3 gold
     assert scores["precision"] == 50.0 and scores["recall"] == round(200 / 3, 4)
     assert scores["f1"] == round(2 * 50 * (200 / 3) / (50 + 200 / 3), 4)
-    assert scores["token_accuracy"] == round(4 / 6, 4)
+    assert scores["token_accuracy"] == round(100 * 4 / 6, 4)  # percent, as the chunk scores
 
 
 # === Readers ===

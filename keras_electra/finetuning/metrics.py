@@ -197,7 +197,8 @@ def extract_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 def chunk_scores(
     gold_sequences: Sequence[Sequence[str]], predicted_sequences: Sequence[Sequence[str]]
 ) -> dict[str, float]:
-    """Micro precision, recall and F1 (percent) of chunks, plus token accuracy.
+    """Micro precision, recall and F1 of chunks, plus token accuracy, all in percent (as
+    conlleval prints them).
 
     Examples:
         >>> chunk_scores([["B-PER", "I-PER", "O"]], [["B-PER", "O", "O"]])["f1"]
@@ -218,5 +219,5 @@ def chunk_scores(
         "precision": round(precision, 4),
         "recall": round(recall, 4),
         "f1": round(f1, 4),
-        "token_accuracy": round(tokens_correct / tokens, 4) if tokens else 0.0,
+        "token_accuracy": round(100.0 * tokens_correct / tokens, 4) if tokens else 0.0,
     }
