@@ -225,7 +225,8 @@ def test_a_dry_run_checks_what_a_run_checks(records, tiny_run, tmp_path, capsys,
     cases = [
         # another vocabulary than the records'
         (["--vocab", tiny_run / "vocab.txt", "--output", tmp_path / "r"], "-token vocabulary"),
-        (["--cased", "--output", tmp_path / "r"], "were prepared lowercased but this run keeps"),
+        # --cased with the records' uncased vocabulary (their casing is checked as well)
+        (["--cased", "--output", tmp_path / "r"], "holds no capital letter (an uncased vocab"),
         # a preset beside an --init model of other sizes (it planned "small: 1 layers x 128")
         (["--init", tiny_run, "--preset", "small", "--output", tmp_path / "r"],
          f"--preset small is a model of 12 layers x 256, but --init '{tiny_run}' is one of 1 "

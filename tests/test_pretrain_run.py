@@ -650,6 +650,35 @@ def test_a_resumed_run_says_which_data_and_schedule_flags_changed(tmp_path, caps
     assert "Changed since" not in capsys.readouterr().out
 
 
+def test_a_half_written_run_directory_is_one_sentence_naming_what_it_lacks(tmp_path, capsys):
+    # Without config.json its checkpoints were restored as a new run's ("already at step 2
+    # of --steps 1: nothing to train", exit 0); without vocab.txt a given --vocab was said
+    # not to exist.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat on the mat .\nThe dog ran far away .\n\n" * 40, "utf-8")
+    run_dir = tmp_path / "run"
+    argv = ["--corpus", str(corpus), "--output", str(run_dir), "--no-health"]
+    assert run_cli(*argv) == 0
+    config = (run_dir / "config.json").read_text()
+    (run_dir / "config.json").unlink()
+    for dry in ([], ["--dry-run"]):
+        assert run_cli(*argv, "--steps", "1", *dry) == 2
+        assert one_sentence(capsys.readouterr().err) == (
+            f"keras-electra pretrain: error: Run directory '{run_dir}' has checkpoints but no "
+            "config.json: it is half-written; restore its config.json to resume it, or choose "
+            "a new --output."
+        )
+    (run_dir / "config.json").write_text(config)
+    vocab = run_dir / "vocab.txt"
+    vocab.rename(tmp_path / "vocab.txt")
+    assert run_cli(*argv, "--vocab", str(tmp_path / "vocab.txt"), "--dry-run") == 2
+    assert one_sentence(capsys.readouterr().err) == (
+        f"keras-electra pretrain: error: Run directory '{run_dir}' has config.json but no "
+        "vocab.txt: it is half-written (its files were removed, or a copy was cut short); "
+        "restore its vocab.txt or choose a new --output."
+    )
+
+
 def test_the_command_takes_the_objectives_hyperparameters_and_a_resume_keeps_them(
     small_corpus, tmp_path, capsys
 ):

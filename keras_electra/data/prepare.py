@@ -34,6 +34,7 @@ from keras_electra.data.files import (
 from keras_electra.data.tfrecords import check_writing, shard_paths, write_pretraining_tfrecords
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.data.vocab import (
+    check_cased_vocab,
     check_vocab_size,
     learn_vocab,
     load_vocab,
@@ -166,6 +167,8 @@ def prepare(
             )
         held.refuse_exports("the records")
     tokens = load_vocab(s.vocab) if s.vocab else None
+    if tokens is not None:
+        check_cased_vocab(tokens, s.vocab, s.lowercase)
     if tokens is None:
         check_vocab_size(s.vocab_size)  # a dry run too
     files = resolve_corpus_files(corpus)

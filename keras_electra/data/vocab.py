@@ -308,6 +308,29 @@ def _elapsed(said: str | None) -> Iterator[None]:
             ticker.join()
 
 
+def check_cased_vocab(tokens: Sequence[str], path: str, lowercase: bool) -> None:
+    """Refuse ``--cased`` with a vocabulary that holds no capital letter (an uncased one):
+    every capitalized word would be split into odd pieces or become ``[UNK]``.
+
+    Examples:
+        >>> check_cased_vocab(["[PAD]", "the", "##s"], "vocab.txt", lowercase=False)
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: --vocab 'vocab.txt' holds no capital letter (an \
+uncased vocabulary), so with --cased every capitalized word would become [UNK] or odd \
+pieces; leave out --cased, or pass a cased vocabulary.
+    """
+    if lowercase:
+        return
+    words = (t for t in tokens if not (t.startswith("[") and t.endswith("]")))
+    if not any(c.isupper() for t in words for c in t):
+        raise ConfigError(
+            f"--vocab '{path}' holds no capital letter (an uncased vocabulary), so with "
+            "--cased every capitalized word would become [UNK] or odd pieces; leave out "
+            "--cased, or pass a cased vocabulary."
+        )
+
+
 def check_vocab_size(vocab_size: int) -> None:
     """One sentence for a learned vocabulary's size that leaves no room for words (named
     as the commands' flag, ``--vocab-size``, which Python's ``vocab_size`` is)."""

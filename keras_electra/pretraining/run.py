@@ -29,7 +29,7 @@ from keras_electra.data import (
 )
 from keras_electra.data.files import check_output_outside_corpus
 from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
-from keras_electra.data.vocab import check_vocab_size
+from keras_electra.data.vocab import check_cased_vocab, check_vocab_size
 from keras_electra.errors import (
     ConfigError,
     InputDataError,
@@ -349,6 +349,8 @@ def resolve_run(
     if sharing is not None:  # checked before anything is written
         objective.check(ElectraConfig(embedding_sharing=sharing))
     resuming = run.config_file.exists() if chief else run.has_checkpoint()
+    if chief and not resuming:
+        _check_no_orphan_checkpoints(run)
     if resuming:
         _check_resumable(run)
         source = str(run.vocab_file)
@@ -442,6 +444,22 @@ def _check_resumable(run: RunDirectory) -> None:
         raise ConfigError(
             f"'{run.path}' holds {what}, not a pretraining run to resume; pass "
             f"it as --init '{run.path}' and choose a new --output."
+        )
+    if not run.vocab_file.is_file():
+        raise ConfigError(
+            f"Run directory '{run.path}' has {run.CONFIG} but {run.lacks(run.VOCAB)}: it is "
+            "half-written (its files were removed, or a copy was cut short); restore its "
+            f"{run.VOCAB} or choose a new --output."
+        )
+
+
+def _check_no_orphan_checkpoints(run: RunDirectory) -> None:
+    """Refuse a run directory with checkpoints but no ``config.json``: a new run would
+    restore them (and stop at their step) without the model they were trained for."""
+    if run.has_checkpoint():
+        raise ConfigError(
+            f"Run directory '{run.path}' has checkpoints but {run.lacks(run.CONFIG)}: it is "
+            f"half-written; restore its {run.CONFIG} to resume it, or choose a new --output."
         )
 
 
@@ -739,7 +757,9 @@ def _vocabulary(settings: PretrainSettings, learn: bool = True) -> list[str] | N
     else:
         check_corpus_has_text(resolve_corpus_files(settings.corpus))
     if settings.vocab:
-        return load_vocab(settings.vocab)
+        tokens = load_vocab(settings.vocab)
+        check_cased_vocab(tokens, settings.vocab, settings.lowercase)
+        return tokens
     size = _asked_vocab_size(settings)
     check_vocab_size(size)  # a dry run too
     if not learn:
