@@ -400,6 +400,25 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
     assert not out.exists()
 
 
+def test_a_vocabulary_that_leaves_much_of_the_corpus_unknown_is_warned_of(
+    small_corpus, tmp_path, capsys
+):
+    # --vocab-size 50 made most of the corpus [UNK] without a word, in prepare and pretrain.
+    argv = ["prepare", "--corpus", small_corpus, "--max-seq-length", "32", "--num-shards", "1"]
+    status, _, err = run_cli(capsys, *argv, "--output", tmp_path / "tiny", "--vocab-size", "50")
+    assert status == 0, err
+    warning = next(line for line in err.splitlines() if line.startswith("Warning: "))
+    share = float(warning.split("%")[0].removeprefix("Warning: "))
+    assert share > 5 and "of the corpus's word pieces are [UNK] (in its first 1 MB)" in warning
+    status, _, err = run_cli(capsys, *argv, "--output", tmp_path / "fine", "--vocab-size", "2000")
+    assert status == 0 and "[UNK]" not in err, err
+    status, _, err = run_cli(capsys, "pretrain", "--corpus", small_corpus, "--output",
+                             tmp_path / "run", "--vocab", tmp_path / "tiny" / "vocab.txt",
+                             "--steps", "1", "--batch-size", "2", "--max-seq-length", "16",
+                             "--no-health", "--no-progress")  # fmt: skip
+    assert status == 0 and warning in err, err
+
+
 def test_prepare_into_a_folder_the_system_refuses_is_one_sentence(small_corpus, capsys):
     # /proc takes no new folder, even from root, whom os.access lets through: the makedirs
     # failed as TensorFlow's NotFoundError, a traceback.

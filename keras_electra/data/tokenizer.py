@@ -189,3 +189,48 @@ class ElectraTokenizer(tf.Module):
 
     def __repr__(self) -> str:
         return f"ElectraTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+
+
+UNKNOWN_WARNING_SHARE = 0.05
+"""The share of ``[UNK]`` word pieces from which :func:`unknown_warning` speaks: a
+vocabulary learned from the corpus leaves well under 1%."""
+
+
+def unknown_warning(
+    tokenizer: ElectraTokenizer, files: Sequence[str], sample_bytes: int = 1 << 20
+) -> str | None:
+    """A one-line warning when ``[UNK]`` is :data:`UNKNOWN_WARNING_SHARE` or more of the
+    word pieces of the corpus's first ``sample_bytes`` (its first files, whole lines), else
+    None: the vocabulary does not cover the text, and pretraining learns little from it.
+
+    Examples:
+        >>> import tempfile
+        >>> path = tempfile.mkstemp(suffix=".txt")[1]
+        >>> _ = open(path, "w").write("the cat sat\\nzebra quokka yak\\n")
+        >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat"])
+        >>> print(unknown_warning(t, [path])[:60])
+        Warning: 66.7% of the corpus's word pieces are [UNK] (in its
+    """
+    lines: list[str] = []
+    left = sample_bytes
+    for path in files:
+        if left <= 0:
+            break
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read(left)
+        left -= len(data)
+        text = data.decode("utf-8", "replace").split("\n")
+        lines += text[:-1] if left <= 0 and len(text) > 1 else text  # a cut last line dropped
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        return None
+    ids = tokenizer.tokenize(tf.constant(lines)).flat_values.numpy()
+    share = float((ids == tokenizer.unk_id).mean()) if ids.size else 0.0
+    if share < UNKNOWN_WARNING_SHARE:
+        return None
+    return (
+        f"Warning: {share:.1%} of the corpus's word pieces are [UNK] (in its first "
+        f"{sample_bytes / 2**20:g} MB), so the vocabulary does not cover its text: a "
+        "--vocab-size too small, or a vocab.txt made for other text or casing; pretraining "
+        "learns little from [UNK]."
+    )

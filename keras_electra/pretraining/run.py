@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import sys
 import zlib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from keras_electra.data import (
 )
 from keras_electra.data.files import check_output_outside_corpus
 from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
+from keras_electra.data.tokenizer import unknown_warning
 from keras_electra.data.vocab import check_cased_vocab, check_vocab_size
 from keras_electra.errors import (
     ConfigError,
@@ -281,7 +283,11 @@ def _prepare_run_directory(
     settings = dataclasses.replace(settings, kernels=f"{chosen.backend}: {chosen.reason}")
     resolved = resolve_run(run, settings, chief=chief)
     config, tokens = resolved.config, resolved.tokens
-    _check_data(settings, tokens)
+    files = _check_data(settings, tokens)
+    if chief and tokens is not None and not is_tfrecord_input(settings.corpus):
+        tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
+        if warning := unknown_warning(tokenizer, files):
+            print(warning, file=sys.stderr, flush=True)
     stored = run.config_and_vocab()[0] if run.config_file.exists() and chief else None
     if chief and config != stored:  # a new run, or a new --temperature the run goes on with
         with _writing(run.path):
