@@ -419,6 +419,41 @@ def test_a_vocabulary_that_leaves_much_of_the_corpus_unknown_is_warned_of(
     assert status == 0 and warning in err, err
 
 
+def test_what_a_corpus_directory_holds_besides_its_txt_files_is_named(
+    small_corpus, tmp_path, capsys
+):
+    # A directory is read one level deep, its *.txt files only: a .txt.gz, a .json and a
+    # sub-folder's files were left out without a word.
+    import gzip
+
+    corpus = tmp_path / "mixed"
+    (corpus / "sub").mkdir(parents=True)
+    text = small_corpus.read_text(encoding="utf-8")
+    (corpus / "a.txt").write_text(text, encoding="utf-8")
+    (corpus / "sub" / "b.txt").write_text(text, encoding="utf-8")
+    (corpus / "c.txt.gz").write_bytes(gzip.compress(text.encode()))
+    (corpus / "d.json").write_text("{}", encoding="utf-8")
+    note = (
+        f"Read 1 *.txt file of '{corpus}'; left out: c.txt.gz, d.json and the folder sub (a "
+        "directory is read one level deep, its *.txt files only: pass others by path or "
+        "wildcard)."
+    )
+    argv = ["--corpus", corpus, "--max-seq-length", "16", "--vocab-size", "500"]
+    status, _, err = run_cli(capsys, "prepare", *argv, "--output", tmp_path / "records",
+                             "--num-shards", "1")  # fmt: skip
+    assert status == 0 and note in err.splitlines(), err
+    status, _, err = run_cli(capsys, "pretrain", *argv, "--output", tmp_path / "run",
+                             "--steps", "1", "--batch-size", "2", "--no-health",
+                             "--no-progress")  # fmt: skip
+    assert status == 0 and note in err.splitlines(), err
+    records = tmp_path / "records"
+    status, _, err = run_cli(capsys, "pretrain", "--corpus", records, "--vocab",
+                             records / "vocab.txt", "--max-seq-length", "16", "--output",
+                             tmp_path / "run2", "--steps", "1", "--batch-size", "2",
+                             "--no-health", "--no-progress")  # fmt: skip
+    assert status == 0 and "left out" not in err, err
+
+
 def test_prepare_into_a_folder_the_system_refuses_is_one_sentence(small_corpus, capsys):
     # /proc takes no new folder, even from root, whom os.access lets through: the makedirs
     # failed as TensorFlow's NotFoundError, a traceback.

@@ -202,6 +202,41 @@ pass paths to existing UTF-8 text files or directories.
     return resolve_files(_as_list(paths), ".txt", what)
 
 
+def left_out_note(paths: PathsLike) -> str | None:
+    """One line naming what the corpus's local directories hold besides the ``*.txt``
+    files read from them (other files, sub-folders), or None: a directory is read one
+    level deep, its ``*.txt`` files only.
+
+    Examples:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> for name in ("a.txt", "b.txt.gz", "c.json"):
+        ...     _ = open(os.path.join(d, name), "w").write("Hi.\\n")
+        >>> os.mkdir(os.path.join(d, "more"))
+        >>> print(left_out_note([d]).replace(d, "DIR")[:74])
+        Read 1 *.txt file of 'DIR'; left out: b.txt.gz, c.json and the folder more
+    """
+    for item in _as_list(paths):
+        if is_remote(item) or not os.path.isdir(item):
+            continue
+        names = sorted(os.listdir(item))
+        read = [n for n in names if n.endswith(".txt") and os.path.isfile(os.path.join(item, n))]
+        files = [n for n in names if n not in read and os.path.isfile(os.path.join(item, n))]
+        folders = [f"the folder {n}" for n in names if os.path.isdir(os.path.join(item, n))]
+        others = [*files, *folders]
+        if not read or not others:
+            continue
+        shown = ", ".join(others[:-1]) + " and " + others[-1] if len(others) > 1 else others[0]
+        if len(others) > 6:
+            shown = ", ".join(others[:5]) + f" and {len(others) - 5} more"
+        return (
+            f"Read {len(read)} *.txt file{'s' * (len(read) != 1)} of '{item}'; left out: "
+            f"{shown} (a directory is read one level deep, its *.txt files only: pass "
+            "others by path or wildcard)."
+        )
+    return None
+
+
 def check_corpus_paths_exist(paths: PathsLike, what: str = "Corpus file") -> None:
     """Raises :class:`InputDataError` for the first local path that does not exist (not a
     glob pattern or a URL), in the words of :func:`resolve_corpus_files`. Needs no

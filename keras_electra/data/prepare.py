@@ -29,6 +29,7 @@ from keras_electra.data.files import (
     check_output_outside_corpus,
     file_size,
     is_remote,
+    left_out_note,
     resolve_corpus_files,
 )
 from keras_electra.data.tfrecords import check_writing, shard_paths, write_pretraining_tfrecords
@@ -172,6 +173,8 @@ def prepare(
     if tokens is None:
         check_vocab_size(s.vocab_size)  # a dry run too
     files = resolve_corpus_files(corpus)
+    if note := left_out_note(corpus):
+        print(note, file=sys.stderr, flush=True)
     check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)
     total = corpus_bytes(files)  # each file's size asked once (a URL's is a request)
     if not remote:  # before a vocabulary is learned, which can take minutes

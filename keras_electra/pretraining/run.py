@@ -28,7 +28,7 @@ from keras_electra.data import (
     pretraining_dataset,
     resolve_corpus_files,
 )
-from keras_electra.data.files import check_output_outside_corpus
+from keras_electra.data.files import check_output_outside_corpus, left_out_note
 from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
 from keras_electra.data.tokenizer import unknown_warning
 from keras_electra.data.vocab import check_cased_vocab, check_vocab_size
@@ -284,7 +284,10 @@ def _prepare_run_directory(
     resolved = resolve_run(run, settings, chief=chief)
     config, tokens = resolved.config, resolved.tokens
     files = _check_data(settings, tokens)
-    if chief and tokens is not None and not is_tfrecord_input(settings.corpus):
+    text = not is_tfrecord_input(settings.corpus)
+    if chief and text and (note := left_out_note(settings.corpus)):
+        print(note, file=sys.stderr, flush=True)
+    if chief and tokens is not None and text:
         tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
         if warning := unknown_warning(tokenizer, files):
             print(warning, file=sys.stderr, flush=True)
