@@ -307,12 +307,9 @@ class _EpochLog(keras.callbacks.Callback):
         self, records: list, steps_per_epoch: int, start: int, resume: _Resume | None, bar
     ):
         super().__init__()
-        self.records = records
-        self.steps_per_epoch = steps_per_epoch
-        self.step = start
-        self.resume = resume
-        self.bar = bar
-        self.diverged = False
+        self.records, self.steps_per_epoch, self.step = records, steps_per_epoch, start
+        self.resume, self.bar = resume, bar
+        self.diverged = False  # a loss went NaN or infinite: the fit stops at that step
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
