@@ -549,7 +549,7 @@ def _show_tagging(texts: list[str], answer: Tagging) -> str:
 
 def _show_answer(texts: list[str], answer: Answer) -> str:
     if answer.start_word < 0:
-        return f"{texts[0]} -> no answer (score {answer.score:.2f})"
+        return f"{texts[0]} -> no answer (the best span's score {answer.score:.2f})"
     span = f"context words {answer.start_word}-{answer.end_word}"
     return f'{texts[0]} -> "{answer.text}" ({span}, score {answer.score:.2f})'
 

@@ -372,7 +372,8 @@ def test_score_gives_a_qa_exports_answers_and_spans_in_process_and_over_grpc_and
         lines = []
         for r in records:
             if r["start_word"] < 0:
-                lines.append(f"{r['question']} -> no answer (score {r['score']:.2f})")
+                best = f"the best span's score {r['score']:.2f}"  # not the answerability
+                lines.append(f"{r['question']} -> no answer ({best})")
             else:
                 span = f"context words {r['start_word']}-{r['end_word']}"
                 lines.append(f'{r["question"]} -> "{r["answer"]}" ({span}, score {r["score"]:.2f})')
