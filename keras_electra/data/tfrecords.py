@@ -234,11 +234,10 @@ def start_writing(
     plans = plan_shards(paths, num_shards)
     output_dir = os.fspath(output_dir)
     tf.io.gfile.makedirs(output_dir)
-    vocab = "\n".join(tokenizer.vocab).encode("utf-8")
     settings = {
         "max_seq_length": int(max_seq_length),
         "vocab_size": tokenizer.vocab_size,
-        "vocab_sha256": hashlib.sha256(vocab).hexdigest(),
+        "vocab_sha256": _vocab_digest(tokenizer.vocab),
         "lowercase": tokenizer.lowercase,
         "seed": int(seed),
         "packing_seed": list(packing_seed(seed)),
@@ -656,6 +655,11 @@ def record_metadata(paths: PathsLike) -> dict:
     return _read_metadata(os.path.dirname(files[0]), lenient=False)
 
 
+def _vocab_digest(tokens: Sequence[str]) -> str:
+    """The SHA-256 of a vocabulary, as ``metadata.json`` records it (``vocab_sha256``)."""
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
+
+
 def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool | None) -> None:
     """Raises if ``directory``'s ``metadata.json`` says its ``prepare`` did not finish, or
     names another vocabulary or casing than the run's (records written elsewhere, with no
@@ -679,7 +683,7 @@ def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool
         )
     digest = written.get("vocab_sha256")
     if vocab is not None and digest is not None:
-        if hashlib.sha256("\n".join(vocab).encode("utf-8")).hexdigest() != digest:
+        if _vocab_digest(vocab) != digest:
             raise InputDataError(
                 f"The TFRecords in '{directory}' were written with another vocabulary of the "
                 f"same size ({len(vocab)} tokens, other pieces or another order), so their "

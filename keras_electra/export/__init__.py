@@ -73,12 +73,15 @@ def export(
     """
     check_export_base(output)  # before the model is built
     run = RunDirectory(run_dir)
-    _check_same_kind(run, output)
-    if run.is_finetuned():
+    finetuned = run.is_finetuned()
+    electric = not finetuned and run.settings().get("objective") == "electric"
+    if run.has_config():  # a source that is not a run is named by the export itself
+        task = FinetuneSettings.load(run.finetune_file).task if finetuned else None
+        _check_same_kind(output, task or ("sentence_score" if electric else "replaced_token"))
+    if finetuned:
         module = finetuned_module(load_finetuned(run.path), max_length)
         extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
     else:
-        electric = run.settings().get("objective") == "electric"
         module = (EnergyModule if electric else ReplacedTokenModule).from_run(run.path, max_length)
         extra = run.model_files()
     limit = run.config_and_vocab()[0].max_position_embeddings
@@ -90,17 +93,12 @@ def export(
     return export_module(module, output, version=version, extra_files=extra)
 
 
-def _check_same_kind(run: RunDirectory, output: str | Path) -> None:
-    """Refuse a version of another kind than the model's latest under ``output``: TF
-    Serving would switch every client of that model name to answers of the new kind."""
+def _check_same_kind(output: str | Path, kind: str) -> None:
+    """Refuse a version of ``kind`` when the model's latest under ``output`` is of another:
+    TF Serving would switch every client of that model name to answers of the new kind."""
     served = served_kind(output)
-    if served is None or not run.has_config():
-        return  # a new model; a source that is not a run is named by the export itself
-    if run.is_finetuned():
-        kind = FinetuneSettings.load(run.finetune_file).task
-    else:
-        electric = run.settings().get("objective") == "electric"
-        kind = "sentence_score" if electric else "replaced_token"
+    if served is None:
+        return  # a new model
     if kind != served[0]:
         words = {"replaced_token": "replaced-token", "sentence_score": "sentence-score"}
         old, new = (words.get(k, k) for k in (served[0], kind))
