@@ -16,6 +16,24 @@ from pathlib import Path
 
 from keras_electra.errors import StorageError
 
+_KERNEL_FILE_SYSTEMS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "securityfs"}
+
+
+def _kernel_file_system(path: Path) -> str | None:
+    """The type of the kernel's virtual file system ``path`` is on (``/proc``, ``/sys``),
+    per ``/proc/self/mounts``; None elsewhere or where that file is missing."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            mounts = [line.split()[1:3] for line in f if len(line.split()) > 2]
+    except OSError:
+        return None
+    text = str(path.resolve())
+    under = [
+        (point, kind) for point, kind in mounts if (text + "/").startswith(point.rstrip("/") + "/")
+    ]
+    kind = max(under, key=lambda mount: len(mount[0]), default=("", None))[1]
+    return kind if kind in _KERNEL_FILE_SYSTEMS else None
+
 
 def write_atomic(path: str | Path, text: str | bytes) -> Path:
     """Replace ``path``'s contents with ``text`` (UTF-8 if a str) in one rename; return the path.
@@ -65,9 +83,14 @@ not a folder; pass a path whose every part is a folder.
     existing = path.absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    shown = existing if path.is_absolute() else os.path.relpath(existing)
+    if kind := _kernel_file_system(existing):
+        raise StorageError(  # root passes os.access there, but no folder can be made
+            f"Cannot write {flag} '{path}': '{shown}' is on the kernel's {kind} file system, "
+            "where files cannot be made; pass a directory on a disk."
+        )
     if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
         return
-    shown = existing if path.is_absolute() else os.path.relpath(existing)
     if not existing.is_dir():
         raise StorageError(
             f"Cannot write {flag} '{path}': '{shown}' is a file, not a folder; pass a path "

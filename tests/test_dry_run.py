@@ -265,6 +265,22 @@ def test_a_dry_run_of_a_resumed_run_says_where_it_resumes(tiny_run, small_corpus
     assert sorted(p.name for p in tiny_run.rglob("*")) == before
 
 
+def test_a_dry_run_reads_the_checkpoint_a_resume_would_restore(
+    tiny_run, small_corpus, tmp_path, capsys
+):
+    # A data file cut short passed the dry run ("resumes at step 4"); the run then failed.
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run, copy)
+    (data,) = (copy / "checkpoints").glob("ckpt-4.data-*")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    settings = json.loads((copy / "run.json").read_text())
+    argv = ["pretrain", "--corpus", small_corpus, "--output", copy, "--steps", "10"]
+    argv += ["--batch-size", settings["batch_size"], "--max-seq-length", "32", "--dry-run"]
+    status, _, err = run_cli(capsys, *argv)
+    assert status == 2, err
+    assert f"Checkpoint '{copy / 'checkpoints' / 'ckpt-4'}' cannot be read (" in one_sentence(err)
+
+
 def test_multi_worker_and_tpu_are_planned_without_their_hardware(
     records, tmp_path, capsys, monkeypatch
 ):
@@ -454,12 +470,19 @@ def test_what_a_corpus_directory_holds_besides_its_txt_files_is_named(
     assert status == 0 and "left out" not in err, err
 
 
-def test_prepare_into_a_folder_the_system_refuses_is_one_sentence(small_corpus, capsys):
+def test_a_folder_the_system_refuses_is_one_sentence_in_a_dry_run_too(small_corpus, capsys):
     # /proc takes no new folder, even from root, whom os.access lets through: the makedirs
     # failed as TensorFlow's NotFoundError, a traceback.
+    # Their dry runs passed it (os.access lets root through).
     out = "/proc/keras-electra-test/records"
-    status, _, err = run_cli(capsys, "prepare", "--corpus", small_corpus, "--output", out)
-    assert status == 2 and "could not access '/proc/keras-electra-test" in one_sentence(err), err
+    said = "'/proc' is on the kernel's proc file system, where files cannot be made"
+    for argv in (
+        ["prepare", "--corpus", small_corpus, "--output", out],
+        ["prepare", "--corpus", small_corpus, "--output", out, "--dry-run"],
+        ["pretrain", "--corpus", small_corpus, "--output", out, "--dry-run"],
+    ):
+        status, _, err = run_cli(capsys, *argv)
+        assert status == 2 and said in one_sentence(err), (argv, err)
 
 
 def test_prepares_counts_are_refused_in_the_words_of_its_flags(small_corpus, tmp_path, capsys):

@@ -402,3 +402,26 @@ def test_workers_help_says_when_prepare_runs_on_beam():
     text = field.metadata["help"]
     assert f"{LOCAL_BEAM_MIN_BYTES // 10**6} MB or more" in text, text
     assert f"{LOCAL_BEAM_MIN_CORES} cores or more" in text, text
+
+
+def test_a_corpus_of_fewer_documents_than_shards_gets_fewer_shards(tmp_path, capsys):
+    # A one-line corpus wrote one shard and seven empty ones, which a multi-worker run
+    # could hand a worker as all its data.
+    from keras_electra.data import pretraining_dataset
+
+    corpus = tmp_path / "one.txt"
+    corpus.write_text("The cat sat on the mat.\n\nA dog ran.\n", encoding="utf-8")
+    out = tmp_path / "records"
+    args = ("--corpus", str(corpus), "--output", str(out), "--vocab-size", "40", "--workers", "1")
+    assert main(["prepare", *args, "--dry-run"]) == 0
+    assert "2 shards (too few documents for --num-shards 8) in" in capsys.readouterr().out
+    assert main(["prepare", *args]) == 0
+    printed = capsys.readouterr().out
+    assert "Wrote 2 shards (too few documents for --num-shards 8)" in printed
+    names = sorted(p.name for p in out.glob("pretraining-*"))
+    assert names == [f"pretraining-0000{i}-of-00002.tfrecord" for i in range(2)]
+    metadata = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
+    assert metadata["num_shards"] == 2 and all(n > 0 for n in metadata["shard_examples"])
+    assert len(records([str(out / name) for name in names])) == metadata["num_examples"]
+    batches = pretraining_dataset(str(out), batch_size=1, max_seq_length=128, shuffle=False)
+    assert next(iter(batches))["token_ids"].shape == (1, 128)

@@ -317,7 +317,7 @@ def count_words_beam(
     check_text_files(paths)
     workers = num_workers or os.cpu_count() or 1
     size = sum(map(file_size, paths))
-    pieces = [p for p in plan_shards(paths, max(4 * workers, size // (64 << 20) + 1)) if p.pieces]
+    pieces = plan_shards(paths, max(4 * workers, size // (64 << 20) + 1))
     prefix = os.path.join(temp_dir, "word-counts")
     counted = os.path.join(temp_dir, "counted")  # a file per piece done, for the bar
     markers = {p.index: os.path.join(counted, f"piece-{p.index:05d}") for p in pieces}

@@ -32,7 +32,12 @@ from keras_electra.data.files import (
     left_out_note,
     resolve_corpus_files,
 )
-from keras_electra.data.tfrecords import check_writing, shard_paths, write_pretraining_tfrecords
+from keras_electra.data.tfrecords import (
+    check_writing,
+    plan_shards,
+    shard_paths,
+    write_pretraining_tfrecords,
+)
 from keras_electra.data.tokenizer import ElectraTokenizer, unknown_warning
 from keras_electra.data.vocab import (
     check_cased_vocab,
@@ -84,9 +89,13 @@ class PrepareResult:
             f"--max-seq-length {s.max_seq_length}{'' if s.lowercase else ' --cased'} "
             "--output RUN_DIR"
         )
+        count = len(self.shards)
+        shards = f"{count} shard{'s' if count != 1 else ''}" + (
+            f" (too few documents for --num-shards {s.num_shards})" if count < s.num_shards else ""
+        )
         if self.written:
             return (
-                f"Wrote {len(self.shards)} shards and {RunDirectory.VOCAB} to "
+                f"Wrote {shards} and {RunDirectory.VOCAB} to "
                 f"{self.output_dir}\nPretrain with: {pretrain}"
             )
         size = self.corpus_bytes / 1e6
@@ -104,8 +113,8 @@ class PrepareResult:
             "vocabulary": f"{vocabulary}, written to {self.vocab_file}",
             "examples": f"{s.max_seq_length} tokens each, packed with seed {s.seed}",
             "pipeline": _pipeline_row(s, self.corpus_bytes),
-            "shards": f"{len(self.shards)} in {self.output_dir} ({Path(self.shards[0]).name}, "
-            "...) and metadata.json",
+            "shards": f"{shards} in {self.output_dir} ({Path(self.shards[0]).name}, ...) "
+            "and metadata.json",
             "then": pretrain,
         }
         width = max(map(len, rows))
@@ -180,7 +189,7 @@ def prepare(
     if not remote:  # before a vocabulary is learned, which can take minutes
         check_writable(out)
     if s.dry_run:
-        shards = shard_paths(str(out), s.num_shards)
+        shards = shard_paths(str(out), len(plan_shards(files, s.num_shards)))
         size = len(tokens) if tokens is not None else s.vocab_size
         uses_beam(s, total)  # the options' checks
         return PrepareResult(out, s, files, size, shards, written=False, corpus_bytes=total)

@@ -241,12 +241,12 @@ def start_writing(
         "lowercase": tokenizer.lowercase,
         "seed": int(seed),
         "packing_seed": list(packing_seed(seed)),
-        "num_shards": num_shards,
+        "num_shards": len(plans),
         "corpus_files": len(paths),
         "corpus_bytes": sum(plan.num_bytes for plan in plans),
         "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
     }
-    paths = shard_paths(output_dir, num_shards)
+    paths = shard_paths(output_dir, len(plans))
     previous = _read_metadata(output_dir)
     same = previous.get("settings") == settings
     pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
@@ -358,6 +358,8 @@ def document_start(path: str, offset: int, size: int) -> int:
 
 def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
     """Cuts the corpus into ``num_shards`` document-aligned ranges of about equal bytes.
+    A range that would hold no document is left out, so a corpus of fewer documents than
+    ``num_shards`` gets fewer shards (each plan's ``num_shards`` says how many).
 
     Examples:
         >>> import tempfile, os
@@ -379,7 +381,7 @@ def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
         offset = document_start(files[index], target - before, sizes[index])
         boundaries.append(max(boundaries[-1], (index, offset)))
     boundaries.append((len(files) - 1, sizes[-1]) if files else (0, 0))
-    plans = []
+    ranges = []
     for shard in range(num_shards):
         (first, start), (last, end) = boundaries[shard], boundaries[shard + 1]
         pieces = []
@@ -388,8 +390,9 @@ def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
             stop = end if index == last else sizes[index]
             if stop > begin:
                 pieces.append((files[index], begin, stop))
-        plans.append(ShardPlan(shard, num_shards, tuple(pieces)))
-    return plans
+        if pieces:
+            ranges.append(tuple(pieces))
+    return [ShardPlan(shard, len(ranges), pieces) for shard, pieces in enumerate(ranges)]
 
 
 def read_lines(path: str, start: int, end: int) -> Iterator[tuple[list[bytes], int]]:

@@ -178,7 +178,7 @@ def finetune(
         records = _train(
             model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
         )
-    if records and not math.isfinite(records[-1].get("loss", 0.0)):
+    if _diverged(records):
         raise TrainingDiverged(
             f"Fine-tuning diverged at step {records[-1]['step']} of {steps}: the loss became "
             f"NaN or infinite, so nothing was saved; lower --learning-rate (now "
@@ -271,7 +271,7 @@ def _train(
     stop.arm()
     try:
         for first, window, count in plan_windows(start, steps, steps_per_epoch):
-            if (stopper.stopping and logger.step > start) or logger.diverged:
+            if (stopper.stopping and logger.step > start) or _diverged(records):
                 break
             model.fit(
                 batches.skip(first),
@@ -299,6 +299,11 @@ def _train(
     return records
 
 
+def _diverged(records: list[dict]) -> bool:
+    """The last epoch's loss is NaN or infinite (:class:`_EpochLog` stopped the fit there)."""
+    return bool(records) and not math.isfinite(records[-1].get("loss", 0.0))
+
+
 class _EpochLog(keras.callbacks.Callback):
     """One record per epoch end (or per stop): step, epoch (a fraction when cut), metrics;
     ``bar`` shows the steps and prints each epoch's line."""
@@ -309,7 +314,6 @@ class _EpochLog(keras.callbacks.Callback):
         super().__init__()
         self.records, self.steps_per_epoch, self.step = records, steps_per_epoch, start
         self.resume, self.bar = resume, bar
-        self.diverged = False  # a loss went NaN or infinite: the fit stops at that step
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -318,7 +322,7 @@ class _EpochLog(keras.callbacks.Callback):
             loss = float(logs["loss"])
             self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
             if not math.isfinite(loss):  # the epoch ends here; its record has the loss
-                self.diverged = self.model.stop_training = True
+                self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
         done = self.step / self.steps_per_epoch

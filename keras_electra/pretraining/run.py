@@ -63,7 +63,7 @@ from keras_electra.training.callbacks import (
     plan_windows,
     truncate_metrics_log,
 )
-from keras_electra.training.checkpoints import RunCheckpoints
+from keras_electra.training.checkpoints import RunCheckpoints, check_readable, latest_checkpoint
 from keras_electra.training.optimizer import create_optimizer
 from keras_electra.training.per_step import PerStepCallbacks
 from keras_electra.training.precision import dtype_policy, needs_loss_scaling
@@ -96,6 +96,11 @@ class ResolvedRun:
     tokens: list[str] | None
     source: str
     objective: objectives.Objective
+
+    @functools.cached_property
+    def tokenizer(self) -> ElectraTokenizer:
+        """The vocabulary's tokenizer, built once (its lookup table is the run's)."""
+        return ElectraTokenizer(self.tokens, lowercase=self.config.lowercase)
 
 
 @dataclass
@@ -188,7 +193,7 @@ def _pretrain(
     chief = is_chief(distribution)
     resolved = _prepare_run_directory(run, settings, chief)
     settings = resolved.settings
-    tokenizer = ElectraTokenizer(resolved.tokens, lowercase=resolved.config.lowercase)
+    tokenizer = resolved.tokenizer
     model, checkpoints, start = _build(run, resolved, distribution, chief)
     if chief and settings.progress and start:
         print(_resumed(run_dir, start, settings.steps), flush=True)
@@ -217,11 +222,14 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
         vocabulary = f"{resolved.source} ({len(tokens):,} pieces)"
     else:
         vocabulary = f"learned from the corpus when the run starts ({config.vocab_size:,} pieces)"
+    latest = latest_checkpoint(run.checkpoint_dir) if resumed else None
+    if latest is not None:  # what the run restores first
+        check_readable(latest)
     return PretrainPlan(
         settings=resolved.settings,
         run_dir=run.path,
         config=config,
-        start_step=(run.latest_step() or 0) if resumed else 0,
+        start_step=0 if latest is None else int(latest.rsplit("-", 1)[-1]),
         resumed=resumed,
         vocabulary=vocabulary,
         data=describe_data(settings, files),
@@ -288,8 +296,7 @@ def _prepare_run_directory(
     if chief and text and (note := left_out_note(settings.corpus)):
         print(note, file=sys.stderr, flush=True)
     if chief and tokens is not None and text:
-        tokenizer = ElectraTokenizer(tokens, lowercase=config.lowercase)
-        if warning := unknown_warning(tokenizer, files):
+        if warning := unknown_warning(resolved.tokenizer, files):
             print(warning, file=sys.stderr, flush=True)
     stored = run.config_and_vocab()[0] if run.config_file.exists() and chief else None
     if chief and config != stored:  # a new run, or a new --temperature the run goes on with

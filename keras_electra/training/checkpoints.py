@@ -353,6 +353,21 @@ class RunCheckpoints:
                 pass
 
 
+def check_readable(path: str) -> None:
+    """Read every tensor of the checkpoint at ``path`` (each read checks its length and
+    checksum), as a dry run's check that a resume can restore it.
+
+    Raises:
+        StorageError: a file is missing, cut short or damaged (one sentence naming it).
+    """
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError, OSError, ValueError) as e:
+        raise _unreadable(path, e) from None
+
+
 def _step_of(path: str) -> int:
     return int(path.rsplit("-", 1)[-1])
 
