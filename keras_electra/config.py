@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_electra.atomic import write_atomic
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, parse_json
 
 # How the generator and the discriminator share embeddings (ElectraConfig.embedding_sharing).
 EMBEDDING_SHARING = ("all", "gdes", "word", "none")
@@ -252,13 +252,8 @@ class ElectraConfig:
         return cls(**values)
 
     @classmethod
-    def from_json(cls, text: str) -> ElectraConfig:
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(
-                f"The configuration is not valid JSON ({e.msg}, line {e.lineno})."
-            ) from None
+    def from_json(cls, text: str, where: str = "The configuration") -> ElectraConfig:
+        values = parse_json(text, where, "write it as a JSON object of fields")
         if not isinstance(values, dict):
             raise ConfigError("The configuration JSON must be an object of field names to values.")
         return cls.from_dict({k: v for k, v in values.items() if k not in OBJECTIVE_FIELDS})
@@ -268,7 +263,7 @@ class ElectraConfig:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"Configuration file '{path}' does not exist.")
-        return cls.from_json(path.read_text(encoding="utf-8"))
+        return cls.from_json(path.read_text(encoding="utf-8"), f"'{path}'")
 
     def save(self, path: str | Path) -> None:
         write_atomic(path, self.to_json() + "\n")

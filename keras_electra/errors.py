@@ -13,8 +13,11 @@ exits with :data:`INTERRUPTED_EXIT_CODE`.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
+from pathlib import Path
+from typing import Any
 
 # Exit status of a run stopped by SIGTERM/SIGINT after saving a checkpoint (EX_TEMPFAIL:
 # "try again later"); running the same command again resumes at the saved step.
@@ -55,6 +58,43 @@ class TrainingInterrupted(Exception):  # noqa: N818 - a stop, not a failure
         super().__init__(message)
         self.step = step
         self.signal_name = signal_name
+
+
+def parse_json(text: str, what: str, fix: str, error: type[ElectraError] | None = None) -> Any:
+    """``text``'s JSON value, or ``error`` (:class:`ConfigError` by default) in one
+    sentence: "{what} is not valid JSON ({why}[, line N]); {fix}."
+
+    Examples:
+        >>> parse_json('{"a": 1}', "The file", "fix it")
+        {'a': 1}
+        >>> parse_json('{"a": ', "Line 3", "write one object per line")
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: Line 3 is not valid JSON (Expecting value); write \
+one object per line.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        line = f", line {e.lineno}" if "\n" in text.strip() else ""
+        raise (error or ConfigError)(f"{what} is not valid JSON ({e.msg}{line}); {fix}.") from None
+
+
+def read_json(path: str | Path, fix: str, missing: Any = ..., error=None) -> dict:
+    """The JSON object in the file ``path`` (``missing`` where there is no such file, if
+    given), or one sentence naming the file and ``fix`` (:func:`parse_json`)."""
+    path = Path(path)
+    if missing is not ... and not path.is_file():
+        return missing
+    error = error or ConfigError
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise error(f"'{path}' is not UTF-8 text; {fix}.") from None
+    value = parse_json(text, f"'{path}'", fix, error)
+    if not isinstance(value, dict):
+        raise error(f"'{path}' holds JSON but not an object of names to values; {fix}.")
+    return value
 
 
 _REASONS = {

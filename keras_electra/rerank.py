@@ -34,14 +34,13 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from keras_electra.errors import ConfigError, InputDataError
+from keras_electra.errors import ConfigError, InputDataError, parse_json
 from keras_electra.serving.export_reader import SentenceScore
 
 SentenceScorer = Callable[[list[str]], Sequence[SentenceScore]]
@@ -95,12 +94,7 @@ def _number(value, where: str) -> float:
 def parse_nbest(line: str, where: str, number: int) -> NBest:
     """One JSON line as an :class:`NBest` (``where`` names it in errors; ``number`` is the
     list's id when the line has none)."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputDataError(
-            f"{where} is not JSON ({e.msg}); each line must be one n-best list."
-        ) from None
+    row = parse_json(line, where, "each line must be one n-best list", InputDataError)
     if not isinstance(row, dict) or not isinstance(row.get("hypotheses"), list):
         raise InputDataError(
             f'{where} has no "hypotheses" list; write {{"hypotheses": ["text", ...]}} or '

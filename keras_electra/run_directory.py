@@ -20,19 +20,18 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from keras_electra.atomic import write_json
 from keras_electra.config import OBJECTIVE_FIELDS, ElectraConfig
 from keras_electra.data.vocab import load_vocab, save_vocab
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, read_json
 from keras_electra.training.checkpoints import RunCheckpoints, latest_checkpoint, stored_layers
 
 
 def _read_json(path: Path, missing):
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else missing
+    return read_json(path, "restore it from a copy, or start a new output directory", missing)
 
 
 class _Entry:

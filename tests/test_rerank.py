@@ -54,7 +54,7 @@ def test_the_lists_are_read_with_or_without_first_pass_scores(tmp_path):
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("{not json\n", r"^Line 1 of '.*' is not JSON \(.*\); each line must be one n-best"),
+        ("{not json\n", r"^Line 1 of '.*' is not valid JSON \(.*\); each line must be one n-best"),
         ('{"texts": ["a"]}\n', r'^Line 1 of .* has no "hypotheses" list; write'),
         ('{"hypotheses": []}\n', r"^Line 1 of .* has an empty hypotheses list; give at least"),
         ('{"hypotheses": ["a", " "]}\n', r"^Line 1 of .*, hypothesis 2: the text must be a non"),
@@ -200,5 +200,5 @@ def test_the_lists_can_come_on_standard_input(monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO('{"hypotheses": ["a b c"]}\n'))
     assert read_nbest("-") == [NBest("1", ["a b c"])]
     monkeypatch.setattr("sys.stdin", io.StringIO("not json\n"))
-    with pytest.raises(InputDataError, match=r"^Line 1 of standard input is not JSON"):
+    with pytest.raises(InputDataError, match=r"^Line 1 of standard input is not valid JSON"):
         read_nbest("-")

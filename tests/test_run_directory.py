@@ -132,3 +132,31 @@ def test_no_other_library_module_spells_a_run_directory_file_name():
             if isinstance(node, ast.Constant) and node.value in names:
                 spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
     assert spelled == [], spelled
+
+
+def test_a_damaged_json_file_of_a_run_is_one_sentence_for_every_command(tiny_run, tmp_path, capsys):
+    # A run.json cut short (a full disk, a hand edit) was a JSONDecodeError traceback in
+    # report, export and pretrain's dry run.
+    import shutil
+
+    from keras_electra.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    commands = (
+        ["report", str(run)],
+        ["export", "--run", str(run), "--output", str(tmp_path / "exports")],
+        ["pretrain", "--corpus", str(run / "vocab.txt"), "--output", str(run), "--dry-run"],
+    )
+    for name, damaged in (
+        ("run.json", '{"steps": 4,\n'),
+        ("config.json", '{"vocab_size": 2000,\n'),
+    ):
+        original = (run / name).read_text(encoding="utf-8")
+        (run / name).write_text(damaged, encoding="utf-8")
+        for argv in commands[name == "config.json" :]:  # report needs no config
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err.strip()
+            assert err.count("\n") == 0 and f"'{run / name}' is not valid JSON (" in err, err
+        (run / name).write_text(original, encoding="utf-8")
+    assert not (tmp_path / "exports").exists()

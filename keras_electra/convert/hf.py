@@ -8,7 +8,6 @@ are read and written: docs/checkpoints.md, "What each source needs".
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from keras_electra.convert.names import (
     to_hf,
     weight_table,
 )
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, read_json
 
 WEIGHTS_FILE = "model.safetensors"
 TF_WEIGHTS_FILE = "tf_model.h5"
@@ -152,12 +151,9 @@ def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
 
     if not (path / "config.json").is_file():
         raise ConfigError(f"'{path}' is not a Hugging Face model directory (no config.json).")
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ConfigError(f"'{path}/config.json' is not valid JSON ({error}).") from None
-    if not isinstance(config, dict) or config.get("model_type") != "electra":
-        kind = config.get("model_type") if isinstance(config, dict) else None
+    config = read_json(path / "config.json", "restore the model's files")
+    if config.get("model_type") != "electra":
+        kind = config.get("model_type")
         raise ConfigError(f"'{path}/config.json' describes a '{kind}' model, not ELECTRA.")
     missing = [theirs for ours, theirs in HF_CONFIG if ours in REQUIRED and theirs not in config]
     if missing:
@@ -269,7 +265,7 @@ def _vocabulary(path: Path) -> tuple[list[str], bool]:
     if not (path / "vocab.txt").is_file():
         raise ConfigError(f"'{path}' has no vocab.txt; copy the model's vocabulary next to it.")
     settings = path / "tokenizer_config.json"
-    spec = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+    spec = read_json(settings, "restore the model's files", missing={})
     return load_vocab(path / "vocab.txt"), bool(spec.get("do_lower_case", True))
 
 

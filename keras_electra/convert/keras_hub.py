@@ -8,7 +8,6 @@ keras-hub writing), and the generator and discriminator head it lacks (random).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.core import Converted, read_model, special_token_ids
 from keras_electra.convert.names import DISCRIMINATOR, from_ours, to_ours, weight_table
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, read_json
 
 # Our config's fields and ElectraBackbone's arguments (and attributes) for them.
 BACKBONE_ARGUMENTS = (
@@ -100,7 +99,7 @@ def _load_backbone(path: Path):
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ConfigError(f"'{path}' is not a keras-hub preset directory (no config.json).")
-    spec = json.loads(config_file.read_text(encoding="utf-8"))
+    spec = read_json(config_file, "restore the preset's files")
     if spec.get("class_name") != "ElectraBackbone":
         raise ConfigError(
             f"'{path}' holds a keras-hub {spec.get('class_name')}, not an ElectraBackbone."
@@ -115,7 +114,7 @@ def _vocabulary(path: Path) -> tuple[list[str], bool]:
     if not vocab.is_file():
         raise ConfigError(f"'{path}' has no tokenizer vocabulary ({vocab} is missing).")
     settings = path / "tokenizer.json"
-    spec = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+    spec = read_json(settings, "restore the preset's files", missing={})
     return load_vocab(vocab), bool(spec.get("config", {}).get("lowercase", True))
 
 

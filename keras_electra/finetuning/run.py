@@ -20,7 +20,7 @@ from keras_electra.atomic import check_writable, write_json
 from keras_electra.convert.hub import local_init
 from keras_electra.data import fit_options
 from keras_electra.data.pretraining import no_autograph
-from keras_electra.errors import ConfigError, TrainingDiverged, TrainingInterrupted
+from keras_electra.errors import ConfigError, TrainingDiverged, TrainingInterrupted, read_json
 from keras_electra.finetuning.layerwise import create_finetune_optimizer
 from keras_electra.finetuning.plan import FinetunePlan
 from keras_electra.finetuning.saved import (
@@ -369,7 +369,8 @@ def _resumable_step(run: RunDirectory, fingerprint: str) -> int:
     step = run.latest_step() or 0
     state = run.path / "state.json"
     if step and state.exists():
-        stored = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
+        stored = read_json(state, f"delete '{run.path}' to start the fine-tuning afresh")
+        stored = stored.get("fingerprint")
         if stored != fingerprint:
             raise ConfigError(
                 f"'{run.path.parent}' holds a fine-tuning interrupted with other settings "

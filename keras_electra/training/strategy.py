@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import tensorflow as tf
 
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, parse_json
 from keras_electra.settings import STRATEGIES
 
 
@@ -76,10 +75,7 @@ mirrored, multi_worker, one_device.
 def _cluster_workers() -> list[str]:
     """The workers ``TF_CONFIG`` names (its chief first, if it names one); raises unless it
     names them and this task among them."""
-    try:
-        config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
-    except json.JSONDecodeError:
-        raise ConfigError("TF_CONFIG is not valid JSON; fix it or unset it.") from None
+    config = parse_json(os.environ.get("TF_CONFIG", "") or "{}", "TF_CONFIG", "fix it or unset it")
     config = config if isinstance(config, dict) else {}
     cluster = config.get("cluster") if isinstance(config.get("cluster"), dict) else {}
     workers, task = cluster.get("worker"), config.get("task")
