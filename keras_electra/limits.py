@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from keras_electra.errors import ConfigError
+
 MAX_BATCH_SIZE = 32
 """Most texts sent to a model at once: ``max_batch_size`` of ``serving/batching.config``
 (``tests/test_serving_clients.py`` checks that the two agree)."""
@@ -150,3 +152,14 @@ def join_outputs(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndar
             padded.append(array)
         joined[name] = np.concatenate(padded, axis=0)
     return joined
+
+
+def check_length(length: int | None, positions: int) -> None:
+    """Raise :class:`~keras_electra.errors.ConfigError` when sequences of ``length`` tokens
+    (None: not known while tracing) are longer than a position table of ``positions``."""
+    if length is not None and length > positions:
+        raise ConfigError(
+            f"Sequences of {length} tokens are longer than the model's position table "
+            f"({positions} positions); cut them to at most {positions} tokens (max_seq_length "
+            "or max_length), or use a model with a longer table."
+        )

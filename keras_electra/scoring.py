@@ -29,7 +29,7 @@ import tensorflow as tf
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
-from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text
+from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text, check_length
 from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.export_reader import (
@@ -63,6 +63,10 @@ def utf8_texts(texts: Sequence[str | bytes], name: str | None = None) -> list[by
         >>> utf8_texts(["café", b"raw"])
         [b'caf\xc3\xa9', b'raw']
     """
+    if isinstance(texts, str | bytes):  # else scored as texts of one character each
+        raise InputDataError(
+            f"Pass a list of texts, not one text ({texts[:40]!r}); wrap it: [text]."
+        )
     out = []
     for number, text in enumerate(texts, 1):
         where = f"Text {number}" if name is None else f"The {name} of example {number}"
@@ -85,6 +89,12 @@ def _token_values(model, tokenizer, texts, max_length, transform=None) -> list[T
     """Each text's ``(token, value)`` pairs without ``[CLS]``/``[SEP]``: the model's outputs
     (through ``transform``), :data:`~keras_electra.limits.MAX_BATCH_SIZE` texts per call."""
     max_length = max_length or model.config.max_position_embeddings
+    check_length(max_length, model.config.max_position_embeddings)
+    if tokenizer.vocab_size != model.config.vocab_size:  # else ids past the model's table
+        raise ConfigError(
+            f"The tokenizer has {tokenizer.vocab_size:,} tokens and the model "
+            f"{model.config.vocab_size:,}; pass the tokenizer load_run returned with the model."
+        )
     encoded = utf8_texts(texts)
     rows = []
     for part in batch_slices(len(encoded), MAX_BATCH_SIZE):
@@ -107,6 +117,7 @@ def score_texts(
     """Probability that each token of each text was replaced, from an ``ElectraPretrainer``
     (objective ``electra``): ``(token, probability)`` pairs per text, without
     ``[CLS]``/``[SEP]``; ``max_length`` defaults to the model's position table size."""
+    _check_objective(model, "electra", "score_sentences")
     return _token_values(model, tokenizer, texts, max_length, tf.sigmoid)
 
 
@@ -115,8 +126,23 @@ def score_sentences(
 ) -> list[tuple[TokenScores, float]]:
     """Each token's energy and each text's sentence score (``-sum`` of the energies; higher:
     more plausible), from an Electric pretrainer's discriminator, as its export answers."""
+    _check_objective(model, "electric", "score_texts")
     rows = _token_values(model, tokenizer, texts, max_length)
     return [(pairs, -float(sum(e for _, e in pairs))) for pairs in rows]
+
+
+def _check_objective(model, objective: str, other: str) -> None:
+    """One sentence when ``model`` was not pretrained with ``objective`` (``other`` scores
+    the other detector; an MLM model has none)."""
+    trained = getattr(model, "objective", None)
+    if trained == objective:
+        return
+    fix = (
+        f"use {other} for a model pretrained with {trained}"
+        if trained in ("electra", "electric")
+        else "an MLM model has no detector to score with; pretrain with electra or electric"
+    )
+    raise ConfigError(f"The model was pretrained with objective {trained}, not {objective}; {fix}.")
 
 
 def find_export(path: str | Path) -> str | None:
@@ -294,6 +320,8 @@ class LoadedExport:
     def score(self, texts: Texts, *, batch_size: int = MAX_BATCH_SIZE) -> Scores:
         """The export's answers to ``texts``, ``batch_size`` examples per call (as
         :func:`score_with_saved_model` takes them)."""
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be 1 or more, not {batch_size!r}.")
         reader = self.reader
         inputs = _inputs(reader, texts)
         serve = self._loaded.signatures[reader.signature]

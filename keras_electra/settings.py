@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -499,14 +500,28 @@ def with_options(function: str, kind: type, settings, **options):
     Raises:
         TypeError: naming every keyword that is not a field of ``kind``, in one sentence.
     """
-    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(kind)})
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = sorted(set(options) - set(fields))
     if unknown:
         named = ", ".join(map(repr, unknown))
         raise TypeError(
             f"{function}() has no option{'s' if len(unknown) > 1 else ''} {named}; the options "
             f"are the fields of keras_electra.settings.{kind.__name__}."
         )
+    for name, value in options.items():  # a number given as text failed deep in the run
+        declared = [t for t in str(fields[name].type).replace(" ", "").split("|") if t != "None"]
+        wanted = _NUMBERS.get(declared[0]) if len(declared) == 1 else None
+        if value is None or wanted is None:
+            continue
+        if not isinstance(value, wanted) or (declared[0] != "bool" and isinstance(value, bool)):
+            raise TypeError(
+                f"{function}() takes {name} as {declared[0]}, not {type(value).__name__} "
+                f"({value!r})."
+            )
     return dataclasses.replace(settings or kind(), **options)
+
+
+_NUMBERS = {"int": numbers.Integral, "float": numbers.Real, "bool": bool}
 
 
 def add_arguments(parser: argparse.ArgumentParser, settings: type = PretrainSettings) -> None:

@@ -437,3 +437,31 @@ def test_qa_export_reads_at_most_max_windows_warms_up_and_uses_serving_ops(
             runner.run("serving_default", {"question": texts("a", "b"), "context": texts("c")})
     assert replay_warmup(reader_export) == 2
     audit_ops(reader_export)
+
+
+def test_predict_examples_takes_plain_python_values(tagger, reader, words):
+    # predict_examples(["a fine film"]) was "string indices must be integers": it took only
+    # the objects task.read returns.
+    from keras_electra.errors import InputDataError
+
+    loaded = load_finetuned(tagger.output_dir)
+    sentences = [s for s in tag_inputs(words) if s.split()][:4]
+    read_form = [TaggedSentence(s.split(), [], 1) for s in sentences]
+    want = [row["tags"] for row in loaded.predict_examples(read_form)]
+    assert [row["tags"] for row in loaded.predict_examples(sentences)] == want
+    assert [row["tags"] for row in loaded.predict_examples([s.split() for s in sentences])] == want
+    with pytest.raises(InputDataError, match=r"^Pass a list of examples, not one"):
+        loaded.predict_examples(sentences[0])
+    with pytest.raises(InputDataError, match=r"^Example 2 is a int; a tag model takes texts"):
+        loaded.predict_examples([sentences[0], 7])
+    with pytest.raises(InputDataError, match=r"^Example 1 has no words to tag"):
+        loaded.predict_examples(["  "])
+
+    qa = load_finetuned(reader.output_dir)
+    pairs = qa_inputs(words)[:3]
+    want = [row["answer"] for row in qa.predict_examples(qa_examples(words)[:3])]
+    assert [row["answer"] for row in qa.predict_examples(pairs)] == want
+    as_dicts = [{"question": q, "context": c} for q, c in pairs]
+    assert [row["answer"] for row in qa.predict_examples(as_dicts)] == want
+    with pytest.raises(InputDataError, match=r"a qa model takes \(question, context\) pairs"):
+        qa.predict_examples(["what follows the marker?"])

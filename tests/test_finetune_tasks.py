@@ -144,6 +144,15 @@ def test_reloaded_classifier_gives_the_same_scores(classifier):
     )
 
 
+def test_a_classifier_predicts_plain_texts_from_python(classifier):
+    # predict_examples(["a fine film"]) was "string indices must be integers".
+    sentences = ["a good day", "bad news", "neither"]
+    as_read = classifier.predict_examples([{"text": s} for s in sentences])
+    assert classifier.predict_examples(sentences) == as_read
+    with pytest.raises(InputDataError, match=r"^Example 1 is a tuple; a classify model takes"):
+        classifier.predict_examples([("a good day", "bad news")])  # a pair, for one text
+
+
 def test_classifier_export_matches_keras_and_serves_classify(classifier, classifier_export):
     sentences = ["the good king", "a bad end to it", "", "no keyword here"]
     expected = tf.nn.softmax(keras_scores(classifier, sentences)).numpy()

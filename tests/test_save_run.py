@@ -168,3 +168,42 @@ def test_a_saved_run_converts_and_starts_a_command_line_run(fitted, small_corpus
         health=False,
     )
     assert result.step == 2 and result.model.config == model.config
+
+
+def test_a_loaded_run_saves_on_at_its_step_and_an_older_model_is_refused(fitted, tmp_path):
+    # Saved after load_run and two steps of fit, the run's latest checkpoint went back from
+    # step 3 to 2 (the new optimizer's count); saved with no fit, to 0.
+    model, tokenizer, data = fitted
+    run_dir = tmp_path / "run"
+    save_run(model, tokenizer, run_dir)
+    loaded, _, step = load_run(run_dir)
+    assert loaded.restored_step == step == model.optimizer.iterations.numpy()
+    assert save_run(loaded, tokenizer, run_dir).endswith(f"ckpt-{step}")  # nothing trained
+    loaded.compile(
+        optimizer=create_optimizer(loaded, learning_rate=1e-4, total_steps=4, warmup_steps=1)
+    )
+    loaded.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+    assert save_run(loaded, tokenizer, run_dir).endswith(f"ckpt-{step + 2}")
+    assert load_run(run_dir)[2] == step + 2
+    fresh = ElectraPretrainer.from_preset(
+        "tiny", vocab_size=tokenizer.vocab_size, seed=0, num_layers=1
+    )
+    with pytest.raises(ConfigError, match=f"holds a checkpoint at step {step + 2}, past this"):
+        save_run(fresh, tokenizer, run_dir)
+    assert RunDirectory(run_dir).latest_step() == step + 2
+
+
+def test_save_run_refuses_an_export_folder_and_a_file(fitted, tmp_path):
+    from keras_electra.errors import StorageError
+
+    model, tokenizer, _ = fitted
+    exports = tmp_path / "saved_models" / "electra"
+    (exports / "1").mkdir(parents=True)
+    (exports / "1" / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(ConfigError, match="holds exports"):
+        save_run(model, tokenizer, exports)
+    assert sorted(p.name for p in exports.iterdir()) == ["1"]
+    a_file = tmp_path / "train.csv"
+    a_file.write_text("text,label\n", encoding="utf-8")
+    with pytest.raises(StorageError, match="is a file"):
+        save_run(model, tokenizer, a_file)

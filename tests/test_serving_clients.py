@@ -1002,6 +1002,10 @@ def test_an_example_without_the_text_feature_is_one_line_naming_it(classifier_se
         assert "\n" not in said and "{{node" not in said and "  " not in said, said
         assert "Feature: text (data type: string) is required but could not be found" in said
         assert "[[{{node" in caught.value.details  # the server's own words, kept as sent
+        # One example, not a list of them, was "'str' object has no attribute 'items'".
+        for wrong in ({"text": "a film"}, ["a film"], "a film"):
+            with pytest.raises(InputDataError, match=r"^Pass the examples as a list of dicts"):
+                client.classify(wrong)
     clients[0].close()
 
 

@@ -594,10 +594,11 @@ def pretraining_dataset(
         read_pass, parse = record_passes(
             paths, tokenizer, seed=seed, max_seq_length=max_seq_length, shuffle_files=shuffle
         )
-    elif tokenizer is None:
+    elif not isinstance(tokenizer, ElectraTokenizer):
+        given = "" if tokenizer is None else f", not a {type(tokenizer).__name__}"
         raise ConfigError(
-            "Text data needs a tokenizer; pass an ElectraTokenizer (only TFRecords can do "
-            "without one)."
+            f"Text data needs a tokenizer; pass an ElectraTokenizer{given} (only TFRecords "
+            "can do without one)."
         )
     else:
         read_pass = text_passes(

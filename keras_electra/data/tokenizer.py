@@ -52,6 +52,11 @@ class ElectraTokenizer(tf.Module):
 
     def __init__(self, vocab: Sequence[str], lowercase: bool = True) -> None:
         super().__init__(name="electra_tokenizer")
+        if isinstance(vocab, str | bytes | os.PathLike):  # else its characters as tokens
+            raise InputDataError(
+                f"ElectraTokenizer takes the vocabulary's tokens, not a file name ({vocab!s}); "
+                "use ElectraTokenizer.from_vocab_file(path)."
+            )
         tokens = [str(t) for t in vocab]
         validate_vocab(tokens)
         # Plain Python values are kept out of tf.Module's attribute tracking.

@@ -56,7 +56,9 @@ def export(
         output: the model's base folder, e.g. ``saved_models/electra``.
         version: the version number (default: one more than the highest present).
         max_length: the fixed sequence length of the signatures (default: the one the
-            model was trained with).
+            model was trained with, as ``run.json`` or ``finetune.json`` records it; for a
+            directory :func:`~keras_electra.pretraining.save_run` or ``convert`` wrote,
+            which records none, the size of the model's position table).
 
     Returns:
         The written version folder.

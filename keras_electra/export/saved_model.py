@@ -157,7 +157,8 @@ class ReplacedTokenModule(ServingModule):
         Args:
             run_dir: a directory written by ``keras-electra pretrain`` (or an init
                 directory from ``keras-electra convert``).
-            max_length: ``L`` (default: the run's ``max_seq_length``).
+            max_length: ``L`` (default: the run's ``max_seq_length``; the position
+                table's size where ``run.json`` has none).
 
         Raises:
             ConfigError: if the run has no replaced-token head (``--objective mlm``), or

@@ -13,7 +13,7 @@ import keras
 from keras_electra.atomic import check_writable, write_atomic
 from keras_electra.config import ElectraConfig
 from keras_electra.data import ElectraTokenizer
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.finetuning.settings import FinetuneSettings
 from keras_electra.finetuning.tasks import Task, get_task
 from keras_electra.layers.backbone import ElectraBackbone
@@ -45,6 +45,9 @@ class FinetunedModel:
         """
         if batch_size < 1:
             raise ConfigError(f"--batch-size must be 1 or more, got {batch_size}.")
+        if isinstance(examples, str | bytes | dict):
+            raise InputDataError("Pass a list of examples, not one; wrap it: [example].")
+        examples = [self.task.example(e, n, self.settings) for n, e in enumerate(examples, 1)]
         return self.task.predict(self.model, examples, self.tokenizer, self.settings, batch_size)
 
 

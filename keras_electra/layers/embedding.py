@@ -19,6 +19,7 @@ from keras import ops
 
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.serialized import Serialized
+from keras_electra.limits import check_length
 
 # The weights of an embedding block, by their path inside an ElectraEmbedding.
 TABLES = (
@@ -68,6 +69,7 @@ class PositionEmbedding(Serialized, keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        check_length(inputs.shape[-2], self.sequence_length)
         shape = ops.shape(inputs)
         rows = ops.slice(self.position_embeddings, (0, 0), (shape[-2], shape[-1]))
         return ops.broadcast_to(rows, shape)
@@ -262,6 +264,7 @@ class GdesEmbedding(keras.layers.Layer):
         dtype = self.compute_dtype
         word = ops.take(ops.stop_gradient(shared[TABLES[0]]), token_ids, axis=0)
         word = word + ops.take(self.word_delta, token_ids, axis=0)
+        check_length(token_ids.shape[-1], self.max_sequence_length)
         length = ops.shape(token_ids)[-1]
         size = (length, self.embedding_dim)
         position = ops.slice(ops.stop_gradient(shared[TABLES[1]]), (0, 0), size)

@@ -122,8 +122,10 @@ class GeneratorHead(Serialized, keras.layers.Layer):
         logits = tf.matmul(rows, table, transpose_b=True)
         return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], tf.shape(table)[:1]], 0))
 
-    def compute_output_shape(self, inputs_shape, mask_positions_shape):
-        return tuple(mask_positions_shape) + (self.vocabulary_size,)
+    def compute_output_shape(self, inputs_shape, mask_positions_shape=None):
+        # Without positions (Keras' summary of the built layer): a logit row per input row.
+        rows = inputs_shape[:-1] if mask_positions_shape is None else mask_positions_shape
+        return tuple(rows) + (self.vocabulary_size,)
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")

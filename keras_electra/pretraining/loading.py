@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from keras_electra.atomic import check_writable
 from keras_electra.config import ElectraConfig
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError
@@ -44,7 +45,7 @@ def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, 
         )
     config, tokens = read_run(run, None)
     model = stored_pretrainer(run, config, run.settings().get("objective", "electra"))
-    step = run.restore_latest(model)
+    step = model.restored_step = run.restore_latest(model)
     return model, ElectraTokenizer(tokens, lowercase=config.lowercase), step
 
 
@@ -60,22 +61,23 @@ def save_run(
     chief: bool = True,
 ) -> str:
     """Write a pretrainer trained in your own script (``model.fit``) as a run directory:
-    ``config.json``, ``vocab.txt``, ``run.json`` and a checkpoint at the optimizer's step,
-    as ``keras-electra pretrain --output`` writes them. ``finetune``, ``export``,
-    ``convert --to`` and :func:`load_run` read it as a run, and ``pretrain --init`` starts
-    from it; a command-line run does not resume it (it has no corpus or schedule to go on
-    with). Saving again into the same directory, with the same model sizes and
-    vocabulary, adds a checkpoint at the new step (the last three are kept). Under a
-    multi-worker strategy every worker calls it, with ``chief=False`` on all but the
-    chief: as in training, each worker saves, and only the chief into ``run_dir`` (the
-    others into a temporary directory they remove).
+    ``config.json``, ``vocab.txt``, ``run.json`` and a checkpoint at the model's step (the
+    optimizer's, counted on from the step :func:`load_run` restored), as ``keras-electra
+    pretrain --output`` writes them. ``finetune``, ``export``, ``convert --to`` and
+    :func:`load_run` read it as a run, and ``pretrain --init`` starts from it; a
+    command-line run does not resume it (it has no corpus or schedule to go on with). Saving again
+    into the same directory, with the same model sizes and vocabulary, adds a checkpoint at
+    the new step (the last three are kept). Under a multi-worker strategy every worker calls
+    it, with ``chief=False`` on all but the chief: as in training, each worker saves, and
+    only the chief into ``run_dir`` (the others into a temporary directory they remove).
 
     Returns:
         The checkpoint's path (``RUN_DIR/checkpoints/ckpt-STEP``).
 
     Raises:
-        ConfigError: if the tokenizer does not fit the model, or the directory holds
-            another model.
+        ConfigError: if the tokenizer does not fit the model, the directory holds another
+            model or exports, or a checkpoint past the model's step.
+        StorageError: the directory cannot be written.
 
     Examples:
         >>> import tempfile
@@ -95,22 +97,31 @@ def save_run(
             "tokenizer whose vocabulary the model was built for."
         )
     run = RunDirectory(run_dir)
-    if chief:  # the other workers leave the files and the check to it
-        _claim(run, model, tokens)
     optimizer = getattr(model, "optimizer", None)
-    step = 0 if optimizer is None else int(optimizer.iterations.numpy())
+    step = model.restored_step + (0 if optimizer is None else int(optimizer.iterations.numpy()))
+    if chief:  # the other workers leave the files and the check to it
+        _claim(run, model, tokens, step)
     return run.checkpoints(model, chief=chief).save(step)
 
 
-def _claim(run: RunDirectory, model: ElectraPretrainer, tokens: list[str]) -> None:
+def _claim(run: RunDirectory, model: ElectraPretrainer, tokens: list[str], step: int) -> None:
     """Write ``run``'s files for ``save_run``, or check that they are the model's own (a
-    directory it saved before)."""
+    directory it saved before, with no checkpoint past ``step``)."""
+    check_writable(run.path, "run_dir")
+    run.refuse_exports("the run (a new run_dir)")
     if run.has_config():
         if run.settings().get("saved_by") != SAVED_BY or run.config_and_vocab() != (
             model.config,
             tokens,
         ):
             raise ConfigError(f"'{run.path}' already holds another model; choose a new directory.")
+        latest = run.latest_step() or 0
+        if latest > step:
+            raise ConfigError(
+                f"'{run.path}' holds a checkpoint at step {latest:,}, past this model's step "
+                f"{step:,}; save into a new directory, or load_run('{run.path}') and train on "
+                "from there."
+            )
         return
     from keras_electra.finetuning.settings import infer_preset
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 from keras_electra.config import FEATURES, ElectraConfig
 from keras_electra.errors import ConfigError
 from keras_electra.layers import ElectraBackbone, ElectraEmbedding, GdesEmbedding
+from keras_electra.limits import check_length
 from keras_electra.pretraining import masking, objectives
 from keras_electra.pretraining.objectives import (
     GRADIENT_PARTS,
@@ -118,6 +119,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         self.config = config
         self.objective = objective.name
         self.seed = seed
+        self.restored_step = 0  # load_run's checkpoint step: save_run counts on from it
         self.configure_step()  # the training step's default options
 
         # === Layers: the embedding block and the discriminator, then the objective's ===
@@ -253,6 +255,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         batch = _features(batch)
         token_ids = tf.cast(batch["token_ids"], tf.int32)
         padding_mask = tf.cast(batch["padding_mask"], tf.int32)
+        check_length(token_ids.shape[1], c.max_position_embeddings)  # outside a layer's call
         max_predictions = c.max_predictions(token_ids.shape[1])
         choice, keep, sample = self._example_uniforms(
             tf.shape(token_ids)[0], (tf.shape(token_ids)[1], max_predictions, max_predictions)
@@ -571,6 +574,11 @@ def loss_totals(prepared: PreparedBatch, special_ids: tuple[int, ...] = ()) -> L
 
 def _features(batch: dict) -> dict:
     """The batch's :data:`FEATURES`, or one sentence naming what is missing."""
+    if not hasattr(batch, "keys"):  # a tensor of token ids alone
+        raise ValueError(
+            f"A pretraining batch is a dict of {', '.join(FEATURES)}, not a "
+            f"{type(batch).__name__}; encode texts with keras_electra.encoding.encode_texts."
+        )
     missing = [name for name in FEATURES if name not in batch]
     if missing:
         old = "input_ids" in batch

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from keras_electra import limits
+from keras_electra.errors import InputDataError
 from keras_electra.serving.credentials import (
     CallCredentials,
     Headers,
@@ -54,7 +55,14 @@ CREDENTIALS_FIX = "pass the credentials its proxy expects (token= or headers=; -
 
 
 def _capped(examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``examples`` with their text features cut as the export cuts them."""
+    """``examples`` with their text features cut as the export cuts them; raises
+    :class:`~keras_electra.errors.InputDataError` unless they are a list of dicts."""
+    if isinstance(examples, Mapping | str | bytes) or any(
+        not isinstance(e, Mapping) for e in examples
+    ):
+        raise InputDataError(
+            'Pass the examples as a list of dicts of features, such as [{"text": "a film"}].'
+        )
     return [
         {k: limits.cap_text(v) if k in limits.TEXT_INPUTS else v for k, v in e.items()}
         for e in examples

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.errors import InputDataError
 from keras_electra.finetuning.settings import FinetuneSettings
 
 Arrays = dict[str, np.ndarray]
@@ -21,6 +22,18 @@ class Task:
 
     def read(self, path, settings: FinetuneSettings, *, labelled: bool = True) -> list:
         raise NotImplementedError
+
+    # What :meth:`example` takes besides :meth:`read`'s examples, for its error.
+    FROM_PYTHON = ""
+
+    def example(self, value, number: int, settings: FinetuneSettings):
+        """``value`` as one of :meth:`read`'s unlabelled examples (it may be one already),
+        or one sentence naming what the task takes."""
+        raise InputDataError(
+            f"Example {number} is a {type(value).__name__}; a {self.name} model takes "
+            f"{self.FROM_PYTHON}, or the examples {self.name}'s read(path, settings, "
+            "labelled=False) returns."
+        )
 
     def set_labels(self, examples: list, settings: FinetuneSettings) -> None:
         """Fix the label list from the training examples (no-op for regression)."""

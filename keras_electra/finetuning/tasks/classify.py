@@ -57,6 +57,18 @@ def encode_pairs(
 class _SequenceTask(Task):
     """Shared by classification and regression: one text or a pair per example."""
 
+    FROM_PYTHON = 'texts, pairs of texts (a pair model), or dicts such as {"text": "..."}'
+
+    def example(self, value, number, settings):
+        paired = settings.text_pair_column is not None
+        if isinstance(value, dict) and "text" in value and (not paired or "text_b" in value):
+            return value
+        if isinstance(value, str) and not paired:
+            return {"text": value}
+        if isinstance(value, tuple | list) and len(value) == 2 and paired:
+            return {"text": value[0], "text_b": value[1]}
+        return super().example(value, number, settings)
+
     def read(self, path, settings, *, labelled=True):
         label = settings.label_column if labelled else None
         columns = (settings.text_column, settings.text_pair_column, label)

@@ -52,6 +52,17 @@ def windows(num_pieces: int, room: int, stride: int) -> list[tuple[int, int]]:
 
 
 class QATask(Task):
+    FROM_PYTHON = '(question, context) pairs or dicts such as {"question": ..., "context": ...}'
+
+    def example(self, value, number, settings):
+        if isinstance(value, QAExample):
+            return value
+        if isinstance(value, dict) and {"question", "context"} <= value.keys():
+            value = (value["question"], value["context"])
+        if isinstance(value, tuple | list) and len(value) == 2:
+            return QAExample(str(number), str(value[0]), str(value[1]))
+        return super().example(value, number, settings)
+
     """Extractive QA on SQuAD JSON; metrics: exact match and F1 (percent)."""
 
     name = "qa"

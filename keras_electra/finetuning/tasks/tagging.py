@@ -54,6 +54,18 @@ def sort_tags(tags) -> list[str]:
 
 
 class TagTask(Task):
+    FROM_PYTHON = "texts (split into words at whitespace) or lists of words"
+
+    def example(self, value, number, settings):
+        if isinstance(value, TaggedSentence):
+            return value
+        words = value.split() if isinstance(value, str) else value
+        if isinstance(value, str) and not words:
+            raise InputDataError(f"Example {number} has no words to tag; leave it out.")
+        if isinstance(words, list | tuple) and words and all(isinstance(w, str) for w in words):
+            return TaggedSentence(list(words), [], number)
+        return super().example(value, number, settings)
+
     """Token tagging on CoNLL files; metrics: conlleval chunk F1, precision, recall."""
 
     name = "tag"

@@ -1,0 +1,106 @@
+"""Mistakes a user makes from Python (a notebook or a Keras script) give one sentence, and
+what the library hands back is the right thing: scoring, tokenizers, summaries, lengths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_electra.data import ElectraTokenizer
+from keras_electra.errors import ConfigError, InputDataError
+from keras_electra.pretraining import ElectraPretrainer, load_run
+from keras_electra.scoring import LoadedExport, score_sentences, score_texts
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_run):
+    return load_run(tiny_run)
+
+
+def test_one_text_in_place_of_a_list_is_refused_not_scored_by_character(loaded):
+    # score_texts(model, tokenizer, "king") scored four one-character texts; "The king"
+    # failed on its space as "Text 4 is empty".
+    model, tokenizer, _ = loaded
+    for text in ("king", "The king", b"king"):
+        with pytest.raises(InputDataError, match=r"^Pass a list of texts, not one text"):
+            score_texts(model, tokenizer, text)
+    (pairs,) = score_texts(model, tokenizer, ["the king"])
+    assert [token for token, _ in pairs] == ["the", "king"]
+    assert all(0.0 < p < 1.0 for _, p in pairs)
+
+
+def test_scoring_checks_the_objective_and_the_tokenizer(loaded, tiny_run):
+    # score_sentences on an ELECTRA model gave its logits as energies; on an MLM model,
+    # both functions failed with "only 0-dimensional arrays can be converted".
+    model, tokenizer, _ = loaded
+    with pytest.raises(ConfigError, match=r"objective electra, not electric; use score_texts"):
+        score_sentences(model, tokenizer, ["the king"])
+    mlm = ElectraPretrainer.from_preset("tiny", vocab_size=tokenizer.vocab_size, objective="mlm")
+    for function in (score_texts, score_sentences):
+        with pytest.raises(ConfigError, match=r"an MLM model has no detector"):
+            function(mlm, tokenizer, ["the king"])
+    # A tokenizer of more tokens than the model's table: ids past it, found at the first call.
+    other = ElectraTokenizer([*tokenizer.vocab, "zzz"])
+    with pytest.raises(ConfigError, match=r"tokenizer has [\d,]+ tokens and the model [\d,]+"):
+        score_texts(model, other, ["the king"])
+
+
+def test_a_sequence_longer_than_the_position_table_is_one_sentence(loaded):
+    model, tokenizer, _ = loaded
+    table = model.config.max_position_embeddings
+    with pytest.raises(ConfigError, match=rf"^Sequences of {table + 6} tokens are longer"):
+        score_texts(model, tokenizer, ["the king"], max_length=table + 6)
+    ids = tf.ones([2, table + 6], tf.int32)
+    with pytest.raises(ConfigError, match=rf"\({table} positions\); cut them"):
+        model.embedding(ids, tf.zeros_like(ids))
+
+
+def test_a_file_name_given_as_the_vocabulary_is_one_sentence(tiny_run):
+    # ElectraTokenizer("runs/x/vocab.txt") said "The vocabulary lists 'r' twice".
+    for vocab in (str(tiny_run / "vocab.txt"), tiny_run / "vocab.txt"):
+        with pytest.raises(InputDataError, match=r"use ElectraTokenizer\.from_vocab_file"):
+            ElectraTokenizer(vocab)
+
+
+@pytest.mark.parametrize("objective", ["electra", "electric", "mlm"])
+def test_the_pretrainer_has_a_summary(objective, capsys):
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=100, objective=objective)
+    model.summary()
+    out = capsys.readouterr().out
+    assert "Total params" in out and "embedding" in out
+
+
+def test_an_exports_batch_size_below_one_is_refused(tiny_run, tmp_path):
+    # batch_size=-1 answered nothing, silently.
+    from keras_electra.export import export
+
+    loaded = LoadedExport(export(tiny_run, tmp_path / "electra"))
+    for size in (0, -1):
+        with pytest.raises(ConfigError, match=f"batch_size must be 1 or more, not {size}"):
+            loaded.score(["a", "b c"], batch_size=size)
+    assert len(loaded.score(["a", "b c"], batch_size=1)) == 2
+    assert np.isfinite([p for _, p in loaded.score(["the king"])[0]]).all()
+
+
+def test_fit_on_sequences_longer_than_the_position_table_is_one_sentence(small_corpus):
+    # Was "Paddings must be non-negative for '{{node gradient_tape/.../Pad}}'".
+    from keras_electra.data import learn_vocab, pretraining_dataset
+    from keras_electra.training.optimizer import create_optimizer
+
+    tokenizer = ElectraTokenizer(learn_vocab([str(small_corpus)], 500))
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=tokenizer.vocab_size, num_layers=1)
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=1e-4, total_steps=2, warmup_steps=1)
+    )
+    table = model.config.max_position_embeddings
+    data = pretraining_dataset(
+        [str(small_corpus)], tokenizer, batch_size=2, max_seq_length=table + 8
+    )
+    with pytest.raises(ConfigError) as caught:
+        model.fit(data, steps_per_epoch=1, epochs=1, verbose=0)
+    assert str(caught.value) == (
+        f"Sequences of {table + 8} tokens are longer than the model's position table ({table} "
+        f"positions); cut them to at most {table} tokens (max_seq_length or max_length), or use "
+        "a model with a longer table."
+    )
