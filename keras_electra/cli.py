@@ -14,9 +14,11 @@ to resume there; 130 interrupted before anything could be saved (a second Ctrl-C
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -161,8 +163,9 @@ def _run_prepare(args: argparse.Namespace) -> None:
 @command(
     "export",
     "export a run as a TF Serving SavedModel with an in-graph tokenizer",
-    "Write saved_models/NAME/VERSION/ with warmup requests; TF Serving loads the highest "
-    "version. A pretraining run (or converted directory) exports replaced-token scores "
+    "Write saved_models/NAME/VERSION/ with warmup requests; TF Serving's default policy "
+    "loads the highest version (serving/models.config lists versions instead). A "
+    "pretraining run (or converted directory) exports replaced-token scores "
     "(serving_default, score_pair), an Electric run (--objective electric) per-token "
     "energies and a sentence score; a fine-tuned directory exports its task: "
     "classify/regress (serving_default plus classify/regress methods), tag (per-word tag "
@@ -795,6 +798,29 @@ def _check_before_tensorflow(args: argparse.Namespace) -> None:
         _convert_options(args)
 
 
+@contextlib.contextmanager
+def _stopped_while_loading():
+    """A SIGTERM while the command loads (before the run's own handling): one sentence and
+    exit 75, as a signal before training starts; it was the default's silent exit 143."""
+
+    def stop(signum, frame):
+        raise errors.TrainingInterrupted(
+            "Stopped by SIGTERM while the command loaded; nothing was done: run the same "
+            "command again.",
+            step=0,
+            signal_name="SIGTERM",
+        )
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread sets handlers
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
 
@@ -811,8 +837,9 @@ def main(argv: list[str] | None = None) -> int:
             2,
         )
     try:
-        _check_before_tensorflow(args)
-        _import_tensorflow_quietly()  # seconds, in which a Ctrl-C is common
+        with _stopped_while_loading():
+            _check_before_tensorflow(args)
+            _import_tensorflow_quietly()  # seconds, in which a Ctrl-C is common
         args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return 0

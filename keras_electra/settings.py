@@ -113,7 +113,7 @@ class PretrainSettings:
     )
     health: bool = option(
         True,
-        "skip the run-health probe (it costs about 1.5%% of the training time)",
+        "skip the run-health probe (it costs about 1.4%% of the training time, at most 2%%)",
         negated="--no-health",
         record=False,
     )

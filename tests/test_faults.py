@@ -155,6 +155,37 @@ def test_sigterm_before_training_starts_exits_75_at_once(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
 
 
+def test_sigterm_while_the_command_loads_is_one_sentence_and_75(small_corpus, tmp_path):
+    """A SIGTERM in the first seconds (TensorFlow loading) ended the command with the
+    default's 143 and nothing on stderr."""
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "keras_electra.cli", "pretrain", "--corpus"]
+    command += [str(small_corpus), "--output", str(out), "--steps", "4"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    status = Path(f"/proc/{process.pid}/status")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the command's handler is in place
+        caught = [line for line in status.read_text().splitlines() if line.startswith("SigCgt")]
+        if caught and int(caught[0].split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+            break
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 75, err
+    assert (
+        err.strip().splitlines()[-1]
+        == (
+            "keras-electra pretrain: Stopped by SIGTERM while the command loaded; nothing was "
+            "done: run the same command again."
+        )
+        or "Stopped by SIGTERM before training started" in err
+    ), err
+    assert not (out / "checkpoints").exists()
+
+
 def test_ctrl_c_while_the_command_loads_tensorflow_is_one_sentence(
     small_corpus, tmp_path, monkeypatch, capsys
 ):

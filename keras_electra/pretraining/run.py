@@ -679,7 +679,7 @@ def _diverged(
         f"Training diverged at {steps}: the loss or gradient norm was NaN or infinite, so "
         f"the update was not applied and {kept}; lower --learning-rate (now "
         f"{settings.learning_rate:g}){precision}, or pass --on-nan skip to skip such steps, "
-        "then rerun the same command to resume."
+        "then run the command again with the new flag to resume."
     )
 
 

@@ -140,18 +140,20 @@ class MetricsLogger(keras.callbacks.Callback):
             record.update(self.measure())
             record["health_seconds"] = round(time.perf_counter() - start, 4)
             record["window_seconds"] = round(elapsed, 4)
+        # The fix: a lower rate, or float32 for a run in a mixed precision.
+        mixed = self.model.dtype_policy.name != "float32"
+        fix = "lower --learning-rate" + (" or use --precision float32" if mixed else "")
+        fix += ", then run the command again with the new flag to resume from the last checkpoint"
         if not math.isfinite(record.get("loss", 0.0)):
             raise TrainingDiverged(
                 f"Training diverged in the window ending at step {self.step} (its mean loss is "
-                f"{record['loss']}), so no checkpoint was written; lower --learning-rate or "
-                "use --precision float32, then rerun to resume from the last checkpoint."
+                f"{record['loss']}), so no checkpoint was written; {fix}."
             )
         if record.get("skipped_steps", 0) >= self._window_steps:
             raise TrainingDiverged(
                 f"Training diverged: every step of the window ending at step {self.step} had a "
-                "non-finite loss or gradient norm and was skipped, so no checkpoint was "
-                "written; lower --learning-rate or use --precision float32, then rerun to "
-                "resume from the last checkpoint."
+                f"non-finite loss or gradient norm and was skipped, so no checkpoint was "
+                f"written; {fix}."
             )
         if self.warnings is not None:
             raised = [w for w in self.warnings(self.history + [record]) if w["step"] == self.step]
