@@ -416,7 +416,6 @@ def _server_options(args: argparse.Namespace) -> dict | None:
 )
 def _run_rerank(args: argparse.Namespace) -> None:
     import json
-    import math
 
     from keras_electra import rerank
 
@@ -424,9 +423,7 @@ def _run_rerank(args: argparse.Namespace) -> None:
         raise errors.ConfigError(
             f"--weight {args.weight:g} and --tune: --tune chooses the weight; pass one of them."
         )
-    args.weight = 1.0 if args.weight is None else args.weight
-    if not math.isfinite(args.weight):
-        raise errors.ConfigError(f"--weight must be a finite number, not {args.weight}.")
+    args.weight = rerank.check_weight(1.0 if args.weight is None else args.weight)
     options = _server_options(args)  # checked before the lists are read
     lists = rerank.read_nbest(args.nbest)
     progress = args.progress and sys.stderr.isatty()
@@ -462,7 +459,8 @@ def _run_rerank(args: argparse.Namespace) -> None:
             after = rerank.word_error_rate([r.best for r in ranked], [n.reference for n in lists])
             before = _first_pass_wer(rerank, lists)
             print(
-                f"Word error rate over {len(lists)} lists: {100 * before:.2f}% first pass, "
+                f"Word error rate over {len(lists)} list{'s' * (len(lists) != 1)}: "
+                f"{100 * before:.2f}% first pass, "
                 f"{100 * after:.2f}% re-ranked (--weight {args.weight:g}).",
                 file=sys.stderr,
             )

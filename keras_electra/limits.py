@@ -15,6 +15,7 @@ Examples:
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -163,3 +164,15 @@ def check_length(length: int | None, positions: int) -> None:
             f"({positions} positions); cut them to at most {positions} tokens (max_seq_length "
             "or max_length), or use a model with a longer table."
         )
+
+
+def has_text(text: str | bytes) -> bool:
+    """Whether ``text`` has a character the tokenizer keeps: not only whitespace, control
+    or format characters (a zero-width space gave no word piece and a sentence score of
+    0, the most plausible there is)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return any(unicodedata.category(c) not in _DROPPED for c in text)
+
+
+_DROPPED = {"Cc", "Cf", "Zs", "Zl", "Zp"}

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keras_electra.errors import ConfigError, InputDataError, parse_json
+from keras_electra.limits import has_text
 from keras_electra.serving.export_reader import SentenceScore
 
 SentenceScorer = Callable[[list[str]], Sequence[SentenceScore]]
@@ -64,12 +65,30 @@ class NBest:
     scores: list[float] | None = None
     reference: str | None = None
 
+    def __post_init__(self) -> None:
+        # From Python: a str is a sequence (of letters), and zip cut a short score list.
+        if isinstance(self.texts, str) or not self.texts:
+            raise InputDataError(f"List '{self.id}': texts must be a non-empty list of texts.")
+        if self.scores is not None and len(self.scores) != len(self.texts):
+            raise InputDataError(
+                f"List '{self.id}' has {len(self.scores)} scores for {len(self.texts)} "
+                "hypotheses; give one first-pass score per hypothesis, or none."
+            )
+
+    def first_pass_order(self) -> list[int]:
+        """The hypotheses' indexes, the first pass's best first (by score, a tie in the
+        given order; the given order without scores)."""
+        indexes = range(len(self.texts))
+        if self.scores is None:
+            return list(indexes)
+        return sorted(indexes, key=lambda i: (-self.scores[i], i))
+
 
 @dataclass(frozen=True)
 class Ranked:
     """A re-ranked list: each hypothesis as a dict of ``text``, ``score`` (the first
     pass's, or ``None``), ``sentence_score``, ``total`` and ``was`` (its place in the
-    list as given, from 1), best first."""
+    first pass's order, from 1), best first."""
 
     id: str
     hypotheses: list[dict]
@@ -83,6 +102,13 @@ class Ranked:
         """The list as one JSON object (``rerank --json`` prints one per line)."""
         out = {"id": self.id, "best": self.best, "hypotheses": self.hypotheses}
         return out if self.reference is None else {**out, "reference": self.reference}
+
+
+def check_weight(value, name: str = "--weight") -> float:
+    """``value`` as a float, or one sentence: a weight is a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, not {value!r}.")
+    return float(value)
 
 
 def _number(value, where: str) -> float:
@@ -103,7 +129,7 @@ def parse_nbest(line: str, where: str, number: int) -> NBest:
     texts, scores = [], []
     for i, item in enumerate(row["hypotheses"], 1):
         text = item.get("text") if isinstance(item, dict) else item
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or not has_text(text):
             raise InputDataError(f"{where}, hypothesis {i}: the text must be a non-empty string.")
         texts.append(text)
         if isinstance(item, dict) and "score" in item:
@@ -134,6 +160,8 @@ def read_nbest(path: str | Path) -> list[NBest]:
         text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputDataError(f"N-best file {name} does not exist.") from None
+    except IsADirectoryError:
+        raise InputDataError(f"N-best file {name} is a folder; pass a JSON Lines file.") from None
     except UnicodeDecodeError:
         raise InputDataError(f"N-best file {name} is not UTF-8 text.") from None
     lists = [
@@ -165,17 +193,19 @@ def rerank(
             first-pass scores it only scales the totals).
         per_token: divide each sentence score by its text's number of word pieces.
     """
+    weight = check_weight(weight, "weight")
     texts = [text for nbest in lists for text in nbest.texts]
     sentence = sentence_scores(score(texts), per_token)
     ranked, at = [], 0
     for nbest in lists:
         first = nbest.scores or [None] * len(nbest.texts)
+        place = {i: rank for rank, i in enumerate(nbest.first_pass_order(), 1)}
         rows = []
         for i, (text, prior) in enumerate(zip(nbest.texts, first, strict=True)):
             s = float(sentence[at + i])
             total = (prior or 0.0) + weight * s
             rows.append(
-                {"text": text, "score": prior, "sentence_score": s, "total": total, "was": i + 1}
+                {"text": text, "score": prior, "sentence_score": s, "total": total, "was": place[i]}
             )
         at += len(nbest.texts)
         rows.sort(key=lambda row: -row["total"])  # stable: a tie keeps the given order
@@ -185,9 +215,7 @@ def rerank(
 
 def first_pass_best(nbest: NBest) -> str:
     """The first pass's choice: its best-scored hypothesis, or the first one given."""
-    if nbest.scores is None:
-        return nbest.texts[0]
-    return nbest.texts[max(range(len(nbest.texts)), key=lambda i: (nbest.scores[i], -i))]
+    return nbest.texts[nbest.first_pass_order()[0]]
 
 
 def _edits(hypothesis: list[str], reference: list[str]) -> int:
@@ -275,6 +303,7 @@ def tune_weight(
     if weights is None:
         sentence = sentence_scores(answers, per_token)
         weights = weight_grid(lists, sentence)
+    weights = [check_weight(w, "each of weights") for w in weights]
     references = [nbest.reference for nbest in lists]
     rows = [
         {
@@ -343,7 +372,7 @@ class ElectricScorer:
                         else f"The model '{self.model_name}' at {self.server}"
                     )
                     raise ConfigError(
-                        f"{where} answers {scores.kind.replace('_', ' ')}, not sentence scores; "
+                        f"{where} is a {scores.reader.title} export, not a sentence-score one; "
                         "re-ranking needs an Electric export (pretrain with --objective "
                         "electric, then export that run)."
                     )
@@ -358,9 +387,12 @@ class ElectricScorer:
         """One sentence on the hypotheses cut at the export's length, or None."""
         if not self.truncated:
             return None
-        were = "was" if self.truncated == 1 else "were"
+        one = self.truncated == 1
+        were, their = (
+            ("was", "its sentence score covers") if one else ("were", "their sentence scores cover")
+        )
         return (
             f"{self.truncated} of {self.scored} hypotheses {were} cut at the export's length "
-            f"of {self.length} tokens: their sentence scores cover the first "
-            f"{self.length - 2} word pieces only (export with a larger --max-length)."
+            f"of {self.length} tokens: {their} the first {self.length - 2} word pieces only "
+            "(export with a larger --max-length)."
         )

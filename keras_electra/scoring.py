@@ -29,7 +29,7 @@ import tensorflow as tf
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.encoding import encode_texts
 from keras_electra.errors import ConfigError, ElectraError, InputDataError
-from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text, check_length
+from keras_electra.limits import MAX_BATCH_SIZE, batch_slices, cap_text, check_length, has_text
 from keras_electra.run_directory import RunDirectory
 from keras_electra.serving.errors import ServingError
 from keras_electra.serving.export_reader import (
@@ -63,14 +63,11 @@ def utf8_texts(texts: Sequence[str | bytes], name: str | None = None) -> list[by
         >>> utf8_texts(["café", b"raw"])
         [b'caf\xc3\xa9', b'raw']
     """
-    if isinstance(texts, str | bytes):  # else scored as texts of one character each
-        raise InputDataError(
-            f"Pass a list of texts, not one text ({texts[:40]!r}); wrap it: [text]."
-        )
+    _check_a_list(texts)
     out = []
     for number, text in enumerate(texts, 1):
         where = f"Text {number}" if name is None else f"The {name} of example {number}"
-        if not text.strip():
+        if not has_text(text):
             raise InputDataError(f"{where} is empty; pass text to score, or leave it out.")
         if isinstance(text, bytes):
             out.append(cap_text(text))
@@ -83,6 +80,13 @@ def utf8_texts(texts: Sequence[str | bytes], name: str | None = None) -> list[by
                 "text in UTF-8 (set a UTF-8 locale, or convert it with iconv)."
             ) from None
     return out
+
+
+def _check_a_list(texts) -> None:
+    if isinstance(texts, str | bytes):  # else scored as texts of one character each
+        raise InputDataError(
+            f"Pass a list of texts, not one text ({texts[:40]!r}); wrap it: [text]."
+        )
 
 
 def _token_values(model, tokenizer, texts, max_length, transform=None) -> list[TokenScores]:
@@ -269,6 +273,7 @@ def _inputs(reader: ExportReader, texts: Texts) -> dict[str, list[bytes]]:
     if isinstance(texts, Mapping):
         inputs = reader.check_inputs(texts)
     else:
+        _check_a_list(texts)
         inputs = reader.feeds(texts)
     named = len(inputs) > 1
     return {name: utf8_texts(values, name if named else None) for name, values in inputs.items()}

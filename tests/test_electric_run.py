@@ -368,3 +368,37 @@ def test_the_scorer_loads_the_export_once_and_scores_in_chunks_with_a_bar(
     assert scorer.scored == 7 and scorer.truncated == 0
     err = capsys.readouterr().err
     assert "Scoring: 100%" in err and "7/7" in err, err
+
+
+def test_one_text_or_an_invisible_one_is_refused_not_scored(electric_export):
+    # ElectricScorer(...)("king") scored four letters; a zero-width space scored 0.0, the
+    # most plausible sentence there is, and won the re-ranking.
+    from keras_electra.errors import InputDataError
+    from keras_electra.rerank import ElectricScorer
+
+    for score in (
+        lambda t: score_with_saved_model(electric_export, t),
+        ElectricScorer(electric_export),
+    ):
+        with pytest.raises(InputDataError, match=r"^Pass a list of texts, not one text"):
+            score("king")
+        with pytest.raises(InputDataError, match=r"^Text 2 is empty"):
+            score(["the king", "\u200b\u2060 "])
+
+
+def test_init_from_an_electric_run_into_electra_is_refused_by_the_dry_run_too(
+    electric_run, small_corpus, tmp_path, capsys
+):
+    # The dry run passed; the run failed restoring ("43 of the model's objects are not in
+    # it ... restore the run's original config.json") and left its files behind.
+    out = tmp_path / "run"
+    argv = ["pretrain", "--init", str(electric_run), "--corpus", str(small_corpus)]
+    argv += ["--output", str(out), "--steps", "2", "--batch-size", "4", "--max-seq-length", "32"]
+    for extra in (["--dry-run"], []):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"keras-electra pretrain: error: --init '{electric_run}' was pretrained with "
+            "--objective electric, not electra; pass --objective electric to train on from it."
+        ), err
+    assert not out.exists()

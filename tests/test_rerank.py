@@ -58,6 +58,7 @@ def test_the_lists_are_read_with_or_without_first_pass_scores(tmp_path):
         ('{"texts": ["a"]}\n', r'^Line 1 of .* has no "hypotheses" list; write'),
         ('{"hypotheses": []}\n', r"^Line 1 of .* has an empty hypotheses list; give at least"),
         ('{"hypotheses": ["a", " "]}\n', r"^Line 1 of .*, hypothesis 2: the text must be a non"),
+        ('{"hypotheses": ["a", "\\u200b"]}\n', r"^Line 1 of .*, hypothesis 2: the text must be a"),
         (
             '{"hypotheses": [{"text": "a", "score": 1}, "b"]}\n',
             r"^Line 1 of .*: 1 of its 2 hypotheses have a score; give every hypothesis",
@@ -98,6 +99,30 @@ def test_the_order_is_first_pass_plus_weight_times_the_sentence_score():
     assert rerank([NBest("v", ["a b x", "a b c"])], scorer)[0].best == "a b c"
     tie = rerank([NBest("t", ["a b c", "a b c"])], scorer)[0]
     assert [h["was"] for h in tie.hypotheses] == [1, 2]
+
+
+def test_was_is_the_place_in_the_first_passs_order_not_in_the_file():
+    # A list given worst first: "was" counted the file's lines, so a choice the re-ranking
+    # changed showed no "(was #k)", and the first pass's own best showed "(was #2)".
+    given = NBest("u", ["a b x", "a b c"], [-2.0, -1.0], "a b c")  # the second is the best
+    (kept,) = rerank([given], scorer, weight=0.0)
+    assert kept.best == "a b c" and kept.hypotheses[0]["was"] == 1
+    table = {"a b x": -1.0, "a b c": -9.0}
+    (moved,) = rerank([given], lambda ts: [SentenceScore([], table[t]) for t in ts], weight=1.0)
+    assert moved.best == "a b x" and moved.hypotheses[0]["was"] == 2
+
+
+def test_rerank_from_python_refuses_what_the_command_refuses():
+    lists = [NBest("u", ["a b x", "a b c"], [0.0, -2.0], "a b c")]
+    for weight in (float("nan"), "2", None, True):
+        with pytest.raises(ConfigError, match=r"^weight must be a finite number, not "):
+            rerank(lists, scorer, weight=weight)
+    with pytest.raises(ConfigError, match=r"^each of weights must be a finite number, not nan"):
+        tune_weight(lists, scorer, weights=[float("nan"), 1.0])
+    with pytest.raises(InputDataError, match=r"^List 'x' has 1 scores for 2 hypotheses"):
+        NBest("x", ["a b c", "a b x"], [1.0])
+    with pytest.raises(InputDataError, match=r"^List 'x': texts must be a non-empty list"):
+        NBest("x", "abc")
 
 
 def test_per_token_scores_stop_favouring_short_hypotheses():
@@ -159,10 +184,10 @@ def test_an_export_without_sentence_scores_is_refused_in_one_sentence(tiny_run, 
     lists = write(tmp_path / "n.jsonl", [{"hypotheses": ["a b c"]}])
     assert main(["rerank", lists, "--model", str(exported)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"keras-electra rerank: error: The export at '{exported}' answers ")
+    assert err.startswith(f"keras-electra rerank: error: The export at '{exported}' is a ")
     assert err.endswith(
-        "replaced token, not sentence scores; re-ranking needs an Electric export (pretrain "
-        "with --objective electric, then export that run).\n"
+        "replaced-token export, not a sentence-score one; re-ranking needs an Electric export "
+        "(pretrain with --objective electric, then export that run).\n"
     ), err
     with pytest.raises(ConfigError, match="not both or neither"):
         from keras_electra.rerank import ElectricScorer

@@ -401,6 +401,12 @@ def resolve_run(
     elif settings.init is not None:
         source, asked = str(RunDirectory(settings.init).vocab_file), None
         config, tokens = _init_source(settings.init, settings, sharing)
+        stored = RunDirectory(settings.init).stored_objective()
+        if stored is not None and stored != objective.name:  # its heads are another's
+            raise ConfigError(
+                f"--init '{settings.init}' was pretrained with --objective {stored}, not "
+                f"{objective.name}; pass --objective {stored} to train on from it."
+            )
         objective.check(config)
         _check_size(config, settings, f"--init '{settings.init}'")
         _check_vocabulary_flags(settings, config, tokens, f"--init '{settings.init}'", False)
