@@ -147,8 +147,9 @@ def pretrain_summary(result) -> str:
     "tokenize and pack a corpus into sharded TFRecords",
     "Write pretraining examples (token ids, padding mask, segment ids) as sharded "
     "TFRecords, for corpora too large to tokenize on the fly. With the beam extra "
-    '(pip install "keras-electra[beam]") it runs as an Apache Beam pipeline, on every '
-    "local core by default; any flag not listed here is a Beam pipeline option "
+    '(pip install "keras-electra[beam]") it runs as an Apache Beam pipeline on every local '
+    "core for a large corpus on a larger machine (see --workers), in this process "
+    "otherwise; any flag not listed here is a Beam pipeline option "
     "(--runner DataflowRunner --project P --region R --temp_location gs://B/tmp).",
     flag("--output", required=True, metavar="DIR", help="where the shards and vocab.txt go"),
     PrepareSettings,
@@ -861,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return fail(
             "interrupted; run the command again (pretrain and finetune resume from their "
-            "last checkpoint).",
+            "last checkpoint, prepare keeps the shards it finished).",
             130,
         )
 

@@ -205,7 +205,7 @@ def test_ctrl_c_while_the_command_loads_tensorflow_is_one_sentence(
     err = capsys.readouterr().err
     assert err == (
         "keras-electra pretrain: interrupted; run the command again (pretrain and finetune "
-        "resume from their last checkpoint).\n"
+        "resume from their last checkpoint, prepare keeps the shards it finished).\n"
     )
     assert not out.exists()
 

@@ -425,3 +425,57 @@ def test_a_corpus_of_fewer_documents_than_shards_gets_fewer_shards(tmp_path, cap
     assert len(records([str(out / name) for name in names])) == metadata["num_examples"]
     batches = pretraining_dataset(str(out), batch_size=1, max_seq_length=128, shuffle=False)
     assert next(iter(batches))["token_ids"].shape == (1, 128)
+
+
+def test_a_line_longer_than_a_read_is_one_line_not_a_document_break(tmp_path):
+    # A read holding no line end gave an empty line: a false document break inside a
+    # document, so the shards differed from the on-the-fly pass.
+    from keras_electra.data.tfrecords import read_lines
+
+    path = tmp_path / "long.txt"
+    data = b"first line\n" + b"word " * 500_000 + b"\nlast line\n"
+    path.write_bytes(data)
+    lines = [line for block, _ in read_lines(str(path), 0, len(data)) for line in block]
+    assert lines == data.split(b"\n")[:-1]
+
+
+def test_a_damaged_shard_is_written_again_by_a_rerun(corpus, tokenizer, tmp_path):
+    # The rerun kept it and counted its records: a DataLossError traceback.
+    out = str(tmp_path / "records")
+    options = {"max_seq_length": LENGTH, "num_shards": 3, "seed": 2, "progress": False}
+    paths = write_pretraining_tfrecords(corpus, tokenizer, out, **options)
+    whole = records(paths)
+    with open(paths[1], "r+b") as f:
+        f.truncate(os.path.getsize(paths[1]) // 2)
+    assert records(write_pretraining_tfrecords(corpus, tokenizer, out, **options)) == whole
+
+
+def test_blank_line_runs_get_no_shard(tokenizer, tmp_path):
+    # Two documents between runs of blank lines gave shard_examples [1, 0, 0, 1, 0].
+    corpus = tmp_path / "few.txt"
+    corpus.write_text("the cat sat.\n" + "\n" * 300 + "a dog ran.\n" + "\n" * 300, encoding="utf-8")
+    out = tmp_path / "records"
+    write_pretraining_tfrecords(
+        [str(corpus)], tokenizer, str(out), max_seq_length=LENGTH, num_shards=8, progress=False
+    )
+    metadata = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
+    assert metadata["num_shards"] == 2 and metadata["shard_examples"] == [1, 1]
+
+
+def test_corpus_files_inside_the_output_are_refused(tmp_path, capsys):
+    # A shell's expansion of out/*.txt passed, and the rerun read out/vocab.txt as text.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("The cat sat.\n", encoding="utf-8")
+    code, err = run_prepare(capsys, "--corpus", str(out / "a.txt"), "--output", str(out))
+    assert code == 2 and f"--output '{out}' holds the corpus file '{out / 'a.txt'}'" in err, err
+
+
+@needs_beam
+def test_a_runner_that_cannot_run_here_is_one_sentence(corpus, tmp_path, capsys):
+    # Dataflow without apache-beam[gcp] was Beam's ImportError traceback, exit 1.
+    out = str(tmp_path / "out")
+    argv = ["--corpus", corpus[0], "--output", out, "--runner", "DataflowRunner"]
+    argv += ["--project", "p", "--region", "r", "--temp_location", str(tmp_path / "t")]
+    code, err = run_prepare(capsys, *argv)
+    assert code == 2 and "The Beam runner DataflowRunner could not run the pipeline (" in err, err

@@ -228,7 +228,7 @@ def write_tfrecords_beam(
     write = _WriteShard(job, tokenizer.vocab, tokenizer.lowercase)
     bar = (job.paths, "Packing", " shards") if progress else None
     with quiet_local_workers(described) as stderr, _watching(bar, stderr):
-        with beam.Pipeline(options=options) as pipeline:
+        with _runner_errors(options), beam.Pipeline(options=options) as pipeline:
             _ = (
                 pipeline
                 | "Shards" >> beam.Create(job.plans)
@@ -238,6 +238,27 @@ def write_tfrecords_beam(
                 | "Metadata" >> beam.Map(_finish, job, described)
             )
     return job.paths
+
+
+@contextlib.contextmanager
+def _runner_errors(options) -> Iterator[None]:
+    """A runner other than the local DirectRunner that cannot start here (its extra not
+    installed, its job server or service unreachable) as one sentence, not Beam's
+    traceback."""
+    runner = options.get_all_options().get("runner") or "DirectRunner"
+    if runner.lower().removesuffix("runner") in ("direct", "") or "." in runner:
+        yield
+        return
+    try:
+        yield
+    except (ImportError, RuntimeError, ValueError) as e:  # ValueError: its options' checks
+        reason = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        reason = (reason or type(e).__name__)[:300]
+        raise ConfigError(
+            f"The Beam runner {runner} could not run the pipeline ({reason}); install what it "
+            'needs (Dataflow: pip install "apache-beam[gcp]"), check that its service or job '
+            "server is reachable, or leave --runner out to run here."
+        ) from None
 
 
 @contextlib.contextmanager
@@ -326,6 +347,7 @@ def count_words_beam(
     with (
         quiet_local_workers(described) as stderr,
         _watching(bar, stderr),
+        _runner_errors(options),
         beam.Pipeline(options=options) as pipeline,
     ):
         _ = (

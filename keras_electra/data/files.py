@@ -271,6 +271,12 @@ def check_output_outside_corpus(paths: PathsLike, output: str | os.PathLike, com
         folder = item if os.path.isdir(item) else None
         if folder is None and glob.has_magic(item):
             folder = os.path.dirname(item) or "."
+        elif folder is None and os.path.realpath(os.path.dirname(item) or ".") == out:
+            raise ConfigError(  # a shell's expansion of a pattern: the next one reads vocab.txt
+                f"--output '{output}' holds the corpus file '{item}': the vocab.txt {command} "
+                "writes there would be read as corpus text by the same pattern next time; "
+                "choose another --output."
+            )
         if folder is not None and os.path.realpath(folder) == out:
             raise ConfigError(
                 f"--output '{output}' is where '{item}' reads its *.txt files: the vocab.txt "

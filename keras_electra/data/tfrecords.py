@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -145,6 +145,8 @@ class WritingJob:
     plans: list[ShardPlan]
     paths: list[str]
     settings: dict[str, Any]
+    # A finished earlier run's examples per shard: a kept shard holding fewer was cut short.
+    expected: dict[str, int] = field(default_factory=dict)
 
     @property
     def corpus_bytes(self) -> int:
@@ -165,9 +167,15 @@ class WritingJob:
         """
         path = self.paths[plan.index]
         if tf.io.gfile.exists(path):
-            if on_bytes:
-                on_bytes(plan.num_bytes)
-            return sum(1 for _ in tf.data.TFRecordDataset(path))
+            try:
+                count = sum(1 for _ in tf.data.TFRecordDataset(path))
+            except tf.errors.DataLossError:  # cut short or damaged: written again below
+                count = None
+            if count is not None and self.expected.get(os.path.basename(path), count) == count:
+                if on_bytes:
+                    on_bytes(plan.num_bytes)
+                return count
+            tf.io.gfile.remove(path)
         length = self.settings["max_seq_length"]
         packer = Packer(
             length,
@@ -255,7 +263,10 @@ def start_writing(
             tf.io.gfile.remove(old)
     if not same:
         _write_metadata(output_dir, {"complete": False, "settings": settings})
-    return WritingJob(output_dir, plans, paths, settings)
+    expected = {}
+    if same and previous.get("complete"):
+        expected = dict(zip(previous["shards"], previous["shard_examples"], strict=True))
+    return WritingJob(output_dir, plans, paths, settings, expected)
 
 
 def _read_metadata(directory: str, lenient: bool = True) -> dict:
@@ -326,6 +337,16 @@ def _is_blank(line: bytes) -> bool:
     return not line.strip(b" \t\n\r\x0b\x0c")
 
 
+def _blank_range(path: str, start: int, end: int) -> bool:
+    """Whether ``path[start:end]`` holds only blank lines (no document: its shard would be
+    empty); a range of more than 64 KiB is taken to hold text, unread."""
+    if end - start > 1 << 16:
+        return False
+    with open_binary(path) as f:
+        f.seek(start)
+        return _is_blank(f.read(end - start))
+
+
 def document_start(path: str, offset: int, size: int) -> int:
     """The first document start at or after ``offset`` in a file of ``size`` bytes: the
     start of a line whose previous line is blank, or ``size``. A previous line longer than
@@ -388,7 +409,7 @@ def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
         for index in range(first, last + 1):
             begin = start if index == first else 0
             stop = end if index == last else sizes[index]
-            if stop > begin:
+            if stop > begin and not _blank_range(files[index], begin, stop):
                 pieces.append((files[index], begin, stop))
         if pieces:
             ranges.append(tuple(pieces))
@@ -410,6 +431,9 @@ def read_lines(path: str, start: int, end: int) -> Iterator[tuple[list[bytes], i
             left -= len(data)
             data = rest + data
             cut = data.rfind(b"\n") + 1 if left > 0 else len(data)
+            if not cut:  # a line longer than a read: no line ends here (not a blank line)
+                rest = data
+                continue
             block, rest = data[:cut], data[cut:]
             lines = block.split(b"\n")
             if block.endswith(b"\n"):
