@@ -143,10 +143,12 @@ def test_a_damaged_json_file_of_a_run_is_one_sentence_for_every_command(tiny_run
 
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat on the mat.\n", encoding="utf-8")
     commands = (
         ["report", str(run)],
         ["export", "--run", str(run), "--output", str(tmp_path / "exports")],
-        ["pretrain", "--corpus", str(run / "vocab.txt"), "--output", str(run), "--dry-run"],
+        ["pretrain", "--corpus", str(corpus), "--output", str(run), "--dry-run"],
     )
     for name, damaged in (
         ("run.json", '{"steps": 4,\n'),
