@@ -104,15 +104,20 @@ class Ranked:
         return out if self.reference is None else {**out, "reference": self.reference}
 
 
+def _finite(value) -> bool:
+    """A real number (not a bool) that is neither NaN nor infinite."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
 def check_weight(value, name: str = "--weight") -> float:
     """``value`` as a float, or one sentence: a weight is a finite number."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not _finite(value):
         raise ConfigError(f"{name} must be a finite number, not {value!r}.")
     return float(value)
 
 
 def _number(value, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not _finite(value):
         raise InputDataError(f"{where}: a score must be a finite number, not {value!r}.")
     return float(value)
 
