@@ -15,13 +15,14 @@ Examples:
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, InputDataError
 
 MAX_BATCH_SIZE = 32
 """Most texts sent to a model at once: ``max_batch_size`` of ``serving/batching.config``
@@ -164,6 +165,40 @@ def check_length(length: int | None, positions: int) -> None:
             f"({positions} positions); cut them to at most {positions} tokens (max_seq_length "
             "or max_length), or use a model with a longer table."
         )
+
+
+PAST_VOCABULARY = "keras_electra: token id outside the vocabulary of the model"
+"""The first word of the input pipeline's assertion (:func:`vocabulary_error` reads it)."""
+
+_OUT_OF_TABLE = (
+    re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)"),  # an embedding lookup
+    re.compile(re.escape(PAST_VOCABULARY) + r"\] \[(-?\d+)\] \[(\d+)\]"),  # the assertion
+)
+
+
+def vocabulary_error(message: str, vocab_size: int) -> InputDataError | None:
+    """One sentence for TensorFlow's message when a token id falls outside the model's
+    embedding table of ``vocab_size`` rows (the data was tokenized with a larger
+    vocabulary than the model's), or None for any other message.
+
+    Examples:
+        >>> print(vocabulary_error("indices[0,1] = 607 is not in [0, 300)", 300))
+        Token id 607 is outside the model's vocabulary of 300 tokens (config.vocab_size): \
+the data was tokenized with a larger vocabulary; build the model with \
+vocab_size=len(tokenizer.vocab), or tokenize with the model's own vocab.txt.
+        >>> vocabulary_error("indices[0] = 7 is not in [0, 5)", 300) is None
+        True
+    """
+    for pattern in _OUT_OF_TABLE:
+        found = pattern.search(message)
+        if found is not None and int(found.group(2)) == vocab_size:
+            return InputDataError(
+                f"Token id {found.group(1)} is outside the model's vocabulary of {vocab_size} "
+                "tokens (config.vocab_size): the data was tokenized with a larger vocabulary; "
+                "build the model with vocab_size=len(tokenizer.vocab), or tokenize with the "
+                "model's own vocab.txt."
+            )
+    return None
 
 
 def has_text(text: str | bytes) -> bool:

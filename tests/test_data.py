@@ -675,3 +675,18 @@ def test_datasets_for_fit_keep_their_order_and_turn_tf_data_autotuning_off(
         assert options.autotune.enabled is False, name
         assert options.deterministic is True, name
     assert fit_options().autotune.enabled is False
+
+
+def test_overlapping_corpus_paths_read_each_file_once(tmp_path):
+    # "corpus corpus/*.txt corpus/a.txt" read a.txt three times, weighting its text triple.
+    from keras_electra.data.files import resolve_corpus_files
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in ("a", "b"):
+        (folder / f"{name}.txt").write_text(f"{name} text.\n")
+    os.symlink(folder / "a.txt", tmp_path / "link.txt")
+    given = [str(folder / "b.txt"), str(folder), f"{folder}/*.txt", str(tmp_path / "link.txt")]
+    files = resolve_corpus_files(given)
+    assert [os.path.basename(f) for f in files] == ["b.txt", "a.txt"]
+    assert files[0] == str(folder / "b.txt")  # each at its first place

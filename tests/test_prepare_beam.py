@@ -479,3 +479,27 @@ def test_a_runner_that_cannot_run_here_is_one_sentence(corpus, tmp_path, capsys)
     argv += ["--project", "p", "--region", "r", "--temp_location", str(tmp_path / "t")]
     code, err = run_prepare(capsys, *argv)
     assert code == 2 and "The Beam runner DataflowRunner could not run the pipeline (" in err, err
+
+
+@needs_beam
+def test_workers_beside_another_runner_is_refused_and_direct_options_are_its_own(
+    corpus, tmp_path, capsys
+):
+    # --workers beside --runner DataflowRunner was ignored without a word, and metadata.json
+    # recorded Beam's default direct_num_workers for a Dataflow job.
+    from keras_electra.data.beam import pipeline_options
+
+    out = str(tmp_path / "out")
+    argv = ("--corpus", corpus[0], "--output", out, "--vocab-size", "60", "--dry-run")
+    code, err = run_prepare(capsys, *argv, "--runner", "DataflowRunner", "--workers", "4")
+    assert code == 2 and len([line for line in err.splitlines() if line.strip()]) == 1, err
+    assert "--workers sets the local DirectRunner's processes, not DataflowRunner's" in err
+    _, described = pipeline_options(["--runner=DataflowRunner", "--project=p"])
+    assert described == {"runner": "DataflowRunner", "project": "p"}
+    # The DirectRunner named explicitly takes --workers as it does by default.
+    for args in ([], ["--runner", "direct"], ["--runner=DirectRunner"]):
+        options, described = pipeline_options(args, num_workers=3)
+        assert described["direct_num_workers"] == 3, args
+        assert described["direct_running_mode"] == "multi_processing", args
+    _, described = pipeline_options(["--direct_num_workers=2"], num_workers=None)
+    assert described["direct_num_workers"] == 2  # the user's own option is kept

@@ -3,6 +3,8 @@ what the library hands back is the right thing: scoring, tokenizers, summaries, 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -104,3 +106,42 @@ def test_fit_on_sequences_longer_than_the_position_table_is_one_sentence(small_c
         f"positions); cut them to at most {table} tokens (max_seq_length or max_length), or use "
         "a model with a longer table."
     )
+
+
+def test_a_layers_error_is_its_own_sentence_not_kerass_wrapper(loaded):
+    # Keras rewrote an ElectraError raised in a layer's call as "Exception encountered
+    # when calling GdesEmbedding.call()." with the sentence in bold codes and the arguments.
+    model, _, _ = loaded
+    table = model.config.max_position_embeddings
+    ids = tf.ones([1, table + 3], tf.int32)
+    with pytest.raises(ConfigError) as caught:
+        model.discriminator({"token_ids": ids, "padding_mask": ids, "segment_ids": ids * 0})
+    assert str(caught.value).startswith(f"Sequences of {table + 3} tokens are longer")
+    assert "\n" not in str(caught.value) and "Exception encountered" not in str(caught.value)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_fit_on_ids_past_the_models_vocabulary_is_one_sentence(small_corpus, jit_compile):
+    # Was "indices[0,1] = 607 is not in [0, 300)" from inside TensorFlow; compiled by XLA
+    # (jit_compile), it trained on, reading a clamped row for every id past the table.
+    from keras_electra.data import learn_vocab, pretraining_dataset
+    from keras_electra.training.optimizer import create_optimizer
+
+    tokenizer = ElectraTokenizer(learn_vocab([str(small_corpus)], 500))
+    assert tokenizer.vocab_size > 300
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=300, num_layers=1)
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=1e-4, total_steps=2, warmup_steps=1),
+        jit_compile=jit_compile,
+    )
+    data = pretraining_dataset([str(small_corpus)], tokenizer, batch_size=2, max_seq_length=32)
+    with pytest.raises(InputDataError) as caught:
+        model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+    message = str(caught.value)
+    assert re.fullmatch(
+        r"Token id \d+ is outside the model's vocabulary of 300 tokens \(config\.vocab_size\): "
+        r"the data was tokenized with a larger vocabulary; build the model with "
+        r"vocab_size=len\(tokenizer\.vocab\), or tokenize with the model's own vocab\.txt\.",
+        message,
+    ), message
+    assert int(message.split()[2]) >= 300

@@ -60,7 +60,12 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
     DirectRunner on ``num_workers`` local processes (default: every core).
 
     Returns:
-        ``(options, described)``: the options and the dict ``metadata.json`` records.
+        ``(options, described)``: the options and the dict ``metadata.json`` records (the
+        DirectRunner's options only where it runs).
+
+    Raises:
+        ConfigError: an unknown option or runner, or ``num_workers`` with another runner
+            than the DirectRunner (which sizes its job with its own options).
     """
     _require_beam(args)
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
@@ -78,18 +83,39 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
     runner = given.get_all_options().get("runner")
     if runner is not None:
         check_runner(runner)
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+    direct = runner is None or _is_direct(runner)
+    if num_workers is not None and not direct:
+        raise ConfigError(
+            f"--workers sets the local DirectRunner's processes, not {runner}'s; leave it out "
+            "and size the job with the runner's own options (Dataflow: --num_workers, "
+            "--max_num_workers)."
+        )
+    if runner is None:
+        args = ["--runner=DirectRunner", "--default_sdk_harness_log_level=WARNING", *args]
+    if direct and "direct_num_workers" not in _given(args):
         workers = num_workers or os.cpu_count() or 1
-        args = [
-            "--runner=DirectRunner",
-            f"--direct_num_workers={workers}",
-            "--direct_running_mode=" + ("multi_processing" if workers > 1 else "in_memory"),
-            "--default_sdk_harness_log_level=WARNING",
-            *args,
-        ]
+        mode = "multi_processing" if workers > 1 else "in_memory"
+        args = [*args, f"--direct_num_workers={workers}"]
+        if "direct_running_mode" not in _given(args):
+            args.append(f"--direct_running_mode={mode}")
     options = PipelineOptions(args)
-    shown = {k: v for k, v in options.get_all_options().items() if k in _RECORDED_OPTIONS and v}
+    shown = {
+        k: v
+        for k, v in options.get_all_options().items()
+        if k in _RECORDED_OPTIONS and v and (direct or not k.startswith("direct_"))
+    }
     return options, shown
+
+
+def _is_direct(runner: str) -> bool:
+    """Whether ``runner`` names Beam's local DirectRunner (in any of Beam's spellings)."""
+    name = runner.rpartition(".")[2].lower().removesuffix("runner")
+    return name in ("direct", "bundlebaseddirect", "switchingdirect")
+
+
+def _given(args: Sequence[str]) -> set[str]:
+    """The option names in command-line style ``args`` (``--name=value`` or ``--name``)."""
+    return {a[2:].partition("=")[0] for a in args if a.startswith("--")}
 
 
 def check_runner(name: str) -> None:
@@ -246,7 +272,7 @@ def _runner_errors(options) -> Iterator[None]:
     installed, its job server or service unreachable) as one sentence, not Beam's
     traceback."""
     runner = options.get_all_options().get("runner") or "DirectRunner"
-    if runner.lower().removesuffix("runner") in ("direct", "") or "." in runner:
+    if _is_direct(runner) or "." in runner:
         yield
         return
     try:

@@ -144,7 +144,8 @@ def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
         what: how to name the files in errors, e.g. ``"Corpus file"``.
 
     Returns:
-        The files, in the order given (each directory's and pattern's files sorted).
+        The files, in the order given (each directory's and pattern's files sorted), each
+        once: a file that several paths or patterns match is read at its first place.
 
     Raises:
         InputDataError: if no path is given, a path does not exist, or a directory or
@@ -175,7 +176,26 @@ def resolve_files(paths: PathsLike, extension: str, what: str) -> list[str]:
             raise InputDataError(
                 f"{what} '{item}' does not exist; pass paths to existing files or directories."
             )
-    return resolved
+    return _once(resolved)
+
+
+def _once(files: list[str]) -> list[str]:
+    """``files`` with each file once, at its first place: overlapping paths and patterns
+    (``corpus/`` and ``corpus/*.txt``, or a link to a file given too) would read a file
+    twice, weighting its text double.
+
+    Examples:
+        >>> _once(["a.txt", "b.txt", "./a.txt", "a.txt"])
+        ['a.txt', 'b.txt']
+    """
+    seen: set[str] = set()
+    kept = []
+    for name in files:
+        key = name if is_remote(name) else os.path.realpath(name)
+        if key not in seen:
+            seen.add(key)
+            kept.append(name)
+    return kept
 
 
 def resolve_corpus_files(paths: PathsLike, what: str = "Corpus file") -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_electra import internals
+from keras_electra.limits import PAST_VOCABULARY, vocabulary_error
 from keras_electra.training.heap import trim_before_reading
 
 
@@ -215,6 +216,54 @@ def mean_over_replicas(logs, strategy: tf.distribute.Strategy):
     return tf.nest.map_structure(reduce, logs)
 
 
+def _vocab_size(model) -> int | None:
+    config = getattr(model, "config", None)
+    if config is None:  # a fine-tuning model: its backbone's
+        config = getattr(getattr(model, "backbone", None), "config", None)
+    return getattr(config, "vocab_size", None)
+
+
+@contextmanager
+def token_ids_checked(model):
+    """Turns a token id outside the model's vocabulary (data tokenized with a larger
+    vocabulary), found by :func:`check_token_ids` or by an embedding lookup, into one
+    sentence."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as error:
+        found = vocabulary_error(error.message, _vocab_size(model) or -1)
+        if found is None:
+            raise
+        raise found from None
+
+
+def check_token_ids(dataset: tf.data.Dataset, vocab_size: int) -> tf.data.Dataset:
+    """``dataset`` with each batch's ``token_ids`` checked against ``vocab_size`` in the
+    input pipeline: an XLA-compiled step (``jit_compile``) or a GPU's lookup would take an
+    id past the table silently, reading a clamped or zero row."""
+
+    def ids_of(element):
+        features = element[0] if isinstance(element, tuple) else element
+        return features.get("token_ids") if isinstance(features, dict) else None
+
+    if ids_of(dataset.element_spec) is None:
+        return dataset
+
+    @tf.autograph.experimental.do_not_convert
+    def check(*element):
+        element = element if len(element) > 1 else element[0]
+        ids = tf.cast(ids_of(element), tf.int64)
+        low, high = tf.reduce_min(ids), tf.reduce_max(ids)
+        worst = tf.where(high >= vocab_size, high, low)
+        inside = tf.logical_and(low >= 0, high < vocab_size)
+        with tf.control_dependencies(
+            [tf.debugging.Assert(inside, [PAST_VOCABULARY, worst, vocab_size])]
+        ):
+            return tf.nest.map_structure(tf.identity, element)
+
+    return dataset.map(check, deterministic=True)
+
+
 def one_graph_train_function(model) -> Callable | None:
     """``model.fit``'s train function as one ``tf.function``, or None where Keras' own
     is needed (``run_eagerly``, ``jit_compile`` or ``steps_per_execution > 1``).
@@ -245,12 +294,13 @@ def one_graph_train_function(model) -> Callable | None:
     on_data = tf.function(step, reduce_retracing=True, autograph=False)
 
     def function(iterator):
-        if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
-            return on_iterator(iterator)
-        outputs = None
-        for data in iterator:  # train_on_batch: one batch from a generator
-            outputs = on_data(data)
-        return outputs
+        with token_ids_checked(model):
+            if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+                return on_iterator(iterator)
+            outputs = None
+            for data in iterator:  # train_on_batch: one batch from a generator
+                outputs = on_data(data)
+            return outputs
 
     function.on_iterator = on_iterator  # the traced step, for a look at its graph
     function.trim = trim  # the heap trim of the first calls (None where there is none)
@@ -271,6 +321,13 @@ class OneGraphTraining(internals.SymbolicBuildHook):
             and self.built
             and (optimizer is None or optimizer.built)
         )
+
+    def fit(self, x=None, *args, **kwargs):
+        vocab_size = _vocab_size(self)
+        if isinstance(x, tf.data.Dataset) and vocab_size is not None:
+            x = check_token_ids(x, vocab_size)
+        with token_ids_checked(self):
+            return super().fit(x, *args, **kwargs)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
