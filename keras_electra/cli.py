@@ -158,7 +158,87 @@ def _run_prepare(args: argparse.Namespace) -> None:
     from keras_electra.data.prepare import prepare
 
     settings = from_arguments(args, PrepareSettings, beam_options=args.beam_options)
-    print(prepare(args.corpus, args.output, settings=settings).describe())
+    with _stopped_within(PREPARE_STOP_SECONDS, "prepare"):
+        described = prepare(args.corpus, args.output, settings=settings).describe()
+    print(described)
+
+
+PREPARE_STOP_SECONDS = 20.0
+"""Longest a stopped ``prepare`` takes to end: a local Beam pipeline's runner could wait
+on worker processes the signal had already ended (in about one Ctrl-C of ten)."""
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (Beam's workers and their shells), from ``/proc``; none
+    where there is no ``/proc``."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:  # it ended meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+@contextlib.contextmanager
+def _stopped_within(seconds: float, command: str):
+    """SIGINT or SIGTERM stops ``command``: the worker processes it started end at once
+    (a SIGTERM sent to this process alone left Beam's running for seconds), the signal is
+    raised as usual (KeyboardInterrupt; SIGTERM as a stop, exit 75), and if the command has
+    not ended ``seconds`` later (a runner waiting on the ended workers), it says so and
+    exits all the same. A signal this process ignores (a background job's SIGINT) stays
+    ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stderr = os.dup(2)  # the terminal's: a local pipeline sends fd 2 to its workers' log
+    said = {}  # the line the timer writes; emptied once main() is to write it
+
+    def stop(signum, frame):
+        for pid in _descendants(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        interrupt = signum == signal.SIGINT
+        message = INTERRUPTED if interrupt else f"{_STOPPED} ({command} keeps what it finished)."
+        status = 130 if interrupt else errors.INTERRUPTED_EXIT_CODE
+        said["line"] = f"keras-electra {command}: {message}\n".encode()
+        timer = threading.Timer(seconds, _exit_now, args=(stderr, said, status))
+        timer.daemon = True
+        timer.start()
+        if interrupt:
+            raise KeyboardInterrupt
+        raise errors.TrainingInterrupted(message, step=0, signal_name="SIGTERM")
+
+    numbers = [n for n in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(n) != signal.SIG_IGN]
+    previous = {n: signal.signal(n, stop) for n in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if said:  # the timer may yet end a shutdown stuck on the pipeline's threads
+            said["line"] = b""  # main() says it
+        else:
+            os.close(stderr)
+
+
+_STOPPED = "Stopped by SIGTERM; run the same command again"
+
+
+def _exit_now(stderr: int, said: dict, status: int) -> None:
+    """The end of a stop the command did not finish in time: its sentence, then exit."""
+    with contextlib.suppress(OSError):
+        os.write(stderr, said["line"])
+    os._exit(status)
 
 
 @command(
@@ -820,6 +900,12 @@ def _stopped_while_loading():
         signal.signal(signal.SIGTERM, previous)
 
 
+INTERRUPTED = (
+    "interrupted; run the command again (pretrain and finetune resume from their last "
+    "checkpoint, prepare keeps the shards it finished)."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
 
@@ -860,11 +946,7 @@ def main(argv: list[str] | None = None) -> int:
             2,
         )
     except KeyboardInterrupt:
-        return fail(
-            "interrupted; run the command again (pretrain and finetune resume from their "
-            "last checkpoint, prepare keeps the shards it finished).",
-            130,
-        )
+        return fail(INTERRUPTED, 130)
 
 
 if __name__ == "__main__":

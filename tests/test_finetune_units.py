@@ -389,3 +389,109 @@ def test_a_vocabulary_that_disagrees_with_the_config_is_one_sentence(tmp_path):
         ConfigError, match=r"vocab.txt has 7 tokens but config.json says vocab_size 50"
     ):
         read_source(tmp_path)
+
+
+def test_a_row_longer_than_the_header_is_refused_not_mislabelled(tmp_path):
+    # "a fine<TAB>film<TAB>pos" under "sentence<TAB>label" trained as text "a fine", label
+    # "film"; an unquoted comma in a CSV text did the same.
+    for name, text in (
+        ("long.tsv", "sentence\tlabel\na fine\tfilm\tpos\nbad\tneg\n"),
+        ("long.csv", "sentence,label\na fine, film,pos\nbad,neg\n"),
+    ):
+        with pytest.raises(
+            InputDataError, match=r":2: the row has 3 fields but the header names 2"
+        ):
+            read_table(write(tmp_path / name, text), "sentence")
+    # A trailing empty field (a tab at the end of the line) is not a split text.
+    rows = read_table(write(tmp_path / "trail.tsv", "sentence\tlabel\ngood\tpos\t\n"), "sentence")
+    assert [(r["text"], r["label"]) for r in rows] == [("good", "pos")]
+
+
+def test_a_json_list_as_a_label_or_text_is_refused(tmp_path):
+    # {"label": ["pos"]} became the class "['pos']".
+    for line, role in (
+        ('{"text": "hi", "label": ["pos"]}', "label"),
+        ('{"text": {"a": 1}, "label": "pos"}', "text"),
+    ):
+        path = write(tmp_path / "rows.jsonl", '{"text": "ok", "label": "neg"}\n' + line + "\n")
+        with pytest.raises(InputDataError, match=rf":2: the {role} is a JSON (list|dict), not one"):
+            read_table(path)
+    path = write(tmp_path / "n.jsonl", '{"text": "ok", "label": 1}\n')
+    assert read_table(path)[0]["label"] == "1"  # numbers are labels as before
+
+
+def test_predicts_missing_jsonl_field_names_the_models_column(tmp_path):
+    # The hint said "pass the right column name", and predict has no column flags.
+    path = write(tmp_path / "test.jsonl", '{"text": "a fine film"}\n')
+    with pytest.raises(
+        InputDataError,
+        match="the model reads the fields it was fine-tuned on: name the file's text field "
+        "'sentence'",
+    ):
+        read_table(path, "sentence", require_labels=False)
+
+
+def squad(tmp_path, qas, context="Ann wrote the play. The ship sailed."):
+    document = {"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}
+    return write(tmp_path / "squad.json", json.dumps(document))
+
+
+def test_squad_question_ids_must_be_unique(tmp_path):
+    # Four questions with id "1" all got the last one's answer, and evaluation scored one.
+    qas = [
+        {
+            "id": "1",
+            "question": "Who wrote the play?",
+            "answers": [{"text": "Ann", "answer_start": 0}],
+        },
+        {
+            "id": "1",
+            "question": "What sailed?",
+            "answers": [{"text": "The ship", "answer_start": 20}],
+        },
+    ]
+    with pytest.raises(
+        InputDataError,
+        match=r"qas\[1\]: question id '1' is also .*qas\[0\]'s; give each question its own id",
+    ):
+        read_squad(squad(tmp_path, qas))
+    qas[1]["id"] = "2"
+    assert [e.qid for e in read_squad(squad(tmp_path, qas))] == ["1", "2"]
+
+
+def test_an_empty_squad_answer_is_one_sentence(tmp_path):
+    # At the context's end: IndexError in qa.py; at 0: trained on the whole context.
+    context = "Ann wrote the play."
+    for start in (len(context), 0):
+        qas = [{"id": "1", "question": "Who?", "answers": [{"text": "", "answer_start": start}]}]
+        with pytest.raises(InputDataError, match=r"question id '1': the answer's text is empty"):
+            read_squad(squad(tmp_path, qas, context))
+
+
+def test_squad_of_the_wrong_shape_is_one_sentence(tmp_path):
+    # Each was AttributeError: 'str' object has no attribute 'get'.
+    context = "Ann wrote the play."
+    good = {"id": "1", "question": "Who?", "answers": [{"text": "Ann", "answer_start": 0}]}
+    for document, expected in (
+        (
+            {
+                "data": [
+                    {"paragraphs": [{"context": context, "qas": [{**good, "answers": ["Ann"]}]}]}
+                ]
+            },
+            r"expected an answer as a JSON object, not 'Ann'",
+        ),
+        (
+            {"data": [{"paragraphs": [{"context": context, "qas": ["Who?"]}]}]},
+            r"qas\[0\]: expected a question as a JSON object",
+        ),
+        (
+            {"data": [{"paragraphs": {"context": context, "qas": [good]}}]},
+            r"data\[0\]: 'paragraphs' must be a JSON list, not dict",
+        ),
+        ({"data": ["article"]}, r"data\[0\]: expected an article as a JSON object"),
+    ):
+        path = write(tmp_path / "bad.json", json.dumps(document))
+        with pytest.raises(InputDataError, match=expected) as caught:
+            read_squad(path)
+        assert "\n" not in str(caught.value)

@@ -12,12 +12,13 @@ import inspect
 import json
 import os
 import re
+import signal
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_electra.cli import main
+from keras_electra.cli import _descendants, main
 from keras_electra.data import ElectraTokenizer, pretraining_examples, write_pretraining_tfrecords
 from keras_electra.data.beam import beam_available
 from keras_electra.data.packing import _PACKING, Packer, _stream_seed, packing_seed
@@ -503,3 +504,97 @@ def test_workers_beside_another_runner_is_refused_and_direct_options_are_its_own
         assert described["direct_running_mode"] == "multi_processing", args
     _, described = pipeline_options(["--direct_num_workers=2"], num_workers=None)
     assert described["direct_num_workers"] == 2  # the user's own option is kept
+
+
+_STUCK = """
+import os, subprocess, sys, time
+from keras_electra.cli import _stopped_within
+child = subprocess.Popen(["sleep", "120"])
+with _stopped_within(1.0, "prepare"):
+    while True:  # a runner that swallows the stop, waiting on workers the signal ended
+        try:
+            if child.returncode is None:
+                print(child.pid, flush=True)
+                child.returncode = "shown"
+            time.sleep(60)
+        except BaseException:
+            pass
+"""
+
+
+@pytest.mark.parametrize(
+    "number, status, said",
+    [
+        (signal.SIGINT, 130, "interrupted; run the command again (pretrain and finetune"),
+        (signal.SIGTERM, 75, "Stopped by SIGTERM; run the same command again (prepare keeps"),
+    ],
+)
+def test_a_stopped_prepare_ends_even_when_its_runner_swallows_the_stop(number, status, said):
+    # A Ctrl-C during a local Beam prepare hung in about one try of ten (the runner waited
+    # on workers the signal had ended), and a SIGTERM left Beam's workers running.
+    import subprocess
+    import sys
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STUCK],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # xdist ignores it
+    )
+    child = int(process.stdout.readline())
+    start = time.monotonic()
+    process.send_signal(number)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == status, err
+    assert time.monotonic() - start < 30
+    assert err.strip().splitlines()[-1].startswith(f"keras-electra prepare: {said}"), err
+    with pytest.raises(ProcessLookupError):  # its worker ended with it (reaped by init)
+        for _ in range(100):
+            os.kill(child, 0)
+            time.sleep(0.05)
+
+
+@needs_beam
+def test_sigterm_during_a_local_beam_prepare_is_one_sentence_and_ends_its_workers(corpus, tmp_path):
+    # It exited 143 without a word, and Beam's workers outlived it by about 9 s.
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-m", "keras_electra.cli", "prepare", "--corpus", *corpus]
+    command += ["--output", str(tmp_path / "out"), "--vocab-size", "60", "--workers", "2"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline, workers = time.monotonic() + 120, []
+    while not workers and time.monotonic() < deadline and process.poll() is None:
+        workers = [pid for pid in _descendants(process.pid) if "sdk_worker_main" in _cmdline(pid)]
+        time.sleep(0.1)
+    if not workers:
+        pytest.skip("the pipeline ended before its workers were seen")
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 75, err
+    assert err.strip().splitlines()[-1] == (
+        "keras-electra prepare: Stopped by SIGTERM; run the same command again (prepare "
+        "keeps what it finished)."
+    ), err
+    time.sleep(0.5)
+    assert not [pid for pid in workers if _running(pid)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except OSError:
+        return False

@@ -167,15 +167,26 @@ def read_table(
     for number, fields in rows:
         row = {"text": None, "text_b": None, "label": None, "file": str(path), "line": number}
         values = fields if json_lines else dict(enumerate(fields))
+        if names is not None and any(f.strip() for f in fields[len(names) :]):
+            raise InputDataError(
+                f"{path}:{number}: the row has {len(fields)} fields but the header names "
+                f"{len(names)}; a text holding the separator splits in two (quote the field "
+                "in a .csv, remove the tab in a .tsv)."
+            )
         for key, column in keys.items():
             if column in values:
-                row[key] = "" if values[column] is None else str(values[column])
+                row[key] = _scalar(values[column], path, number, key)
             elif key == "label" and not require_labels:
                 continue
             elif json_lines:
+                fix = "pass the right column name"
+                if not require_labels:  # predict: the fine-tuned model's columns
+                    fix = (
+                        "the model reads the fields it was fine-tuned on: name the file's "
+                        f"{'text pair' if key == 'text_b' else key} field '{column}'"
+                    )
                 raise InputDataError(
-                    f"{path}:{number}: no '{column}' field (fields: {', '.join(fields)}); "
-                    "pass the right column name."
+                    f"{path}:{number}: no '{column}' field (fields: {', '.join(fields)}); {fix}."
                 )
             else:
                 raise InputDataError(
@@ -195,6 +206,20 @@ def read_table(
     if not examples:
         raise InputDataError(f"{path} has no data rows; add examples.")
     return examples
+
+
+def _scalar(value, path: Path, number: int, key: str) -> str:
+    """A row's value as text: a JSON list or object as a text or label would become its
+    Python spelling (``"['pos']"``, a class of its own), so it is refused."""
+    if value is None:
+        return ""
+    if isinstance(value, list | dict):
+        role = {"text_b": "text pair"}.get(key, key)
+        raise InputDataError(
+            f"{path}:{number}: the {role} is a JSON {type(value).__name__}, not one value; "
+            f"write one {role} per row (a string or a number)."
+        )
+    return str(value)
 
 
 # === CoNLL ===
@@ -272,6 +297,27 @@ class QAExample:
     is_impossible: bool = False
 
 
+def _object(value, where: str, what: str) -> dict:
+    """``value`` if it is a JSON object, else one sentence naming where it is."""
+    if not isinstance(value, dict):
+        raise InputDataError(
+            f"{where}: expected {what} as a JSON object, not {value!r:.40}; see SQuAD's layout "
+            '({"data": [{"paragraphs": [{"context": ..., "qas": [...]}]}]}).'
+        )
+    return value
+
+
+def _list(value: dict, key: str, where: str) -> list:
+    """``value[key]`` (missing or null: empty) if it is a JSON list, else one sentence."""
+    found = value.get(key) or []
+    if not isinstance(found, list):
+        raise InputDataError(
+            f"{where}: '{key}' must be a JSON list, not {type(found).__name__}; see SQuAD's "
+            'layout ({"data": [{"paragraphs": [{"context": ..., "qas": [...]}]}]}).'
+        )
+    return found
+
+
 def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExample]:
     """Read SQuAD 1.1 or 2.0 JSON (``{"data": [{"paragraphs": [{"context", "qas"}]}]}``).
 
@@ -284,24 +330,41 @@ def read_squad(path: str | Path, *, require_answers: bool = True) -> list[QAExam
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         raise InputDataError(f"{path}: expected SQuAD JSON with a top-level 'data' list.")
     examples: list[QAExample] = []
+    seen: dict[str, str] = {}
     for a, article in enumerate(document["data"]):
-        for p, paragraph in enumerate(article.get("paragraphs", [])):
+        article = _object(article, f"{path}: data[{a}]", "an article")
+        for p, paragraph in enumerate(_list(article, "paragraphs", f"{path}: data[{a}]")):
             where = f"{path}: data[{a}].paragraphs[{p}]"
+            paragraph = _object(paragraph, where, "a paragraph")
             context = paragraph.get("context")
             if not isinstance(context, str) or not context.strip():
                 raise InputDataError(f"{where} has no 'context' text; add it.")
-            for q, qa in enumerate(paragraph.get("qas", [])):
+            for q, qa in enumerate(_list(paragraph, "qas", where)):
+                qa = _object(qa, f"{where}.qas[{q}]", "a question")
                 qid = str(qa.get("id", f"{a}-{p}-{q}"))
+                if qid in seen:  # answers and scores are kept per id
+                    raise InputDataError(
+                        f"{where}.qas[{q}]: question id '{qid}' is also {seen[qid]}'s; give "
+                        "each question its own id."
+                    )
+                seen[qid] = f"{where}.qas[{q}]"
                 question = qa.get("question")
                 if not isinstance(question, str) or not question.strip():
                     raise InputDataError(f"{where}, question id '{qid}': the question is empty.")
                 impossible = bool(qa.get("is_impossible", False))
-                answers = qa.get("answers") or []
-                texts = [str(x.get("text", "")) for x in answers if isinstance(x, dict)]
+                answers = _list(qa, "answers", f"{where}, question id '{qid}'")
+                for answer in answers:
+                    _object(answer, f"{where}, question id '{qid}': answers", "an answer")
+                texts = [str(x.get("text", "")) for x in answers]
                 start = None
                 if answers and not impossible:
                     start = answers[0].get("answer_start")
                     text = texts[0]
+                    if not text.strip():
+                        raise InputDataError(
+                            f"{where}, question id '{qid}': the answer's text is empty; give "
+                            "the answer's words, or set is_impossible (SQuAD 2.0)."
+                        )
                     found = isinstance(start, int) and context[start : start + len(text)] == text
                     if not found:
                         raise InputDataError(
