@@ -381,7 +381,12 @@ class FinetuneOptions:
     version_2: bool = option(
         False, "qa: questions may be unanswerable (SQuAD 2.0)", flag="--squad-v2"
     )
-    doc_stride: int = option(128, "qa: tokens between windows")
+    doc_stride: int | None = option(
+        None,
+        "qa: context pieces between the starts of neighbouring windows, below a window's "
+        "room (--max-seq-length - --max-query-length - 3) so that windows overlap "
+        "(default: half the room)",
+    )
     max_query_length: int = option(64, "qa: question tokens kept")
     max_answer_length: int = option(30, "qa: longest answer")
     seed: int = option(0, "seeds the head's initial weights, dropout and the data order")
@@ -433,11 +438,36 @@ class FinetuneOptions:
                 f"--max-seq-length must be between 8 and {max_positions} (the model's "
                 f"position table), got {out.max_seq_length}."
             )
+        if task == "qa" and out.doc_stride is not None:
+            check_doc_stride(out.doc_stride, out.max_seq_length, out.max_query_length)
         return out
 
     def hyperparameters(self) -> dict[str, Any]:
         """The optimizer's settings (after :meth:`resolved`), as ``finetune.json`` records."""
         return {name: getattr(self, name) for name in self.HYPERPARAMETERS}
+
+
+def check_doc_stride(stride: int, max_seq_length: int, max_query_length: int) -> None:
+    """Refuse in one sentence a ``--doc-stride`` that leaves QA windows no overlap: one not
+    below the room of a window after the longest question (an answer across two windows
+    would lie whole in neither); a room under 2 pieces has no overlap to keep.
+
+    Examples:
+        >>> check_doc_stride(64, 128, 64)
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: --doc-stride 64 leaves no overlap between ...
+    """
+    room = max_seq_length - max_query_length - 3
+    if stride < 1:
+        raise ConfigError(f"--doc-stride must be positive, got {stride}.")
+    if stride >= room >= 2:
+        raise ConfigError(
+            f"--doc-stride {stride} leaves no overlap between context windows of {room} "
+            f"pieces (--max-seq-length {max_seq_length} less a {max_query_length}-piece "
+            f"question and 3 special tokens); pass one below {room}, or leave it out for "
+            "half a window."
+        )
 
 
 # --- prepare ---

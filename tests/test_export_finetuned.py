@@ -418,6 +418,28 @@ def test_predict_reads_a_qa_export_as_its_directory(reader, reader_export, tmp_p
     assert set(from_export[0]) == {*keys, "start_word", "end_word", "score"}
 
 
+@pytest.mark.parametrize("doc_stride", [None, 128, 8])
+def test_qa_exports_windows_are_the_fine_tunings(reader, words, doc_stride):
+    """The graph reads the windows encode() makes: half a window's room apart by default
+    and for a stride not below the room (a model that recorded 128, the old default),
+    else the stride."""
+    import dataclasses
+
+    from keras_electra.export.qa import QuestionAnsweringModule
+
+    settings = dataclasses.replace(reader.settings, doc_stride=doc_stride)
+    finetuned = dataclasses.replace(reader, settings=settings)
+    pairs = [*qa_inputs(words), ("what follows the marker?", " ".join(words[:60]))]
+    examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(pairs)]
+    x, _, features = reader.task.encode(examples, reader.tokenizer, settings, labelled=False)
+    module = QuestionAnsweringModule(finetuned)
+    w = module._windows(tf.constant([q for q, _ in pairs]), tf.constant([c for _, c in pairs]))
+    assert w["example"].numpy().tolist() == [f[0] for f in features]
+    assert w["size"].numpy().tolist() == [f[3] for f in features]
+    np.testing.assert_array_equal(w["inputs"]["token_ids"].numpy(), x["token_ids"])
+    assert max(len(r) for r in w["windows"].numpy()) > 2  # the long context: several windows
+
+
 def test_qa_export_reads_at_most_max_windows_warms_up_and_uses_serving_ops(
     reader, reader_export, words
 ):

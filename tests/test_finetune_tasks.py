@@ -469,6 +469,36 @@ def test_squad_2_data_without_squad_v2_is_refused_before_training(tiny_run, word
     assert not (tmp_path / "qa").exists()
 
 
+def test_answers_in_no_window_are_counted_in_the_plan_and_the_run(
+    tiny_run, words, tmp_path, capsys
+):
+    """They trained as no answer ([CLS]) without a word."""
+    context = words[:40]
+    start = len(" ".join(context[:10])) + 1
+    long_answer = {"text": " ".join(context[10:30]), "answer_start": start}
+    short_answer = {"text": context[2], "answer_start": len(" ".join(context[:2])) + 1}
+    qas = [
+        {"id": "long", "question": "what", "answers": [long_answer]},
+        {"id": "short", "question": "what", "answers": [short_answer]},
+    ]
+    train = tmp_path / "train.json"
+    squad = {"data": [{"paragraphs": [{"context": " ".join(context), "qas": qas}]}]}
+    train.write_text(json.dumps(squad), encoding="utf-8")
+    settings = dict(max_query_length=8, epochs=1, **FAST)
+    # Windows of at most 32 - 3 - 1 = 28 pieces, 14 apart: pieces 10-29 are in none.
+    note = (
+        "1 of 2 training answers lie whole in no context window (they are longer than the "
+        "windows' overlap), so they train as no answer; a smaller --doc-stride or a larger "
+        "--max-seq-length keeps them."
+    )
+    plan = finetune(tiny_run, "qa", train, dry_run=True, **settings)
+    assert plan.note == note
+    assert re.search(r"^  warning +(.+)$", plan.describe(), re.M)[1] == note
+    capsys.readouterr()
+    finetune(tiny_run, "qa", train, **settings)
+    assert f"Warning: {note}\n" in capsys.readouterr().err
+
+
 # === Loading and bad input ===
 
 

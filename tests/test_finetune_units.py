@@ -272,6 +272,93 @@ def test_squad_and_its_errors(tmp_path):
         read_squad(write(tmp_path / "broken.json", '{"data":\n ]'))
 
 
+# === Question answering windows ===
+
+
+def qa_examples(words: list[str], spans: list[tuple[int, int]]):
+    """One question per ``(first, last)`` word span of the context ``words``: its answer."""
+    from keras_electra.finetuning.readers import QAExample
+
+    context = " ".join(words)
+    starts = [len(" ".join(words[:i])) + (1 if i else 0) for i in range(len(words))]
+    return [
+        QAExample(str(n), "what ?", context, [" ".join(words[a : b + 1])], starts[a])
+        for n, (a, b) in enumerate(spans)
+    ]
+
+
+def test_qa_windows_overlap_by_default_so_every_short_answer_is_in_one():
+    """--doc-stride 128 beside --max-seq-length 128 (both defaults) stepped a whole window:
+    an answer across a window boundary lay in no window and trained as no answer."""
+    from keras_electra.finetuning.tasks.qa import window_step, windows
+    from keras_electra.settings import FinetuneOptions
+
+    default = FinetuneOptions().doc_stride
+    for room in (1, 2, 3, 5, 21, 61, 123, 125):
+        for stride in (default, None, 1, room // 3, room - 1, room, 128):
+            step = window_step(room, stride)
+            overlap = room - step
+            # A stride that leaves an overlap is kept; the default, and any other, is half.
+            given = stride is not None and 0 < stride < room
+            assert step == (stride if given else max(1, room // 2)), (room, stride)
+            assert overlap >= (1 if room >= 2 else 0) and overlap >= (0 if given else room // 2)
+            for n in (1, room, room + 1, 2 * room + 3, 5 * room + 1):
+                spans = windows(n, room, stride)
+                assert spans[0][0] == 0 and spans[-1][0] + spans[-1][1] == n
+                assert all(0 < size <= room for _, size in spans)
+                # Every answer no longer than the overlap lies whole in some window.
+                length = min(n, max(overlap, 1))
+                for a in range(n - length + 1):
+                    assert any(s <= a and a + length <= s + size for s, size in spans), (
+                        room,
+                        stride,
+                        n,
+                        a,
+                    )
+
+
+def test_qa_encoding_with_the_defaults_keeps_every_answer_that_fits():
+    from keras_electra.data.tokenizer import ElectraTokenizer
+    from keras_electra.data.vocab import SPECIAL_TOKENS
+    from keras_electra.finetuning.settings import FinetuneSettings
+    from keras_electra.finetuning.tasks import QATask
+
+    words = [f"w{i}" for i in range(160)]  # one piece each: 160 pieces, windows of 123
+    tokenizer = ElectraTokenizer([*SPECIAL_TOKENS, "what", "?", *words])
+    examples = qa_examples(words, [(a, a + 2) for a in range(len(words) - 2)])
+    settings, task = FinetuneSettings(task="qa"), QATask()
+    x, y, features = task.encode(examples, tokenizer, settings)
+    ids = np.asarray(x["token_ids"])
+    kept = {}
+    for row, feature in enumerate(features):
+        start, end = int(y["start_logits"][row]), int(y["end_logits"][row])
+        if start:
+            kept.setdefault(feature[0], ids[row, start : end + 1].tolist())
+    for n, example in enumerate(examples):
+        assert n in kept, f"the answer '{example.answers[0]}' is in no window"
+        assert kept[n] == tokenizer.tokenize([example.answers[0]]).flat_values.numpy().tolist()
+    assert task.encoding_note(examples, y, features) == ""
+
+
+def test_qa_encoding_counts_the_answers_in_no_window():
+    from keras_electra.data.tokenizer import ElectraTokenizer
+    from keras_electra.data.vocab import SPECIAL_TOKENS
+    from keras_electra.finetuning.settings import FinetuneSettings
+    from keras_electra.finetuning.tasks import QATask
+
+    words = [f"w{i}" for i in range(20)]
+    tokenizer = ElectraTokenizer([*SPECIAL_TOKENS, "what", "?", *words])
+    # Windows of 16 - 2 - 3 = 11 pieces, 5 apart: [0, 11), [5, 16), [10, 20).
+    examples = qa_examples(words, [(3, 11), (12, 12), (0, 10)])
+    settings, task = FinetuneSettings(task="qa", max_seq_length=16, max_query_length=4), QATask()
+    _, y, features = task.encode(examples, tokenizer, settings)
+    assert task.encoding_note(examples, y, features) == (
+        "1 of 3 training answers lie whole in no context window (they are longer than the "
+        "windows' overlap), so they train as no answer; a smaller --doc-stride or a larger "
+        "--max-seq-length keeps them."
+    )
+
+
 # === Recipe and layer-wise learning rates ===
 
 

@@ -280,12 +280,29 @@ def test_finetune_defaults_follow_the_papers_recipe_per_size_and_task():
         ({"pooling": "max"}, "classify", "Unknown pooling 'max'; choose one of: cls, mean."),
         ({"max_seq_length": 600}, "qa", "--max-seq-length must be between 8 and 512 (the"),
         ({"seed": -3}, "classify", "--seed must be between 0 and 4,294,967,295, not -3."),
+        # Windows 128 apart of 128 - 64 - 3 = 61 pieces: an answer across two in neither.
+        (
+            {"doc_stride": 128},
+            "qa",
+            "--doc-stride 128 leaves no overlap between context windows of 61 pieces "
+            "(--max-seq-length 128 less a 64-piece question and 3 special tokens); pass one "
+            "below 61, or leave it out for half a window.",
+        ),
+        ({"doc_stride": 0}, "qa", "--doc-stride must be positive, got 0."),
     ],
 )
 def test_a_bad_finetune_value_is_one_sentence(values, task, message):
     with pytest.raises(ConfigError) as error:
         FinetuneOptions(**values).resolved("small", task, 512)
     assert str(error.value).startswith(message)
+
+
+def test_a_doc_stride_that_leaves_an_overlap_is_kept_and_other_tasks_ignore_it():
+    assert FinetuneOptions().resolved("small", "qa", 512).doc_stride is None  # half a window
+    assert FinetuneOptions(doc_stride=60).resolved("small", "qa", 512).doc_stride == 60
+    assert FinetuneOptions(doc_stride=128).resolved("small", "classify", 512).doc_stride == 128
+    longer = FinetuneOptions(doc_stride=128, max_seq_length=384)  # BERT's SQuAD setting
+    assert longer.resolved("base", "qa", 512).doc_stride == 128
 
 
 def test_finetune_refuses_a_keyword_that_is_not_an_option(tmp_path):

@@ -67,7 +67,7 @@ class QuestionAnsweringModule(FinetunedModule):
         super().__init__("electra_question_answering", finetuned, max_length)
         settings = finetuned.settings
         self.max_query_length = min(settings.max_query_length, self.max_length - 4)
-        self.doc_stride = max(1, settings.doc_stride)
+        self.doc_stride = settings.doc_stride or 0  # 0: half of each window's room
         self.max_answer_length = settings.max_answer_length
         self.version_2 = settings.version_2
         self.max_windows = max(1, int(max_windows))
@@ -82,9 +82,12 @@ class QuestionAnsweringModule(FinetunedModule):
         pieces = piece_ids(tokenizer, words.flat_values)
         doc_splits = tf.cast(tf.gather(pieces.row_splits, words.row_splits), tf.int32)
         num_pieces = doc_splits[1:] - doc_splits[:-1]
-        # As finetuning.tasks.qa.windows: full windows `step` apart, then the last partial one.
+        # As finetuning.tasks.qa.windows: full windows `step` apart (window_step: the stride
+        # when it is below the room, else half the room), then the last partial one.
         room = length - 3 - query_len
-        step = tf.minimum(room, self.doc_stride)
+        step = tf.maximum(room // 2, 1)
+        if self.doc_stride > 0:
+            step = tf.where(self.doc_stride < room, self.doc_stride, step)
         count = tf.where(num_pieces <= room, 1, 1 + (num_pieces - room + step - 1) // step)
         count = tf.minimum(count, self.max_windows)
         windows = tf.ragged.range(count)

@@ -32,6 +32,7 @@ class FinetunePlan:
         steps_per_epoch: batches per pass over the training rows.
         resume_step: the step an interrupted fine-tuning in ``output_dir`` resumes at.
         replaces: ``output_dir`` holds a fine-tuned model, which this one replaces.
+        note: what the encoding could not keep (QA: answers in no window), or ``""``.
     """
 
     source: str
@@ -47,6 +48,7 @@ class FinetunePlan:
     steps_per_epoch: int
     resume_step: int = 0
     replaces: bool = False
+    note: str = ""
 
     def flops_per_step(self) -> float:
         """Matmul FLOPs of one step of the backbone (forward and backward; the head's are
@@ -82,6 +84,8 @@ class FinetunePlan:
             rows["data"] += f" ({self.train_rows:,} windows)"
         if self.eval_examples is not None:
             rows["data"] += f", {self.eval_examples:,} evaluation examples"
+        if self.note:
+            rows["warning"] = self.note
         rows["steps"] = (
             f"{self.steps:,} ({o.epochs} epochs of {self.steps_per_epoch:,}), batch "
             f"{o.batch_size} x {o.max_seq_length} tokens, learning rate {o.learning_rate:g}, "

@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import shutil
+import sys
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -123,7 +124,8 @@ def finetune(
     train_examples = handler.read(train, settings)
     eval_examples = handler.read(eval, settings) if eval is not None else None
     handler.set_labels(train_examples, settings)
-    x, y, _ = handler.encode(train_examples, tokenizer, settings)
+    x, y, extra = handler.encode(train_examples, tokenizer, settings)
+    note = handler.encoding_note(train_examples, y, extra)
     if eval_examples is not None:
         handler.encode(eval_examples, tokenizer, settings)  # unseen labels fail here
     rows = len(next(iter(x.values())))
@@ -149,8 +151,11 @@ def finetune(
             steps_per_epoch=steps_per_epoch,
             resume_step=resume_step,
             replaces=replaces,
+            note=note,
         )
 
+    if note:
+        print(f"Warning: {note}", file=sys.stderr, flush=True)
     chosen = kernels.choose()
     keras.utils.set_random_seed(seed)
     if options.dropout is not None:

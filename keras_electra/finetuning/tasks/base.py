@@ -49,6 +49,11 @@ class Task:
         """Return ``(inputs, targets, extra)``: model inputs, fit targets, decoding info."""
         raise NotImplementedError
 
+    def encoding_note(self, examples: list, y: Any, extra: Any) -> str:
+        """One sentence on the training targets :meth:`encode` could not keep (QA: answers
+        that lie whole in no window), or ``""``; ``y`` and ``extra`` are its results."""
+        return ""
+
     def build_model(self, backbone, settings: FinetuneSettings) -> keras.Model:
         raise NotImplementedError
 

@@ -1,8 +1,10 @@
 """Extractive question answering in SQuAD 1.1 / 2.0 form (decoding: docs/finetuning.md).
 
-Contexts are split into whitespace words, each into word pieces, and read in windows
-``doc_stride`` pieces apart: ``[CLS] question [SEP] window [SEP]``. A window that does not
-hold the whole answer points start and end at ``[CLS]`` (SQuAD 2.0: answerability 0).
+Contexts are split into whitespace words, each into word pieces, and read in overlapping
+windows ``[CLS] question [SEP] window [SEP]`` that start ``doc_stride`` pieces apart (by
+default half the window's room: :func:`window_step`). A window that does not hold the
+whole answer points start and end at ``[CLS]`` (SQuAD 2.0: answerability 0); an answer
+no longer than the windows' overlap lies whole in at least one window.
 
 Examples:
     >>> words, char_to_word = whitespace_words("The cat  sat.")
@@ -35,20 +37,43 @@ def whitespace_words(text: str) -> tuple[list[str], list[int]]:
     return text.split(), [max(0, bisect.bisect_right(starts, i) - 1) for i in range(len(text))]
 
 
-def windows(num_pieces: int, room: int, stride: int) -> list[tuple[int, int]]:
-    """``(start, length)`` of overlapping windows covering ``num_pieces`` pieces.
+def window_step(room: int, stride: int | None) -> int:
+    """Pieces between the starts of neighbouring windows of ``room`` context pieces:
+    ``stride`` when it is below ``room`` (so windows overlap), else half the room.
+
+    An unset ``--doc-stride`` (None) steps half the room. So does a stride not below the
+    room, which would leave no overlap (an answer across a window boundary would lie in
+    no window): a model fine-tuned before 0.3.0 recorded 128, and an export may be
+    shorter than its fine-tuning. The windows overlap by ``room - step`` pieces, and every
+    answer no longer than that lies whole in one of them.
+
+    Examples:
+        >>> window_step(61, None), window_step(61, 128), window_step(61, 16)
+        (30, 30, 16)
+    """
+    if stride is not None and 0 < stride < room:
+        return stride
+    return max(1, room // 2)
+
+
+def windows(num_pieces: int, room: int, stride: int | None = None) -> list[tuple[int, int]]:
+    """``(start, length)`` of overlapping windows of up to ``room`` pieces covering
+    ``num_pieces`` pieces, :func:`window_step` apart.
 
     Examples:
         >>> windows(10, 4, 3)
         [(0, 4), (3, 4), (6, 4)]
+        >>> windows(10, 4)
+        [(0, 4), (2, 4), (4, 4), (6, 4)]
     """
+    step = window_step(room, stride)
     spans, start = [], 0
     while True:
         length = min(room, num_pieces - start)
         spans.append((start, length))
         if start + length >= num_pieces:
             return spans
-        start += min(length, stride)
+        start += step
 
 
 class QATask(Task):
@@ -125,6 +150,21 @@ class QATask(Task):
         if settings.version_2:
             y["answerable"] = np.asarray(rows["answerable"], np.float32)
         return x, y, features
+
+    def encoding_note(self, examples, y, extra) -> str:
+        """The training answers that lie whole in no window (each trains as no answer)."""
+        answered = {i for i, e in enumerate(examples) if e.answer_start is not None and e.answers}
+        # A kept answer starts after [CLS] and the question; a lost one points at [CLS] (0).
+        starts = y["start_logits"]
+        placed = {feature[0] for feature, start in zip(extra, starts, strict=True) if start > 0}
+        lost = len(answered - placed)
+        if not lost:
+            return ""
+        return (
+            f"{lost:,} of {len(answered):,} training answers lie whole in no context window "
+            "(they are longer than the windows' overlap), so they train as no answer; a "
+            "smaller --doc-stride or a larger --max-seq-length keeps them."
+        )
 
     def build_model(self, backbone, settings):
         return ElectraSpanExtractor(
