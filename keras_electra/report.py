@@ -47,31 +47,53 @@ NOT_DRAWN = {"step", "epoch", "health_seconds", "window_seconds", "warnings"}
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The records of ``RUN_DIR/metrics.jsonl``; a line cut short by a crash is skipped."""
+    """The records of ``RUN_DIR/metrics.jsonl`` (an unfinished fine-tuning's: of
+    ``OUT_DIR/resume/metrics.jsonl``, :func:`metrics_source`); a line cut short by a crash
+    is skipped."""
+    return _read_records(metrics_source(run_dir)[0])
+
+
+def metrics_source(run_dir: str | Path) -> tuple[Path, bool]:
+    """The ``metrics.jsonl`` the report reads, and whether it is an unfinished fine-tuning's.
+
+    A fine-tuning writes ``OUT_DIR/metrics.jsonl`` once it is done; until then (running,
+    stopped by a signal, or diverged) its epoch records are in ``OUT_DIR/resume/``, and
+    those are the report's (newer than a fine-tuned model the run is to replace).
+
+    Raises:
+        ConfigError: one sentence on why the directory has no metrics to draw.
+    """
     run = RunDirectory(run_dir)
+    if run.resume_dir.metrics_file.is_file():
+        return run.resume_dir.metrics_file, True
     path = run.metrics_file
-    if not path.is_file() and run.is_converted():
+    if path.is_file():
+        return path, False
+    if run.is_converted():
         raise ConfigError(
             f"'{run_dir}' is a converted checkpoint (keras-electra convert), which has no "
             "training metrics to draw; report the runs of `keras-electra pretrain` and "
             "`finetune`."
         )
-    if not path.is_file() and run.is_saved_from_python():
+    if run.is_saved_from_python():
         raise ConfigError(
             f"'{run_dir}' was written by save_run from your own training script, which keeps "
             f"no {path.name}; the report draws the runs of `keras-electra pretrain` and "
             "`finetune` (your fit's History holds its metrics)."
         )
-    if not path.is_file() and (run.has_config() or run.settings_file.is_file()):
+    if run.has_config() or run.settings_file.is_file() or run.resume_dir.path.is_dir():
         raise ConfigError(
             f"'{run_dir}' has no metrics yet (no {path.name}): its run has not finished a "
-            "logging window (--log-every steps); run the report again once it has."
+            "logging window (--log-every steps; an epoch, for a fine-tuning); run the report "
+            "again once it has."
         )
-    if not path.is_file():
-        raise ConfigError(
-            f"'{run_dir}' holds no run ({run.lacks(path.name)}); pass a `keras-electra pretrain` "
-            "or `finetune` output directory."
-        )
+    raise ConfigError(
+        f"'{run_dir}' holds no run ({run.lacks(path.name)}); pass a `keras-electra pretrain` "
+        "or `finetune` output directory."
+    )
+
+
+def _read_records(path: Path) -> list[dict]:
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -81,6 +103,15 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         if isinstance(record, dict) and "step" in record:
             records.append(record)
     return records
+
+
+def _unfinished(path: Path, records: list[dict]) -> str:
+    """What the report says of an unfinished fine-tuning whose records ``path`` holds."""
+    last = records[-1] if records else {}
+    loss = last.get("loss")
+    if isinstance(loss, float) and not math.isfinite(loss):
+        return f"the fine-tuning diverged at step {last['step']} (its records: {path})"
+    return f"the fine-tuning is interrupted or still running (its records so far: {path})"
 
 
 def panels_for(records: list[dict]) -> list[tuple[str, list[str], bool]]:
@@ -131,7 +162,8 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     """
     if not run_dirs:
         raise ConfigError("Pass at least one run directory.")
-    runs = {str(d): read_metrics(d) for d in run_dirs}
+    sources = {str(d): metrics_source(d) for d in run_dirs}
+    runs = {d: _read_records(path) for d, (path, _) in sources.items()}
     empty = [d for d, records in runs.items() if not records]
     if len(empty) == len(runs):
         raise ConfigError(f"'{empty[0]}' has no complete metrics line yet; wait for a window.")
@@ -146,12 +178,17 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     png = _draw(runs, panels, warnings)
     (out_dir / "report.png").write_bytes(png)
 
+    unfinished = {
+        d: _unfinished(path, runs[d]) if partial else None for d, (path, partial) in sources.items()
+    }
     summary = {
         "runs": list(runs),
+        "unfinished": unfinished,
         "panels": [{"title": t, "metrics": names} for t, names, _ in panels],
         "last_window": {d: (records[-1] if records else {}) for d, records in runs.items()},
         "warnings": {d: [w["message"] for w in ws] for d, ws in warnings.items()},
-        "eval_metrics": {d: _eval_metrics(d) for d in runs},
+        # An unfinished fine-tuning's evaluation is to come (one there is a replaced model's).
+        "eval_metrics": {d: {} if unfinished[d] else _eval_metrics(d) for d in runs},
         "health_overhead": {d: _health_overhead(records) for d, records in runs.items()},
     }
     (out_dir / "report.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -167,6 +204,8 @@ def report_text(summary: dict) -> str:
         keys = ("step", "loss", "disc_auc", "disc_recall", "probe_auc", "context_auc", "rarity_auc")
         shown = ", ".join(f"{k}={_fmt(last[k])}" for k in keys if k in last)
         lines.append(f"{run}: {shown}")
+        if summary["unfinished"].get(run):
+            lines.append(f"  unfinished: {summary['unfinished'][run]}")
         overhead = summary["health_overhead"].get(run)
         if overhead is not None:
             lines.append(f"  health probe: {100 * overhead:.1f}% of the training time")
@@ -239,6 +278,8 @@ def _html(summary: dict, png: bytes) -> str:
 
     for run in summary["runs"]:
         parts.append(f"<h2>{html.escape(run)}</h2>")
+        if summary["unfinished"].get(run):
+            parts.append(f"<p>Unfinished: {html.escape(summary['unfinished'][run])}</p>")
         parts += [
             f"<p class='warn'>WARNING: {html.escape(m)}</p>" for m in summary["warnings"][run]
         ]

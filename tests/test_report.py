@@ -1,6 +1,7 @@
 """`keras-electra report`: the figure, its data, and the collapse warnings."""
 
 import json
+import shutil
 
 import pytest
 from conftest import HEALTH  # noqa: I001
@@ -118,3 +119,45 @@ def test_report_on_a_run_still_writing_its_first_window(tmp_path):
     run = write_metrics(tmp_path / "young", [])
     with pytest.raises(ConfigError, match="no complete metrics line yet"):
         write_report([run])
+
+
+def test_report_draws_an_unfinished_fine_tuning_from_its_resume_records(tmp_path, capsys):
+    """Until a fine-tuning is done its records are only in OUT_DIR/resume/metrics.jsonl:
+    the report said the directory held no run when it was interrupted (exit 75), still
+    running or diverged."""
+    out = tmp_path / "qa"
+    (out / "resume" / "checkpoints").mkdir(parents=True)
+    (out / "resume" / "state.json").write_text('{"fingerprint": "0123"}', encoding="utf-8")
+    assert main(["report", str(out)]) == 2  # still in its first epoch
+    assert "has no metrics yet (no metrics.jsonl): its run has not finished a logging " in (
+        capsys.readouterr().err
+    )
+    records = [{"step": 3, "epoch": 1, "loss": 0.69}, {"step": 4, "epoch": 1.3333, "loss": 0.6}]
+    write_metrics(out / "resume", records)
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    where = out / "resume" / "metrics.jsonl"
+    assert printed.startswith(
+        f"{out}: step=4, loss=0.6\n  unfinished: the fine-tuning is interrupted or still "
+        f"running (its records so far: {where})\n"
+    ), printed
+    summary = json.loads((out / "report.json").read_text())
+    assert summary["last_window"][str(out)] == records[-1]
+    assert "Unfinished: the fine-tuning is interrupted" in (out / "report.html").read_text()
+    # A diverged one says so; a fine-tuned model it was to replace is not what it reports.
+    write_metrics(out / "resume", [*records, {"step": 5, "epoch": 1.6667, "loss": float("nan")}])
+    write_metrics(out, [{"step": 9, "epoch": 3, "loss": 0.1}])
+    (out / "eval_metrics.json").write_text('{"accuracy": 0.9}', encoding="utf-8")
+    summary = write_report([out])
+    assert summary["unfinished"][str(out)] == (
+        f"the fine-tuning diverged at step 5 (its records: {where})"
+    )
+    assert summary["last_window"][str(out)]["step"] == 5 and summary["eval_metrics"] == {
+        str(out): {}
+    }
+    # Once done, the fine-tuning removes resume/: the finished model's records.
+    shutil.rmtree(out / "resume")
+    summary = write_report([out])
+    assert summary["unfinished"] == {str(out): None}
+    assert summary["last_window"][str(out)]["step"] == 9
+    assert summary["eval_metrics"] == {str(out): {"accuracy": 0.9}}
