@@ -259,6 +259,52 @@ def test_sigterm_during_finetune_saves_the_step_and_the_rerun_ends_as_an_uninter
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.path)
 
 
+def test_a_resumed_fine_tuning_logs_the_epoch_loss_of_an_uninterrupted_one(
+    base_run, tmp_path, monkeypatch, capsys
+):
+    """The epoch's loss in metrics.jsonl was the mean of the steps after the resume only
+    (the resumed fit's own): SIGTERM at steps 4 and 5 of 6 (epochs of 3 steps, the last
+    of 12 rows, not 16) and two reruns now log each epoch as the uninterrupted run."""
+    from keras_electra.finetuning import run as finetune_module
+
+    train = tmp_path / "train.csv"
+    rows = [
+        f"{'good' if i % 2 else 'bad'} {w} day,{'pos' if i % 2 else 'neg'}"
+        for i, w in enumerate(["king", "queen", "sword", "horse", "river", "castle"] * 8)
+    ]
+    train.write_text("sentence,label\n" + "\n".join(rows[:44]) + "\n", encoding="utf-8")
+    args = ["finetune", "--run", str(base_run), "--task", "classify", "--train", str(train),
+            "--text-column", "sentence", "--epochs", "2", "--batch-size", "16",
+            "--max-seq-length", "16", "--quiet"]  # fmt: skip
+    assert main([*args, "--output", str(tmp_path / "straight")]) == 0
+    straight = read_metrics(tmp_path / "straight")
+    assert [r["step"] for r in straight] == [3, 6]
+
+    class SignalledAtSteps4And5(finetune_module._EpochLog):
+        def on_train_batch_end(self, batch, logs=None):
+            super().on_train_batch_end(batch, logs)
+            if self.step in (4, 5):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    out = tmp_path / "interrupted"
+    monkeypatch.setattr(finetune_module, "_EpochLog", SignalledAtSteps4And5)
+    assert main([*args, "--output", str(out)]) == 75
+    assert main(["report", str(out), "--output", str(tmp_path / "report")]) == 0
+    unfinished = "  unfinished: the fine-tuning is interrupted or still running"
+    assert unfinished in capsys.readouterr().out
+    assert main([*args, "--output", str(out)]) == 75
+    monkeypatch.undo()
+    assert main([*args, "--output", str(out)]) == 0
+    resumed = read_metrics(out)
+    assert [r["step"] for r in resumed] == [3, 4, 5, 6]
+    # The weights are bit-exact; the means differ by Keras' float32 sums (1.5e-8 relative
+    # here), the old ones (step 6: the mean of step 6 alone) by 4.7e-2.
+    for a, b in ((straight[0], resumed[0]), (straight[1], resumed[3])):
+        assert a.keys() == b.keys() and a["epoch"] == b["epoch"]
+        for k in a.keys() - {"step", "epoch"}:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-6, err_msg=k)
+
+
 def test_windows_after_a_resume_between_window_ends_stay_aligned():
     assert plan_windows(0, 100, 10) == [(0, 10, 10)]
     assert plan_windows(37, 100, 10) == [(37, 3, 1), (40, 10, 6)]

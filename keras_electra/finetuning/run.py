@@ -181,7 +181,14 @@ def finetune(
     signals = resume is not None and stop_on_signals
     with StopRequest() if signals else nullcontext(StopRequest()) as stop:
         records = _train(
-            model, optimizer, batches, steps, steps_per_epoch, resume, stop, options.progress
+            model,
+            optimizer,
+            batches,
+            steps,
+            (steps_per_epoch, hyper["batch_size"], rows),
+            resume,
+            stop,
+            options.progress,
         )
     if _diverged(records):
         raise TrainingDiverged(
@@ -245,12 +252,15 @@ def _train(
     optimizer,
     batches: tf.data.Dataset,
     steps: int,
-    steps_per_epoch: int,
+    epoch: tuple[int, int, int],
     resume: _Resume | None,
     stop: StopRequest,
     progress: bool,
 ) -> list[dict]:
-    """Fit from the resumed step (0 without one) to ``steps``; return the epoch records."""
+    """Fit from the resumed step (0 without one) to ``steps``; return the epoch records.
+    ``epoch`` is ``(steps_per_epoch, batch_size, rows)``: an epoch's steps, of
+    ``batch_size`` rows but the last, ``rows`` in all."""
+    steps_per_epoch = epoch[0]
     start, records, checkpoints = 0, [], None
     if resume is not None:
         optimizer.build(model.trainable_variables)  # its slots must exist to be checkpointed
@@ -265,7 +275,7 @@ def _train(
             )
     stopper = StopOnSignal(stop)
     bar = progress_bar("finetune", steps, start, progress)
-    logger = _EpochLog(records, steps_per_epoch, start, resume, bar)
+    logger = _EpochLog(records, epoch, start, resume, bar)
     callbacks: list = [logger]
     if checkpoints is not None:
         saver = CheckpointEvery(
@@ -311,14 +321,38 @@ def _diverged(records: list[dict]) -> bool:
 
 class _EpochLog(keras.callbacks.Callback):
     """One record per epoch end (or per stop): step, epoch (a fraction when cut), metrics;
-    ``bar`` shows the steps and prints each epoch's line."""
+    ``bar`` shows the steps and prints each epoch's line.
+
+    ``epoch`` is ``(steps_per_epoch, batch_size, rows)``. A record's metrics are means over
+    its epoch's steps so far, weighted by their rows as Keras weighs a batch. A ``fit`` that
+    resumes mid-epoch averages only the steps it trains, so the record of the stop that
+    cut the epoch (the last of ``records``, at ``start``) is combined with them.
+    """
 
     def __init__(
-        self, records: list, steps_per_epoch: int, start: int, resume: _Resume | None, bar
+        self,
+        records: list,
+        epoch: tuple[int, int, int],
+        start: int,
+        resume: _Resume | None,
+        bar,
     ):
         super().__init__()
-        self.records, self.steps_per_epoch, self.step = records, steps_per_epoch, start
+        self.steps_per_epoch, self.batch_size, self.rows = epoch
+        self.records, self.step, self.first = records, start, start
         self.resume, self.bar = resume, bar
+        # The epoch so far, where a resume cut it: the stop's record.
+        cut = bool(records) and records[-1]["step"] == start and start % self.steps_per_epoch
+        self.so_far: dict | None = records[-1] if cut else None
+
+    def rows_through(self, step: int) -> int:
+        """The rows of the steps of ``step``'s epoch up to ``step`` (the last batch of an
+        epoch may be short)."""
+        done = step - (step - 1) // self.steps_per_epoch * self.steps_per_epoch
+        return min(done * self.batch_size, self.rows)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.first = self.step  # the fit's epoch trains the steps after this one
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -331,8 +365,18 @@ class _EpochLog(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         done = self.step / self.steps_per_epoch
+        values = {k: float(v) for k, v in (logs or {}).items()}
+        before = self.so_far
+        if before is not None and before["step"] == self.first and self.step > self.first:
+            old = self.rows_through(self.first)
+            new = self.rows_through(self.step) - old
+            values = {
+                k: (before[k] * old + v * new) / (old + new) if _is_number(before.get(k)) else v
+                for k, v in values.items()
+            }
         record = {"step": self.step, "epoch": int(done) if done.is_integer() else round(done, 4)}
-        record.update({k: float(v) for k, v in (logs or {}).items()})
+        record.update(values)
+        self.so_far = None if done.is_integer() else record
         self.records.append(record)
         if self.resume is not None:
             self.resume.append(record)
@@ -341,6 +385,10 @@ class _EpochLog(keras.callbacks.Callback):
                 f"{k}={v:.4g}" for k, v in record.items() if k not in ("step", "epoch")
             )
             self.bar.write(f"epoch {record['epoch']} (step {self.step}): {shown}")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class _Resume:
