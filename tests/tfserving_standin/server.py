@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from concurrent import futures
 from http.server import ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
 
 import grpc
 import tensorflow as tf
@@ -115,15 +114,11 @@ def replay_warmup(export_dir: str | os.PathLike[str], *, model_name: str = "mode
     return count
 
 
-class _CountingHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that counts the requests it has accepted."""
+class _HTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server whose request threads do not hold up the process's exit;
+    it answers until :meth:`ModelServer.stop`, however many requests come."""
 
     daemon_threads = True
-    handled = 0
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self.handled += 1
-        super().process_request(request, client_address)
 
 
 class _RequireMetadata(grpc.ServerInterceptor):
@@ -179,7 +174,6 @@ class ModelServer:
         rest_port: The REST port; 0 picks a free one (see :attr:`rest_url`).
         version_labels: Optional version labels, e.g. ``{"stable": 1}``.
         method_name_check: Mirror of ``--enable_signature_method_name_check``.
-        max_rest_requests: The HTTP loop stops after this many requests.
         tls: ``(private key, certificate chain)`` PEM bytes: both servers speak TLS
             (gRPC over TLS, HTTPS), as behind a TLS-terminating proxy.
         client_ca: With ``tls``, require client certificates signed by this CA (PEM).
@@ -203,7 +197,6 @@ class ModelServer:
         rest_port: int = 0,
         version_labels: Mapping[str, int] | None = None,
         method_name_check: bool = False,
-        max_rest_requests: int = 10_000,
         tls: tuple[bytes, bytes] | None = None,
         client_ca: bytes | None = None,
         required_header: tuple[str, str] | None = None,
@@ -217,10 +210,9 @@ class ModelServer:
         self._ports = (grpc_port, rest_port)
         self._labels = dict(version_labels or {})
         self._method_name_check = method_name_check
-        self._max_rest_requests = max_rest_requests
         self._runner: SignatureRunner | None = None
         self._grpc: grpc.Server | None = None
-        self._http: _CountingHTTPServer | None = None
+        self._http: _HTTPServer | None = None
         self._http_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.grpc_port = 0
@@ -267,7 +259,7 @@ class ModelServer:
         handler = make_handler(model)
         if self._required:
             handler = _requiring_header(handler, *self._required)
-        self._http = _CountingHTTPServer((self.host, self._ports[1]), handler)
+        self._http = _HTTPServer((self.host, self._ports[1]), handler)
         if self._tls:
             self._http.socket = _server_tls(self._tls, self._client_ca).wrap_socket(
                 self._http.socket, server_side=True
@@ -281,7 +273,7 @@ class ModelServer:
     def _serve_http(self) -> None:
         server = self._http
         assert server is not None
-        while not self._stopping.is_set() and server.handled < self._max_rest_requests:
+        while not self._stopping.is_set():
             server.handle_request()  # returns after one request or a 0.1 s timeout
 
     def stop(self) -> None:
