@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -23,6 +24,10 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# gRPC's core logs to stderr (a failed TLS handshake's "Handshake failed with error
+# SSL_ERROR_SSL ..."; an unusable key's "Invalid private key") beside the one sentence the
+# command prints; read once, when grpc loads. GRPC_VERBOSITY=INFO shows them again.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from keras_electra import __version__, errors  # noqa: E402 - plain Python
 from keras_electra.config import PRESETS  # noqa: E402 - plain Python
@@ -268,6 +273,20 @@ def _run_export(args: argparse.Namespace) -> None:
     print(f"Exported {path}")
 
 
+def _seconds(text: str) -> float:
+    """``--timeout``'s value: a positive, finite number of seconds (0 or less timed every
+    call out at once, in gRPC's or the socket's words)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a positive number of seconds (such as 10)"
+        )
+    return seconds
+
+
 # Where ``score`` and ``rerank`` get their answers: an export in this process or a server.
 SERVED_BY = (
     [
@@ -286,7 +305,12 @@ SERVED_BY = (
         help="a version the server has loaded (default: the latest it serves)",
     ),
     flag("--version-label", metavar="LABEL", help="or a version label it has, such as stable"),
-    flag("--timeout", type=float, help="seconds per call to the server (default: 10)"),
+    flag(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="seconds per call to the server, a positive number (default: 10)",
+    ),
     flag(
         "--tls",
         action="store_true",
@@ -862,7 +886,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def _check_before_tensorflow(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow, made before it loads (seconds): a ``--corpus``
     path of ``pretrain`` or ``prepare`` that does not exist, a Hugging Face model id that
-    is not one, ``convert``'s flags that do not go together. The library (for ``convert``'s
+    is not one, ``convert``'s flags that do not go together, a ``--server`` address that
+    is empty, holds a port outside 1-65535 or (gRPC) a path. The library (for ``convert``'s
     flags, the command) makes them again, in the same words."""
     if args.command in ("pretrain", "prepare") and getattr(args, "corpus", None):
         from keras_electra.data.files import check_corpus_paths_exist
@@ -875,6 +900,10 @@ def _check_before_tensorflow(args: argparse.Namespace) -> None:
         check_hub_id(getattr(args, name, None))
     if args.command == "convert":
         _convert_options(args)
+    if getattr(args, "server", None) is not None:
+        from keras_electra.serving.address import check_server
+
+        check_server(args.server)
 
 
 @contextlib.contextmanager

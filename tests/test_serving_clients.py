@@ -1009,6 +1009,125 @@ def test_an_example_without_the_text_feature_is_one_line_naming_it(classifier_se
     clients[0].close()
 
 
+def test_predict_takes_a_dict_of_inputs_else_one_sentence(electra_server: ModelServer) -> None:
+    # Was: "ValueError: dictionary update sequence element #0 has length 1; 2 is required".
+    clients = [
+        GrpcClient(electra_server.grpc_target, "electra", retries=0),
+        RestClient(electra_server.rest_url, "electra", retries=0),
+    ]
+    for client in clients:
+        for wrong in (["a film"], "a film", [("text", "a film")]):
+            with pytest.raises(InputDataError) as caught:
+                client.predict(wrong)
+            assert str(caught.value) == (
+                'Pass the inputs as a dict of input names to values, such as {"text": ["a film"]}.'
+            )
+    with pytest.raises(InputDataError, match="^Pass the inputs as a dict"):
+        clients[1].predict(["a film"], format="row")
+    clients[0].close()
+
+
+def test_an_input_rest_cannot_send_is_the_grpc_clients_sentence(electra_server) -> None:
+    # Was: REST raised a bare TypeError ("cannot encode a NoneType value as a JSON tensor
+    # element") where gRPC raised ServingError "Input 'text' cannot be sent to TF Serving".
+    grpc_client = GrpcClient(electra_server.grpc_target, "electra", retries=0)
+    rest = RestClient(electra_server.rest_url, "electra", retries=0)
+    cases = {
+        "None": (lambda: [None], "cannot hold a NoneType value."),
+        "generator": (lambda: (t for t in TEXTS), "cannot hold a generator value."),
+        "ragged": (lambda: [["a"], ["b", "c"]], "a tensor must be a regular nested list"),
+    }
+    calls = [(grpc_client, {}), (rest, {"format": "columnar"}), (rest, {"format": "row"})]
+    for case, (value, said) in cases.items():
+        for client, options in calls:
+            with pytest.raises(ServingError) as caught:
+                client.predict({"text": value()}, **options)
+            message = str(caught.value)
+            assert message.startswith("Input 'text' cannot be sent to TF Serving: "), (
+                case,
+                message,
+            )
+            assert said in message and "\n" not in message, (case, message)
+    assert rest.predict({"text": ["still fine"]})["num_tokens"].tolist() == [2]
+    grpc_client.close()
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf", "soon"])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout, capsys) -> None:
+    # Was: accepted; gRPC said it "did not answer ... within -1 s", REST "[Errno 115]
+    # Operation now in progress".
+    from keras_electra.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["score", "--server", "localhost:8500", "--timeout", timeout, "a cat"])
+    assert stopped.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    said = f"argument --timeout: '{timeout}' is not a positive number of seconds (such as 10)"
+    assert last == f"keras-electra score: error: {said}"
+    if timeout == "soon":
+        return
+    for make in (GrpcClient, RestClient):
+        with pytest.raises(ServingError, match=r"is not a positive number of seconds; pass how"):
+            make("localhost:8500", "electra", timeout=float(timeout))
+    with pytest.raises(ServingError, match="^The timeout True is not"):
+        RestClient("localhost:8501", "electra", timeout=True)
+
+
+SERVER_ADDRESSES = {
+    # Was: gRPC wrapped the port round (99999 to 34463) and called 127.0.0.1:34463.
+    "localhost:99999": "The port of 'localhost:99999' is 99999, outside 1-65535; pass TF "
+    "Serving's port (8500 for gRPC, 8501 for REST by default).",
+    "localhost:0": "The port of 'localhost:0' is 0, outside 1-65535",
+    "http://localhost:99999": "The port of 'http://localhost:99999' is 99999, outside 1-65535",
+    "https://localhost:http": "The port of 'https://localhost:http' is not a number",
+    # Was: four lines of gRPC's core logs, then "the target uri is not valid".
+    "": "The server address is empty; pass TF Serving's gRPC port as HOST:PORT (such as "
+    "localhost:8500), or its REST API's http:// or https:// URL.",
+    "http://": "The server address is empty",
+    # Was: retried four times, then "check that the server is running".
+    "localhost:8500/": "The gRPC address 'localhost:8500/' holds a path; gRPC takes HOST:PORT "
+    "alone, such as 'localhost:8500' (a REST API's path goes in an http:// or https:// URL).",
+    "localhost:8500/v1/models/electra": "The gRPC address 'localhost:8500/v1/models/electra' "
+    "holds a path; gRPC takes HOST:PORT alone, such as 'localhost:8500'",
+    "localhost:": "The gRPC address 'localhost:' has no port after its colon",
+}
+
+
+def test_a_server_address_that_cannot_be_called_is_one_sentence_at_once(capsys) -> None:
+    from keras_electra.cli import main
+
+    for address, said in SERVER_ADDRESSES.items():
+        capsys.readouterr()
+        assert main(["score", "--server", address, "a cat"]) == 2, address
+        err = capsys.readouterr().err
+        assert err.startswith(f"keras-electra score: error: {said}"), err
+        assert err.count("\n") == 1, err
+        rest = address.startswith("http") or address == ""
+        make = RestClient if rest else GrpcClient
+        with pytest.raises(ServingError, match=f"^{re.escape(said)}"):
+            make(address, "electra")
+    with pytest.raises(ServingError, match="^The server address is empty"):
+        GrpcClient("", "electra")
+    for fine in ("localhost", "dns:///localhost:8500", "[::1]:8500", "unix:/tmp/tfs.sock",
+                 "ipv4:127.0.0.1:8500,127.0.0.2:8500", "dns://8.8.8.8/localhost:8500"):  # fmt: skip
+        GrpcClient(fine, "electra").close()
+    for fine in ("localhost:8501", "https://models.example.com/prefix", "http://[::1]:8501"):
+        RestClient(fine, "electra")
+
+
+def test_the_standin_answers_rest_past_ten_thousand_requests(electra_server) -> None:
+    # Was: its HTTP loop stopped after 10,000 requests with the socket still open, so
+    # clients timed out and curl hung.
+    request = b"GET /v1/models/nope HTTP/1.0\r\n\r\n"
+    for _ in range(10_001):
+        with socket.create_connection(("127.0.0.1", electra_server.rest_port), timeout=5) as s:
+            s.sendall(request)
+            while s.recv(65536):
+                pass
+    rest = RestClient(electra_server.rest_url, "electra", retries=0, timeout=5)
+    assert rest.predict({"text": ["still answering"]})["num_tokens"].tolist() == [2]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -1259,8 +1378,8 @@ def test_rest_client_matches_documented_bodies(name: str) -> None:
         return (reply["status"], reply["body"]) if reply else (400, no_reply)
 
     model_name, call = GOLDEN_CALLS[name]
-    client = RestClient("", model_name, retries=0, typed_outputs=False)
-    with _Stub(answer, max_requests=1) as stub:
+    client = RestClient("127.0.0.1:1", model_name, retries=0, typed_outputs=False)
+    with _Stub(answer, max_requests=1) as stub:  # the address, known once it listens
         client.base_url = stub.url
         try:
             result, error = call(client), None

@@ -14,12 +14,15 @@ which TLS check failed without retrying it, and no error or repr shows the token
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import socket
 import ssl
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -200,6 +203,7 @@ def test_keras_electra_score_reaches_an_https_server_with_a_token_file(
             )  # fmt: skip
             assert done.returncode == 0, done.stderr[-2000:]
             assert '"replaced_prob"' in done.stdout
+            assert done.stderr == "", done.stderr  # no gRPC core log, no TensorFlow notice
             refused = subprocess.run(base, capture_output=True, text=True, timeout=300)
             assert refused.returncode == 2
             assert "pass the credentials" in _no_secret(refused.stderr.strip())
@@ -230,6 +234,159 @@ def test_a_token_file_holds_one_token_else_one_sentence(tmp_path, capsys):
         assert main(args) == 2  # refused before any connection
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err and SECRET not in err, err
+
+
+# -- headers: checked when the client is made, never shown --------------------------------
+
+BAD_HEADERS = [
+    # A key read from a file keeps its newline: REST raised "ValueError: Invalid header
+    # value b'...\\n'" showing the key, gRPC "INTERNAL: Invalid metadata" naming nothing.
+    ("X-Api-Key", SECRET + "\n", "The value of header 'X-Api-Key' holds a line break (a key "
+     "read from a file keeps its newline: strip it)."),
+    ("X-Api-Key", f"{SECRET}\r\nX-Other: 1", "The value of header 'X-Api-Key' holds a line break"),
+    ("X-Api-Key", SECRET + "\x00", "The value of header 'X-Api-Key' holds a control character"),
+    ("X-Api-Key", SECRET + "\u00e9", "The value of header 'X-Api-Key' holds a non-ASCII character"),
+    ("X Api Key", SECRET, "The headers hold the header name 'X Api Key', which is not"),
+    ("X-Api-Key:", SECRET, "The headers hold the header name 'X-Api-Key:', which is not"),
+    ("", SECRET, "The headers hold a header name that is empty"),
+]  # fmt: skip
+
+
+def _hidden(error: BaseException, *logs: str) -> str:
+    """``error``'s message, checked to be one sentence that shows the secret nowhere: not in
+    its message, repr or traceback, nor in anything logged or printed meanwhile."""
+    shown = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    for text in (shown, repr(error), *logs):
+        assert SECRET not in text, text
+    return _no_secret(error)
+
+
+def test_a_header_that_cannot_be_sent_is_refused_when_the_client_is_made(
+    pki, tmp_path, caplog, capfd
+):
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(SECRET + "\n")
+    caplog.set_level(logging.DEBUG)
+    clients = {
+        "rest": lambda **kw: RestClient("https://localhost:8531", "electra", **kw),
+        "grpc": lambda **kw: GrpcClient("localhost:8530", "electra", **kw),
+    }
+    for kind, make in clients.items():
+        # The report's call, as written: the key read from its file.
+        with pytest.raises(ServingError) as refused:
+            make(root_certificates=pki["ca_pem"], headers={"X-Api-Key": open(key_file).read()})
+        assert str(refused.value) == BAD_HEADERS[0][2]
+        for name, value, said in BAD_HEADERS:
+            with pytest.raises(ServingError) as refused:
+                make(root_certificates=pki["ca_pem"], headers={name: value})
+            message = _hidden(refused.value, caplog.text, *capfd.readouterr())
+            assert message.startswith(said), (kind, message)
+    with pytest.raises(ServingError, match="'grpc-timeout' is gRPC's own"):
+        clients["grpc"](tls=True, headers={"grpc-timeout": "1S"})
+    with pytest.raises(ServingError, match="not a dict of header names"):
+        clients["rest"](headers=[("X-Api-Key", SECRET)])
+
+
+def test_a_header_function_is_checked_at_each_call_and_nothing_is_sent(electra, pki, caplog):
+    """Headers from a function are known only at the call: the same sentence then, before
+    the request goes out; good headers, binary gRPC metadata among them, go through."""
+    caplog.set_level(logging.DEBUG)
+    with _server(electra, pki) as server:
+        good = {"X-Api-Key": "a-key", "authorization": f"Bearer {SECRET}"}
+        options = dict(root_certificates=pki["ca_pem"], retries=0)
+        with GrpcClient(server.grpc_target, "electra", **options, headers=lambda: good) as grpc_:
+            assert grpc_.predict({"text": TEXTS})["num_tokens"].tolist() == [5, 2, 1]
+        binary = {"x-trace-bin": b"\x00\n\xff", "X-Api-Key": "a-key"}
+        with GrpcClient(
+            server.grpc_target, "electra", token=SECRET, headers=binary, **options
+        ) as client:
+            assert client.predict({"text": TEXTS})["num_tokens"].tolist() == [5, 2, 1]
+
+        def from_a_file() -> dict[str, str]:
+            return {"X-Api-Key": SECRET + "\n"}
+
+        for client in (
+            GrpcClient(server.grpc_target, "electra", headers=from_a_file, **options),
+            RestClient(server.rest_url, "electra", headers=from_a_file, **options),
+        ):
+            with pytest.raises(ServingError, match="^The value of header 'X-Api-Key' holds a line"):
+                client.status()
+            assert "headers()" in repr(client.credentials)
+            _hidden(ServingError("stand-in"), caplog.text, repr(client.credentials))
+
+
+def test_a_client_certificate_and_key_that_are_not_a_pair_are_refused_at_once(
+    electra, pki, monkeypatch, capfd
+):
+    """Was: REST raised ssl.SSLError (the command: "could not access (...); free space or fix
+    the path"), and gRPC logged "Invalid private key" a dozen times, retried four times and
+    said to check that the server is running."""
+    from keras_electra.cli import main
+
+    slept: list[float] = []
+    monkeypatch.setattr(serving_client, "time", SimpleNamespace(sleep=slept.append))
+    cases = [  # certificate, key, what is said besides naming both files
+        (pki["server_pem"], pki["client_key"], "does not match the client key"),
+        (pki["client_key"], pki["client_pem"], "the one holds a private key, the other a"),
+    ]
+    with _server(electra, pki, mutual=True) as server:
+        for certificate, key, said in cases:
+            options = dict(root_certificates=pki["ca_pem"], token=SECRET, retries=3)
+            pair = dict(client_certificate=certificate, client_key=key)
+            for make, where in ((GrpcClient, server.grpc_target), (RestClient, server.rest_url)):
+                with pytest.raises(ServingError) as refused:
+                    make(where, "electra", **options, **pair)
+                message = _no_secret(refused.value)
+                assert f"client certificate '{certificate}' does not match" in message
+                assert f"client key '{key}'" in message and said in message
+                assert "swapped?" in message
+            for address in (server.rest_url, server.grpc_target):
+                capfd.readouterr()
+                command = ["score", "--server", address, "--root-certificates",
+                           str(pki["ca_pem"]), "--client-certificate", str(certificate),
+                           "--client-key", str(key), "a cat"]  # fmt: skip
+                assert main(command) == 2
+                err = capfd.readouterr().err
+                assert err.count("\n") == 1 and "swapped?" in err and "free space" not in err, err
+        as_pem = dict(client_certificate=pki["server_pem"].read_bytes(),
+                      client_key=pki["client_key"].read_bytes())  # fmt: skip
+        with pytest.raises(ServingError, match=r"^The client certificate \(given as PEM\) does"):
+            RestClient(server.rest_url, "electra", root_certificates=pki["ca_pem"], **as_pem)
+    assert slept == []  # nothing was retried
+
+
+def test_a_grpc_client_at_the_wrong_kind_of_port_is_told_which_at_once(electra, pki, monkeypatch):
+    """Plaintext gRPC at a TLS port (gRPC said "Socket closed") and TLS gRPC at the REST
+    port's TLS ("missing selected ALPN property") were retried four times, then "check that
+    the server is running"; each is one sentence naming the fix, at once."""
+    slept: list[float] = []
+    monkeypatch.setattr(serving_client, "time", SimpleNamespace(sleep=slept.append))
+    with _server(electra, pki) as server:
+        with GrpcClient(server.grpc_target, "electra", retries=3) as plaintext:
+            with pytest.raises(ServingError) as tls_port:
+                plaintext.status()
+        at_rest = f"127.0.0.1:{server.rest_port}"
+        with GrpcClient(at_rest, "electra", root_certificates=pki["ca_pem"], retries=3) as tls:
+            with pytest.raises(ServingError) as rest_port:
+                tls.status()
+    assert "it speaks TLS: pass --tls or --root-certificates" in _no_secret(tls_port.value)
+    message = _no_secret(rest_port.value)
+    assert message.startswith(f"{at_rest} chose HTTP/1 over TLS (no h2 in ALPN), not gRPC")
+    assert f"reach its REST API at https://{at_rest}" in message
+    assert slept == []
+
+
+def test_score_over_grpc_prints_only_its_own_line_when_tls_fails(electra, pki):
+    """gRPC's core logged the failed handshake ("I1201 ... ssl_transport_security.cc ...
+    Handshake failed with error SSL_ERROR_SSL ...") above the command's sentence."""
+    environment = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    with _server(electra, pki) as server:
+        command = [sys.executable, "-m", "keras_electra.cli", "score", "--server",
+                   server.grpc_target, "--tls", "a cat"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert done.returncode == 2
+    assert done.stderr.startswith("keras-electra score: error: TLS to TF Serving at ")
+    assert done.stderr.count("\n") == 1, done.stderr
 
 
 # -- credentials only over TLS ----------------------------------------------------------

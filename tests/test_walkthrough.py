@@ -151,7 +151,7 @@ def test_score_in_process_refuses_the_flags_of_a_server(tiny_export, capsys):
     # `score --model DIR --model-name sst2` scored with DIR and ignored the name (and
     # --timeout, --tls, a token file) without a word.
     status, out, err = _score(
-        capsys, "--model", str(tiny_export), "--model-name", "x", "--timeout", "0", "the king"
+        capsys, "--model", str(tiny_export), "--model-name", "x", "--timeout", "5", "the king"
     )
     assert status == 2 and out == "", err
     assert err.count("\n") == 1 and "--model-name, --timeout are for a server" in err, err

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from keras_electra import limits
 from keras_electra.errors import InputDataError
+from keras_electra.serving.address import check_timeout
 from keras_electra.serving.credentials import (
     CallCredentials,
     Headers,
@@ -69,6 +70,16 @@ def _capped(examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def check_inputs(inputs: object) -> None:
+    """Raises :class:`~keras_electra.errors.InputDataError` unless ``inputs`` (of
+    ``predict``) are a dict: a list of texts, or one text, was ``dict()``'s "dictionary
+    update sequence element #0 has length 1; 2 is required"."""
+    if not isinstance(inputs, Mapping):
+        raise InputDataError(
+            'Pass the inputs as a dict of input names to values, such as {"text": ["a film"]}.'
+        )
+
+
 class RetriesExhausted(Exception):
     """The last retryable ``error``, raised once all ``attempts`` have failed."""
 
@@ -88,7 +99,7 @@ class ModelClient:
         model_name: The served model's name.
         version: Pin a model version; the latest loaded version if ``None``.
         version_label: Or pin a version label such as ``"stable"``.
-        timeout: Deadline of each call, in seconds.
+        timeout: Deadline of each call, in seconds (positive and finite).
         retries: Extra attempts for a call that failed for a passing reason (gRPC's
             ``UNAVAILABLE``; a refused or reset connection, HTTP 503).
         backoff: First wait between attempts, in seconds (doubles each time).
@@ -98,7 +109,9 @@ class ModelClient:
         client_key: The client certificate's private key (PEM).
         token: Sent as ``authorization: Bearer TOKEN``; a function is called before each
             call (for tokens that expire).
-        headers: More headers (gRPC metadata), or a function returning them.
+        headers: More headers (gRPC metadata), or a function returning them; a name that is
+            not one, or a value with a line break or a control or non-ASCII character, is
+            refused in one sentence that names the header, not its value.
         insecure: Send ``token`` and ``headers`` over a plaintext channel (gRPC without
             TLS, an ``http://`` URL) too; else the client refuses them there.
         max_batch_size: Most rows per request (:data:`~keras_electra.limits.MAX_BATCH_SIZE`,
@@ -108,9 +121,12 @@ class ModelClient:
     Raises:
         ValueError: when both a version and a version label are given, or
             ``max_batch_size`` is not positive.
-        ServingError: a client certificate without its key; credentials over a plaintext
-            channel without ``insecure``.
+        ServingError: a client certificate without its key, or not its key's; credentials
+            over a plaintext channel without ``insecure``; a header that cannot be sent; a
+            timeout that is not a positive number of seconds.
     """
+
+    _protocol = "http"  # what the headers travel as: HTTP headers, or "grpc" metadata
 
     def __init__(
         self,
@@ -140,11 +156,11 @@ class ModelClient:
         self.model_name = model_name
         self.version = version
         self.version_label = version_label
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout)
         self.retries = retries
         self.backoff = backoff
         self.max_batch_size = max_batch_size
-        self.credentials = CallCredentials(token, headers)
+        self.credentials = CallCredentials(token, headers, self._protocol)
         self._pems = (root_certificates, client_certificate, client_key)
         self._insecure = insecure
 
@@ -207,6 +223,7 @@ class ModelClient:
     def _predict_in_parts(self, inputs: Mapping[str, Any], send: Callable[[Any], Any]) -> Any:
         """``send``'s outputs for ``inputs`` (texts cut as the export cuts them), at most
         ``max_batch_size`` rows per request, joined in order."""
+        check_inputs(inputs)
         chunks = limits.split_inputs(limits.cap_texts(inputs), self.max_batch_size)
         return limits.join_outputs([send(chunk) for chunk in chunks])
 

@@ -49,21 +49,111 @@ _NOT_TLS = (
 )
 
 
+# What a header's name may hold (lower-cased first, as the clients send it): HTTP's token
+# characters (RFC 9110), and gRPC's metadata keys (grpc core's validate_metadata.cc).
+_HEADER_NAMES = {
+    "http": (
+        re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+"),
+        "an HTTP header name",
+        "letters, digits and !#$%&'*+-.^_`|~",
+    ),
+    "grpc": (re.compile(r"[0-9a-z_.-]+"), "a gRPC metadata key", "letters, digits, -, _ and ."),
+}
+_CARRIER = {"http": "an HTTP header", "grpc": "gRPC metadata"}
+
+
+def _shown(name: str) -> str:
+    """A header's name for a message, on one line."""
+    return f"'{name}'" if name.isprintable() else ascii(name)
+
+
+def check_header(name: object, value: object, protocol: str) -> tuple[str, str | bytes]:
+    """A header as it is sent (the name lower-cased, as gRPC metadata requires), or a
+    :class:`ServingError` naming the header, never its value: a name that is not one for
+    ``protocol`` (``"http"`` or ``"grpc"``), a value with a line break, a control or a
+    non-ASCII character (gRPC: a key ending in ``-bin`` carries bytes, sent as given).
+
+    Examples:
+        >>> check_header("X-Api-Key", "k3y", "grpc")
+        ('x-api-key', 'k3y')
+        >>> check_header("X-Api-Key", "k3y\\n", "http")
+        Traceback (most recent call last):
+        ...
+        keras_electra.serving.errors.ServingError: The value of header 'X-Api-Key' holds a \
+line break (a key read from a file keeps its newline: strip it).
+    """
+    name = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+    lowered = name.lower()
+    pattern, what, others = _HEADER_NAMES[protocol]
+    if not pattern.fullmatch(lowered):
+        said = f"the header name {_shown(name)}" if name else "a header name that is empty"
+        raise ServingError(
+            f"The headers hold {said}, which is not {what} ({others} only); fix the name."
+        )
+    if protocol == "grpc" and lowered.startswith("grpc-"):
+        raise ServingError(
+            f"The header name {_shown(name)} is gRPC's own (a name starting grpc- is "
+            "reserved); use another name."
+        )
+    if protocol == "grpc" and lowered.endswith("-bin"):  # binary metadata: any bytes
+        return lowered, value if isinstance(value, bytes) else str(value).encode("utf-8")
+    text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    if "\n" in text or "\r" in text:
+        raise ServingError(
+            f"The value of header {_shown(name)} holds a line break (a key read from a file "
+            "keeps its newline: strip it)."
+        )
+    allowed = "\t" if protocol == "http" else ""
+    if any((c < " " and c not in allowed) or c == "\x7f" for c in text):
+        raise ServingError(
+            f"The value of header {_shown(name)} holds a control character, which "
+            f"{_CARRIER[protocol]} cannot carry; pass the value alone, in printable ASCII."
+        )
+    if not text.isascii():
+        binary = ", or a name ending in -bin for binary metadata" if protocol == "grpc" else ""
+        raise ServingError(
+            f"The value of header {_shown(name)} holds a non-ASCII character, which "
+            f"{_CARRIER[protocol]} cannot carry; pass ASCII (base64 for other bytes{binary})."
+        )
+    return lowered, text
+
+
+def check_headers(headers: object, protocol: str) -> dict[str, str | bytes]:
+    """``headers`` (a mapping of names to values) as sent, each checked by
+    :func:`check_header`; anything else is a :class:`ServingError`."""
+    if not isinstance(headers, Mapping):
+        raise ServingError(
+            f"The headers are a {type(headers).__name__}, not a dict of header names to "
+            'values; pass them as one, such as headers={"x-api-key": KEY}.'
+        )
+    return dict(check_header(name, value, protocol) for name, value in headers.items())
+
+
 class CallCredentials:
     """A bearer token and/or headers sent with every call (a client's ``token`` and
-    ``headers``; a function is called before every call)."""
+    ``headers``; a function is called before every call). Headers are checked here for
+    ``protocol`` (``"http"`` or ``"grpc"``, :func:`check_header`): a mapping when the
+    credentials are made, a function's answer at each call."""
 
-    def __init__(self, token: Token | None = None, headers: Headers | None = None) -> None:
+    def __init__(
+        self, token: Token | None = None, headers: Headers | None = None, protocol: str = "http"
+    ) -> None:
         self._token = token
         self._headers = headers
+        self._protocol = protocol
+        self._checked = (
+            None if headers is None or callable(headers) else check_headers(headers, protocol)
+        )
 
     def __bool__(self) -> bool:
         return self._token is not None or callable(self._headers) or bool(self._headers)
 
-    def headers(self) -> dict[str, str]:
+    def headers(self) -> dict[str, str | bytes]:
         """The headers of one call, names lower-cased (as gRPC metadata requires)."""
-        extra = self._headers() if callable(self._headers) else self._headers
-        out = {str(name).lower(): str(value) for name, value in (extra or {}).items()}
+        if callable(self._headers):
+            out = check_headers(self._headers() or {}, self._protocol)
+        else:
+            out = dict(self._checked or {})
         if self._token is not None:
             token = self._token() if callable(self._token) else self._token
             token = (token or "").strip()
@@ -80,8 +170,7 @@ class CallCredentials:
     def __repr__(self) -> str:
         names = []
         if self._headers is not None:
-            extra = self._headers if not callable(self._headers) else {}
-            names += [str(n).lower() for n in extra] or ["headers()"]
+            names += list(self._checked or {}) or ["headers()"]
         if self._token is not None:
             names.append("authorization")
         return f"CallCredentials({', '.join(f'{n}=<hidden>' for n in names)})"
@@ -143,23 +232,122 @@ def read_pem(value: Pem | None, what: str) -> bytes | None:
 
 
 def read_pems(pems: tuple[Pem | None, Pem | None, Pem | None]) -> tuple:
-    """The root certificate, client certificate and client key, each read by :func:`read_pem`."""
-    return tuple(map(read_pem, pems, ("root certificate", "client certificate", "client key")))
+    """The root certificate, client certificate and client key, each read by
+    :func:`read_pem`; a client certificate and key that are not a pair are refused here,
+    once, by :func:`load_client_pair`."""
+    read = tuple(map(read_pem, pems, ("root certificate", "client certificate", "client key")))
+    if read[1] is not None and read[2] is not None:
+        names = (_pem_name("client certificate", pems[1]), _pem_name("client key", pems[2]))
+        load_client_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), read[1], read[2], names)
+    return read
+
+
+def _pem_name(what: str, value: Pem | None) -> str:
+    """A certificate or key as a message names it: its file, or how it was given."""
+    if isinstance(value, bytes) or (isinstance(value, str) and "-----BEGIN" in value):
+        return f"{what} (given as PEM)"
+    return f"{what} '{value}'"
+
+
+class _Encrypted(Exception):
+    """Raised by the password callback: the client key is encrypted."""
+
+
+def _no_password() -> bytes:
+    raise _Encrypted  # never OpenSSL's prompt on the terminal
+
+
+def load_client_pair(
+    context: ssl.SSLContext,
+    certificate: bytes,
+    key: bytes,
+    names: tuple[str, str] = ("client certificate", "client key"),
+) -> None:
+    """Loads a client certificate and its private key into ``context`` (``ssl`` reads them
+    from files only: each goes to a private temporary file for the call), or one sentence
+    naming both (``names``): files swapped, a key that is not the certificate's (gRPC logged
+    "Invalid private key" and retried the call as unreachable), an encrypted key."""
+    certificate_name, key_name = names
+    has_certificate, has_key = b"CERTIFICATE-----" in certificate, b"PRIVATE KEY-----" in key
+    if not has_certificate and not has_key:
+        if b"PRIVATE KEY-----" in certificate and b"CERTIFICATE-----" in key:
+            raise ServingError(
+                f"The {certificate_name} does not match the {key_name}: the one holds a "
+                "private key, the other a certificate (swapped?); pass them the other way round."
+            )
+    if not has_certificate:
+        raise ServingError(
+            f"The {certificate_name} holds no certificate (no BEGIN CERTIFICATE line); pass "
+            "this client's certificate in PEM."
+        )
+    if not has_key:
+        raise ServingError(
+            f"The {key_name} holds no private key (no BEGIN PRIVATE KEY line); pass the "
+            "certificate's private key in PEM."
+        )
+    with (
+        tempfile.NamedTemporaryFile(suffix=".pem") as chain,  # created 0600
+        tempfile.NamedTemporaryFile(suffix=".key") as private,
+    ):
+        chain.write(certificate)
+        private.write(key)
+        chain.flush()
+        private.flush()
+        try:
+            context.load_cert_chain(chain.name, private.name, password=_no_password)
+        except _Encrypted:
+            raise ServingError(
+                f"The {key_name} is encrypted and the clients take no passphrase; pass it "
+                "decrypted (openssl pkey -in KEY -out PLAIN_KEY), kept private."
+            ) from None
+        except ssl.SSLError as error:
+            if "KEY_VALUES_MISMATCH" in str(error).upper():
+                raise ServingError(
+                    f"The {certificate_name} does not match the {key_name} (swapped? or a "
+                    "file of another pair); pass the certificate and the key made with it."
+                ) from None
+            raise ServingError(
+                f"The {certificate_name} and the {key_name} cannot be loaded "
+                f"({error.reason or error}); pass this client's certificate and its private "
+                "key, both in PEM."
+            ) from None
 
 
 def client_context(root: Pem | None, certificate: Pem | None, key: Pem | None) -> ssl.SSLContext:
     """A verifying TLS context: the system's CAs, or ``root``; a client certificate for
-    mutual TLS (``ssl`` loads a certificate chain from files only, so PEM given as
-    bytes is written to a private temporary file for the call)."""
+    mutual TLS (:func:`load_client_pair`)."""
     roots, certificate, key = read_pems((root, certificate, key))
     context = ssl.create_default_context(cadata=roots.decode("ascii") if roots else None)
     if certificate is not None:
-        pair = certificate + b"\n" + key
-        with tempfile.NamedTemporaryFile(suffix=".pem") as handle:  # created 0600
-            handle.write(pair)
-            handle.flush()
-            context.load_cert_chain(handle.name)
+        load_client_pair(context, certificate, key)
     return context
+
+
+def speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether the server at ``host:port`` answers a TLS handshake (its certificate
+    unchecked: this only asks what the port speaks); an alert counts (a server that wants
+    a client certificate)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, kind, protocol, _, address in addresses:
+        try:
+            with socket.socket(family, kind, protocol) as raw:
+                raw.settimeout(timeout)
+                raw.connect(address)
+                with context.wrap_socket(raw, server_hostname=host):
+                    return True
+        except ssl.SSLError as error:
+            if "ALERT" in (error.reason or "").upper():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _plaintext(detail: str) -> str:

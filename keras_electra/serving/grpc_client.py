@@ -20,8 +20,14 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
-from keras_electra.serving.credentials import read_pems
+from keras_electra.serving.address import check_grpc_target, host_port
+from keras_electra.serving.client import (
+    CREDENTIALS_FIX,
+    ModelClient,
+    RetriesExhausted,
+    check_inputs,
+)
+from keras_electra.serving.credentials import read_pems, speaks_tls
 from keras_electra.serving.errors import ServingError, one_line
 from keras_electra.serving.tensors import (
     make_example,
@@ -31,22 +37,10 @@ from keras_electra.serving.tensors import (
 
 # What gRPC reports when the server at the target answered in HTTP/1 (a REST port).
 HTTP1_ANSWER = "Failed parsing HTTP/2"
-
-
-def host_port(target: str) -> tuple[str, int] | None:
-    """The host and port of a gRPC target (``host:port``, ``[::1]:port``,
-    ``dns:///host:port``, ``ipv4:``/``ipv6:`` addresses), or None (a Unix socket).
-
-    Examples:
-        >>> host_port("dns:///localhost:8500"), host_port("[::1]:8500"), host_port("unix:/s")
-        (('localhost', 8500), ('::1', 8500), None)
-    """
-    for prefix in ("dns:///", "dns:", "ipv4:", "ipv6:"):
-        target = target.removeprefix(prefix)
-    host, _, port = target.rpartition(":")
-    if not host or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
+# What gRPC over TLS reports when the server chose no HTTP/2 in ALPN (a REST port's TLS).
+NO_H2 = "ALPN"
+# Failures with no server to ask what it speaks: a refused connection, a name not found.
+_NOT_A_SERVER = ("refused", "resolv", "dns")
 
 
 class GrpcClient(ModelClient):
@@ -62,7 +56,8 @@ class GrpcClient(ModelClient):
             (implied by ``root_certificates`` and a client certificate).
 
     Raises:
-        ServingError: a URL (``http://...``) as ``target``: that is RestClient's.
+        ServingError: a URL (``http://...``) as ``target``: that is RestClient's; an
+            empty target, one with a path, a port outside 1-65535.
 
     Examples:
         >>> with GrpcClient("localhost:8500", "electra") as client:  # doctest: +SKIP
@@ -70,6 +65,8 @@ class GrpcClient(ModelClient):
         >>> outputs["replaced_prob"].shape  # doctest: +SKIP
         (1, 5)
     """
+
+    _protocol = "grpc"  # headers go as gRPC metadata
 
     def __init__(
         self,
@@ -89,6 +86,7 @@ class GrpcClient(ModelClient):
                 f"'{address}' if that is TF Serving's gRPC port (--port, 8500 by default), or "
                 "call its REST port (--rest_api_port) with RestClient and the URL."
             )
+        check_grpc_target(target)
         self.target = target
         # Read once: the channel's, and diagnose()'s after a failed TLS handshake.
         self._pems = root, chain, key = read_pems(self._pems)
@@ -121,11 +119,11 @@ class GrpcClient(ModelClient):
             try:
                 return method(request, timeout=self.timeout, metadata=metadata)
             except grpc.RpcError as err:
-                if self.tls and err.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
-                    host, port = host_port(self.target) or (self.target, None)
-                    self._raise_tls_failure(self.target, host, port, err.details())  # type: ignore[attr-defined]
-                if HTTP1_ANSWER in (err.details() or ""):  # type: ignore[attr-defined]
-                    raise self._not_grpc(err.details()) from None  # type: ignore[attr-defined]
+                details = err.details() or ""  # type: ignore[attr-defined]
+                if HTTP1_ANSWER in details:
+                    raise self._not_grpc(details) from None
+                if err.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                    self._not_retried(details)
                 raise
 
         def retryable(err: Exception) -> bool:
@@ -152,13 +150,37 @@ class GrpcClient(ModelClient):
                 )
             raise ServingError(message, code=code.name, details=details) from None
 
-    def _not_grpc(self, details: str) -> ServingError:
-        """The error for a server that answered in HTTP/1 (a REST port, most often): not
-        retried, as asking again cannot make it speak gRPC."""
+    def _not_retried(self, details: str) -> None:
+        """Raises the error of an UNAVAILABLE call that trying again cannot fix: a TLS
+        failure; TLS to a port that chose no HTTP/2 (a REST port behind TLS); a plaintext
+        call to a port that speaks TLS (gRPC said only "Socket closed"). Returns for any
+        other (a refused connection, a name not found, is not asked what it speaks)."""
+        host, port = host_port(self.target) or (self.target, None)
+        if self.tls:
+            if NO_H2 in details:
+                raise self._not_grpc(details, tls=True) from None
+            self._raise_tls_failure(self.target, host, port, details)
+        elif port is not None and not any(w in details.lower() for w in _NOT_A_SERVER):
+            if speaks_tls(host, port, min(self.timeout, 5.0)):
+                raise ServingError(
+                    f"TF Serving at {self.target} closed the plaintext gRPC connection, and "
+                    "it speaks TLS: pass --tls or --root-certificates (tls=True or "
+                    "root_certificates= from Python).",
+                    code="UNAVAILABLE",
+                    details=details,
+                ) from None
+
+    def _not_grpc(self, details: str, tls: bool = False) -> ServingError:
+        """The error for a server that answered in HTTP/1 (a REST port, most often), or
+        over ``tls`` chose no HTTP/2 (a REST port behind TLS): not retried, as asking again
+        cannot make it speak gRPC."""
+        said = "chose HTTP/1 over TLS (no h2 in ALPN)" if tls else "answered in HTTP/1"
+        scheme = "https" if tls else "http"
         return ServingError(
-            f"{self.target} answered in HTTP/1, not gRPC, so it is most likely TF Serving's "
-            "REST port (--rest_api_port); use its gRPC port (--port, 8500 by default), or reach "
-            f"its REST API at http://{self.target} (RestClient; `score --server http://...`).",
+            f"{self.target} {said}, not gRPC, so it is most likely TF Serving's REST port "
+            "(--rest_api_port); use its gRPC port (--port, 8500 by default), or reach its "
+            f"REST API at {scheme}://{self.target} (RestClient; `score --server "
+            f"{scheme}://...`).",
             code="UNAVAILABLE",
             details=details,
         )
@@ -183,6 +205,7 @@ class GrpcClient(ModelClient):
             >>> client.predict(pair, "score_pair")["num_tokens"]  # doctest: +SKIP
             array([4], dtype=int32)
         """
+        check_inputs(inputs)
         return self._predict_in_parts(
             inputs, lambda chunk: self._predict(chunk, signature_name, output_filter)
         )

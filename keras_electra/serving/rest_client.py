@@ -23,7 +23,13 @@ from urllib.parse import quote, unquote, urlsplit
 
 import numpy as np
 
-from keras_electra.serving.client import CREDENTIALS_FIX, ModelClient, RetriesExhausted
+from keras_electra.serving.address import check_rest_url
+from keras_electra.serving.client import (
+    CREDENTIALS_FIX,
+    ModelClient,
+    RetriesExhausted,
+    check_inputs,
+)
 from keras_electra.serving.credentials import client_context, read_pems
 from keras_electra.serving.errors import ServingError, one_line
 
@@ -105,7 +111,7 @@ def _encode_scalar(value: Any) -> Any:
         return float(str(value))
     if isinstance(value, (float, np.floating)):
         return float(value)
-    raise TypeError(f"cannot encode a {type(value).__name__} value as a JSON tensor element")
+    raise TypeError(f"a JSON tensor cannot hold a {type(value).__name__} value")
 
 
 def _encode_nested(array: Any) -> Any:
@@ -201,7 +207,8 @@ def _object_fill(nested: Any, shape: tuple[int, ...]) -> np.ndarray:
 def _no_rows(inputs: Mapping[str, Any]) -> bool:
     """Whether ``inputs`` are a batch of no rows (every input an empty list or array)."""
     return bool(inputs) and all(
-        isinstance(value, list | tuple | np.ndarray) and np.ndim(value) > 0 and len(value) == 0
+        (isinstance(value, list | tuple) or (isinstance(value, np.ndarray) and value.ndim > 0))
+        and len(value) == 0
         for value in inputs.values()
     )
 
@@ -234,11 +241,13 @@ def predict_body(
     """
     body = _body(signature_name)
     if format == "columnar":
-        body["inputs"] = {name: encode_tensor(value) for name, value in inputs.items()}
+        body["inputs"] = {
+            name: _sendable(name, encode_tensor, value) for name, value in inputs.items()
+        }
         return body
     if format != "row":
         raise ValueError(f"format must be 'columnar' or 'row', not {format!r}")
-    arrays = {name: as_array(value) for name, value in inputs.items()}
+    arrays = {name: _sendable(name, _batch, value) for name, value in inputs.items()}
     sizes = {name: (array.shape[0] if array.ndim else None) for name, array in arrays.items()}
     if None in sizes.values() or len(set(sizes.values())) > 1:
         raise ServingError(
@@ -246,13 +255,33 @@ def predict_body(
             "use format='columnar'."
         )
     if len(arrays) == 1:
-        body["instances"] = encode_tensor(next(iter(arrays.values())))
+        name, array = next(iter(arrays.items()))
+        body["instances"] = _sendable(name, encode_tensor, array)
     else:
         batch = next(iter(sizes.values())) or 0
         body["instances"] = [
-            {name: encode_tensor(array[i]) for name, array in arrays.items()} for i in range(batch)
+            {name: _sendable(name, encode_tensor, array[i]) for name, array in arrays.items()}
+            for i in range(batch)
         ]
     return body
+
+
+def _batch(value: Any) -> np.ndarray:
+    """``value`` as an array whose rows the row format sends; a scalar (which the row format
+    refuses) checked first for what JSON can carry (a generator is one)."""
+    array = as_array(value)
+    if array.ndim == 0:
+        _encode_scalar(array[()])
+    return array
+
+
+def _sendable(name: str, convert: Any, value: Any) -> Any:
+    """``convert(value)`` for the input ``name``, or the gRPC client's sentence for a value
+    that cannot be sent (a ``None``, a generator, a ragged list) as a :class:`ServingError`."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError) as err:
+        raise ServingError(f"Input '{name}' cannot be sent to TF Serving: {err}.") from None
 
 
 def _encode_feature(value: Any) -> Any:
@@ -339,7 +368,7 @@ class RestClient(ModelClient):
     Raises:
         ServingError: certificates for an ``http://`` URL, a URL with ``user:password@``,
             a URL that holds the REST API's path (``/v1/models/NAME``) where the server's
-            own URL belongs.
+            own URL belongs; an empty URL, one without a host, a port outside 1-65535.
 
     Examples:
         >>> client = RestClient("http://localhost:8501", "electra")  # doctest: +SKIP
@@ -353,12 +382,13 @@ class RestClient(ModelClient):
     ) -> None:
         super().__init__(model_name, **options)
         if "://" not in base_url:
-            base_url = "http://" + base_url
+            base_url = "http://" + base_url.strip()
         if "@" in base_url.split("://", 1)[1].split("/", 1)[0]:
             raise ServingError(
                 "Pass credentials with token= or headers=, not in the URL (where errors "
                 "and logs would show them)."
             )
+        check_rest_url(base_url)
         _refuse_api_path(base_url)
         self.base_url = base_url.rstrip("/")
         self._tls = None
@@ -501,6 +531,7 @@ class RestClient(ModelClient):
             >>> client.predict({"text": ["a b"]})["tokens"]  # doctest: +SKIP
             array([[b'a', b'b']], dtype=object)
         """
+        check_inputs(inputs)
         specs = self._output_specs(signature_name)
         types = {name: spec["dtype"] for name, spec in specs.items()}
         if format == "row" and _no_rows(inputs):
