@@ -197,3 +197,32 @@ def test_each_replica_draws_the_global_batchs_dropout_masks_of_its_rows():
     assert (np.concatenate(shares) == whole).all()
     assert (shares[1] != shares[0]).any()
     assert (replica_key(key, tf.constant([2, 16, 64]), 0).numpy() == key.numpy()).all()
+
+
+@pytest.mark.parametrize("name", ["grpc://127.0.0.1:1", "my-tpu"])
+def test_a_tpu_address_that_does_not_answer_is_no_tpu(monkeypatch, name):
+    # grpc://127.0.0.1:1 hung without a word (killed at 175 s); "my-tpu", a name that does
+    # not resolve, ended with URLError read as a disk error ("free space or fix the path").
+    import time
+
+    monkeypatch.setenv("TPU_NAME", name)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"^--strategy tpu found no TPU; run on a TPU host"):
+        resolve_strategy("tpu")
+    assert resolve_strategy("auto").num_replicas_in_sync == 1  # auto falls back
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [["127.0.0.1"], "127.0.0.1:23456", ["127.0.0.1:99999"], [12345]],
+)
+def test_a_tf_config_without_host_port_workers_is_one_sentence(monkeypatch, workers):
+    # ["127.0.0.1"] passed the dry run and failed at the start ("Could not parse port");
+    # a string counted its characters as 15 workers.
+    config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    with pytest.raises(
+        ConfigError, match=r"^TF_CONFIG's cluster lists its worker as .* not a list"
+    ):
+        resolve_strategy("multi_worker")

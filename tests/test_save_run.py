@@ -67,7 +67,9 @@ def test_what_save_run_refuses_is_one_sentence(fitted, small_corpus, tmp_path):
         save_run(model, ElectraTokenizer(tokenizer.vocab[:-1]), tmp_path / "a")
     assert "\n" not in str(caught.value) and not (tmp_path / "a").exists()
     run_dir = tmp_path / "run"
-    step = int(save_run(model, tokenizer, run_dir).rsplit("-", 1)[1])
+    saved = save_run(model, tokenizer, run_dir)
+    step = int(saved.rsplit("-", 1)[1])
+    assert saved == str(run_dir / "checkpoints" / f"ckpt-{step}")
     other = ElectraPretrainer.from_preset(
         "tiny", vocab_size=tokenizer.vocab_size, seed=0, num_layers=2
     )
@@ -75,8 +77,11 @@ def test_what_save_run_refuses_is_one_sentence(fitted, small_corpus, tmp_path):
         save_run(other, tokenizer, run_dir)
     assert RunDirectory(run_dir).latest_step() == step  # untouched
     # A worker other than the chief saves, but not into the directory.
+    # It returns the chief's path, as the chief does: its own copy is removed (it returned
+    # that removed copy's path).
     elsewhere = save_run(model, tokenizer, tmp_path / "b", chief=False)
-    assert not (tmp_path / "b").exists() and not Path(elsewhere).parent.exists()
+    assert not (tmp_path / "b").exists()
+    assert elsewhere == str(tmp_path / "b" / "checkpoints" / f"ckpt-{step}")
     # The command line cannot resume it (no corpus, no schedule): it says to start from it.
     with pytest.raises(ConfigError, match="a model saved by save_run.*--init"):
         pretrain([str(small_corpus)], run_dir, steps=6, progress=False)

@@ -15,6 +15,7 @@ Examples:
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from keras_electra.atomic import check_writable
@@ -72,7 +73,8 @@ def save_run(
     only the chief into ``run_dir`` (the others into a temporary directory they remove).
 
     Returns:
-        The checkpoint's path (``RUN_DIR/checkpoints/ckpt-STEP``).
+        The checkpoint's path (``RUN_DIR/checkpoints/ckpt-STEP``; on every worker, the
+        chief's).
 
     Raises:
         ConfigError: if the tokenizer does not fit the model, the directory holds another
@@ -101,7 +103,9 @@ def save_run(
     step = model.restored_step + (0 if optimizer is None else int(optimizer.iterations.numpy()))
     if chief:  # the other workers leave the files and the check to it
         _claim(run, model, tokens, step)
-    return run.checkpoints(model, chief=chief).save(step)
+    saved = run.checkpoints(model, chief=chief).save(step)
+    # Another worker's copy is in a temporary directory, removed: the chief's path is the one.
+    return saved if chief else os.path.join(run.path, "checkpoints", f"ckpt-{step}")
 
 
 def _claim(run: RunDirectory, model: ElectraPretrainer, tokens: list[str], step: int) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 
 import tensorflow as tf
 
@@ -84,6 +86,14 @@ def _cluster_workers() -> list[str]:
             "--strategy multi_worker needs TF_CONFIG naming the cluster's workers and this "
             "task; set it on every worker or use --strategy auto."
         )
+    for job in ("chief", "worker"):
+        listed = cluster.get(job, [])
+        bad = not isinstance(listed, list) or not all(map(_host_port, listed))
+        if bad:
+            raise ConfigError(
+                f"TF_CONFIG's cluster lists its {job} as {json.dumps(listed)[:80]}, not a list "
+                'of "HOST:PORT" addresses; write it as ["10.0.0.1:12345", ...] on every worker.'
+            )
     # TensorFlow raises a ValueError (a traceback) for a task its cluster does not list.
     jobs = {job: len(cluster[job]) for job in ("chief", "worker") if cluster.get(job)}
     kind, index = task.get("type"), task.get("index")
@@ -96,6 +106,14 @@ def _cluster_workers() -> list[str]:
             f"({listed}); give every worker the same cluster and its own task in it."
         )
     return [*cluster.get("chief", []), *workers]
+
+
+def _host_port(address) -> bool:
+    """Whether ``address`` is a ``HOST:PORT`` string with a port in 1-65535."""
+    if not isinstance(address, str):
+        return False
+    host, _, port = address.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def replicas_here(name: str) -> tuple[int | None, str]:
@@ -130,15 +148,39 @@ def cluster_size(name: str) -> int:
     return len(_cluster_workers()) if name == "multi_worker" else 1
 
 
+TPU_CONNECT_SECONDS = 10.0
+"""How long a TPU's gRPC address may take to accept a connection before it counts as
+unreachable (TensorFlow's own connection waits without end)."""
+
+
 def _tpu_resolver():
-    """A connected TPU cluster resolver, or None when no TPU is reachable."""
+    """A connected TPU cluster resolver, or None when no TPU is reachable: none found, a
+    name that does not resolve (``TPU_NAME=my-tpu`` off Google Cloud), or a ``grpc://``
+    address that does not answer within :data:`TPU_CONNECT_SECONDS`."""
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        if not _answers(resolver.master()):
+            return None
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
-    except (ValueError, RuntimeError, tf.errors.OpError):
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError):  # OSError: a URLError
         return None
     return resolver
+
+
+def _answers(master: str) -> bool:
+    """Whether a TPU's ``grpc://HOST:PORT`` accepts a connection (other masters, such as
+    a local TPU's empty one, are the runtime's to find)."""
+    if not master.startswith("grpc://"):
+        return True
+    host, _, port = master.removeprefix("grpc://").rpartition(":")
+    if not host or not port.isdigit():
+        return False
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), TPU_CONNECT_SECONDS).close()
+    except OSError:
+        return False
+    return True
 
 
 # === Several workers ===
