@@ -105,7 +105,7 @@ def save_run(
         _claim(run, model, tokens, step)
     saved = run.checkpoints(model, chief=chief).save(step)
     # Another worker's copy is in a temporary directory, removed: the chief's path is the one.
-    return saved if chief else os.path.join(run.path, "checkpoints", f"ckpt-{step}")
+    return saved if chief else os.path.join(run.checkpoint_dir, f"ckpt-{step}")
 
 
 def _claim(run: RunDirectory, model: ElectraPretrainer, tokens: list[str], step: int) -> None:
