@@ -29,7 +29,7 @@ TIMEOUT = 600  # seconds per cluster launch: a healthy one takes under a minute 
 WORKER = r"""
 import json, os, signal, sys
 import numpy as np
-from keras_electra.errors import INTERRUPTED_EXIT_CODE, TrainingInterrupted
+from keras_electra.errors import INTERRUPTED_EXIT_CODE, ElectraError, TrainingInterrupted
 from keras_electra.pretraining import run
 
 args = json.loads(sys.argv[1])
@@ -52,6 +52,9 @@ try:
 except TrainingInterrupted as e:
     print(json.dumps({"interrupted": e.step}))
     sys.exit(INTERRUPTED_EXIT_CODE)
+except ElectraError as e:
+    print(json.dumps({"error": str(e)}))
+    sys.exit(2)
 np.savez(weights, **{v.path: np.asarray(v.numpy()) for v in result.model.weights})
 print(json.dumps({"history": result.history, "step": result.step, "chief": result.chief}))
 """
@@ -70,8 +73,11 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def _start_cluster(worker_args: list[dict], logs) -> list[subprocess.Popen]:
-    """One process per worker, each with TF_CONFIG naming the cluster and its own index."""
+def _start_cluster(
+    worker_args: list[dict], logs, script: str = WORKER, cwd=None
+) -> list[subprocess.Popen]:
+    """One process per worker running ``script`` (its args as JSON in ``argv[1]``), each
+    with TF_CONFIG naming the cluster and its own index."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(len(worker_args))]}
     processes = []
     for index, args in enumerate(worker_args):
@@ -85,8 +91,9 @@ def _start_cluster(worker_args: list[dict], logs) -> list[subprocess.Popen]:
         log = open(logs / f"worker-{index}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
         processes.append(
             subprocess.Popen(
-                [sys.executable, "-c", WORKER, json.dumps(args)],
+                [sys.executable, "-c", script, json.dumps(args)],
                 env=env,
+                cwd=cwd,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
@@ -308,6 +315,108 @@ def test_a_preempted_then_a_lost_worker_and_the_cluster_ends_as_one_uninterrupte
     # Only the chief wrote the run directory; the other worker's checkpoints went to a
     # temporary directory that is gone.
     assert sorted(p.name for p in run_dir.iterdir()) == RUN_FILES
+
+
+def test_the_pages_python_snippet_trains_on_two_workers_as_on_one_device(small_corpus, tmp_path):
+    """docs/pretraining.md's "From Python" snippet, seeded, with MultiWorkerMirroredStrategy
+    as its strategy, on two workers sharing a directory: it failed in Keras' symbolic build
+    (a dict batch), and without the pipeline's sharding policy the cluster's loss was not one
+    device's. Now both workers log one device's loss and the chief alone saved the run."""
+    from doc_snippets import snippet, swapped
+    from test_save_run import TINY
+
+    from keras_electra.pretraining.loading import load_run
+
+    code = swapped(
+        snippet("docs/pretraining.md", "## From Python"),
+        {
+            **TINY,
+            '"data/sample/shakespeare.txt"': repr(str(small_corpus)),
+            "import tensorflow as tf\n": "import tensorflow as tf, keras, json\n"
+            "keras.utils.set_random_seed(0)\n",
+            "model.fit(": "history = model.fit(",
+            'export("runs/from-python", "saved_models/from-python")': (
+                'print(json.dumps(history.history["loss"]))'
+            ),
+        },
+    )
+    logs, shared, single = tmp_path / "logs", tmp_path / "shared", tmp_path / "single"
+    for directory in (logs, shared, single):
+        directory.mkdir()
+    cluster = code.replace(
+        "tf.distribute.get_strategy()", "tf.distribute.MultiWorkerMirroredStrategy()"
+    )
+    workers = _start_cluster([{}, {}], logs, script=cluster, cwd=shared)
+    try:
+        alone = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=single,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        outputs = [p.communicate(timeout=TIMEOUT)[0] for p in workers]
+    finally:
+        _kill(workers)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert [p.returncode for p in workers] == [0, 0], _log_tails(logs)
+    expected = json.loads(alone.stdout.strip().splitlines()[-1])
+    for out in outputs:
+        assert json.loads(out.strip().splitlines()[-1]) == pytest.approx(expected, rel=1e-6)
+    assert load_run(shared / "runs" / "from-python")[2] == 4
+    assert sorted(p.name for p in shared.iterdir()) == ["runs"]
+
+
+def test_workers_started_with_different_batch_sizes_refuse_before_a_step(
+    corpus_and_vocab, tmp_path
+):
+    """A worker started with another --batch-size trained to the end beside the chief and
+    both reported success; both now stop before the first step with one sentence."""
+    corpus, vocab = corpus_and_vocab
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = tmp_path / "run"
+    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=4)
+    workers = _start_cluster(
+        [dict(args, weights="w0.npz"), dict(args, batch_size=16, weights="w1.npz")], logs
+    )
+    try:
+        outputs = [p.communicate(timeout=TIMEOUT)[0] for p in workers]
+    finally:
+        _kill(workers)
+    assert [p.returncode for p in workers] == [2, 2], _log_tails(logs)
+    for out in outputs:
+        assert json.loads(out.strip().splitlines()[-1]) == {
+            "error": "The workers disagree on --batch-size (8 on one, 16 on another); start "
+            "every worker with the same arguments and put the run directory on storage they "
+            "all share."
+        }
+    assert not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text()
+
+
+def test_the_workers_comparison_names_the_first_flag_that_differs():
+    """What the workers gather, compared without a cluster: numbers are shown, other
+    values named, and values a float would round together (2**60, 2**60 + 1) or a type
+    apart (3, "3") still differ."""
+    from keras_electra.training.strategy import _comparable, disagreement
+
+    def compare(mine: dict, theirs: dict) -> str | None:
+        names = sorted(mine)
+        rows = [[_comparable(values[n]) for n in names] for values in (mine, theirs)]
+        return disagreement(names, np.array(rows), mine)
+
+    mine = {"--seed": 2**60, "--precision": "float32", "--hyperparameters": {"a": 1}, "step": 5}
+    assert compare(mine, dict(mine)) is None
+    assert compare(mine, dict(mine, step=6)).startswith(
+        "The workers disagree on the run's step (5 on one, 6 on another); "
+    )
+    assert "on --seed (" in compare(mine, dict(mine, **{"--seed": 2**60 + 1}))
+    assert compare(mine, dict(mine, **{"--precision": "mixed_bfloat16"})).startswith(
+        'The workers disagree on --precision (this worker has "float32"); '
+    )
+    assert "on --hyperparameters (" in compare(mine, dict(mine, **{"--hyperparameters": {}}))
+    assert "on the run's step" in compare(mine, dict(mine, step="5"))
 
 
 def test_only_the_chief_names_the_run_directory_when_the_run_ends(tiny_run):

@@ -695,9 +695,11 @@ def finish_batches(
 
 
 def fit_options() -> tf.data.Options:
-    """tf.data options for a dataset handed to ``model.fit``: deterministic order, and
+    """tf.data options for a dataset handed to ``model.fit``: deterministic order,
     tf.data's autotuning off (with it on, every ``fit`` ends late: docs/pretraining.md,
-    "From Python"). Apply it to your own datasets too: ``dataset.with_options(fit_options())``.
+    "From Python"), and under a multi-worker strategy every worker reading the same batches
+    and keeping its replicas' rows of each, so N workers train on the global batches one
+    device would. Apply it to your own datasets too: ``dataset.with_options(fit_options())``.
 
     Examples:
         >>> fit_options().autotune.enabled
@@ -706,4 +708,5 @@ def fit_options() -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = True
     options.autotune.enabled = False
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return options

@@ -26,6 +26,7 @@ from keras_electra.pretraining import objectives
 from keras_electra.pretraining.pretrainer import ElectraPretrainer
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PretrainSettings
+from keras_electra.training.strategy import is_chief
 
 
 def load_run(run_dir: str | Path) -> tuple[ElectraPretrainer, ElectraTokenizer, int]:
@@ -59,7 +60,7 @@ def save_run(
     tokenizer: ElectraTokenizer,
     run_dir: str | Path,
     *,
-    chief: bool = True,
+    chief: bool | None = None,
 ) -> str:
     """Write a pretrainer trained in your own script (``model.fit``) as a run directory:
     ``config.json``, ``vocab.txt``, ``run.json`` and a checkpoint at the model's step (the
@@ -69,8 +70,9 @@ def save_run(
     command-line run does not resume it (it has no corpus or schedule to go on with). Saving again
     into the same directory, with the same model sizes and vocabulary, adds a checkpoint at
     the new step (the last three are kept). Under a multi-worker strategy every worker calls
-    it, with ``chief=False`` on all but the chief: as in training, each worker saves, and
-    only the chief into ``run_dir`` (the others into a temporary directory they remove).
+    it: as in training, each worker saves, and only the chief into ``run_dir`` (the others
+    into a temporary directory they remove). ``chief`` (default: from the model's strategy)
+    says which this process is.
 
     Returns:
         The checkpoint's path (``RUN_DIR/checkpoints/ckpt-STEP``; on every worker, the
@@ -99,6 +101,8 @@ def save_run(
             "tokenizer whose vocabulary the model was built for."
         )
     run = RunDirectory(run_dir)
+    if chief is None:
+        chief = is_chief(model.distribute_strategy)
     optimizer = getattr(model, "optimizer", None)
     step = model.restored_step + (0 if optimizer is None else int(optimizer.iterations.numpy()))
     if chief:  # the other workers leave the files and the check to it

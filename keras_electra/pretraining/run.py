@@ -566,10 +566,32 @@ def _build(
         prepare_multi_worker_fit(model)
         vocabulary = zlib.crc32("\n".join(resolved.tokens).encode("utf-8"))
         parameters = model.count_params()
-        check_workers_agree(distribution, step=start, vocabulary=vocabulary, parameters=parameters)
+        check_workers_agree(
+            distribution,
+            step=start,
+            vocabulary=vocabulary,
+            parameters=parameters,
+            **_shared_settings(settings),
+        )
     if chief:
         truncate_metrics_log(run.metrics_file, start)
     return model, checkpoints, start
+
+
+# Paths may differ between machines that mount the same files; workers may name the
+# strategy differently (auto finds TF_CONFIG) or pick other kernels on other CPUs.
+_PER_WORKER = frozenset({"corpus", "validation", "strategy", "kernels"})
+
+
+def _shared_settings(settings: PretrainSettings) -> dict:
+    """The recorded settings every worker must share, keyed by their flag (a batch size
+    or step count that differs would train on in silence, or hang a collective)."""
+    cli = {f.name for f in dataclasses.fields(settings) if f.metadata["cli"]}
+    return {
+        f"--{name.replace('_', '-')}" if name in cli else name: value
+        for name, value in settings.record().items()
+        if name not in _PER_WORKER
+    }
 
 
 def _train(
@@ -591,11 +613,6 @@ def _train(
         max_seq_length=settings.max_seq_length,
         seed=settings.seed,
     ).skip(start)
-    # Every worker reads the same batches and keeps its replicas' rows of each one,
-    # so N workers see exactly the global batches one device would.
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = dataset.with_options(options)
 
     probe = _health_probe(model, tokenizer, settings) if settings.health and chief else None
     logger = MetricsLogger(

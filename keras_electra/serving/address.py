@@ -36,17 +36,27 @@ EMPTY = (
 )
 
 
+def _addresses(target: str) -> list[str]:
+    """The ``HOST:PORT`` addresses a gRPC target names after its resolver (``dns:///``,
+    ``dns://SERVER/``, ``dns:``; ``ipv4:`` and ``ipv6:`` list several, comma-separated)."""
+    if target.startswith("dns://"):
+        return [_DNS_AUTHORITY.sub("", target)]
+    rest = next((target[len(p) :] for p in _RESOLVERS if target.startswith(p)), target)
+    return rest.split(",") if target.startswith(("ipv4:", "ipv6:")) else [rest]
+
+
 def host_port(target: str) -> tuple[str, int] | None:
     """The host and port of a gRPC target (``host:port``, ``[::1]:port``,
-    ``dns:///host:port``, ``ipv4:``/``ipv6:`` addresses), or None (a Unix socket).
+    ``dns:///host:port``, ``ipv4:``/``ipv6:`` addresses: the first), or None (a Unix
+    socket, no port).
 
     Examples:
         >>> host_port("dns:///localhost:8500"), host_port("[::1]:8500"), host_port("unix:/s")
         (('localhost', 8500), ('::1', 8500), None)
     """
-    for prefix in _RESOLVERS:
-        target = target.removeprefix(prefix)
-    host, _, port = target.rpartition(":")
+    if target.startswith(_LOCAL):
+        return None
+    host, _, port = _addresses(target)[0].rpartition(":")
     if not host or not port.isdigit():
         return None
     return host.strip("[]"), int(port)
@@ -68,12 +78,7 @@ def check_grpc_target(target: str) -> None:
         raise ServingError(EMPTY)
     if target.startswith(_LOCAL):
         return
-    if target.startswith("dns://"):  # dns://[DNS server]/host:port
-        rest = _DNS_AUTHORITY.sub("", target)
-    else:
-        rest = next((target[len(p) :] for p in _RESOLVERS if target.startswith(p)), target)
-    listed = target.startswith(("ipv4:", "ipv6:"))  # a comma-separated list of addresses
-    for address in rest.split(",") if listed else [rest]:
+    for address in _addresses(target):
         if "/" in address:
             before = address.split("/", 1)[0]
             such = f", such as '{before}'" if before else " (such as localhost:8500)"

@@ -261,7 +261,7 @@ def check_token_ids(dataset: tf.data.Dataset, vocab_size: int) -> tf.data.Datase
         ):
             return tf.nest.map_structure(tf.identity, element)
 
-    return dataset.map(check, deterministic=True)
+    return dataset.map(check)  # sequential: the order stays
 
 
 def one_graph_train_function(model) -> Callable | None:
@@ -323,19 +323,27 @@ class OneGraphTraining(internals.SymbolicBuildHook):
         )
 
     def fit(self, x=None, *args, **kwargs):
+        self._build_optimizer()  # so a multi-worker strategy skips the symbolic build
         vocab_size = _vocab_size(self)
-        if isinstance(x, tf.data.Dataset) and vocab_size is not None:
-            x = check_token_ids(x, vocab_size)
+        if isinstance(x, tf.data.Dataset):
+            # Keras cannot shuffle a dataset, and warns at its default shuffle=True.
+            kwargs.setdefault("shuffle", False)
+            if vocab_size is not None:
+                x = check_token_ids(x, vocab_size)
         with token_ids_checked(self):
             return super().fit(x, *args, **kwargs)
+
+    def _build_optimizer(self) -> None:
+        """Build a compiled, built model's optimizer under its strategy, once."""
+        optimizer = getattr(self, "optimizer", None)
+        if self.built and optimizer is not None and not optimizer.built:
+            with self.distribute_strategy.scope():
+                optimizer.build(self.trainable_variables)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
             return self.train_function
-        optimizer = getattr(self, "optimizer", None)
-        if optimizer is not None and not optimizer.built:
-            with self.distribute_strategy.scope():
-                optimizer.build(self.trainable_variables)
+        self._build_optimizer()
         self.train_function = one_graph_train_function(self)
         if self.train_function is None:
             super().make_train_function(force=force)

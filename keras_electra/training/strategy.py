@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import zlib
 
 import tensorflow as tf
 
@@ -201,10 +203,10 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
     return sum(len(spec.get(job, ())) for job in ("chief", "worker")) > 1
 
 
-def check_workers_agree(strategy: tf.distribute.Strategy, **values: int) -> None:
-    """Fail clearly when a cluster's workers disagree on any of ``values`` (integers such as
-    ``step=1200``), where collective ops would pair up different tensors or hang; on one
-    worker this does nothing.
+def check_workers_agree(strategy: tf.distribute.Strategy, **values) -> None:
+    """Fail clearly when a cluster's workers disagree on any of ``values`` (the step
+    reached, a flag's value: numbers, or any JSON value), where collective ops would pair
+    up different tensors, hang, or train on in silence; on one worker this does nothing.
 
     Raises:
         ConfigError: naming the first value on which the workers differ.
@@ -212,7 +214,7 @@ def check_workers_agree(strategy: tf.distribute.Strategy, **values: int) -> None
     if not is_multi_worker(strategy):
         return
     names = sorted(values)
-    local = tf.constant([float(values[n]) for n in names], tf.float64)
+    local = tf.constant([_comparable(values[n]) for n in names], tf.float64)
 
     @tf.function
     def gather():
@@ -222,13 +224,43 @@ def check_workers_agree(strategy: tf.distribute.Strategy, **values: int) -> None
         return strategy.run(every_replica)
 
     gathered = strategy.experimental_local_results(gather())[0].numpy()
-    for name, lo, hi in zip(names, gathered.min(axis=0), gathered.max(axis=0), strict=True):
-        if lo != hi:
-            raise ConfigError(
-                f"The workers disagree on the run's {name} ({lo:.0f} on one, {hi:.0f} on "
-                "another); start every worker with the same arguments and put the run "
-                "directory on storage they all share."
-            )
+    if (message := disagreement(names, gathered, values)) is not None:
+        raise ConfigError(message)
+
+
+def disagreement(names: list[str], gathered, values: dict) -> str | None:
+    """The sentence for the first of ``names`` on which the rows of ``gathered`` (one per
+    worker, each name encoded as :func:`_comparable` does) differ, else None; ``values``
+    are this worker's. A name with dashes is a flag (``--batch-size``), named as such."""
+    for column, name in enumerate(names):
+        pairs = {tuple(row) for row in gathered[:, column]}
+        if len(pairs) == 1:
+            continue
+        value = values[name]
+        label = name if name.startswith("--") else f"the run's {name}"
+        if _is_number(value):
+            numbers = sorted(number for number, _ in pairs)
+            seen = f"{numbers[0]:g} on one, {numbers[-1]:g} on another"
+        else:
+            seen = f"this worker has {json.dumps(value, default=str)}"
+        return (
+            f"The workers disagree on {label} ({seen}); start every worker with the same "
+            "arguments and put the run directory on storage they all share."
+        )
+    return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _comparable(value) -> tuple[float, float]:
+    """Two float64s that two workers share exactly when their values are equal: the value
+    itself when it is a number (for the message), and a checksum of its JSON (3 and "3",
+    or 2**60 and 2**60 + 1, differ there)."""
+    number = float(value) if _is_number(value) else 0.0
+    text = json.dumps(value, sort_keys=True, default=str).encode("utf-8")
+    return number, float(zlib.crc32(text))
 
 
 def prepare_multi_worker_fit(model) -> None:
