@@ -50,7 +50,7 @@ weights = args.pop("weights")
 try:
     result = run.pretrain(**args)
 except TrainingInterrupted as e:
-    print(json.dumps({"interrupted": e.step}))
+    print(json.dumps({"interrupted": e.step, "message": str(e)}))
     sys.exit(INTERRUPTED_EXIT_CODE)
 except ElectraError as e:
     print(json.dumps({"error": str(e)}))
@@ -366,6 +366,119 @@ def test_the_pages_python_snippet_trains_on_two_workers_as_on_one_device(small_c
         assert json.loads(out.strip().splitlines()[-1]) == pytest.approx(expected, rel=1e-6)
     assert load_run(shared / "runs" / "from-python")[2] == 4
     assert sorted(p.name for p in shared.iterdir()) == ["runs"]
+
+
+def test_a_lost_worker_stops_the_other_in_one_sentence_that_says_where_it_resumes(
+    corpus_and_vocab, tmp_path
+):
+    """Worker 1 SIGKILLed (a lost machine) after step 6: the chief ended with TensorFlow's
+    38-line UnavailableError traceback; it now stops as a run that resumes (exit 75),
+    naming the lost worker and the checkpoint the restarted cluster goes on from."""
+    corpus, vocab = corpus_and_vocab
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = tmp_path / "run"
+    args = _run_args(corpus, str(run_dir), vocab=vocab, steps=400, checkpoint_every=4)
+    workers = _start_cluster(
+        [dict(args, weights="w0.npz"), dict(args, weights="w1.npz", kill_at=6)], logs
+    )
+    try:
+        out, _ = workers[0].communicate(timeout=TIMEOUT)
+    finally:
+        _kill(workers)
+    assert workers[1].returncode == -signal.SIGKILL, _log_tails(logs)
+    assert workers[0].returncode == 75, _log_tails(logs)
+    assert json.loads(out.strip().splitlines()[-1]) == {
+        "interrupted": 4,
+        "message": "Lost worker 1 of the cluster (it crashed or was stopped); restart every "
+        "worker with the same command: the run resumes from its last checkpoint, step 4.",
+    }
+    assert _latest_checkpoint_step(run_dir / "checkpoints") == 4
+
+
+def _cli_worker(corpus: str, output: str, ports: list[int], **popen) -> subprocess.Popen:
+    """``keras-electra pretrain`` as worker 0 of a cluster on ``ports`` (the others are
+    never started)."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    tf_config = {"cluster": cluster, "task": {"type": "worker", "index": 0}}
+    command = [sys.executable, "-m", "keras_electra.cli", "pretrain", "--corpus", corpus]
+    command += ["--output", output, "--strategy", "multi_worker", "--steps", "4"]
+    command += ["--batch-size", "8", "--max-seq-length", "32", "--no-progress"]
+    env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.Popen(command, env=env, text=True, **popen)
+
+
+def test_a_taken_port_is_one_sentence(corpus_and_vocab, tmp_path):
+    """Another process listening at this worker's TF_CONFIG address: it was TensorFlow's
+    traceback ending in "Could not start gRPC server"."""
+    corpus, _ = corpus_and_vocab
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = _cli_worker(
+            corpus,
+            str(tmp_path / "run"),
+            [port, *_free_ports(1)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            _, err = worker.communicate(timeout=TIMEOUT)
+        finally:
+            _kill([worker])
+    assert worker.returncode == 2, err[-3000:]
+    said = [line for line in err.splitlines() if not line.startswith(("I0000", "WARNING: All"))]
+    assert said == [
+        f"keras-electra pretrain: error: This worker could not listen at 127.0.0.1:{port}, "
+        "its address in TF_CONFIG: another process holds the port, or the host is not this "
+        "machine's; stop that process or give this worker a free port in every worker's "
+        "TF_CONFIG."
+    ]
+
+
+def test_a_worker_waiting_for_its_cluster_says_who_is_missing_and_stops_on_ctrl_c(
+    corpus_and_vocab, tmp_path
+):
+    """Worker 1 never started: worker 0 waited in silence, and Ctrl-C did not end it
+    (TensorFlow holds the interpreter lock while it waits: no Python handler runs). Now
+    it names the worker that does not answer, and Ctrl-C ends the wait with a sentence."""
+    from keras_electra.training.strategy import JOIN_NOTE_SECONDS
+
+    corpus, _ = corpus_and_vocab
+    ports = _free_ports(2)
+    worker = _cli_worker(
+        corpus,
+        str(tmp_path / "run"),
+        ports,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        # A job started by a non-interactive shell ignores SIGINT; a terminal's does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    said = []
+    try:
+        started = time.monotonic()
+        for line in worker.stderr:
+            said.append(line.rstrip("\n"))
+            if line.startswith("Waiting for the cluster's workers to join"):
+                break
+        waited = time.monotonic() - started
+        worker.send_signal(signal.SIGINT)
+        said += [line.rstrip("\n") for line in worker.stderr]
+        worker.wait(timeout=30)
+    finally:
+        _kill([worker])
+    assert worker.returncode == -signal.SIGINT, said
+    said = [line for line in said if not line.startswith(("I0000", "WARNING: All"))]
+    missing = f"worker 1 at 127.0.0.1:{ports[1]}"
+    assert said == [
+        f"Waiting for the cluster's workers to join; not answering yet: {missing}. Start "
+        "every worker TF_CONFIG lists, each with its own task index.",
+        f"Stopped while waiting for the cluster's workers to join (not answering: {missing}); "
+        "nothing was trained or saved.",
+    ]
+    assert JOIN_NOTE_SECONDS <= waited < JOIN_NOTE_SECONDS + 60
 
 
 def test_workers_started_with_different_batch_sizes_refuse_before_a_step(

@@ -3,9 +3,11 @@ directory, resuming and ``--dry-run``: docs/pretraining.md; faults: docs/reliabi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
+import re
 import sys
 import zlib
 from contextlib import contextmanager, nullcontext
@@ -150,7 +152,8 @@ def pretrain(
         (every input checked, nothing trained or written).
 
     Raises:
-        TrainingInterrupted: stopped by SIGTERM/SIGINT (a checkpoint is saved).
+        TrainingInterrupted: stopped by SIGTERM/SIGINT (a checkpoint is saved), or
+            another worker of a cluster was lost (the same call resumes at ``step``).
         TrainingDiverged: a non-finite step under ``on_nan="stop"``.
         StorageError: a checkpoint, log or metrics write failed (no space,
             permissions, the directory removed); the previous checkpoint is kept.
@@ -191,19 +194,45 @@ def _pretrain(
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
     _check_batches(settings, distribution.num_replicas_in_sync)
     chief = is_chief(distribution)
-    resolved = _prepare_run_directory(run, settings, chief)
-    settings = resolved.settings
-    tokenizer = resolved.tokenizer
-    model, checkpoints, start = _build(run, resolved, distribution, chief)
-    if chief and settings.progress and start:
-        print(_resumed(run_dir, start, settings.steps), flush=True)
-    if chief and settings.progress and start < settings.steps and (note := warmup_note(settings)):
-        print(note, flush=True)
-    stop.arm()  # from here a signal saves a checkpoint at the step reached
+    with _worker_lost(run, distribution):
+        resolved = _prepare_run_directory(run, settings, chief)
+        settings = resolved.settings
+        tokenizer = resolved.tokenizer
+        model, checkpoints, start = _build(run, resolved, distribution, chief)
+        if chief and settings.progress and start:
+            print(_resumed(run_dir, start, settings.steps), flush=True)
+        if chief and settings.progress and start < settings.steps:
+            if note := warmup_note(settings):
+                print(note, flush=True)
+        stop.arm()  # from here a signal saves a checkpoint at the step reached
+        try:
+            return _train(
+                stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution
+            )
+        except tf.errors.DataLossError as e:
+            raise _data_loss(settings, e) from None
+
+
+@contextlib.contextmanager
+def _worker_lost(run: RunDirectory, distribution: tf.distribute.Strategy):
+    """Another worker of a cluster that crashed or ended (its machine lost, its process
+    killed) as a stop that resumes, in one sentence, not TensorFlow's collective error."""
     try:
-        return _train(stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution)
-    except tf.errors.DataLossError as e:
-        raise _data_loss(settings, e) from None
+        yield
+    except tf.errors.UnavailableError as e:
+        if not is_multi_worker(distribution):
+            raise
+        me = distribution.cluster_resolver.task_id
+        tasks = sorted(set(re.findall(r"/job:\w+/(?:replica:\d+/)?task:(\d+)", e.message)))
+        others = [f"worker {t}" for t in tasks if int(t) != me] or ["another worker"]
+        step = run.latest_step() or 0
+        raise TrainingInterrupted(
+            f"Lost {' and '.join(others)} of the cluster (it crashed or was stopped); "
+            "restart every worker with the same command: the run resumes from its last "
+            f"checkpoint, step {step}.",
+            step=step,
+            signal_name="a lost worker",
+        ) from None
 
 
 def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
@@ -578,8 +607,8 @@ def _build(
     return model, checkpoints, start
 
 
-# Paths may differ between machines that mount the same files; workers may name the
-# strategy differently (auto finds TF_CONFIG) or pick other kernels on other CPUs.
+# Paths may differ between machines that mount the same files, and kernels between CPUs;
+# every worker that gets this far runs the multi-worker strategy.
 _PER_WORKER = frozenset({"corpus", "validation", "strategy", "kernels"})
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import zlib
+from pathlib import Path
 
 import tensorflow as tf
 
@@ -38,7 +44,7 @@ def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:
     if name == "tpu":
         raise ConfigError("--strategy tpu found no TPU; run on a TPU host or use --strategy auto.")
     if name == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _multi_worker_strategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
         return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
@@ -79,6 +85,13 @@ mirrored, multi_worker, one_device.
 def _cluster_workers() -> list[str]:
     """The workers ``TF_CONFIG`` names (its chief first, if it names one); raises unless it
     names them and this task among them."""
+    return [address for _, address, _ in _cluster_tasks()]
+
+
+def _cluster_tasks() -> list[tuple[str, str, bool]]:
+    """Each task ``TF_CONFIG`` names as (its name, such as ``worker 1``, its address,
+    whether it is this process), the chief first; raises unless the cluster names its
+    workers and this task among them."""
     config = parse_json(os.environ.get("TF_CONFIG", "") or "{}", "TF_CONFIG", "fix it or unset it")
     config = config if isinstance(config, dict) else {}
     cluster = config.get("cluster") if isinstance(config.get("cluster"), dict) else {}
@@ -107,7 +120,15 @@ def _cluster_workers() -> list[str]:
             f"TF_CONFIG's task (type {kind!r}, index {index!r}) is not one its cluster lists "
             f"({listed}); give every worker the same cluster and its own task in it."
         )
-    return [*cluster.get("chief", []), *workers]
+    return [
+        (
+            f"{job} {i}" if jobs[job] > 1 or job == "worker" else job,
+            address,
+            (job, i) == (kind, index),
+        )
+        for job in ("chief", "worker")
+        for i, address in enumerate(cluster.get(job, []))
+    ]
 
 
 def _host_port(address) -> bool:
@@ -116,6 +137,67 @@ def _host_port(address) -> bool:
         return False
     host, _, port = address.rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+JOIN_NOTE_SECONDS = 20.0
+"""How long a worker waits for the rest of its cluster before it says which workers do not
+answer yet (and again every minute)."""
+
+
+def _multi_worker_strategy() -> tf.distribute.Strategy:
+    """``MultiWorkerMirroredStrategy``, made while a watcher says which workers have not
+    joined and lets SIGINT or SIGTERM end the wait: TensorFlow waits for every worker
+    without end, and runs no Python signal handler meanwhile. A taken port is one sentence.
+    """
+    tasks = _cluster_tasks()
+    me = next(address for _, address, mine in tasks if mine)
+    with _joining([(name, address) for name, address, mine in tasks if not mine]):
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except tf.errors.UnknownError as e:
+            if "Could not start gRPC server" not in e.message:
+                raise
+            raise ConfigError(
+                f"This worker could not listen at {me}, its address in TF_CONFIG: another "
+                "process holds the port, or the host is not this machine's; stop that "
+                "process or give this worker a free port in every worker's TF_CONFIG."
+            ) from None
+
+
+@contextlib.contextmanager
+def _joining(others: list[tuple[str, str]]):
+    """While the cluster forms, a watcher process (``cluster_watch.py``) says which of
+    ``others`` (name, address) do not answer yet, after :data:`JOIN_NOTE_SECONDS` and every
+    minute. SIGINT and SIGTERM end the wait as their default does, and the watcher says
+    so: TensorFlow holds the interpreter lock while it waits, so no Python handler (nor a
+    thread of this process) would run until every worker joined."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read, write = os.pipe()
+    script = Path(__file__).with_name("cluster_watch.py")
+    arguments = [f"{name}={address}" for name, address in others]
+    watcher = subprocess.Popen(
+        [sys.executable, str(script), str(JOIN_NOTE_SECONDS), *arguments], stdin=read
+    )
+    os.close(read)
+    stops = (signal.SIGINT, signal.SIGTERM)
+    handlers = {n: signal.getsignal(n) for n in stops if signal.getsignal(n) != signal.SIG_IGN}
+    for number in handlers:
+        signal.signal(number, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        with contextlib.suppress(OSError):
+            os.write(write, b"\n")  # the cluster formed, or failed in a sentence of its own
+        os.close(write)
+        try:
+            watcher.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+            watcher.wait()
 
 
 def replicas_here(name: str) -> tuple[int | None, str]:
