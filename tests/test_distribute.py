@@ -6,6 +6,7 @@ multi-replica checks run in a fresh subprocess.
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -199,18 +200,58 @@ def test_each_replica_draws_the_global_batchs_dropout_masks_of_its_rows():
     assert (replica_key(key, tf.constant([2, 16, 64]), 0).numpy() == key.numpy()).all()
 
 
-@pytest.mark.parametrize("name", ["grpc://127.0.0.1:1", "my-tpu"])
-def test_a_tpu_address_that_does_not_answer_is_no_tpu(monkeypatch, name):
+@pytest.fixture
+def http1_server():
+    """An HTTP/1 server on 127.0.0.1 (a port that accepts connections, but not gRPC's)."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("name", ["grpc://127.0.0.1:1", "my-tpu", "http1"])
+def test_a_tpu_address_that_does_not_answer_is_no_tpu(monkeypatch, name, http1_server):
     # grpc://127.0.0.1:1 hung without a word (killed at 175 s); "my-tpu", a name that does
-    # not resolve, ended with URLError read as a disk error ("free space or fix the path").
+    # not resolve, ended with URLError read as a disk error ("free space or fix the path");
+    # an address that accepts connections but speaks HTTP/1 hung past 120 s.
     import time
 
+    if name == "http1":
+        name = f"grpc://{http1_server}"
     monkeypatch.setenv("TPU_NAME", name)
     start = time.monotonic()
     with pytest.raises(ConfigError, match=r"^--strategy tpu found no TPU; run on a TPU host"):
         resolve_strategy("tpu")
     assert resolve_strategy("auto").num_replicas_in_sync == 1  # auto falls back
     assert time.monotonic() - start < 60
+
+
+def test_a_grpc_server_speaks_http2_and_others_do_not(http1_server):
+    """What tells a TPU's gRPC address from a port that only accepts connections."""
+    from concurrent import futures
+
+    import grpc
+
+    from keras_electra.training.strategy import speaks_http2
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        assert speaks_http2("127.0.0.1", port, 5.0)
+    finally:
+        server.stop(None)
+    host, _, http_port = http1_server.rpartition(":")
+    assert not speaks_http2(host, int(http_port), 5.0)
+    with socket.socket() as silent:  # accepts (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        assert not speaks_http2("127.0.0.1", silent.getsockname()[1], 0.5)
+    assert not speaks_http2("127.0.0.1", port, 1.0)  # stopped: refused
 
 
 @pytest.mark.parametrize(

@@ -253,18 +253,39 @@ def _tpu_resolver():
 
 
 def _answers(master: str) -> bool:
-    """Whether a TPU's ``grpc://HOST:PORT`` accepts a connection (other masters, such as
-    a local TPU's empty one, are the runtime's to find)."""
+    """Whether a TPU's ``grpc://HOST:PORT`` answers as a gRPC server does (other masters,
+    such as a local TPU's empty one, are the runtime's to find): it accepts a connection
+    and an HTTP/2 greeting within :data:`TPU_CONNECT_SECONDS`. TensorFlow's own connection
+    waits without end at an address that does not, or that speaks something else (an
+    HTTP/1 server, a closed tunnel's listener)."""
     if not master.startswith("grpc://"):
         return True
     host, _, port = master.removeprefix("grpc://").rpartition(":")
     if not host or not port.isdigit():
         return False
+    return speaks_http2(host.strip("[]"), int(port), TPU_CONNECT_SECONDS)
+
+
+# The HTTP/2 client preface (RFC 9113, 3.4) and an empty SETTINGS frame; a server answers
+# with its own SETTINGS frame (a 9-byte header whose type, its 4th byte, is 4).
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def speaks_http2(host: str, port: int, timeout: float) -> bool:
+    """Whether the server at ``host:port`` answers a plaintext HTTP/2 greeting, as gRPC
+    servers do, within ``timeout`` seconds."""
     try:
-        socket.create_connection((host.strip("[]"), int(port)), TPU_CONNECT_SECONDS).close()
-    except OSError:
+        with socket.create_connection((host, port), timeout) as connection:
+            connection.sendall(_HTTP2_HELLO)
+            header = b""
+            while len(header) < 9:
+                chunk = connection.recv(9 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+    except OSError:  # refused, unreachable, timed out, reset
         return False
-    return True
+    return header[3] == 4
 
 
 # === Several workers ===
