@@ -5,13 +5,18 @@ Run, fine-tuning and export directories are read back by resumed runs, by
 either the old one or the new one, never a prefix. :func:`write_atomic` writes a
 sibling temporary file and renames it over the target (atomic on POSIX file
 systems); a failed write removes the temporary file and re-raises.
-:func:`check_writable` says, before anything is written, whether a directory can be.
+:func:`staged_directory` does the same for a directory written as a whole (a converted
+model). :func:`check_writable` says, before anything is written, whether a directory can be.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from keras_electra.errors import StorageError
@@ -58,6 +63,35 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
 def write_json(path: str | Path, value, indent: int | None = 2) -> Path:
     """:func:`write_atomic` of ``value`` as JSON and a final newline."""
     return write_atomic(path, json.dumps(value, indent=indent) + "\n")
+
+
+@contextlib.contextmanager
+def staged_directory(output: str | Path) -> Iterator[Path]:
+    """A new directory to fill that becomes ``output`` only if the block ends without an
+    error: it is a hidden sibling (``.NAME.partial-*``), renamed to ``output`` at the end
+    (an empty ``output`` is replaced). An error, a full disk or Ctrl-C leaves ``output`` as
+    it was, so the same command can run again; a kill leaves only the sibling.
+
+    Examples:
+        >>> import tempfile
+        >>> out = Path(tempfile.mkdtemp()) / "model"
+        >>> with staged_directory(out) as partial:
+        ...     _ = (partial / "a.txt").write_text("a")
+        ...     out.exists()
+        False
+        >>> sorted(p.name for p in out.iterdir())
+        ['a.txt']
+    """
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    try:
+        yield partial
+        if output.is_dir():
+            output.rmdir()  # empty, as the caller checked (else OSError: nothing is lost)
+        os.replace(partial, output)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def check_writable(directory: str | Path, flag: str = "--output") -> None:

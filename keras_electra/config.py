@@ -263,7 +263,16 @@ class ElectraConfig:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"Configuration file '{path}' does not exist.")
-        return cls.from_json(path.read_text(encoding="utf-8"), f"'{path}'")
+        text = path.read_text(encoding="utf-8")
+        values = parse_json(text, f"'{path}'", "write it as a JSON object of fields")
+        if isinstance(values, dict) and (kind := foreign_format(values)):
+            raise ConfigError(
+                f"'{path.parent}' holds a {kind} model, not a keras-electra run; convert it "
+                f"first (keras-electra convert --from {FORMAT_FLAGS[kind]} {path.parent} "
+                "--output NEW_DIR) and pass NEW_DIR"
+                + (", or pass the Hub's copy as hf:ORG/NAME." if kind == "Hugging Face" else ".")
+            )
+        return cls.from_json(text, f"'{path}'")
 
     def save(self, path: str | Path) -> None:
         write_atomic(path, self.to_json() + "\n")
@@ -275,6 +284,20 @@ class ElectraConfig:
                 f"Unknown preset '{name}'; choose one of: {', '.join(sorted(PRESETS))}."
             )
         return cls.from_dict({**PRESETS[name], **overrides})
+
+
+# Other implementations' config.json, told by their keys, and convert's --from for each.
+FORMAT_FLAGS = {"Hugging Face": "hf", "keras-hub": "keras-hub"}
+
+
+def foreign_format(config: dict) -> str | None:
+    """The implementation whose ``config.json`` this is when it is not keras-electra's:
+    ``Hugging Face`` (``model_type``), ``keras-hub`` (a Keras object's ``class_name``)."""
+    if "model_type" in config:
+        return "Hugging Face"
+    if "class_name" in config or "registered_name" in config:
+        return "keras-hub"
+    return None
 
 
 # === Presets ===

@@ -20,7 +20,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from keras_electra.atomic import check_writable
+from keras_electra.atomic import check_writable, staged_directory
+from keras_electra.config import FORMAT_FLAGS, foreign_format
 from keras_electra.convert.core import (
     CONVERT_FILE,
     Converted,
@@ -122,10 +123,8 @@ def source_kind(path: str | Path) -> str | None:
     except (OSError, ValueError):
         config = None
     if isinstance(config, dict):
-        if "model_type" in config:
-            return "hf"
-        if "class_name" in config or "registered_name" in config:
-            return "keras-hub"
+        if kind := foreign_format(config):
+            return FORMAT_FLAGS[kind]
         if "embedding_sharing" in config:
             return "keras-electra"
     if (path / "checkpoint").is_file() or any(path.glob("*.index")):
@@ -171,10 +170,13 @@ def convert(source: str | Path, output: str | Path, source_format: str, **option
     Returns:
         The directory and what the conversion reported (also in ``convert.json``).
     """
-    if not RunDirectory(output).has_config():  # a model there: write_init_dir says so
-        _check_new_output(output, "the converted model's")
-    path, notes = write_init_dir(read(source, source_format, **options), output)
-    return ConvertResult(path, notes)
+    if RunDirectory(output).has_config():
+        raise ConfigError(f"'{output}' already holds a model; choose a new --output directory.")
+    _check_new_output(output, "the converted model's")
+    converted = read(source, source_format, **options)
+    with staged_directory(output) as partial:  # a failed or stopped conversion leaves none
+        notes = write_init_dir(converted, partial)[1]
+    return ConvertResult(Path(output), notes)
 
 
 def _check_new_output(output: str | Path, written: str) -> None:
@@ -230,6 +232,10 @@ def convert_run(run_dir: str | Path, output: str | Path, target: str) -> Convert
             f"'{run_dir}' has pre-LayerNorm towers (normalize_first), which Hugging Face and "
             "keras-hub ELECTRA cannot represent; export it with `keras-electra export` instead."
         )
-    if target == "hf":
-        return ConvertResult(write_hf(model, tokenizer.vocab, output), [])
-    return ConvertResult(*write_keras_hub(model, tokenizer.vocab, output))
+    with staged_directory(output) as partial:  # a failed or stopped write leaves none
+        if target == "hf":
+            write_hf(model, tokenizer.vocab, partial)
+            notes = []
+        else:
+            notes = write_keras_hub(model, tokenizer.vocab, partial)[1]
+    return ConvertResult(Path(output), notes)

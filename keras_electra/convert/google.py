@@ -51,11 +51,18 @@ def read_google(
         1.0
     """
     prefix = _checkpoint_prefix(Path(path))
-    reader = tf.train.load_checkpoint(prefix)
-    shapes = reader.get_variable_to_shape_map()
-    names = [n for n in shapes if n not in NON_WEIGHTS and not n.endswith(OPTIMIZER_SUFFIXES)]
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        names = [n for n in shapes if n not in NON_WEIGHTS and not n.endswith(OPTIMIZER_SUFFIXES)]
+        weights = {n: np.asarray(reader.get_tensor(n)) for n in names}
+    except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: a short read
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ConfigError(
+            f"The checkpoint '{prefix}' cannot be read ({reason}); its .index or .data file "
+            "is damaged or incomplete: unpack or download it again."
+        ) from None
     skipped = len(shapes) - len(names)
-    weights = {n: np.asarray(reader.get_tensor(n)) for n in names}
     if any(n.startswith(("generator_ltr/", "generator_rtl/")) for n in weights):
         raise ConfigError(
             f"'{path}' is an Electric checkpoint (generator_ltr/, generator_rtl/), which convert "

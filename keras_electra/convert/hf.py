@@ -8,6 +8,7 @@ are read and written: docs/checkpoints.md, "What each source needs".
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -139,11 +140,45 @@ def write_hf(model, tokens: list[str], output: str | Path) -> Path:
         folder = output / tower
         folder.mkdir(parents=True, exist_ok=True)
         tensors = {k: np.ascontiguousarray(v, dtype="float32") for k, v in states[tower].items()}
-        save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+        _save_safetensors(tensors, folder / WEIGHTS_FILE, save_file)
         write_json(folder / "config.json", _hf_config(config, tower))
         (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
         write_json(folder / "tokenizer_config.json", tokenizer)
     return output
+
+
+def _load_safetensors(path: Path, load_file) -> dict[str, np.ndarray]:
+    """``path``'s tensors, or one sentence for a file that is not whole safetensors (cut
+    short by a download or a full disk, or another file under that name)."""
+    from safetensors import SafetensorError
+
+    try:
+        return load_file(str(path))
+    except SafetensorError as error:
+        raise ConfigError(
+            f"'{path}' cannot be read as safetensors ({_reason(error)}); the file is damaged or "
+            "incomplete: fetch or save it again."
+        ) from None
+
+
+def _save_safetensors(tensors: dict[str, np.ndarray], path: Path, save_file) -> None:
+    """Write ``tensors`` to ``path``; a failed write is the OSError it was (safetensors
+    reports one as its own error, "I/O error: ... (os error 28)")."""
+    from safetensors import SafetensorError
+
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as error:
+        number = re.search(r"os error (\d+)", str(error))
+        if number is None:
+            raise
+        code = int(number.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
+def _reason(error: Exception) -> str:
+    """The first line of ``error``'s message, short enough for a sentence."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -162,7 +197,7 @@ def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
             "names the model's sizes (save it with transformers' save_pretrained)."
         )
     if (path / WEIGHTS_FILE).is_file():
-        state = load_file(str(path / WEIGHTS_FILE))
+        state = _load_safetensors(path / WEIGHTS_FILE, load_file)
     elif (path / TF_WEIGHTS_FILE).is_file():
         state = read_tf_weights(path / TF_WEIGHTS_FILE)
     else:
@@ -226,9 +261,8 @@ def read_tf_weights(path: str | Path) -> dict[str, np.ndarray]:
                     name, transpose = torch_name(tf_name)
                     state[name] = _torch_layout(name, np.asarray(value[()]), transpose)
     except OSError as error:  # not HDF5, truncated
-        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else "unreadable"
         raise ConfigError(
-            f"'{path}' cannot be read as HDF5 ({reason}); fetch the file again."
+            f"'{path}' cannot be read as HDF5 ({_reason(error)}); fetch the file again."
         ) from None
     return state
 

@@ -104,7 +104,17 @@ def _load_backbone(path: Path):
         raise ConfigError(
             f"'{path}' holds a keras-hub {spec.get('class_name')}, not an ElectraBackbone."
         )
-    return keras_hub.models.ElectraBackbone.from_preset(str(path))
+    try:
+        return keras_hub.models.ElectraBackbone.from_preset(str(path))
+    except (OSError, ValueError) as error:  # a damaged weights file; weights the config
+        # does not describe (Keras: "A total of N objects could not be loaded")
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        reason = reason.split(". Example error message")[0][:200]
+        raise ConfigError(
+            f"The keras-hub preset '{path}' cannot be loaded ({reason}); its "
+            "model.weights.h5 is damaged, or does not fit its config.json: save the preset "
+            "again."
+        ) from None
 
 
 def _vocabulary(path: Path) -> tuple[list[str], bool]:
