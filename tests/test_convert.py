@@ -275,6 +275,32 @@ def test_hf_errors_name_the_mismatch(tmp_path):
     )
 
 
+def test_hf_discriminator_passed_as_the_generator_is_named(tmp_path):
+    disc, gen = build_hf_pair(SIZES["projected"], seed=5)
+    disc_dir, _ = save_hf_pair(disc, gen, tmp_path)
+    # Not "2 heads and feed-forward size 128": the directory holds the wrong model.
+    with pytest.raises(ConfigError, match=r"holds a discriminator \(ElectraForPreTraining\), not"):
+        convert(disc_dir, tmp_path / "a", "hf", generator=disc_dir)
+    assert not (tmp_path / "a").exists()
+
+
+def test_hf_config_layer_count_other_than_the_weights_is_named(tmp_path):
+    disc, gen = build_hf_pair(SIZES["projected"], seed=5)  # two layers
+    disc_dir, gen_dir = save_hf_pair(disc, gen, tmp_path)
+    config = json.loads((disc_dir / "config.json").read_text())
+    for said in (1, 3):  # not "16 weight(s) ELECTRA has no place for", nor "missing"
+        (disc_dir / "config.json").write_text(json.dumps({**config, "num_hidden_layers": said}))
+        with pytest.raises(
+            ConfigError, match=f"says num_hidden_layers {said}, but the weights hold 2 layers;"
+        ):
+            convert(disc_dir, tmp_path / f"a{said}", "hf")
+    (disc_dir / "config.json").write_text(json.dumps(config))
+    generator = json.loads((gen_dir / "config.json").read_text())
+    (gen_dir / "config.json").write_text(json.dumps({**generator, "num_hidden_layers": 1}))
+    with pytest.raises(ConfigError, match=r"gen/config.json' says num_hidden_layers 1, but"):
+        convert(disc_dir, tmp_path / "b", "hf", generator=gen_dir)
+
+
 # === google-research TF1 ===
 
 
@@ -386,6 +412,35 @@ def test_tf1_generator_size_mismatch_is_named(tmp_path):
     with pytest.raises(ConfigError, match="No vocab.txt next to"):
         (tmp_path / "vocab.txt").unlink()
         read_google(tmp_path / "model.ckpt-1")
+
+
+def test_tf1_preset_of_another_width_names_the_discriminator_and_zero_heads_are_refused(
+    tmp_path, capsys
+):
+    disc, gen = build_hf_pair(SIZES["projected"], seed=9)  # 64 wide, generator 32
+    arrays = {
+        **hf_to_tf1_names(disc.state_dict(), "discriminator"),
+        **hf_to_tf1_names(gen.state_dict(), "generator"),
+    }
+    write_tf1_checkpoint(arrays, tmp_path / "model.ckpt-1")
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    prefix = str(tmp_path / "model.ckpt-1")
+    # The whole model is narrower than --preset's: not "the generator is 32 wide ... use
+    # preset small++", the preset passed.
+    args = ["convert", "--from", "google", prefix, "--preset", "small++", "--output"]
+    assert main([*args, str(tmp_path / "a")]) == 2
+    error = capsys.readouterr().err
+    assert (
+        "The discriminator in '" + prefix + "' is 64 wide, but the configuration says "
+        "hidden_size 256; leave out --preset to read the sizes from the checkpoint." in error
+    ), error
+    # --num-heads 0 is refused as -2 is, not replaced by the default.
+    for heads in ("0", "-2"):
+        args = ["convert", "--from", "google", prefix, "--num-heads", heads, "--output"]
+        assert main([*args, str(tmp_path / f"heads{heads}")]) == 2
+        error = capsys.readouterr().err
+        assert f"num_heads must be a positive integer, got {heads}." in error, error
+        assert not (tmp_path / f"heads{heads}").exists()
 
 
 # === keras-hub ===
@@ -507,6 +562,58 @@ def test_converted_directory_pretrains_finetunes_and_exports(tmp_path, small_cor
         ]
     )
     assert code == 0 and (tmp_path / "cls" / "finetune.json").is_file()
+
+
+def test_a_converted_tiny_model_pretrains_with_the_tiny_presets_temperature(tmp_path, small_corpus):
+    from keras_electra.pretraining import save_run
+    from keras_electra.pretraining.run import pretrain
+
+    disc, gen = build_hf_pair(SIZES["projected"], seed=10)  # tiny-sized: hidden 64
+    disc_dir, gen_dir = save_hf_pair(disc, gen, tmp_path)
+    init = convert(disc_dir, tmp_path / "init", "hf", generator=gen_dir).output
+    assert json.loads((init / "run.json").read_text())["preset"] == "tiny"
+    # It records no hyperparameters: --temperature's default is the preset's (tiny's 2),
+    # as the flag's help says, not the objective's 1.
+    corpus, run = [str(small_corpus)], tmp_path / "run"
+    plan = pretrain(corpus, run, init=str(init), max_seq_length=32, dry_run=True)
+    assert plan.settings.preset == "tiny" and plan.settings.temperature == 2.0
+    assert plan.objective.hyperparameters.temperature == 2.0
+    given = pretrain(corpus, run, init=str(init), max_seq_length=32, temperature=1.5, dry_run=True)
+    assert given.settings.temperature == 1.5
+    # save_run into it names why it refuses: the directory, not the model.
+    model, tokenizer, _ = load_run(init)
+    with pytest.raises(ConfigError, match=r"holds a converted model .*; save into a new dir"):
+        save_run(model, tokenizer, init)
+
+
+def test_a_converted_small_plus_plus_model_is_recorded_as_small_plus_plus(tmp_path, small_corpus):
+    from keras_electra.pretraining.run import pretrain
+
+    # The released ELECTRA-Small's sizes (a small vocabulary): a generator as wide as the
+    # discriminator, which alone tells it from Small.
+    sizes = dict(embedding=128, hidden=256, heads=4, layers=12, generator_hidden=256)
+    positions = {"max_position_embeddings": 512}
+    torch.manual_seed(0)
+    disc = transformers.ElectraForPreTraining(
+        transformers.ElectraConfig(
+            **{
+                **hf_config(sizes, "discriminator").to_dict(),
+                **positions,
+                "intermediate_size": 1024,
+            }
+        )
+    )
+    gen = transformers.ElectraForMaskedLM(
+        transformers.ElectraConfig(**{**hf_config(sizes, "generator").to_dict(), **positions})
+    )
+    gen.electra.embeddings = disc.electra.embeddings
+    gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
+    disc_dir, gen_dir = save_hf_pair(disc, gen, tmp_path)
+    init = convert(disc_dir, tmp_path / "init", "hf", generator=gen_dir).output
+    assert json.loads((init / "run.json").read_text())["preset"] == "small++"
+    # pretrain --init takes Small++'s recipe: 512-token sequences, not Small's 128.
+    plan = pretrain([str(small_corpus)], tmp_path / "run", init=str(init), dry_run=True)
+    assert plan.settings.preset == "small++" and plan.settings.max_seq_length == 512
 
 
 # === Presets of the released models ===

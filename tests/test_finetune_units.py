@@ -382,6 +382,19 @@ def test_recipe_defaults_follow_the_paper_and_tasks_are_checked():
         check_task("sentiment")
 
 
+def test_infer_preset_matches_every_size_that_tells_presets_apart():
+    # Small and Small++ differ only in the generator's width: the released models
+    # (generator as wide as the discriminator) are small++, not small.
+    for name in ("tiny", "small", "small++", "base", "large"):
+        config = ElectraConfig.from_preset(name, vocab_size=64, max_position_embeddings=40)
+        assert infer_preset(config) == name
+    # No preset's sizes: the nearest in hidden size, then in the other sizes.
+    assert infer_preset(ElectraConfig.from_preset("small++", num_layers=6)) == "small++"
+    assert infer_preset(ElectraConfig.from_preset("small", num_layers=6)) == "small"
+    assert infer_preset(ElectraConfig(hidden_size=64, num_heads=1, embedding_size=32)) == "tiny"
+    assert infer_preset(ElectraConfig.from_preset("base", num_layers=6)) == "base"
+
+
 def test_the_task_registry_has_a_class_for_every_task_name():
     from keras_electra.finetuning import TASKS, get_task
     from keras_electra.finetuning.tasks import TASKS as REGISTRY

@@ -87,6 +87,30 @@ def test_what_save_run_refuses_is_one_sentence(fitted, small_corpus, tmp_path):
         pretrain([str(small_corpus)], run_dir, steps=6, progress=False)
 
 
+def test_save_run_into_the_command_line_run_it_loaded_names_the_directory(
+    tiny_run, small_corpus, tmp_path
+):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    model, tokenizer, step = load_run(run_dir)
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=1e-4, total_steps=2, warmup_steps=1)
+    )
+    data = pretraining_dataset([str(small_corpus)], tokenizer, batch_size=8, max_seq_length=32)
+    model.fit(data, steps_per_epoch=1, epochs=1, verbose=0)
+    # The same model: not "already holds another model", but why the directory is refused.
+    with pytest.raises(
+        ConfigError,
+        match=r"holds a command-line run \(`keras-electra pretrain` wrote it\), and save_run "
+        r"adds checkpoints only to directories it wrote; save into a new directory\.",
+    ):
+        save_run(model, tokenizer, run_dir)
+    assert RunDirectory(run_dir).latest_step() == step  # untouched
+    assert save_run(model, tokenizer, tmp_path / "new").endswith(f"ckpt-{step + 1}")
+
+
 def test_a_saved_run_fine_tunes_like_a_pretraining_run(fitted, tmp_path):
     model, tokenizer, _ = fitted
     run_dir = tmp_path / "run"

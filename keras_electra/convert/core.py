@@ -224,7 +224,20 @@ def _generator_advice(config: ElectraConfig) -> str:
 
 
 def _check_generator_width(converted: Converted) -> None:
-    """The most common mismatch, named before it surfaces as missing or misshaped weights."""
+    """The most common mismatch, named before it surfaces as missing or misshaped weights;
+    first the discriminator's width (a --preset of another size), which the generator's
+    would otherwise be blamed for."""
+    query = converted.weights.get("electra/encoder/layer_0/attention/self/query/kernel")
+    if query is not None and query.shape[-1] != converted.config.hidden_size:
+        fix = (
+            "leave out --preset to read the sizes from the checkpoint"
+            if converted.source_format == "google"
+            else "restore the config.json saved with these weights"
+        )
+        raise ConfigError(
+            f"The discriminator in '{converted.source}' is {query.shape[-1]} wide, but the "
+            f"configuration says hidden_size {converted.config.hidden_size}; {fix}."
+        )
     query = converted.weights.get("generator/encoder/layer_0/attention/self/query/kernel")
     expected = converted.config.generator_config().hidden_size
     if query is not None and query.shape[-1] != expected:

@@ -135,7 +135,7 @@ def _config(weights, tokens, preset, lowercase, num_heads, source) -> ElectraCon
         embedding_size=int(embedding),
         hidden_size=int(hidden),
         num_layers=layers,
-        num_heads=num_heads or max(1, hidden // 64),
+        num_heads=max(1, hidden // 64) if num_heads is None else num_heads,  # 0 is refused
         intermediate_size=int(weights[f"{layer_0}/intermediate/dense/kernel"].shape[1]),
         max_position_embeddings=int(weights["electra/embeddings/position_embeddings"].shape[0]),
         type_vocab_size=int(weights["electra/embeddings/token_type_embeddings"].shape[0]),

@@ -80,6 +80,14 @@ def read_hf(path: str | Path, generator: str | Path | None = None) -> Converted:
             f"'{path}' holds a generator (ElectraForMaskedLM); pass the discriminator "
             "directory first and the generator with --generator."
         )
+    if generator and _is_discriminator(gen_config, gen_state):
+        raise ConfigError(
+            f"'{generator}' holds a discriminator (ElectraForPreTraining), not a generator "
+            "(ElectraForMaskedLM); pass the generator's directory with --generator."
+        )
+    _check_layers(disc_config, disc_state, path)
+    if generator:
+        _check_layers(gen_config, gen_state, generator)
     tokens, lowercase = _vocabulary(path)
     config = _config(disc_config, gen_config, tokens, lowercase, str(path))
     towers = (DISCRIMINATOR, GENERATOR) if generator else (DISCRIMINATOR,)
@@ -291,6 +299,28 @@ def _names(group, attribute: str) -> list[str]:
             chunks.append(group.attrs[f"{attribute}{index}"])
             index += 1
     return [n.decode("utf-8") if isinstance(n, bytes) else str(n) for c in chunks for n in c]
+
+
+def _is_discriminator(config: dict, state: dict) -> bool:
+    """Whether a directory holds an ``ElectraForPreTraining``: its config's
+    ``architectures`` say so, or its weights hold the discriminator's head."""
+    return "ElectraForPreTraining" in (config.get("architectures") or []) or any(
+        k.startswith("discriminator_predictions.") for k in state
+    )
+
+
+def _check_layers(config: dict, state: dict, where) -> None:
+    """Refuse a config.json whose layer count is not the weights' (the weights of the
+    missing or extra layers would otherwise be named one by one)."""
+    found = {
+        int(m.group(1)) for k in state if (m := re.match(r"electra\.encoder\.layer\.(\d+)\.", k))
+    }
+    layers, said = (max(found) + 1 if found else 0), config["num_hidden_layers"]
+    if found and layers != said:
+        raise ConfigError(
+            f"'{where}/config.json' says num_hidden_layers {said}, but the weights hold "
+            f"{layers} layers; restore the config.json saved with these weights."
+        )
 
 
 def _vocabulary(path: Path) -> tuple[list[str], bool]:

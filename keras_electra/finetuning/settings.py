@@ -29,19 +29,46 @@ from keras_electra.settings import (  # noqa: F401 - the fine-tuning API names t
 
 
 def infer_preset(config: ElectraConfig) -> str:
-    """The preset whose discriminator size matches ``config`` (nearest hidden size otherwise).
+    """The preset whose sizes ``config`` has: the discriminator's (hidden size, layers,
+    heads, feed-forward and embedding sizes) and the generator's (hidden size and layers,
+    which alone tell ``small`` from ``small++``). Every caller needs a preset's recipe, so
+    a config of no preset's sizes gets the nearest: of the presets nearest in hidden size
+    (``tiny`` up to its 128), the one that differs in the fewest sizes (the first, on a
+    tie).
 
     Examples:
         >>> infer_preset(ElectraConfig.from_preset("base", vocab_size=100))
         'base'
+        >>> infer_preset(ElectraConfig.from_preset("small++", vocab_size=100))
+        'small++'
+        >>> infer_preset(ElectraConfig.from_preset("small++", num_layers=6))
+        'small++'
     """
-    for name, values in PRESETS.items():
-        if name != "tiny" and values["hidden_size"] == config.hidden_size:
-            return name
     size = config.hidden_size
     if size <= PRESETS["tiny"]["hidden_size"]:
-        return "tiny"
-    return min(("small", "base", "large"), key=lambda n: abs(PRESETS[n]["hidden_size"] - size))
+        nearest = ["tiny"]
+    else:
+        gaps = {n: abs(v["hidden_size"] - size) for n, v in PRESETS.items() if n != "tiny"}
+        nearest = [n for n, gap in gaps.items() if gap == min(gaps.values())]
+    ours = _preset_sizes(config)
+
+    def differences(name: str) -> int:
+        theirs = _preset_sizes(ElectraConfig.from_preset(name))
+        return sum(a != b for a, b in zip(ours, theirs, strict=True))
+
+    return min(nearest, key=differences)
+
+
+# The discriminator's sizes that tell the presets apart (the vocabulary and the position
+# table do not); with the generator's (_preset_sizes), which tell small from small++.
+_PRESET_SIZES = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "embedding_size")
+
+
+def _preset_sizes(config: ElectraConfig) -> tuple[int, ...]:
+    """``config``'s ``_PRESET_SIZES``, then its generator's hidden size and layers."""
+    generator = config.generator_config()
+    own = (getattr(config, name) for name in _PRESET_SIZES)
+    return (*own, generator.hidden_size, generator.num_layers)
 
 
 def _as_option(name: str) -> Any:

@@ -118,11 +118,18 @@ def _claim(run: RunDirectory, model: ElectraPretrainer, tokens: list[str], step:
     check_writable(run.path, "run_dir")
     run.refuse_exports("the run (a new run_dir)")
     if run.has_config():
-        if run.settings().get("saved_by") != SAVED_BY or run.config_and_vocab() != (
-            model.config,
-            tokens,
-        ):
+        if run.config_and_vocab() != (model.config, tokens):
             raise ConfigError(f"'{run.path}' already holds another model; choose a new directory.")
+        if not run.is_saved_from_python():  # the same model (load_run's), another's directory
+            written = "a command-line run (`keras-electra pretrain` wrote it)"
+            if run.is_converted():
+                written = "a converted model (`keras-electra convert` wrote it)"
+            elif run.is_finetuned():
+                written = "a fine-tuned model"
+            raise ConfigError(
+                f"'{run.path}' holds {written}, and save_run adds checkpoints only to "
+                "directories it wrote; save into a new directory."
+            )
         latest = run.latest_step() or 0
         if latest > step:
             raise ConfigError(

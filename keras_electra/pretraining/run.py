@@ -378,8 +378,9 @@ def resolve_run(
     such a vocabulary is None. The config is the resumed run's or ``--init``'s, else the
     preset's, with the flags applied and checked by the objective. So are the objective's
     hyperparameters: the resumed run's (which ``settings.hyperparameters`` must equal), else
-    ``--init``'s or the preset's recipe with ``settings.hyperparameters``; ``--temperature``
-    applied to each.
+    ``--init``'s (the preset's recipe for those it does not record: a converted directory
+    records none) or the preset's recipe, with ``settings.hyperparameters``;
+    ``--temperature`` applied to each.
     """
     run.refuse_exports("the run")
     fields = ("embedding_sharing", "generator_hidden_size")
@@ -439,7 +440,12 @@ def resolve_run(
         objective.check(config)
         _check_size(config, settings, f"--init '{settings.init}'")
         _check_vocabulary_flags(settings, config, tokens, f"--init '{settings.init}'", False)
-        recorded = RunDirectory(settings.init).stored_hyperparameters()
+        # --init's, else the preset's: a converted directory records none (the source's
+        # recipe is unknown), so a tiny-sized one samples at the tiny preset's temperature.
+        recorded = {
+            **objective.preset_hyperparameters.get(settings.preset, {}),
+            **RunDirectory(settings.init).stored_hyperparameters(),
+        }
         recorded.update(settings.hyperparameters)  # given ones win, as --temperature does
     else:
         source = settings.vocab or "learned"
