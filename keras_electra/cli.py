@@ -733,7 +733,11 @@ def _convert_options(args: argparse.Namespace) -> dict:
         return {}
     if not args.source:
         raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
-    google_only = [f for f in ("vocab", "preset", "num_heads", "cased") if getattr(args, f)]
+    google_only = [
+        f
+        for f in ("vocab", "preset", "num_heads", "cased")
+        if getattr(args, f) is not None and getattr(args, f) is not False  # 0 is given
+    ]
     if args.source_format != "google" and google_only:
         given = "--" + google_only[0].replace("_", "-")
         raise errors.ConfigError(f"{given} applies to --from google only.")

@@ -178,3 +178,12 @@ def test_safetensors_reports_a_full_disk_as_the_os_error_it_was(tmp_path):
     with pytest.raises(OSError) as caught:
         _save_safetensors({"a": np.zeros(2, "float32")}, target, no_room)
     assert (caught.value.errno, caught.value.filename) == (errno.ENOSPC, str(target))
+
+
+def test_num_heads_0_with_another_format_is_refused_as_any_value_is(hf_pair, tmp_path, capsys):
+    # `--from hf DIR --num-heads 0` converted without a word: 0 read as "not given".
+    disc_dir, _ = hf_pair
+    command = ["convert", "--from", "hf", str(disc_dir), "--output", str(tmp_path / "o")]
+    assert main([*command, "--num-heads", "0"]) == 2
+    assert "--num-heads applies to --from google only." in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
