@@ -202,12 +202,13 @@ vocab_size=len(tokenizer.vocab), or tokenize with the model's own vocab.txt.
 
 
 def has_text(text: str | bytes) -> bool:
-    """Whether ``text`` has a character the tokenizer keeps: not only whitespace, control
-    or format characters (a zero-width space gave no word piece and a sentence score of
-    0, the most plausible there is)."""
+    """Whether ``text`` has a character the tokenizer keeps: not only whitespace, control,
+    format characters or combining marks (a zero-width space, or accents alone, which the
+    lower-casing tokenizer strips, gave no word piece and a sentence score of 0, the most
+    plausible there is)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     return any(unicodedata.category(c) not in _DROPPED for c in text)
 
 
-_DROPPED = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+_DROPPED = {"Cc", "Cf", "Zs", "Zl", "Zp", "Mn"}

@@ -95,7 +95,8 @@ def metrics_source(run_dir: str | Path) -> tuple[Path, bool]:
 
 def _read_records(path: Path) -> list[dict]:
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    # A line that is not UTF-8 (a damaged disk block) is skipped as a cut-short one is.
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
         except ValueError:

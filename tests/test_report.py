@@ -17,6 +17,9 @@ def write_metrics(run_dir, records):
     lines = [json.dumps(r) for r in records]
     # A line cut short by a crash is skipped, not fatal.
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 70', encoding="utf-8")
+    # So is a line that is not UTF-8 (a damaged block): it was a UnicodeDecodeError traceback.
+    with open(run_dir / "metrics.jsonl", "ab") as out:
+        out.write(b"\n\xff\xfe garbage")
     return run_dir
 
 

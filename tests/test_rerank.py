@@ -59,6 +59,8 @@ def test_the_lists_are_read_with_or_without_first_pass_scores(tmp_path):
         ('{"hypotheses": []}\n', r"^Line 1 of .* has an empty hypotheses list; give at least"),
         ('{"hypotheses": ["a", " "]}\n', r"^Line 1 of .*, hypothesis 2: the text must be a non"),
         ('{"hypotheses": ["a", "\\u200b"]}\n', r"^Line 1 of .*, hypothesis 2: the text must be a"),
+        # Accents alone: the tokenizer strips them, and the empty text scored 0 and won.
+        ('{"hypotheses": ["a", "\\u0301\\u0301"]}\n', r"^Line 1 of .*, hypothesis 2: the text"),
         (
             '{"hypotheses": [{"text": "a", "score": 1}, "b"]}\n',
             r"^Line 1 of .*: 1 of its 2 hypotheses have a score; give every hypothesis",
