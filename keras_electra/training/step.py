@@ -323,7 +323,8 @@ class OneGraphTraining(internals.SymbolicBuildHook):
         )
 
     def fit(self, x=None, *args, **kwargs):
-        self._build_optimizer()  # so a multi-worker strategy skips the symbolic build
+        self._build_optimizer(unless_unbuilt=True)  # a multi-worker strategy then skips
+        # Keras' symbolic build, which cannot reduce a dict batch
         vocab_size = _vocab_size(self)
         if isinstance(x, tf.data.Dataset):
             # Keras cannot shuffle a dataset, and warns at its default shuffle=True.
@@ -333,10 +334,13 @@ class OneGraphTraining(internals.SymbolicBuildHook):
         with token_ids_checked(self):
             return super().fit(x, *args, **kwargs)
 
-    def _build_optimizer(self) -> None:
-        """Build a compiled, built model's optimizer under its strategy, once."""
+    def _build_optimizer(self, unless_unbuilt: bool = False) -> None:
+        """Build a compiled model's optimizer under its strategy, once (``unless_unbuilt``:
+        only once the model is built; before, it has no variables to give it)."""
         optimizer = getattr(self, "optimizer", None)
-        if self.built and optimizer is not None and not optimizer.built:
+        if unless_unbuilt and not self.built:
+            return
+        if optimizer is not None and not optimizer.built:
             with self.distribute_strategy.scope():
                 optimizer.build(self.trainable_variables)
 
