@@ -132,7 +132,15 @@ def one_trial(args: list[str], run_dir: Path, rng: random.Random, max_delay: flo
         "checkpoint_step": _latest_checkpoint_step(run_dir),
         "last_metrics_step": steps[-1] if steps else None,
         "stderr": lines,
+        # What `keras-electra report` says of the stopped run: the sentence it stopped with.
+        "stop_kept": _stop_kept(run_dir),
     }
+
+
+def _stop_kept(run_dir: Path) -> str | None:
+    from keras_electra.run_directory import RunDirectory
+
+    return RunDirectory(run_dir).stopped()
 
 
 def trial_ok(trial: dict) -> bool:
@@ -150,6 +158,7 @@ def trial_ok(trial: dict) -> bool:
         and step > trial["resumed_from"]
         and trial["checkpoint_step"] == step
         and trial["last_metrics_step"] == step
+        and "keras-electra pretrain: " + str(trial.get("stop_kept")) == stderr[-1]
     )
 
 
@@ -195,6 +204,7 @@ def run_trials(
         "uninterrupted_exit_code": code,
         "uninterrupted_seconds": round(uninterrupted_seconds, 1),
         "metrics_steps": _metrics_steps(run_dir),
+        "stop_kept_at_the_end": _stop_kept(run_dir),  # None: the finished run cleared it
     }
     if final.returncode == 0 and code == 0:
         resumed, _, resumed_step = load_run(run_dir)

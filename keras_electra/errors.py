@@ -105,6 +105,7 @@ _REASONS = {
     errno.EROFS: "the file system is read-only",
     errno.ENOENT: "the directory was removed",
     errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "a file is there, not a folder",
 }
 # TensorFlow's file errors carry no errno: these words of their messages stand for one.
 _MARKERS = (
@@ -153,7 +154,7 @@ def storage_remedy(error: BaseException, where: str | os.PathLike) -> str:
         return f"fix the permissions of '{where}'"
     if code == errno.EROFS:
         return f"remount the file system that holds '{where}' writable"
-    if code == errno.ENOTDIR:
+    if code in (errno.ENOTDIR, errno.EEXIST):
         return f"pass another path than '{where}', whose every part is a folder"
     if code == errno.ENOENT:
         return f"put '{where}' back (a dropped network mount looks the same)"

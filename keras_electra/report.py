@@ -9,11 +9,14 @@ import html
 import io
 import json
 import math
+import textwrap
 from pathlib import Path
 
+from keras_electra.atomic import check_writable
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.health import collapse_warnings
 from keras_electra.run_directory import RunDirectory
+from keras_electra.training.callbacks import read_metrics_records
 
 # (title, metric-name patterns, y axis on a log scale)
 PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
@@ -50,7 +53,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of ``RUN_DIR/metrics.jsonl`` (an unfinished fine-tuning's: of
     ``OUT_DIR/resume/metrics.jsonl``, :func:`metrics_source`); a line cut short by a crash
     is skipped."""
-    return _read_records(metrics_source(run_dir)[0])
+    return read_metrics_records(metrics_source(run_dir)[0])
 
 
 def metrics_source(run_dir: str | Path) -> tuple[Path, bool]:
@@ -81,6 +84,11 @@ def metrics_source(run_dir: str | Path) -> tuple[Path, bool]:
             f"no {path.name}; the report draws the runs of `keras-electra pretrain` and "
             "`finetune` (your fit's History holds its metrics)."
         )
+    if stopped := run.stopped():
+        raise ConfigError(
+            f"'{run_dir}' has no metrics: its pretraining ended before its first logging "
+            f"window. It said: {stopped}"
+        )
     if run.has_config() or run.settings_file.is_file() or run.resume_dir.path.is_dir():
         raise ConfigError(
             f"'{run_dir}' has no metrics yet (no {path.name}): its run has not finished a "
@@ -93,33 +101,37 @@ def metrics_source(run_dir: str | Path) -> tuple[Path, bool]:
     )
 
 
-def _read_records(path: Path) -> list[dict]:
-    records = []
-    # A line that is not UTF-8 (a damaged disk block) is skipped as a cut-short one is.
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "step" in record:
-            records.append(record)
-    return records
-
-
-def _unfinished(path: Path, records: list[dict]) -> str:
-    """What the report says of an unfinished fine-tuning whose records ``path`` holds."""
+def _unfinished(run_dir: str, source: tuple[Path, bool], records: list[dict]) -> str | None:
+    """What the report says of a run that has not reached its end (None for one that has):
+    an unfinished fine-tuning (its records are ``source``'s, in ``resume/``), a
+    pretraining that stopped early (the sentence it stopped with), or one still short of
+    its ``--steps`` (running, or killed without a word)."""
+    path, partial = source
     last = records[-1] if records else {}
-    loss = last.get("loss")
-    if isinstance(loss, float) and not math.isfinite(loss):
-        return f"the fine-tuning diverged at step {last['step']} (its records: {path})"
-    return f"the fine-tuning is interrupted or still running (its records so far: {path})"
+    if partial:
+        if not _is_number(last.get("loss", 0.0)):
+            return f"the fine-tuning diverged at step {last['step']} (its records: {path})"
+        return f"the fine-tuning is interrupted or still running (its records so far: {path})"
+    run = RunDirectory(run_dir)
+    if run.is_finetuned():
+        return None
+    if stopped := run.stopped():
+        return stopped
+    steps = run.settings().get("steps")
+    if isinstance(steps, int) and last and last["step"] < steps:
+        return (
+            f"the pretraining has logged step {last['step']:,} of {steps:,}: it is still "
+            "running, or it was killed (run its command again to resume from the last "
+            "checkpoint)"
+        )
+    return None
 
 
 def panels_for(records: list[dict]) -> list[tuple[str, list[str], bool]]:
     """The panels with data, each with the metric names it draws, in order; metrics no
     panel claims (a fine-tuning task's own) get an "Other metrics" panel."""
     names = sorted(
-        {k for r in records for k, v in r.items() if k not in NOT_DRAWN and _is_number(v)},
+        {k for r in records for k, v in r.items() if k not in NOT_DRAWN and _is_metric(v)},
         key=_natural,
     )
     out, claimed = [], set()
@@ -164,11 +176,13 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     if not run_dirs:
         raise ConfigError("Pass at least one run directory.")
     sources = {str(d): metrics_source(d) for d in run_dirs}
-    runs = {d: _read_records(path) for d, (path, _) in sources.items()}
+    runs = {d: read_metrics_records(path) for d, (path, _) in sources.items()}
     empty = [d for d, records in runs.items() if not records]
     if len(empty) == len(runs):
         raise ConfigError(f"'{empty[0]}' has no complete metrics line yet; wait for a window.")
     out_dir = Path(output) if output is not None else Path(run_dirs[0])
+    if output is not None:
+        check_writable(output)  # a file there was "could not access (file exists)"
     out_dir.mkdir(parents=True, exist_ok=True)
 
     panels = panels_for([r for records in runs.values() for r in records])
@@ -176,12 +190,10 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
         d: collapse_warnings(records, temperature=_samples_at_a_temperature(d))
         for d, records in runs.items()
     }
-    png = _draw(runs, panels, warnings)
+    unfinished = {d: _unfinished(d, source, runs[d]) for d, source in sources.items()}
+    png = _draw(runs, panels, warnings, unfinished)
     (out_dir / "report.png").write_bytes(png)
 
-    unfinished = {
-        d: _unfinished(path, runs[d]) if partial else None for d, (path, partial) in sources.items()
-    }
     summary = {
         "runs": list(runs),
         "unfinished": unfinished,
@@ -189,10 +201,12 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
         "last_window": {d: (records[-1] if records else {}) for d, records in runs.items()},
         "warnings": {d: [w["message"] for w in ws] for d, ws in warnings.items()},
         # An unfinished fine-tuning's evaluation is to come (one there is a replaced model's).
-        "eval_metrics": {d: {} if unfinished[d] else _eval_metrics(d) for d in runs},
+        "eval_metrics": {d: {} if sources[d][1] else _eval_metrics(d) for d in runs},
         "health_overhead": {d: _health_overhead(records) for d, records in runs.items()},
     }
-    (out_dir / "report.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    # Strict JSON: a diverged window's NaN or infinite metric as the string "nan" or "inf".
+    text = json.dumps(_finite(summary), indent=2, allow_nan=False)
+    (out_dir / "report.json").write_text(text + "\n", encoding="utf-8")
     (out_dir / "report.html").write_text(_html(summary, png), encoding="utf-8")
     return summary
 
@@ -202,6 +216,9 @@ def report_text(summary: dict) -> str:
     lines = []
     for run in summary["runs"]:
         last = summary["last_window"][run]
+        if not last:
+            lines.append(f"{run}: no complete metrics line yet")
+            continue
         keys = ("step", "loss", "disc_auc", "disc_recall", "probe_auc", "context_auc", "rarity_auc")
         shown = ", ".join(f"{k}={_fmt(last[k])}" for k in keys if k in last)
         lines.append(f"{run}: {shown}")
@@ -214,7 +231,7 @@ def report_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _draw(runs: dict[str, list[dict]], panels, warnings) -> bytes:
+def _draw(runs: dict[str, list[dict]], panels, warnings, unfinished) -> bytes:
     try:
         import matplotlib
     except ImportError:
@@ -231,19 +248,22 @@ def _draw(runs: dict[str, list[dict]], panels, warnings) -> bytes:
     for ax, (title, names, log) in zip(axes.flat, panels, strict=False):
         for n_run, (run, records) in enumerate(runs.items()):
             for n_metric, name in enumerate(names):
-                points = [(r["step"], r[name]) for r in records if _is_number(r.get(name))]
-                if not points:
-                    continue
-                steps, values = zip(*points, strict=True)
                 label = name if len(runs) == 1 else f"{name} ({Path(run).name})"
                 style = dict(linestyle=styles[n_run % len(styles)], color=f"C{n_metric % 10}")
-                ax.plot(
-                    steps, values, marker="." if len(steps) < 30 else None, label=label, **style
-                )
+                points = [(r["step"], r[name]) for r in records if _is_number(r.get(name))]
+                if points:
+                    steps, values = zip(*points, strict=True)
+                    marker = "." if len(steps) < 30 else None
+                    ax.plot(steps, values, marker=marker, label=label, **style)
+                # A window whose metric is NaN or infinite (a diverged run): a line at its step.
+                broken = [r["step"] for r in records if _is_broken(r.get(name))]
+                if broken:
+                    style["linestyle"] = "--"
+                    ax.axvline(broken[0], label=f"{label}: not finite", linewidth=2, **style)
             for w in warnings[run]:
                 ax.axvline(w["since"], color="red", alpha=0.5, linewidth=1)
         shown = [r[n] for rs in runs.values() for r in rs for n in names if _is_number(r.get(n))]
-        if log and all(v > 0 for v in shown):
+        if log and shown and all(v > 0 for v in shown):
             ax.set_yscale("log")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step", fontsize=8)
@@ -253,6 +273,8 @@ def _draw(runs: dict[str, list[dict]], panels, warnings) -> bytes:
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     notes = [f"{Path(run).name}: {w['message']}" for run, ws in warnings.items() for w in ws]
+    notes += [f"{Path(run).name}: unfinished: {note}" for run, note in unfinished.items() if note]
+    notes = [textwrap.shorten(note, 160, placeholder=" ...") for note in notes]
     title = " vs ".join(Path(r).name for r in runs)
     fig.suptitle(title + ("\n" + "\n".join(notes) if notes else ""), fontsize=10, color="black")
     fig.tight_layout(rect=(0, 0, 1, 0.97 - 0.02 * len(notes)))
@@ -284,7 +306,7 @@ def _html(summary: dict, png: bytes) -> str:
         parts += [
             f"<p class='warn'>WARNING: {html.escape(m)}</p>" for m in summary["warnings"][run]
         ]
-        last = {k: v for k, v in summary["last_window"][run].items() if _is_number(v)}
+        last = {k: v for k, v in summary["last_window"][run].items() if _is_metric(v)}
         parts += table("<table id='last-window'><tr><th>metric</th><th>last window</th></tr>", last)
         if summary["eval_metrics"].get(run):
             parts += table("<h3>eval_metrics.json</h3><table>", summary["eval_metrics"][run])
@@ -301,13 +323,35 @@ def _eval_metrics(run_dir: str) -> dict:
 
 def _health_overhead(records: list[dict]) -> float | None:
     """The probe's time as a fraction of the training time, over the whole run."""
-    probe = sum(r.get("health_seconds", 0.0) for r in records)
-    train = sum(r.get("window_seconds", 0.0) for r in records)
+    # The first window's times include tracing the probe and the training step (a cost
+    # paid once, not a share of every window): counted only when it is the one window.
+    counted = records[1:] or records
+    probe = sum(r.get("health_seconds", 0.0) for r in counted)
+    train = sum(r.get("window_seconds", 0.0) for r in counted)
     return round(probe / train, 4) if train > 0 and probe > 0 else None
 
 
+def _is_metric(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite metric value (one a plot can draw)."""
+    return _is_metric(value) and math.isfinite(value)
+
+
+def _is_broken(value) -> bool:
+    """A metric value that is NaN or infinite."""
+    return _is_metric(value) and not math.isfinite(value)
+
+
+def _finite(value):
+    """``value`` with every NaN or infinite float as the string ``str`` gives it."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return str(value) if _is_broken(value) else value
 
 
 def _natural(name: str):

@@ -62,6 +62,7 @@ class RunDirectory:
     LOGS = "logs"  # TensorBoard summaries
     RESUME = "resume"  # an interrupted fine-tuning: its own checkpoints/ and metrics.jsonl
     CONVERT = "convert.json"  # directories `keras-electra convert` wrote: source and notes
+    STOPPED = "stopped.json"  # a pretraining that diverged or was stopped: why, until it resumes
     SAVED_BY = "keras_electra.pretraining.save_run"  # run.json's saved_by, of save_run's
 
     def __init__(self, path: str | os.PathLike):
@@ -82,6 +83,7 @@ class RunDirectory:
     labels_file = _Entry(LABELS)
     metrics_file = _Entry(METRICS)
     eval_metrics_file = _Entry(EVAL_METRICS)
+    stopped_file = _Entry(STOPPED)
     checkpoint_dir = _Entry(CHECKPOINTS)
     logs_dir = _Entry(LOGS)
 
@@ -186,6 +188,11 @@ class RunDirectory:
         """``eval_metrics.json`` (None when there is none)."""
         return _read_json(self.eval_metrics_file, None)
 
+    def stopped(self) -> str | None:
+        """Why the pretraining last ended before its ``--steps`` (the sentence it printed:
+        diverged, stopped by a signal, a worker lost), None if it did not."""
+        return _read_json(self.stopped_file, {}).get("message")
+
     # --- writing (atomically, the files other code reads back) ---
 
     def write_model_files(self, config: ElectraConfig, tokens: list[str]) -> None:
@@ -199,6 +206,18 @@ class RunDirectory:
 
     def write_eval_metrics(self, metrics: dict) -> Path:
         return write_json(self.eval_metrics_file, metrics)
+
+    def record_stop(self, message: str) -> None:
+        """Keep the sentence a pretraining ended with before its ``--steps`` (best effort:
+        a full disk keeps the error the run raises, not this note)."""
+        try:
+            write_json(self.stopped_file, {"message": message})
+        except OSError:
+            pass
+
+    def clear_stop(self) -> None:
+        """The run trains again: an earlier stop's note no longer holds."""
+        self.stopped_file.unlink(missing_ok=True)
 
     # --- checkpoints ---
 

@@ -129,6 +129,7 @@ def test_sigterm_at_random_steps_exits_75_and_resumes_to_the_uninterrupted_weigh
     assert reached == sorted(set(reached)), reached
     assert result["final_exit_code"] == 0, result["final_stderr"]
     assert result["final_step"] == result["reference_step"] == 100
+    assert result["stop_kept_at_the_end"] is None  # the report no longer calls it stopped
     # Each stop wrote its partial window's line; the windows after it stay aligned.
     steps = result["metrics_steps"]
     assert steps == sorted(set(steps)), steps
@@ -357,6 +358,12 @@ def test_diverging_learning_rate_stops_with_one_sentence_and_finite_checkpoints(
         assert step == saved[-1]
     for step in saved:
         assert nonfinite_variables(str(out / "checkpoints" / f"ckpt-{step}")) == []
+    # The report says so: it said nothing of a diverged pretraining (or, before its first
+    # window, to wait for one).
+    code = main(["report", str(out), "--output", str(tmp_path / "report")])
+    said = capsys.readouterr()
+    assert sentence.split("error: ", 1)[1] in said.out + said.err
+    assert code == (0 if (out / "metrics.jsonl").exists() else 2)
 
 
 def test_on_nan_skip_counts_skipped_steps_and_keeps_checkpoints_finite(
@@ -735,6 +742,7 @@ def test_an_output_inside_a_file_is_refused_before_a_vocabulary_is_learned(
         (OSError(errno.EACCES, "Permission denied"), "fix the permissions of"),
         (OSError(errno.EROFS, "Read-only file system"), "remount the file system that holds"),
         (OSError(errno.ENOTDIR, "Not a directory"), "pass another path than"),
+        (FileExistsError(errno.EEXIST, "File exists"), "pass another path than"),  # mkdir on a file
         (
             tf.errors.FailedPreconditionError(None, None, "x is not a directory"),
             "pass another path",

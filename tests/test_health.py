@@ -108,6 +108,39 @@ def test_a_collapsed_run_raises_each_warning_once_and_a_healthy_one_none():
     assert collapse_warnings(healthy_run()) == []
 
 
+def test_a_resumed_run_warns_at_the_steps_the_report_does(tmp_path, capsys):
+    """The logger of a resumed run started with no records: the dead-detector warning came
+    three windows after the restart, not at step 300, and the collapsed-representation one,
+    raised at step 150 before the restart, came again."""
+    import json
+
+    from keras_electra.training.callbacks import MetricsLogger
+
+    records = collapsed_run()
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records[:5]), encoding="utf-8")
+    logger = MetricsLogger(
+        path, None, tokens_per_step=8, total_steps=600, initial_step=250, progress=False,
+        warnings=collapse_warnings,
+    )  # fmt: skip
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    logger.set_model(model)
+    logger.on_train_begin()
+    for epoch, record in enumerate(records[5:]):
+        logger.on_epoch_begin(epoch)
+        for batch in range(50):
+            logger.on_train_batch_end(batch)
+        logger.on_epoch_end(epoch, {k: v for k, v in record.items() if k != "step"})
+    logger.close()
+    written = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    warned = {r["step"]: len(r["warnings"]) for r in written if "warnings" in r}
+    expected = {w["step"] for w in collapse_warnings(records) if w["step"] > 250}
+    assert warned == {300: 1} and set(warned) == expected
+    assert [r["step"] for r in logger.history] == list(range(50, 650, 50))
+    assert capsys.readouterr().err.count("WARNING (step 300)") == 1
+
+
 def test_a_state_a_run_passes_through_raises_no_warning():
     """An Electric run's energy head starts at zero: its first window has flat logits and
     one vector (final-layer cosine 0.97, spread 0.007 at step 50 of a tiny run), then

@@ -118,6 +118,17 @@ def test_report_names_its_files_under_an_output_given_with_a_slash(tmp_path, cap
     assert f"Wrote {tmp_path}/out/report.png, report.html" in capsys.readouterr().out
 
 
+def test_report_refuses_a_file_as_its_output(tmp_path, capsys):
+    run = write_metrics(tmp_path / "run", healthy_run()[:2])
+    (tmp_path / "notes.txt").write_text("mine\n", encoding="utf-8")
+    assert main(["report", str(run), "--output", str(tmp_path / "notes.txt")]) == 2
+    assert capsys.readouterr().err == (  # it was "(file exists); free space or fix the ..."
+        f"keras-electra report: error: --output '{tmp_path / 'notes.txt'}' is a file; pass a "
+        "directory.\n"
+    )
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "mine\n"
+
+
 def test_report_on_a_run_still_writing_its_first_window(tmp_path):
     run = write_metrics(tmp_path / "young", [])
     with pytest.raises(ConfigError, match="no complete metrics line yet"):
@@ -164,3 +175,76 @@ def test_report_draws_an_unfinished_fine_tuning_from_its_resume_records(tmp_path
     assert summary["unfinished"] == {str(out): None}
     assert summary["last_window"][str(out)]["step"] == 9
     assert summary["eval_metrics"] == {str(out): {"accuracy": 0.9}}
+
+
+def test_a_diverged_windows_nan_is_shown_drawn_and_strict_json(tmp_path, capsys):
+    """A fine-tuning that diverged in its first epoch: the HTML table dropped the NaN loss,
+    the figure was a blank canvas (no finite point), and report.json held a bare NaN, which
+    strict JSON readers refuse."""
+    out = tmp_path / "ft"
+    write_metrics(out / "resume", [{"step": 3, "epoch": 1, "loss": float("nan")}])
+    summary = write_report([out])
+    assert summary["panels"] == [{"title": "Losses", "metrics": ["loss"]}]
+    text = (out / "report.json").read_text()
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    assert strict["last_window"][str(out)]["loss"] == "nan"
+    assert "<td>loss</td><td>nan</td>" in (out / "report.html").read_text()
+    pixels = decoded_png(out / "report.png")
+    blue = (pixels[..., 2] > 0.6) & (pixels[..., 0] < 0.3)  # the loss's line at step 3
+    assert blue.sum() > 100
+    # Windows before it stay drawn; the NaN one is marked at its step, not dropped.
+    records = [{"step": 1, "epoch": 1, "loss": 0.7}, {"step": 2, "epoch": 2, "loss": 0.6}]
+    write_metrics(out / "resume", [*records, {"step": 3, "epoch": 3, "loss": float("inf")}])
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "step=3, loss=inf" in printed and "the fine-tuning diverged at step 3" in printed
+    assert json.loads((out / "report.json").read_text())["last_window"][str(out)]["loss"] == "inf"
+
+
+def test_a_pretraining_that_stopped_early_says_why_in_its_report(tmp_path, capsys):
+    """A pretraining that diverged, was stopped or killed got no note (its records look
+    like a finished run's); one that stopped before its first window was told to wait."""
+    from keras_electra.run_directory import RunDirectory
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text('{"steps": 600}', encoding="utf-8")
+    stopped = "Training diverged at step 7: the loss or gradient norm was NaN or infinite."
+    RunDirectory(run).record_stop(stopped)
+    assert main(["report", str(run)]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-electra report: error: '{run}' has no metrics: its pretraining ended before "
+        f"its first logging window. It said: {stopped}\n"
+    )
+    write_metrics(run, healthy_run()[:2])  # steps 50 and 100
+    assert main(["report", str(run)]) == 0
+    assert f"  unfinished: {stopped}\n" in capsys.readouterr().out
+    assert f"Unfinished: {stopped}" in (run / "report.html").read_text()
+    # Without a stop on record, a run short of its --steps is running or was killed.
+    RunDirectory(run).clear_stop()
+    assert write_report([run])["unfinished"][str(run)] == (
+        "the pretraining has logged step 100 of 600: it is still running, or it was killed "
+        "(run its command again to resume from the last checkpoint)"
+    )
+    (run / "run.json").write_text('{"steps": 100}', encoding="utf-8")
+    assert write_report([run])["unfinished"][str(run)] is None
+
+
+def test_compare_with_a_run_without_a_window_says_so(tmp_path, capsys):
+    healthy = write_metrics(tmp_path / "healthy", healthy_run()[:2])
+    young = write_metrics(tmp_path / "young", [])
+    assert main(["report", str(healthy), "--compare", str(young)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{young}: no complete metrics line yet" in lines  # it was "{young}: "
+
+
+def test_the_health_probe_share_leaves_out_the_first_windows_tracing(tmp_path):
+    records = [
+        {"step": 10, "loss": 1.0, "health_seconds": 5.0, "window_seconds": 10.0},
+        {"step": 20, "loss": 0.9, "health_seconds": 0.1, "window_seconds": 2.0},
+        {"step": 30, "loss": 0.8, "health_seconds": 0.1, "window_seconds": 2.0},
+    ]
+    run = write_metrics(tmp_path / "run", records)
+    assert write_report([run])["health_overhead"][str(run)] == 0.05  # 0.2 s of 4 s, not 5.2/14
+    run = write_metrics(tmp_path / "one", records[:1])
+    assert write_report([run])["health_overhead"][str(run)] == 0.5

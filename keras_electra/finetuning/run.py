@@ -42,6 +42,7 @@ from keras_electra.training.callbacks import (
     CheckpointEvery,
     plan_windows,
     progress_bar,
+    read_metrics_records,
     truncate_metrics_log,
 )
 from keras_electra.training.checkpoints import RunCheckpoints
@@ -407,9 +408,7 @@ class _Resume:
     def records(self, start: int) -> list[dict]:
         path = self.run.metrics_file
         truncate_metrics_log(path, start)
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        return read_metrics_records(path)
 
     def append(self, record: dict) -> None:
         with self.run.metrics_file.open("a", encoding="utf-8") as f:

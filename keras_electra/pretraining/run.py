@@ -205,12 +205,30 @@ def _pretrain(
             if note := warmup_note(settings):
                 print(note, flush=True)
         stop.arm()  # from here a signal saves a checkpoint at the step reached
-        try:
-            return _train(
-                stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution
-            )
-        except tf.errors.DataLossError as e:
-            raise _data_loss(settings, e) from None
+        # A lost worker as its sentence here too (the outer block covers the build).
+        with _ending_kept(run, chief), _worker_lost(run, distribution):
+            try:
+                return _train(
+                    stop, run_dir, settings, model, tokenizer, checkpoints, start, distribution
+                )
+            except tf.errors.DataLossError as e:
+                raise _data_loss(settings, e) from None
+
+
+@contextlib.contextmanager
+def _ending_kept(run: RunDirectory, chief: bool):
+    """On the chief, for ``keras-electra report``: the sentence a training that ends
+    before its steps stops with (diverged, a signal, a lost worker, unreadable data), kept
+    in the run directory until the run trains again."""
+    if not chief:
+        yield
+        return
+    run.clear_stop()
+    try:
+        yield
+    except (TrainingDiverged, TrainingInterrupted, InputDataError) as e:
+        run.record_stop(str(e))
+        raise
 
 
 @contextlib.contextmanager

@@ -19,6 +19,23 @@ from keras_electra.errors import StorageError, TrainingDiverged, storage_reason,
 from keras_electra.training.checkpoints import RunCheckpoints
 
 
+def read_metrics_records(path: str | Path) -> list[dict]:
+    """The records of the metrics log ``path`` (none if it does not exist); a line cut
+    short by a crash or a full disk, or not UTF-8 (a damaged disk block), is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+    return records
+
+
 def truncate_metrics_log(path: str | Path, last_step: int) -> None:
     """Drop log lines past ``last_step`` (written after the checkpoint a run resumes from),
     and lines cut short by a crash or a full disk; the file is rewritten atomically.
@@ -29,15 +46,9 @@ def truncate_metrics_log(path: str | Path, last_step: int) -> None:
     path = Path(path)
     if not path.exists():
         return
-    kept = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            if json.loads(line)["step"] <= last_step:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            continue
+    kept = [r for r in read_metrics_records(path) if r["step"] <= last_step]
     try:
-        write_atomic(path, "".join(k + "\n" for k in kept))
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
     except OSError as e:
         raise StorageError(
             f"Could not rewrite '{path}' ({storage_reason(e)}); "
@@ -101,7 +112,10 @@ class MetricsLogger(keras.callbacks.Callback):
         if tensorboard_dir:
             self.writer = tf.summary.create_file_writer(str(tensorboard_dir))
         self.step = initial_step
-        self.history: list[dict] = []
+        # A resumed run's records so far (truncate_metrics_log kept those up to its
+        # checkpoint): the collapse rules count windows across the restart, as the report does.
+        resumed = initial_step and self.path is not None
+        self.history: list[dict] = read_metrics_records(self.path) if resumed else []
         self._bar = progress_bar("pretrain", total_steps, initial_step, progress)
 
     def on_train_begin(self, logs=None):
