@@ -126,6 +126,12 @@ def _storage_errno(error: BaseException) -> int | None:
     return next((code for marker, code in _MARKERS if marker in text), None)
 
 
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """The first line of ``error``'s message (its type's name for an empty one), cut to
+    ``limit`` characters: a library's error inside one of ours."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:limit]
+
+
 def storage_reason(error: BaseException) -> str:
     """A short reason for an ``OSError`` or a TensorFlow file error ("no space left ...")."""
     if (code := _storage_errno(error)) is not None:

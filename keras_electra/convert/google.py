@@ -20,7 +20,7 @@ from keras_electra.convert.core import (
     config_with_generator,
     special_token_ids,
 )
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, first_line
 
 OPTIMIZER_SUFFIXES = ("/adam_m", "/adam_v", "/Adam", "/Adam_1")
 NON_WEIGHTS = ("global_step",)
@@ -57,10 +57,9 @@ def read_google(
         names = [n for n in shapes if n not in NON_WEIGHTS and not n.endswith(OPTIMIZER_SUFFIXES)]
         weights = {n: np.asarray(reader.get_tensor(n)) for n in names}
     except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: a short read
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise ConfigError(
-            f"The checkpoint '{prefix}' cannot be read ({reason}); its .index or .data file "
-            "is damaged or incomplete: unpack or download it again."
+            f"The checkpoint '{prefix}' cannot be read ({first_line(error)}); its .index or "
+            ".data file is damaged or incomplete: unpack or download it again."
         ) from None
     skipped = len(shapes) - len(names)
     if any(n.startswith(("generator_ltr/", "generator_rtl/")) for n in weights):

@@ -30,7 +30,7 @@ from keras_electra.convert.names import (
     to_hf,
     weight_table,
 )
-from keras_electra.errors import ConfigError, read_json
+from keras_electra.errors import ConfigError, first_line, read_json
 
 WEIGHTS_FILE = "model.safetensors"
 TF_WEIGHTS_FILE = "tf_model.h5"
@@ -164,7 +164,7 @@ def _load_safetensors(path: Path, load_file) -> dict[str, np.ndarray]:
         return load_file(str(path))
     except SafetensorError as error:
         raise ConfigError(
-            f"'{path}' cannot be read as safetensors ({_reason(error)}); the file is damaged or "
+            f"'{path}' cannot be read as safetensors ({first_line(error)}); the file is damaged or "
             "incomplete: fetch or save it again."
         ) from None
 
@@ -182,11 +182,6 @@ def _save_safetensors(tensors: dict[str, np.ndarray], path: Path, save_file) -> 
             raise
         code = int(number.group(1))
         raise OSError(code, os.strerror(code), str(path)) from None
-
-
-def _reason(error: Exception) -> str:
-    """The first line of ``error``'s message, short enough for a sentence."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -270,7 +265,7 @@ def read_tf_weights(path: str | Path) -> dict[str, np.ndarray]:
                     state[name] = _torch_layout(name, np.asarray(value[()]), transpose)
     except OSError as error:  # not HDF5, truncated
         raise ConfigError(
-            f"'{path}' cannot be read as HDF5 ({_reason(error)}); fetch the file again."
+            f"'{path}' cannot be read as HDF5 ({first_line(error)}); fetch the file again."
         ) from None
     return state
 

@@ -26,7 +26,7 @@ from keras_electra.convert.core import write_init_dir
 from keras_electra.convert.hf import TF_WEIGHTS_FILE as TF_WEIGHTS
 from keras_electra.convert.hf import WEIGHTS_FILE as SAFETENSORS
 from keras_electra.convert.hf import read_hf
-from keras_electra.errors import ConfigError, InputDataError
+from keras_electra.errors import ConfigError, InputDataError, first_line
 from keras_electra.hub_ids import PREFIX, is_hub_id
 from keras_electra.hub_ids import repo_id as _repo_id
 from keras_electra.run_directory import RunDirectory
@@ -373,4 +373,4 @@ def _reason(error: Exception) -> str:
     status = getattr(getattr(error, "response", None), "status_code", None)
     if status is not None:
         return f"HTTP {status}"
-    return str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    return first_line(error)

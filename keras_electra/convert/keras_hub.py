@@ -15,7 +15,7 @@ import numpy as np
 from keras_electra.config import ElectraConfig
 from keras_electra.convert.core import Converted, read_model, special_token_ids
 from keras_electra.convert.names import DISCRIMINATOR, from_ours, to_ours, weight_table
-from keras_electra.errors import ConfigError, read_json
+from keras_electra.errors import ConfigError, first_line, read_json
 
 # Our config's fields and ElectraBackbone's arguments (and attributes) for them.
 BACKBONE_ARGUMENTS = (
@@ -108,8 +108,7 @@ def _load_backbone(path: Path):
         return keras_hub.models.ElectraBackbone.from_preset(str(path))
     except (OSError, ValueError) as error:  # a damaged weights file; weights the config
         # does not describe (Keras: "A total of N objects could not be loaded")
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        reason = reason.split(". Example error message")[0][:200]
+        reason = first_line(error, limit=10_000).split(". Example error message")[0][:200]
         raise ConfigError(
             f"The keras-hub preset '{path}' cannot be loaded ({reason}); its "
             "model.weights.h5 is damaged, or does not fit its config.json: save the preset "

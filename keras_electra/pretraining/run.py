@@ -215,6 +215,22 @@ def _pretrain(
                 raise _data_loss(settings, e) from None
 
 
+def _lost_workers(message: str, me: int) -> str:
+    """The workers other than task ``me`` that TensorFlow's error ``message`` names (as
+    ``/job:worker/replica:0/task:1`` or ``/job:worker/task:1``), in words.
+
+    Examples:
+        >>> _lost_workers("Collective ops is aborted by: ... /job:worker/replica:0/task:1 ...", 0)
+        'worker 1'
+        >>> _lost_workers("Task /job:worker/task:2 heartbeat timeout; /job:worker/task:0", 0)
+        'worker 2'
+        >>> _lost_workers("Socket closed", 1)
+        'another worker'
+    """
+    tasks = sorted({int(t) for t in re.findall(r"/job:\w+/(?:replica:\d+/)?task:(\d+)", message)})
+    return " and ".join(f"worker {t}" for t in tasks if t != me) or "another worker"
+
+
 @contextlib.contextmanager
 def _ending_kept(run: RunDirectory, chief: bool):
     """On the chief, for ``keras-electra report``: the sentence a training that ends
@@ -240,12 +256,10 @@ def _worker_lost(run: RunDirectory, distribution: tf.distribute.Strategy):
     except tf.errors.UnavailableError as e:
         if not is_multi_worker(distribution):
             raise
-        me = distribution.cluster_resolver.task_id
-        tasks = sorted(set(re.findall(r"/job:\w+/(?:replica:\d+/)?task:(\d+)", e.message)))
-        others = [f"worker {t}" for t in tasks if int(t) != me] or ["another worker"]
+        others = _lost_workers(e.message, distribution.cluster_resolver.task_id)
         step = run.latest_step() or 0
         raise TrainingInterrupted(
-            f"Lost {' and '.join(others)} of the cluster (it crashed or was stopped); "
+            f"Lost {others} of the cluster (it crashed or was stopped); "
             "restart every worker with the same command: the run resumes from its last "
             f"checkpoint, step {step}.",
             step=step,

@@ -323,8 +323,9 @@ class OneGraphTraining(internals.SymbolicBuildHook):
         )
 
     def fit(self, x=None, *args, **kwargs):
-        self._build_optimizer(unless_unbuilt=True)  # a multi-worker strategy then skips
-        # Keras' symbolic build, which cannot reduce a dict batch
+        if self.built:  # (an unbuilt model has no variables to give it yet)
+            self._build_optimizer()  # a multi-worker strategy then skips Keras' symbolic
+            # build, which cannot reduce a dict batch
         vocab_size = _vocab_size(self)
         if isinstance(x, tf.data.Dataset):
             # Keras cannot shuffle a dataset, and warns at its default shuffle=True.
@@ -334,12 +335,9 @@ class OneGraphTraining(internals.SymbolicBuildHook):
         with token_ids_checked(self):
             return super().fit(x, *args, **kwargs)
 
-    def _build_optimizer(self, unless_unbuilt: bool = False) -> None:
-        """Build a compiled model's optimizer under its strategy, once (``unless_unbuilt``:
-        only once the model is built; before, it has no variables to give it)."""
+    def _build_optimizer(self) -> None:
+        """Build a compiled model's optimizer under its strategy, once."""
         optimizer = getattr(self, "optimizer", None)
-        if unless_unbuilt and not self.built:
-            return
         if optimizer is not None and not optimizer.built:
             with self.distribute_strategy.scope():
                 optimizer.build(self.trainable_variables)
