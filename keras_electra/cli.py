@@ -881,10 +881,45 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if getattr(args, "command", None) == "prepare":
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        prepare = sub.choices["prepare"]
+        if meant := _own_flag_meant(unknown, prepare):
+            prepare.error(meant)  # argparse's exit status, before Beam is asked
         args.beam_options = unknown
     elif unknown:
         parser.parse_args(argv)  # argparse's own message and exit status
     return args
+
+
+def _own_flag_meant(unknown: list[str], command: argparse.ArgumentParser) -> str | None:
+    """The message for a flag among ``unknown`` (taken for Beam pipeline options) that is
+    one of ``command``'s own spelled with underscores (``--max_seq_length``) or mistyped
+    with dashes (Beam's options are spelled with underscores), else None.
+
+    Examples:
+        >>> p = argparse.ArgumentParser()
+        >>> _ = p.add_argument("--max-seq-length")
+        >>> _own_flag_meant(["--max_seq_length=64"], p)
+        'unrecognized argument --max_seq_length; did you mean --max-seq-length?'
+        >>> _own_flag_meant(["--max-seq-lenght", "64"], p)
+        'unrecognized argument --max-seq-lenght; did you mean --max-seq-length?'
+        >>> _own_flag_meant(["--temp_location", "gs://b/t"], p) is None
+        True
+    """
+    import difflib
+
+    own = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+    for arg in unknown:
+        name = arg.partition("=")[0]
+        if not name.startswith("--"):
+            continue
+        dashed = "--" + name[2:].replace("_", "-")
+        if dashed in own:
+            return f"unrecognized argument {name}; did you mean {dashed}?"
+        close = difflib.get_close_matches(name, own, n=1, cutoff=0.85) if "-" in name[2:] else []
+        if close:
+            return f"unrecognized argument {name}; did you mean {close[0]}?"
+    return None
 
 
 def _check_before_tensorflow(args: argparse.Namespace) -> None:

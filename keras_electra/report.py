@@ -324,8 +324,9 @@ def _eval_metrics(run_dir: str) -> dict:
 def _health_overhead(records: list[dict]) -> float | None:
     """The probe's time as a fraction of the training time, over the whole run."""
     # The first window's times include tracing the probe and the training step (a cost
-    # paid once, not a share of every window): counted only when it is the one window.
-    counted = records[1:] or records
+    # paid once per process, not a share of every window), and so does the first window
+    # after each resume: counted only when no other window is.
+    counted = [r for i, r in enumerate(records) if i and not r.get("resumed")] or records
     probe = sum(r.get("health_seconds", 0.0) for r in counted)
     train = sum(r.get("window_seconds", 0.0) for r in counted)
     return round(probe / train, 4) if train > 0 and probe > 0 else None

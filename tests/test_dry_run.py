@@ -171,6 +171,48 @@ def test_base_passes_with_matching_records_or_length(records, tmp_path, capsys, 
     assert not output.parent.exists()  # nothing written
 
 
+def test_records_the_dry_run_passed_and_the_run_would_not(records, tmp_path, capsys, monkeypatch):
+    """Folders of 128- and 512-token records passed a dry run (only the first file was
+    read), and the run ended in an InvalidArgumentError traceback; a missing or cut shard
+    trained on the rest without a word; the plan counted the first folder's examples for
+    any set of files."""
+    no_model_built(monkeypatch)
+    base = ["pretrain", "--vocab", records / "tfrecords-128" / "vocab.txt", "--dry-run"]
+    base += ["--output", tmp_path / "runs", "--max-seq-length", "128"]
+    mixed = ["--corpus", records / "tfrecords-128", records / "tfrecords-512"]
+    status, out, err = run_cli(capsys, *base, *mixed)
+    assert status == 2 and out == ""
+    assert "tfrecords-512" in one_sentence(err)
+    assert "holds examples of length 512, not max_seq_length=128" in err
+
+    def planned(*corpus) -> str:
+        status, out, err = run_cli(capsys, *base, "--corpus", *corpus)
+        assert status == 0, err
+        return re.search(r"^  data +(.+)$", out, re.M)[1]
+
+    folder = tmp_path / "copy"
+    shutil.copytree(records / "tfrecords-128", folder)
+    counted = json.loads((folder / "metadata.json").read_text())["shard_examples"]
+    shards = sorted(folder.glob("pretraining-*.tfrecord"))
+    assert f", {sum(counted):,} of them (" in planned(folder)
+    assert f", {counted[1]:,} of them (" in planned(shards[1])
+    # A shard cut at a record boundary (its records read to the end), then a missing one.
+    data = shards[1].read_bytes()
+    first = 16 + int.from_bytes(data[:8], "little")  # length, its CRC, the record, its CRC
+    shards[1].write_bytes(data[:first])
+    status, out, err = run_cli(capsys, *base, "--corpus", folder)
+    assert status == 2 and out == ""
+    assert f"TFRecord file '{shards[1]}' holds {first:,} bytes " in one_sentence(err)
+    assert f"but its prepare wrote {len(data):,}: it was cut short or changed since" in err
+    shards[1].unlink()
+    status, out, err = run_cli(capsys, *base, "--corpus", folder)
+    assert status == 2 and out == ""
+    assert (
+        f"The TFRecords in '{folder}' lack {shards[1].name} of the 2 shards their "
+        "metadata.json lists; run the same `keras-electra prepare` command again"
+    ) in one_sentence(err)
+
+
 def test_a_batch_beyond_this_machines_memory_is_named_in_the_plan(small_corpus, tmp_path, capsys):
     """A batch no CPU here could hold was planned as "~498,432.0 GB per device" and
     nothing else: every input checked, nothing said about the machine it would run on."""
@@ -186,6 +228,15 @@ def test_a_batch_beyond_this_machines_memory_is_named_in_the_plan(small_corpus, 
         f"; more than the {here / 1e9:,.1f} GB this machine has, so the run would run out of "
         "memory: lower --batch-size or raise --grad-accumulation"
     )
+    # A length at which no batch fits: lowering --batch-size was the advice.
+    status, out, err = run_cli(capsys, *argv, "--max-seq-length", "100000")
+    assert status == 0, err
+    memory = re.search(r"^  memory +(.+)$", out, re.M)[1]
+    assert re.search(
+        r"so the run would run out of memory: lower --max-seq-length \(one sequence of "
+        r"100,000 tokens needs ~[\d,.]+ (GB|TB)\)$",
+        memory,
+    ), memory
     status, out, err = run_cli(capsys, *argv)  # the tiny preset's batch fits
     assert status == 0 and "this machine has" not in out, err
 
@@ -262,7 +313,25 @@ def test_a_dry_run_of_a_resumed_run_says_where_it_resumes(tiny_run, small_corpus
     assert status == 0, err
     assert f"{tiny_run}: resumes at step 4" in out
     assert re.search(rf"^  vocabulary +{re.escape(str(tiny_run / 'vocab.txt'))} \(", out, re.M)
+    assert "  changed " not in out
+    # What the run would say before its first step, the dry run says too (it said nothing).
+    status, out, err = run_cli(capsys, *argv, "--warmup-steps", "3")
+    assert status == 0, err
+    assert re.search(
+        rf"^  changed +--warmup-steps {settings['warmup_steps']} -> 3; it goes on with the new ",
+        out,
+        re.M,
+    )
     assert sorted(p.name for p in tiny_run.rglob("*")) == before
+
+
+def test_a_dry_run_warns_of_a_vocabulary_that_does_not_cover_the_corpus(tiny_run, tmp_path, capsys):
+    greek = tmp_path / "greek.txt"
+    greek.write_text("ζωή και θάνατος.\nΗ θάλασσα είναι βαθιά.\n\n" * 20, encoding="utf-8")
+    argv = ["pretrain", "--corpus", greek, "--vocab", tiny_run / "vocab.txt", "--dry-run"]
+    status, out, err = run_cli(capsys, *argv, "--output", tmp_path / "r")
+    assert status == 0, err
+    assert re.search(r"^  warning +\d+\.\d% of the corpus's word pieces are \[UNK\]", out, re.M)
 
 
 def test_a_dry_run_reads_the_checkpoint_a_resume_would_restore(

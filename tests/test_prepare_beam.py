@@ -156,7 +156,7 @@ def test_shards_start_at_documents_and_read_back_as_one_pass(corpus, tokenizer, 
         assert metadata["pipeline"] == {"runner": "in-process"}
 
 
-def test_an_interrupted_run_resumes(corpus, tokenizer, tmp_path):
+def test_an_interrupted_run_resumes(corpus, tokenizer, tmp_path, capsys):
     out = tmp_path / "records"
     options = {"max_seq_length": LENGTH, "num_shards": 4, "seed": 1, "progress": False}
     paths = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
@@ -177,9 +177,34 @@ def test_an_interrupted_run_resumes(corpus, tokenizer, tmp_path):
     assert {p: open(p, "rb").read() for p in paths} == finished
     assert sorted(os.listdir(out)) == sorted([*map(os.path.basename, paths), "metadata.json"])
     assert json.loads((out / "metadata.json").read_text())["complete"]
-    # Another seed is another corpus of examples: nothing is kept.
+    # Another seed is another corpus of examples: nothing is kept, and the rerun says so.
+    capsys.readouterr()
     write_pretraining_tfrecords(corpus, tokenizer, str(out), **{**options, "seed": 2})
     assert os.path.getmtime(paths[0]) != 1
+    said = capsys.readouterr().err
+    assert "Discarding 4 finished shards" in said and "(--seed 1, now 2)" in said, said
+
+
+def test_a_rerun_naming_the_corpus_another_way_keeps_the_finished_shards(
+    corpus, tokenizer, tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "records"
+    options = {"max_seq_length": LENGTH, "num_shards": 3, "seed": 1, "progress": False}
+    paths = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
+    for path in paths:
+        os.utime(path, (1, 1))
+    linked = tmp_path / "linked"
+    os.symlink(os.path.dirname(corpus[0]), linked)
+    spellings = {  # the working directory → how the corpus is named from it
+        os.path.dirname(corpus[0]): [os.path.basename(p) for p in corpus],
+        str(tmp_path): [os.path.join("linked", ".", os.path.basename(p)) for p in corpus],
+    }
+    capsys.readouterr()
+    for cwd, named in spellings.items():
+        monkeypatch.chdir(cwd)
+        write_pretraining_tfrecords(named, tokenizer, str(out), **options)
+        assert [os.path.getmtime(p) for p in paths] == [1] * len(paths), cwd
+    assert "Discarding" not in capsys.readouterr().err
 
 
 @needs_beam
@@ -311,6 +336,7 @@ def test_a_dry_run_refuses_a_runner_beam_does_not_know(corpus, tmp_path, capsys)
         assert "DataflowRunner" in err and "FlinkRunner" in err
     # Runners Beam knows pass without being reached (no Dataflow project, Flink or Spark
     # cluster here), in Beam's spellings: any case, "Runner" left out, the class's path.
+    dataflow = ["--project", "p", "--region", "r", "--temp_location", "gs://bucket/tmp"]
     for runner in (
         "DataflowRunner",
         "FlinkRunner",
@@ -319,9 +345,17 @@ def test_a_dry_run_refuses_a_runner_beam_does_not_know(corpus, tmp_path, capsys)
         "direct",
         "apache_beam.runners.portability.flink_runner.FlinkRunner",
     ):
-        code, err = run_prepare(capsys, *argv, "--runner", runner)
+        options = dataflow if runner == "DataflowRunner" else []
+        code, err = run_prepare(capsys, *argv, "--runner", runner, *options)
         assert code == 0, (runner, err)
     assert not os.path.exists(out)
+    # What every Dataflow job needs: the dry run passed without it, the run then failed.
+    for given, needs in (
+        ([], "--project, --region and --temp_location"),
+        (dataflow[:4] + ["--temp_location", "/tmp/t"], "a gs:// --temp_location (not '/tmp/t')"),
+    ):
+        code, err = run_prepare(capsys, *argv, "--runner", "DataflowRunner", *given)
+        assert code == 2 and f"--runner DataflowRunner needs {needs}; pass them as in " in err, err
 
 
 def test_prepare_writes_to_a_url_and_pretraining_reads_it(corpus, tmp_path):
@@ -378,6 +412,7 @@ def test_the_written_bytes_are_pinned(corpus, tokenizer, tmp_path):
     metadata = json.loads((out / "metadata.json").read_text())
     for piece in metadata["settings"]["corpus"]:
         piece[0] = os.path.basename(piece[0])
+    assert metadata.pop("shard_bytes") == [os.path.getsize(p) for p in paths]
     digests = [hashlib.sha256(open(p, "rb").read()).hexdigest()[:16] for p in paths]
     digests.append(hashlib.sha256(json.dumps(metadata).encode()).hexdigest()[:16])
     vocab = "\n".join(learn_vocab(corpus, 60, lowercase=False)).encode("utf-8")
@@ -477,7 +512,7 @@ def test_a_runner_that_cannot_run_here_is_one_sentence(corpus, tmp_path, capsys)
     # Dataflow without apache-beam[gcp] was Beam's ImportError traceback, exit 1.
     out = str(tmp_path / "out")
     argv = ["--corpus", corpus[0], "--output", out, "--runner", "DataflowRunner"]
-    argv += ["--project", "p", "--region", "r", "--temp_location", str(tmp_path / "t")]
+    argv += ["--project", "p", "--region", "r", "--temp_location", "gs://bucket/tmp"]
     code, err = run_prepare(capsys, *argv)
     assert code == 2 and "The Beam runner DataflowRunner could not run the pipeline (" in err, err
 
@@ -495,8 +530,9 @@ def test_workers_beside_another_runner_is_refused_and_direct_options_are_its_own
     code, err = run_prepare(capsys, *argv, "--runner", "DataflowRunner", "--workers", "4")
     assert code == 2 and len([line for line in err.splitlines() if line.strip()]) == 1, err
     assert "--workers sets the local DirectRunner's processes, not DataflowRunner's" in err
-    _, described = pipeline_options(["--runner=DataflowRunner", "--project=p"])
-    assert described == {"runner": "DataflowRunner", "project": "p"}
+    given = ["--runner=DataflowRunner", "--project=p", "--region=r", "--temp_location=gs://b/t"]
+    _, described = pipeline_options(given)
+    assert described == {"runner": "DataflowRunner", "project": "p", "region": "r"}
     # The DirectRunner named explicitly takes --workers as it does by default.
     for args in ([], ["--runner", "direct"], ["--runner=DirectRunner"]):
         options, described = pipeline_options(args, num_workers=3)
@@ -598,3 +634,53 @@ def _running(pid: int) -> bool:
             return f.read().rpartition(b")")[2].split()[0] != b"Z"
     except OSError:
         return False
+
+
+def test_a_second_prepare_into_the_same_output_stops_in_one_sentence(tmp_path, capsys):
+    # Both ran: one removed the other's partial shard and it ended in a NotFoundError
+    # traceback on a .tmp file. Another process holds the lock here as a prepare would.
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "one.txt"
+    corpus.write_text("The cat sat on the mat.\n\nA dog ran.\n", encoding="utf-8")
+    out = tmp_path / "records"
+    out.mkdir()
+    holder = (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", holder, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    args = ["--corpus", str(corpus), "--output", str(out), "--vocab-size", "40", "--workers", "1"]
+    try:
+        assert other.stdout.readline() == b"held\n"
+        code, err = run_prepare(capsys, *args)
+        assert code == 2
+        assert err.strip().splitlines() == [
+            f"keras-electra prepare: error: Another keras-electra prepare is writing into "
+            f"'{out}'; wait for it to end, or choose another --output."
+        ]
+        assert os.listdir(out) == []
+    finally:
+        other.communicate(b"")
+    assert run_prepare(capsys, *args)[0] == 0  # the lock went with the other process
+    assert json.loads((out / "metadata.json").read_text())["complete"]
+
+
+def test_a_flag_of_prepares_own_misspelled_is_named_with_its_spelling(corpus, tmp_path, capsys):
+    # --max_seq_length went to Beam as an unknown pipeline option, with no hint of
+    # --max-seq-length; a typo with dashes came back in Beam's underscores.
+    argv = ["prepare", "--corpus", corpus[0], "--output", str(tmp_path / "out"), "--dry-run"]
+    for given, meant in (
+        (["--max_seq_length", "64"], "--max_seq_length; did you mean --max-seq-length?"),
+        (["--num-shadrs=4"], "--num-shadrs; did you mean --num-shards?"),
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            main([*argv, *given])
+        assert stopped.value.code == 2
+        assert capsys.readouterr().err.endswith(f"error: unrecognized argument {meant}\n")
+    if beam_available():
+        assert main([*argv, "--temp-locaton", "gs://b/t"]) == 2
+        assert "Unknown option --temp-locaton; " in capsys.readouterr().err

@@ -648,6 +648,16 @@ def test_a_resumed_run_says_which_data_and_schedule_flags_changed(tmp_path, caps
     # The same command again: nothing changed, nothing said.
     assert pretrain_command("--corpus", str(other), *base, "--steps", "6") == 0
     assert "Changed since" not in capsys.readouterr().out
+    # --no-progress hides the progress bar, not the notes a log needs.
+    quiet = ["--corpus", str(other), *base, "--steps", "8", "--no-progress"]
+    assert pretrain_command(*quiet, "--warmup-steps", "1") == 0
+    out = capsys.readouterr().out
+    assert "Changed since the run's last start: --warmup-steps" in out
+    assert f"Resuming '{run_dir}' from its checkpoint at step 6 of 8." in out
+    # Each process's first window after a resume says so (its times include tracing).
+    records = read_metrics(run_dir)
+    assert [r["step"] for r in records if r.get("resumed")] == [4, 6, 8]
+    assert [r["step"] for r in records] == [2, 4, 6, 8]
 
 
 def test_a_half_written_run_directory_is_one_sentence_naming_what_it_lacks(tmp_path, capsys):

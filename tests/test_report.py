@@ -248,3 +248,7 @@ def test_the_health_probe_share_leaves_out_the_first_windows_tracing(tmp_path):
     assert write_report([run])["health_overhead"][str(run)] == 0.05  # 0.2 s of 4 s, not 5.2/14
     run = write_metrics(tmp_path / "one", records[:1])
     assert write_report([run])["health_overhead"][str(run)] == 0.5
+    # A resumed process traces again in its first window: 101.3% was reported after a resume.
+    restarted = {"step": 40, "loss": 0.7, "health_seconds": 9.0, "window_seconds": 6.0}
+    run = write_metrics(tmp_path / "resumed", [*records, {**restarted, "resumed": True}])
+    assert write_report([run])["health_overhead"][str(run)] == 0.05

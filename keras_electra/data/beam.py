@@ -75,8 +75,11 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
     given = PipelineOptions(args)
     unknown = set(given.get_all_options(retain_unknown_options=True)) - set(given.get_all_options())
     if unknown:
+        first = sorted(unknown)[0]  # as Beam keys it: dashes read as underscores
+        spelled = [a.partition("=")[0] for a in args if a.startswith("--")]
+        shown = next((n for n in spelled if n[2:].replace("-", "_") == first), f"--{first}")
         raise ConfigError(
-            f"Unknown option --{sorted(unknown)[0]}; prepare's own flags are listed by "
+            f"Unknown option {shown}; prepare's own flags are listed by "
             "`keras-electra prepare --help`, and any other must be an Apache Beam "
             "pipeline option (--runner, --project, --temp_location, ...)."
         )
@@ -90,6 +93,11 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
             "and size the job with the runner's own options (Dataflow: --num_workers, "
             "--max_num_workers)."
         )
+    if (
+        runner is not None
+        and runner.rpartition(".")[2].lower().removesuffix("runner") == "dataflow"
+    ):
+        _check_dataflow(given.get_all_options())
     if runner is None:
         args = ["--runner=DirectRunner", "--default_sdk_harness_log_level=WARNING", *args]
     if direct and "direct_num_workers" not in _given(args):
@@ -105,6 +113,32 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
         if k in _RECORDED_OPTIONS and v and (direct or not k.startswith("direct_"))
     }
     return options, shown
+
+
+def _check_dataflow(options: dict[str, Any]) -> None:
+    """Refuse Dataflow options without what every Dataflow job needs (a project, a region
+    and a ``gs://`` temporary location), as the run would once the pipeline is made.
+
+    Examples:
+        >>> _check_dataflow({"project": "p", "region": "r", "temp_location": "gs://b/t"})
+        >>> _check_dataflow({"project": "p", "temp_location": "/tmp"})
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: --runner DataflowRunner needs --region and a gs:// \
+--temp_location (not '/tmp'); pass them as in docs/pretraining.md, "Preparing a large corpus".
+    """
+    missing = [f"--{name}" for name in ("project", "region") if not options.get(name)]
+    if "--region" in missing and os.environ.get("CLOUDSDK_COMPUTE_REGION"):
+        missing.remove("--region")  # gcloud's default region, which Beam reads
+    temp = options.get("temp_location") or options.get("staging_location")
+    if not (temp or "").startswith("gs://"):
+        missing.append(f"a gs:// --temp_location (not '{temp}')" if temp else "--temp_location")
+    if missing:
+        listed = ", ".join(missing[:-1]) + " and " + missing[-1] if len(missing) > 1 else missing[0]
+        raise ConfigError(
+            f"--runner DataflowRunner needs {listed}; pass them as in docs/pretraining.md, "
+            '"Preparing a large corpus".'
+        )
 
 
 def _is_direct(runner: str) -> bool:

@@ -11,8 +11,11 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,39 +205,59 @@ def prepare(
         out.mkdir(parents=True, exist_ok=True)
     else:
         tf.io.gfile.makedirs(out)
-    if tokens is None:
+    with _alone_in(out) if isinstance(out, Path) else contextlib.nullcontext():
+        if tokens is None:
+            if beam:
+                temp = os.path.join(str(out), ".word-counts")
+                counts = count_words_beam(
+                    corpus,
+                    s.lowercase,
+                    temp_dir=temp,
+                    pipeline_args=s.beam_options,
+                    num_workers=s.workers,
+                )
+                if tf.io.gfile.exists(temp):
+                    tf.io.gfile.rmtree(temp)
+                tokens = vocab_from_counts(counts, s.vocab_size, progress=True)
+            else:
+                tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase, progress=True)
+        result = PrepareResult(out, s, files, len(tokens), [], written=True, corpus_bytes=total)
+        save_vocab(tokens, str(result.vocab_file))
+        tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
+        if warning := unknown_warning(tokenizer, files):
+            print(warning, file=sys.stderr, flush=True)
+        options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
         if beam:
-            temp = os.path.join(str(out), ".word-counts")
-            counts = count_words_beam(
+            result.shards = write_tfrecords_beam(
                 corpus,
-                s.lowercase,
-                temp_dir=temp,
+                tokenizer,
+                str(out),
                 pipeline_args=s.beam_options,
                 num_workers=s.workers,
+                **options,
             )
-            if tf.io.gfile.exists(temp):
-                tf.io.gfile.rmtree(temp)
-            tokens = vocab_from_counts(counts, s.vocab_size, progress=True)
         else:
-            tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase, progress=True)
-    result = PrepareResult(out, s, files, len(tokens), [], written=True, corpus_bytes=total)
-    save_vocab(tokens, str(result.vocab_file))
-    tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
-    if warning := unknown_warning(tokenizer, files):
-        print(warning, file=sys.stderr, flush=True)
-    options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
-    if beam:
-        result.shards = write_tfrecords_beam(
-            corpus,
-            tokenizer,
-            str(out),
-            pipeline_args=s.beam_options,
-            num_workers=s.workers,
-            **options,
-        )
-    else:
-        result.shards = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
-    return result
+            result.shards = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
+        return result
+
+
+@contextlib.contextmanager
+def _alone_in(directory: Path) -> Iterator[None]:
+    """An exclusive lock on the local output ``directory`` while ``prepare`` writes into
+    it: a second ``prepare`` into it stops in one sentence (the lock goes with the process,
+    however it ends)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"Another keras-electra prepare is writing into '{directory}'; wait for it "
+                "to end, or choose another --output."
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 IN_PROCESS_HINT = (

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -217,6 +218,7 @@ class WritingJob:
             **{k: self.settings[k] for k in _SUMMARY},
             "shards": [os.path.basename(p) for p in self.paths],
             "shard_examples": [int(c) for c in counts],
+            "shard_bytes": _sizes(self.paths),
             "corpus_bytes": self.corpus_bytes,
             "pipeline": pipeline,
             "complete": True,
@@ -237,7 +239,7 @@ def start_writing(
     finished shards are kept when its ``metadata.json`` names the same corpus and
     settings (a rerun resumes), removed otherwise, with any partial (``.tmp``) file."""
     check_writing(max_seq_length, num_shards)
-    paths = resolve_corpus_files(files)
+    paths = [_absolute(p) for p in resolve_corpus_files(files)]  # one spelling from any cwd
     check_corpus_has_text(paths)
     plans = plan_shards(paths, num_shards)
     output_dir = os.fspath(output_dir)
@@ -255,18 +257,73 @@ def start_writing(
         "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
     }
     paths = shard_paths(output_dir, len(plans))
-    previous = _read_metadata(output_dir)
-    same = previous.get("settings") == settings
+    metadata = _read_metadata(output_dir)
+    previous = metadata.get("settings")
+    if isinstance(previous, dict) and isinstance(previous.get("corpus"), list):
+        previous = {**previous, "corpus": [[_absolute(p), *r] for p, *r in previous["corpus"]]}
+    same = previous == settings
     pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
+    held = [p for p in tf.io.gfile.glob(pattern) if not p.endswith(".tmp")]
+    if held and not same:
+        print(_discarding_note(output_dir, len(held), previous, settings), file=sys.stderr)
     for old in tf.io.gfile.glob(pattern):
         if old.endswith(".tmp") or not same or old not in paths:
             tf.io.gfile.remove(old)
     if not same:
         _write_metadata(output_dir, {"complete": False, "settings": settings})
     expected = {}
-    if same and previous.get("complete"):
-        expected = dict(zip(previous["shards"], previous["shard_examples"], strict=True))
+    if same and metadata.get("complete"):
+        expected = dict(zip(metadata["shards"], metadata["shard_examples"], strict=True))
     return WritingJob(output_dir, plans, paths, settings, expected)
+
+
+def _absolute(path: str) -> str:
+    """A local path as its real absolute path (a URL as it is), so that a corpus named
+    from another directory or through a link is known as the same."""
+    return path if is_remote(path) else os.path.realpath(path)
+
+
+# How a note names a setting that differs from the one the kept shards were written with.
+_SETTING_NAMES = {
+    "max_seq_length": "--max-seq-length",
+    "vocab_size": "the vocabulary's size",
+    "vocab_sha256": "the vocabulary",
+    "lowercase": "--cased",
+    "seed": "--seed",
+    "packing_seed": "--seed",
+    "num_shards": "--num-shards",
+    "corpus_files": "the number of corpus files",
+    "corpus_bytes": "the corpus's size",
+    "corpus": "the corpus files or their contents",
+}
+
+
+def _discarding_note(output_dir: str, count: int, previous: Any, settings: dict) -> str:
+    """The line ``prepare`` prints before it removes ``count`` shards that were written
+    with other settings than ``settings``.
+
+    Examples:
+        >>> _discarding_note("out", 2, {"max_seq_length": 128, "seed": 1},
+        ...     {"max_seq_length": 64, "seed": 1})
+        "Discarding 2 finished shards in 'out': they were written with other settings \
+(--max-seq-length 128, now 64)."
+        >>> _discarding_note("out", 1, None, {"seed": 1})
+        "Discarding 1 finished shard in 'out': no metadata.json records the settings they \
+were written with."
+    """
+    shards = f"{count} finished shard{'s' if count != 1 else ''} in '{output_dir}'"
+    if not isinstance(previous, dict):
+        return f"Discarding {shards}: no metadata.json records the settings they were written with."
+    said = []
+    for key, value in settings.items():
+        old = previous.get(key)
+        name = _SETTING_NAMES.get(key, key)
+        if old == value or name in (n for n, _ in said):
+            continue
+        plain = all(isinstance(v, int | str) and not isinstance(v, bool) for v in (old, value))
+        said.append((name, f"{name} {old}, now {value}" if plain else name))
+    differ = ", ".join(text for _, text in said) or "their layout"
+    return f"Discarding {shards}: they were written with other settings ({differ})."
 
 
 def _read_metadata(directory: str, lenient: bool = True) -> dict:
@@ -662,24 +719,85 @@ def check_records(
         InputDataError: one sentence naming the file and the fix.
     """
     files = resolve_tfrecord_files(paths)
-    for directory in sorted({os.path.dirname(p) for p in files}):
-        _check_metadata(directory, vocab, lowercase)
-    path, length = _first_record_length(files)
-    if length != max_seq_length:
-        raise InputDataError(
-            f"TFRecord file '{path}' holds examples of length {length}, not "
-            f"max_seq_length={max_seq_length}; pass --max-seq-length {length} "
-            f"(max_seq_length={length}) or write the records again with `keras-electra "
-            f"prepare --max-seq-length {max_seq_length}`."
-        )
+    named = {os.path.normpath(p) for p in _as_list(paths) if tf.io.gfile.isdir(p)}
+    for directory, held in _by_directory(files).items():
+        metadata = _check_metadata(directory, vocab, lowercase)
+        _check_shards(directory, metadata, held, whole=os.path.normpath(directory) in named)
+        path, length = _first_record_length(held)
+        if length != max_seq_length:
+            raise InputDataError(
+                f"TFRecord file '{path}' holds examples of length {length}, not "
+                f"max_seq_length={max_seq_length}; pass --max-seq-length {length} "
+                f"(max_seq_length={length}) or write the records again with `keras-electra "
+                f"prepare --max-seq-length {max_seq_length}`."
+            )
     return files
 
 
-def record_metadata(paths: PathsLike) -> dict:
-    """The ``metadata.json`` that :func:`write_pretraining_tfrecords` wrote next to the
-    first file of ``paths`` ({} when there is none, as for records written elsewhere)."""
-    files = resolve_tfrecord_files(paths)
-    return _read_metadata(os.path.dirname(files[0]), lenient=False)
+def count_examples(paths: PathsLike) -> int | None:
+    """The examples the TFRecord files hold, as their directories' ``metadata.json``
+    counted them when ``prepare`` wrote them; None when a file is not counted there (records
+    written elsewhere)."""
+    total = 0
+    for directory, held in _by_directory(resolve_tfrecord_files(paths)).items():
+        metadata = _read_metadata(directory, lenient=False)
+        listed = metadata.get("shards", []), metadata.get("shard_examples", [])
+        counted = dict(zip(*listed, strict=False))
+        for path in held:
+            if os.path.basename(path) not in counted:
+                return None
+            total += int(counted[os.path.basename(path)])
+    return total
+
+
+def _by_directory(files: Sequence[str]) -> dict[str, list[str]]:
+    """The files grouped by their directory, in the order of their first file."""
+    groups: dict[str, list[str]] = {}
+    for path in files:
+        groups.setdefault(os.path.dirname(path), []).append(path)
+    return groups
+
+
+def _sizes(paths: Sequence[str]) -> list[int]:
+    """The files' sizes in bytes (asked together: each is a request on a bucket)."""
+    with ThreadPoolExecutor(16) as pool:
+        return [int(s.length) for s in pool.map(tf.io.gfile.stat, paths)]
+
+
+def _check_shards(directory: str, metadata: dict, held: list[str], whole: bool) -> None:
+    """Raises if a shard that ``metadata.json`` lists is missing from ``directory`` (when
+    the run reads the ``whole`` directory), or is not the size ``prepare`` wrote (cut
+    short, emptied or changed since)."""
+    listed = metadata.get("shards")
+    if not isinstance(listed, list):
+        return
+    again = (
+        "run the same `keras-electra prepare` command again to write it again (it keeps "
+        "the shards that are whole)."
+    )
+    names = {os.path.basename(p): p for p in held}
+    missing = [name for name in listed if name not in names]
+    if whole and missing:
+        raise InputDataError(
+            f"The TFRecords in '{directory}' lack {missing[0]}"
+            f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} of the "
+            f"{len(listed)} shards their metadata.json lists; {again}"
+        )
+    sizes = metadata.get("shard_bytes")
+    if isinstance(sizes, list) and len(sizes) == len(listed):
+        wrote = dict(zip(listed, sizes, strict=True))
+    else:  # written before sizes were recorded: an emptied shard can still be told
+        counts = metadata.get("shard_examples", [])
+        wrote = {n: None for n, c in zip(listed, counts, strict=False) if c}
+    mine = [names[n] for n in listed if n in names and n in wrote]
+    for path, size in zip(mine, _sizes(mine), strict=True):
+        want = wrote[os.path.basename(path)]
+        if size != want and (want is not None or size == 0):
+            was = f"{want:,}" if want is not None else "more than 0"
+            raise InputDataError(
+                f"TFRecord file '{path}' holds {size:,} bytes but its prepare wrote {was}: "
+                f"it was cut short or changed since; {again}"
+            )
 
 
 def _vocab_digest(tokens: Sequence[str]) -> str:
@@ -687,10 +805,10 @@ def _vocab_digest(tokens: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
 
 
-def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool | None) -> None:
-    """Raises if ``directory``'s ``metadata.json`` says its ``prepare`` did not finish, or
-    names another vocabulary or casing than the run's (records written elsewhere, with no
-    metadata, are taken as they are)."""
+def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool | None) -> dict:
+    """``directory``'s ``metadata.json`` ({} when there is none: records written
+    elsewhere are taken as they are); raises if it says its ``prepare`` did not finish, or
+    names another vocabulary or casing than the run's."""
     metadata = _read_metadata(directory, lenient=False)
     written = metadata.get("settings", metadata)
     if metadata.get("complete") is False:
@@ -725,6 +843,7 @@ def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool
             f"{'lowercases' if lowercase else 'keeps case'}, so its tokenizer would not "
             f"match their ids; {flag}."
         )
+    return metadata
 
 
 def is_tfrecord_input(paths: PathsLike) -> bool:

@@ -6,12 +6,12 @@ memory come from the objective (:mod:`~keras_electra.pretraining.flops`,
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from keras_electra.config import ElectraConfig
 from keras_electra.data.files import is_remote
-from keras_electra.data.tfrecords import is_tfrecord_input, record_metadata
+from keras_electra.data.tfrecords import count_examples, is_tfrecord_input
 from keras_electra.pretraining import objectives
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PretrainSettings
@@ -43,6 +43,8 @@ class PretrainPlan:
         objective: the settings' objective, looked up.
         memory_here: the bytes of memory each of those devices has, where the plan can
             tell (the CPU's: this machine's memory), else None.
+        notes: what the run would say before its first step (the flags a resumed run
+            goes on with changed, a vocabulary that does not cover the corpus).
     """
 
     settings: PretrainSettings
@@ -56,6 +58,7 @@ class PretrainPlan:
     devices: str
     objective: objectives.Objective
     memory_here: int | None = None
+    notes: dict[str, str] = field(default_factory=dict)
 
     def parameters(self) -> dict[str, int]:
         """The weights pretraining trains, by part."""
@@ -127,6 +130,7 @@ class PretrainPlan:
             if asked
             else "chosen when the run starts (compiled C++ on a CPU with g++, else XLA)"
         )
+        rows.update(self.notes)
         width = max(map(len, rows))
         lines = [DRY_RUN_NOTE, *(f"  {k.ljust(width)}  {v}" for k, v in rows.items())]
         return "\n".join(lines)
@@ -144,9 +148,16 @@ class PretrainPlan:
                 "memory not included)"
             )
             if self.memory_here is not None and sum(parts.values()) > self.memory_here:
+                one = self.objective.step_memory(self.config, 1, s.max_seq_length, s.precision)
+                fix = (  # the length when even one sequence per step is too much
+                    f"lower --max-seq-length (one sequence of {s.max_seq_length:,} tokens "
+                    f"needs ~{format_bytes(sum(one.values()))})"
+                    if sum(one.values()) > self.memory_here
+                    else "lower --batch-size or raise --grad-accumulation"
+                )
                 row += (
                     f"; more than the {format_bytes(self.memory_here)} this machine has, so the "
-                    "run would run out of memory: lower --batch-size or raise --grad-accumulation"
+                    f"run would run out of memory: {fix}"
                 )
             return row
         # Several workers: at least one device each, as many on each; mirrored: at least
@@ -221,8 +232,7 @@ def describe_data(settings: PretrainSettings, files: list[str]) -> str:
     size; packed as it is read)."""
     count = f"{len(files):,} file{'s' if len(files) != 1 else ''}"
     if is_tfrecord_input(settings.corpus):
-        metadata = record_metadata(files)
-        examples = metadata.get("num_examples")
+        examples = count_examples(files)
         line = f"TFRecords: {count} of {settings.max_seq_length}-token examples"
         if examples:
             passes = settings.steps * settings.batch_size / examples

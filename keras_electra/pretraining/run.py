@@ -199,9 +199,9 @@ def _pretrain(
         settings = resolved.settings
         tokenizer = resolved.tokenizer
         model, checkpoints, start = _build(run, resolved, distribution, chief)
-        if chief and settings.progress and start:
+        if chief and start:  # notes, shown with --no-progress too (it hides the bar)
             print(_resumed(run_dir, start, settings.steps), flush=True)
-        if chief and settings.progress and start < settings.steps:
+        if chief and start < settings.steps:
             if note := warmup_note(settings):
                 print(note, flush=True)
         stop.arm()  # from here a signal saves a checkpoint at the step reached
@@ -286,6 +286,12 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
     latest = latest_checkpoint(run.checkpoint_dir) if resumed else None
     if latest is not None:  # what the run restores first
         check_readable(latest)
+    notes = {}  # what the run says before it trains
+    if changed := _changed_on_resume(run.settings(), resolved.settings.record()):
+        notes["changed"] = changed.removeprefix("Changed since the run's last start: ")
+    if tokens is not None and not is_tfrecord_input(settings.corpus):
+        if warning := unknown_warning(resolved.tokenizer, files):
+            notes["warning"] = warning.removeprefix("Warning: ")
     return PretrainPlan(
         settings=resolved.settings,
         run_dir=run.path,
@@ -298,6 +304,7 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
         devices=devices,
         objective=resolved.objective,
         memory_here=_cpu_memory() if replicas and "the CPU" in devices else None,
+        notes=notes,
     )
 
 
@@ -366,9 +373,8 @@ def _prepare_run_directory(
     if chief:
         if settings.progress:
             print(chosen.describe(), flush=True)
-            changed = _changed_on_resume(run.settings(), resolved.settings.record())
-            if changed:
-                print(changed, flush=True)
+        if changed := _changed_on_resume(run.settings(), resolved.settings.record()):
+            print(changed, flush=True)
         with _writing(run.path):
             run.write_settings(resolved.settings.record())
     return resolved

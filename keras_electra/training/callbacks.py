@@ -116,6 +116,8 @@ class MetricsLogger(keras.callbacks.Callback):
         # checkpoint): the collapse rules count windows across the restart, as the report does.
         resumed = initial_step and self.path is not None
         self.history: list[dict] = read_metrics_records(self.path) if resumed else []
+        # A resumed process's first window traces again: its record says it restarted.
+        self._restarted = bool(initial_step)
         self._bar = progress_bar("pretrain", total_steps, initial_step, progress)
 
     def on_train_begin(self, logs=None):
@@ -154,6 +156,9 @@ class MetricsLogger(keras.callbacks.Callback):
             record.update(self.measure())
             record["health_seconds"] = round(time.perf_counter() - start, 4)
             record["window_seconds"] = round(elapsed, 4)
+        if self._restarted:
+            record["resumed"] = True
+            self._restarted = False
         # The fix: a lower rate, or float32 for a run in a mixed precision.
         mixed = self.model.dtype_policy.name != "float32"
         fix = "lower --learning-rate" + (" or use --precision float32" if mixed else "")
@@ -181,7 +186,8 @@ class MetricsLogger(keras.callbacks.Callback):
             try:
                 with self.writer.as_default():
                     for name, value in record.items():
-                        if name != "step" and isinstance(value, float | int):
+                        plain = isinstance(value, float | int) and not isinstance(value, bool)
+                        if name != "step" and plain:
                             tf.summary.scalar(name, value, step=self.step)
                 self.writer.flush()
             except tf.errors.OpError as e:
