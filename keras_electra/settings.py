@@ -438,6 +438,8 @@ class FinetuneOptions:
                 f"--max-seq-length must be between 8 and {max_positions} (the model's "
                 f"position table), got {out.max_seq_length}."
             )
+        if task == "qa":
+            check_query_room(out.max_seq_length, out.max_query_length)
         if task == "qa" and out.doc_stride is not None:
             check_doc_stride(out.doc_stride, out.max_seq_length, out.max_query_length)
         return out
@@ -445,6 +447,32 @@ class FinetuneOptions:
     def hyperparameters(self) -> dict[str, Any]:
         """The optimizer's settings (after :meth:`resolved`), as ``finetune.json`` records."""
         return {name: getattr(self, name) for name in self.HYPERPARAMETERS}
+
+
+def check_query_room(max_seq_length: int, max_query_length: int) -> None:
+    """Refuse in one sentence a ``--max-query-length`` that leaves a QA window under 2
+    context pieces after the longest question (before, it failed at the first long question,
+    and hid a ``--doc-stride`` that could not work).
+
+    Examples:
+        >>> check_query_room(128, 64)
+        >>> check_query_room(32, 64)
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: --max-query-length 64 leaves no room for the \
+context in windows of --max-seq-length 32 (a 64-piece question and 3 special tokens); pass \
+--max-query-length 16 (at most 27) or a larger --max-seq-length.
+    """
+    if max_query_length < 1:
+        raise ConfigError(f"--max-query-length must be positive, got {max_query_length}.")
+    most = max_seq_length - 5  # 2 context pieces after [CLS], [SEP] and [SEP]
+    if max_query_length > most:
+        raise ConfigError(
+            f"--max-query-length {max_query_length} leaves no room for the context in windows "
+            f"of --max-seq-length {max_seq_length} (a {max_query_length}-piece question and 3 "
+            f"special tokens); pass --max-query-length {max(1, max_seq_length // 2)} (at most "
+            f"{most}) or a larger --max-seq-length."
+        )
 
 
 def check_doc_stride(stride: int, max_seq_length: int, max_query_length: int) -> None:

@@ -9,6 +9,7 @@ scores and decoded tags or answers with the Keras side
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 
@@ -219,6 +220,36 @@ def test_an_export_of_another_kind_into_a_models_folder_is_refused(tagger, reade
     )
     assert sorted(p.name for p in base.iterdir()) == ["1"]
     assert export_run(tagger.output_dir, base).name == "2"  # a new version of the same kind
+
+
+def test_an_export_at_another_length_than_the_fine_tunings_says_so(tagger, tmp_path, capsys):
+    # Exported at --max-length 128, a classifier fine-tuned at 32 flipped labels against
+    # `predict` on its directory, without a word.
+    from keras_electra.export import export as export_run
+
+    trained = tagger.settings.max_seq_length
+    capsys.readouterr()
+    export_run(tagger.output_dir, tmp_path / "same")
+    assert "Note:" not in capsys.readouterr().err
+    export_run(tagger.output_dir, tmp_path / "longer", max_length=trained * 2)
+    assert capsys.readouterr().err == (
+        f"Note: '{tagger.output_dir}' was fine-tuned on {trained}-token inputs and this export "
+        f"reads {trained * 2}, so a text longer than {trained} pieces scores otherwise than "
+        f"with `predict --model {tagger.output_dir}` (the export reads on, at positions the "
+        f"fine-tuning never trained); leave --max-length out to export at {trained}.\n"
+    )
+    # A new fine-tuning into the same directory, interrupted: the export is of the old model.
+    resume = tagger.output_dir / "resume"
+    resume.mkdir()
+    try:
+        (resume / "state.json").write_text('{"fingerprint": "0"}', encoding="utf-8")
+        export_run(tagger.output_dir, tmp_path / "during")
+    finally:
+        shutil.rmtree(resume)
+    assert capsys.readouterr().err == (
+        f"Note: '{resume}' holds a fine-tuning that has not finished, which will replace "
+        "this model when it does; this export is of the model before it.\n"
+    )
 
 
 def test_classifier_module_refuses_other_tasks(tagger):

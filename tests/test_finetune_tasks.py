@@ -461,7 +461,7 @@ def test_squad_2_data_without_squad_v2_is_refused_before_training(tiny_run, word
                        for p in marker_squad(words, 12, seed=1)["data"])  # fmt: skip
     assert unanswerable > 1
     with pytest.raises(ConfigError) as error:
-        finetune(tiny_run, "qa", train, output_dir=tmp_path / "qa", **FAST)
+        finetune(tiny_run, "qa", train, output_dir=tmp_path / "qa", max_query_length=8, **FAST)
     assert str(error.value) == (
         f"{train} has {unanswerable} unanswerable questions (is_impossible: SQuAD 2.0); pass "
         "--squad-v2 to train a model that can decline to answer, or remove them."
@@ -632,6 +632,25 @@ def test_an_output_holding_a_pretraining_run_is_refused_before_any_training(
         with pytest.raises(ElectraError, match="holds a pretraining run; choose a new --output"):
             finetune(*args, output_dir=taken, text_column="sentence", dry_run=dry_run, **FAST)
     assert sorted(p.name for p in taken.iterdir()) == ["config.json", "vocab.txt"]
+
+
+def test_an_output_holding_other_files_is_refused_and_they_are_kept(
+    tiny_run, classify_data, tmp_path
+):
+    # A user's resume/cv.txt and checkpoints/mine.txt were removed without a word.
+    args = (tiny_run, "classify", classify_data[0])
+    for name in ("resume", "checkpoints", "notes"):
+        taken = tmp_path / name
+        (taken / name).mkdir(parents=True)
+        (taken / name / "mine.txt").write_text("mine", encoding="utf-8")
+        for dry_run in (True, False):
+            with pytest.raises(ElectraError) as refused:
+                finetune(*args, output_dir=taken, text_column="sentence", dry_run=dry_run, **FAST)
+            assert str(refused.value) == (
+                f"--output '{taken}' holds files fine-tuning did not write ({name}/), which it "
+                "could replace or remove; choose a new or empty --output for the fine-tuned model."
+            )
+        assert (taken / name / "mine.txt").read_text(encoding="utf-8") == "mine"
 
 
 def test_report_draws_a_fine_tuning_directory(classifier, tmp_path):

@@ -317,6 +317,29 @@ def test_qa_windows_overlap_by_default_so_every_short_answer_is_in_one():
                     )
 
 
+def test_a_question_length_that_leaves_no_window_is_refused_before_the_stride():
+    # --max-seq-length 32 beside the default --max-query-length 64 left a negative room:
+    # --doc-stride 100 passed unchecked, and the first long question failed later.
+    from keras_electra.errors import ConfigError
+    from keras_electra.settings import FinetuneOptions
+
+    def resolved(**given):
+        return FinetuneOptions(max_seq_length=32, **given).resolved("tiny", "qa", 512)
+
+    for given in ({}, {"doc_stride": 100}):
+        with pytest.raises(ConfigError) as refused:
+            resolved(**given)
+        assert str(refused.value) == (
+            "--max-query-length 64 leaves no room for the context in windows of "
+            "--max-seq-length 32 (a 64-piece question and 3 special tokens); pass "
+            "--max-query-length 16 (at most 27) or a larger --max-seq-length."
+        )
+    with pytest.raises(ConfigError, match="--doc-stride 100 leaves no overlap between context "):
+        resolved(max_query_length=16, doc_stride=100)
+    assert resolved(max_query_length=27).max_query_length == 27  # 2 pieces of context
+    assert FinetuneOptions(max_seq_length=32).resolved("tiny", "classify", 512)  # QA's only
+
+
 def test_qa_encoding_with_the_defaults_keeps_every_answer_that_fits():
     from keras_electra.data.tokenizer import ElectraTokenizer
     from keras_electra.data.vocab import SPECIAL_TOKENS
@@ -357,6 +380,50 @@ def test_qa_encoding_counts_the_answers_in_no_window():
         "windows' overlap), so they train as no answer; a smaller --doc-stride or a larger "
         "--max-seq-length keeps them."
     )
+
+
+def test_tagging_counts_the_training_words_past_the_models_length():
+    # Every word past --max-seq-length was left out of training without a word (a tagger
+    # of long sentences learned no entity at their ends).
+    from keras_electra.data.tokenizer import ElectraTokenizer
+    from keras_electra.data.vocab import SPECIAL_TOKENS
+    from keras_electra.finetuning.readers import TaggedSentence
+    from keras_electra.finetuning.settings import FinetuneSettings
+    from keras_electra.finetuning.tasks import TagTask
+
+    words = [f"w{i}" for i in range(20)]
+    tokenizer = ElectraTokenizer([*SPECIAL_TOKENS, *words, "london"])
+    long = TaggedSentence([*words, "london"], ["O"] * 20 + ["B-LOC"], 1)
+    short = TaggedSentence(["london", "w1"], ["B-LOC", "O"], 23)
+    settings, task = FinetuneSettings(task="tag", max_seq_length=16), TagTask()
+    task.set_labels([long, short], settings)
+    _, y, positions = task.encode([long, short], tokenizer, settings)
+    assert task.encoding_note([long, short], y, positions) == (
+        "1 of 2 training sentences are longer than --max-seq-length, so their words past it "
+        "(7 words, 1 of them tagged other than O) are not trained on; a larger "
+        "--max-seq-length, or shorter sentences, keeps them."
+    )
+    assert task.encoding_note([short], *task.encode([short], tokenizer, settings)[1:]) == ""
+
+
+def test_classifying_a_column_of_scores_says_regress_is_meant():
+    # An STS score column trained 28 classes, one per value, without a word.
+    from keras_electra.finetuning.tasks import ClassifyTask
+
+    def rows(labels):
+        return [
+            {"label": label, "text": "t", "file": "f", "line": n} for n, label in enumerate(labels)
+        ]
+
+    task = ClassifyTask()
+    scores = rows([f"{n / 7:.2f}" for n in range(30)])
+    assert task.encoding_note(scores, None, None) == (
+        "the 30 labels of 30 training examples are all numbers, most of them different, so "
+        "each value trains as a class of its own; for a score to predict, fine-tune with "
+        "--task regress."
+    )
+    for labels in (["1", "2", "3"] * 10, [f"w{n}" for n in range(30)]):  # star ratings, words
+        assert task.encoding_note(rows(labels), None, None) == ""
 
 
 # === Recipe and layer-wise learning rates ===

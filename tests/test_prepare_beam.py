@@ -345,17 +345,29 @@ def test_a_dry_run_refuses_a_runner_beam_does_not_know(corpus, tmp_path, capsys)
         "direct",
         "apache_beam.runners.portability.flink_runner.FlinkRunner",
     ):
-        options = dataflow if runner == "DataflowRunner" else []
-        code, err = run_prepare(capsys, *argv, "--runner", runner, *options)
+        if runner == "DataflowRunner":  # its workers read and write buckets (ram:// here)
+            code, err = run_prepare(capsys, *in_bucket(corpus[0], tmp_path), *dataflow)
+        else:
+            code, err = run_prepare(capsys, *argv, "--runner", runner)
         assert code == 0, (runner, err)
     assert not os.path.exists(out)
     # What every Dataflow job needs: the dry run passed without it, the run then failed.
     for given, needs in (
-        ([], "--project, --region and --temp_location"),
-        (dataflow[:4] + ["--temp_location", "/tmp/t"], "a gs:// --temp_location (not '/tmp/t')"),
+        ([], "needs --project, --region and --temp_location; pass them as in "),
+        (dataflow[:4] + ["--temp_location", "/t"], "needs a gs:// --temp_location (not '/t')"),
+        (dataflow, f"runs on Google Cloud workers, which cannot reach '{corpus[0]}' on "),
     ):
         code, err = run_prepare(capsys, *argv, "--runner", "DataflowRunner", *given)
-        assert code == 2 and f"--runner DataflowRunner needs {needs}; pass them as in " in err, err
+        assert code == 2 and f"--runner DataflowRunner {needs}" in err, err
+
+
+def in_bucket(text: str, tmp_path) -> list[str]:
+    """``prepare``'s flags for Dataflow (no options) on a copy of the corpus file ``text``
+    and an output in TensorFlow's in-memory ``ram://`` filesystem, for gs://."""
+    bucket = f"ram://bucket-{tmp_path.name}"
+    tf.io.gfile.copy(text, f"{bucket}/corpus/a.txt", overwrite=True)
+    return ["--corpus", f"{bucket}/corpus/a.txt", "--output", f"{bucket}/out", "--runner",
+            "DataflowRunner", "--vocab-size", "60", "--dry-run"]  # fmt: skip
 
 
 def test_prepare_writes_to_a_url_and_pretraining_reads_it(corpus, tmp_path):
@@ -510,8 +522,7 @@ def test_corpus_files_inside_the_output_are_refused(tmp_path, capsys):
 @needs_beam
 def test_a_runner_that_cannot_run_here_is_one_sentence(corpus, tmp_path, capsys):
     # Dataflow without apache-beam[gcp] was Beam's ImportError traceback, exit 1.
-    out = str(tmp_path / "out")
-    argv = ["--corpus", corpus[0], "--output", out, "--runner", "DataflowRunner"]
+    argv = [a for a in in_bucket(corpus[0], tmp_path) if a != "--dry-run"]
     argv += ["--project", "p", "--region", "r", "--temp_location", "gs://bucket/tmp"]
     code, err = run_prepare(capsys, *argv)
     assert code == 2 and "The Beam runner DataflowRunner could not run the pipeline (" in err, err

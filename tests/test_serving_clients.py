@@ -1146,6 +1146,14 @@ def test_unreachable_server_fails_clearly_after_bounded_retries() -> None:
         rest.status()
     assert f"http://127.0.0.1:{port}/v1/models/electra" in str(rest_err.value)
     assert time.monotonic() - start < 10
+    # A host alone: gRPC dials 443, which the sentence did not say (TF Serving's is 8500).
+    with GrpcClient("127.0.0.1", "electra", retries=0, backoff=0.01, timeout=2) as client:
+        with pytest.raises(ServingError) as no_port:
+            client.status()
+    assert str(no_port.value).endswith(
+        "serving gRPC on that address (it names no port, so gRPC dialed 443; TF Serving's "
+        "gRPC port is 8500 by default: pass 127.0.0.1:8500)."
+    ), no_port.value
 
 
 @pytest.mark.parametrize("url", ["http://localhost:8500", "https://serving.example.com:443/"])

@@ -55,7 +55,9 @@ def _require_beam(args: Sequence[str] = ()) -> None:
         )
 
 
-def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
+def pipeline_options(
+    args: Sequence[str] = (), num_workers: int | None = None, paths: Sequence[str] = ()
+):
     """Beam ``PipelineOptions`` from command-line style ``args``; without ``--runner``, the
     DirectRunner on ``num_workers`` local processes (default: every core).
 
@@ -64,8 +66,10 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
         DirectRunner's options only where it runs).
 
     Raises:
-        ConfigError: an unknown option or runner, or ``num_workers`` with another runner
-            than the DirectRunner (which sizes its job with its own options).
+        ConfigError: an unknown option or runner, ``num_workers`` with another runner
+            than the DirectRunner (which sizes its job with its own options), or Dataflow
+            without its required options or with one of ``paths`` (the corpus and the
+            output) on this machine, where its workers cannot reach it.
     """
     _require_beam(args)
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
@@ -97,7 +101,7 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
         runner is not None
         and runner.rpartition(".")[2].lower().removesuffix("runner") == "dataflow"
     ):
-        _check_dataflow(given.get_all_options())
+        _check_dataflow(given.get_all_options(), paths)
     if runner is None:
         args = ["--runner=DirectRunner", "--default_sdk_harness_log_level=WARNING", *args]
     if direct and "direct_num_workers" not in _given(args):
@@ -115,9 +119,10 @@ def pipeline_options(args: Sequence[str] = (), num_workers: int | None = None):
     return options, shown
 
 
-def _check_dataflow(options: dict[str, Any]) -> None:
+def _check_dataflow(options: dict[str, Any], paths: Sequence[str] = ()) -> None:
     """Refuse Dataflow options without what every Dataflow job needs (a project, a region
-    and a ``gs://`` temporary location), as the run would once the pipeline is made.
+    and a ``gs://`` temporary location), as the run would once the pipeline is made, and
+    ``paths`` on this machine, which Dataflow's workers cannot read or write.
 
     Examples:
         >>> _check_dataflow({"project": "p", "region": "r", "temp_location": "gs://b/t"})
@@ -138,6 +143,11 @@ def _check_dataflow(options: dict[str, Any]) -> None:
         raise ConfigError(
             f"--runner DataflowRunner needs {listed}; pass them as in docs/pretraining.md, "
             '"Preparing a large corpus".'
+        )
+    if local := [p for p in paths if not is_remote(p)]:
+        raise ConfigError(
+            f"--runner DataflowRunner runs on Google Cloud workers, which cannot reach "
+            f"'{local[0]}' on this machine; pass gs:// paths for --corpus and --output."
         )
 
 

@@ -194,9 +194,9 @@ def prepare(
     if s.dry_run:
         shards = shard_paths(str(out), len(plan_shards(files, s.num_shards)))
         size = len(tokens) if tokens is not None else s.vocab_size
-        uses_beam(s, total)  # the options' checks
+        uses_beam(s, total, out_name)  # the options' checks
         return PrepareResult(out, s, files, size, shards, written=False, corpus_bytes=total)
-    beam = uses_beam(s, total)
+    beam = uses_beam(s, total, out_name)
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)
     import tensorflow as tf
@@ -279,7 +279,7 @@ def corpus_bytes(files: list[str]) -> int:
     return sum(map(file_size, files))
 
 
-def uses_beam(settings: PrepareSettings, size: int) -> bool:
+def uses_beam(settings: PrepareSettings, size: int, output: str | None = None) -> bool:
     """Whether ``prepare`` runs as a Beam pipeline for a corpus of ``size`` bytes: with Beam
     options, with ``workers`` above 1, or (the beam extra installed, ``workers`` not given)
     for a corpus of :data:`LOCAL_BEAM_MIN_BYTES` or more; else it packs in this process.
@@ -292,7 +292,8 @@ def uses_beam(settings: PrepareSettings, size: int) -> bool:
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be a positive integer, not {workers}.")
     if settings.beam_options:
-        pipeline_options(settings.beam_options, workers)  # checks them
+        paths = [*settings.corpus, *([output] if output is not None else [])]
+        pipeline_options(settings.beam_options, workers, paths)  # checks them
         return True
     if workers == 1:
         return False

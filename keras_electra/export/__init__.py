@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from keras_electra.errors import ConfigError
@@ -81,7 +82,18 @@ def export(
         task = FinetuneSettings.load(run.finetune_file).task if finetuned else None
         _check_same_kind(output, task or ("sentence_score" if electric else "replaced_token"))
     if finetuned:
-        module = finetuned_module(load_finetuned(run.path), max_length)
+        loaded = load_finetuned(run.path)
+        module = finetuned_module(loaded, max_length)
+        if note := length_note(loaded.settings.max_seq_length, module.max_length, run.path):
+            print(note, file=sys.stderr, flush=True)
+        if (run.resume_dir.path / "state.json").is_file():
+            print(
+                f"Note: '{run.resume_dir.path}' holds a fine-tuning that has not finished, "
+                "which will replace this model when it does; this export is of the model "
+                "before it.",
+                file=sys.stderr,
+                flush=True,
+            )
         extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
     else:
         module = (EnergyModule if electric else ReplacedTokenModule).from_run(run.path, max_length)
@@ -93,6 +105,31 @@ def export(
             f"got {module.max_length}."
         )
     return export_module(module, output, version=version, extra_files=extra)
+
+
+def length_note(trained: int, exported: int, run_dir: str | Path) -> str | None:
+    """The note ``export`` prints when ``--max-length`` is not the length the model was
+    fine-tuned at, else None.
+
+    Examples:
+        >>> print(length_note(32, 128, "runs/cls"))
+        Note: 'runs/cls' was fine-tuned on 32-token inputs and this export reads 128, so a \
+text longer than 32 pieces scores otherwise than with `predict --model runs/cls` (the export \
+reads on, at positions the fine-tuning never trained); leave --max-length out to export at 32.
+    """
+    if trained == exported:
+        return None
+    how = (
+        "the export reads on, at positions the fine-tuning never trained"
+        if exported > trained
+        else "the export cuts it where the fine-tuning read on"
+    )
+    shorter = min(trained, exported)
+    return (
+        f"Note: '{run_dir}' was fine-tuned on {trained}-token inputs and this export reads "
+        f"{exported}, so a text longer than {shorter} pieces scores otherwise than with "
+        f"`predict --model {run_dir}` ({how}); leave --max-length out to export at {trained}."
+    )
 
 
 def _check_same_kind(output: str | Path, kind: str) -> None:

@@ -66,8 +66,45 @@ def check_output_dir(output_dir: str | Path) -> RunDirectory:
         raise ConfigError(
             f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
         )
+    if not run.is_finetuned() and (others := _not_written_by_finetuning(run)):
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise ConfigError(
+            f"--output '{run.path}' holds files fine-tuning did not write ({shown}), which it "
+            "could replace or remove; choose a new or empty --output for the fine-tuned model."
+        )
     check_writable(run.path)
     return run
+
+
+# What a fine-tuning writes into its --output (a finished model, or resume/ while it runs).
+_FINETUNING_WRITES = {
+    RunDirectory.CONFIG,
+    RunDirectory.VOCAB,
+    RunDirectory.FINETUNE,
+    RunDirectory.LABELS,
+    RunDirectory.METRICS,
+    RunDirectory.EVAL_METRICS,
+    RunDirectory.CHECKPOINTS,
+    RunDirectory.RESUME,
+}
+
+
+def _not_written_by_finetuning(run: RunDirectory) -> list[str]:
+    """The entries of ``run``'s directory (not yet a fine-tuned model) that no fine-tuning
+    wrote: anything but its own names, and a ``resume/`` or ``checkpoints/`` folder that
+    is not an interrupted fine-tuning's (its ``resume/state.json`` written first)."""
+    if not run.path.is_dir():
+        return []
+    found = sorted(p.name for p in run.path.iterdir())
+    others = [f"{name}/" if (run.path / name).is_dir() else name for name in found
+              if name not in _FINETUNING_WRITES]  # fmt: skip
+    resume = run.path / RunDirectory.RESUME
+    interrupted = (resume / "state.json").is_file()
+    for name in (RunDirectory.RESUME, RunDirectory.CHECKPOINTS):
+        folder = run.path / name
+        if folder.is_dir() and not interrupted and any(folder.iterdir()):
+            others.append(f"{name}/")
+    return others
 
 
 def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:

@@ -69,6 +69,17 @@ def _out_of_range(address: str, port: str) -> ServingError:
     )
 
 
+def names_no_port(target: str) -> bool:
+    """Whether a gRPC network target names no port (gRPC then dials 443, not TF Serving's
+    8500).
+
+    Examples:
+        >>> names_no_port("localhost"), names_no_port("localhost:8500"), names_no_port("unix:/s")
+        (True, False, False)
+    """
+    return not target.startswith(_LOCAL) and host_port(target) is None
+
+
 def check_grpc_target(target: str) -> None:
     """Raises :class:`ServingError` for a gRPC target that is empty, holds a path
     (``localhost:8500/``: gRPC retried it as unreachable) or a port outside 1-65535

@@ -20,7 +20,7 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from keras_electra.serving.address import check_grpc_target, host_port
+from keras_electra.serving.address import check_grpc_target, host_port, names_no_port
 from keras_electra.serving.client import (
     CREDENTIALS_FIX,
     ModelClient,
@@ -135,6 +135,11 @@ class GrpcClient(ModelClient):
             details = exhausted.error.details()  # type: ignore[attr-defined]
             where, cause = self.target, f"UNAVAILABLE: {details}"
             check = "serving gRPC on that address"
+            if names_no_port(self.target):
+                check += (
+                    " (it names no port, so gRPC dialed 443; TF Serving's gRPC port is 8500 "
+                    f"by default: pass {self.target}:8500)"
+                )
             raise self._unreachable(where, exhausted.attempts, cause, check, details) from None
         except grpc.RpcError as err:
             code, details = err.code(), err.details()  # type: ignore[attr-defined]

@@ -117,6 +117,23 @@ class ClassifyTask(_SequenceTask):
                 "classification needs at least two labels."
             )
 
+    def encoding_note(self, examples, y, extra) -> str:
+        """Labels that read as a score: numbers, most of them told apart (an STS column
+        trained as one class per value)."""
+        labels = {e["label"] for e in examples}
+        if len(labels) < 10 or len(labels) < len(examples) / 2:
+            return ""
+        try:
+            for label in labels:
+                float(label)
+        except ValueError:
+            return ""
+        return (
+            f"the {len(labels):,} labels of {len(examples):,} training examples are all "
+            "numbers, most of them different, so each value trains as a class of its own; "
+            "for a score to predict, fine-tune with --task regress."
+        )
+
     def targets(self, examples, settings) -> np.ndarray:
         index = {label: i for i, label in enumerate(settings.labels)}
         ids = []

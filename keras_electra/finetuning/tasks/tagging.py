@@ -93,6 +93,21 @@ class TagTask(Task):
         ids = self.tag_ids(examples, settings) if labelled else None
         return align_words(tokenizer, [s.words for s in examples], ids, settings.max_seq_length)
 
+    def encoding_note(self, examples, y, extra) -> str:
+        """The training sentences longer than the model's length, whose words past it (and
+        their tags) are not trained on."""
+        cut = [(s, len(kept)) for s, kept in zip(examples, extra, strict=True)]
+        cut = [(s, n) for s, n in cut if n < len(s.words)]
+        if not cut:
+            return ""
+        tags = sum(1 for s, n in cut for tag in s.tags[n:] if tag != "O")
+        return (
+            f"{len(cut):,} of {len(examples):,} training sentences are longer than "
+            f"--max-seq-length, so their words past it ({sum(len(s.words) - n for s, n in cut):,}"
+            f" words, {tags:,} of them tagged other than O) are not trained on; a larger "
+            "--max-seq-length, or shorter sentences, keeps them."
+        )
+
     def build_model(self, backbone, settings):
         return ElectraTagger(backbone, len(settings.labels), dropout=settings.dropout)
 
