@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import math
 import os
 import signal
@@ -979,6 +980,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def fail(message: str, status: int) -> int:
         print(f"keras-electra {args.command}: {message}", file=sys.stderr)
+        # The sentence is the last word: TensorFlow's warnings as the process ends (a
+        # checkpoint collected with values never restored, after a Ctrl-C) would follow it.
+        logging.getLogger("tensorflow").setLevel(logging.ERROR)
         return status
 
     bad = _not_utf8(args)

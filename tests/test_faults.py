@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -765,3 +766,34 @@ def test_a_failed_write_names_the_remedy_for_its_reason(error, remedy):
 
     assert storage_remedy(error, "runs/a").startswith(remedy)
     assert "'runs/a'" in storage_remedy(error, "runs/a")
+
+
+_UNRESTORED_AT_EXIT = """
+import sys, tensorflow as tf
+import keras_electra.cli as cli
+path = tf.train.Checkpoint(a=tf.Variable(1.0), b=tf.Variable(2.0)).save(sys.argv[1] + "/ck")
+def interrupted(args):  # a Ctrl-C while a checkpoint is half restored (export's load)
+    global pending
+    pending = tf.train.Checkpoint(a=tf.Variable(0.0))
+    pending.restore(path)
+    raise KeyboardInterrupt
+parse = cli.parse_arguments
+cli.parse_arguments = lambda argv=None: setattr(a := parse(argv), "func", interrupted) or a
+sys.exit(cli.main(["report", sys.argv[1]]))
+"""
+
+
+def test_the_interrupted_sentence_is_the_last_line(tmp_path):
+    # After Ctrl-C during export, TensorFlow's "being deleted with unrestored values"
+    # warnings followed the sentence as the process ended.
+    done = subprocess.run(
+        [sys.executable, "-c", _UNRESTORED_AT_EXIT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.rstrip().splitlines()[-1] == (
+        "keras-electra report: interrupted; run the command again (pretrain and finetune "
+        "resume from their last checkpoint, prepare keeps the shards it finished)."
+    ), done.stderr[-2000:]

@@ -96,8 +96,11 @@ def _not_written_by_finetuning(run: RunDirectory) -> list[str]:
     if not run.path.is_dir():
         return []
     found = sorted(p.name for p in run.path.iterdir())
-    others = [f"{name}/" if (run.path / name).is_dir() else name for name in found
-              if name not in _FINETUNING_WRITES]  # fmt: skip
+    others = [
+        f"{name}/" if (run.path / name).is_dir() else name
+        for name in found
+        if name.removesuffix(".tmp") not in _FINETUNING_WRITES  # ".tmp": a killed write's
+    ]
     resume = run.path / RunDirectory.RESUME
     interrupted = (resume / "state.json").is_file()
     for name in (RunDirectory.RESUME, RunDirectory.CHECKPOINTS):
