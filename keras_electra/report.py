@@ -176,6 +176,18 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     if not run_dirs:
         raise ConfigError("Pass at least one run directory.")
     sources = {str(d): metrics_source(d) for d in run_dirs}
+    kinds = {
+        d: "a fine-tuning" if partial or RunDirectory(d).is_finetuned() else "a pretraining run"
+        for d, (_, partial) in sources.items()
+    }
+    if len(set(kinds.values())) > 1:
+        (first, kind), (other, second) = next(
+            ((a, kinds[a]), (b, kinds[b])) for a in kinds for b in kinds if kinds[a] != kinds[b]
+        )
+        raise ConfigError(
+            f"--compare overlays runs of one kind, but '{first}' is {kind} and '{other}' "
+            f"{second}, whose losses measure different things; report them apart."
+        )
     runs = {d: read_metrics_records(path) for d, (path, _) in sources.items()}
     empty = [d for d, records in runs.items() if not records]
     if len(empty) == len(runs):

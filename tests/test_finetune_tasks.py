@@ -151,6 +151,23 @@ def test_a_classifier_predicts_plain_texts_from_python(classifier):
     assert classifier.predict_examples(sentences) == as_read
     with pytest.raises(InputDataError, match=r"^Example 1 is a tuple; a classify model takes"):
         classifier.predict_examples([("a good day", "bad news")])  # a pair, for one text
+    # The model's own text column is a key too (it was refused, naming "text" only); none
+    # is an empty list (it was Keras' UnboundLocalError).
+    assert classifier.predict_examples([{"sentence": s} for s in sentences]) == as_read
+    with pytest.raises(InputDataError) as refused:
+        classifier.predict_examples([{"sentense": "a good day"}])
+    assert str(refused.value) == (
+        "Example 1 is a dict without 'text' (or the model's column names 'sentence'); its "
+        "keys: 'sentense'."
+    )
+    assert classifier.predict_examples([]) == []
+
+
+def test_a_list_of_training_files_is_one_sentence(tiny_run, classify_data):
+    # Was pathlib's "expected str, bytes or os.PathLike object, not list".
+    with pytest.raises(TypeError) as caught:
+        finetune(tiny_run, "classify", [classify_data[0]], text_column="sentence", dry_run=True)
+    assert str(caught.value) == "finetune's train is one path (a str or Path), not a list."
 
 
 def test_classifier_export_matches_keras_and_serves_classify(classifier, classifier_export):
@@ -651,6 +668,35 @@ def test_an_output_holding_other_files_is_refused_and_they_are_kept(
                 "could replace or remove; choose a new or empty --output for the fine-tuned model."
             )
         assert (taken / name / "mine.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_a_save_cut_short_is_finished_by_the_same_call_and_never_read_half_new(
+    tiny_run, classify_data, tmp_path, monkeypatch
+):
+    # A Ctrl-C while the model was written left config.json without finetune.json: the
+    # same call was refused ("holds a pretraining run"); replacing a model, the old
+    # finetune.json stayed beside the new checkpoints and loaded without a word.
+    from keras_electra.finetuning import saved
+
+    args = (tiny_run, "classify", classify_data[0])
+    options = dict(text_column="sentence", epochs=1, **FAST)
+    out = tmp_path / "cls"
+    real = saved._write_history
+
+    def cut(*a, **k):
+        raise KeyboardInterrupt
+
+    for replacing in (False, True):
+        monkeypatch.setattr(saved, "_write_history", cut)
+        with pytest.raises(KeyboardInterrupt):
+            finetune(*args, output_dir=out, **options)
+        monkeypatch.setattr(saved, "_write_history", real)
+        assert (out / "config.json").is_file() and not (out / "finetune.json").exists()
+        with pytest.raises(ElectraError):
+            load_finetuned(out)  # never a model half old, half new
+        result = finetune(*args, output_dir=out, **options)
+        assert load_finetuned(out).settings.task == "classify" and not (out / "resume").exists()
+        assert result.output_dir == out, replacing
 
 
 def test_report_draws_a_fine_tuning_directory(classifier, tmp_path):

@@ -189,3 +189,26 @@ def test_the_probe_is_fixed_and_leaves_the_training_streams_alone(fresh_probe):
     step = int(fresh_probe.model.random_step.numpy())
     assert fresh_probe.measure() == fresh_probe.measure()
     assert int(fresh_probe.model.random_step.numpy()) == step
+
+
+def test_a_detector_that_has_not_begun_is_not_called_dead_during_its_warm_up():
+    # Every run starts at recall 0 and AUC 0.5: a tiny run was told at step 6, its learning
+    # rate still climbing, that its discriminator "stopped detecting replacements".
+    def window(step, rate, auc=0.47):
+        return {"step": step, "disc_auc": auc, "disc_recall": 0.0, "learning_rate": rate}
+
+    warming = [window(s, 1e-4 * s / 2) for s in (2, 4, 6, 8)]
+    assert collapse_warnings(warming) == []
+    after = warming + [window(s, 4e-4 - 1e-5 * s) for s in (10, 12, 14)]
+    (warning,) = collapse_warnings(after)
+    assert warning["step"] == 14 and warning["since"] == 10
+    assert warning["message"].startswith(
+        "The discriminator has not begun detecting replacements after its warm-up (from step "
+        "10, recall 0, AUC 0.47 for 3 windows): it predicts the base rate everywhere; try "
+    )
+    # One that had begun (AUC 0.6 or more) and fell back stopped, warm-up or not.
+    fell = [window(2, 1e-4, 0.7), *(window(s, 1e-4 * s) for s in (4, 6, 8))]
+    (warning,) = collapse_warnings(fell)
+    assert warning["message"].startswith(
+        "The discriminator stopped detecting replacements at step 4"
+    )

@@ -4,6 +4,7 @@ what the library hands back is the right thing: scoring, tokenizers, summaries, 
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -145,3 +146,70 @@ def test_fit_on_ids_past_the_models_vocabulary_is_one_sentence(small_corpus, jit
         message,
     ), message
     assert int(message.split()[2]) >= 300
+
+
+def test_batches_the_step_cannot_mask_are_one_sentence_and_a_new_length_retraces(small_corpus):
+    # A dataset padded per batch (a length unknown while tracing) was "unsupported operand
+    # type(s) for *: 'float' and 'NoneType'"; so was a second fit at another length (the
+    # retrace generalized the length to None); an unbatched one an IndexError; (x, y) pairs
+    # trained with y dropped.
+    from keras_electra.data import learn_vocab, pretraining_dataset
+    from keras_electra.pretraining.pretrainer import FEATURES
+    from keras_electra.training.optimizer import create_optimizer
+
+    tokenizer = ElectraTokenizer(learn_vocab([str(small_corpus)], 500))
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=tokenizer.vocab_size, num_layers=1)
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=1e-4, total_steps=9, warmup_steps=1)
+    )
+
+    def data(length):
+        return pretraining_dataset(
+            [str(small_corpus)], tokenizer, batch_size=2, max_seq_length=length
+        )
+
+    for length in (16, 32):  # the second fit traces its own length
+        history = model.fit(data(length), steps_per_epoch=1, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0]), length
+    ragged = (
+        data(16)
+        .unbatch()
+        .map(lambda x: {k: x[k][: tf.reduce_sum(x["padding_mask"])] for k in FEATURES})
+    )
+    refused = {
+        "one sequence length known when the step is traced": ragged.padded_batch(2),
+        "[batch, length], but these have shape (16,)": data(16).unbatch(),
+        "a dataset of (inputs, labels) pairs": data(16).map(lambda x: (x, x["token_ids"])),
+    }
+    for said, dataset in refused.items():
+        with pytest.raises(ValueError) as caught:
+            model.fit(dataset, steps_per_epoch=1, epochs=1, verbose=0)
+        assert said in str(caught.value) and "\n" not in str(caught.value), caught.value
+
+
+def test_a_fit_past_the_end_of_the_learning_rate_schedule_warns(small_corpus):
+    # "More fit" after create_optimizer's total_steps trained at learning rate 0 and the
+    # weights did not change, without a word.
+    from keras_electra.data import learn_vocab, pretraining_dataset
+    from keras_electra.training.optimizer import create_optimizer
+
+    tokenizer = ElectraTokenizer(learn_vocab([str(small_corpus)], 500))
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=tokenizer.vocab_size, num_layers=1)
+    model.compile(
+        optimizer=create_optimizer(model, learning_rate=1e-3, total_steps=2, warmup_steps=0)
+    )
+    data = pretraining_dataset([str(small_corpus)], tokenizer, batch_size=2, max_seq_length=16)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)  # the schedule's 2 steps
+        assert not [w for w in said if "learning-rate schedule" in str(w.message)]
+        before = [w.numpy() for w in model.trainable_weights]
+        model.fit(data, steps_per_epoch=1, epochs=3, verbose=0)
+    (warning,) = [str(w.message) for w in said if "learning-rate schedule" in str(w.message)]
+    assert warning == (
+        "The learning-rate schedule ends at step 2 (create_optimizer's total_steps) and this "
+        "fit trains to step 5 from 2: its steps past 2 train at learning rate 0 and change "
+        "nothing; compile with an optimizer whose total_steps covers them."
+    )
+    after = [w.numpy() for w in model.trainable_weights]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))  # as it says

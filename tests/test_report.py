@@ -252,3 +252,16 @@ def test_the_health_probe_share_leaves_out_the_first_windows_tracing(tmp_path):
     restarted = {"step": 40, "loss": 0.7, "health_seconds": 9.0, "window_seconds": 6.0}
     run = write_metrics(tmp_path / "resumed", [*records, {**restarted, "resumed": True}])
     assert write_report([run])["health_overhead"][str(run)] == 0.05
+
+
+def test_compare_refuses_a_pretraining_run_beside_a_fine_tuning(tmp_path, capsys):
+    # Their "loss" lines (25 for ELECTRA's, 0.74 a cross-entropy) shared one axis and colour.
+    pretrained = write_metrics(tmp_path / "pretrained", healthy_run())
+    tuned = write_metrics(tmp_path / "tuned", [{"step": 3, "epoch": 1, "loss": 0.74}])
+    (tuned / "finetune.json").write_text("{}", encoding="utf-8")
+    assert main(["report", str(pretrained), "--compare", str(tuned)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"keras-electra report: error: --compare overlays runs of one kind, but '{pretrained}' "
+        f"is a pretraining run and '{tuned}' a fine-tuning, whose losses measure different "
+        "things; report them apart."
+    )

@@ -66,6 +66,16 @@ def test_what_save_run_refuses_is_one_sentence(fitted, small_corpus, tmp_path):
     with pytest.raises(ConfigError, match="is not the model's") as caught:
         save_run(model, ElectraTokenizer(tokenizer.vocab[:-1]), tmp_path / "a")
     assert "\n" not in str(caught.value) and not (tmp_path / "a").exists()
+    # A vocabulary list, or the arguments swapped: "'list' object has no attribute 'vocab'".
+    with pytest.raises(TypeError) as caught:
+        save_run(model, list(tokenizer.vocab), tmp_path / "a")
+    assert str(caught.value) == (
+        "save_run(model, tokenizer, run_dir) takes an ElectraTokenizer as its tokenizer, not a "
+        "list (a vocabulary: pass ElectraTokenizer(vocab))."
+    )
+    with pytest.raises(TypeError, match="takes an ElectraPretrainer as its model, not a "):
+        save_run(tokenizer, model, tmp_path / "a")
+    assert not (tmp_path / "a").exists()
     run_dir = tmp_path / "run"
     saved = save_run(model, tokenizer, run_dir)
     step = int(saved.rsplit("-", 1)[1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import sys
 from contextlib import nullcontext
@@ -97,6 +98,11 @@ def finetune(
         ...                   epochs=3)  # doctest: +SKIP
     """
     options = with_options("finetune", FinetuneOptions, options, **keywords)
+    for name, value in (("source", source), ("train", train), ("eval", eval)):
+        if not (value is None and name == "eval") and not isinstance(value, str | os.PathLike):
+            raise TypeError(
+                f"finetune's {name} is one path (a str or Path), not a {type(value).__name__}."
+            )
     check_task(task)
     kernels.requested()  # a bad KERAS_ELECTRA_KERNELS fails before any work
     replaces = False

@@ -48,6 +48,8 @@ class FinetunedModel:
         if isinstance(examples, str | bytes | dict):
             raise InputDataError("Pass a list of examples, not one; wrap it: [example].")
         examples = [self.task.example(e, n, self.settings) for n, e in enumerate(examples, 1)]
+        if not examples:
+            return []  # (Keras' predict fails on no batch)
         return self.task.predict(self.model, examples, self.tokenizer, self.settings, batch_size)
 
 
@@ -62,7 +64,8 @@ def check_output_dir(output_dir: str | Path) -> RunDirectory:
     """
     run = RunDirectory(output_dir)
     run.refuse_exports("the fine-tuned model")
-    if run.has_config() and not run.is_finetuned():
+    saving = (run.path / RunDirectory.RESUME / "state.json").is_file()  # a save cut short
+    if run.has_config() and not run.is_finetuned() and not saving:
         raise ConfigError(
             f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
         )
@@ -113,6 +116,10 @@ def _not_written_by_finetuning(run: RunDirectory) -> list[str]:
 def save_finetuned(result: FinetunedModel, output_dir: str | Path, step: int = 0) -> Path:
     """Write a fine-tuned model's directory; return it."""
     run = check_output_dir(output_dir)
+    # finetune.json marks a complete directory: gone until the new one is whole, so a save
+    # cut short is never read as a model (old files beside new checkpoints), and the same
+    # command finishes it from resume/.
+    run.finetune_file.unlink(missing_ok=True)
     run.write_model_files(result.config, result.tokenizer.vocab)
     write_atomic(run.labels_file, "".join(x + "\n" for x in result.settings.labels))
     shutil.rmtree(run.checkpoint_dir, ignore_errors=True)

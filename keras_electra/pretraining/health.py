@@ -254,7 +254,9 @@ def collapse_warnings(
     Two rules, each reported once, at the step it first holds:
 
     - *dead detector*: ``disc_recall`` is 0 and ``disc_auc`` below 0.6 in three
-      windows in a row (the discriminator predicts the base rate everywhere);
+      windows in a row (the discriminator predicts the base rate everywhere), after its
+      AUC had reached 0.6 or, for one that never began, after the warm-up (the learning
+      rate past its peak): every run starts there;
     - *collapsed representation*: ``probe_logit_std`` below 0.02 while the final
       layer's ``disc_cosine`` is above 0.9, in three windows in a row (every token has
       one vector; an Electric run passes through it in its first window, as its energy
@@ -265,9 +267,28 @@ def collapse_warnings(
     """
     hotter = ["a higher --temperature"] if temperature else []
 
+    state = {"risen": False, "peak": None}  # the AUC reached DEAD_AUC; the highest rate
+
     def dead(record):
         recall, value = record.get("disc_recall"), record.get("disc_auc")
-        return recall is not None and value is not None and recall == 0 and value < DEAD_AUC
+        rate, peak = record.get("learning_rate"), state["peak"]
+        warming = rate is not None and (peak is None or rate >= peak)  # still climbing
+        state["peak"] = rate if rate is not None and (peak is None or rate > peak) else peak
+        if value is not None and value >= DEAD_AUC:
+            state["risen"] = True
+        flat = recall is not None and value is not None and recall == 0 and value < DEAD_AUC
+        return flat and (state["risen"] or not warming)
+
+    def dead_message(since, record, windows):
+        seen = f"recall 0, AUC {record['disc_auc']:.2f} for {windows} windows"
+        verdict = (
+            f"The discriminator stopped detecting replacements at step {since} ({seen})"
+            if state["risen"]
+            else "The discriminator has not begun detecting replacements after its warm-up "
+            f"(from step {since}, {seen})"
+        )
+        remedies = ["a lower --learning-rate", *hotter, "a smaller --generator-size (a new run)"]
+        return f"{verdict}: it predicts the base rate everywhere; try {_either(remedies)}."
 
     def collapsed(record):
         std = record.get("probe_logit_std")
@@ -278,18 +299,7 @@ def collapse_warnings(
         )
 
     rules = {
-        "dead_detector": (
-            dead,
-            lambda since, record, windows: (
-                f"The discriminator stopped detecting replacements at step {since} "
-                f"(recall 0, AUC {record['disc_auc']:.2f} for {windows} windows): it predicts "
-                "the base rate everywhere; try "
-                + _either(
-                    ["a lower --learning-rate", *hotter, "a smaller --generator-size (a new run)"]
-                )
-                + "."
-            ),
-        ),
+        "dead_detector": (dead, dead_message),
         "collapsed_representation": (
             collapsed,
             lambda since, record, windows: (

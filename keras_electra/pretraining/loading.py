@@ -93,6 +93,14 @@ def save_run(
         >>> load_run(run_dir)[2]
         0
     """
+    for value, kind, what in ((model, ElectraPretrainer, "model"), (tokenizer, ElectraTokenizer,
+                              "tokenizer")):  # fmt: skip
+        if not isinstance(value, kind):
+            raise TypeError(
+                f"save_run(model, tokenizer, run_dir) takes an {kind.__name__} as its {what}, "
+                f"not a {type(value).__name__}"
+                + (" (a vocabulary: pass ElectraTokenizer(vocab))." if what == "tokenizer" else ".")
+            )
     config, tokens = model.config, list(tokenizer.vocab)
     if len(tokens) != config.vocab_size or tokenizer.lowercase != config.lowercase:
         raise ConfigError(

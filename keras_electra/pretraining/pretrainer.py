@@ -255,6 +255,7 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         batch = _features(batch)
         token_ids = tf.cast(batch["token_ids"], tf.int32)
         padding_mask = tf.cast(batch["padding_mask"], tf.int32)
+        _check_batch_shape(token_ids.shape)
         check_length(token_ids.shape[1], c.max_position_embeddings)  # outside a layer's call
         max_predictions = c.max_predictions(token_ids.shape[1])
         choice, keep, sample = self._example_uniforms(
@@ -355,7 +356,13 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         self.train_function = None  # traced again with these options
 
     def train_step(self, data):
-        batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        batch, labels, weights = keras.utils.unpack_x_y_sample_weight(data)
+        if labels is not None or weights is not None:
+            raise ValueError(
+                "A pretraining batch is the dict of token ids alone: its targets are the "
+                "tokens it masks, so a dataset of (inputs, labels) pairs would have its "
+                "labels ignored; map it to the inputs (dataset.map(lambda x, y: x))."
+            )
         prepared = self.prepare_batch(batch)
         totals = loss_totals(prepared, self.special_ids)
         compute = self._compiled_gradients or self._loss_and_gradients
@@ -570,6 +577,34 @@ def loss_totals(prepared: PreparedBatch, special_ids: tuple[int, ...] = ()) -> L
     candidates = masking.candidate_mask(prepared.token_ids, prepared.padding_mask, special_ids)
     candidates = tf.reduce_sum(candidates)
     return LossTotals(global_sum(predicted), global_sum(real), global_sum(candidates))
+
+
+def _check_batch_shape(shape: tf.TensorShape) -> None:
+    """Refuse token ids that are not a batch of sequences of one length known while the
+    step is traced (the masking step's size follows from it), in one sentence.
+
+    Examples:
+        >>> _check_batch_shape(tf.TensorShape([8, 128]))
+        >>> _check_batch_shape(tf.TensorShape([128]))
+        Traceback (most recent call last):
+        ...
+        ValueError: A pretraining batch's token ids are [batch, length], but these have \
+shape (128,): batch the dataset (dataset.batch(8, drop_remainder=True)).
+    """
+    if shape.rank != 2:
+        raise ValueError(
+            f"A pretraining batch's token ids are [batch, length], but these have shape "
+            f"{tuple(shape.as_list()) if shape.rank is not None else 'unknown'}: batch the "
+            "dataset (dataset.batch(8, drop_remainder=True))."
+        )
+    if shape[1] is None:
+        raise ValueError(
+            "Pretraining batches need one sequence length known when the step is traced, but "
+            "this batch's is not (a dataset padded to each batch's longest sequence, or a "
+            "second fit at another length); pad every batch to one length "
+            "(padded_batch(8, padded_shapes={name: [max_seq_length] for name in FEATURES})) "
+            "or read the data with keras_electra.data.pretraining_dataset."
+        )
 
 
 def _features(batch: dict) -> dict:

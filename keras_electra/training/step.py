@@ -10,6 +10,7 @@ Examples:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -287,11 +288,11 @@ def one_graph_train_function(model) -> Callable | None:
         with tf.control_dependencies([] if trim is None else [trim.op()]):
             return iterator.get_next()
 
-    # Plain ops throughout: AutoGraph would only convert (seconds per process).
-    on_iterator = tf.function(
-        lambda iterator: step(read(iterator)), reduce_retracing=True, autograph=False
-    )
-    on_data = tf.function(step, reduce_retracing=True, autograph=False)
+    # Plain ops throughout: AutoGraph would only convert (seconds per process). Shapes stay
+    # static on a retrace (a second fit at another length traces that length, not None:
+    # the masking step's size follows from the length).
+    on_iterator = tf.function(lambda iterator: step(read(iterator)), autograph=False)
+    on_data = tf.function(step, autograph=False)
 
     def function(iterator):
         with token_ids_checked(model):
@@ -305,6 +306,30 @@ def one_graph_train_function(model) -> Callable | None:
     function.on_iterator = on_iterator  # the traced step, for a look at its graph
     function.trim = trim  # the heap trim of the first calls (None where there is none)
     return function
+
+
+def _schedule_note(model, steps_per_epoch: int | None, epochs: int) -> str | None:
+    """The warning a ``fit`` gets when its steps go past the end of the optimizer's
+    learning-rate schedule (``create_optimizer``'s ``total_steps``), where the rate is 0 and
+    the weights stop changing; None otherwise (or where the schedule has no end)."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return None
+    schedule = optimizer.get_config().get("learning_rate")
+    total = schedule.get("config", {}).get("total_steps") if isinstance(schedule, dict) else None
+    if not isinstance(total, int):
+        return None
+    done = int(optimizer.iterations.numpy())
+    end = done + steps_per_epoch * epochs if steps_per_epoch and epochs else done + 1
+    if end <= total:
+        return None
+    return (
+        f"The learning-rate schedule ends at step {total:,} (create_optimizer's total_steps) "
+        f"and this fit trains to step {end:,}"
+        + ("" if steps_per_epoch else " or beyond")
+        + f" from {done:,}: its steps past {total:,} train at learning rate 0 and change "
+        "nothing; compile with an optimizer whose total_steps covers them."
+    )
 
 
 class OneGraphTraining(internals.SymbolicBuildHook):
@@ -326,6 +351,9 @@ class OneGraphTraining(internals.SymbolicBuildHook):
         if self.built:  # (an unbuilt model has no variables to give it yet)
             self._build_optimizer()  # a multi-worker strategy then skips Keras' symbolic
             # build, which cannot reduce a dict batch
+        epochs = kwargs.get("epochs", 1) - kwargs.get("initial_epoch", 0)
+        if note := _schedule_note(self, kwargs.get("steps_per_epoch"), epochs):
+            warnings.warn(note, stacklevel=2)
         vocab_size = _vocab_size(self)
         if isinstance(x, tf.data.Dataset):
             # Keras cannot shuffle a dataset, and warns at its default shuffle=True.

@@ -61,8 +61,19 @@ class _SequenceTask(Task):
 
     def example(self, value, number, settings):
         paired = settings.text_pair_column is not None
-        if isinstance(value, dict) and "text" in value and (not paired or "text_b" in value):
-            return value
+        if isinstance(value, dict):  # the model's own column names are its keys too
+            named = {settings.text_column: "text", settings.text_pair_column: "text_b"}
+            value = {named.get(k, k) if named.get(k, k) not in value else k: v
+                     for k, v in value.items()}  # fmt: skip
+            wanted = ["text", "text_b"] if paired else ["text"]
+            if all(key in value for key in wanted):
+                return value
+            columns = [c for c in (settings.text_column, settings.text_pair_column) if c]
+            raise InputDataError(
+                f"Example {number} is a dict without {' and '.join(map(repr, wanted))} (or the "
+                f"model's column names {', '.join(map(repr, columns))}); its keys: "
+                f"{', '.join(map(repr, list(value)[:5]))}."
+            )
         if isinstance(value, str) and not paired:
             return {"text": value}
         if isinstance(value, tuple | list) and len(value) == 2 and paired:
