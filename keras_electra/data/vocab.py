@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import numbers
 import os
 import sys
 import threading
@@ -333,7 +334,19 @@ pieces; leave out --cased, or pass a cased vocabulary.
 
 def check_vocab_size(vocab_size: int) -> None:
     """One sentence for a learned vocabulary's size that leaves no room for words (named
-    as the commands' flag, ``--vocab-size``, which Python's ``vocab_size`` is)."""
+    as the commands' flag, ``--vocab-size``, which Python's ``vocab_size`` is).
+
+    Examples:
+        >>> check_vocab_size("800")
+        Traceback (most recent call last):
+        ...
+        TypeError: vocab_size is a whole number of tokens, not a str ('800').
+    """
+    if not isinstance(vocab_size, numbers.Integral) or isinstance(vocab_size, bool):
+        raise TypeError(
+            f"vocab_size is a whole number of tokens, not a {type(vocab_size).__name__} "
+            f"({vocab_size!r})."
+        )
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ConfigError(
             f"--vocab-size {vocab_size} leaves no room for words; use one above "
