@@ -263,10 +263,11 @@ def start_writing(
         previous = {**previous, "corpus": [[_absolute(p), *r] for p, *r in previous["corpus"]]}
     same = previous == settings
     pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
-    held = [p for p in tf.io.gfile.glob(pattern) if not p.endswith(".tmp")]
+    found = tf.io.gfile.glob(pattern)  # listed once (a request on a bucket)
+    held = [p for p in found if not p.endswith(".tmp")]
     if held and not same:
         print(_discarding_note(output_dir, len(held), previous, settings), file=sys.stderr)
-    for old in tf.io.gfile.glob(pattern):
+    for old in found:
         if old.endswith(".tmp") or not same or old not in paths:
             tf.io.gfile.remove(old)
     if not same:

@@ -69,7 +69,7 @@ def check_output_dir(output_dir: str | Path) -> RunDirectory:
         raise ConfigError(
             f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
         )
-    if not run.is_finetuned() and (others := _not_written_by_finetuning(run)):
+    if not run.is_finetuned() and (others := _not_written_by_finetuning(run, saving)):
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise ConfigError(
             f"--output '{run.path}' holds files fine-tuning did not write ({shown}), which it "
@@ -92,10 +92,10 @@ _FINETUNING_WRITES = {
 }
 
 
-def _not_written_by_finetuning(run: RunDirectory) -> list[str]:
+def _not_written_by_finetuning(run: RunDirectory, interrupted: bool) -> list[str]:
     """The entries of ``run``'s directory (not yet a fine-tuned model) that no fine-tuning
     wrote: anything but its own names, and a ``resume/`` or ``checkpoints/`` folder that
-    is not an interrupted fine-tuning's (its ``resume/state.json`` written first)."""
+    is not an ``interrupted`` fine-tuning's (its ``resume/state.json`` written first)."""
     if not run.path.is_dir():
         return []
     found = sorted(p.name for p in run.path.iterdir())
@@ -104,8 +104,6 @@ def _not_written_by_finetuning(run: RunDirectory) -> list[str]:
         for name in found
         if name.removesuffix(".tmp") not in _FINETUNING_WRITES  # ".tmp": a killed write's
     ]
-    resume = run.path / RunDirectory.RESUME
-    interrupted = (resume / "state.json").is_file()
     for name in (RunDirectory.RESUME, RunDirectory.CHECKPOINTS):
         folder = run.path / name
         if folder.is_dir() and not interrupted and any(folder.iterdir()):
