@@ -426,9 +426,10 @@ def resolve_run(
     overrides = dict(settings.config_overrides)
     overrides.update({k: v for k, v in zip(fields, flags, strict=True) if v is not None})
     given = {} if settings.temperature is None else {"temperature": settings.temperature}
-    _check_temperature_flag(settings)
+    objective = objectives.get(settings.objective)
+    _check_temperature_flag(settings, objective)
     # Checked before anything is written: a hyperparameter the objective does not have.
-    objective = objectives.get(settings.objective, **{**settings.hyperparameters, **given})
+    objective = objective.with_hyperparameters(**{**settings.hyperparameters, **given})
     sharing = overrides.get("embedding_sharing")
     if sharing is not None:  # checked before anything is written
         objective.check(ElectraConfig(embedding_sharing=sharing))
@@ -508,13 +509,13 @@ def resolve_run(
     return ResolvedRun(final, config, tokens, source, objective)
 
 
-def _check_temperature_flag(settings: PretrainSettings) -> None:
-    """Refuse ``--temperature`` for an objective that samples at none (in the flag's
+def _check_temperature_flag(settings: PretrainSettings, objective: objectives.Objective) -> None:
+    """Refuse ``--temperature`` for an ``objective`` that samples at none (in the flag's
     words), and one that disagrees with ``--hyperparameters temperature=``."""
     flag, named = settings.temperature, settings.hyperparameters.get("temperature")
     if flag is None:
         return
-    if "temperature" not in objectives.get(settings.objective).hyperparameter_names():
+    if "temperature" not in objective.hyperparameter_names():
         raise ConfigError(
             f"--temperature applies to an objective that samples at a temperature (electra); "
             f"the {settings.objective} objective has none, so leave the flag out."
