@@ -61,6 +61,7 @@ class RunDirectory:
     CHECKPOINTS = "checkpoints"  # model (+ optimizer) checkpoints: training/checkpoints.py
     LOGS = "logs"  # TensorBoard summaries
     RESUME = "resume"  # an interrupted fine-tuning: its own checkpoints/ and metrics.jsonl
+    STATE = "state.json"  # in resume/: the interrupted fine-tuning's identity, written first
     CONVERT = "convert.json"  # directories `keras-electra convert` wrote: source and notes
     STOPPED = "stopped.json"  # a pretraining that diverged or was stopped: why, until it resumes
     SAVED_BY = "keras_electra.pretraining.save_run"  # run.json's saved_by, of save_run's
@@ -86,11 +87,16 @@ class RunDirectory:
     stopped_file = _Entry(STOPPED)
     checkpoint_dir = _Entry(CHECKPOINTS)
     logs_dir = _Entry(LOGS)
+    state_file = _Entry(STATE)
 
     @property
     def resume_dir(self) -> RunDirectory:
         """``resume/``: an interrupted fine-tuning's checkpoints and metrics."""
         return RunDirectory(self.path / self.RESUME)
+
+    def interrupted_finetuning(self) -> bool:
+        """Whether ``resume/`` holds a fine-tuning (or its save) that was cut short."""
+        return self.resume_dir.state_file.is_file()
 
     def model_files(self) -> dict[str, Path]:
         """``config.json`` and ``vocab.txt`` by name (what an export carries along)."""

@@ -86,7 +86,7 @@ def export(
         module = finetuned_module(loaded, max_length)
         if note := length_note(loaded.settings.max_seq_length, module.max_length, run.path):
             print(note, file=sys.stderr, flush=True)
-        if (run.resume_dir.path / "state.json").is_file():
+        if run.interrupted_finetuning():
             print(
                 f"Note: '{run.resume_dir.path}' holds a fine-tuning that has not finished, "
                 "which will replace this model when it does; this export is of the model "

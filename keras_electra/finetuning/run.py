@@ -408,7 +408,7 @@ class _Resume:
 
     def open(self, model: keras.Model, optimizer) -> RunCheckpoints:
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_json(self.directory / "state.json", {"fingerprint": self.fingerprint}, indent=None)
+        write_json(self.run.state_file, {"fingerprint": self.fingerprint}, indent=None)
         return self.run.checkpoints(model, optimizer, max_to_keep=1)
 
     def records(self, start: int) -> list[dict]:
@@ -425,9 +425,8 @@ def _resumable_step(run: RunDirectory, fingerprint: str) -> int:
     """The step the interrupted fine-tuning in ``run`` (``OUTPUT_DIR/resume/``) resumes
     at, 0 for none; raises if it was started with other settings or training data."""
     step = run.latest_step() or 0
-    state = run.path / "state.json"
-    if step and state.exists():
-        stored = read_json(state, f"delete '{run.path}' to start the fine-tuning afresh")
+    if step and run.state_file.exists():
+        stored = read_json(run.state_file, f"delete '{run.path}' to start the fine-tuning afresh")
         stored = stored.get("fingerprint")
         if stored != fingerprint:
             raise ConfigError(

@@ -64,7 +64,7 @@ def check_output_dir(output_dir: str | Path) -> RunDirectory:
     """
     run = RunDirectory(output_dir)
     run.refuse_exports("the fine-tuned model")
-    saving = (run.path / RunDirectory.RESUME / "state.json").is_file()  # a save cut short
+    saving = run.interrupted_finetuning()  # a fine-tuning, or its save, cut short
     if run.has_config() and not run.is_finetuned() and not saving:
         raise ConfigError(
             f"'{run.path}' holds a pretraining run; choose a new --output for the fine-tuned model."
