@@ -561,7 +561,10 @@ def _run_rerank(args: argparse.Namespace) -> None:
                 moved = f"  (was #{was})" if was != 1 else ""
                 print(f"{item.id}\t{item.best}{moved}")
         sys.stdout.flush()  # the summary after the lists it is about
-        if all(nbest.reference is not None for nbest in lists):
+        referenced = all(nbest.reference is not None for nbest in lists)
+        if referenced and not rerank.has_reference_words(lists):  # silence: no words to count
+            print("No word error rate: every reference is empty.", file=sys.stderr)
+        elif referenced:
             after = rerank.word_error_rate([r.best for r in ranked], [n.reference for n in lists])
             before = _first_pass_wer(rerank, lists)
             print(
@@ -728,20 +731,31 @@ def _run_convert(args: argparse.Namespace) -> None:
 def _convert_options(args: argparse.Namespace) -> dict:
     """``convert``'s flags checked against each other (no TensorFlow needed), and the
     options of its ``--from`` format."""
+    given = [  # --from's own flags given
+        "--" + f.replace("_", "-")
+        for f in ("generator", "vocab", "preset", "num_heads", "cased")
+        if getattr(args, f) is not None and getattr(args, f) is not False  # 0 is given
+    ]
     if args.target:
         if not args.run:
             raise errors.ConfigError("--to needs --run DIR, the run or init directory to convert.")
+        if args.source or given:  # they were ignored: the run directory says everything
+            what = f"SRC '{args.source}'" if args.source else given[0]
+            raise errors.ConfigError(
+                f"{what} applies to --from; --to {args.target} converts --run alone, so leave "
+                "it out."
+            )
         return {}
     if not args.source:
         raise errors.ConfigError("--from needs SRC, the checkpoint to convert.")
-    google_only = [
-        f
-        for f in ("vocab", "preset", "num_heads", "cased")
-        if getattr(args, f) is not None and getattr(args, f) is not False  # 0 is given
-    ]
+    if args.run:
+        raise errors.ConfigError(
+            f"--run applies to --to; --from {args.source_format} converts SRC "
+            f"'{args.source}', so leave --run out."
+        )
+    google_only = [name for name in given if name != "--generator"]
     if args.source_format != "google" and google_only:
-        given = "--" + google_only[0].replace("_", "-")
-        raise errors.ConfigError(f"{given} applies to --from google only.")
+        raise errors.ConfigError(f"{google_only[0]} applies to --from google only.")
     if args.generator and args.source_format != "hf":
         raise errors.ConfigError("--generator applies to --from hf only.")
     if args.source_format == "google":

@@ -171,7 +171,9 @@ def read_nbest(path: str | Path) -> list[NBest]:
         raise InputDataError(f"N-best file {name} is not UTF-8 text.") from None
     lists = [
         parse_nbest(line, f"Line {n} of {name}", n)
-        for n, line in enumerate(text.splitlines(), 1)
+        # "\n" alone ends a line: JSON strings may hold U+2028, U+2029 or U+0085 raw,
+        # which str.splitlines() would also break at.
+        for n, line in enumerate(text.split("\n"), 1)
         if line.strip()
     ]
     if not lists:
@@ -236,6 +238,11 @@ def _edits(hypothesis: list[str], reference: list[str]) -> int:
     return previous[-1]
 
 
+def has_reference_words(lists: Sequence[NBest]) -> bool:
+    """Whether some list's reference has a word (a word error rate is defined)."""
+    return any(nbest.reference and nbest.reference.split() for nbest in lists)
+
+
 def word_error_rate(hypotheses: Iterable[str], references: Iterable[str]) -> float:
     """Word edits (substitutions, insertions, deletions) over reference words, the texts
     compared as whitespace-separated, lowercased words.
@@ -292,6 +299,11 @@ def tune_weight(
     if missing:
         raise InputDataError(
             f"List '{missing[0]}' has no reference; tuning the weight needs one on every list."
+        )
+    if not has_reference_words(lists):
+        raise InputDataError(
+            "The references have no words (every one is empty); tuning the weight needs a "
+            "word error rate, so give the lists' transcripts."
         )
     if all(nbest.scores is None for nbest in lists):
         raise InputDataError(

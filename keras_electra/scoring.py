@@ -385,9 +385,10 @@ def read_examples(path: str | Path) -> tuple[list[str], int]:
     between documents). Every line is checked before any is scored.
 
     Raises:
-        InputDataError: a missing file, a line that is not UTF-8, has an empty text beside
-            a tab, more tabs than an example has or another number of texts than the first
-            example (one sentence naming the line), or a file with no examples.
+        InputDataError: a missing file, a line that is not UTF-8, holds only characters
+            the tokenizer drops, has an empty text beside a tab, more tabs than an example
+            has or another number of texts than the first example (one sentence naming the
+            line), or a file with no examples.
 
     Examples:
         >>> import tempfile
@@ -425,10 +426,15 @@ def read_examples(path: str | Path) -> tuple[list[str], int]:
         if not line.strip():
             continue  # a corpus's break between documents
         fields = line.split("\t")
-        if not all(field.strip() for field in fields):
+        if len(fields) > 1 and not all(map(has_text, fields)):
             raise InputDataError(
                 f"{where} has an empty text beside a tab; write both texts of the example, "
                 "or remove the tab."
+            )
+        if not has_text(line):  # a zero-width space, say: no word piece to score
+            raise InputDataError(
+                f"{where} holds only characters the tokenizer drops (invisible ones or "
+                "accents alone); write its text or remove the line."
             )
         if len(fields) > 2:
             raise InputDataError(

@@ -305,6 +305,13 @@ def test_rerank_puts_the_original_first_and_lowers_the_word_error_rate(
     assert all(h["score"] is None for row in rows for h in row["hypotheses"])
     # The export's 32 tokens cut a few hypotheses: said once, after the lists.
     assert "hypotheses were cut at the export's length of 32 tokens" in captured.err
+    # Every reference empty (silence, say): the lists, and no word error rate, exit 0.
+    silent = tmp_path / "silent.jsonl"
+    silent.write_text(json.dumps({"hypotheses": ["uh", "um"], "reference": ""}) + "\n")
+    assert main(["rerank", str(silent), "--model", str(electric_export)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out in ("1\tuh\n", "1\tum  (was #2)\n")
+    assert captured.err == "No word error rate: every reference is empty.\n"
     with ModelServer(electric_export, "electric") as server:
         for target in (server.grpc_target, server.rest_url):
             argv = ["rerank", str(plain), "--server", target, "--model-name", "electric", "--json"]

@@ -78,6 +78,17 @@ def test_a_bad_line_is_one_sentence_naming_it(tmp_path, line, message):
         read_nbest(path)
 
 
+def test_line_separators_inside_a_json_string_do_not_end_the_line(tmp_path):
+    # json.dumps(..., ensure_ascii=False) writes U+2028, U+2029 and U+0085 raw; the file
+    # was split at them too, and its line was "not valid JSON".
+    rows = [{"hypotheses": [f"a{c}b", "c"], "reference": "c"} for c in "\u2028\u2029\u0085"]
+    path = tmp_path / "n.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    lists = read_nbest(path)
+    assert [nbest.texts[0] for nbest in lists] == ["a\u2028b", "a\u2029b", "a\u0085b"]
+    assert [nbest.id for nbest in lists] == ["1", "2", "3"]  # the lines' own numbers
+
+
 def test_a_missing_or_binary_file_is_one_sentence(tmp_path):
     with pytest.raises(InputDataError, match=r"^N-best file '.*nope' does not exist\.$"):
         read_nbest(tmp_path / "nope")
@@ -159,6 +170,11 @@ def test_tuning_scores_each_text_once_and_finds_the_weight_that_helps():
     }
     with pytest.raises(InputDataError, match=r"^List 'w' has no reference; tuning the weight"):
         tune_weight([NBest("w", ["a b c"])], scorer)
+    # Every reference empty (silence): refused before anything is scored.
+    calls.clear()
+    with pytest.raises(InputDataError, match=r"^The references have no words \(every one is"):
+        tune_weight([NBest("s", ["a b c"], [0.0], ""), NBest("t", ["a x"], [0.0], " ")], counted)
+    assert calls == []
 
 
 def test_the_command_refuses_bad_flags_before_reading_or_scoring(tmp_path, capsys):

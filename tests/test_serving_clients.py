@@ -1612,6 +1612,11 @@ def test_score_input_reads_a_file_of_texts_in_chunks_as_the_arguments_are_scored
     "content, said",
     [
         (b"the cat\t\n", "Line 1 of 'bad.txt' has an empty text beside a tab; write both"),
+        # Invisible characters alone: refused per chunk as "Text 276 is empty" after the
+        # first chunk's answers were printed.
+        (b"the cat\n\xe2\x80\x8b\n", "Line 2 of 'bad.txt' holds only characters the "
+         "tokenizer drops (invisible ones or accents alone); write its text or remove"),
+        (b"the cat\t\xcc\x81\n", "Line 1 of 'bad.txt' has an empty text beside a tab"),
         (b"caf\xe9\n", "Line 1 of 'bad.txt' is not UTF-8 (at byte 4); convert the file"),
         (b"a\tb\n\nc\n", "Line 3 of 'bad.txt' has 1 text where the first example has 2; "
          "give every line"),

@@ -368,3 +368,27 @@ def test_help_states_every_default_the_reference_lists():
     text = " ".join(sub.choices["pretrain"].format_help().split())
     assert "steps per metrics.jsonl line (default: 50)" in text
     assert "how many recent checkpoints the run directory keeps (default: 3)" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--to", "hf", "--run", "r", "--generator", "g"],
+         "--generator applies to --from; --to hf converts --run alone, so leave it out."),
+        (["--to", "keras-hub", "--run", "r", "src"],
+         "SRC 'src' applies to --from; --to keras-hub converts --run alone, so leave it out."),
+        (["--to", "hf", "--run", "r", "--cased"], "--cased applies to --from; --to hf"),
+        (["--from", "hf", "src", "--run", "r"],
+         "--run applies to --to; --from hf converts SRC 'src', so leave --run out."),
+        (["--from", "hf", "src", "--generator", "g", "--vocab", "v"],
+         "--vocab applies to --from google only."),
+    ],
+)  # fmt: skip
+def test_convert_refuses_the_other_directions_flags_it_would_ignore(argv, said, tmp_path, capsys):
+    # `convert --to hf --run R --generator G` (or with a SRC) wrote R and ignored the rest.
+    from keras_electra.cli import main
+
+    assert main(["convert", *argv, "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-electra convert: error: ") and said in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "o").exists()
