@@ -495,8 +495,8 @@ def _server_options(args: argparse.Namespace) -> dict | None:
     flag(
         "--per-token",
         action="store_true",
-        help="divide each sentence score by its word pieces (a sum of energies favours "
-        "short hypotheses)",
+        help="divide each sentence score by its word pieces (a sum of energies moves with "
+        "a hypothesis's length)",
     ),
     flag(
         "--tune",

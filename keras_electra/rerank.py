@@ -10,7 +10,8 @@ likelihood: higher is more plausible), and the hypotheses are ordered by
 (``weight`` tuned on held-out lists: :func:`tune_weight`), as the Electric paper
 re-ranks a speech recognizer's lists. A list without first-pass scores is ordered by the
 sentence score alone. ``per_token`` divides each sentence score by its number of word
-pieces: a sum of energies favours short hypotheses.
+pieces: a sum of energies moves with the length (it favours short hypotheses where the
+energies are mostly above zero, long ones where they are below).
 
 The lists are JSON Lines, one list per line::
 
