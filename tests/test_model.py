@@ -221,12 +221,18 @@ def test_backbone_round_trips_alone(tmp_path):
     np.testing.assert_allclose(loaded(inputs).numpy(), backbone(inputs).numpy(), atol=1e-6)
 
 
-def test_schedule_warms_up_then_decays_linearly_to_zero():
+def test_schedule_is_the_linear_decay_times_the_warm_up_as_the_reference():
+    # google-research/electra multiplies the decay by min(1, step / warmup); the warm-up
+    # used to replace it, reaching 0.99 of the peak at step 9 and dropping to 0.9 at 10.
     from keras_electra.training.optimizer import WarmupLinearDecay
 
     schedule = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=100)
-    values = [float(schedule(s)) for s in (0, 5, 10, 50, 100, 150)]
-    np.testing.assert_allclose(values, [0.0, 5e-4, 9e-4, 5e-4, 0.0, 0.0], atol=1e-9)
+    steps = np.arange(0, 151)
+    values = np.array([float(schedule(s)) for s in steps])
+    expected = 1e-3 * np.maximum(0.0, 1 - steps / 100) * np.minimum(1.0, steps / 10)
+    np.testing.assert_allclose(values, expected, atol=1e-9)
+    assert values.max() == pytest.approx(9e-4) and np.all(np.diff(values[10:]) <= 0)
+    np.testing.assert_allclose([float(schedule(s)) for s in (5, 9)], [4.75e-4, 8.19e-4])
 
 
 def test_adamw_settings_and_weight_decay_exclusions():

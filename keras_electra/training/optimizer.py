@@ -14,16 +14,16 @@ from keras_electra.training.lamb import Lamb
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up to ``peak`` over ``warmup_steps``, then linear decay to 0.
-
-    As in google-research/electra, the decay is measured from step 0
-    (``peak * (1 - step / total_steps)``) and the warm-up overrides it for the
-    first ``warmup_steps`` steps.
+    """Linear decay from ``peak`` at step 0 to 0 at ``total_steps``, times a linear warm-up
+    from 0 to 1 over ``warmup_steps``: ``peak * (1 - step / total_steps) * min(1, step /
+    warmup_steps)``, google-research/electra's schedule (``model/optimization.py``). The
+    rate at the end of the warm-up is ``peak * (1 - warmup_steps / total_steps)`` (0.9 of
+    the peak with fine-tuning's 10% warm-up), and it never jumps.
 
     Examples:
         >>> schedule = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=100)
         >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 100)]
-        [0.0, 0.0005, 0.0009, 0.0]
+        [0.0, 0.000475, 0.0009, 0.0]
     """
 
     def __init__(self, peak: float, warmup_steps: int, total_steps: int):
@@ -36,8 +36,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         decayed = self.peak * ops.maximum(0.0, 1.0 - step / self.total_steps)
         if self.warmup_steps <= 0:
             return decayed
-        warm = self.peak * step / self.warmup_steps
-        return ops.where(step < self.warmup_steps, warm, decayed)
+        return decayed * ops.minimum(1.0, step / self.warmup_steps)
 
     def get_config(self):
         return {
