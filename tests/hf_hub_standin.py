@@ -3,14 +3,17 @@
 It answers what ``huggingface_hub`` asks: files under ``/ORG/NAME/resolve/REVISION/FILE``
 (``REVISION`` ``main`` or a pull request's ``refs/pr/N``, URL-quoted) with the commit and
 ETag headers it reads, the Hub's error codes for a missing repository, revision or file,
-and the pull requests under ``/api/models/ORG/NAME/discussions``. Tests set
-``HF_ENDPOINT`` to :attr:`Hub.url`. :func:`tf_weights_h5` writes a state dict the way
-transformers' ``TFElectraForPreTraining`` / ``TFElectraForMaskedLM`` saved
-``tf_model.h5`` (its names spelled out here, independently of the library's reader).
+and the pull requests under ``/api/models/ORG/NAME/discussions``; :attr:`Hub.failing`
+makes it answer an HTTP error for a file instead. Tests set ``HF_ENDPOINT`` to
+:attr:`Hub.url`; :class:`FileServer` is a server that is not a Hub.
+:func:`tf_weights_h5` writes a state dict the way transformers'
+``TFElectraForPreTraining`` / ``TFElectraForMaskedLM`` saved ``tf_model.h5`` (its names
+spelled out here, independently of the library's reader).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.server
 import io
@@ -50,10 +53,13 @@ def conversion_pull(num: int, author: str = CONVERSION_BOT, status: str = "open"
 class Hub(http.server.ThreadingHTTPServer):
     """The repositories ``repos`` (``ORG/NAME`` -> :class:`Repo`) served on 127.0.0.1 from
     a daemon thread; ``requests`` lists every path asked for (HEAD or GET), ``downloads``
-    the paths of the files sent."""
+    the paths of the files sent. ``failing`` maps ``ORG/NAME/FILE`` to an HTTP status
+    answered for that file at every revision (a failing server: with ``Retry-After: 0``,
+    so huggingface_hub's five retries take seconds, not its 23 s of backoff)."""
 
     def __init__(self, repos: dict[str, Repo]):
         self.repos, self.requests, self.downloads = repos, [], []
+        self.failing: dict[str, int] = {}
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -82,6 +88,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._missing("RepoNotFound")
             return
         revision, name = unquote(found.group(2)), unquote(found.group(3))
+        status = self.server.failing.get(f"{found.group(1)}/{name}")
+        if status is not None:
+            self.send_response(status)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if revision not in repo.revisions:
             self._missing("RevisionNotFound")
             return
@@ -139,6 +152,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
         self._answer(body=True)
 
+    def log_message(self, *args):
+        pass
+
+
+class FileServer(http.server.ThreadingHTTPServer):
+    """A plain file server on 127.0.0.1 (``http.server``'s own handler): it answers 200
+    with the files under ``folder``, without a Hub's ``X-Repo-Commit`` and ``ETag``
+    headers, as a wrong ``HF_ENDPOINT`` does."""
+
+    def __init__(self, folder):
+        handler = functools.partial(_QuietFiles, directory=str(folder))
+        super().__init__(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import OnFirstUse
 
 from keras_electra.cli import main
-from keras_electra.convert import convert, convert_run, read_google
+from keras_electra.convert import convert, convert_run, read_google, read_hf
 from keras_electra.convert.core import write_init_dir
 from keras_electra.errors import ConfigError
 from keras_electra.pretraining.run import load_run
@@ -301,6 +301,74 @@ def test_hf_config_layer_count_other_than_the_weights_is_named(tmp_path):
         convert(disc_dir, tmp_path / "b", "hf", generator=gen_dir)
 
 
+def test_a_directory_saved_with_transformers_5_reads_its_tokenizer_json(tmp_path):
+    # transformers 5's tokenizers save tokenizer.json and tokenizer_config.json, no
+    # vocab.txt: "'DIR' has no vocab.txt; copy the model's vocabulary next to it."
+    disc, gen = build_hf_pair(SIZES["projected"], seed=14)
+    disc_dir, _ = save_hf_pair(disc, gen, tmp_path)
+    (tmp_path / "vocab.txt").write_bytes((disc_dir / "vocab.txt").read_bytes())
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        (disc_dir / name).unlink()
+    for cased in (True, False):
+        tokenizer = transformers.ElectraTokenizer(
+            vocab=str(tmp_path / "vocab.txt"), do_lower_case=not cased
+        )
+        tokenizer.save_pretrained(disc_dir)
+        assert not (disc_dir / "vocab.txt").exists()  # what transformers 5 writes
+        converted = read_hf(disc_dir)
+        assert converted.tokens == VOCAB and converted.config.lowercase is not cased
+    result = convert(disc_dir, tmp_path / "ours", "hf")
+    model, loaded, _ = load_run(result.output)
+    assert loaded.vocab == VOCAB
+    ids, mask, segments = batch()
+    ours = our_outputs(model, ids, mask, segments)["disc_logits"]
+    theirs = hf_outputs(disc, gen, ids, mask, segments)["disc_logits"]
+    assert max_gaps({"d": ours}, {"d": theirs}, mask)["d"] < TOLERANCE
+
+
+def test_tokenizer_json_lowercasing_and_what_is_refused(tmp_path):
+    from keras_electra.convert.hf import read_tokenizer_json
+
+    path = tmp_path / "tokenizer.json"
+    vocab = {token: i for i, token in enumerate(VOCAB)}
+
+    def read(normalizer, model=None):
+        model = model or {"type": "WordPiece", "vocab": vocab}
+        path.write_text(json.dumps({"normalizer": normalizer, "model": model}))
+        return read_tokenizer_json(path)
+
+    lowercase = {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "Lowercase"}]}
+    assert read(lowercase) == (VOCAB, True)
+    assert read({"type": "Sequence", "normalizers": [{"type": "NFD"}]})[1] is False
+    assert read({"type": "BertNormalizer", "lowercase": False})[1] is False
+    assert read(None)[1] is None  # tokenizer_config.json's do_lower_case decides
+    for kind in ("BPE", "Unigram"):
+        with pytest.raises(ConfigError) as caught:
+            read(None, {"type": kind, "vocab": vocab if kind == "BPE" else [["a", 0.0]]})
+        assert str(caught.value) == (
+            f"'{path}' holds a {kind} tokenizer, but ELECTRA conversion needs a WordPiece "
+            "vocabulary (a BERT-style vocab.txt, or a tokenizer.json whose model is WordPiece); "
+            "pass the model's own vocabulary."
+        )
+    gap = {**vocab, "w58": len(VOCAB) + 3}
+    with pytest.raises(ConfigError) as caught:
+        read(None, {"type": "WordPiece", "vocab": gap})
+    assert str(caught.value) == (
+        f"The WordPiece vocabulary in '{path}' does not number its {len(VOCAB)} tokens 0 to "
+        f"{len(VOCAB) - 1} (id {len(VOCAB) + 3} where {len(VOCAB) - 1} comes next); save the "
+        "tokenizer again with save_pretrained."
+    )
+
+
+def test_a_vocab_txt_with_a_byte_order_mark_reads(tmp_path):
+    # Its first token was read as "\ufeff[PAD]": "... has no [PAD] token".
+    disc, gen = build_hf_pair(SIZES["projected"], seed=15)
+    disc_dir, _ = save_hf_pair(disc, gen, tmp_path)
+    (disc_dir / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8-sig")
+    assert (disc_dir / "vocab.txt").read_bytes().startswith(b"\xef\xbb\xbf[PAD]")
+    assert read_hf(disc_dir).tokens == VOCAB
+
+
 # === google-research TF1 ===
 
 
@@ -441,6 +509,64 @@ def test_tf1_preset_of_another_width_names_the_discriminator_and_zero_heads_are_
         error = capsys.readouterr().err
         assert f"num_heads must be a positive integer, got {heads}." in error, error
         assert not (tmp_path / f"heads{heads}").exists()
+
+
+def test_tf1_directory_takes_its_latest_checkpoint_by_step_and_says_which(tmp_path, capfd):
+    # Without a usable `checkpoint` file the last *.index in alphabetical order was read:
+    # model.ckpt-999 over model.ckpt-1000; with a stale one TensorFlow first logged
+    # "ERROR:tensorflow:Couldn't match files for checkpoint ..." to stderr.
+    disc, gen = build_hf_pair(SIZES["projected"], seed=13)
+    arrays = {
+        **hf_to_tf1_names(disc.state_dict(), "discriminator"),
+        **hf_to_tf1_names(gen.state_dict(), "generator"),
+    }
+    folder = tmp_path / "run"
+    folder.mkdir()
+    table = "electra/embeddings/word_embeddings"
+    write_tf1_checkpoint(arrays, folder / "model.ckpt-1000")
+    write_tf1_checkpoint({k: v + 1.0 for k, v in arrays.items()}, folder / "model.ckpt-999")
+    (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    latest, older = str(folder / "model.ckpt-1000"), str(folder / "model.ckpt-999")
+    # The checkpoint file (the last save wrote it: 999) is what TensorFlow calls the latest.
+    converted = read_google(folder, num_heads=2)
+    np.testing.assert_array_equal(converted.weights[table], arrays[table] + 1.0)
+    assert converted.notes[0] == (
+        f"Read '{older}', the latest of the 2 checkpoints in '{folder}' by its checkpoint file."
+    )
+    # No checkpoint file: the highest step.
+    (folder / "checkpoint").unlink()
+    converted = read_google(folder, num_heads=2)
+    np.testing.assert_array_equal(converted.weights[table], arrays[table])
+    assert converted.notes[0] == (
+        f"Read '{latest}', the latest of the 2 checkpoints in '{folder}' by step number (it "
+        "has no checkpoint file naming its latest)."
+    )
+    # Copied from the machine that wrote it: the file of that name here.
+    (folder / "checkpoint").write_text('model_checkpoint_path: "/elsewhere/model.ckpt-1000"\n')
+    converted = read_google(folder, num_heads=2)
+    np.testing.assert_array_equal(converted.weights[table], arrays[table])
+    assert converted.notes[0] == (
+        f"Read '{latest}', the checkpoint '{folder}/checkpoint' names as "
+        "'/elsewhere/model.ckpt-1000'."
+    )
+    # A stale checkpoint file: the highest step, said on the command line, no TF log line.
+    (folder / "checkpoint").write_text(
+        'model_checkpoint_path: "model.ckpt-2000"\nall_model_checkpoint_paths: "model.ckpt-2000"\n'
+    )
+    capfd.readouterr()
+    args = ["convert", "--from", "google", str(folder), "--num-heads", "2", "--output"]
+    assert main([*args, str(tmp_path / "ours")]) == 0
+    out, err = capfd.readouterr()
+    assert f"note: Read '{latest}', the latest of the 2 checkpoints in '{folder}' by step " in out
+    assert "names 'model.ckpt-2000', which is not there)." in out
+    assert "Couldn't match files" not in err and "ERROR" not in err, err
+    record = json.loads((tmp_path / "ours" / "convert.json").read_text())
+    assert record["notes"][0].startswith(f"Read '{latest}', the latest of the 2 checkpoints")
+    model, _, _ = load_run(tmp_path / "ours")
+    ids, mask, segments = batch(seed=8)
+    assert_parity(
+        our_outputs(model, ids, mask, segments), hf_outputs(disc, gen, ids, mask, segments), mask
+    )
 
 
 # === keras-hub ===

@@ -18,13 +18,14 @@ import csv
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hf_hub_standin import Hub, Repo, conversion_pull, tf_weights_h5
+from hf_hub_standin import FileServer, Hub, Repo, conversion_pull, tf_weights_h5
 
 from keras_electra.convert import convert, convert_run, read_hf
 from keras_electra.convert.hub import fetch, init_directory
@@ -70,8 +71,23 @@ def _released(folder: Path, safetensors: bool) -> dict[str, bytes]:
     return {**files, "model.safetensors": weights} if safetensors else files
 
 
+def _saved_by_transformers_5(folder: Path, tmp: Path) -> dict[str, bytes]:
+    """A main branch as transformers 5 saves a model and its tokenizer: config.json,
+    model.safetensors, tokenizer.json and tokenizer_config.json, no vocab.txt."""
+    import transformers
+
+    transformers.ElectraTokenizer(vocab=str(folder / "vocab.txt")).save_pretrained(tmp)
+    files = {p.name: p.read_bytes() for p in tmp.iterdir()}
+    assert sorted(files) == ["tokenizer.json", "tokenizer_config.json"]
+    return {
+        **files,
+        "config.json": (folder / "config.json").read_bytes(),
+        "model.safetensors": (folder / "model.safetensors").read_bytes(),
+    }
+
+
 @pytest.fixture(scope="module")
-def hub(written):
+def hub(written, tmp_path_factory):
     from safetensors.numpy import load_file, save
 
     disc = written / "discriminator"
@@ -99,6 +115,11 @@ def hub(written):
         f"{ORG}/tiny-generator": Repo(
             {"main": _released(written / "generator", safetensors=False)}
         ),
+        f"{ORG}/saved-by-transformers-5": Repo(
+            {"main": _saved_by_transformers_5(disc, tmp_path_factory.mktemp("tokenizer"))}
+        ),
+        # Its model.safetensors answered with a server error (Hub.failing), tf_model.h5 not.
+        f"{ORG}/failing": Repo({"main": _released(disc, safetensors=True)}),
     }
     server = Hub(repos)
     yield server
@@ -319,3 +340,95 @@ def test_a_malformed_model_id_or_flags_that_do_not_go_together_fail_before_tenso
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith(f"keras-electra {argv[0]}: error: ") and said in line, line
     assert not (tmp_path / "x").exists()
+
+
+def test_a_server_error_for_the_weights_is_said_and_no_other_weights_file_is_read(
+    hub, hub_env, tmp_path, capfd
+):
+    # A 500 for model.safetensors (after huggingface_hub's retries) was "the Hub is not
+    # reachable (or HF_HUB_OFFLINE is set) and its model.safetensors is not in the cache",
+    # and with that file "unreachable" the conversion went on to read tf_model.h5.
+    from keras_electra.cli import main
+
+    model = f"hf:{ORG}/failing"
+    hub.failing[f"{ORG}/failing/model.safetensors"] = 500
+    try:
+        with pytest.raises(InputDataError) as raised:
+            fetch(model)
+        capfd.readouterr()
+        status = main(["convert", "--from", "hf", model, "--output", str(tmp_path / "out")])
+        err = capfd.readouterr().err
+    finally:
+        del hub.failing[f"{ORG}/failing/model.safetensors"]
+    assert str(raised.value) == (
+        f"Could not fetch model.safetensors of Hugging Face model '{ORG}/failing': the server "
+        "answered HTTP 500 for it (also when asked again); retry later, or convert a local "
+        "copy with `keras-electra convert --from hf DIR`."
+    )
+    assert not [d for d in hub.downloads if d.startswith(f"/{ORG}/failing/") and "tf_model" in d]
+    assert status == 2 and err.count("\n") == 1 and "HTTP 500" in err, err
+    assert not (tmp_path / "out").exists()
+    assert fetch(model).weights == "model.safetensors"  # the server well again
+
+
+def test_an_endpoint_that_is_not_a_hub_is_said_to_be_one(tmp_path, monkeypatch):
+    # A plain file server answers 200 without X-Repo-Commit: huggingface_hub says it "does
+    # not seem to be served by a Hugging Face Hub endpoint"; that was reported as "the Hub
+    # is not reachable (or HF_HUB_OFFLINE is set)".
+    files = tmp_path / "site"
+    (files / ORG / "model" / "resolve" / "main").mkdir(parents=True)
+    (files / ORG / "model" / "resolve" / "main" / "config.json").write_text("{}")
+    server = FileServer(files)
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        with pytest.raises(InputDataError) as raised:
+            fetch(f"hf:{ORG}/model")
+    finally:
+        server.close()
+    assert str(raised.value) == (
+        f"Could not fetch config.json of Hugging Face model '{ORG}/model': HF_ENDPOINT "
+        f"'{server.url}' does not seem to be served by a Hugging Face Hub endpoint (no "
+        "X-Repo-Commit header in its answer); point HF_ENDPOINT at the Hub or a mirror of it, "
+        "or unset it."
+    )
+
+
+def test_a_damaged_file_in_the_hugging_face_cache_names_the_folder_to_delete(
+    hub, hub_env, tmp_path
+):
+    # It said "the file is damaged or incomplete: fetch or save it again", but
+    # huggingface_hub never checks a cached file again, and no option fetches it anew.
+    model = f"hf:{ORG}/safetensors-on-main"
+    convert(model, tmp_path / "first", "hf")
+    folder = Path(hub_env["HF_HUB_CACHE"]) / f"models--{ORG}--safetensors-on-main"
+    weights = fetch(model).folder / "model.safetensors"
+    blob = weights.resolve()
+    assert blob.parent == folder / "blobs"
+    blob.write_bytes(blob.read_bytes()[:20000])  # cut short
+    with pytest.raises(ConfigError) as raised:
+        convert(model, tmp_path / "second", "hf")
+    sentence = str(raised.value)
+    assert sentence.startswith(f"'{weights}' cannot be read as safetensors (")
+    assert sentence.endswith(
+        f"); the copy in Hugging Face's cache is damaged: delete '{folder}' so that the next "
+        "run fetches the model again."
+    )
+    shutil.rmtree(folder)
+    fetched = len(hub.downloads)
+    result = convert(model, tmp_path / "second", "hf")
+    assert (result.output / "convert.json").is_file()
+    assert f"/{ORG}/safetensors-on-main/resolve/main/model.safetensors" in hub.downloads[fetched:]
+
+
+def test_a_model_saved_with_transformers_5_reads_its_tokenizer_json(hub, hub_env, written):
+    # transformers 5's save_pretrained writes no vocab.txt: the model "has no vocab.txt".
+    model = f"hf:{ORG}/saved-by-transformers-5"
+    snapshot = fetch(model)
+    assert not (snapshot.folder / "vocab.txt").exists()
+    converted = read_hf(snapshot.folder)
+    expected = read_hf(written / "discriminator")
+    assert converted.tokens == expected.tokens and converted.config.lowercase
+    _assert_same_weights(converted.weights, expected.weights)
+    assert any(d.endswith("/tokenizer.json") for d in hub.downloads)

@@ -38,7 +38,9 @@ def read_google(
 
     Args:
         path: a checkpoint prefix (``electra_small/electra_small`` in the released zips,
-            ``.../model.ckpt-N`` from a run) or its directory.
+            ``.../model.ckpt-N`` from a run) or its directory, whose latest checkpoint is
+            read: the one its ``checkpoint`` file names, else the highest step number (a
+            note then says which).
         vocab: the ``vocab.txt`` (default: one next to the checkpoint or one level up).
         preset: sizes to expect (e.g. ``small++`` for the released small model);
             read from the shapes when omitted.
@@ -50,7 +52,7 @@ def read_google(
         >>> converted.config.generator_hidden_size  # doctest: +SKIP
         1.0
     """
-    prefix = _checkpoint_prefix(Path(path))
+    prefix, chosen = _checkpoint_prefix(Path(path))
     try:
         reader = tf.train.load_checkpoint(prefix)
         shapes = reader.get_variable_to_shape_map()
@@ -70,29 +72,101 @@ def read_google(
         )
     tokens = _vocabulary(prefix, vocab)
     config = _config(weights, tokens, preset, lowercase, num_heads, str(path))
-    notes = [f"Skipped {skipped} optimizer and step variables."] if skipped else []
+    notes = chosen + ([f"Skipped {skipped} optimizer and step variables."] if skipped else [])
     return Converted(config, tokens, weights, str(path), "google", notes)
 
 
-def _checkpoint_prefix(path: Path) -> str:
+def _checkpoint_prefix(path: Path) -> tuple[str, list[str]]:
+    """The checkpoint prefix to read for ``path`` (a prefix, or a directory: its latest
+    checkpoint), with a note saying which one was taken when that was a choice."""
     if path.is_dir():
-        latest = tf.train.latest_checkpoint(str(path))
-        if latest is None:
-            indexes = sorted(path.glob("*.index"))
-            if not indexes:
-                raise ConfigError(f"'{path}' holds no TF checkpoint (no *.index file).")
-            latest = str(indexes[-1])[: -len(".index")]
-        return latest
+        return _latest_in(path)
     if Path(str(path) + ".index").is_file():
-        return str(path)
+        return str(path), []
     raise ConfigError(
         f"'{path}' is not a TF checkpoint: pass its prefix (e.g. electra_small/electra_small, "
         "without .index) or its directory."
     )
 
 
+def _latest_in(folder: Path) -> tuple[str, list[str]]:
+    """``folder``'s latest checkpoint: the one its ``checkpoint`` file names (read here:
+    TensorFlow's ``latest_checkpoint`` logs an error line when that one is gone), else
+    the highest step among its ``*.index`` files (:func:`_step_order`). A note names the
+    prefix read when the folder holds several, or has no usable ``checkpoint`` file."""
+    prefixes = sorted((p.name[: -len(".index")] for p in folder.glob("*.index")), key=_step_order)
+    named = _named_in_checkpoint_file(folder)
+    several = f"the latest of the {len(prefixes)} checkpoints in '{folder}'"
+    if named is not None:
+        for candidate in (folder / named, folder / Path(named).name):
+            if not Path(f"{candidate}.index").is_file():
+                continue
+            prefix = str(candidate)
+            if candidate != folder / named:  # written on another machine, copied here
+                return prefix, [
+                    f"Read '{prefix}', the checkpoint '{folder}/checkpoint' names as '{named}'."
+                ]
+            if len(prefixes) > 1:
+                return prefix, [f"Read '{prefix}', {several} by its checkpoint file."]
+            return prefix, []
+    if not prefixes:
+        stale = "" if named is None else f"; its checkpoint file names '{named}', not there"
+        raise ConfigError(f"'{folder}' holds no TF checkpoint (no *.index file{stale}).")
+    prefix = str(folder / prefixes[-1])
+    if named is not None:
+        why = f"its checkpoint file names '{named}', which is not there"
+    else:
+        why = "it has no checkpoint file naming its latest"
+    if len(prefixes) == 1:
+        return prefix, [f"Read '{prefix}', the only checkpoint in '{folder}' ({why})."]
+    return prefix, [f"Read '{prefix}', {several} by step number ({why})."]
+
+
+def _step_order(prefix: str) -> tuple[bool, int, str]:
+    """Sort key of checkpoint prefixes, oldest first: by the step number that ends the
+    name (``model.ckpt-1000`` after ``model.ckpt-999``); names without one
+    (``electra_small``) before numbered ones; ties alphabetically.
+
+    Examples:
+        >>> sorted(["model.ckpt-1000", "electra_small", "model.ckpt-999"], key=_step_order)
+        ['electra_small', 'model.ckpt-999', 'model.ckpt-1000']
+    """
+    step = re.search(r"-(\d+)$", prefix)
+    return (step is not None, int(step.group(1)) if step else -1, prefix)
+
+
+def _named_in_checkpoint_file(folder: Path) -> str | None:
+    """The ``model_checkpoint_path`` of ``folder``'s ``checkpoint`` file (a text-format
+    ``CheckpointState``; C-style escapes undone), or None when there is no such file or
+    it names none."""
+    try:
+        text = (folder / "checkpoint").read_bytes()
+    except OSError:
+        return None
+    found = re.search(rb'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"', text, re.M)
+    if found is None or not found.group(1):
+        return None
+    return _unescape(found.group(1)).decode("utf-8", "replace")
+
+
+def _unescape(raw: bytes) -> bytes:
+    """A protobuf text-format string's bytes: ``\\NNN`` (octal), ``\\xNN`` and ``\\n``-style
+    escapes undone."""
+    simple = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
+
+    def one(match: re.Match) -> bytes:
+        code = match.group(1)
+        if code[:1].isdigit():
+            return bytes([int(code, 8) & 0xFF])
+        if code[:1] == b"x":
+            return bytes([int(code[1:], 16)])
+        return simple.get(code, code)
+
+    return re.sub(rb"\\([0-7]{1,3}|x[0-9a-fA-F]{1,2}|.)", one, raw)
+
+
 def _vocabulary(prefix: str, vocab: str | Path | None) -> list[str]:
-    from keras_electra.data import load_vocab
+    from keras_electra.convert.hf import read_vocab_file
 
     if vocab is None:
         here = Path(prefix).parent
@@ -103,7 +177,7 @@ def _vocabulary(prefix: str, vocab: str | Path | None) -> list[str]:
                 f"No vocab.txt next to '{prefix}'; pass --vocab with the vocabulary the "
                 "checkpoint was trained with."
             )
-    return load_vocab(vocab)
+    return read_vocab_file(vocab)
 
 
 def _layers(weights: dict, scope: str) -> int:

@@ -30,11 +30,15 @@ from keras_electra.convert.names import (
     to_hf,
     weight_table,
 )
-from keras_electra.errors import ConfigError, first_line, read_json
+from keras_electra.errors import ConfigError, InputDataError, first_line, read_json
 
 WEIGHTS_FILE = "model.safetensors"
 TF_WEIGHTS_FILE = "tf_model.h5"
-IGNORED = ("electra.embeddings.position_ids",)  # a buffer older versions saved
+VOCAB_FILE = "vocab.txt"
+# What transformers 5's tokenizers save in place of vocab.txt: the vocabulary is in it.
+TOKENIZER_FILE = "tokenizer.json"
+IGNORED = ("electra.embeddings.position_ids",)
+_RESTORE = "restore the model's files"  # a buffer older versions saved
 # Our config's fields and transformers' ElectraConfig's names for them: the REQUIRED ones
 # must be in a config.json that is read (the others default as ours do; embedding_size
 # to hidden_size), the TOWER ones differ between the discriminator and the generator.
@@ -88,8 +92,8 @@ def read_hf(path: str | Path, generator: str | Path | None = None) -> Converted:
     _check_layers(disc_config, disc_state, path)
     if generator:
         _check_layers(gen_config, gen_state, generator)
-    tokens, lowercase = _vocabulary(path)
-    config = _config(disc_config, gen_config, tokens, lowercase, str(path))
+    tokens, lowercase, vocab_file = _vocabulary(path)
+    config = _config(disc_config, gen_config, tokens, lowercase, str(path), vocab_file)
     towers = (DISCRIMINATOR, GENERATOR) if generator else (DISCRIMINATOR,)
     states = {DISCRIMINATOR: disc_state, GENERATOR: gen_state}
     used = {t: set(IGNORED) for t in towers}
@@ -164,9 +168,40 @@ def _load_safetensors(path: Path, load_file) -> dict[str, np.ndarray]:
         return load_file(str(path))
     except SafetensorError as error:
         raise ConfigError(
-            f"'{path}' cannot be read as safetensors ({first_line(error)}); the file is damaged or "
-            "incomplete: fetch or save it again."
+            f"'{path}' cannot be read as safetensors ({first_line(error)}); "
+            + _damaged(path, "the file is damaged or incomplete: fetch or save it again")
+            + "."
         ) from None
+
+
+def hub_cache_folder(path: str | Path) -> Path | None:
+    """The folder of a Hugging Face cache that holds ``path`` (``.../models--ORG--NAME``,
+    whose ``snapshots/COMMIT/`` huggingface_hub fetches a model into), or None when
+    ``path`` is not in one.
+
+    Examples:
+        >>> hub_cache_folder("hub/models--google--electra-small/snapshots/0123abc/vocab.txt")
+        PosixPath('hub/models--google--electra-small')
+        >>> hub_cache_folder("runs/electra-small/vocab.txt") is None
+        True
+    """
+    for folder in Path(path).parents:
+        if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+            return folder.parent.parent
+    return None
+
+
+def _damaged(path: str | Path, fix: str) -> str:
+    """What to do about a file that cannot be read: ``fix``; for a file in Hugging Face's
+    cache, which huggingface_hub never checks again once fetched (and has no option to
+    fetch again), delete the model's cache folder so that the next run fetches it afresh."""
+    folder = hub_cache_folder(path)
+    if folder is None:
+        return fix
+    return (
+        f"the copy in Hugging Face's cache is damaged: delete '{folder}' so that the next run "
+        "fetches the model again"
+    )
 
 
 def _save_safetensors(tensors: dict[str, np.ndarray], path: Path, save_file) -> None:
@@ -189,7 +224,7 @@ def _read_dir(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
 
     if not (path / "config.json").is_file():
         raise ConfigError(f"'{path}' is not a Hugging Face model directory (no config.json).")
-    config = read_json(path / "config.json", "restore the model's files")
+    config = read_json(path / "config.json", _damaged(path / "config.json", _RESTORE))
     if config.get("model_type") != "electra":
         kind = config.get("model_type")
         raise ConfigError(f"'{path}/config.json' describes a '{kind}' model, not ELECTRA.")
@@ -265,7 +300,9 @@ def read_tf_weights(path: str | Path) -> dict[str, np.ndarray]:
                     state[name] = _torch_layout(name, np.asarray(value[()]), transpose)
     except OSError as error:  # not HDF5, truncated
         raise ConfigError(
-            f"'{path}' cannot be read as HDF5 ({first_line(error)}); fetch the file again."
+            f"'{path}' cannot be read as HDF5 ({first_line(error)}); "
+            + _damaged(path, "fetch the file again")
+            + "."
         ) from None
     return state
 
@@ -318,17 +355,117 @@ def _check_layers(config: dict, state: dict, where) -> None:
         )
 
 
-def _vocabulary(path: Path) -> tuple[list[str], bool]:
-    from keras_electra.data import load_vocab
-
-    if not (path / "vocab.txt").is_file():
-        raise ConfigError(f"'{path}' has no vocab.txt; copy the model's vocabulary next to it.")
+def _vocabulary(path: Path) -> tuple[list[str], bool, str]:
+    """The vocabulary of the Hugging Face directory ``path``, whether it is lowercased,
+    and the file it was read from: ``vocab.txt`` (lowercasing from
+    ``tokenizer_config.json``'s ``do_lower_case``), else the WordPiece ``tokenizer.json``
+    that transformers 5's ``save_pretrained`` writes in its place
+    (:func:`read_tokenizer_json`)."""
     settings = path / "tokenizer_config.json"
-    spec = read_json(settings, "restore the model's files", missing={})
-    return load_vocab(path / "vocab.txt"), bool(spec.get("do_lower_case", True))
+    spec = read_json(settings, _damaged(settings, _RESTORE), missing={})
+    lowercase = bool(spec.get("do_lower_case", True))
+    if (path / VOCAB_FILE).is_file():
+        return read_vocab_file(path / VOCAB_FILE), lowercase, VOCAB_FILE
+    if (path / TOKENIZER_FILE).is_file():
+        tokens, said = read_tokenizer_json(path / TOKENIZER_FILE)
+        return tokens, lowercase if said is None else said, TOKENIZER_FILE
+    raise ConfigError(
+        f"'{path}' has no {VOCAB_FILE} or {TOKENIZER_FILE}; copy the model's vocabulary next "
+        "to it, or save its tokenizer there with transformers' save_pretrained."
+    )
 
 
-def _config(disc: dict, gen: dict | None, tokens, lowercase, source) -> ElectraConfig:
+def read_vocab_file(path: str | Path) -> list[str]:
+    """A ``vocab.txt``'s tokens, as :func:`keras_electra.data.load_vocab` reads them, also
+    when it starts with a UTF-8 byte-order mark (which Windows editors write, and which
+    would otherwise stick to the first token, BERT vocabularies' ``[PAD]``); a file in
+    Hugging Face's cache that is not UTF-8 says which folder to delete."""
+    from keras_electra.data import load_vocab, validate_vocab
+    from keras_electra.data.files import is_remote
+
+    if is_remote(str(path)) or not Path(path).is_file():
+        return load_vocab(path)  # through tf.io.gfile, or the sentence for a missing file
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        raise InputDataError(
+            f"Vocabulary file '{path}' is not valid UTF-8 (byte {error.start}); "
+            + _damaged(path, "save it as UTF-8 text")
+            + "."
+        ) from None
+    tokens = [line.strip() for line in text.removesuffix("\n").split("\n")] if text else []
+    validate_vocab(tokens, f"Vocabulary '{path}'")
+    return tokens
+
+
+def read_tokenizer_json(path: str | Path) -> tuple[list[str], bool | None]:
+    """The vocabulary of a ``tokenizers`` ``tokenizer.json`` with a WordPiece model (its
+    ``model.vocab``, token -> id, ordered by id; added tokens past it appended), and
+    whether its normalizer lowercases (None when it has no normalizer).
+
+    Raises:
+        ConfigError: not JSON, not a WordPiece model (BPE, Unigram: ELECTRA's
+            vocabularies are WordPiece), or ids that do not run 0..N-1 (one sentence).
+
+    Examples:
+        >>> import json, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
+        >>> vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "the": 5}
+        >>> normalizer = {"type": "BertNormalizer", "lowercase": True}
+        >>> with open(path, "w") as f:
+        ...     json.dump({"normalizer": normalizer,
+        ...                "model": {"type": "WordPiece", "vocab": vocab}}, f)
+        >>> read_tokenizer_json(path)
+        (['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the'], True)
+    """
+    spec = read_json(path, _damaged(path, "save the tokenizer again with save_pretrained"))
+    model = spec.get("model")
+    kind = model.get("type") if isinstance(model, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if kind != "WordPiece" or not isinstance(vocab, dict):
+        raise ConfigError(
+            f"'{path}' holds a {kind or 'tokenizer without a model type'} tokenizer, but "
+            "ELECTRA conversion needs a WordPiece vocabulary (a BERT-style vocab.txt, or a "
+            "tokenizer.json whose model is WordPiece); pass the model's own vocabulary."
+        )
+    ids, taken = dict(vocab), set(vocab.values())
+    for added in spec.get("added_tokens") or []:  # tokens added past the model's vocabulary
+        token = added.get("content") if isinstance(added, dict) else None
+        if token is not None and token not in ids and added.get("id") not in taken:
+            ids[token] = added.get("id")
+    by_id = sorted((i, t) for t, i in ids.items() if isinstance(i, int) and isinstance(t, str))
+    gaps = [n for n, (i, _) in enumerate(by_id) if i != n]
+    if len(by_id) != len(ids) or gaps:
+        where = f"id {by_id[gaps[0]][0]} where {gaps[0]} comes next" if gaps else "a non-integer id"
+        raise ConfigError(
+            f"The WordPiece vocabulary in '{path}' does not number its {len(ids)} tokens "
+            f"0 to {len(ids) - 1} ({where}); save the tokenizer again with save_pretrained."
+        )
+    from keras_electra.data import validate_vocab
+
+    tokens = [t for _, t in by_id]
+    validate_vocab(tokens, f"The vocabulary in '{path}'")
+    return tokens, _lowercases(spec.get("normalizer"))
+
+
+def _lowercases(normalizer) -> bool | None:
+    """Whether a ``tokenizer.json`` normalizer lowercases: a ``BertNormalizer`` with
+    ``lowercase`` (its default is to), a ``Lowercase``, or a ``Sequence`` holding one;
+    None for no normalizer."""
+    if not isinstance(normalizer, dict):
+        return None
+    kind = normalizer.get("type")
+    if kind == "BertNormalizer":
+        return bool(normalizer.get("lowercase", True))
+    if kind == "Sequence":
+        return any(_lowercases(n) for n in normalizer.get("normalizers") or [])
+    return kind == "Lowercase"
+
+
+def _config(
+    disc: dict, gen: dict | None, tokens, lowercase, source, vocab_file=VOCAB_FILE
+) -> ElectraConfig:
     for name, values in (("discriminator", disc), ("generator", gen or {})):
         act = values.get("hidden_act", "gelu")
         if act != "gelu":
@@ -342,7 +479,7 @@ def _config(disc: dict, gen: dict | None, tokens, lowercase, source) -> ElectraC
             )
     if len(tokens) != disc["vocab_size"]:
         raise ConfigError(
-            f"'{source}/vocab.txt' has {len(tokens)} tokens but config.json says "
+            f"'{source}/{vocab_file}' has {len(tokens)} tokens but config.json says "
             f"vocab_size {disc['vocab_size']}."
         )
     values = {

@@ -24,16 +24,20 @@ from pathlib import Path
 
 from keras_electra.convert.core import write_init_dir
 from keras_electra.convert.hf import TF_WEIGHTS_FILE as TF_WEIGHTS
+from keras_electra.convert.hf import TOKENIZER_FILE, VOCAB_FILE, read_hf
 from keras_electra.convert.hf import WEIGHTS_FILE as SAFETENSORS
-from keras_electra.convert.hf import read_hf
 from keras_electra.errors import ConfigError, InputDataError, first_line
 from keras_electra.hub_ids import PREFIX, is_hub_id
 from keras_electra.hub_ids import repo_id as _repo_id
 from keras_electra.run_directory import RunDirectory
 
 MAIN = "main"
-REQUIRED = ("config.json", "vocab.txt")
+CONFIG = "config.json"
+# The vocabulary: vocab.txt, else the tokenizer.json transformers 5 saves in its place.
+VOCABULARIES = (VOCAB_FILE, TOKENIZER_FILE)
 OPTIONAL = ("tokenizer_config.json",)
+# Statuses huggingface_hub asks again for (a busy or failing server): worth a retry later.
+TRANSIENT = (408, 429, 500, 502, 503, 504)
 PICKLE = "pytorch_model.bin"
 # The Hub's safetensors conversion pull request (its author checked: anyone can open one).
 CONVERSION_TITLE = "Adding `safetensors` variant of this model"
@@ -166,7 +170,8 @@ class _Hub:
         self.model, self.repo_id = model, _repo_id(model)
         self.endpoint = os.environ.get("HF_ENDPOINT")  # read now, not when huggingface_hub loaded
         self.cache = os.environ.get("HF_HUB_CACHE")
-        self.unreachable: str | None = None  # a file that could not be had, if any
+        self.unreachable: str | None = None  # a needed file that could not be had, if any
+        self._unreached: set[str] = set()  # every file that could not be had now
         self._answers: bool | None = None  # whether the Hub answered, once asked
         try:
             import huggingface_hub  # noqa: F401
@@ -176,28 +181,47 @@ class _Hub:
             ) from None
 
     def files(self, revision: str, required: bool = True) -> Path | None:
-        """The folder holding the config and vocabulary at ``revision`` (None when
-        ``required`` is off and one is missing)."""
-        folder = None
-        for name in REQUIRED + OPTIONAL:
-            path = self.file(revision, name, needed=name in REQUIRED)
-            if path is not None:
-                folder = path.parent
-            elif name in REQUIRED:
-                if not required:
-                    return None
-                if self.unreachable:
-                    raise self._offline(name)
-                raise InputDataError(
-                    f"Hugging Face model '{self.repo_id}' has no {name}; keras-electra reads "
-                    f"ELECTRA models with {', '.join(REQUIRED)} and {SAFETENSORS} or "
-                    f"{TF_WEIGHTS}."
-                )
-        return folder
+        """The folder holding the config and vocabulary (``vocab.txt``, else
+        ``tokenizer.json``) at ``revision`` (None when ``required`` is off and one is
+        missing)."""
+        config = self.file(revision, CONFIG)
+        if config is None:
+            return self._lacking(CONFIG, {CONFIG}, required)
+        for name in VOCABULARIES:  # the first the model has
+            vocabulary = self.file(revision, name, needed=False)
+            if vocabulary is not None:
+                break
+        if vocabulary is None:
+            return self._lacking(" or ".join(VOCABULARIES), set(VOCABULARIES), required)
+        for name in OPTIONAL:
+            self.file(revision, name, needed=False)
+        return config.parent
+
+    def _lacking(self, said: str, names: set[str], required: bool) -> None:
+        """None, or (``required``) the sentence for a model without the file(s) ``names``
+        (``said`` in words): not in the cache of an unreachable Hub, or not in the model."""
+        if not required:
+            return None
+        if self._unreached & names:
+            raise self._offline(said)
+        raise InputDataError(
+            f"Hugging Face model '{self.repo_id}' has no {said}; keras-electra reads ELECTRA "
+            f"models with {CONFIG}, {VOCAB_FILE} (or a WordPiece {TOKENIZER_FILE}) and "
+            f"{SAFETENSORS} or {TF_WEIGHTS}."
+        )
 
     def file(self, revision: str, name: str, needed: bool = True) -> Path | None:
-        """The local path of file ``name`` at ``revision``, or None (remembered as
-        ``unreachable`` when it could not be had now and is ``needed``)."""
+        """The local path of file ``name`` at ``revision``, or None: the model has no such
+        file, or it cannot be had now (offline, or nothing answers) and is not cached
+        (remembered; as ``unreachable`` too when it is ``needed``).
+
+        Raises:
+            InputDataError: the server answered for this file, but with an HTTP error
+                (after huggingface_hub's retries) or not as a Hub does (``HF_ENDPOINT``
+                pointing at another server): the weights are then not looked for in
+                another file, which a passing server error would otherwise make the
+                conversion read.
+        """
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import (
             EntryNotFoundError,
@@ -210,7 +234,11 @@ class _Hub:
         try:
             cached_only = not self.answers()
             return Path(hf_hub_download(self.repo_id, name, local_files_only=cached_only, **where))
-        except LocalEntryNotFoundError:  # offline (or the Hub unreachable) and not cached
+        except LocalEntryNotFoundError as error:  # not cached, and the Hub did not give it
+            answer = _server_answer(error)
+            if answer is not None:  # a server answered: not offline
+                raise self._answered(name, answer) from None
+            self._unreached.add(name)
             if needed:
                 self.unreachable = self.unreachable or name
             return None
@@ -245,7 +273,7 @@ class _Hub:
             from huggingface_hub import get_hf_file_metadata, hf_hub_url
             from huggingface_hub.errors import HfHubHTTPError
 
-            url = hf_hub_url(self.repo_id, REQUIRED[0], revision=MAIN, endpoint=self.endpoint)
+            url = hf_hub_url(self.repo_id, CONFIG, revision=MAIN, endpoint=self.endpoint)
             try:
                 get_hf_file_metadata(url)
                 self._answers = True
@@ -327,6 +355,37 @@ class _Hub:
         }
         return sorted(refs, key=lambda ref: -int(ref.rsplit("/", 1)[-1]))
 
+    def _answered(self, name: str, answer: Exception) -> InputDataError:
+        """The sentence for a file the server answered with an HTTP error, or not as a
+        Hugging Face Hub does (huggingface_hub's ``FileMetadataError``: no
+        ``X-Repo-Commit`` or ``ETag`` header, as from a plain file server)."""
+        from huggingface_hub import constants
+
+        what = f"Could not fetch {name} of Hugging Face model '{self.repo_id}'"
+        status = getattr(getattr(answer, "response", None), "status_code", None)
+        if status is None:  # a FileMetadataError
+            missing = [h for h in ("X-Repo-Commit", "ETag") if h in str(answer)]
+            why = f"no {missing[0]} header in its answer" if missing else first_line(answer, 120)
+            if self.endpoint:
+                return InputDataError(
+                    f"{what}: HF_ENDPOINT '{self.endpoint}' does not seem to be served by a "
+                    f"Hugging Face Hub endpoint ({why}); point HF_ENDPOINT at the Hub or a "
+                    "mirror of it, or unset it."
+                )
+            return InputDataError(
+                f"{what}: '{constants.ENDPOINT}' answered, but not as a Hugging Face Hub "
+                f"endpoint does ({why}); check your proxy and firewall settings, or set "
+                "HF_ENDPOINT to a mirror of the Hub."
+            )
+        if status in TRANSIENT:  # huggingface_hub asked again before giving up
+            said, fix = f"HTTP {status} for it (also when asked again)", "retry later"
+        else:
+            said, fix = f"HTTP {status} for it", "check the model's name and your access (HF_TOKEN)"
+        return InputDataError(
+            f"{what}: the server answered {said}; {fix}, or convert a local copy with "
+            "`keras-electra convert --from hf DIR`."
+        )
+
     def _offline(self, name: str) -> InputDataError:
         from huggingface_hub import constants
 
@@ -346,6 +405,29 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 
     bases = [b for b in HfHubHTTPError.__mro__[1:] if b not in (Exception, BaseException, object)]
     return (HfHubHTTPError, OSError, *bases)
+
+
+def _server_answer(error: BaseException) -> Exception | None:
+    """The error behind huggingface_hub's ``LocalEntryNotFoundError`` (a file neither
+    fetched nor cached) when a server did answer, in its ``__cause__``/``__context__``
+    chain: an ``HfHubHTTPError`` (an HTTP error status, after its retries) or a
+    ``FileMetadataError`` (an answer without the Hub's headers). None when nothing
+    answered: offline mode, a refused or dropped connection, a timeout."""
+    from huggingface_hub.errors import FileMetadataError, HfHubHTTPError
+
+    seen: set[int] = set()
+    pending: list[BaseException] = [error]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, FileMetadataError) or (
+            isinstance(current, HfHubHTTPError) and getattr(current, "response", None) is not None
+        ):
+            return current
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
 
 
 def _check_discriminator(model: str, folder: Path) -> None:
