@@ -321,8 +321,9 @@ FINETUNE_COMMON: dict[str, float] = {
     "warmup_fraction": 0.1,
     "probe_epochs": 0,  # the paper fine-tunes everything from the start
 }
-TASK_EPOCHS: dict[str, int] = {"regress": 10}
-"""The paper trains STS (regression) for 10 epochs; pass ``epochs=10`` for RTE too."""
+TASK_EPOCHS: dict[str, int] = {"regress": 10, "qa": 2}
+"""The paper trains STS (regression) for 10 epochs and SQuAD (QA) for 2; pass ``epochs=10``
+for RTE too."""
 
 
 def check_task(task: str) -> str:
@@ -360,7 +361,7 @@ class FinetuneOptions:
     text_column: str = option("text", "text column name or 0-based index")
     text_pair_column: str | None = option(None, "second text column, for sentence pairs")
     label_column: str = option("label", "label column name or index")
-    epochs: int | None = option(None, "passes over the data (default: 3; 10 for regress)")
+    epochs: int | None = option(None, "passes over the data (default: 3; 10 for regress, 2 for qa)")
     batch_size: int | None = option(None, "examples per step (default: 32)")
     learning_rate: float | None = option(None, f"peak rate of the head {RECIPE_DEFAULT}")
     layer_decay: float | None = option(None, f"layer-wise rate decay {RECIPE_DEFAULT}")

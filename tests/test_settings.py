@@ -12,6 +12,7 @@ from keras_electra.errors import ConfigError
 from keras_electra.finetuning import finetune
 from keras_electra.pretraining.run import pretrain
 from keras_electra.settings import (
+    TASKS,
     FinetuneOptions,
     PrepareSettings,
     PretrainSettings,
@@ -261,6 +262,9 @@ def test_finetune_defaults_follow_the_papers_recipe_per_size_and_task():
         for name in (*FinetuneOptions.HYPERPARAMETERS, "dropout"):
             assert getattr(options, name) == expected[name], (preset, name)
     assert FinetuneOptions().resolved("large", "tag", 512).layer_decay == 0.9
+    # The paper's epochs: 10 for STS (regress), 2 for SQuAD (qa), 3 for the others.
+    epochs = {t: FinetuneOptions().resolved("small", t, 512).epochs for t in TASKS}
+    assert epochs == {"classify": 3, "regress": 10, "tag": 3, "qa": 2}
     assert FinetuneOptions().resolved("base", "regress", 512).epochs == 10  # the paper's STS
     mine = FinetuneOptions(epochs=2, dropout=0.0).resolved("base", "regress", 512)
     assert (mine.epochs, mine.dropout, mine.learning_rate) == (2, 0.0, 1e-4)
