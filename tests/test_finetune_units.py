@@ -662,3 +662,22 @@ def test_squad_of_the_wrong_shape_is_one_sentence(tmp_path):
         with pytest.raises(InputDataError, match=expected) as caught:
             read_squad(path)
         assert "\n" not in str(caught.value)
+
+
+def test_qa_logits_leave_out_the_question_and_padding_but_not_cls():
+    # google-research/electra masks the start and end to the window and [CLS]; only the
+    # padding was, so the training softmax spent probability on the question's pieces.
+    from keras_electra.finetuning.models import ElectraSpanExtractor
+
+    config = ElectraConfig.from_preset("tiny", vocab_size=50, num_layers=1, dropout=0.0)
+    model = ElectraSpanExtractor(ElectraBackbone(config), answerable=True)
+    # [CLS] q q [SEP] c c c [SEP] pad pad
+    segments = np.array([[0, 0, 0, 0, 1, 1, 1, 1, 0, 0]], "int32")
+    padding = np.array([[1, 1, 1, 1, 1, 1, 1, 1, 0, 0]], "int32")
+    ids = np.array([[2, 7, 8, 3, 9, 10, 11, 3, 0, 0]], "int32")
+    out = model({"token_ids": ids, "segment_ids": segments, "padding_mask": padding})
+    for name in ("start_logits", "end_logits"):
+        logits = np.asarray(out[name])[0]
+        assert np.all(logits[[1, 2, 3, 8, 9]] < -9000), (name, logits)
+        assert np.all(np.abs(logits[[0, 4, 5, 6, 7]]) < 100), (name, logits)
+    assert np.asarray(out["answerable"]).shape == (1,)

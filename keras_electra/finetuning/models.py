@@ -152,9 +152,13 @@ class ElectraTagger(_HeadModel):
 
 @keras.saving.register_keras_serializable(package="keras_electra")
 class ElectraSpanExtractor(_HeadModel):
-    """Extractive QA: a dict of ``start_logits``, ``end_logits`` (``[batch, length]``,
-    -10000 at padding) and, with ``answerable=True`` (SQuAD 2.0), ``answerable``
-    (``[batch]``, a logit on the ``[CLS]`` vector; > 0: the window holds the answer)."""
+    """Extractive QA: a dict of ``start_logits``, ``end_logits`` (``[batch, length]``)
+    and, with ``answerable=True`` (SQuAD 2.0), ``answerable`` (``[batch]``, a logit on the
+    ``[CLS]`` vector; > 0: the window holds the answer).
+
+    An answer starts and ends in the window (the second segment) or at ``[CLS]`` (none
+    there): the logits are -10000 at the question, its ``[SEP]`` and padding, as
+    google-research/electra masks them, so the softmax spends nothing on them."""
 
     def __init__(
         self, backbone: ElectraBackbone, answerable: bool = False, dropout: float = 0.1, **kwargs
@@ -167,8 +171,12 @@ class ElectraSpanExtractor(_HeadModel):
     def call(self, inputs, training=None):
         sequence = self.backbone(inputs, training=training)
         logits = self._project(sequence, training)
-        padding = (1.0 - ops.cast(inputs["padding_mask"], "float32")) * -10000.0
-        outputs = {"start_logits": logits[..., 0] + padding, "end_logits": logits[..., 1] + padding}
+        allowed = ops.cast(inputs["padding_mask"], "float32") * ops.cast(
+            inputs["segment_ids"], "float32"
+        )
+        first = ops.cast(ops.arange(ops.shape(allowed)[1]) == 0, "float32")  # [CLS]
+        outside = (1.0 - ops.maximum(allowed, first)) * -10000.0
+        outputs = {"start_logits": logits[..., 0] + outside, "end_logits": logits[..., 1] + outside}
         if self.answerable_head is not None:
             cls = self.head_dropout(sequence[:, 0, :], training=training)
             outputs["answerable"] = ops.cast(self.answerable_head(cls), "float32")[:, 0]
