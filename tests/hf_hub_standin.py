@@ -50,17 +50,11 @@ def conversion_pull(num: int, author: str = CONVERSION_BOT, status: str = "open"
     return {"num": num, "title": CONVERSION_TITLE, "author": author, "status": status}
 
 
-class Hub(http.server.ThreadingHTTPServer):
-    """The repositories ``repos`` (``ORG/NAME`` -> :class:`Repo`) served on 127.0.0.1 from
-    a daemon thread; ``requests`` lists every path asked for (HEAD or GET), ``downloads``
-    the paths of the files sent. ``failing`` maps ``ORG/NAME/FILE`` to an HTTP status
-    answered for that file at every revision (a failing server: with ``Retry-After: 0``,
-    so huggingface_hub's five retries take seconds, not its 23 s of backoff)."""
+class _Local(http.server.ThreadingHTTPServer):
+    """A server on 127.0.0.1 at a free port, serving from a daemon thread."""
 
-    def __init__(self, repos: dict[str, Repo]):
-        self.repos, self.requests, self.downloads = repos, [], []
-        self.failing: dict[str, int] = {}
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, handler):
+        super().__init__(("127.0.0.1", 0), handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -70,6 +64,19 @@ class Hub(http.server.ThreadingHTTPServer):
     def close(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+class Hub(_Local):
+    """The repositories ``repos`` (``ORG/NAME`` -> :class:`Repo`) served on 127.0.0.1 from
+    a daemon thread; ``requests`` lists every path asked for (HEAD or GET), ``downloads``
+    the paths of the files sent. ``failing`` maps ``ORG/NAME/FILE`` to an HTTP status
+    answered for that file at every revision (a failing server: with ``Retry-After: 0``,
+    so huggingface_hub's five retries take seconds, not its 23 s of backoff)."""
+
+    def __init__(self, repos: dict[str, Repo]):
+        self.repos, self.requests, self.downloads = repos, [], []
+        self.failing: dict[str, int] = {}
+        super().__init__(_Handler)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -156,23 +163,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class FileServer(http.server.ThreadingHTTPServer):
+class FileServer(_Local):
     """A plain file server on 127.0.0.1 (``http.server``'s own handler): it answers 200
     with the files under ``folder``, without a Hub's ``X-Repo-Commit`` and ``ETag``
     headers, as a wrong ``HF_ENDPOINT`` does."""
 
     def __init__(self, folder):
-        handler = functools.partial(_QuietFiles, directory=str(folder))
-        super().__init__(("127.0.0.1", 0), handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
+        super().__init__(functools.partial(_QuietFiles, directory=str(folder)))
 
 
 class _QuietFiles(http.server.SimpleHTTPRequestHandler):
