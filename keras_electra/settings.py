@@ -37,6 +37,10 @@ OBJECTIVES: dict[str, Any] = {
 }
 ON_NAN = ("stop", "skip")
 OPTIMIZERS = ("adamw", "lamb")
+LAMB_BIAS_CORRECTION = (
+    "--no-bias-correction changes AdamW's update only, and LAMB has its own (always "
+    "bias-corrected): drop the flag or choose --optimizer adamw."
+)
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device")
 
@@ -174,6 +178,13 @@ class PretrainSettings:
         choices=OPTIMIZERS,
         fixed=True,
     )
+    bias_correction: bool = option(
+        True,
+        "drop Adam's bias correction: update as google-research/electra's optimizer does "
+        "(larger early steps; AdamW only; a resumed run keeps its own)",
+        negated="--no-bias-correction",
+        fixed=True,
+    )
     # Only the forward and backward pass is compiled; the optimizer update stays outside,
     # so this works with every strategy. Under XLA the seeded random ops draw another
     # (equally deterministic) stream: samples and dropout differ from a run without it.
@@ -283,6 +294,8 @@ class PretrainSettings:
         if self.keep_checkpoints < 1:
             raise ConfigError("--keep-checkpoints must be at least 1.")
         check_seed(self.seed)
+        if self.optimizer == "lamb" and not self.bias_correction:
+            raise ConfigError(LAMB_BIAS_CORRECTION)
         for name in ("temperature", "generator_size"):
             if (value := getattr(self, name)) is not None and not value > 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, not {value}.")
@@ -368,6 +381,12 @@ class FinetuneOptions:
     weight_decay: float | None = option(None, "decoupled weight decay (default: 0.01)")
     warmup_fraction: float | None = option(None, "fraction of warm-up steps (default: 0.1)")
     dropout: float | None = option(None, "dropout of the backbone and the head (default: 0.1)")
+    bias_correction: bool = option(
+        True,
+        "drop Adam's bias correction: update as google-research/electra's optimizer does "
+        "(larger early steps)",
+        negated="--no-bias-correction",
+    )
     probe_epochs: int = option(
         0,
         "first train only the head for this many passes, the backbone frozen, at 10x the "

@@ -55,6 +55,7 @@ def test_every_field_with_a_flag_reaches_the_settings_from_the_command_line():
         "precision": ("mixed_bfloat16", "--precision", "mixed_bfloat16"),
         "strategy": ("one_device", "--strategy", "one_device"),
         "optimizer": ("lamb", "--optimizer", "lamb"),
+        "bias_correction": (False, "--no-bias-correction"),
         "xla": (True, "--xla"),
         "steps_per_execution": (3, "--steps-per-execution", "3"),
         "grad_accumulation": (2, "--grad-accumulation", "2"),
@@ -140,6 +141,7 @@ def test_run_json_records_what_fixes_the_run_and_not_the_per_invocation_options(
         "seed",
         "precision",
         "optimizer",
+        "bias_correction",
     }
 
 
@@ -207,6 +209,7 @@ def test_every_finetune_option_reaches_the_options_from_the_command_line():
         "learning_rate": (2e-5, "--learning-rate", "2e-5"),
         "layer_decay": (0.7, "--layer-decay", "0.7"),
         "probe_epochs": (2, "--probe-epochs", "2"),
+        "bias_correction": (False, "--no-bias-correction"),
         "weight_decay": (0.0, "--weight-decay", "0"),
         "warmup_fraction": (0.2, "--warmup-fraction", "0.2"),
         "dropout": (0.0, "--dropout", "0"),

@@ -82,13 +82,17 @@ def create_finetune_optimizer(
     layer_decay: float = 0.8,
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
+    bias_correction: bool = True,
 ) -> LayerwiseAdamW:
     """ELECTRA's fine-tuning optimizer for ``model`` (``backbone`` plus head): layer-wise
     AdamW (:func:`~keras_electra.training.optimizer.adamw_arguments`) whose head peaks at
     ``learning_rate`` after ``warmup_fraction`` of ``total_steps``, then decays to 0 at the
-    last; no weight decay on LayerNorm parameters and biases; ``clip_norm`` None: no clip."""
+    last; no weight decay on LayerNorm parameters and biases; ``clip_norm`` None: no clip;
+    ``bias_correction`` False: google-research/electra's update (:class:`AdamW`)."""
     warmup = int(round(warmup_fraction * total_steps))
-    arguments = adamw_arguments(learning_rate, total_steps, warmup, weight_decay, clip_norm)
+    arguments = adamw_arguments(
+        learning_rate, total_steps, warmup, weight_decay, clip_norm, bias_correction
+    )
     optimizer = LayerwiseAdamW(layerwise_factors(backbone, layer_decay), **arguments)
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
     return optimizer

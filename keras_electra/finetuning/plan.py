@@ -90,6 +90,7 @@ class FinetunePlan:
             f"{self.steps:,} ({o.epochs} epochs of {self.steps_per_epoch:,}), batch "
             f"{o.batch_size} x {o.max_seq_length} tokens, learning rate {o.learning_rate:g}, "
             f"layer decay {o.layer_decay:g}, warm-up {o.warmup_fraction:g}"
+            + ("" if o.bias_correction else ", AdamW without bias correction")
             + (f"; first {o.probe_epochs} epochs train the head alone" if o.probe_epochs else "")
         )
         if self.resume_step:

@@ -47,7 +47,7 @@ from keras_electra.training.callbacks import (
     truncate_metrics_log,
 )
 from keras_electra.training.checkpoints import RunCheckpoints
-from keras_electra.training.optimizer import adamw_arguments
+from keras_electra.training.optimizer import AdamW, adamw_arguments
 from keras_electra.training.preemption import StopOnSignal, StopRequest
 
 
@@ -121,7 +121,8 @@ def finetune(
         preset = FinetuneSettings.load(run.finetune_file).training.get("preset")
     preset = preset or infer_preset(config)
     options = options.resolved(preset, task, config.max_position_embeddings)
-    hyper, seed = options.hyperparameters(), options.seed
+    hyper = {**options.hyperparameters(), "bias_correction": options.bias_correction}
+    seed = options.seed
     settings = FinetuneSettings.from_options(
         task, options, training={**hyper, "preset": preset, "seed": seed}, source=named
     )
@@ -225,10 +226,12 @@ def probe_head(model: keras.Model, backbone, loss, x, y, hyper: dict, seed: int)
     the head alone, the backbone frozen, at 10x the fine-tuning rate."""
     batch_size, epochs = hyper["batch_size"], hyper["probe_epochs"]
     steps = math.ceil(len(next(iter(x.values()))) / batch_size) * epochs
-    rate = adamw_arguments(10 * hyper["learning_rate"], steps, int(0.1 * steps), 0.0, 1.0)
+    rate = adamw_arguments(
+        10 * hyper["learning_rate"], steps, int(0.1 * steps), 0.0, 1.0, hyper["bias_correction"]
+    )
     backbone.trainable = False
     try:
-        model.compile(optimizer=keras.optimizers.AdamW(**rate), loss=loss, jit_compile=False)
+        model.compile(optimizer=AdamW(**rate), loss=loss, jit_compile=False)
         batches = training_batches(x, y, batch_size, epochs, seed + 7919)
         model.fit(batches, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
     finally:

@@ -108,7 +108,8 @@ class PretrainPlan:
         rows["data"] = self.data
         rows["steps"] = (
             f"{s.steps:,} (warm-up {s.warmup_steps:,}), learning rate {s.learning_rate:g}, "
-            f"{s.optimizer}, batch {s.batch_size:,} x {s.max_seq_length} tokens"
+            f"{s.optimizer}{'' if s.bias_correction else ' without bias correction'}, "
+            f"batch {s.batch_size:,} x {s.max_seq_length} tokens"
             + (f" in {s.grad_accumulation} micro-batches" if s.grad_accumulation > 1 else "")
         )
         if note := warmup_note(s):

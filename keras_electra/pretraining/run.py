@@ -824,6 +824,7 @@ def _build_model(resolved: ResolvedRun, policy: keras.DTypePolicy):
         warmup_steps=settings.warmup_steps,
         loss_scale=needs_loss_scaling(settings.precision),
         optimizer=settings.optimizer,
+        bias_correction=settings.bias_correction,
     )
     model.compile(
         optimizer=optimizer, jit_compile=False, steps_per_execution=settings.steps_per_execution
