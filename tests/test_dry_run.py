@@ -250,7 +250,7 @@ def test_a_warm_up_longer_than_the_run_is_named_in_the_plan(small_corpus, tmp_pa
     plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
     assert plan["warm-up"] == (
         "Warm-up (--warmup-steps 100) is longer than the run (--steps 20): the learning rate "
-        "climbs for the whole run and never reaches its peak (--learning-rate 0.0005); pass a "
+        "peaks mid-run at 2.5e-05, 5% of --learning-rate 0.0005, and falls to 0; pass a "
         "smaller --warmup-steps, such as 2 (a tenth of --steps), to change it."
     )
     assert plan["steps"].startswith("20 (warm-up 100), learning rate 0.0005,")  # unchanged
@@ -260,8 +260,8 @@ def test_a_warm_up_longer_than_the_run_is_named_in_the_plan(small_corpus, tmp_pa
     assert status == 0, err
     plan = dict(re.findall(r"^  (\S+(?: step)?)\s{2,}(.+)$", out, re.M))
     assert plan["warm-up"].endswith(
-        "(--learning-rate 0.0005); pass --warmup-steps 0 to turn warm-up off (the learning "
-        "rate starts at its peak)."
+        "1% of --learning-rate 0.0005, and falls to 0; pass --warmup-steps 0 to turn warm-up "
+        "off (the learning rate starts at its peak)."
     )
     assert "a tenth of --steps" not in out
     for fixed in (["--steps", "20", "--warmup-steps", "2"], ["--steps", "100"]):

@@ -641,19 +641,24 @@ def test_a_resumed_run_says_which_data_and_schedule_flags_changed(tmp_path, caps
     assert recorded["warmup_steps"] != 1 and recorded["corpus"] == [str(other)]
     assert (
         f"Changed since the run's last start: --corpus {corpus} -> {other}, --warmup-steps 1 "
-        f"-> {recorded['warmup_steps']}; it goes on with the new values (pass the old ones to "
-        "keep them).\n"
+        f"-> {recorded['warmup_steps']}, --steps 2 -> 4; it goes on with the new values (pass "
+        "the old ones to keep them).\n"
     ) in out
     assert "Resuming" in out.split("Changed since")[1]
-    # The same command again: nothing changed, nothing said.
+    # --steps moves the end of the schedule's decay, so the rate: said too.
     assert pretrain_command("--corpus", str(other), *base, "--steps", "6") == 0
-    assert "Changed since" not in capsys.readouterr().out
+    assert "Changed since the run's last start: --steps 4 -> 6; it goes on" in (
+        capsys.readouterr().out
+    )
     # --no-progress hides the progress bar, not the notes a log needs.
     quiet = ["--corpus", str(other), *base, "--steps", "8", "--no-progress"]
     assert pretrain_command(*quiet, "--warmup-steps", "1") == 0
     out = capsys.readouterr().out
     assert "Changed since the run's last start: --warmup-steps" in out
     assert f"Resuming '{run_dir}' from its checkpoint at step 6 of 8." in out
+    # The same command again: nothing changed, nothing said.
+    assert pretrain_command(*quiet, "--warmup-steps", "1") == 0
+    assert "Changed since" not in capsys.readouterr().out
     # Each process's first window after a resume says so (its times include tracing).
     records = read_metrics(run_dir)
     assert [r["step"] for r in records if r.get("resumed")] == [4, 6, 8]

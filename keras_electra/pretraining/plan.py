@@ -186,14 +186,16 @@ class PretrainPlan:
 def warmup_note(settings: PretrainSettings) -> str | None:
     """The line a run prints, and its dry run's plan shows, when its warm-up is longer than
     the run (the tiny preset's 100 steps for ``--steps 20``): the learning rate climbs to
-    the last step and never reaches its peak; else None.
+    the schedule (:class:`~keras_electra.training.optimizer.WarmupLinearDecay`, the decay
+    times the warm-up) peaks mid-run at ``steps / (4 * warmup_steps)`` of the peak and
+    falls to 0; else None.
 
     Examples:
         >>> settings = PretrainSettings(corpus=["a.txt"], steps=20).resolved()
         >>> print(warmup_note(settings))
         Warm-up (--warmup-steps 100) is longer than the run (--steps 20): the learning
-        rate climbs for the whole run and never reaches its peak (--learning-rate 0.0005);
-        pass a smaller --warmup-steps, such as 2 (a tenth of --steps), to change it.
+        rate peaks mid-run at 2.5e-05, 5% of --learning-rate 0.0005, and falls to 0; pass a
+        smaller --warmup-steps, such as 2 (a tenth of --steps), to change it.
         >>> warmup_note(PretrainSettings(corpus=["a.txt"], steps=100).resolved()) is None
         True
 
@@ -202,8 +204,8 @@ def warmup_note(settings: PretrainSettings) -> str | None:
 
         >>> print(warmup_note(PretrainSettings(corpus=["a.txt"], steps=5).resolved()))
         Warm-up (--warmup-steps 100) is longer than the run (--steps 5): the learning
-        rate climbs for the whole run and never reaches its peak (--learning-rate 0.0005);
-        pass --warmup-steps 0 to turn warm-up off (the learning rate starts at its peak).
+        rate peaks mid-run at 6.25e-06, 1% of --learning-rate 0.0005, and falls to 0; pass
+        --warmup-steps 0 to turn warm-up off (the learning rate starts at its peak).
     """
     s = settings
     if s.warmup_steps <= s.steps:
@@ -214,10 +216,11 @@ def warmup_note(settings: PretrainSettings) -> str | None:
         if s.steps >= 10
         else "pass --warmup-steps 0 to turn warm-up off (the learning rate starts at its peak)."
     )
+    share = s.steps / (4 * s.warmup_steps)  # peak * (t / W) * (1 - t / T) at t = T / 2
     return (
         f"Warm-up (--warmup-steps {s.warmup_steps:,}) is longer than the run (--steps "
-        f"{s.steps:,}): the learning rate climbs for the whole run and never reaches its peak "
-        f"(--learning-rate {s.learning_rate:g}); {advice}"
+        f"{s.steps:,}): the learning rate peaks mid-run at {share * s.learning_rate:.3g}, "
+        f"{share:.0%} of --learning-rate {s.learning_rate:g}, and falls to 0; {advice}"
     )
 
 

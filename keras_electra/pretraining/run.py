@@ -382,7 +382,7 @@ def _prepare_run_directory(
 
 # What a resumed run may change and goes on with, unlike its fixed settings (which it
 # refuses to change): a user who left a flag out should see that its default replaced it.
-_RESUME_CHANGES = ("corpus", "validation", "learning_rate", "warmup_steps")
+_RESUME_CHANGES = ("corpus", "validation", "learning_rate", "warmup_steps", "steps")
 
 
 def _changed_on_resume(previous: dict, record: dict) -> str | None:
