@@ -359,6 +359,12 @@ def test_diverging_learning_rate_stops_with_one_sentence_and_finite_checkpoints(
         assert step == saved[-1]
     for step in saved:
         assert nonfinite_variables(str(out / "checkpoints" / f"ckpt-{step}")) == []
+    # The window the refused step cut short is recorded up to the step before it, with its
+    # gradient norms: the records stopped at the last whole window.
+    refused = int(re.search(r"diverged at step (\d+)", sentence).group(1))
+    if (refused - 1) % 5:  # a step of its window trained before it
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert records[-1]["step"] == refused - 1 and "grad_norm" in records[-1], records[-1]
     # The report says so: it said nothing of a diverged pretraining (or, before its first
     # window, to wait for one).
     code = main(["report", str(out), "--output", str(tmp_path / "report")])

@@ -711,3 +711,39 @@ def test_the_command_takes_the_objectives_hyperparameters_and_a_resume_keeps_the
     model = load_run(out)[0]
     assert model.hyperparameters.disc_weight == 30.0 and model.corrective_head is not None
     assert read_metrics(out)[-1]["step"] == 4
+
+
+def test_a_resume_drops_the_tensorboard_points_past_its_checkpoint(tmp_path):
+    # A process killed after logging steps 6 and 8 but checkpointing step 4 left those
+    # points in logs/: the resumed run wrote its own, and TensorBoard drew two at each.
+    import tensorflow as tf
+
+    from keras_electra.training.callbacks import truncate_tensorboard_logs
+
+    def write(steps):
+        writer = tf.summary.create_file_writer(str(tmp_path / "logs"))
+        with writer.as_default():
+            for step in steps:
+                tf.summary.scalar("loss", float(step), step=step)
+        writer.close()
+
+    def points():
+        found = []
+        for path in sorted((tmp_path / "logs").glob("events.out.tfevents.*")):
+            for raw in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+                event = tf.compat.v1.Event.FromString(raw)
+                for value in event.summary.value:
+                    found.append((event.step, float(tf.make_ndarray(value.tensor))))
+        return sorted(found)
+
+    write([2, 4, 6, 8])
+    (killed,) = (tmp_path / "logs").glob("events.out.tfevents.*")
+    with killed.open("ab") as f:  # its last record cut short by the kill
+        f.write(b"\x10\x00\x00")
+    truncate_tensorboard_logs(tmp_path / "logs", 4)
+    assert points() == [(2, 2.0), (4, 4.0)]
+    write([6, 8])  # the resumed process's own file
+    assert points() == [(2, 2.0), (4, 4.0), (6, 6.0), (8, 8.0)]
+    truncate_tensorboard_logs(tmp_path / "logs", 8)  # nothing past it: files untouched
+    assert points() == [(2, 2.0), (4, 4.0), (6, 6.0), (8, 8.0)]
+    truncate_tensorboard_logs(tmp_path / "missing", 0)  # no logs yet: nothing to do

@@ -64,6 +64,7 @@ from keras_electra.training.callbacks import (
     MetricsLogger,
     plan_windows,
     truncate_metrics_log,
+    truncate_tensorboard_logs,
 )
 from keras_electra.training.checkpoints import RunCheckpoints, check_readable, latest_checkpoint
 from keras_electra.training.optimizer import create_optimizer
@@ -649,6 +650,7 @@ def _build(
         )
     if chief:
         truncate_metrics_log(run.metrics_file, start)
+        truncate_tensorboard_logs(run.logs_dir, start)
     return model, checkpoints, start
 
 
@@ -730,6 +732,7 @@ def _train(
             except tf.errors.InvalidArgumentError as e:
                 if NONFINITE_MESSAGE not in str(e):
                     raise
+                logger.record_cut_short()
                 raise _diverged(settings, saver.step + 1, checkpoints) from None
     finally:
         stopper.close()

@@ -56,6 +56,44 @@ def truncate_metrics_log(path: str | Path, last_step: int) -> None:
         ) from None
 
 
+def truncate_tensorboard_logs(directory: str | Path, last_step: int) -> None:
+    """Drop the TensorBoard scalars past ``last_step`` from the event files under
+    ``directory`` (a killed process's windows after the checkpoint a run resumes from:
+    TensorBoard would draw two points at their steps, as metrics.jsonl no longer has
+    them); a file that changes is rewritten whole, then renamed over the old one.
+
+    Raises:
+        StorageError: if a file cannot be rewritten.
+    """
+    directory = str(directory)
+    if not tf.io.gfile.isdir(directory):
+        return
+    pattern = os.path.join(directory, "**", "events.out.tfevents.*")
+    for path in tf.io.gfile.glob(pattern) + tf.io.gfile.glob(pattern.replace("**/", "")):
+        events, dropped = [], False
+        try:
+            for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+                event = tf.compat.v1.Event.FromString(raw)
+                if event.HasField("summary") and event.step > last_step:
+                    dropped = True
+                else:
+                    events.append(raw)
+        except tf.errors.DataLossError:  # the killed process's last record cut short
+            dropped = True
+        if not dropped:
+            continue
+        try:
+            with tf.io.TFRecordWriter(path + ".tmp") as writer:
+                for raw in events:
+                    writer.write(raw)
+            tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        except (OSError, tf.errors.OpError) as e:
+            raise StorageError(
+                f"Could not rewrite '{path}' ({storage_reason(e)}); "
+                f"{storage_remedy(e, Path(directory))}, then rerun the same command."
+            ) from None
+
+
 def plan_windows(start: int, steps: int, log_every: int) -> list[tuple[int, int, int]]:
     """The ``fit`` calls ``(first_step, steps_per_window, windows)`` that train steps
     ``start+1 .. steps`` in windows ending at multiples of ``log_every`` (and at ``steps``).
@@ -118,6 +156,7 @@ class MetricsLogger(keras.callbacks.Callback):
         self.history: list[dict] = read_metrics_records(self.path) if resumed else []
         # A resumed process's first window traces again: its record says it restarted.
         self._restarted = bool(initial_step)
+        self._cut_short = False  # recording a window a refused step ended (record_cut_short)
         self._bar = progress_bar("pretrain", total_steps, initial_step, progress)
 
     def on_train_begin(self, logs=None):
@@ -163,18 +202,21 @@ class MetricsLogger(keras.callbacks.Callback):
         mixed = self.model.dtype_policy.name != "float32"
         fix = "lower --learning-rate" + (" or use --precision float32" if mixed else "")
         fix += ", then run the command again with the new flag to resume from the last checkpoint"
-        if not math.isfinite(record.get("loss", 0.0)):
-            raise TrainingDiverged(
+        diverged = None
+        if self._cut_short:  # the step after it stopped the run, which says so itself
+            pass
+        elif not math.isfinite(record.get("loss", 0.0)):
+            diverged = (
                 f"Training diverged in the window ending at step {self.step} (its mean loss is "
                 f"{record['loss']}), so no checkpoint was written; {fix}."
             )
-        if record.get("skipped_steps", 0) >= self._window_steps:
-            raise TrainingDiverged(
+        elif record.get("skipped_steps", 0) >= self._window_steps:
+            diverged = (
                 f"Training diverged: every step of the window ending at step {self.step} had a "
                 f"non-finite loss or gradient norm and was skipped, so no checkpoint was "
                 f"written; {fix}."
             )
-        if self.warnings is not None:
+        if diverged is None and self.warnings is not None:
             raised = [w for w in self.warnings(self.history + [record]) if w["step"] == self.step]
             if raised:
                 record["warnings"] = [w["message"] for w in raised]
@@ -193,9 +235,23 @@ class MetricsLogger(keras.callbacks.Callback):
             except tf.errors.OpError as e:
                 what = "write the TensorBoard summaries"
                 raise self._write_failed(what, self.tensorboard_dir, e) from None
+        if diverged is not None:  # its window recorded first: the gradient norms that led there
+            raise TrainingDiverged(diverged)
         self.history.append(record)
         shown = {k: f"{record[k]:.3f}" for k in ("loss", "disc_auc", "mlm_accuracy") if k in record}
         self._bar.set_postfix(shown, refresh=False)
+
+    def record_cut_short(self) -> None:
+        """Record the window a refused step cut short (a non-finite loss or gradient norm
+        under ``--on-nan stop``): its steps before that one, with the metrics they reached,
+        so the run's records show what led there. Nothing when no step of it trained."""
+        if not getattr(self, "_window_steps", 0):  # set by the window's first batch
+            return
+        self._cut_short = True
+        try:
+            self.on_epoch_end(0, self.model.get_metrics_result())
+        finally:
+            self._cut_short = False
 
     def _append(self, record: dict) -> None:
         """Append one line and sync it; a line cut short (full disk, crash) is dropped on resume."""
