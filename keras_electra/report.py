@@ -115,9 +115,12 @@ def _unfinished(run_dir: str, source: tuple[Path, bool], records: list[dict]) ->
     run = RunDirectory(run_dir)
     if run.is_finetuned():
         return None
-    if stopped := run.stopped():
+    try:  # a damaged side file is said, and the metrics are drawn all the same
+        stopped, steps = run.stopped(), run.settings().get("steps")
+    except ConfigError as error:
+        return str(error)
+    if stopped:
         return stopped
-    steps = run.settings().get("steps")
     if isinstance(steps, int) and last and last["step"] < steps:
         return (
             f"the pretraining has logged step {last['step']:,} of {steps:,}: it is still "
@@ -152,8 +155,8 @@ def _samples_at_a_temperature(run_dir: str) -> bool:
     its remedies); an objective this process does not know is taken to."""
     from keras_electra.pretraining import objectives
 
-    name = RunDirectory(run_dir).settings().get("objective", "electra")
-    try:
+    try:  # an objective this process does not know, or a damaged run.json: taken to
+        name = RunDirectory(run_dir).settings().get("objective", "electra")
         return "temperature" in objectives.get(name).sampling()
     except ConfigError:
         return True
@@ -164,7 +167,9 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
 
     Args:
         run_dirs: one run directory, or several to overlay (a sweep); the first
-            run's directory receives the files unless ``output`` is given.
+            run's directory receives the files unless ``output`` is given. A later one
+            with no metrics to draw (a sweep's member before its first window) is left
+            out, with the reason in the summary's ``skipped``.
         output: the directory to write the report into.
 
     Returns:
@@ -175,7 +180,16 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     """
     if not run_dirs:
         raise ConfigError("Pass at least one run directory.")
-    sources = {str(d): metrics_source(d) for d in run_dirs}
+    sources, skipped, unique = {}, {}, {}
+    for d in run_dirs:  # runs/a/ and ./runs/a are one run
+        unique.setdefault(Path(d).resolve(), str(d))
+    for n, run_dir in enumerate(unique.values()):
+        try:
+            sources[run_dir] = metrics_source(run_dir)
+        except ConfigError as error:
+            if n == 0:  # the report's own run
+                raise
+            skipped[run_dir] = str(error)  # a sweep's member with no window yet, say
     kinds = {
         d: "a fine-tuning" if partial or RunDirectory(d).is_finetuned() else "a pretraining run"
         for d, (_, partial) in sources.items()
@@ -191,6 +205,13 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
     runs = {d: read_metrics_records(path) for d, (path, _) in sources.items()}
     empty = [d for d, records in runs.items() if not records]
     if len(empty) == len(runs):
+        path = sources[empty[0]][0]
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        if len(lines) > 1 or (lines and lines[0].rstrip().endswith(b"}")):  # not one cut short
+            raise ConfigError(
+                f"None of the {len(lines)} lines of '{path}' is a metrics record (a JSON object "
+                "with a whole-number step): the file is damaged; restore it from a copy."
+            )
         raise ConfigError(f"'{empty[0]}' has no complete metrics line yet; wait for a window.")
     out_dir = Path(output) if output is not None else Path(run_dirs[0])
     if output is not None:
@@ -215,6 +236,7 @@ def write_report(run_dirs: list[str | Path], output: str | Path | None = None) -
         # An unfinished fine-tuning's evaluation is to come (one there is a replaced model's).
         "eval_metrics": {d: {} if sources[d][1] else _eval_metrics(d) for d in runs},
         "health_overhead": {d: _health_overhead(records) for d, records in runs.items()},
+        "skipped": skipped,
     }
     # Strict JSON: a diverged window's NaN or infinite metric as the string "nan" or "inf".
     text = json.dumps(_finite(summary), indent=2, allow_nan=False)
@@ -240,6 +262,7 @@ def report_text(summary: dict) -> str:
         if overhead is not None:
             lines.append(f"  health probe: {100 * overhead:.1f}% of the training time")
         lines += [f"  WARNING: {message}" for message in summary["warnings"][run]]
+    lines += [f"{run}: not drawn: {why}" for run, why in summary.get("skipped", {}).items()]
     return "\n".join(lines)
 
 
@@ -253,6 +276,8 @@ def _draw(runs: dict[str, list[dict]], panels, warnings, unfinished) -> bytes:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
+    named = run_names(list(runs))
+    compare = len(runs) > 1
     columns = 3
     rows = max(1, math.ceil(len(panels) / columns))
     fig, axes = plt.subplots(rows, columns, figsize=(6 * columns, 3.6 * rows), squeeze=False)
@@ -260,8 +285,10 @@ def _draw(runs: dict[str, list[dict]], panels, warnings, unfinished) -> bytes:
     for ax, (title, names, log) in zip(axes.flat, panels, strict=False):
         for n_run, (run, records) in enumerate(runs.items()):
             for n_metric, name in enumerate(names):
-                label = name if len(runs) == 1 else f"{name} ({Path(run).name})"
-                style = dict(linestyle=styles[n_run % len(styles)], color=f"C{n_metric % 10}")
+                label = f"{name} ({named[run]})" if compare else name
+                # Several runs: a colour per run, a line style per metric; else a colour each.
+                color, line = (n_run, n_metric) if compare else (n_metric, 0)
+                style = dict(linestyle=styles[line % len(styles)], color=f"C{color % 10}")
                 points = [(r["step"], r[name]) for r in records if _is_number(r.get(name))]
                 if points:
                     steps, values = zip(*points, strict=True)
@@ -272,8 +299,8 @@ def _draw(runs: dict[str, list[dict]], panels, warnings, unfinished) -> bytes:
                 if broken:
                     style["linestyle"] = "--"
                     ax.axvline(broken[0], label=f"{label}: not finite", linewidth=2, **style)
-            for w in warnings[run]:
-                ax.axvline(w["since"], color="red", alpha=0.5, linewidth=1)
+            for w in warnings[run]:  # in the run's own colour when there are several
+                ax.axvline(w["since"], color=f"C{n_run % 10}" if compare else "red", alpha=0.5)
         shown = [r[n] for rs in runs.values() for r in rs for n in names if _is_number(r.get(n))]
         if log and shown and all(v > 0 for v in shown):
             ax.set_yscale("log")
@@ -281,19 +308,42 @@ def _draw(runs: dict[str, list[dict]], panels, warnings, unfinished) -> bytes:
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(
+            fontsize=7 if len(ax.get_lines()) <= 8 else 5,
+            loc="best",
+            ncols=1 + (len(ax.get_lines()) > 8),
+        )
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    notes = [f"{Path(run).name}: {w['message']}" for run, ws in warnings.items() for w in ws]
-    notes += [f"{Path(run).name}: unfinished: {note}" for run, note in unfinished.items() if note]
+    notes = [f"{named[run]}: {w['message']}" for run, ws in warnings.items() for w in ws]
+    notes += [f"{named[run]}: unfinished: {note}" for run, note in unfinished.items() if note]
     notes = [textwrap.shorten(note, 160, placeholder=" ...") for note in notes]
-    title = " vs ".join(Path(r).name for r in runs)
+    title = " vs ".join(named[r] for r in runs)
     fig.suptitle(title + ("\n" + "\n".join(notes) if notes else ""), fontsize=10, color="black")
     fig.tight_layout(rect=(0, 0, 1, 0.97 - 0.02 * len(notes)))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
     return buffer.getvalue()
+
+
+def run_names(run_dirs: list[str]) -> dict[str, str]:
+    """Each run's name on the plot: its folder's name, with as many parent folders as
+    tell the runs apart (``runs/a`` and ``other/a``; ``.`` is its real folder's name).
+
+    Examples:
+        >>> run_names(["/x/runs/a", "/x/other/a", "/x/runs/b"])
+        {'/x/runs/a': 'runs/a', '/x/other/a': 'other/a', '/x/runs/b': 'runs/b'}
+        >>> run_names(["/x/runs/a", "/x/runs/b"])
+        {'/x/runs/a': 'a', '/x/runs/b': 'b'}
+    """
+    parts = {d: Path(d).resolve().parts for d in run_dirs}
+    longest = max(len(p) for p in parts.values())
+    for depth in range(1, longest + 1):
+        names = {d: "/".join(p[-depth:]) for d, p in parts.items()}
+        if len(set(names.values())) == len(names):
+            return names
+    return {d: str(Path(d).resolve()) for d in run_dirs}
 
 
 def _html(summary: dict, png: bytes) -> str:

@@ -130,8 +130,23 @@ def test_report_refuses_a_file_as_its_output(tmp_path, capsys):
 
 
 def test_report_on_a_run_still_writing_its_first_window(tmp_path):
-    run = write_metrics(tmp_path / "young", [])
+    run = tmp_path / "young"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 70, "loss": 3.', encoding="utf-8")
     with pytest.raises(ConfigError, match="no complete metrics line yet"):
+        write_report([run])
+
+
+@pytest.mark.parametrize(
+    "text", [b"\xff\xfe garbage\n\x00\x01\x02\n", b'{"step": 10.0, "loss": 3.0}\n']
+)
+def test_a_damaged_metrics_file_is_said_to_be_one_not_to_wait_for(tmp_path, text):
+    # Garbage, or records whose step is not a whole number, was "wait for a window".
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes(text)
+    lines = len(text.strip().splitlines())
+    with pytest.raises(ConfigError, match=rf"^None of the {lines} lines of '.*metrics.jsonl' is"):
         write_report([run])
 
 
@@ -228,6 +243,36 @@ def test_a_pretraining_that_stopped_early_says_why_in_its_report(tmp_path, capsy
     )
     (run / "run.json").write_text('{"steps": 100}', encoding="utf-8")
     assert write_report([run])["unfinished"][str(run)] is None
+
+
+def test_compare_draws_what_it_can_and_tells_the_runs_apart(tmp_path, capsys, monkeypatch):
+    # A member with no metrics.jsonl yet failed the whole report; runs named alike were
+    # drawn as "a vs a"; one run given twice (runs/a/ and ./runs/a) was drawn twice.
+    from keras_electra.report import run_names
+
+    monkeypatch.chdir(tmp_path)
+    first = write_metrics(tmp_path / "runs" / "a", healthy_run()[:2])
+    other = write_metrics(tmp_path / "other" / "a", healthy_run()[:3])
+    (tmp_path / "sweep" / "b").mkdir(parents=True)
+    (tmp_path / "sweep" / "b" / "run.json").write_text('{"steps": 600}', encoding="utf-8")
+    argv = ["report", "runs/a/", "--compare", "./runs/a", "other/a", "sweep/b"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((first / "report.json").read_text())
+    assert summary["runs"] == ["runs/a/", "other/a"]
+    assert "sweep/b: not drawn: 'sweep/b' has no metrics yet" in out
+    assert run_names(summary["runs"]) == {"runs/a/": "runs/a", "other/a": "other/a"}
+    assert run_names([str(other), "."]) == {str(other): "a", ".": tmp_path.name}
+    decoded_png(first / "report.png")
+
+
+def test_a_damaged_side_file_is_said_and_the_metrics_drawn(tmp_path, capsys):
+    run = write_metrics(tmp_path / "run", healthy_run()[:2])
+    (run / "run.json").write_text('{"steps": 6', encoding="utf-8")  # cut short
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "  unfinished: " in out and "run.json" in out, out
+    decoded_png(run / "report.png")
 
 
 def test_compare_with_a_run_without_a_window_says_so(tmp_path, capsys):
