@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from keras_electra.errors import StorageError
+from keras_electra.errors import ConfigError, StorageError
 
 _KERNEL_FILE_SYSTEMS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "securityfs"}
 
@@ -108,7 +108,13 @@ def check_writable(directory: str | Path, flag: str = "--output") -> None:
         ...
         keras_electra.errors.StorageError: Cannot write --output '.../run': '...' is a file, \
 not a folder; pass a path whose every part is a folder.
+        >>> check_writable("")  # it would be the current folder
+        Traceback (most recent call last):
+        ...
+        keras_electra.errors.ConfigError: --output is empty; pass the directory to write.
     """
+    if not str(directory).strip():
+        raise ConfigError(f"{flag} is empty; pass the directory to write.")
     if "://" in str(directory):
         return
     path = Path(directory)

@@ -64,7 +64,16 @@ def command(name: str, help: str, description: str, *flags):  # noqa: A002 - arg
 
 
 def flag(*names: str, **keywords) -> tuple[tuple[str, ...], dict]:
+    if names[0] == "--output":  # "" would be the current folder: a run written into it
+        keywords.setdefault("type", _given_path)
     return names, keywords
+
+
+def _given_path(value: str) -> str:
+    """An ``--output`` path, refused when empty (argparse says which flag)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("it is empty; pass the path to write")
+    return value
 
 
 @command(

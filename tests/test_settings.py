@@ -399,3 +399,22 @@ def test_convert_refuses_the_other_directions_flags_it_would_ignore(argv, said, 
     err = capsys.readouterr().err
     assert err.startswith("keras-electra convert: error: ") and said in err, err
     assert err.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def test_an_empty_output_is_refused_not_the_current_folder(tmp_path, monkeypatch, capsys):
+    # `pretrain --output ""` wrote its run (config.json, checkpoints/, ...) into the
+    # current folder: Path("") is ".".
+    from keras_electra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat .\n", encoding="utf-8")
+    for command in (["pretrain", "--corpus", str(corpus)], ["report", str(tmp_path)]):
+        with pytest.raises(SystemExit) as exited:  # argparse's usage error
+            main([*command, "--output", ""])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.endswith("error: argument --output: it is empty; pass the path to write\n")
+    with pytest.raises(ConfigError, match=r"^output_dir is empty; pass the run directory"):
+        pretrain([str(corpus)], "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]

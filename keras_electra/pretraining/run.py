@@ -167,6 +167,8 @@ def pretrain(
         >>> result.final_metrics["disc_auc"]  # doctest: +SKIP
     """
     corpus = [str(p) for p in ([corpus] if isinstance(corpus, str | Path) else corpus)]
+    if not str(output_dir).strip():  # Path("") is the current folder: the run went there
+        raise ConfigError("output_dir is empty; pass the run directory to write.")
     settings = with_options("pretrain", PretrainSettings, settings, corpus=corpus, **options)
     with StopRequest() if stop_on_signals else nullcontext(StopRequest()) as stop:
         return _pretrain(stop, Path(output_dir), settings)
