@@ -227,7 +227,12 @@ def probe_head(model: keras.Model, backbone, loss, x, y, hyper: dict, seed: int)
     batch_size, epochs = hyper["batch_size"], hyper["probe_epochs"]
     steps = math.ceil(len(next(iter(x.values()))) / batch_size) * epochs
     rate = adamw_arguments(
-        10 * hyper["learning_rate"], steps, int(0.1 * steps), 0.0, 1.0, hyper["bias_correction"]
+        10 * hyper["learning_rate"],
+        steps,
+        int(0.1 * steps),
+        0.0,
+        1.0,
+        hyper.get("bias_correction", True),  # a caller's hyper without it: the default
     )
     backbone.trainable = False
     try:
