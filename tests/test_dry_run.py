@@ -313,12 +313,14 @@ def test_a_dry_run_of_a_resumed_run_says_where_it_resumes(tiny_run, small_corpus
     assert status == 0, err
     assert f"{tiny_run}: resumes at step 4" in out
     assert re.search(rf"^  vocabulary +{re.escape(str(tiny_run / 'vocab.txt'))} \(", out, re.M)
-    assert "  changed " not in out
-    # What the run would say before its first step, the dry run says too (it said nothing).
+    # What the run would say before its first step, the dry run says too (it said nothing):
+    # --steps moves where the rate's decay ends.
+    assert re.search(rf"^  changed +--steps {settings['steps']} -> 10; it goes on ", out, re.M)
     status, out, err = run_cli(capsys, *argv, "--warmup-steps", "3")
     assert status == 0, err
     assert re.search(
-        rf"^  changed +--warmup-steps {settings['warmup_steps']} -> 3; it goes on with the new ",
+        rf"^  changed +--warmup-steps {settings['warmup_steps']} -> 3, --steps "
+        rf"{settings['steps']} -> 10; it goes on with the new ",
         out,
         re.M,
     )

@@ -157,6 +157,11 @@ def test_a_damaged_json_file_of_a_run_is_one_sentence_for_every_command(tiny_run
         original = (run / name).read_text(encoding="utf-8")
         (run / name).write_text(damaged, encoding="utf-8")
         for argv in commands[name == "config.json" :]:  # report needs no config
+            if argv[0] == "report":  # it draws the metrics, the sentence its unfinished line
+                assert main(argv) == 0, argv
+                out = capsys.readouterr().out
+                assert f"  unfinished: '{run / name}' is not valid JSON (" in out, out
+                continue
             assert main(argv) == 2, argv
             err = capsys.readouterr().err.strip()
             assert err.count("\n") == 0 and f"'{run / name}' is not valid JSON (" in err, err
