@@ -747,3 +747,17 @@ def test_a_resume_drops_the_tensorboard_points_past_its_checkpoint(tmp_path):
     truncate_tensorboard_logs(tmp_path / "logs", 8)  # nothing past it: files untouched
     assert points() == [(2, 2.0), (4, 4.0), (6, 6.0), (8, 8.0)]
     truncate_tensorboard_logs(tmp_path / "missing", 0)  # no logs yet: nothing to do
+    # Event files in folders below logs/, at any depth, are truncated too.
+    deep = tmp_path / "logs" / "finetune" / "train"
+    writer = tf.summary.create_file_writer(str(deep))
+    with writer.as_default():
+        for step in (2, 6):
+            tf.summary.scalar("loss", float(step), step=step)
+    writer.close()
+    truncate_tensorboard_logs(tmp_path / "logs", 4)
+    (nested,) = deep.glob("events.out.tfevents.*")
+    kept = [
+        tf.compat.v1.Event.FromString(raw).step
+        for raw in tf.data.TFRecordDataset(str(nested)).as_numpy_iterator()
+    ]
+    assert 2 in kept and 6 not in kept

@@ -68,8 +68,13 @@ def truncate_tensorboard_logs(directory: str | Path, last_step: int) -> None:
     directory = str(directory)
     if not tf.io.gfile.isdir(directory):
         return
-    pattern = os.path.join(directory, "**", "events.out.tfevents.*")
-    for path in tf.io.gfile.glob(pattern) + tf.io.gfile.glob(pattern.replace("**/", "")):
+    paths = [
+        os.path.join(folder, name)
+        for folder, _, names in tf.io.gfile.walk(directory)
+        for name in names
+        if name.startswith("events.out.tfevents.")
+    ]
+    for path in paths:
         events, dropped = [], False
         try:
             for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
@@ -198,24 +203,8 @@ class MetricsLogger(keras.callbacks.Callback):
         if self._restarted:
             record["resumed"] = True
             self._restarted = False
-        # The fix: a lower rate, or float32 for a run in a mixed precision.
-        mixed = self.model.dtype_policy.name != "float32"
-        fix = "lower --learning-rate" + (" or use --precision float32" if mixed else "")
-        fix += ", then run the command again with the new flag to resume from the last checkpoint"
-        diverged = None
-        if self._cut_short:  # the step after it stopped the run, which says so itself
-            pass
-        elif not math.isfinite(record.get("loss", 0.0)):
-            diverged = (
-                f"Training diverged in the window ending at step {self.step} (its mean loss is "
-                f"{record['loss']}), so no checkpoint was written; {fix}."
-            )
-        elif record.get("skipped_steps", 0) >= self._window_steps:
-            diverged = (
-                f"Training diverged: every step of the window ending at step {self.step} had a "
-                f"non-finite loss or gradient norm and was skipped, so no checkpoint was "
-                f"written; {fix}."
-            )
+        # A window a refused step cut short is recorded as it is: that step stopped the run.
+        diverged = None if self._cut_short else self._divergence(record)
         if diverged is None and self.warnings is not None:
             raised = [w for w in self.warnings(self.history + [record]) if w["step"] == self.step]
             if raised:
@@ -240,6 +229,25 @@ class MetricsLogger(keras.callbacks.Callback):
         self.history.append(record)
         shown = {k: f"{record[k]:.3f}" for k in ("loss", "disc_auc", "mlm_accuracy") if k in record}
         self._bar.set_postfix(shown, refresh=False)
+
+    def _divergence(self, record: dict) -> str | None:
+        """The sentence that stops a run whose window ``record`` diverged, else None."""
+        # The fix: a lower rate, or float32 for a run in a mixed precision.
+        mixed = self.model.dtype_policy.name != "float32"
+        fix = "lower --learning-rate" + (" or use --precision float32" if mixed else "")
+        fix += ", then run the command again with the new flag to resume from the last checkpoint"
+        if not math.isfinite(record.get("loss", 0.0)):
+            return (
+                f"Training diverged in the window ending at step {self.step} (its mean loss is "
+                f"{record['loss']}), so no checkpoint was written; {fix}."
+            )
+        if record.get("skipped_steps", 0) >= self._window_steps:
+            return (
+                f"Training diverged: every step of the window ending at step {self.step} had a "
+                f"non-finite loss or gradient norm and was skipped, so no checkpoint was "
+                f"written; {fix}."
+            )
+        return None
 
     def record_cut_short(self) -> None:
         """Record the window a refused step cut short (a non-finite loss or gradient norm
