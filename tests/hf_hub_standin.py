@@ -71,7 +71,8 @@ class Hub(_Local):
     a daemon thread; ``requests`` lists every path asked for (HEAD or GET), ``downloads``
     the paths of the files sent. ``failing`` maps ``ORG/NAME/FILE`` to an HTTP status
     answered for that file at every revision (a failing server: with ``Retry-After: 0``,
-    so huggingface_hub's five retries take seconds, not its 23 s of backoff)."""
+    so huggingface_hub's five retries take seconds, not its 23 s of backoff), and
+    ``ORG/NAME/discussions`` to one answered for its list of pull requests."""
 
     def __init__(self, repos: dict[str, Repo]):
         self.repos, self.requests, self.downloads = repos, [], []
@@ -122,6 +123,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         repo = self.server.repos.get(repo_id)
         if repo is None:
             self._missing("RepoNotFound")
+            return
+        failing = self.server.failing.get(f"{repo_id}/discussions")
+        if failing is not None:
+            self.send_response(failing)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         status = query.get("status", ["all"])[0]
         wanted = [p for p in repo.pulls if status in ("all", p["status"])]

@@ -371,6 +371,32 @@ def test_a_server_error_for_the_weights_is_said_and_no_other_weights_file_is_rea
     assert fetch(model).weights == "model.safetensors"  # the server well again
 
 
+@pytest.mark.parametrize(
+    "failing, said",
+    [
+        ("discussions", "Could not fetch the list of pull requests of Hugging Face model"),
+        ("pytorch_model.bin", "Could not fetch pytorch_model.bin of Hugging Face model"),
+    ],
+)
+def test_a_server_error_checking_the_conversion_pull_requests_reads_no_tf_weights(
+    hub, hub_env, failing, said
+):
+    # A model whose safetensors are on a conversion pull request: a 500 for the list of
+    # pull requests, or for the pickle's ETag that tells a current conversion from a
+    # stale one, left no conversion to read, and tf_model.h5 was read in its place.
+    model = f"hf:{ORG}/safetensors-on-pr"
+    hub.failing[f"{ORG}/safetensors-on-pr/{failing}"] = 500
+    try:
+        with pytest.raises(InputDataError) as raised:
+            fetch(model)
+    finally:
+        del hub.failing[f"{ORG}/safetensors-on-pr/{failing}"]
+    sentence = str(raised.value)
+    assert sentence.startswith(said) and "answered HTTP 500 for it; retry later" in sentence
+    assert not [d for d in hub.downloads if "safetensors-on-pr" in d and "tf_model" in d]
+    assert fetch(model).revision == "refs/pr/5"  # the server well again
+
+
 def test_an_endpoint_that_is_not_a_hub_is_said_to_be_one(tmp_path, monkeypatch):
     # A plain file server answers 200 without X-Repo-Commit: huggingface_hub says it "does
     # not seem to be served by a Hugging Face Hub endpoint"; that was reported as "the Hub

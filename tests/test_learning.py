@@ -17,7 +17,9 @@ emulated on CPUs without bfloat16 or float16 instructions (AMD EPYC, Cascade Lak
 where each run costs two to three minutes; tests/test_precision.py checks a short run in
 each in `make test`. The detector has learned by step 100 (measured on an AMD EPYC in
 float32: disc_auc 0.891, recall 0.27, health probe AUC 0.886, held-out out-of-context AUC
-0.926; at step 50 already 0.824, 0.21 and 0.889). Two checks are weaker on the short runs,
+0.926; at step 50 already 0.824, 0.21 and 0.889; mixed_bfloat16 and mixed_float16 at step
+100: disc_auc 0.891 both, recall 0.26 and 0.27, probe AUC 0.883 and 0.887, held-out 0.926
+both). Two checks are weaker on the short runs,
 with their bars from the same measurement: the generator's held-out accuracy is at 0.9x
 the most-frequent-token baseline rather than 1.5x (it has learned the commas: 1.09x in
 float32 at step 100; 1.73x at step 600 with the earlier schedule, whose warm-up replaced

@@ -299,7 +299,11 @@ class _Hub:
                 for d in listed
                 if d.title == CONVERSION_TITLE and d.author == CONVERSION_AUTHOR
             ]
-        except _network_errors():  # offline or unreachable: what an earlier fetch cached
+        except _network_errors() as error:  # offline or unreachable: what an earlier fetch cached
+            answer = _server_answer(error)
+            if answer is not None:  # an HTTP error: not a reason to read another weights file
+                said = "the list of pull requests"
+                raise self._answered(said, answer, asked_again=False) from None
             return self._cached_conversions()
         if not pulls:
             return []
@@ -327,14 +331,25 @@ class _Hub:
         )
 
     def _etag(self, revision: str, name: str) -> str | None:
-        """The ETag of file ``name`` at ``revision`` (an LFS file's: its SHA-256), or None."""
+        """The ETag of file ``name`` at ``revision`` (an LFS file's: its SHA-256), or None
+        when there is no such file or nothing answers.
+
+        Raises:
+            InputDataError: the server answered with another HTTP error (a 5xx, 401): the
+                conversion pull requests cannot be checked, and ``tf_model.h5`` is not read
+                in their place.
+        """
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
         url = hf_hub_url(self.repo_id, name, revision=revision, endpoint=self.endpoint)
         try:
             return get_hf_file_metadata(url).etag
-        except _network_errors():
-            return None
+        except _network_errors() as error:
+            answer = _server_answer(error)
+            status = getattr(getattr(answer, "response", None), "status_code", None)
+            if answer is None or status == 404:
+                return None
+            raise self._answered(name, answer, asked_again=False) from None
 
     def _cached_conversions(self) -> list[str]:
         from huggingface_hub import scan_cache_dir
@@ -355,10 +370,11 @@ class _Hub:
         }
         return sorted(refs, key=lambda ref: -int(ref.rsplit("/", 1)[-1]))
 
-    def _answered(self, name: str, answer: Exception) -> InputDataError:
+    def _answered(self, name: str, answer: Exception, asked_again: bool = True) -> InputDataError:
         """The sentence for a file the server answered with an HTTP error, or not as a
         Hugging Face Hub does (huggingface_hub's ``FileMetadataError``: no
-        ``X-Repo-Commit`` or ``ETag`` header, as from a plain file server)."""
+        ``X-Repo-Commit`` or ``ETag`` header, as from a plain file server);
+        ``asked_again``: whether huggingface_hub retried a transient status (downloads do)."""
         from huggingface_hub import constants
 
         what = f"Could not fetch {name} of Hugging Face model '{self.repo_id}'"
@@ -377,8 +393,9 @@ class _Hub:
                 f"endpoint does ({why}); check your proxy and firewall settings, or set "
                 "HF_ENDPOINT to a mirror of the Hub."
             )
-        if status in TRANSIENT:  # huggingface_hub asked again before giving up
-            said, fix = f"HTTP {status} for it (also when asked again)", "retry later"
+        if status in TRANSIENT:
+            again = " (also when asked again)" if asked_again else ""
+            said, fix = f"HTTP {status} for it{again}", "retry later"
         else:
             said, fix = f"HTTP {status} for it", "check the model's name and your access (HF_TOKEN)"
         return InputDataError(
