@@ -194,6 +194,17 @@ class ElectraConfig:
         rows = self.vocab_size + self.max_position_embeddings + self.type_vocab_size
         return (rows + 2) * self.embedding_size
 
+    def shared_embedding_parameters(self) -> int:
+        """Weights of the embeddings the generator and discriminator hold together: one
+        block (:meth:`embedding_parameters`) and the discriminator's own weights besides
+        it, none (``"all"``), its position and segment tables and LayerNorm (``"word"``),
+        a whole block (``"none"``), or a delta per table and its own LayerNorm (``"gdes"``:
+        a block's worth)."""
+        block = self.embedding_parameters()
+        word_table = self.vocab_size * self.embedding_size
+        own = {"all": 0, "word": block - word_table, "none": block, "gdes": block}
+        return block + own[self.embedding_sharing]
+
     def tower_parameters(self, encoder: EncoderConfig) -> int:
         """Weights of one transformer tower: the projection from the embedding size
         (when it differs), per layer the attention's four projections, the

@@ -7,16 +7,6 @@ optimizer's subclass included), ``getattr`` with one, ``keras.src`` and
 ``tensorflow.python`` imports and ``tf.__internal__``. Each reach below says what it does,
 why no public API does it, and what breaks if a release moves it. Checked against the
 versions in :data:`CHECKED_WITH`; the suite runs every one of them.
-
-Examples:
-    >>> import keras
-    >>> class Block(keras.layers.Layer):
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.dense = keras.layers.Dense(2, name="dense")
-    ...         self.norm = keras.layers.LayerNormalization(name="norm")
-    >>> [layer.name for layer in flatten_layers(Block())]
-    ['dense', 'norm']
 """
 
 from __future__ import annotations
@@ -67,19 +57,6 @@ def stored_value(variable) -> tf.Tensor:
     if not isinstance(stored, (tf.Variable, tf.Tensor)):
         raise _moved("a variable's stored value where keras_electra reads it (_value)")
     return tf.identity(stored)
-
-
-def flatten_layers(model: keras.layers.Layer) -> list:
-    """Every layer inside ``model`` (nested ones too, ``model`` itself not), once each.
-
-    Keras tracks sublayers for its own use (``_flatten_layers``); its public ``layers``
-    lists a functional model's top level only, and a subclassed layer's sublayers not at
-    all. Weight decay's exclusions (LayerNorm parameters) need them all.
-    """
-    flatten = getattr(model, "_flatten_layers", None)
-    if flatten is None:
-        raise _moved("Layer._flatten_layers")
-    return list(flatten(include_self=False))
 
 
 # === Training ===

@@ -160,11 +160,18 @@ def check_length(length: int | None, positions: int) -> None:
     """Raise :class:`~keras_electra.errors.ConfigError` when sequences of ``length`` tokens
     (None: not known while tracing) are longer than a position table of ``positions``."""
     if length is not None and length > positions:
-        raise ConfigError(
-            f"Sequences of {length} tokens are longer than the model's position table "
-            f"({positions} positions); cut them to at most {positions} tokens (max_seq_length "
-            "or max_length), or use a model with a longer table."
-        )
+        raise ConfigError(too_long(positions, length))
+
+
+def too_long(positions: int, length: int | None = None) -> str:
+    """The sentence for sequences (of ``length`` tokens, where known) longer than a
+    position table of ``positions``."""
+    said = "Sequences are" if length is None else f"Sequences of {length} tokens are"
+    return (
+        f"{said} longer than the model's position table ({positions} positions); cut them "
+        f"to at most {positions} tokens (max_seq_length or max_length), or use a model with "
+        "a longer table."
+    )
 
 
 PAST_VOCABULARY = "keras_electra: token id outside the vocabulary of the model"

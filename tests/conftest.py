@@ -3,9 +3,12 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import pathlib  # noqa: E402
 import random  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -230,3 +233,24 @@ def traced_step_ops(policy: str, hyperparameters: dict | None = None, **config) 
     for function in graph._functions.values():  # the custom gradients' and kernels' bodies
         ops.extend(function.graph.get_operations() if hasattr(function, "graph") else [])
     return ops
+
+
+@contextlib.contextmanager
+def held_by_another_process(directory):
+    """Another Python process holding run directory ``directory`` (``RunDirectory.claimed``)
+    until the block ends; yields that process's id."""
+    code = (
+        "import sys, time; from keras_electra.run_directory import RunDirectory\n"
+        "with RunDirectory(sys.argv[1]).claimed():\n"
+        "    print('held', flush=True); time.sleep(300)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()

@@ -8,6 +8,7 @@ and SQuAD 2.0-style QA where the answer follows a marker word.
 
 import csv
 import json
+import os
 import random
 import re
 import shutil
@@ -15,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import assert_same_records, marker_squad, score_everywhere
+from conftest import assert_same_records, held_by_another_process, marker_squad, score_everywhere
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup
 
 from keras_electra import kernels
@@ -668,6 +669,29 @@ def test_an_output_holding_other_files_is_refused_and_they_are_kept(
                 "could replace or remove; choose a new or empty --output for the fine-tuned model."
             )
         assert (taken / name / "mine.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_a_second_fine_tuning_on_the_same_output_is_refused_while_the_first_runs(
+    tiny_run, classify_data, tmp_path
+):
+    # Two fine-tunings on one --output both wrote its resume/ checkpoints and saved over
+    # each other's files.
+    out = tmp_path / "cls"
+    args = (tiny_run, "classify", classify_data[0])
+    with held_by_another_process(out) as pid:
+        with pytest.raises(ElectraError) as refused:
+            finetune(*args, output_dir=out, text_column="sentence", **FAST)
+    assert str(refused.value) == (
+        f"--output '{out}' is being written by process {pid} on {os.uname().nodename}; "
+        "wait for it to end or stop it, or pass another --output."
+    )
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the killed holder's
+    # Once the holder has ended, the same call trains and saves (a lock file a killed
+    # process left is not among files fine-tuning did not write), and again replaces it.
+    for _ in range(2):
+        finetune(*args, output_dir=out, text_column="sentence", epochs=1, **FAST)
+        assert load_finetuned(out).settings.task == "classify"
+        assert not (out / ".lock").exists()
 
 
 def test_a_save_cut_short_is_finished_by_the_same_call_and_never_read_half_new(

@@ -11,7 +11,14 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GRADIENT_NORMS, HEALTH, METRICS, WINDOW, pretrain_command
+from conftest import (
+    GRADIENT_NORMS,
+    HEALTH,
+    METRICS,
+    WINDOW,
+    held_by_another_process,
+    pretrain_command,
+)
 
 from keras_electra.cli import main
 from keras_electra.data.prepare import prepare as prepare_records
@@ -761,3 +768,27 @@ def test_a_resume_drops_the_tensorboard_points_past_its_checkpoint(tmp_path):
         for raw in tf.data.TFRecordDataset(str(nested)).as_numpy_iterator()
     ]
     assert 2 in kept and 6 not in kept
+
+
+def test_a_second_process_on_the_same_output_is_refused_while_the_first_runs(
+    small_corpus, tmp_path, capsys
+):
+    # Two `pretrain --output X` at once (a command started twice, a scheduler's retry while
+    # the first still runs) both wrote X's checkpoints and metrics.jsonl, interleaved.
+    from keras_electra.run_directory import RunDirectory
+
+    run_dir = tmp_path / "run"
+    with held_by_another_process(run_dir) as pid:
+        status = pretrain_command("--corpus", str(small_corpus), "--output", str(run_dir))
+    assert status == 2
+    assert one_sentence(capsys.readouterr().err) == (
+        f"keras-electra pretrain: error: --output '{run_dir}' is being written by process "
+        f"{pid} on {os.uname().nodename}; wait for it to end or stop it, or pass another "
+        "--output."
+    )
+    # Nothing written; the killed holder's lock file is left, its lock released with it.
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
+    with RunDirectory(run_dir).claimed():
+        host = os.uname().nodename
+        assert (run_dir / ".lock").read_text() == f"process {os.getpid()} on {host}\n"
+    assert not (run_dir / ".lock").exists()  # removed when the holder ends

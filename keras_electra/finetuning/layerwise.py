@@ -10,7 +10,7 @@ import keras
 
 from keras_electra import internals
 from keras_electra.layers.backbone import ElectraBackbone
-from keras_electra.training.optimizer import AdamW, adamw_arguments, no_decay_variables
+from keras_electra.training.optimizer import AdamW, adamw_arguments
 
 
 def layer_factor(depth: int, num_layers: int, decay: float) -> float:
@@ -93,6 +93,4 @@ def create_finetune_optimizer(
     arguments = adamw_arguments(
         learning_rate, total_steps, warmup, weight_decay, clip_norm, bias_correction
     )
-    optimizer = LayerwiseAdamW(layerwise_factors(backbone, layer_decay), **arguments)
-    optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
-    return optimizer
+    return LayerwiseAdamW(layerwise_factors(backbone, layer_decay), **arguments)

@@ -61,6 +61,9 @@ class _HeadModel(OneGraphTraining, keras.Model):
         self.dropout = dropout
         self.head_dropout = keras.layers.Dropout(dropout, name="head_dropout")
         self.head = self._dense(units, "head")
+        # Every layer is built when created (the backbone, the heads): load_weights into a
+        # model just made needs no call on data first.
+        self.built = True
 
     def _dense(self, units: int, name: str) -> Dense:
         """A dense layer on the backbone's vectors, built, initialized as the backbone."""

@@ -162,63 +162,66 @@ def finetune(
             note=note,
         )
 
-    if note:
-        print(f"Warning: {note}", file=sys.stderr, flush=True)
-    chosen = kernels.choose()
-    keras.utils.set_random_seed(seed)
-    if options.dropout is not None:
-        config = config.replace(dropout=options.dropout)
-    backbone = restore_backbone(source, config)  # the config and tokenizer read above
-    model = handler.build_model(backbone, settings)
-    if hyper["probe_epochs"]:
-        probe_head(model, backbone, handler.loss(settings), x, y, hyper, seed)
-    # The rates, warm-up and decays: the hyperparameters but the epochs and batch size.
-    rates = {k: v for k, v in hyper.items() if k not in ("epochs", "batch_size", "probe_epochs")}
-    optimizer = create_finetune_optimizer(model, backbone, total_steps=steps, **rates)
-    model.compile(optimizer=optimizer, loss=handler.loss(settings), jit_compile=False)
-    batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
-    resume = None
-    if output_dir is not None:
-        resume = _Resume(RunDirectory(output_dir).resume_dir, fingerprint)
-    # Recorded in finetune.json, not in the fingerprint: a resume may run on other kernels.
-    settings.training["kernels"] = f"{chosen.backend}: {chosen.reason}"
-    if options.progress:
-        print(chosen.describe(), flush=True)
-        if replaces:
-            print(f"The fine-tuned model in '{output_dir}' is replaced when this one is done.")
-    signals = resume is not None and stop_on_signals
-    with StopRequest() if signals else nullcontext(StopRequest()) as stop:
-        records = _train(
-            model,
-            optimizer,
-            batches,
-            steps,
-            (steps_per_epoch, hyper["batch_size"], rows),
-            resume,
-            stop,
-            options.progress,
+    # The output is held until the model is saved: a second fine-tuning on it is refused.
+    with RunDirectory(output_dir).claimed() if output_dir is not None else nullcontext():
+        if note:
+            print(f"Warning: {note}", file=sys.stderr, flush=True)
+        chosen = kernels.choose()
+        keras.utils.set_random_seed(seed)
+        if options.dropout is not None:
+            config = config.replace(dropout=options.dropout)
+        backbone = restore_backbone(source, config)  # the config and tokenizer read above
+        model = handler.build_model(backbone, settings)
+        if hyper["probe_epochs"]:
+            probe_head(model, backbone, handler.loss(settings), x, y, hyper, seed)
+        # The rates, warm-up and decays: the hyperparameters but the epochs and batch size.
+        shape = ("epochs", "batch_size", "probe_epochs")
+        rates = {k: v for k, v in hyper.items() if k not in shape}
+        optimizer = create_finetune_optimizer(model, backbone, total_steps=steps, **rates)
+        model.compile(optimizer=optimizer, loss=handler.loss(settings), jit_compile=False)
+        batches = training_batches(x, y, hyper["batch_size"], hyper["epochs"], seed)
+        resume = None
+        if output_dir is not None:
+            resume = _Resume(RunDirectory(output_dir).resume_dir, fingerprint)
+        # Recorded in finetune.json, not in the fingerprint: a resume may run on other kernels.
+        settings.training["kernels"] = f"{chosen.backend}: {chosen.reason}"
+        if options.progress:
+            print(chosen.describe(), flush=True)
+            if replaces:
+                print(f"The fine-tuned model in '{output_dir}' is replaced when this one is done.")
+        signals = resume is not None and stop_on_signals
+        with StopRequest() if signals else nullcontext(StopRequest()) as stop:
+            records = _train(
+                model,
+                optimizer,
+                batches,
+                steps,
+                (steps_per_epoch, hyper["batch_size"], rows),
+                resume,
+                stop,
+                options.progress,
+            )
+        if _diverged(records):
+            raise TrainingDiverged(
+                f"Fine-tuning diverged at step {records[-1]['step']} of {steps}: the loss became "
+                f"NaN or infinite, so nothing was saved; lower --learning-rate (now "
+                f"{hyper['learning_rate']:g}) and run the command again."
+            )
+        history: dict[str, list[float]] = {}
+        for record in records:
+            for k, v in record.items():
+                if k not in ("step", "epoch"):
+                    history.setdefault(k, []).append(v)
+        result = FinetunedModel(
+            model, tokenizer, settings, handler, config, history=history, records=records
         )
-    if _diverged(records):
-        raise TrainingDiverged(
-            f"Fine-tuning diverged at step {records[-1]['step']} of {steps}: the loss became "
-            f"NaN or infinite, so nothing was saved; lower --learning-rate (now "
-            f"{hyper['learning_rate']:g}) and run the command again."
-        )
-    history: dict[str, list[float]] = {}
-    for record in records:
-        for k, v in record.items():
-            if k not in ("step", "epoch"):
-                history.setdefault(k, []).append(v)
-    result = FinetunedModel(
-        model, tokenizer, settings, handler, config, history=history, records=records
-    )
-    if eval_examples is not None:
-        result.metrics = handler.evaluate(model, eval_examples, tokenizer, settings)
-    if output_dir is not None:
-        result.output_dir = save_finetuned(result, output_dir, steps)
-        if resume is not None:
-            shutil.rmtree(resume.directory, ignore_errors=True)
-    return result
+        if eval_examples is not None:
+            result.metrics = handler.evaluate(model, eval_examples, tokenizer, settings)
+        if output_dir is not None:
+            result.output_dir = save_finetuned(result, output_dir, steps)
+            if resume is not None:
+                shutil.rmtree(resume.directory, ignore_errors=True)
+        return result
 
 
 def probe_head(model: keras.Model, backbone, loss, x, y, hyper: dict, seed: int) -> None:

@@ -250,7 +250,7 @@ class AddLayerNormGradOp : public OpKernel {
       divisor[i] = std::fabs(g) < kSmallestGamma ? (g < 0 ? -kSmallestGamma : kSmallestGamma) : g;
     }
     // Column sums per block of rows, added up after (blocks run on different threads).
-    const int64_t blocks = std::min<int64_t>(rows, 64);
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(rows, 64));  // 1 for no rows
     std::vector<float> partial(sums * blocks * width, 0.f);
     const float* dv = divisor.data();
     run_rows(ctx, blocks, width, 80 * width * ((rows + blocks - 1) / blocks),
@@ -382,7 +382,7 @@ class BiasGeluGradOp : public OpKernel {
     const float* bias = ctx->input(1).flat<float>().data();
     T* dp = dh->flat<T>().data();
     T* yp = with_output_ ? y->flat<T>().data() : nullptr;
-    const int64_t blocks = std::min<int64_t>(rows, 64);
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(rows, 64));  // 1 for no rows
     std::vector<float> partial(blocks * width, 0.f);
     run_rows(ctx, blocks, width, 100 * width * ((rows + blocks - 1) / blocks),
              [&](int64_t first_block, int64_t last_block) {

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
 from keras_electra.layers.dropout import Dropout
 from keras_electra.layers.serialized import Serialized
-from keras_electra.limits import check_length
+from keras_electra.limits import check_length, too_long
 
 # The weights of an embedding block, by their path inside an ElectraEmbedding.
 TABLES = (
@@ -71,6 +72,10 @@ class PositionEmbedding(Serialized, keras.layers.Layer):
     def call(self, inputs):
         check_length(inputs.shape[-2], self.sequence_length)
         shape = ops.shape(inputs)
+        if inputs.shape[-2] is None:  # a function traced for any length: checked when it runs
+            tf.debugging.assert_less_equal(
+                shape[-2], self.sequence_length, message=too_long(self.sequence_length)
+            )
         rows = ops.slice(self.position_embeddings, (0, 0), (shape[-2], shape[-1]))
         return ops.broadcast_to(rows, shape)
 

@@ -237,8 +237,9 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
     # === The objective, top-down ===
 
     def compute_objective(self, batch: dict, training: bool = False) -> ObjectiveOutput:
-        """Mask, run the generator, sample, run the discriminator, compute losses."""
-        prepared = self.prepare_batch(batch)
+        """Mask, run the generator, sample, run the discriminator, compute losses (not
+        ``training``: with evaluation's draws, :meth:`prepare_batch`)."""
+        prepared = self.prepare_batch(batch, evaluation=not training)
         return self.objective_from(
             prepared, loss_totals(prepared, self.special_ids), training=training
         )
@@ -249,8 +250,9 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         c = self.config
         return (c.pad_token_id, c.cls_token_id, c.sep_token_id)
 
-    def prepare_batch(self, batch: dict) -> PreparedBatch:
-        """Step 1, which needs no gradient: draw this step's random numbers and mask ~15%."""
+    def prepare_batch(self, batch: dict, evaluation: bool = False) -> PreparedBatch:
+        """Step 1, which needs no gradient: draw this step's random numbers and mask ~15%
+        (for an ``evaluation``, from each example's own text: :meth:`_evaluation_uniforms`)."""
         c = self.config
         batch = _features(batch)
         token_ids = tf.cast(batch["token_ids"], tf.int32)
@@ -258,9 +260,11 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         _check_batch_shape(token_ids.shape)
         check_length(token_ids.shape[1], c.max_position_embeddings)  # outside a layer's call
         max_predictions = c.max_predictions(token_ids.shape[1])
-        choice, keep, sample = self._example_uniforms(
-            tf.shape(token_ids)[0], (tf.shape(token_ids)[1], max_predictions, max_predictions)
-        )
+        widths = (tf.shape(token_ids)[1], max_predictions, max_predictions)
+        if evaluation:
+            choice, keep, sample = self._evaluation_uniforms(token_ids, widths)
+        else:
+            choice, keep, sample = self._example_uniforms(tf.shape(token_ids)[0], widths)
         # 1. Mask ~15% of the real tokens.
         masked = masking.mask_tokens(
             token_ids,
@@ -307,6 +311,26 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
             )[rows]
             for stream, width in enumerate(widths)
         ]
+
+    def _evaluation_uniforms(self, token_ids: tf.Tensor, widths: tuple) -> list[tf.Tensor]:
+        """Evaluation's draws, as :meth:`_example_uniforms`' but each example's row from
+        ``(seed, a fingerprint of its token ids)``: ``evaluate`` masks the same text the
+        same way every time (a steady validation loss for early stopping), and leaves
+        training's stream (``random_step``) where it was."""
+        words = tf.reshape(tf.fingerprint(token_ids), [-1, 2, 4])  # 64 bits per example
+        rows = tf.bitcast(words, tf.int32)
+        seed = tf.constant(self.seed or 0, tf.int32)
+        draws = []
+        for stream, width in enumerate(widths):
+            seeds = tf.stack([tf.bitwise.bitwise_xor(rows[:, 0], seed), rows[:, 1] + stream], 1)
+            draws.append(
+                tf.map_fn(
+                    lambda pair, width=width: tf.random.stateless_uniform([width], seed=pair),
+                    seeds,
+                    fn_output_signature=tf.float32,
+                )
+            )
+        return draws
 
     # === Training step ===
 
@@ -600,8 +624,8 @@ shape (128,): batch the dataset (dataset.batch(8, drop_remainder=True)).
     if shape[1] is None:
         raise ValueError(
             "Pretraining batches need one sequence length known when the step is traced, but "
-            "this batch's is not (a dataset padded to each batch's longest sequence, or a "
-            "second fit at another length); pad every batch to one length "
+            "this batch's is not (a dataset padded to each batch's longest sequence); pad "
+            "every batch to one length "
             "(padded_batch(8, padded_shapes={name: [max_seq_length] for name in FEATURES})) "
             "or read the data with keras_electra.data.pretraining_dataset."
         )

@@ -197,7 +197,10 @@ def _pretrain(
         stop.arm()  # the workers stop together, at a step they agree on, once training starts
     _check_batches(settings, distribution.num_replicas_in_sync)
     chief = is_chief(distribution)
-    with _worker_lost(run, distribution):
+    if chief:  # before the directory is made: a bad KERAS_ELECTRA_KERNELS, an unwritable path
+        kernels.choose()
+        check_writable(run.path)
+    with _worker_lost(run, distribution), run.claimed() if chief else nullcontext():
         resolved = _prepare_run_directory(run, settings, chief)
         settings = resolved.settings
         tokenizer = resolved.tokenizer
@@ -356,9 +359,7 @@ def _prepare_run_directory(
     once it has checkpointed (before that they may be half-written) and otherwise
     derive the same vocabulary and config from the same arguments.
     """
-    chosen = kernels.choose()  # before anything is written: a bad KERAS_ELECTRA_KERNELS
-    if chief:  # before a vocabulary is learned, which can take minutes
-        check_writable(run.path)
+    chosen = kernels.choose()
     settings = dataclasses.replace(settings, kernels=f"{chosen.backend}: {chosen.reason}")
     resolved = resolve_run(run, settings, chief=chief)
     config, tokens = resolved.config, resolved.tokens

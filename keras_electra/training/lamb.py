@@ -7,9 +7,31 @@ from keras import ops
 
 from keras_electra import internals
 
+# LayerNorm's scale and offset and every bias: the variables ELECTRA does not decay, by
+# name (Keras' LayerNormalization names its weights gamma and beta). The update reads a
+# Keras variable's name ("gamma") or its TensorFlow variable's ("embedding/.../gamma:0").
+NO_DECAY = r"(^|/)(gamma|beta)(:\d+)?$|bias(:\d+)?$"
+
+
+class DecayExclusions:
+    """Mixin for a Keras optimizer (before it in the bases): ``no_decay``, a regular
+    expression that a variable's name matches when it is not decayed, taken when the
+    optimizer is made and kept in its config. Keras' ``exclude_from_weight_decay`` keeps
+    neither its ``var_list`` nor its ``var_names`` in a ``.keras`` file: an optimizer
+    reloaded from one decayed every LayerNorm parameter and bias."""
+
+    def __init__(self, *args, no_decay: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.no_decay = no_decay
+        if no_decay:
+            self.exclude_from_weight_decay(var_names=[no_decay])
+
+    def get_config(self):
+        return {**super().get_config(), "no_decay": self.no_decay}
+
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class Lamb(internals.OptimizerHooks, keras.optimizers.Optimizer):
+class Lamb(DecayExclusions, internals.OptimizerHooks, keras.optimizers.Optimizer):
     """LAMB. For each variable ``w`` with gradient ``g`` at step ``t`` (Algorithm 2 of the
     paper, with bias correction):
 

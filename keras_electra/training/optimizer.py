@@ -9,7 +9,7 @@ from keras import ops
 from keras_electra import internals, kernels
 from keras_electra.errors import ConfigError
 from keras_electra.settings import LAMB_BIAS_CORRECTION, OPTIMIZERS
-from keras_electra.training.lamb import Lamb
+from keras_electra.training.lamb import NO_DECAY, DecayExclusions, Lamb
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
@@ -47,7 +47,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="keras_electra")
-class AdamW(internals.OptimizerHooks, keras.optimizers.AdamW):
+class AdamW(DecayExclusions, internals.OptimizerHooks, keras.optimizers.AdamW):
     """Keras' AdamW, each dense update one fused kernel.
 
     The update and variables of :class:`keras.optimizers.AdamW` (checkpoints are
@@ -166,19 +166,6 @@ class AdamW(internals.OptimizerHooks, keras.optimizers.AdamW):
 INITIAL_LOSS_SCALE = 2.0**11
 
 
-def no_decay_variables(model: keras.Model) -> list:
-    """LayerNorm parameters and biases: excluded from weight decay."""
-    excluded = []
-    for layer in internals.flatten_layers(model):
-        if isinstance(layer, keras.layers.LayerNormalization):
-            excluded.extend(layer.trainable_variables)
-    seen = {id(v) for v in excluded}
-    excluded.extend(
-        v for v in model.trainable_variables if v.name.endswith("bias") and id(v) not in seen
-    )
-    return excluded
-
-
 def adamw_arguments(
     learning_rate: float,
     total_steps: int,
@@ -187,9 +174,11 @@ def adamw_arguments(
     clip_norm: float | None,
     bias_correction: bool = True,
 ) -> dict:
-    """ELECTRA's AdamW settings (beta1 0.9, beta2 0.999, eps 1e-6, warm-up then decay),
-    for pretraining and fine-tuning alike: :class:`AdamW`'s arguments."""
+    """ELECTRA's AdamW settings (beta1 0.9, beta2 0.999, eps 1e-6, warm-up then decay, no
+    decay of LayerNorm parameters and biases), for pretraining and fine-tuning alike:
+    :class:`AdamW`'s arguments."""
     return dict(
+        no_decay=NO_DECAY,
         learning_rate=WarmupLinearDecay(learning_rate, warmup_steps, total_steps),
         weight_decay=weight_decay,
         beta_1=0.9,
@@ -219,7 +208,9 @@ def create_optimizer(
     norm of ``clip_norm``.
 
     Args:
-        model: the built model whose variables are optimized.
+        model: the model it optimizes. LayerNorm parameters and biases are left out of
+            the decay by their names (``NO_DECAY``), so the optimizer saved in a
+            ``.keras`` file keeps them out when it is loaded again.
         learning_rate: the peak learning rate.
         total_steps: steps until the rate reaches 0.
         warmup_steps: steps of linear warm-up.
@@ -249,7 +240,6 @@ def create_optimizer(
         created = Lamb(**arguments)
     else:
         created = AdamW(**arguments)
-    created.exclude_from_weight_decay(var_list=no_decay_variables(model))
     if loss_scale:
         return keras.optimizers.LossScaleOptimizer(created, initial_scale=INITIAL_LOSS_SCALE)
     return created

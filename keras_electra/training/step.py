@@ -347,7 +347,29 @@ class OneGraphTraining(internals.SymbolicBuildHook):
             and (optimizer is None or optimizer.built)
         )
 
+    def _follow_length(self, function: str, data) -> None:
+        """Drop Keras' ``function`` (``train_function`` or ``test_function``) when ``data``
+        has another sequence length than the last it ran on: called for a second length,
+        Keras traces its function again for any length (``reduce_retracing``), which a
+        pretraining step refuses (its masking needs the length); a new function traces
+        the new length."""
+        if isinstance(data, tuple):
+            data = data[0]
+        spec = data.element_spec if isinstance(data, tf.data.Dataset) else data
+        spec = spec[0] if isinstance(spec, tuple) else spec
+        shape = getattr(spec.get("token_ids") if isinstance(spec, dict) else None, "shape", ())
+        length = shape[1] if len(shape) > 1 else None
+        seen = getattr(self, "_lengths", {})
+        if length is not None and seen.get(function, length) != length:
+            setattr(self, function, None)
+        self._lengths = {**seen, function: length or seen.get(function)}
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._follow_length("test_function", x)
+        return super().evaluate(x, *args, **kwargs)
+
     def fit(self, x=None, *args, **kwargs):
+        self._follow_length("train_function", x)
         if self.built:  # (an unbuilt model has no variables to give it yet)
             self._build_optimizer()  # a multi-worker strategy then skips Keras' symbolic
             # build, which cannot reduce a dict batch

@@ -180,14 +180,9 @@ class ReplacedTokenDetection(Objective):
 
     def parameters(self, config):
         disc, gen = config.discriminator_config(), config.generator_config()
-        block, h = config.embedding_parameters(), disc.hidden_size
-        # The discriminator's own embedding weights besides the shared block: none
-        # ("all"), its position and segment tables and LayerNorm ("word"), a whole block
-        # ("none"), or a delta per table and its own LayerNorm ("gdes": a block's worth).
-        word_table = config.vocab_size * config.embedding_size
-        own = {"all": 0, "word": block - word_table, "none": block, "gdes": block}
+        h = disc.hidden_size
         parts = {
-            "embeddings": block + own[config.embedding_sharing],
+            "embeddings": config.shared_embedding_parameters(),
             "generator": config.tower_parameters(gen),
             "generator_head": config.lm_head_parameters(gen.hidden_size),
             "discriminator": config.tower_parameters(disc),

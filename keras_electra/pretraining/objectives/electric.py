@@ -232,12 +232,9 @@ class EnergyCloze(Objective):
 
     def parameters(self, config):
         disc, gen = config.discriminator_config(), config.generator_config()
-        block, h = config.embedding_parameters(), disc.hidden_size
-        word_table = config.vocab_size * config.embedding_size
-        own = {"all": 0, "word": block - word_table, "none": block, "gdes": block}
-        tower = config.tower_parameters(gen)
+        h, tower = disc.hidden_size, config.tower_parameters(gen)
         return {
-            "embeddings": block + own[config.embedding_sharing],
+            "embeddings": config.shared_embedding_parameters(),
             "generator_left_to_right": tower,
             "generator_right_to_left": tower,
             "cloze_head": config.lm_head_parameters(2 * gen.hidden_size),
