@@ -170,11 +170,23 @@ def pretrain_summary(result) -> str:
     PrepareSettings,
 )
 def _run_prepare(args: argparse.Namespace) -> None:
+    import tensorflow as tf
+
     from keras_electra.data.prepare import prepare
 
     settings = from_arguments(args, PrepareSettings, beam_options=args.beam_options)
-    with _stopped_within(PREPARE_STOP_SECONDS, "prepare"):
-        described = prepare(args.corpus, args.output, settings=settings).describe()
+    try:
+        with _stopped_within(PREPARE_STOP_SECONDS, "prepare"):
+            described = prepare(args.corpus, args.output, settings=settings).describe()
+    except tf.errors.OpError as e:  # TensorFlow's file system: a full disk, gs:// unreachable
+        remote = any("://" in str(path) for path in [args.output, *args.corpus])
+        remedy = errors.storage_remedy(e, args.output)
+        if remote:
+            remedy = "check the paths, the network and your credentials for the remote ones"
+        raise errors.StorageError(
+            f"Could not read the corpus or write '{args.output}' ({errors.storage_reason(e)}); "
+            f"{remedy}, then run the same command again: it keeps the shards it finished."
+        ) from None
     print(described)
 
 

@@ -164,6 +164,36 @@ def test_pretrain_with_the_mirrored_strategy_checkpoints_and_resumes(small_corpu
     assert result["clipnorm"] == 1.0
 
 
+UNEVEN = r"""
+import json
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+import numpy as np
+from keras_electra.pretraining.pretrainer import ElectraPretrainer
+from keras_electra.training.strategy import resolve_strategy
+
+ids = np.random.default_rng(0).integers(5, 300, (7, 32)).astype("int32")
+ids[:, 0] = 2
+data = tf.data.Dataset.from_tensors(
+    {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)})
+with resolve_strategy("mirrored").scope():
+    model = ElectraPretrainer.from_preset("tiny", vocab_size=300, num_layers=1)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1))
+logs = model.fit(data, epochs=2, verbose=0).history
+replicas = model.distribute_strategy.num_replicas_in_sync
+print(json.dumps({"loss": logs["loss"], "replicas": replicas}))
+"""
+
+
+def test_a_batch_the_replicas_split_unevenly_trains(tmp_path):
+    # 7 rows on 2 replicas (4 and 3): Keras' symbolic build averaged the replicas' halves
+    # of the first batch and failed ("AddN ... [4,64] != [3,64]").
+    result = run_python(UNEVEN)
+    assert result["replicas"] == 2 and all(np.isfinite(result["loss"])), result
+
+
 def test_requested_hardware_that_is_absent_is_one_sentence(monkeypatch):
     with pytest.raises(ConfigError, match="needs at least two GPUs"):
         resolve_strategy("mirrored")

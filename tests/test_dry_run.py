@@ -506,6 +506,35 @@ def test_a_vocabulary_that_leaves_much_of_the_corpus_unknown_is_warned_of(
     assert status == 0 and warning in err, err
 
 
+def test_a_corpus_of_a_document_per_line_is_warned_of_the_text_packing_drops(
+    small_corpus, tmp_path, capsys
+):
+    # One document a line (no sentence breaks): prepare wrote one example a document and
+    # kept 8.8% of the corpus's tokens without a word; pretrain trained on as little.
+    documents = small_corpus.read_text(encoding="utf-8").split("\n\n")
+    corpus = tmp_path / "documents.txt"
+    corpus.write_text("\n".join(d.replace("\n", " ") for d in documents), encoding="utf-8")
+    argv = ["--corpus", corpus, "--vocab-size", "500", "--max-seq-length", "128"]
+    status, _, err = run_cli(capsys, "prepare", *argv, "--output", tmp_path / "tf")
+    assert status == 0, err
+    (warning,) = [line for line in err.splitlines() if line.startswith("Warning: ")]
+    share = int(warning.split("%")[0].removeprefix("Warning: "))
+    assert share > 80 and warning.endswith(
+        "of the corpus's word pieces (in its first 1 MB) are past the 125 that an example of "
+        "--max-seq-length 128 keeps of a line, and are dropped: packing reads each line as a "
+        "sentence and a blank line as the end of a document; split the text into sentences, "
+        "one per line."
+    ), warning
+    status, text, err = run_cli(capsys, "pretrain", "--corpus", corpus, "--vocab",
+                                tmp_path / "tf" / "vocab.txt", "--max-seq-length", "128",
+                                "--output", tmp_path / "run", "--dry-run")  # fmt: skip
+    assert status == 0 and warning.removeprefix("Warning: ") in text, (text, err)
+    # The text as it was, a sentence a line: nothing said.
+    status, _, err = run_cli(capsys, "prepare", *argv[:1], small_corpus, *argv[2:], "--output",
+                             tmp_path / "lines")  # fmt: skip
+    assert status == 0 and "Warning" not in err, err
+
+
 def test_what_a_corpus_directory_holds_besides_its_txt_files_is_named(
     small_corpus, tmp_path, capsys
 ):
@@ -705,3 +734,23 @@ def test_the_plan_shows_the_objectives_hyperparameters(
     temperature = recorded["hyperparameters"]["temperature"]
     assert status == 0, err
     assert f", temperature {temperature:g}, " in re.search(r"^  objective +(.+)$", out, re.M)[1]
+
+
+def test_prepare_on_a_file_system_tensorflow_cannot_reach_is_one_sentence(
+    small_corpus, tmp_path, capsys
+):
+    # A corpus or --output on a remote file system that fails (gs:// without a network, a
+    # scheme TensorFlow lacks, a full disk) was a TensorFlow traceback and exit 1.
+    cases = [
+        (["--corpus", "s3://bucket/corpus.txt", "--output", tmp_path / "out"], "s3", 1),
+        (["--corpus", small_corpus, "--output", "hdfs://nowhere/out"], "hdfs", 3),
+    ]
+    for argv, scheme, remote in cases:
+        status, _, err = run_cli(capsys, "prepare", *argv, "--vocab-size", "500")
+        assert status == 2
+        assert one_sentence(err).endswith(
+            f"(File system scheme '{scheme}' not implemented (file: '{argv[remote]}')); "
+            "check the paths, the network and your credentials for the remote ones, then run "
+            "the same command again: it keeps the shards it finished."
+        ), err
+    assert not (tmp_path / "out").exists()

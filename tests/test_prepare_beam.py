@@ -424,6 +424,9 @@ def test_the_written_bytes_are_pinned(corpus, tokenizer, tmp_path):
     metadata = json.loads((out / "metadata.json").read_text())
     for piece in metadata["settings"]["corpus"]:
         piece[0] = os.path.basename(piece[0])
+    # The files' sizes and modification times (a rerun on an edited corpus starts over).
+    versions = metadata["settings"].pop("corpus_versions")
+    assert [size for _, size, _ in versions] == [os.path.getsize(f) for f in corpus]
     assert metadata.pop("shard_bytes") == [os.path.getsize(p) for p in paths]
     digests = [hashlib.sha256(open(p, "rb").read()).hexdigest()[:16] for p in paths]
     digests.append(hashlib.sha256(json.dumps(metadata).encode()).hexdigest()[:16])

@@ -26,6 +26,20 @@ MAX_NOT_TEXT_SHARE = 0.1
 text: real text has almost none (an accented letter of a Latin-1 file is one, a few in a
 hundred), random bytes about half, a UTF-16 file half (its NUL bytes)."""
 
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+"""The characters a blank line (a document's end) may hold: Python's whitespace
+(``str.isspace``, what ``str.strip()`` removes), as google-research/electra's
+``build_pretraining_dataset`` tells a blank line (``line.strip()``): besides ASCII's, the
+no-break space U+00A0, the ideographic space U+3000, the em space U+2003 and the like."""
+
+# The pipeline's blank line (RE2, on valid UTF-8), and the ASCII part of WHITESPACE as bytes.
+_BLANK_RE2 = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]*"
+_ASCII_WHITESPACE = "".join(c for c in WHITESPACE if c < "\x80").encode("ascii")
+
 # Control characters other than whitespace (tab, newline, vertical tab, form feed, return),
 # C1 controls, and the replacement character a byte that is not UTF-8 decodes to.
 _NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
@@ -51,14 +65,36 @@ def clean_lines(batch):
 def tokenize_batch(tokenizer, batch):
     """A batch of raw lines as the pipeline reads them: ``(ids, blank)``, the lines cut to
     :data:`MAX_LINE_CHARS` characters with invalid UTF-8 replaced, tokenized, and whether
-    each is blank (whitespace only: a document's end): what the ``tf.data`` pipeline and
-    the TFRecord writers tokenize (``tokenizer``: an
-    :class:`~keras_electra.data.tokenizer.ElectraTokenizer`)."""
+    each is blank (:data:`WHITESPACE` only: a document's end, as :func:`is_blank_line`
+    tells it): what the ``tf.data`` pipeline and the TFRecord writers tokenize
+    (``tokenizer``: an :class:`~keras_electra.data.tokenizer.ElectraTokenizer`)."""
     import tensorflow as tf
 
     batch = clean_lines(batch)
-    blank = tf.equal(tf.strings.length(tf.strings.strip(batch)), 0)
+    blank = tf.strings.regex_full_match(batch, _BLANK_RE2)
     return tokenizer.tokenize(batch), blank
+
+
+def is_blank_line(line: bytes) -> bool:
+    """Whether a raw line (bytes, its line end or not) is blank as :func:`tokenize_batch`
+    tells it, a document's end: its first :data:`MAX_LINE_CHARS` characters (the line the
+    pipeline keeps, :func:`clean_lines`) are all :data:`WHITESPACE`. The shard planner
+    (:func:`~keras_electra.data.tfrecords.plan_shards`) cuts the corpus where this says, so
+    shards begin where the pipeline's documents do.
+
+    Examples:
+        >>> is_blank_line(b" \\t\\r\\n"), is_blank_line(b" a")
+        (True, False)
+        >>> is_blank_line("\\u00a0\\u3000\\n".encode())  # no-break, ideographic spaces
+        True
+    """
+    rest = line.lstrip(_ASCII_WHITESPACE)
+    if not rest:
+        return True
+    if rest[0] < 0x80 and len(line) - len(rest) < MAX_LINE_CHARS:
+        return False  # an ASCII character other than whitespace, within the kept line
+    text = line[: 4 * MAX_LINE_CHARS].decode("utf-8", "replace")[:MAX_LINE_CHARS]
+    return not text.strip(WHITESPACE)
 
 
 def is_remote(path: str) -> bool:
@@ -87,6 +123,18 @@ def file_size(path: str) -> int:
 
         return tf.io.gfile.stat(path).length
     return os.path.getsize(path)
+
+
+def file_version(path: str) -> tuple[int, int]:
+    """``path``'s size in bytes and modification time in nanoseconds (``st_mtime_ns``; a
+    URL's through ``tf.io.gfile``): what tells an edited file from the one read before."""
+    if is_remote(path):
+        import tensorflow as tf
+
+        stat = tf.io.gfile.stat(path)
+        return int(stat.length), int(stat.mtime_nsec)
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _listed(directory: str, extension: str, found: list[str]) -> list[str]:
@@ -430,7 +478,7 @@ def check_corpus_has_text(files: Sequence[str], what: str = "Corpus file") -> No
             return  # read when packed: a URL's text is not fetched twice
         with open(path, "rb") as f:
             for line in f:
-                if line.strip():
+                if not is_blank_line(line):
                     return
     raise InputDataError(
         f"{whole} ({shown}) has no text, only blank lines; "

@@ -41,7 +41,7 @@ from keras_electra.data.tfrecords import (
     shard_paths,
     write_pretraining_tfrecords,
 )
-from keras_electra.data.tokenizer import ElectraTokenizer, unknown_warning
+from keras_electra.data.tokenizer import ElectraTokenizer, corpus_warnings
 from keras_electra.data.vocab import (
     check_cased_vocab,
     check_vocab_size,
@@ -224,7 +224,7 @@ def prepare(
         result = PrepareResult(out, s, files, len(tokens), [], written=True, corpus_bytes=total)
         save_vocab(tokens, str(result.vocab_file))
         tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
-        if warning := unknown_warning(tokenizer, files):
+        for warning in corpus_warnings(tokenizer, files, s.max_seq_length):
             print(warning, file=sys.stderr, flush=True)
         options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
         if beam:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -25,10 +26,14 @@ import tensorflow as tf
 
 from keras_electra.atomic import write_json
 from keras_electra.data.files import (
+    _ASCII_WHITESPACE,
+    MAX_LINE_CHARS,
     PathsLike,
     _as_list,
     check_corpus_has_text,
     file_size,
+    file_version,
+    is_blank_line,
     is_remote,
     open_binary,
     resolve_corpus_files,
@@ -58,7 +63,13 @@ RECORD_FEATURES = {
 
 _READ_BYTES = 1 << 20  # text read (and tokenized) at a time
 _TOKENIZE_LINES = 4096
-_BOUNDARY_WINDOW = 1 << 16
+_BOUNDARY_WINDOW = 1 << 16  # bytes looked at before a boundary's target, and read at a time
+
+# A line start that may begin a blank line: one after a newline whose first byte is
+# whitespace, a line end or beyond ASCII (any other line holds text; see is_blank_line).
+_MAYBE_BLANK = re.compile(
+    b"\n(?=[" + b"".join(re.escape(bytes([c])) for c in _ASCII_WHITESPACE) + b"\x80-\xff])"
+)
 
 
 def shard_paths(output_dir: str, num_shards: int) -> list[str]:
@@ -255,12 +266,16 @@ def start_writing(
         "corpus_files": len(paths),
         "corpus_bytes": sum(plan.num_bytes for plan in plans),
         "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
+        # Each file's size and modification time: an edit that keeps the size is seen too.
+        "corpus_versions": _versions(paths),
     }
     paths = shard_paths(output_dir, len(plans))
     metadata = _read_metadata(output_dir)
     previous = metadata.get("settings")
-    if isinstance(previous, dict) and isinstance(previous.get("corpus"), list):
-        previous = {**previous, "corpus": [[_absolute(p), *r] for p, *r in previous["corpus"]]}
+    if isinstance(previous, dict):
+        for key in ("corpus", "corpus_versions"):
+            if isinstance(previous.get(key), list):
+                previous = {**previous, key: [[_absolute(p), *r] for p, *r in previous[key]]}
     same = previous == settings
     pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
     found = tf.io.gfile.glob(pattern)  # listed once (a request on a bucket)
@@ -276,6 +291,15 @@ def start_writing(
     if same and metadata.get("complete"):
         expected = dict(zip(metadata["shards"], metadata["shard_examples"], strict=True))
     return WritingJob(output_dir, plans, paths, settings, expected)
+
+
+def _versions(paths: Sequence[str]) -> list[list]:
+    """``[path, size, mtime_ns]`` of each corpus file (asked together: each is a request on
+    a bucket)."""
+    with ThreadPoolExecutor(16) as pool:
+        return [
+            [p, *version] for p, version in zip(paths, pool.map(file_version, paths), strict=True)
+        ]
 
 
 def _absolute(path: str) -> str:
@@ -296,6 +320,7 @@ _SETTING_NAMES = {
     "corpus_files": "the number of corpus files",
     "corpus_bytes": "the corpus's size",
     "corpus": "the corpus files or their contents",
+    "corpus_versions": "the corpus files or their contents",
 }
 
 
@@ -390,11 +415,6 @@ class ShardPlan:
         return sum(end - start for _, start, end in self.pieces)
 
 
-def _is_blank(line: bytes) -> bool:
-    # The pipeline's blank: whitespace only (tf.strings.strip's ASCII whitespace).
-    return not line.strip(b" \t\n\r\x0b\x0c")
-
-
 def _blank_range(path: str, start: int, end: int) -> bool:
     """Whether ``path[start:end]`` holds only blank lines (no document: its shard would be
     empty); a range of more than 64 KiB is taken to hold text, unread."""
@@ -402,43 +422,65 @@ def _blank_range(path: str, start: int, end: int) -> bool:
         return False
     with open_binary(path) as f:
         f.seek(start)
-        return _is_blank(f.read(end - start))
+        return all(is_blank_line(line) for line in f.read(end - start).split(b"\n"))
+
+
+# The bytes of a line that tell whether it is blank (the pipeline keeps no more of it).
+_LINE_BYTES = 4 * MAX_LINE_CHARS
 
 
 def document_start(path: str, offset: int, size: int) -> int:
     """The first document start at or after ``offset`` in a file of ``size`` bytes: the
-    start of a line whose previous line is blank, or ``size``. A previous line longer than
-    the window looked at counts as not blank (a boundary is then skipped, never invented).
+    start of a line whose previous line is blank (as the pipeline tells it:
+    :func:`~keras_electra.data.files.is_blank_line`), or ``size``. A previous line that
+    begins before the window looked at (64 KiB before ``offset``) counts as not blank (a
+    boundary is then skipped, never invented).
+
+    The file is read once from the window's start, 64 KiB at a time, keeping only the
+    line not yet ended (its first bytes: all its blankness depends on), so the time is
+    linear in the bytes read and the memory bounded, however far the next document is.
     """
     if offset <= 0:
         return 0
-    back = min(offset, _BOUNDARY_WINDOW)
+    position = offset - min(offset, _BOUNDARY_WINDOW)  # where the next read starts
+    line = b""  # the line not yet ended (at most _LINE_BYTES of it)
+    known = position == 0  # whether `line` is read from its start
     with open_binary(path) as f:
-        f.seek(offset - back)
-        data = f.read(back + _BOUNDARY_WINDOW)
-        base = offset - back
-        while True:
-            # Line starts at or after offset: positions just after a newline.
-            position = data.find(b"\n", back - 1)
-            while position != -1:
-                start = position + 1
-                line_begin = data.rfind(b"\n", 0, position) + 1
-                known = line_begin > 0 or base == 0
-                if start >= back and known and _is_blank(data[line_begin:position]):
-                    return base + start
-                position = data.find(b"\n", start)
-            if base + len(data) >= size:
-                return size
-            more = f.read(_BOUNDARY_WINDOW * 16)
-            if not more:
-                return size
-            data += more
+        f.seek(position)
+        while position < size:
+            chunk = f.read(min(_BOUNDARY_WINDOW, size - position))
+            if not chunk:
+                break
+            data = line + chunk
+            shift = position - len(line)  # a line end's offset in the file: its index + shift
+            # The lines that may be blank and end in `data`: the held line's (when read
+            # from its start), then those after each line end found.
+            begins = (m.end() for m in _MAYBE_BLANK.finditer(data, len(line)))
+            if known:
+                begins = itertools.chain([0], begins)
+            for begin in begins:
+                end = data.find(b"\n", begin)
+                if end == -1:
+                    break
+                if end + 1 + shift >= offset and is_blank_line(data[begin:end]):
+                    return end + 1 + shift
+            last = data.rfind(b"\n")
+            if last != -1:
+                line, known = data[last + 1 :], True
+            else:
+                line = data
+            line = line[:_LINE_BYTES]
+            position += len(chunk)
+    return size
 
 
 def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
     """Cuts the corpus into ``num_shards`` document-aligned ranges of about equal bytes.
     A range that would hold no document is left out, so a corpus of fewer documents than
-    ``num_shards`` gets fewer shards (each plan's ``num_shards`` says how many).
+    ``num_shards`` gets fewer shards (each plan's ``num_shards`` says how many). Each
+    boundary is the first document start at or after its target (:func:`document_start`;
+    a file's end ends a document), or the previous boundary when that is past the target
+    already: a file without blank lines is read once, not once per boundary.
 
     Examples:
         >>> import tempfile, os
@@ -451,14 +493,17 @@ def plan_shards(files: Sequence[str], num_shards: int) -> list[ShardPlan]:
     total = sum(sizes)
     # Each boundary as (file index, offset), moved to the next document start.
     boundaries = [(0, 0)]
+    index, before = 0, 0  # the file holding the target, and the bytes of the files before it
     for shard in range(1, num_shards):
         target = total * shard // num_shards
-        index, before = 0, 0
         while index < len(files) - 1 and before + sizes[index] <= target:
             before += sizes[index]
             index += 1
-        offset = document_start(files[index], target - before, sizes[index])
-        boundaries.append(max(boundaries[-1], (index, offset)))
+        wanted = (index, target - before)
+        if boundaries[-1] >= wanted:  # the next document start after the target, already
+            boundaries.append(boundaries[-1])
+        else:
+            boundaries.append((index, document_start(files[index], wanted[1], sizes[index])))
     boundaries.append((len(files) - 1, sizes[-1]) if files else (0, 0))
     ranges = []
     for shard in range(num_shards):

@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -201,19 +202,25 @@ UNKNOWN_WARNING_SHARE = 0.05
 vocabulary learned from the corpus leaves well under 1%."""
 
 
-def unknown_warning(
-    tokenizer: ElectraTokenizer, files: Sequence[str], sample_bytes: int = 1 << 20
-) -> str | None:
-    """A one-line warning when ``[UNK]`` is :data:`UNKNOWN_WARNING_SHARE` or more of the
-    word pieces of the corpus's first ``sample_bytes`` (its first files, whole lines), else
-    None: the vocabulary does not cover the text, and pretraining learns little from it.
+def corpus_warnings(
+    tokenizer: ElectraTokenizer,
+    files: Sequence[str],
+    max_seq_length: int,
+    sample_bytes: int = 1 << 20,
+) -> list[str]:
+    """One-line warnings on the corpus's first ``sample_bytes`` (its first files, whole
+    lines), tokenized: ``[UNK]`` is :data:`UNKNOWN_WARNING_SHARE` or more of its word
+    pieces (the vocabulary does not cover the text, and pretraining learns little from
+    it), or as large a share of them is past what packing keeps of a line (a line is a
+    sentence, of which one example of ``max_seq_length`` keeps ``max_seq_length - 3``
+    pieces: a corpus of a document per line loses most of its text).
 
     Examples:
         >>> import tempfile
         >>> path = tempfile.mkstemp(suffix=".txt")[1]
         >>> _ = open(path, "w").write("the cat sat\\nzebra quokka yak\\n")
         >>> t = ElectraTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat"])
-        >>> print(unknown_warning(t, [path])[:60])
+        >>> print(corpus_warnings(t, [path], 128)[0][:60])
         Warning: 66.7% of the corpus's word pieces are [UNK] (in its
     """
     lines: list[str] = []
@@ -228,14 +235,29 @@ def unknown_warning(
         lines += text[:-1] if left <= 0 and len(text) > 1 else text  # a cut last line dropped
     lines = [line for line in lines if line.strip()]
     if not lines:
-        return None
-    ids = tokenizer.tokenize(tf.constant(lines)).flat_values.numpy()
+        return []
+    pieces = tokenizer.tokenize(tf.constant(lines))
+    ids = pieces.flat_values.numpy()
+    per_line = tf.reduce_sum(tf.ones_like(pieces, tf.int64), axis=-1)
+    while isinstance(per_line, tf.RaggedTensor):  # [lines, words]: the words' pieces
+        per_line = tf.reduce_sum(per_line, axis=-1)
+    per_line = per_line.numpy()
+    sample = f"in its first {sample_bytes / 2**20:g} MB"
+    warnings = []
     share = float((ids == tokenizer.unk_id).mean()) if ids.size else 0.0
-    if share < UNKNOWN_WARNING_SHARE:
-        return None
-    return (
-        f"Warning: {share:.1%} of the corpus's word pieces are [UNK] (in its first "
-        f"{sample_bytes / 2**20:g} MB), so the vocabulary does not cover its text: a "
-        "--vocab-size too small, or a vocab.txt made for other text or casing; pretraining "
-        "learns little from [UNK]."
-    )
+    if share >= UNKNOWN_WARNING_SHARE:
+        warnings.append(
+            f"Warning: {share:.1%} of the corpus's word pieces are [UNK] ({sample}), so the "
+            "vocabulary does not cover its text: a --vocab-size too small, or a vocab.txt "
+            "made for other text or casing; pretraining learns little from [UNK]."
+        )
+    kept = max_seq_length - 3
+    dropped = float(np.maximum(per_line - kept, 0).sum() / max(per_line.sum(), 1))
+    if dropped >= UNKNOWN_WARNING_SHARE:
+        warnings.append(
+            f"Warning: {dropped:.0%} of the corpus's word pieces ({sample}) are past the "
+            f"{kept} that an example of --max-seq-length {max_seq_length} keeps of a line, "
+            "and are dropped: packing reads each line as a sentence and a blank line as "
+            "the end of a document; split the text into sentences, one per line."
+        )
+    return warnings

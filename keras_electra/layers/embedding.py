@@ -72,11 +72,12 @@ class PositionEmbedding(Serialized, keras.layers.Layer):
     def call(self, inputs):
         check_length(inputs.shape[-2], self.sequence_length)
         shape = ops.shape(inputs)
+        checks = []
         if inputs.shape[-2] is None:  # a function traced for any length: checked when it runs
-            tf.debugging.assert_less_equal(
-                shape[-2], self.sequence_length, message=too_long(self.sequence_length)
-            )
-        rows = ops.slice(self.position_embeddings, (0, 0), (shape[-2], shape[-1]))
+            message = too_long(self.sequence_length)
+            checks = [tf.debugging.assert_less_equal(shape[-2], self.sequence_length, message)]
+        with tf.control_dependencies(checks):  # before the slice that would fail unexplained
+            rows = ops.slice(self.position_embeddings, (0, 0), (shape[-2], shape[-1]))
         return ops.broadcast_to(rows, shape)
 
     def compute_output_shape(self, inputs_shape):

@@ -165,6 +165,13 @@ class ElectraPretrainer(OneGraphTraining, keras.Model):
         skipped = [self._skipped] if self.on_nan == "skip" else []
         return list(self._trackers.values()) + skipped
 
+    def skip_symbolic_build(self) -> bool:
+        # Built when made, its metrics its own: Keras' symbolic build has nothing to do,
+        # and under MirroredStrategy it failed on a first batch the replicas split unevenly
+        # (it averages their halves, "AddN ... [4,64] != [3,64]").
+        optimizer = getattr(self, "optimizer", None)
+        return self.built and (optimizer is None or optimizer.built)
+
     def build(self, input_shape=None):
         if self.built:
             return

@@ -32,7 +32,7 @@ from keras_electra.data import (
 )
 from keras_electra.data.files import check_output_outside_corpus, left_out_note
 from keras_electra.data.tfrecords import check_records, unreadable_tfrecord
-from keras_electra.data.tokenizer import unknown_warning
+from keras_electra.data.tokenizer import corpus_warnings
 from keras_electra.data.vocab import check_cased_vocab, check_vocab_size
 from keras_electra.errors import (
     ConfigError,
@@ -295,9 +295,10 @@ def _plan(run: RunDirectory, settings: PretrainSettings) -> PretrainPlan:
     notes = {}  # what the run says before it trains
     if changed := _changed_on_resume(run.settings(), resolved.settings.record()):
         notes["changed"] = changed.removeprefix("Changed since the run's last start: ")
-    if tokens is not None and not is_tfrecord_input(settings.corpus):
-        if warning := unknown_warning(resolved.tokenizer, files):
-            notes["warning"] = warning.removeprefix("Warning: ")
+    if tokens is not None and not is_tfrecord_input(settings.corpus) and latest is None:
+        warnings = corpus_warnings(resolved.tokenizer, files, settings.max_seq_length)
+        if warnings:
+            notes["warning"] = " ".join(w.removeprefix("Warning: ") for w in warnings)
     return PretrainPlan(
         settings=resolved.settings,
         run_dir=run.path,
@@ -367,8 +368,9 @@ def _prepare_run_directory(
     text = not is_tfrecord_input(settings.corpus)
     if chief and text and (note := left_out_note(settings.corpus)):
         print(note, file=sys.stderr, flush=True)
-    if chief and tokens is not None and text:
-        if warning := unknown_warning(resolved.tokenizer, files):
+    # Said when a run starts; a resumed one said it then.
+    if chief and tokens is not None and text and not run.has_checkpoint():
+        for warning in corpus_warnings(resolved.tokenizer, files, settings.max_seq_length):
             print(warning, file=sys.stderr, flush=True)
     stored = run.config_and_vocab()[0] if run.config_file.exists() and chief else None
     if chief and config != stored:  # a new run, or a new --temperature the run goes on with
