@@ -1010,6 +1010,22 @@ INTERRUPTED = (
 )
 
 
+def _stop_behind(error: BaseException) -> tuple[str, int] | None:
+    """The message and status of a stop (Ctrl-C, or SIGTERM's ``TrainingInterrupted``)
+    that ``error`` was raised while handling: a signal's exception lands wherever the main
+    thread is, and the code it interrupted (a thread pool starting a thread) may fail in
+    turn. None when no stop is behind it."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return INTERRUPTED, 130
+        if isinstance(error, errors.TrainingInterrupted):
+            return str(error), errors.INTERRUPTED_EXIT_CODE
+        error = error.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
 
@@ -1043,6 +1059,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the last flush too
         return 128 + int(signal.SIGPIPE)  # as a shell reports a command its pipe ended
     except OSError as e:  # a write the library does not wrap: one sentence, not a traceback
+        if (stop := _stop_behind(e)) is not None:
+            return fail(*stop)
         where = f" '{e.filename}'" if e.filename else ""
         remedy = (
             errors.storage_remedy(e, e.filename) if e.filename else "free space or fix the path"
@@ -1054,6 +1072,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except KeyboardInterrupt:
         return fail(INTERRUPTED, 130)
+    except Exception as e:  # raised by code a stop's signal interrupted, or a bug
+        if (stop := _stop_behind(e)) is None:
+            raise
+        return fail(*stop)
 
 
 if __name__ == "__main__":

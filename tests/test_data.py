@@ -496,6 +496,11 @@ def test_learning_a_vocabulary_with_progress_says_what_it_does(tmp_path, capsys)
     assert "Counting words: 100%" in said and "18.5k/18.5k" in said, said  # 18,507 bytes
     assert "up to 100 tokens from 8 distinct words (5,502 in all) ... 00:0" in said, said
     assert f"\nLearned {len(quiet)} tokens in " in said, said
+    # CRLF line ends: the count ended at 99% (TensorFlow's lines drop the "\r" too).
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert learn_vocab([str(path)], vocab_size=100, progress=True) == quiet
+    said = capsys.readouterr().err
+    assert "Counting words: 100%" in said and "19.5k/19.5k" in said, said  # 19,507 bytes
 
 
 def test_the_vocabulary_learners_silent_minutes_show_the_time_elapsed(

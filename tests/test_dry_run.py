@@ -480,6 +480,9 @@ def test_prepare_dry_run_writes_nothing_and_checks_the_corpus(small_corpus, tmp_
     assert status == 2 and "does not exist" in one_sentence(err)
     status, _, err = run_cli(capsys, *argv, "--num-shards", "0", "--dry-run")
     assert status == 2 and "--num-shards must be a positive integer" in one_sentence(err)
+    # A seed the packing's hash cannot take passed the dry run, then was a traceback.
+    status, _, err = run_cli(capsys, *argv, "--seed", str(2**64), "--dry-run")
+    assert status == 2 and "--seed must be between 0 and 4,294,967,295" in one_sentence(err)
     # A vocabulary size no words fit in: the run refused it, the dry runs passed it.
     for command in (argv, ["pretrain", "--corpus", small_corpus, "--output", out]):
         status, _, err = run_cli(capsys, *command, "--vocab-size", "3", "--dry-run")
@@ -754,3 +757,21 @@ def test_prepare_on_a_file_system_tensorflow_cannot_reach_is_one_sentence(
             "the same command again: it keeps the shards it finished."
         ), err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_command_prepare_prints_runs_as_printed_with_spaces_in_the_path(
+    small_corpus, tmp_path, capsys
+):
+    # "Pretrain with: keras-electra pretrain --corpus /x/my records ..." split the path
+    # when pasted into a shell.
+    import shlex
+
+    out = tmp_path / "my records"
+    argv = ["prepare", "--corpus", small_corpus, "--output", out, "--vocab-size", "500"]
+    status, text, err = run_cli(capsys, *argv, "--max-seq-length", "64", "--num-shards", "1")
+    assert status == 0, err
+    (line,) = [x for x in text.splitlines() if x.startswith("Pretrain with: ")]
+    command = shlex.split(line.removeprefix("Pretrain with: ").replace("RUN_DIR", "run"))
+    assert command[:2] == ["keras-electra", "pretrain"] and str(out) in command
+    status, text, err = run_cli(capsys, *command[1:], "--output", tmp_path / "run", "--dry-run")
+    assert status == 0 and "Dry run" in text, err

@@ -803,3 +803,37 @@ def test_the_interrupted_sentence_is_the_last_line(tmp_path):
         "keras-electra report: interrupted; run the command again (pretrain and finetune "
         "resume from their last checkpoint, prepare keeps the shards it finished)."
     ), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
+def test_a_stop_that_breaks_the_code_it_lands_in_is_still_a_stop(stop, monkeypatch, capsys):
+    # A SIGTERM during prepare landed in a thread pool starting a thread, whose clean-up
+    # then failed ("KeyError: <Thread(ThreadPoolExecutor-35_0 ...)>"): a traceback and
+    # exit 1 instead of the stop's sentence and 75 (one try in twelve).
+    from keras_electra import cli, errors
+
+    def interrupted(args):
+        try:
+            if stop == "ctrl-c":
+                raise KeyboardInterrupt
+            raise errors.TrainingInterrupted("Stopped by SIGTERM.", 0, "SIGTERM")
+        except BaseException:
+            raise KeyError("<Thread(ThreadPoolExecutor-35_0, started)>") from None
+
+    help_, description, flags, _ = cli.COMMANDS["report"]
+    monkeypatch.setitem(cli.COMMANDS, "report", (help_, description, flags, interrupted))
+    status = cli.main(["report", "somewhere"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "KeyError" not in err
+    if stop == "ctrl-c":
+        assert status == 130 and err.startswith("keras-electra report: interrupted;")
+    else:
+        assert status == 75 and err == "keras-electra report: Stopped by SIGTERM.\n"
+
+    # An error with no stop behind it is not taken for one.
+    def broken(args):
+        raise KeyError("a bug")
+
+    monkeypatch.setitem(cli.COMMANDS, "report", (help_, description, flags, broken))
+    with pytest.raises(KeyError):
+        cli.main(["report", "somewhere"])

@@ -235,6 +235,12 @@ def test_beam_writes_the_same_shards_with_one_and_two_workers(corpus, tokenizer,
         assert metadata["pipeline"]["runner"] == "DirectRunner"
         assert metadata["pipeline"]["direct_num_workers"] == workers
     capfd.readouterr()
+    # What a count stopped midway leaves: its marks, and a count file of other shard names
+    # (counted again, it was added to this count's).
+    (tmp_path / "counts" / "counted").mkdir(parents=True)
+    (tmp_path / "counts" / "counted" / "piece-00000").write_text("")
+    stale = tmp_path / "counts" / "word-counts-00000-of-00009.jsonl"
+    stale.write_text('["the", 1000000]\n', encoding="utf-8")
     counts = count_words_beam(
         corpus, temp_dir=str(tmp_path / "counts"), num_workers=2, pipeline_args=runs[2]
     )

@@ -295,3 +295,26 @@ def test_a_corpus_edited_in_place_is_prepared_again(tmp_path, capsys):
     assert main(argv) == 0
     assert [os.path.getmtime(p) for p in shards] == [1, 1]
     assert "Discarding" not in capsys.readouterr().err
+
+
+def test_latin_1_text_past_the_files_beginning_is_one_sentence(tmp_path):
+    # A corpus joined from sources, one in Latin-1 after 200 KB of ASCII: only the first
+    # 64 KiB were checked, and "café" trained as "caf\ufffd" without a word.
+    from keras_electra.data.files import check_text_files
+
+    head = ("the king is dead . long live the king .\n" * 5000).encode()
+    tail = ("le café de la bibliothèque est fermé .\n" * 3000).encode("latin-1")
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_bytes(head + tail)
+    with pytest.raises(InputDataError) as caught:
+        check_text_files([str(mixed)])
+    at = len(head) + tail.index("é".encode("latin-1"))
+    assert str(caught.value) == (
+        f"Corpus file '{mixed}' is not all UTF-8: at byte {at:,} it has the byte 0xE9 ('é' in "
+        "Windows-1252), in a part with no UTF-8 beyond ASCII (text in a legacy 8-bit "
+        "encoding such as Latin-1, joined to the rest); convert that part (`iconv -f "
+        "WINDOWS-1252 -t UTF-8`) before joining, and pass the result."
+    )
+    fine = tmp_path / "fine.txt"
+    fine.write_bytes(head + tail.decode("latin-1").encode())  # the same text in UTF-8
+    check_text_files([str(fine)])

@@ -412,6 +412,12 @@ def count_words_beam(
     prefix = os.path.join(temp_dir, "word-counts")
     counted = os.path.join(temp_dir, "counted")  # a file per piece done, for the bar
     markers = {p.index: os.path.join(counted, f"piece-{p.index:05d}") for p in pieces}
+    # A stopped count's files: its markers would move the bar, and its counts (under other
+    # shard names) would be added to this one's.
+    if tf.io.gfile.exists(counted):
+        tf.io.gfile.rmtree(counted)
+    for name in tf.io.gfile.glob(prefix + "*.jsonl"):
+        tf.io.gfile.remove(name)
     tf.io.gfile.makedirs(counted)
     bar = (list(markers.values()), "Counting words", " pieces") if progress else None
     with (

@@ -434,6 +434,33 @@ def check_text_files(files: Sequence[str], what: str = "Corpus file") -> None:
                 "KiB is UTF-8 beyond ASCII; convert it (`iconv -f WINDOWS-1252 -t UTF-8 "
                 f"'{path}' > converted.txt`) and pass the converted file."
             )
+        _check_later_parts(path, what)
+
+
+def _check_later_parts(path: str, what: str) -> None:
+    """:func:`legacy_byte` on a file's middle and end too (a sample each, from a line's
+    start): a corpus joined from sources, one of them in Latin-1 past the first
+    :data:`TEXT_SAMPLE_BYTES`, trained its accented letters as U+FFFD without a word."""
+    size = os.path.getsize(path)
+    if size <= 2 * TEXT_SAMPLE_BYTES:
+        return
+    with open(path, "rb") as f:
+        for start in (size // 2, size - TEXT_SAMPLE_BYTES):
+            f.seek(start)
+            data = f.read(TEXT_SAMPLE_BYTES)
+            skip = data.find(b"\n") + 1  # 0 where there is none: a line's middle, kept
+            at = legacy_byte(data[skip:])
+            if at is None:
+                continue
+            where = start + skip + at
+            letter = data[skip + at : skip + at + 1].decode("cp1252", "replace")
+            shown = f" ('{letter}' in Windows-1252)" if letter.isprintable() else ""
+            raise InputDataError(
+                f"{what} '{path}' is not all UTF-8: at byte {where:,} it has the byte "
+                f"0x{data[skip + at]:02X}{shown}, in a part with no UTF-8 beyond ASCII (text in "
+                "a legacy 8-bit encoding such as Latin-1, joined to the rest); convert that "
+                "part (`iconv -f WINDOWS-1252 -t UTF-8`) before joining, and pass the result."
+            )
 
 
 # Compressed files' first bytes (bzip2's: "BZh", the block size, then pi's digits), and the

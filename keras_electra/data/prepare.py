@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from keras_electra.data.vocab import (
 )
 from keras_electra.errors import ConfigError
 from keras_electra.run_directory import RunDirectory
-from keras_electra.settings import PrepareSettings, with_options
+from keras_electra.settings import PrepareSettings, check_seed, with_options
 
 
 @dataclass
@@ -87,8 +88,10 @@ class PrepareResult:
         """What the command prints: what was written and how to pretrain on it, or the
         dry run's plan."""
         s = self.settings
+        quote = shlex.quote  # a path with a space or a quote, pasted into a shell
         pretrain = (
-            f"keras-electra pretrain --corpus {self.output_dir} --vocab {self.vocab_file} "
+            f"keras-electra pretrain --corpus {quote(str(self.output_dir))} "
+            f"--vocab {quote(str(self.vocab_file))} "
             f"--max-seq-length {s.max_seq_length}{'' if s.lowercase else ' --cased'} "
             "--output RUN_DIR"
         )
@@ -170,6 +173,7 @@ def prepare(
     remote = is_remote(out_name)  # gs://bucket/dir: written through tf.io.gfile
     out: Path | str = out_name.rstrip("/") if remote else Path(out_name)
     check_writing(s.max_seq_length, s.num_shards)
+    check_seed(s.seed)  # a dry run too: past it, the packing's hash fails with a traceback
     check_output_outside_corpus(corpus, out_name, "prepare")
     if not remote:  # the records' vocab.txt would replace a model's own
         held = RunDirectory(out)

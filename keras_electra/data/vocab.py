@@ -197,6 +197,8 @@ def count_words(
             _add_counts(counts, unique, n)
             # Counted with a newline per line: a last line without one is a byte less.
             bar.update(int(read) if total is None else min(int(read), total - bar.n))
+        if total is not None:  # every byte read (a CRLF line's "\r" is not counted above)
+            bar.update(total - bar.n)
     return _decoded(counts)
 
 
