@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,3 +146,34 @@ not a folder; pass a path whose every part is a folder.
         f"Cannot write {flag} '{path}': '{shown}' is not a folder you can write to; pass a "
         "directory you can write, or fix its permissions."
     )
+
+
+@contextlib.contextmanager
+def held_directory(directory: str | Path) -> Iterator[None]:
+    """Hold the existing local ``directory`` while this process writes into it: another
+    keras-electra process that asks for it (a ``pretrain``, ``finetune`` or ``prepare``
+    given the same ``--output``) stops in one sentence instead of writing the same files.
+    An advisory ``flock`` on the directory itself, released when the process ends however
+    it ends (nothing to clean up after a kill). Where there is no ``fcntl``, nothing is
+    held.
+
+    Raises:
+        ConfigError: another process holds it.
+    """
+    if sys.platform == "win32":  # pragma: no cover - no flock
+        yield
+        return
+    import fcntl
+
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"Another keras-electra process is writing into '{directory}'; wait for it "
+                "to end or stop it, or choose another --output."
+            ) from None
+        yield
+    finally:
+        os.close(fd)

@@ -21,11 +21,10 @@ Examples:
 from __future__ import annotations
 
 import os
-import socket
 from contextlib import contextmanager
 from pathlib import Path
 
-from keras_electra.atomic import write_json
+from keras_electra.atomic import held_directory, write_json
 from keras_electra.config import OBJECTIVE_FIELDS, ElectraConfig
 from keras_electra.data.vocab import load_vocab, save_vocab
 from keras_electra.errors import ConfigError, read_json
@@ -66,7 +65,6 @@ class RunDirectory:
     STATE = "state.json"  # in resume/: the interrupted fine-tuning's identity, written first
     CONVERT = "convert.json"  # directories `keras-electra convert` wrote: source and notes
     STOPPED = "stopped.json"  # a pretraining that diverged or was stopped: why, until it resumes
-    LOCK = ".lock"  # held by the process writing the directory (its pid and host inside)
     SAVED_BY = "keras_electra.pretraining.save_run"  # run.json's saved_by, of save_run's
 
     def __init__(self, path: str | os.PathLike):
@@ -106,55 +104,20 @@ class RunDirectory:
         return {self.CONFIG: self.config_file, self.VOCAB: self.vocab_file}
 
     @contextmanager
-    def claimed(self, flag: str = "--output"):
-        """Hold the directory for this process (creating it): a second process given the
-        same ``flag`` is refused in one sentence instead of writing the same checkpoints
-        and logs. An advisory ``flock`` on :attr:`LOCK`, released when the process ends
-        however it ends; the file is removed when the block ends, and with it a directory
-        the block created and nothing was written to. A URL, or a system without
-        ``fcntl``, is not locked.
-
-        Raises:
-            ConfigError: another process holds the directory.
-        """
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
-            fcntl = None
-        if fcntl is None or "://" in str(self.path):
+    def claimed(self):
+        """Hold the directory (creating it) while this process writes it
+        (:func:`~keras_electra.atomic.held_directory`), and remove it afterwards if it was
+        created here and nothing was written to it. A URL is not held."""
+        if "://" in str(self.path):
             yield
             return
         created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
-        lock = self.path / self.LOCK
-        while True:
-            f = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - held across the yield
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.seek(0)
-                holder = f.read().strip() or "another process"
-                f.close()
-                raise ConfigError(
-                    f"{flag} '{self.path}' is being written by {holder}; wait for it to end "
-                    f"or stop it, or pass another {flag}."
-                ) from None
-            try:  # the file its holder removed as this process opened it: open the new one
-                if os.stat(lock).st_ino == os.fstat(f.fileno()).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            f.close()
         try:
-            f.seek(0)
-            f.truncate()
-            f.write(f"process {os.getpid()} on {socket.gethostname()}\n")
-            f.flush()
-            yield
+            with held_directory(self.path):
+                yield
         finally:
-            lock.unlink(missing_ok=True)  # before the lock is released, not after
-            f.close()
-            if created and not any(self.path.iterdir()):
+            if created and self.path.is_dir() and not any(self.path.iterdir()):
                 self.path.rmdir()
 
     # --- what is there ---

@@ -237,11 +237,11 @@ def traced_step_ops(policy: str, hyperparameters: dict | None = None, **config) 
 
 @contextlib.contextmanager
 def held_by_another_process(directory):
-    """Another Python process holding run directory ``directory`` (``RunDirectory.claimed``)
-    until the block ends; yields that process's id."""
+    """Another Python process holding the existing ``directory`` (``held_directory``, as a
+    pretrain, finetune or prepare writing into it) until the block ends; yields its id."""
     code = (
-        "import sys, time; from keras_electra.run_directory import RunDirectory\n"
-        "with RunDirectory(sys.argv[1]).claimed():\n"
+        "import sys, time; from keras_electra.atomic import held_directory\n"
+        "with held_directory(sys.argv[1]):\n"
         "    print('held', flush=True); time.sleep(300)"
     )
     holder = subprocess.Popen(

@@ -659,32 +659,21 @@ def _running(pid: int) -> bool:
 def test_a_second_prepare_into_the_same_output_stops_in_one_sentence(tmp_path, capsys):
     # Both ran: one removed the other's partial shard and it ended in a NotFoundError
     # traceback on a .tmp file. Another process holds the lock here as a prepare would.
-    import subprocess
-    import sys
+    from conftest import held_by_another_process
 
     corpus = tmp_path / "one.txt"
     corpus.write_text("The cat sat on the mat.\n\nA dog ran.\n", encoding="utf-8")
     out = tmp_path / "records"
     out.mkdir()
-    holder = (
-        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
-        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
-    )
-    other = subprocess.Popen(
-        [sys.executable, "-c", holder, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
     args = ["--corpus", str(corpus), "--output", str(out), "--vocab-size", "40", "--workers", "1"]
-    try:
-        assert other.stdout.readline() == b"held\n"
+    with held_by_another_process(out):
         code, err = run_prepare(capsys, *args)
         assert code == 2
         assert err.strip().splitlines() == [
-            f"keras-electra prepare: error: Another keras-electra prepare is writing into "
-            f"'{out}'; wait for it to end, or choose another --output."
+            f"keras-electra prepare: error: Another keras-electra process is writing into "
+            f"'{out}'; wait for it to end or stop it, or choose another --output."
         ]
         assert os.listdir(out) == []
-    finally:
-        other.communicate(b"")
     assert run_prepare(capsys, *args)[0] == 0  # the lock went with the other process
     assert json.loads((out / "metadata.json").read_text())["complete"]
 

@@ -780,17 +780,15 @@ def test_a_second_process_on_the_same_output_is_refused_while_the_first_runs(
     from keras_electra.run_directory import RunDirectory
 
     run_dir = tmp_path / "run"
-    with held_by_another_process(run_dir) as pid:
+    run_dir.mkdir()
+    with held_by_another_process(run_dir):
         status = pretrain_command("--corpus", str(small_corpus), "--output", str(run_dir))
     assert status == 2
     assert one_sentence(capsys.readouterr().err) == (
-        f"keras-electra pretrain: error: --output '{run_dir}' is being written by process "
-        f"{pid} on {os.uname().nodename}; wait for it to end or stop it, or pass another "
-        "--output."
+        f"keras-electra pretrain: error: Another keras-electra process is writing into "
+        f"'{run_dir}'; wait for it to end or stop it, or choose another --output."
     )
-    # Nothing written; the killed holder's lock file is left, its lock released with it.
-    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
+    assert not any(run_dir.iterdir())  # nothing written
+    # The holder killed, its lock went with it: the directory is free.
     with RunDirectory(run_dir).claimed():
-        host = os.uname().nodename
-        assert (run_dir / ".lock").read_text() == f"process {os.getpid()} on {host}\n"
-    assert not (run_dir / ".lock").exists()  # removed when the holder ends
+        pass

@@ -12,15 +12,13 @@ Examples:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shlex
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from keras_electra.atomic import check_writable
+from keras_electra.atomic import check_writable, held_directory
 from keras_electra.data.beam import (
     beam_available,
     count_words_beam,
@@ -209,7 +207,7 @@ def prepare(
         out.mkdir(parents=True, exist_ok=True)
     else:
         tf.io.gfile.makedirs(out)
-    with _alone_in(out) if isinstance(out, Path) else contextlib.nullcontext():
+    with held_directory(out) if isinstance(out, Path) else contextlib.nullcontext():
         if tokens is None:
             if beam:
                 temp = os.path.join(str(out), ".word-counts")
@@ -243,25 +241,6 @@ def prepare(
         else:
             result.shards = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
         return result
-
-
-@contextlib.contextmanager
-def _alone_in(directory: Path) -> Iterator[None]:
-    """An exclusive lock on the local output ``directory`` while ``prepare`` writes into
-    it: a second ``prepare`` into it stops in one sentence (the lock goes with the process,
-    however it ends)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(
-                f"Another keras-electra prepare is writing into '{directory}'; wait for it "
-                "to end, or choose another --output."
-            ) from None
-        yield
-    finally:
-        os.close(fd)
 
 
 IN_PROCESS_HINT = (

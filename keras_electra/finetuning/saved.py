@@ -81,7 +81,6 @@ def check_output_dir(output_dir: str | Path) -> RunDirectory:
 
 # What a fine-tuning writes into its --output (a finished model, or resume/ while it runs).
 _FINETUNING_WRITES = {
-    RunDirectory.LOCK,
     RunDirectory.CONFIG,
     RunDirectory.VOCAB,
     RunDirectory.FINETUNE,
