@@ -318,3 +318,34 @@ def test_latin_1_text_past_the_files_beginning_is_one_sentence(tmp_path):
     fine = tmp_path / "fine.txt"
     fine.write_bytes(head + tail.decode("latin-1").encode())  # the same text in UTF-8
     check_text_files([str(fine)])
+
+
+def test_a_rerun_uses_the_vocabulary_it_learned_unless_its_inputs_changed(tmp_path, capsys):
+    # A prepare stopped while writing shards learned its vocabulary again on the rerun: a
+    # whole pass over the corpus, as long as the packing.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "".join(f"the king {i} is dead .\nlong live the queen .\n\n" for i in range(300)),
+        encoding="utf-8",
+    )
+    out = tmp_path / "records"
+    argv = ["prepare", "--corpus", str(corpus), "--output", str(out), "--vocab-size", "300"]
+    argv += ["--num-shards", "2", "--workers", "1"]
+
+    def run(*extra):
+        assert main([*argv, *extra]) == 0
+        return capsys.readouterr()
+
+    first = run()
+    assert "Counting words" in first.err and "earlier run" not in first.out
+    vocab = (out / "vocab.txt").read_bytes()
+    (out / "metadata.json").unlink()  # as a run stopped before its shards were written
+    again = run()
+    assert f"Using the vocabulary an earlier run learned: {out / 'vocab.txt'}" in again.out
+    assert "Counting words" not in again.err and (out / "vocab.txt").read_bytes() == vocab
+    # Another size, or an edited corpus, learns it again.
+    assert "Counting words" in run("--vocab-size", "290").err
+    stat = corpus.stat()
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert "Counting words" in run("--vocab-size", "290").err
+    assert "Counting words" not in run("--vocab-size", "290").err

@@ -12,6 +12,8 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shlex
 import sys
@@ -30,6 +32,7 @@ from keras_electra.data.files import (
     check_corpus_has_text,
     check_output_outside_corpus,
     file_size,
+    file_version,
     is_remote,
     left_out_note,
     resolve_corpus_files,
@@ -49,7 +52,7 @@ from keras_electra.data.vocab import (
     save_vocab,
     vocab_from_counts,
 )
-from keras_electra.errors import ConfigError
+from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.run_directory import RunDirectory
 from keras_electra.settings import PrepareSettings, check_seed, with_options
 
@@ -208,6 +211,9 @@ def prepare(
     else:
         tf.io.gfile.makedirs(out)
     with held_directory(out) if isinstance(out, Path) else contextlib.nullcontext():
+        request = _vocabulary_request(s, files) if tokens is None else None
+        if request is not None and (tokens := _learned_before(out, request)) is not None:
+            print(f"Using the vocabulary an earlier run learned: {vocab_path(out)}", flush=True)
         if tokens is None:
             if beam:
                 temp = os.path.join(str(out), ".word-counts")
@@ -225,6 +231,9 @@ def prepare(
                 tokens = learn_vocab(corpus, s.vocab_size, lowercase=s.lowercase, progress=True)
         result = PrepareResult(out, s, files, len(tokens), [], written=True, corpus_bytes=total)
         save_vocab(tokens, str(result.vocab_file))
+        if request is not None:  # how it was learned: a rerun need not learn it again
+            digest = hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
+            _write_request(out, {**request, "vocab_sha256": digest})
         tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
         for warning in corpus_warnings(tokenizer, files, s.max_seq_length):
             print(warning, file=sys.stderr, flush=True)
@@ -241,6 +250,48 @@ def prepare(
         else:
             result.shards = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
         return result
+
+
+LEARNED = "vocab_learned.json"
+"""Beside ``vocab.txt``: what it was learned from (``--vocab-size``, casing, each corpus
+file's size and modification time) and its SHA-256, so that a rerun of a stopped
+``prepare`` uses it instead of reading the whole corpus again."""
+
+
+def vocab_path(out: Path | str) -> str:
+    return os.path.join(str(out), RunDirectory.VOCAB)
+
+
+def _vocabulary_request(s: PrepareSettings, files: list[str]) -> dict:
+    """What a learned vocabulary depends on."""
+    paths = [p if is_remote(p) else os.path.realpath(p) for p in files]
+    corpus = [[p, *file_version(p)] for p in paths]
+    return {"vocab_size": s.vocab_size, "lowercase": s.lowercase, "corpus": corpus}
+
+
+def _learned_before(out: Path | str, request: dict) -> list[str] | None:
+    """The vocabulary an earlier run (stopped or done) learned into ``out``, if it was
+    learned for the same ``request`` and is whole; else None."""
+    import tensorflow as tf
+
+    record, vocab = os.path.join(str(out), LEARNED), vocab_path(out)
+    try:
+        with tf.io.gfile.GFile(record, "r") as f:
+            learned = json.load(f)
+        tokens = load_vocab(vocab)
+    except (OSError, ValueError, tf.errors.OpError, InputDataError):
+        return None
+    digest = hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
+    if not isinstance(learned, dict) or learned.pop("vocab_sha256", None) != digest:
+        return None
+    return tokens if learned == request else None
+
+
+def _write_request(out: Path | str, value: dict) -> None:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(os.path.join(str(out), LEARNED), "w") as f:
+        f.write(json.dumps(value, indent=1))
 
 
 IN_PROCESS_HINT = (
