@@ -349,3 +349,30 @@ def test_a_rerun_uses_the_vocabulary_it_learned_unless_its_inputs_changed(tmp_pa
     os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert "Counting words" in run("--vocab-size", "290").err
     assert "Counting words" not in run("--vocab-size", "290").err
+
+
+def test_a_dry_run_says_what_becomes_of_the_finished_shards(tmp_path, capsys):
+    # The dry run planned as if the output were empty: a changed --seed would remove the
+    # finished shards of hours of work without the plan saying so.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"the king {i} is dead .\n\n" for i in range(200)), "utf-8")
+    out = tmp_path / "records"
+    argv = ["prepare", "--corpus", str(corpus), "--output", str(out), "--vocab-size", "300"]
+    argv += ["--num-shards", "2", "--workers", "1"]
+
+    def existing(*extra):
+        assert main([*argv, *extra, "--dry-run"]) == 0
+        rows = [x.split(None, 1) for x in capsys.readouterr().out.splitlines()[1:]]
+        return dict(rows).get("existing")
+
+    assert existing() is None  # nothing there yet
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert existing() == "2 finished shards kept (the same corpus and settings); the rest written"
+    assert existing("--seed", "7") == (
+        f"would discard 2 finished shards in '{out}': they were written with other settings "
+        "(--seed 0, now 7)"
+    )
+    assert existing("--vocab-size", "290") == (
+        "2 finished shards, kept only if the vocabulary learned first is the one they used"
+    )

@@ -39,6 +39,7 @@ from keras_electra.data.files import (
 )
 from keras_electra.data.tfrecords import (
     check_writing,
+    finished_shards_note,
     plan_shards,
     shard_paths,
     write_pretraining_tfrecords,
@@ -69,6 +70,8 @@ class PrepareResult:
         shards: the shard files.
         written: False for a dry run.
         corpus_bytes: the corpus files' total size (local files and URLs alike).
+        existing: (dry run) what the run would do with the finished shards the output
+            holds (kept, or removed and why), None where it holds none.
     """
 
     output_dir: Path | str
@@ -78,6 +81,7 @@ class PrepareResult:
     shards: list[str]
     written: bool
     corpus_bytes: int = 0
+    existing: str | None = None
 
     @property
     def vocab_file(self) -> Path | str:
@@ -122,6 +126,7 @@ class PrepareResult:
             "pipeline": _pipeline_row(s, self.corpus_bytes),
             "shards": f"{shards} in {self.output_dir} ({Path(self.shards[0]).name}, ...) "
             "and metadata.json",
+            **({"existing": self.existing} if self.existing else {}),
             "then": pretrain,
         }
         width = max(map(len, rows))
@@ -200,7 +205,14 @@ def prepare(
         shards = shard_paths(str(out), len(plan_shards(files, s.num_shards)))
         size = len(tokens) if tokens is not None else s.vocab_size
         uses_beam(s, total, out_name)  # the options' checks
-        return PrepareResult(out, s, files, size, shards, written=False, corpus_bytes=total)
+        known = tokens or _learned_before(out, _vocabulary_request(s, files))
+        tokenizer = ElectraTokenizer(known, lowercase=s.lowercase) if known else None
+        existing = finished_shards_note(
+            files, tokenizer, out_name, s.max_seq_length, s.num_shards, s.seed
+        )
+        result = PrepareResult(out, s, files, size, shards, written=False, corpus_bytes=total)
+        result.existing = existing
+        return result
     beam = uses_beam(s, total, out_name)
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)

@@ -255,27 +255,10 @@ def start_writing(
     plans = plan_shards(paths, num_shards)
     output_dir = os.fspath(output_dir)
     tf.io.gfile.makedirs(output_dir)
-    settings = {
-        "max_seq_length": int(max_seq_length),
-        "vocab_size": tokenizer.vocab_size,
-        "vocab_sha256": _vocab_digest(tokenizer.vocab),
-        "lowercase": tokenizer.lowercase,
-        "seed": int(seed),
-        "packing_seed": list(packing_seed(seed)),
-        "num_shards": len(plans),
-        "corpus_files": len(paths),
-        "corpus_bytes": sum(plan.num_bytes for plan in plans),
-        "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
-        # Each file's size and modification time: an edit that keeps the size is seen too.
-        "corpus_versions": _versions(paths),
-    }
+    settings = _settings(paths, plans, tokenizer, max_seq_length, seed)
     paths = shard_paths(output_dir, len(plans))
     metadata = _read_metadata(output_dir)
-    previous = metadata.get("settings")
-    if isinstance(previous, dict):
-        for key in ("corpus", "corpus_versions"):
-            if isinstance(previous.get(key), list):
-                previous = {**previous, key: [[_absolute(p), *r] for p, *r in previous[key]]}
+    previous = _previous_settings(metadata)
     same = previous == settings
     pattern = os.path.join(output_dir, f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}*")
     found = tf.io.gfile.glob(pattern)  # listed once (a request on a bucket)
@@ -291,6 +274,62 @@ def start_writing(
     if same and metadata.get("complete"):
         expected = dict(zip(metadata["shards"], metadata["shard_examples"], strict=True))
     return WritingJob(output_dir, plans, paths, settings, expected)
+
+
+def finished_shards_note(
+    files: PathsLike,
+    tokenizer: ElectraTokenizer | None,
+    output_dir: str,
+    max_seq_length: int,
+    num_shards: int,
+    seed: int,
+) -> str | None:
+    """What writing with these settings would do with the finished shards ``output_dir``
+    holds (a dry run's line; ``tokenizer`` None: a vocabulary still to be learned), or
+    None where it holds none."""
+    pattern = os.path.join(os.fspath(output_dir), f"{SHARD_PREFIX}-*-of-*{TFRECORD_SUFFIX}")
+    held = len(tf.io.gfile.glob(pattern))
+    if not held:
+        return None
+    shards = f"{held} finished shard{'s' if held != 1 else ''}"
+    if tokenizer is None:
+        return f"{shards}, kept only if the vocabulary learned first is the one they used"
+    paths = [_absolute(p) for p in resolve_corpus_files(files)]
+    settings = _settings(paths, plan_shards(paths, num_shards), tokenizer, max_seq_length, seed)
+    previous = _previous_settings(_read_metadata(os.fspath(output_dir)))
+    if previous == settings:
+        return f"{shards} kept (the same corpus and settings); the rest written"
+    note = _discarding_note(os.fspath(output_dir), held, previous, settings)
+    return note.replace("Discarding", "would discard", 1).rstrip(".")
+
+
+def _settings(paths, plans, tokenizer: ElectraTokenizer, max_seq_length: int, seed: int) -> dict:
+    """What ``metadata.json`` records of a writing: finished shards are kept only for the
+    same."""
+    return {
+        "max_seq_length": int(max_seq_length),
+        "vocab_size": tokenizer.vocab_size,
+        "vocab_sha256": _vocab_digest(tokenizer.vocab),
+        "lowercase": tokenizer.lowercase,
+        "seed": int(seed),
+        "packing_seed": list(packing_seed(seed)),
+        "num_shards": len(plans),
+        "corpus_files": len(paths),
+        "corpus_bytes": sum(plan.num_bytes for plan in plans),
+        "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
+        # Each file's size and modification time: an edit that keeps the size is seen too.
+        "corpus_versions": _versions(paths),
+    }
+
+
+def _previous_settings(metadata: dict) -> Any:
+    """The settings ``metadata`` records, its corpus paths as :func:`_absolute` spells them."""
+    previous = metadata.get("settings")
+    if isinstance(previous, dict):
+        for key in ("corpus", "corpus_versions"):
+            if isinstance(previous.get(key), list):
+                previous = {**previous, key: [[_absolute(p), *r] for p, *r in previous[key]]}
+    return previous
 
 
 def _versions(paths: Sequence[str]) -> list[list]:
