@@ -254,3 +254,19 @@ def held_by_another_process(directory):
         holder.kill()
         holder.wait()
         holder.stdout.close()
+
+
+def records(paths: list[str]) -> list[bytes]:
+    """Every serialized record of the TFRecord files ``paths``, in order."""
+    import tensorflow as tf
+
+    return [r.numpy() for path in paths for r in tf.data.TFRecordDataset(path)]
+
+
+def as_rows(serialized: list[bytes]) -> list[tuple]:
+    """Each record's ``input_ids``, ``input_mask`` and ``segment_ids`` as tuples."""
+    import tensorflow as tf
+
+    names = ("input_ids", "input_mask", "segment_ids")
+    features = [tf.train.Example.FromString(record).features.feature for record in serialized]
+    return [tuple(tuple(f[name].int64_list.value) for name in names) for f in features]

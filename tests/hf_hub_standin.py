@@ -13,6 +13,7 @@ spelled out here, independently of the library's reader).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import http.server
@@ -78,6 +79,15 @@ class Hub(_Local):
         self.repos, self.requests, self.downloads = repos, [], []
         self.failing: dict[str, int] = {}
         super().__init__(_Handler)
+
+    @contextlib.contextmanager
+    def answering(self, what: str, status: int):
+        """``what`` (a ``failing`` key) answered with HTTP ``status`` inside the block."""
+        self.failing[what] = status
+        try:
+            yield
+        finally:
+            del self.failing[what]
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -342,59 +342,59 @@ def test_a_malformed_model_id_or_flags_that_do_not_go_together_fail_before_tenso
     assert not (tmp_path / "x").exists()
 
 
-def test_a_server_error_for_the_weights_is_said_and_no_other_weights_file_is_read(
-    hub, hub_env, tmp_path, capfd
+# A server error (HTTP 500, after huggingface_hub's retries where it retries) for a file the
+# fetch needs: (repository, what fails, the sentence's start, what is fetched once well).
+# The weights' was "the Hub is not reachable (or HF_HUB_OFFLINE is set) and its
+# model.safetensors is not in the cache"; the list of pull requests', or the pickle's ETag
+# that tells a current conversion from a stale one, left no conversion to read. Each time
+# the conversion went on to read tf_model.h5 instead.
+SERVER_ERRORS = {
+    "weights": (
+        "failing",
+        "model.safetensors",
+        "Could not fetch model.safetensors of Hugging Face model '{repo}': the server "
+        "answered HTTP 500 for it (also when asked again); retry later",
+        "main",
+    ),
+    "pull-requests": (
+        "safetensors-on-pr",
+        "discussions",
+        "Could not fetch the list of pull requests of Hugging Face model '{repo}': the "
+        "server answered HTTP 500 for it; retry later",
+        "refs/pr/5",
+    ),
+    "pickle-etag": (
+        "safetensors-on-pr",
+        "pytorch_model.bin",
+        "Could not fetch pytorch_model.bin of Hugging Face model '{repo}': the server "
+        "answered HTTP 500 for it; retry later",
+        "refs/pr/5",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SERVER_ERRORS))
+def test_a_server_error_is_said_and_no_other_weights_file_is_read(
+    case, hub, hub_env, tmp_path, capfd
 ):
-    # A 500 for model.safetensors (after huggingface_hub's retries) was "the Hub is not
-    # reachable (or HF_HUB_OFFLINE is set) and its model.safetensors is not in the cache",
-    # and with that file "unreachable" the conversion went on to read tf_model.h5.
     from keras_electra.cli import main
 
-    model = f"hf:{ORG}/failing"
-    hub.failing[f"{ORG}/failing/model.safetensors"] = 500
-    try:
+    name, failing, said, revision = SERVER_ERRORS[case]
+    repo, model = f"{ORG}/{name}", f"hf:{ORG}/{name}"
+    with hub.answering(f"{repo}/{failing}", 500):
         with pytest.raises(InputDataError) as raised:
             fetch(model)
         capfd.readouterr()
         status = main(["convert", "--from", "hf", model, "--output", str(tmp_path / "out")])
         err = capfd.readouterr().err
-    finally:
-        del hub.failing[f"{ORG}/failing/model.safetensors"]
-    assert str(raised.value) == (
-        f"Could not fetch model.safetensors of Hugging Face model '{ORG}/failing': the server "
-        "answered HTTP 500 for it (also when asked again); retry later, or convert a local "
-        "copy with `keras-electra convert --from hf DIR`."
-    )
-    assert not [d for d in hub.downloads if d.startswith(f"/{ORG}/failing/") and "tf_model" in d]
+    assert str(raised.value).startswith(said.format(repo=repo)), str(raised.value)
+    assert str(raised.value).endswith(", or convert a local copy with `keras-electra convert "
+                                      "--from hf DIR`.")  # fmt: skip
+    assert not [d for d in hub.downloads if d.startswith(f"/{repo}/") and "tf_model" in d]
     assert status == 2 and err.count("\n") == 1 and "HTTP 500" in err, err
     assert not (tmp_path / "out").exists()
-    assert fetch(model).weights == "model.safetensors"  # the server well again
-
-
-@pytest.mark.parametrize(
-    "failing, said",
-    [
-        ("discussions", "Could not fetch the list of pull requests of Hugging Face model"),
-        ("pytorch_model.bin", "Could not fetch pytorch_model.bin of Hugging Face model"),
-    ],
-)
-def test_a_server_error_checking_the_conversion_pull_requests_reads_no_tf_weights(
-    hub, hub_env, failing, said
-):
-    # A model whose safetensors are on a conversion pull request: a 500 for the list of
-    # pull requests, or for the pickle's ETag that tells a current conversion from a
-    # stale one, left no conversion to read, and tf_model.h5 was read in its place.
-    model = f"hf:{ORG}/safetensors-on-pr"
-    hub.failing[f"{ORG}/safetensors-on-pr/{failing}"] = 500
-    try:
-        with pytest.raises(InputDataError) as raised:
-            fetch(model)
-    finally:
-        del hub.failing[f"{ORG}/safetensors-on-pr/{failing}"]
-    sentence = str(raised.value)
-    assert sentence.startswith(said) and "answered HTTP 500 for it; retry later" in sentence
-    assert not [d for d in hub.downloads if "safetensors-on-pr" in d and "tf_model" in d]
-    assert fetch(model).revision == "refs/pr/5"  # the server well again
+    fetched = fetch(model)  # the server well again
+    assert (fetched.weights, fetched.revision) == ("model.safetensors", revision)
 
 
 def test_an_endpoint_that_is_not_a_hub_is_said_to_be_one(tmp_path, monkeypatch):

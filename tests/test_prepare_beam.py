@@ -17,6 +17,7 @@ import signal
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import as_rows, records
 
 from keras_electra.cli import _descendants, main
 from keras_electra.data import ElectraTokenizer, pretraining_examples, write_pretraining_tfrecords
@@ -64,23 +65,6 @@ def corpus(tmp_path_factory) -> list[str]:
         path.write_bytes(text.encode("utf-8"))
         paths.append(str(path))
     return paths
-
-
-def records(paths: list[str]) -> list[bytes]:
-    return [r.numpy() for path in paths for r in tf.data.TFRecordDataset(path)]
-
-
-def as_rows(serialized: list[bytes]) -> list[tuple]:
-    rows = []
-    for record in serialized:
-        feature = tf.train.Example.FromString(record).features.feature
-        rows.append(
-            tuple(
-                tuple(feature[name].int64_list.value)
-                for name in ("input_ids", "input_mask", "segment_ids")
-            )
-        )
-    return rows
 
 
 def test_packer_equals_the_tf_data_scan(corpus, tokenizer):

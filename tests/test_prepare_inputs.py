@@ -11,6 +11,7 @@ import tracemalloc
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import as_rows, records
 
 import keras_electra.data.tfrecords as tfrecords
 from keras_electra.cli import main
@@ -36,19 +37,6 @@ def sentences(count: int, seed: int = 0) -> bytes:
     rng = np.random.default_rng(seed)
     lines = (" ".join(rng.choice(WORDS, size=rng.integers(3, 16))) + " .\n" for _ in range(count))
     return "".join(lines).encode("utf-8")
-
-
-def records(paths: list[str]) -> list[bytes]:
-    return [r.numpy() for path in paths for r in tf.data.TFRecordDataset(path)]
-
-
-def as_rows(serialized: list[bytes]) -> list[tuple]:
-    rows = []
-    for record in serialized:
-        feature = tf.train.Example.FromString(record).features.feature
-        names = ("input_ids", "input_mask", "segment_ids")
-        rows.append(tuple(tuple(feature[name].int64_list.value) for name in names))
-    return rows
 
 
 def streamed_rows(files: list[str], tokenizer, seed: int) -> list[tuple]:
