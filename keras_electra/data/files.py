@@ -424,17 +424,20 @@ def check_text_files(files: Sequence[str], what: str = "Corpus file") -> None:
             )
         at = legacy_byte(data)
         if at is not None:
-            letter = data[at : at + 1].decode("cp1252", "replace")
-            shown = f" ('{letter}' in Windows-1252)" if letter.isprintable() else ""
             line = data[:at].count(b"\n") + 1
             raise InputDataError(
                 f"{what} '{path}' is not UTF-8 but a legacy 8-bit encoding such as "
-                f"Latin-1: line {line} has the byte "
-                f"0x{data[at]:02X}{shown}, and none of its first {TEXT_SAMPLE_BYTES // 1024} "
-                "KiB is UTF-8 beyond ASCII; convert it (`iconv -f WINDOWS-1252 -t UTF-8 "
-                f"'{path}' > converted.txt`) and pass the converted file."
+                f"Latin-1: line {line} has the byte {_byte(data, at)}, and none of its first "
+                f"{TEXT_SAMPLE_BYTES // 1024} KiB is UTF-8 beyond ASCII; convert it (`iconv "
+                f"-f WINDOWS-1252 -t UTF-8 '{path}' > converted.txt`) and pass the converted file."
             )
         _check_later_parts(path, what)
+
+
+def _byte(data: bytes, at: int) -> str:
+    """``data[at]`` as a message shows it: ``0xE9 ('é' in Windows-1252)``."""
+    letter = data[at : at + 1].decode("cp1252", "replace")
+    return f"0x{data[at]:02X}" + (f" ('{letter}' in Windows-1252)" if letter.isprintable() else "")
 
 
 def _check_later_parts(path: str, what: str) -> None:
@@ -452,12 +455,9 @@ def _check_later_parts(path: str, what: str) -> None:
             at = legacy_byte(data[skip:])
             if at is None:
                 continue
-            where = start + skip + at
-            letter = data[skip + at : skip + at + 1].decode("cp1252", "replace")
-            shown = f" ('{letter}' in Windows-1252)" if letter.isprintable() else ""
             raise InputDataError(
-                f"{what} '{path}' is not all UTF-8: at byte {where:,} it has the byte "
-                f"0x{data[skip + at]:02X}{shown}, in a part with no UTF-8 beyond ASCII (text in "
+                f"{what} '{path}' is not all UTF-8: at byte {start + skip + at:,} it has the "
+                f"byte {_byte(data, skip + at)}, in a part with no UTF-8 beyond ASCII (text in "
                 "a legacy 8-bit encoding such as Latin-1, joined to the rest); convert that "
                 "part (`iconv -f WINDOWS-1252 -t UTF-8`) before joining, and pass the result."
             )
