@@ -19,13 +19,14 @@ each in `make test`. The detector has learned by step 100 (measured on an AMD EP
 float32: disc_auc 0.891, recall 0.27, health probe AUC 0.886, held-out out-of-context AUC
 0.926; at step 50 already 0.824, 0.21 and 0.889; mixed_bfloat16 and mixed_float16 at step
 100: disc_auc 0.891 both, recall 0.26 and 0.27, probe AUC 0.883 and 0.887, held-out 0.926
-both). Two checks are weaker on the short runs,
-with their bars from the same measurement: the generator's held-out accuracy is at 0.9x
-the most-frequent-token baseline rather than 1.5x (it has learned the commas: 1.09x in
-float32 at step 100; 1.73x at step 600 with the earlier schedule, whose warm-up replaced
-the decay), and the export flags the implanted word in 10 of 20 sentences rather than 14
-(15 at step 100; a word chosen at random would be the top one in about 2). The final-layer
-cosine's bar applies to the whole run only (see the test).
+both). Two checks are weaker on the short runs, with their bars from the same
+measurement: the generator's held-out accuracy is at 0.9x the most-frequent-token
+baseline rather than 1.5x (it has learned the commas: on the held-out plays 0.97x in
+float32 at step 100, with evaluation's masks drawn from each text; 1.73x at step 600 with
+the earlier schedule, whose warm-up replaced the decay), and the export flags the
+implanted word in 10 of 20 sentences rather than 14 (15 at step 100; a word chosen at
+random would be the top one in about 2). The final-layer cosine's bar applies to the
+whole run only (see the test).
 To run the demo's whole 600 steps in the three precisions with every check at its full bar,
 by hand::
 
@@ -106,8 +107,12 @@ def held_out_batches(tokenizer, n=4):
 
 
 def test_generator_beats_the_most_frequent_token_baseline(trained):
+    # Twelve held-out batches (384 examples, about 7,000 masked tokens): over four, eight
+    # draws of the masks spread the short run's accuracy from 0.89x to 1.12x the baseline
+    # (sd 0.07), over twelve from 0.95x to 1.10x (sd 0.04; float32, AMD EPYC).
+    held = held_out_batches(trained.tokenizer, n=12)
     counts, total = Counter(), 0
-    for batch in held_out_batches(trained.tokenizer):
+    for batch in held:
         ids, mask = batch["token_ids"].numpy(), batch["padding_mask"].numpy().astype(bool)
         real = ids[mask & (ids > 4)]
         counts.update(real.tolist())
@@ -122,7 +127,7 @@ def test_generator_beats_the_most_frequent_token_baseline(trained):
     results = model.evaluate(
         tf.data.Dataset.from_tensor_slices(
             {
-                k: tf.concat([b[k] for b in held_out_batches(trained.tokenizer)], 0)
+                k: tf.concat([b[k] for b in held], 0)
                 for k in ("token_ids", "padding_mask", "segment_ids")
             }
         ).batch(32),
