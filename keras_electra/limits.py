@@ -122,14 +122,24 @@ def split_inputs(inputs: Mapping[str, Any], size: int | None) -> list[dict[str, 
     ]
 
 
-def _fill(dtype: np.dtype) -> Any:
+QA_PADDING_LOGIT = -10000.0
+"""A question-answering export's start and end logits past a question's windows (a
+padding window's), which no answer takes; zeros would beat a real window's negative ones."""
+
+_PADDING = {"start_logits": QA_PADDING_LOGIT, "end_logits": QA_PADDING_LOGIT}
+
+
+def _fill(name: str, dtype: np.dtype) -> Any:
+    if name in _PADDING:
+        return _PADDING[name]
     return b"" if dtype.kind == "O" else np.zeros((), dtype)[()]
 
 
 def join_outputs(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """The outputs of consecutive chunks as one batch, concatenated along the first axis;
-    where the other axes differ, shorter rows are padded with zeros (empty strings), as
-    one batch would be. A scalar output is the first chunk's.
+    where the other axes differ, shorter rows are padded as one batch would be: with
+    zeros (empty strings), the QA logits with :data:`QA_PADDING_LOGIT`. A scalar output
+    is the first chunk's.
 
     Examples:
         >>> joined = join_outputs([{"p": np.ones((2, 3))}, {"p": np.ones((1, 4))}])
@@ -148,7 +158,7 @@ def join_outputs(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndar
         padded = []
         for array in arrays:
             if array.shape[1:] != width:
-                full = np.full((array.shape[0], *width), _fill(array.dtype), array.dtype)
+                full = np.full((array.shape[0], *width), _fill(name, array.dtype), array.dtype)
                 full[tuple(slice(0, n) for n in array.shape)] = array
                 array = full
             padded.append(array)

@@ -409,7 +409,7 @@ def read_examples(path: str | Path) -> tuple[list[str], int]:
         raise InputDataError(
             f"Input file {name} is a directory; pass a file of texts, one per line."
         ) from None
-    lines = data.split(b"\n")
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a BOM is not the text's
     if lines and not lines[-1]:
         lines.pop()  # the last line's newline
     texts: list[str] = []

@@ -833,3 +833,14 @@ def test_lp_ft_fits_the_head_on_a_frozen_backbone_then_fine_tunes_everything(
     assert result.metrics["accuracy"] >= 0.9, result.metrics
     with pytest.raises(ConfigError, match="--probe-epochs must be 0 or more"):
         finetune(tiny_run, "classify", train, dev, None, probe_epochs=-1, **FAST)
+
+
+def test_an_export_length_past_the_table_is_one_sentence_without_a_note_before_it(
+    classifier, tmp_path, capsys
+):
+    # "this export reads 1024 tokens ..." came first, then the error that it cannot.
+    command = ["export", "--run", str(classifier.output_dir), "--output", str(tmp_path / "m")]
+    assert main([*command, "--max-length", "1024"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("--max-length must be between 4 and 128 (the model's position table), "
+                         "got 1024."), line  # fmt: skip

@@ -681,3 +681,27 @@ def test_qa_logits_leave_out_the_question_and_padding_but_not_cls():
         assert np.all(logits[[1, 2, 3, 8, 9]] < -9000), (name, logits)
         assert np.all(np.abs(logits[[0, 4, 5, 6, 7]]) < 100), (name, logits)
     assert np.asarray(out["answerable"]).shape == (1,)
+
+
+def test_labels_a_model_cannot_learn_or_keep_are_refused(tmp_path):
+    # A tagging file of O tags only trained, then reported F1 0 beside token accuracy 100;
+    # a label with a line break wrote two lines of labels.txt.
+    from types import SimpleNamespace
+
+    from keras_electra.finetuning.tasks import get_task
+
+    conll = write(tmp_path / "o.conll", "the O\nking O\n\nlong O\n")
+    with pytest.raises(InputDataError) as caught:
+        get_task("tag").set_labels(read_conll(conll), SimpleNamespace(labels=None))
+    assert str(caught.value) == (
+        f"{conll}: every training word has the tag 'O'; tagging needs at least two tags "
+        "(entities as well as O)."
+    )
+    rows = write(tmp_path / "rows.jsonl", '{"text": "a", "label": "pos\\nitive"}\n'
+                 '{"text": "b", "label": "neg"}\n')  # fmt: skip
+    with pytest.raises(InputDataError) as caught:
+        get_task("classify").set_labels(read_table(rows), SimpleNamespace(labels=None))
+    assert str(caught.value) == (
+        f"{rows}: the label 'pos\\nitive' holds a line break or another control character, "
+        "which labels.txt (a label a line) and score's output cannot keep; fix the label."
+    )

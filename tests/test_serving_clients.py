@@ -34,7 +34,7 @@ from tensorflow_serving.apis import prediction_log_pb2  # noqa: E402
 from tfserving_standin import ModelServer, SignatureRunner, replay_warmup  # noqa: E402
 
 from keras_electra.errors import InputDataError  # noqa: E402
-from keras_electra.limits import MAX_BATCH_SIZE, MAX_TEXT_CHARS  # noqa: E402
+from keras_electra.limits import MAX_BATCH_SIZE, MAX_TEXT_CHARS, QA_PADDING_LOGIT  # noqa: E402
 from keras_electra.scoring import score_with_saved_model, score_with_server  # noqa: E402
 from keras_electra.serving.errors import ServingError  # noqa: E402
 from keras_electra.serving.export_reader import (  # noqa: E402
@@ -159,6 +159,24 @@ class _BatchEcho(tf.Module):
         }
 
 
+class _Windows(tf.Module):
+    """A question-answering signature's logits: per question, one window a word of its
+    context, each window's logits -1; a batch pads its shorter questions' windows with
+    the export's padding logit, as a QA export does."""
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="question"),
+            tf.TensorSpec([None], tf.string, name="context"),
+        ]
+    )
+    def serve(self, question: tf.Tensor, context: tf.Tensor) -> dict[str, tf.Tensor]:
+        windows = tf.strings.split(context).row_lengths()
+        real = tf.sequence_mask(windows, tf.reduce_max(windows))[:, :, None]
+        logits = tf.where(tf.tile(real, [1, 1, 4]), -1.0, QA_PADDING_LOGIT)
+        return {"start_logits": logits, "end_logits": logits, "answer": question}
+
+
 class _RegressEcho(tf.Module):
     """A regression signature giving each example's ``n`` times 100 plus the size of the
     batch it came in."""
@@ -193,6 +211,10 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         signatures={"serving_default": echo.serve, "classify": echo.classify},
     )
     set_signature_method_name(base / "echo" / "1", "classify", CLASSIFY_METHOD_NAME)
+    windows = _Windows()
+    tf.saved_model.save(
+        windows, str(base / "windows" / "1"), signatures={"serving_default": windows.serve}
+    )
     unknown = _Unknown()
     signatures = {"serving_default": unknown.serve, "double": unknown.serve}
     tf.saved_model.save(unknown, str(base / "unknown" / "1"), signatures=signatures)
@@ -200,7 +222,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     path = base / "regress_echo" / "1"
     tf.saved_model.save(regress_echo, str(path), signatures={"regress": regress_echo.regress})
     set_signature_method_name(path, "regress", REGRESS_METHOD_NAME)
-    names = ("electra", "classifier", "echo", "unknown", "regress_echo")
+    names = ("electra", "classifier", "echo", "windows", "unknown", "regress_echo")
     return {name: base / name for name in names}
 
 
@@ -409,6 +431,26 @@ def test_a_large_batch_goes_in_chunks_of_at_most_max_batch_size_in_order(
         ):
             assert [row[0][0] for row in rows] == texts
             assert {row[1][0] for row in rows} == {"32", "6"}
+
+
+def test_qa_logits_joined_from_chunks_are_padded_as_one_batch_pads_them(
+    exports: dict[str, Path],
+) -> None:
+    # 40 questions in chunks of 32: the first chunk's windows were padded with 0 where one
+    # batch pads them with the export's -10000, and an argmax over the logits took padding.
+    contexts = ["a"] * 32 + ["a b c d e"] * 8
+    inputs = {"question": [f"q{i}" for i in range(40)], "context": contexts}
+    with ModelServer(exports["windows"], "windows") as server:
+        with GrpcClient(server.grpc_target, "windows", max_batch_size=None) as client:
+            whole = client.predict(inputs)
+        with GrpcClient(server.grpc_target, "windows") as client:
+            chunked = client.predict(inputs)
+        rest = RestClient(server.rest_url, "windows").predict(inputs)
+    assert whole["start_logits"].shape == (40, 5, 4)
+    assert whole["start_logits"][0, 1, 0] == QA_PADDING_LOGIT
+    for joined in (chunked, rest):
+        for name in ("start_logits", "end_logits"):
+            np.testing.assert_array_equal(joined[name], whole[name], err_msg=name)
 
 
 def test_an_empty_list_of_texts_is_a_batch_of_none(electra_server: ModelServer) -> None:
@@ -1572,9 +1614,11 @@ def test_score_input_reads_a_file_of_texts_in_chunks_as_the_arguments_are_scored
     export_dir = short_exports["electra"]
     fits, cut = "the cat sat", " ".join(SHORT_WORDS)
     texts = [fits, cut, "a dog ran", cut, "by the mat"]  # three chunks: 2, 2 and 1
-    path = tmp_path / "texts.txt"  # a corpus's blank lines between documents, CRLF endings
+    # A corpus's blank lines between documents, CRLF endings, a BOM (it was the first
+    # text's: "\ufeffthe cat sat" echoed, a tagger's first word "\ufeffJohn").
+    path = tmp_path / "texts.txt"
     lines = [fits, cut, "", "a dog ran", cut, "  ", "by the mat"]
-    path.write_bytes("".join(t + "\r\n" for t in lines).encode("utf-8"))
+    path.write_bytes("\ufeff".join(["", "".join(t + "\r\n" for t in lines)]).encode("utf-8"))
     note = f"2 of 5 texts were cut at the export's length of {SHORT} tokens"
     with ModelServer(export_dir, "served") as server:
         for where in (["--model", str(export_dir)],

@@ -81,18 +81,16 @@ def export(
     if run.has_config():  # a source that is not a run is named by the export itself
         task = FinetuneSettings.load(run.finetune_file).task if finetuned else None
         _check_same_kind(output, task or ("sentence_score" if electric else "replaced_token"))
+    notes = []  # said once the export's length is known to be one it can take
     if finetuned:
         loaded = load_finetuned(run.path)
         module = finetuned_module(loaded, max_length)
-        if note := length_note(loaded.settings.max_seq_length, module.max_length, run.path):
-            print(note, file=sys.stderr, flush=True)
+        notes.append(length_note(loaded.settings.max_seq_length, module.max_length, run.path))
         if run.interrupted_finetuning():
-            print(
+            notes.append(
                 f"Note: '{run.resume_dir.path}' holds a fine-tuning that has not finished, "
                 "which will replace this model when it does; this export is of the model "
-                "before it.",
-                file=sys.stderr,
-                flush=True,
+                "before it."
             )
         extra = {**run.model_files(), run.FINETUNE: run.finetune_file, run.LABELS: run.labels_file}
     else:
@@ -104,6 +102,8 @@ def export(
             f"--max-length must be between 4 and {limit} (the model's position table), "
             f"got {module.max_length}."
         )
+    for note in filter(None, notes):
+        print(note, file=sys.stderr, flush=True)
     return export_module(module, output, version=version, extra_files=extra)
 
 

@@ -31,6 +31,7 @@ from keras_electra.export.words import split_words
 from keras_electra.finetuning.saved import FinetunedModel
 from keras_electra.finetuning.tasks.base import piece_ids
 from keras_electra.finetuning.tasks.qa import N_BEST
+from keras_electra.limits import QA_PADDING_LOGIT
 
 MAX_WINDOWS = 16
 """Windows read per question by default; longer contexts are cut."""
@@ -40,7 +41,7 @@ WARMUP_PAIRS = (
     ("", ""),
     ("Wo ist das Ünïcödé? 🙂", "Ünïcödé steht hier 中文 und emoji 🙂."),
 )
-PADDING_LOGIT = -10000.0
+PADDING_LOGIT = QA_PADDING_LOGIT
 
 
 class QuestionAnsweringModule(FinetunedModule):

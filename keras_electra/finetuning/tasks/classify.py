@@ -121,6 +121,12 @@ class ClassifyTask(_SequenceTask):
 
     def set_labels(self, examples, settings):
         settings.labels = natural_sort(e["label"] for e in examples)
+        if bad := next((label for label in settings.labels if not label.isprintable()), None):
+            raise InputDataError(
+                f"{examples[0]['file']}: the label {bad!r} holds a line break or another "
+                "control character, which labels.txt (a label a line) and score's output "
+                "cannot keep; fix the label."
+            )
         if len(settings.labels) < 2:
             first = examples[0]
             raise InputDataError(

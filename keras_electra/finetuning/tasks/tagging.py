@@ -75,6 +75,12 @@ class TagTask(Task):
 
     def set_labels(self, examples, settings):
         settings.labels = sort_tags(t for s in examples for t in s.tags)
+        if len(settings.labels) < 2:  # it would learn nothing, and score F1 0 as if it had
+            first = examples[0]
+            raise InputDataError(
+                f"{first.file}: every training word has the tag '{settings.labels[0]}'; "
+                "tagging needs at least two tags (entities as well as O)."
+            )
 
     def tag_ids(self, examples: list[TaggedSentence], settings) -> list[list[int]]:
         index = {t: i for i, t in enumerate(settings.labels)}
