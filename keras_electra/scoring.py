@@ -262,6 +262,13 @@ def truncation_note(count: int, total: int, kind: str, length: int | None) -> st
             f"{texts} {was} longer than the export's length: {its} words past it are "
             f"tagged O without being scored ({rows})."
         )
+    if kind == "qa":
+        contexts = f"{count} of {total} contexts" if total > 1 else "The context"
+        return (
+            f"{contexts} {was} longer than the windows the export reads: {its} answers come "
+            f"from {its} beginning ({rows}); `predict` on the fine-tuned directory reads "
+            "all of it."
+        )
     return (
         f"{texts} {was} cut at the export's length of {length} tokens: {its} scores cover "
         f"the first {length - 2} word pieces only ({rows})."

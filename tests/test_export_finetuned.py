@@ -336,6 +336,7 @@ def test_qa_export_matches_keras_logits_and_answers(reader, reader_export, words
             "end_logits": (tf.float32, [-1, -1, L]),
             "tokens": (tf.string, [-1, -1, L]),
             "num_windows": (tf.int32, [-1]),
+            "context_cut": (tf.bool, [-1]),
         }
         assert set(sig.outputs) == set(expected)
         for name, (dtype, shape) in expected.items():
@@ -483,6 +484,10 @@ def test_qa_export_reads_at_most_max_windows_warms_up_and_uses_serving_ops(
             "serving_default", {"question": texts(question), "context": texts(context)}
         )
         assert got["num_windows"].tolist() == [MAX_WINDOWS]
+        assert got["context_cut"].tolist() == [True]  # read as cut: score and predict say so
+        feeds = {"question": texts(question), "context": texts("a b")}
+        short = runner.run("serving_default", feeds)
+        assert short["context_cut"].tolist() == [False]
         for k, (start, end, _) in enumerate(windows[:MAX_WINDOWS]):
             np.testing.assert_allclose(got["start_logits"][0, k], start, atol=1e-5)
             np.testing.assert_allclose(got["end_logits"][0, k], end, atol=1e-5)
@@ -490,6 +495,19 @@ def test_qa_export_reads_at_most_max_windows_warms_up_and_uses_serving_ops(
             runner.run("serving_default", {"question": texts("a", "b"), "context": texts("c")})
     assert replay_warmup(reader_export) == 2
     audit_ops(reader_export)
+    # A context read in part was said nowhere: predict on the export answered from its
+    # beginning, predict on the fine-tuned directory from all of it.
+    from keras_electra.scoring import score_with_saved_model
+
+    scores = score_with_saved_model(
+        str(reader_export), {"question": [question, question], "context": [context, "a b"]}
+    )
+    assert scores.truncated == [True, False]
+    assert scores.truncation_note() == (
+        "1 of 2 contexts was longer than the windows the export reads: its answers come from "
+        'its beginning (its --json row says "truncated": true); `predict` on the fine-tuned '
+        "directory reads all of it."
+    )
 
 
 def test_predict_examples_takes_plain_python_values(tagger, reader, words):

@@ -89,8 +89,8 @@ class QuestionAnsweringModule(FinetunedModule):
         step = tf.maximum(room // 2, 1)
         if self.doc_stride > 0:
             step = tf.where(self.doc_stride < room, self.doc_stride, step)
-        count = tf.where(num_pieces <= room, 1, 1 + (num_pieces - room + step - 1) // step)
-        count = tf.minimum(count, self.max_windows)
+        needed = tf.where(num_pieces <= room, 1, 1 + (num_pieces - room + step - 1) // step)
+        count = tf.minimum(needed, self.max_windows)
         windows = tf.ragged.range(count)
         example = tf.cast(windows.value_rowids(), tf.int32)
         start = windows.flat_values * tf.gather(step, example)
@@ -117,6 +117,7 @@ class QuestionAnsweringModule(FinetunedModule):
             "offset": offset,
             "size": size,
             "first_piece": first_piece,
+            "cut": needed > self.max_windows,  # windows past max_windows not read
             "words": words,
             # Word (index into words.flat_values) of each piece, and a 0 for "no piece".
             "piece_word": tf.concat([tf.cast(pieces.value_rowids(), tf.int32), [0]], 0),
@@ -197,6 +198,7 @@ class QuestionAnsweringModule(FinetunedModule):
             "end_logits": per_question(end_logits, PADDING_LOGIT),
             "tokens": per_question(tokens, ""),
             "num_windows": tf.cast(windows.row_lengths(), tf.int32),
+            "context_cut": w["cut"],
         }
         if self.version_2:
             outputs["answerable"] = answerable

@@ -222,6 +222,14 @@ def _cut_words(outputs: Outputs, length: int | None) -> list[bool] | None:
     return [int(kept) < int(n) for kept, n in zip(mask.sum(axis=1), counts, strict=True)]
 
 
+def _cut_contexts(outputs: Outputs, length: int | None) -> list[bool] | None:
+    """Which questions' contexts went past the windows a QA export reads (its answer
+    comes from their beginning); None for an export without ``context_cut``."""
+    if "context_cut" not in outputs:
+        return None
+    return [bool(c) for c in np.asarray(outputs["context_cut"]).reshape(-1)]
+
+
 # === Answers as JSON fields ===
 
 
@@ -331,6 +339,7 @@ KINDS = (
         ("answer", "answer_start_word", "answer_end_word", "answer_score"),
         read_answers,
         _answer_record,
+        _cut_contexts,
     ),
 )
 """Every kind, in the order :func:`export_reader` tries them."""
