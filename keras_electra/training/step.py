@@ -357,10 +357,11 @@ class OneGraphTraining(internals.SymbolicBuildHook):
             data = data[0]
         spec = data.element_spec if isinstance(data, tf.data.Dataset) else data
         spec = spec[0] if isinstance(spec, tuple) else spec
-        shape = getattr(spec.get("token_ids") if isinstance(spec, dict) else None, "shape", ())
-        length = shape[1] if len(shape) > 1 else None
+        shape = getattr(spec.get("token_ids") if isinstance(spec, dict) else None, "shape", None)
+        rank = shape.rank if isinstance(shape, tf.TensorShape) else shape and len(shape)
+        length = shape[1] if rank is not None and rank > 1 else None
         seen = getattr(self, "_lengths", {})
-        if length is not None and seen.get(function, length) != length:
+        if None not in (length, seen.get(function)) and seen[function] != length:
             setattr(self, function, None)
         self._lengths = {**seen, function: length or seen.get(function)}
 
