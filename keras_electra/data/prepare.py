@@ -12,7 +12,6 @@ Examples:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shlex
@@ -42,6 +41,7 @@ from keras_electra.data.tfrecords import (
     finished_shards_note,
     plan_shards,
     shard_paths,
+    vocab_digest,
     write_pretraining_tfrecords,
 )
 from keras_electra.data.tokenizer import ElectraTokenizer, corpus_warnings
@@ -85,9 +85,7 @@ class PrepareResult:
 
     @property
     def vocab_file(self) -> Path | str:
-        if isinstance(self.output_dir, Path):
-            return self.output_dir / RunDirectory.VOCAB
-        return f"{self.output_dir}/{RunDirectory.VOCAB}"  # a URL such as gs://
+        return vocab_path(self.output_dir)
 
     def describe(self) -> str:
         """What the command prints: what was written and how to pretrain on it, or the
@@ -244,8 +242,7 @@ def prepare(
         result = PrepareResult(out, s, files, len(tokens), [], written=True, corpus_bytes=total)
         save_vocab(tokens, str(result.vocab_file))
         if request is not None:  # how it was learned: a rerun need not learn it again
-            digest = hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
-            _write_request(out, {**request, "vocab_sha256": digest})
+            _write_request(out, {**request, "vocab_sha256": vocab_digest(tokens)})
         tokenizer = ElectraTokenizer(tokens, lowercase=s.lowercase)
         for warning in corpus_warnings(tokenizer, files, s.max_seq_length):
             print(warning, file=sys.stderr, flush=True)
@@ -270,8 +267,11 @@ file's size and modification time) and its SHA-256, so that a rerun of a stopped
 ``prepare`` uses it instead of reading the whole corpus again."""
 
 
-def vocab_path(out: Path | str) -> str:
-    return os.path.join(str(out), RunDirectory.VOCAB)
+def vocab_path(out: Path | str) -> Path | str:
+    """``vocab.txt`` in the output: a path, or a URL such as ``gs://...``."""
+    if isinstance(out, Path):
+        return out / RunDirectory.VOCAB
+    return f"{out}/{RunDirectory.VOCAB}"
 
 
 def _vocabulary_request(s: PrepareSettings, files: list[str]) -> dict:
@@ -286,15 +286,14 @@ def _learned_before(out: Path | str, request: dict) -> list[str] | None:
     learned for the same ``request`` and is whole; else None."""
     import tensorflow as tf
 
-    record, vocab = os.path.join(str(out), LEARNED), vocab_path(out)
+    record, vocab = os.path.join(str(out), LEARNED), str(vocab_path(out))
     try:
         with tf.io.gfile.GFile(record, "r") as f:
             learned = json.load(f)
         tokens = load_vocab(vocab)
     except (OSError, ValueError, tf.errors.OpError, InputDataError):
         return None
-    digest = hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
-    if not isinstance(learned, dict) or learned.pop("vocab_sha256", None) != digest:
+    if not isinstance(learned, dict) or learned.pop("vocab_sha256", None) != vocab_digest(tokens):
         return None
     return tokens if learned == request else None
 

@@ -309,7 +309,7 @@ def _settings(paths, plans, tokenizer: ElectraTokenizer, max_seq_length: int, se
     return {
         "max_seq_length": int(max_seq_length),
         "vocab_size": tokenizer.vocab_size,
-        "vocab_sha256": _vocab_digest(tokenizer.vocab),
+        "vocab_sha256": vocab_digest(tokenizer.vocab),
         "lowercase": tokenizer.lowercase,
         "seed": int(seed),
         "packing_seed": list(packing_seed(seed)),
@@ -885,7 +885,7 @@ def _check_shards(directory: str, metadata: dict, held: list[str], whole: bool) 
             )
 
 
-def _vocab_digest(tokens: Sequence[str]) -> str:
+def vocab_digest(tokens: Sequence[str]) -> str:
     """The SHA-256 of a vocabulary, as ``metadata.json`` records it (``vocab_sha256``)."""
     return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
 
@@ -913,7 +913,7 @@ def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool
         )
     digest = written.get("vocab_sha256")
     if vocab is not None and digest is not None:
-        if _vocab_digest(vocab) != digest:
+        if vocab_digest(vocab) != digest:
             raise InputDataError(
                 f"The TFRecords in '{directory}' were written with another vocabulary of the "
                 f"same size ({len(vocab)} tokens, other pieces or another order), so their "
