@@ -154,8 +154,9 @@ def held_directory(directory: str | Path) -> Iterator[None]:
     keras-electra process that asks for it (a ``pretrain``, ``finetune`` or ``prepare``
     given the same ``--output``) stops in one sentence instead of writing the same files.
     An advisory ``flock`` on the directory itself, released when the process ends however
-    it ends (nothing to clean up after a kill). Where there is no ``fcntl``, nothing is
-    held.
+    it ends (nothing to clean up after a kill). Where there is no ``fcntl``, or the file
+    system cannot lock a directory (NFS emulates ``flock`` with locks that need a file
+    open for writing: ``EBADF``), nothing is held.
 
     Raises:
         ConfigError: another process holds it.
@@ -174,6 +175,8 @@ def held_directory(directory: str | Path) -> Iterator[None]:
                 f"Another keras-electra process is writing into '{directory}'; wait for it "
                 "to end or stop it, or choose another --output."
             ) from None
+        except OSError:  # no locks on this file system: the run goes on unguarded
+            pass
         yield
     finally:
         os.close(fd)

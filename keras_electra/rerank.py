@@ -142,6 +142,14 @@ def parse_nbest(line: str, where: str, number: int) -> NBest:
             scores.append(_number(item["score"], f"{where}, hypothesis {i}"))
     if not texts:
         raise InputDataError(f"{where} has an empty hypotheses list; give at least one.")
+    items = [item for item in row["hypotheses"] if isinstance(item, dict)]
+    numbers = [k for item in items for k, v in item.items() if _finite(v)]
+    if not scores and numbers:  # else reranked by the sentence score alone, unsaid
+        raise InputDataError(
+            f'{where}: its hypotheses have no "score" but a number under "{numbers[0]}"; '
+            'name the first-pass score "score", or leave the numbers out to rank by the '
+            "sentence score alone."
+        )
     if scores and len(scores) != len(texts):
         raise InputDataError(
             f"{where}: {len(scores)} of its {len(texts)} hypotheses have a score; give every "
@@ -170,6 +178,7 @@ def read_nbest(path: str | Path) -> list[NBest]:
         raise InputDataError(f"N-best file {name} is a folder; pass a JSON Lines file.") from None
     except UnicodeDecodeError:
         raise InputDataError(f"N-best file {name} is not UTF-8 text.") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark is not the first line's
     lists = [
         parse_nbest(line, f"Line {n} of {name}", n)
         # "\n" alone ends a line: JSON strings may hold U+2028, U+2029 or U+0085 raw,

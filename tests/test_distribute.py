@@ -254,10 +254,59 @@ def test_a_tpu_address_that_does_not_answer_is_no_tpu(monkeypatch, name, http1_s
         name = f"grpc://{http1_server}"
     monkeypatch.setenv("TPU_NAME", name)
     start = time.monotonic()
-    with pytest.raises(ConfigError, match=r"^--strategy tpu found no TPU; run on a TPU host"):
+    with pytest.raises(
+        ConfigError, match=r"^--strategy tpu found no TPU \(.+\); run on a TPU host"
+    ):
         resolve_strategy("tpu")
     assert resolve_strategy("auto").num_replicas_in_sync == 1  # auto falls back
     assert time.monotonic() - start < 60
+
+
+TPU_VM = """
+import sys
+from keras_electra.errors import ConfigError
+from keras_electra.training import strategy
+strategy.local_tpu_devices = lambda: ["/dev/accel0"]  # what a TPU VM lists
+try:
+    strategy.resolve_strategy("tpu")
+except ConfigError as e:
+    print("tpu:", e)
+print("auto:", strategy.resolve_strategy("auto").num_replicas_in_sync)
+"""
+
+
+def test_a_tpu_vm_is_asked_for_its_local_tpu_and_auto_says_when_it_cannot_use_it():
+    # Colab's TPU runtime (a TPU VM) names no TPU: TPUClusterResolver() raised "Please
+    # provide a TPU Name to connect to.", --strategy tpu said "found no TPU" on a TPU host
+    # and auto trained on the CPU without a word. A subprocess: connecting to the local
+    # "cluster" changes the process's eager context.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "KUBE_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", TPU_VM], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    tpu = next(line for line in done.stdout.splitlines() if line.startswith("tpu:"))
+    # The local resolver was asked (it finds no TPU here), not the one that wants a name.
+    assert "Please provide a TPU Name" not in tpu
+    assert tpu.startswith("tpu: --strategy tpu found no TPU (TPUs not found in the cluster")
+    assert "auto: 1" in done.stdout
+    warning = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
+    assert warning == [
+        "Warning: this machine has TPU devices (/dev/accel0) but TensorFlow cannot use them "
+        "(TPUs not found in the cluster); training runs without them. Install the TensorFlow "
+        "build for TPUs (docs/installation.md), or pass --strategy tpu to stop here instead."
+    ]
+
+
+def test_no_tpu_device_means_no_local_tpu_and_no_warning(monkeypatch, capsys):
+    from keras_electra.training import strategy
+
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    assert strategy.local_tpu_devices() == []  # this machine has none
+    assert resolve_strategy("auto").num_replicas_in_sync == 1
+    assert "Warning" not in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"\(Please provide a TPU Name to connect to\)"):
+        resolve_strategy("tpu")
 
 
 def test_a_grpc_server_speaks_http2_and_others_do_not(http1_server):

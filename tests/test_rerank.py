@@ -68,6 +68,12 @@ def test_the_lists_are_read_with_or_without_first_pass_scores(tmp_path):
         ('{"hypotheses": [{"text": "a", "score": "high"}]}\n', r"a finite number, not 'high'\.$"),
         ('{"hypotheses": [{"text": "a", "score": NaN}]}\n', r"a finite number, not nan\.$"),
         ('{"hypotheses": ["a"], "reference": 3}\n', r"the reference must be a string\.$"),
+        # A first-pass score under another name was left out: ranked by Electric alone.
+        (
+            '{"hypotheses": [{"text": "a", "logprob": -1}, {"text": "b", "logprob": -2}]}\n',
+            r'^Line 1 of .*: its hypotheses have no "score" but a number under "logprob"; '
+            r'name the first-pass score "score", or leave',
+        ),
         ("\n\n", r"^N-best file '.*' has no lists \(one JSON object per line\)\.$"),
     ],
 )  # fmt: skip
@@ -76,6 +82,17 @@ def test_a_bad_line_is_one_sentence_naming_it(tmp_path, line, message):
     path.write_text(line)
     with pytest.raises(InputDataError, match=message):
         read_nbest(path)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_list(tmp_path):
+    # Refused as "Unexpected UTF-8 BOM", where score --input reads the same file.
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": "q", "hypotheses": ["a", "b"]}\n')
+    assert [(n.id, n.texts) for n in read_nbest(path)] == [("q", ["a", "b"])]
+    # Extra numbers beside a "score" are the file's own (an acoustic score, a rank).
+    both = '{"hypotheses": [{"text": "a", "score": -1, "rank": 1}]}\n'
+    path.write_text(both)
+    assert read_nbest(path)[0].scores == [-1.0]
 
 
 def test_line_separators_inside_a_json_string_do_not_end_the_line(tmp_path):

@@ -58,7 +58,7 @@ class Kernels:
             broadcastable to them (True: attend) or None, ``values`` ``[..., S, D]``;
             ``[..., T, D]`` in the scores' dtype.
         sparse_cross_entropy: ``sparse_cross_entropy(logits, labels, *,
-            probabilities=False, uniform=None, block=128)``: the masked-LM loss and the
+            probabilities=False, uniform=None)``: the masked-LM loss and the
             temperature-1 sampler. Softmax cross-entropy of ``logits`` ``[..., V]``
             (float32 or 16-bit) against int32 ``labels`` ``[...]`` in ``[0, V)``, as
             ``tf.nn.sparse_softmax_cross_entropy_with_logits`` computes it in float32
@@ -66,7 +66,7 @@ class Kernels:
             argmax)``, float32 and int32 ``[...]``; then, with ``probabilities``, the
             float32 softmax ``[..., V]`` (no gradient); then, with ``uniform`` (float32
             ``[...]`` draws in [0, 1)), an int32 ``inverse_cdf`` sample per position from
-            the same softmax (no gradient).
+            the same softmax (no gradient), searched in blocks of 128.
         inverse_cdf: ``inverse_cdf(probs, uniform, *, block=128)``: per row of ``probs``
             ``[..., V]`` (non-negative weights, not necessarily summing to 1), the first
             index whose cumulative weight exceeds ``uniform`` ``[...]`` times the row's

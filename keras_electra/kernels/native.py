@@ -196,14 +196,7 @@ def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf
     return tf.reshape(sampled, tf.shape(probs)[:-1])
 
 
-def sparse_cross_entropy(
-    logits: tf.Tensor,
-    labels: tf.Tensor,
-    *,
-    probabilities: bool = False,
-    uniform: tf.Tensor | None = None,
-    block: int = 128,
-) -> tuple[tf.Tensor, ...]:
+def sparse_cross_entropy(logits, labels, *, probabilities=False, uniform=None) -> tuple:
     """One kernel reads each row of logits once for the loss, the argmax and the sample,
     and one writes the gradient, recomputing the probabilities from the logits and the
     rows' log-sum-exp: no float32 ``[..., V]`` tensor is written or kept (ELECTRA-Small's
@@ -211,13 +204,13 @@ def sparse_cross_entropy(
     loss, sampled by :func:`inverse_cdf`."""
     ops = None if probabilities else _ops(logits.dtype)
     if ops is None:
-        return xla.cross_entropy_with(inverse_cdf, logits, labels, probabilities, uniform, block)
+        return xla.cross_entropy_with(inverse_cdf, logits, labels, probabilities, uniform)
 
     @tf.custom_gradient
     def on_rows(logits):
         draws = tf.zeros([0]) if uniform is None else tf.reshape(uniform, [-1])
         loss, best, log_sum_exp, sampled = ops.electra_softmax_xent(
-            logits, flat_labels, tf.cast(draws, tf.float32), block=block
+            logits, flat_labels, tf.cast(draws, tf.float32)
         )
 
         def grad(upstream, *_):  # the argmax and the sample pass none

@@ -42,13 +42,7 @@ def dropout(x: tf.Tensor, draw: DropoutDraw) -> tf.Tensor:
     return apply_mask(x, draw.mask(x.dtype))
 
 
-def add_layer_norm(
-    x: tf.Tensor,
-    residual: tf.Tensor,
-    norm: keras.layers.LayerNormalization,
-    dropout: DropoutDraw | None = None,
-    bias: tf.Tensor | None = None,
-) -> tf.Tensor:
+def add_layer_norm(x, residual, norm, dropout=None, bias=None) -> tf.Tensor:
     """A ``Dense`` layer's bias add, the ``Dropout`` layer's mask, the residual add, then
     the ``LayerNormalization`` layer ``norm`` itself, called. (Its ops written out in
     another layer's call compute the same values, but TensorFlow's graph optimizer then
@@ -87,13 +81,7 @@ def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int) -> tuple:
     return tuple(tf.unstack(tf.transpose(added, [2, 0, 3, 1, 4])))
 
 
-def attention_values(
-    scores: tf.Tensor,
-    mask: tf.Tensor | None,
-    values: tf.Tensor,
-    dropout: DropoutDraw | None = None,
-    scale: float = 1.0,
-) -> tf.Tensor:
+def attention_values(scores, mask, values, dropout=None, scale=1.0) -> tf.Tensor:
     """Keras' masked ``Softmax`` of ``scale * scores`` in float32 (masked positions get
     -1e9 before and 0 after), rounded to the scores' dtype, the ``Dropout`` layer's
     mask, and a matmul by ``values``."""
@@ -150,14 +138,7 @@ def inverse_cdf(probs: tf.Tensor, uniform: tf.Tensor, *, block: int = 128) -> tf
     return tf.reshape(tf.minimum(which * block + inner, vocab - 1), lead)
 
 
-def sparse_cross_entropy(
-    logits: tf.Tensor,
-    labels: tf.Tensor,
-    *,
-    probabilities: bool = False,
-    uniform: tf.Tensor | None = None,
-    block: int = 128,
-) -> tuple[tf.Tensor, ...]:
+def sparse_cross_entropy(logits, labels, *, probabilities=False, uniform=None) -> tuple:
     """TensorFlow's loss op, argmax and softmax on the float32 logits, and
     :func:`inverse_cdf`.
 
@@ -174,7 +155,7 @@ def sparse_cross_entropy(
     if probabilities:
         outputs += (probs,)
     if uniform is not None:
-        outputs += (inverse_cdf(probs, uniform, block=block),)
+        outputs += (inverse_cdf(probs, uniform),)
     return outputs
 
 

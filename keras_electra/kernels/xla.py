@@ -250,13 +250,7 @@ def add_layer_norm_with(forward, backward, x, residual, gamma, beta, epsilon, dr
         return tf.reshape(on_rows(rows(x), rows(residual), gamma, beta, *extra), tf.shape(x))
 
 
-def add_layer_norm(
-    x: tf.Tensor,
-    residual: tf.Tensor,
-    norm,
-    dropout: DropoutDraw | None = None,
-    bias: tf.Tensor | None = None,
-) -> tf.Tensor:
+def add_layer_norm(x, residual, norm, dropout=None, bias=None) -> tf.Tensor:
     """``LayerNorm(dropout(x + bias) + residual)`` over the last axis, the sum kept in
     float32, one XLA kernel per direction.
 
@@ -454,13 +448,7 @@ def attention_values_with(forward, redrop, backward, scores, mask, values, dropo
         return run(scores, keep_mask(mask, len(scores.shape)), values)
 
 
-def attention_values(
-    scores: tf.Tensor,
-    mask: tf.Tensor | None,
-    values: tf.Tensor,
-    dropout: DropoutDraw | None = None,
-    scale: float = 1.0,
-) -> tf.Tensor:
+def attention_values(scores, mask, values, dropout=None, scale=1.0) -> tf.Tensor:
     """The masked softmax of ``scale * scores`` in float32, a dropout on the
     probabilities and the product by ``values``, keeping only the probabilities for the
     backward pass.
@@ -486,7 +474,7 @@ def attention_values(
 # === the masked-LM loss and its sampler ===
 
 
-def cross_entropy_with(sampler, logits, labels, probabilities, uniform, block):
+def cross_entropy_with(sampler, logits, labels, probabilities, uniform):
     """:func:`sparse_cross_entropy`, its samples drawn by ``sampler`` (an
     ``inverse_cdf``: the reference's, or the compiled one)."""
 
@@ -523,18 +511,11 @@ def cross_entropy_with(sampler, logits, labels, probabilities, uniform, block):
     if probabilities:
         outputs += (probs,)
     if uniform is not None:
-        outputs += (sampler(probs, uniform, block=block),)
+        outputs += (sampler(probs, uniform),)
     return outputs
 
 
-def sparse_cross_entropy(
-    logits: tf.Tensor,
-    labels: tf.Tensor,
-    *,
-    probabilities: bool = False,
-    uniform: tf.Tensor | None = None,
-    block: int = 128,
-) -> tuple[tf.Tensor, ...]:
+def sparse_cross_entropy(logits, labels, *, probabilities=False, uniform=None) -> tuple:
     """oneDNN's softmax and the loss ``z[best] - z[label] - log(p[best])`` (``p[best]``
     is at least ``1 / V``, so its logarithm is as exact as the log-sum-exp), the float32
     probabilities kept for the gradient ``(p - onehot(label)) * upstream`` in the logits'
@@ -542,7 +523,7 @@ def sparse_cross_entropy(
     (``[608, 30522]``, bfloat16, fwd + bwd, 2-core Xeon with AMX) that took 66 ms,
     against 105 ms for the same math as XLA kernels and 116 ms for TensorFlow's loss op
     with a float32 cast and an argmax."""
-    return cross_entropy_with(reference.inverse_cdf, logits, labels, probabilities, uniform, block)
+    return cross_entropy_with(reference.inverse_cdf, logits, labels, probabilities, uniform)
 
 
 KERNELS = Kernels.of(

@@ -38,11 +38,22 @@ def resolve_strategy(name: str = "auto") -> tf.distribute.Strategy:
         1
     """
     check_strategy(name)  # before anything starts the runtime (listing devices)
-    resolver = _tpu_resolver() if name in ("auto", "tpu") else None
+    resolver, why = _tpu_resolver() if name in ("auto", "tpu") else (None, "")
     if resolver is not None:
         return tf.distribute.TPUStrategy(resolver)
     if name == "tpu":
-        raise ConfigError("--strategy tpu found no TPU; run on a TPU host or use --strategy auto.")
+        raise ConfigError(
+            f"--strategy tpu found no TPU ({why}); run on a TPU host or use --strategy auto."
+        )
+    if name == "auto" and local_tpu_devices():  # else a TPU VM would train on its CPU unsaid
+        print(
+            f"Warning: this machine has TPU devices ({', '.join(local_tpu_devices()[:4])}) but "
+            f"TensorFlow cannot use them ({why}); training runs without them. Install the "
+            "TensorFlow build for TPUs (docs/installation.md), or pass --strategy tpu to stop "
+            "here instead.",
+            file=sys.stderr,
+            flush=True,
+        )
     if name == "multi_worker":
         return _multi_worker_strategy()
     gpus = tf.config.list_logical_devices("GPU")
@@ -237,19 +248,37 @@ TPU_CONNECT_SECONDS = 10.0
 unreachable (TensorFlow's own connection waits without end)."""
 
 
-def _tpu_resolver():
-    """A connected TPU cluster resolver, or None when no TPU is reachable: none found, a
-    name that does not resolve (``TPU_NAME=my-tpu`` off Google Cloud), or a ``grpc://``
-    address that does not answer within :data:`TPU_CONNECT_SECONDS`."""
+def _tpu_resolver() -> tuple[object | None, str]:
+    """A connected TPU cluster resolver and ``""``, or None and why no TPU is reachable:
+    none found, a name that does not resolve (``TPU_NAME=my-tpu`` off Google Cloud), or a
+    ``grpc://`` address that does not answer within :data:`TPU_CONNECT_SECONDS`.
+
+    With no TPU named (``TPU_NAME``, ``TPU_CONFIG``, ...), a TPU attached to this machine
+    (a TPU VM, such as Colab's TPU runtime: its ``/dev/accel*`` or ``/dev/vfio`` devices)
+    is ``tpu="local"``'s; TensorFlow's resolver asks for a name there ("Please provide a
+    TPU Name to connect to.")."""
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        named = any(os.environ.get(v) for v in _TPU_NAMING) or not local_tpu_devices()
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(None if named else "local")
         if not _answers(resolver.master()):
-            return None
+            return None, f"{resolver.master()} does not answer"
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
-    except (ValueError, RuntimeError, OSError, tf.errors.OpError):  # OSError: a URLError
-        return None
-    return resolver
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError) as e:  # OSError: a URLError
+        said = str(getattr(e, "message", e)).strip().split(". ")[0].splitlines()
+        return None, (said[0][:160] if said else repr(e)).rstrip(".")
+    return resolver, ""
+
+
+# The variables through which TensorFlow's resolver finds a TPU by name or address.
+_TPU_NAMING = ("TPU_NAME", "TPU_CONFIG", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
+
+
+def local_tpu_devices() -> list[str]:
+    """The TPU chips attached to this machine, as the kernel lists them (``/dev/accel0``,
+    ... on TPU v2-v4 VMs; ``/dev/vfio/0``, ... on later ones); none elsewhere."""
+    found = [str(p) for p in Path("/dev").glob("accel[0-9]*")]
+    return found or [str(p) for p in Path("/dev/vfio").glob("[0-9]*")]
 
 
 def _answers(master: str) -> bool:
