@@ -16,12 +16,12 @@ import logging
 import os
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from keras_electra.data.files import PathsLike, is_remote
 from keras_electra.data.tokenizer import ElectraTokenizer
+from keras_electra.data.vocab import ticking
 from keras_electra.errors import ConfigError
 
 INSTALL_HINT = 'pip install "keras-electra[beam]"'
@@ -46,15 +46,6 @@ def beam_available() -> bool:
     return True
 
 
-def _require_beam(args: Sequence[str] = ()) -> None:
-    if not beam_available():
-        shown = f" ({' '.join(args)[:60]})" if args else ""
-        raise ConfigError(
-            f"Apache Beam pipeline options{shown} need the beam extra; install it with "
-            f"`{INSTALL_HINT}`, or leave them out to prepare in this process."
-        )
-
-
 def pipeline_options(
     args: Sequence[str] = (), num_workers: int | None = None, paths: Sequence[str] = ()
 ):
@@ -71,7 +62,12 @@ def pipeline_options(
             without its required options or with one of ``paths`` (the corpus and the
             output) on this machine, where its workers cannot reach it.
     """
-    _require_beam(args)
+    if not beam_available():
+        shown = f" ({' '.join(args)[:60]})" if args else ""
+        raise ConfigError(
+            f"Apache Beam pipeline options{shown} need the beam extra; install it with "
+            f"`{INSTALL_HINT}`, or leave them out to prepare in this process."
+        )
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -90,17 +86,14 @@ def pipeline_options(
     runner = given.get_all_options().get("runner")
     if runner is not None:
         check_runner(runner)
-    direct = runner is None or _is_direct(runner)
+    direct = runner is None or _runner_kind(runner) in _DIRECT
     if num_workers is not None and not direct:
         raise ConfigError(
             f"--workers sets the local DirectRunner's processes, not {runner}'s; leave it out "
             "and size the job with the runner's own options (Dataflow: --num_workers, "
             "--max_num_workers)."
         )
-    if (
-        runner is not None
-        and runner.rpartition(".")[2].lower().removesuffix("runner") == "dataflow"
-    ):
+    if runner is not None and _runner_kind(runner) == "dataflow":
         _check_dataflow(given.get_all_options(), paths)
     if runner is None:
         args = ["--runner=DirectRunner", "--default_sdk_harness_log_level=WARNING", *args]
@@ -151,10 +144,14 @@ def _check_dataflow(options: dict[str, Any], paths: Sequence[str] = ()) -> None:
         )
 
 
-def _is_direct(runner: str) -> bool:
-    """Whether ``runner`` names Beam's local DirectRunner (in any of Beam's spellings)."""
-    name = runner.rpartition(".")[2].lower().removesuffix("runner")
-    return name in ("direct", "bundlebaseddirect", "switchingdirect")
+def _runner_kind(runner: str) -> str:
+    """``runner``'s name as Beam's spellings share it: ``"direct"`` for DirectRunner,
+    ``"dataflow"`` for ``apache_beam.runners.DataflowRunner`` and so on."""
+    return runner.rpartition(".")[2].lower().removesuffix("runner")
+
+
+# The names of Beam's local DirectRunner.
+_DIRECT = ("direct", "bundlebaseddirect", "switchingdirect")
 
 
 def _given(args: Sequence[str]) -> set[str]:
@@ -297,16 +294,13 @@ def write_tfrecords_beam(
     job = start_writing(files, tokenizer, output_dir, max_seq_length, num_shards, seed)
     write = _WriteShard(job, tokenizer.vocab, tokenizer.lowercase)
     bar = (job.paths, "Packing", " shards") if progress else None
-    with quiet_local_workers(described) as stderr, _watching(bar, stderr):
-        with _runner_errors(options), beam.Pipeline(options=options) as pipeline:
-            _ = (
-                pipeline
-                | "Shards" >> beam.Create(job.plans)
-                | "Spread" >> beam.Reshuffle()
-                | "Pack and write" >> beam.Map(write)
-                | "Counts" >> beam.combiners.ToList()
-                | "Metadata" >> beam.Map(_finish, job, described)
-            )
+    with _pipeline(options, described, job.plans, "Shards", bar) as spread:
+        _ = (
+            spread
+            | "Pack and write" >> beam.Map(write)
+            | "Counts" >> beam.combiners.ToList()
+            | "Metadata" >> beam.Map(_finish, job, described)
+        )
     return job.paths
 
 
@@ -316,7 +310,7 @@ def _runner_errors(options) -> Iterator[None]:
     installed, its job server or service unreachable) as one sentence, not Beam's
     traceback."""
     runner = options.get_all_options().get("runner") or "DirectRunner"
-    if _is_direct(runner) or "." in runner:
+    if _runner_kind(runner) in _DIRECT or "." in runner:
         yield
         return
     try:
@@ -332,33 +326,45 @@ def _runner_errors(options) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _pipeline(
+    options, described, elements: list, name: str, bar: tuple[list[str], str, str] | None
+) -> Iterator[Any]:
+    """A Beam pipeline, run when the block ends, of ``elements`` spread over the workers
+    (the block gets them as a ``PCollection`` to apply the work to): local workers quiet
+    (:func:`quiet_local_workers`), a runner that cannot start one sentence
+    (:func:`_runner_errors`), and while it runs a progress bar ``(paths, desc, unit)`` of
+    the files that exist (each written when a unit of work ends: polled, so any runner can
+    write them); none for ``None`` or remote paths."""
+    import apache_beam as beam
+
+    with (
+        quiet_local_workers(described) as stderr,
+        _watching(bar, stderr),
+        _runner_errors(options),
+        beam.Pipeline(options=options) as pipeline,
+    ):
+        yield pipeline | name >> beam.Create(elements) | "Spread" >> beam.Reshuffle()
+
+
+@contextlib.contextmanager
 def _watching(bar: tuple[list[str], str, str] | None, stderr: IO[str]) -> Iterator[None]:
-    """While the pipeline runs, a progress bar ``(paths, desc, unit)`` of the files that
-    exist (each written when a unit of work ends: polled, so any runner can write them);
-    none for ``None`` or remote paths."""
     if bar is None or any(map(is_remote, bar[0])):
         yield
         return
-    done = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(*bar, done, stderr), daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
-
-
-def _watch(paths: list[str], desc: str, unit: str, done: threading.Event, stderr: IO[str]):
     from tqdm import tqdm
 
-    with tqdm(total=len(paths), unit=unit, desc=desc, file=stderr) as bar:
-        while True:
-            finished = sum(os.path.exists(p) for p in paths)
-            bar.update(finished - bar.n)
-            if done.wait(1.0):
-                bar.update(sum(os.path.exists(p) for p in paths) - bar.n)
-                return
+    paths, desc, unit = bar
+    with tqdm(total=len(paths), unit=unit, desc=desc, file=stderr) as shown:
+
+        def update() -> None:
+            shown.update(sum(os.path.exists(p) for p in paths) - shown.n)
+
+        update()
+        try:
+            with ticking(update):
+                yield
+        finally:
+            update()
 
 
 # --- word counts for the vocabulary learner ------------------------------------------------
@@ -420,16 +426,9 @@ def count_words_beam(
         tf.io.gfile.remove(name)
     tf.io.gfile.makedirs(counted)
     bar = (list(markers.values()), "Counting words", " pieces") if progress else None
-    with (
-        quiet_local_workers(described) as stderr,
-        _watching(bar, stderr),
-        _runner_errors(options),
-        beam.Pipeline(options=options) as pipeline,
-    ):
+    with _pipeline(options, described, pieces, "Pieces", bar) as spread:
         _ = (
-            pipeline
-            | "Pieces" >> beam.Create(pieces)
-            | "Spread" >> beam.Reshuffle()
+            spread
             | "Count" >> beam.FlatMap(_count_piece, lowercase, markers)
             | "Sum" >> beam.CombinePerKey(sum)
             | "Lines" >> beam.Map(lambda item: json.dumps(item, ensure_ascii=False))
@@ -438,16 +437,7 @@ def count_words_beam(
     counts: dict[str, int] = {}
     for name in tf.io.gfile.glob(prefix + "*.jsonl"):
         with tf.io.gfile.GFile(name, "r") as f:
-            for line in f:
-                word, n = json.loads(line)
-                counts[word] = n
+            counts.update(json.loads(line) for line in f)  # [word, count] lines
         tf.io.gfile.remove(name)
     tf.io.gfile.rmtree(counted)
     return counts
-
-
-def describe_options(described: dict[str, Any]) -> str:
-    """One line naming the runner and its workers, for the command's output."""
-    runner = described.get("runner", "DirectRunner")
-    workers = described.get("direct_num_workers") or described.get("num_workers")
-    return f"{runner}" + (f" ({workers} workers)" if workers else "")

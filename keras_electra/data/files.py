@@ -7,6 +7,7 @@ import glob
 import os
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from keras_electra.errors import ConfigError, InputDataError
 from keras_electra.limits import MAX_TEXT_CHARS
@@ -107,22 +108,19 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
-def open_binary(path: str):
-    """``path`` opened to read bytes (a URL through ``tf.io.gfile``)."""
+def open_binary(path: str, mode: str = "rb"):
+    """``path`` opened to read (or with ``mode="wb"``, write) bytes (a URL through
+    ``tf.io.gfile``)."""
     if is_remote(path):
         import tensorflow as tf
 
-        return tf.io.gfile.GFile(path, "rb")
-    return open(path, "rb")
+        return tf.io.gfile.GFile(path, mode)
+    return open(path, mode)
 
 
 def file_size(path: str) -> int:
     """``path``'s size in bytes (a URL's through ``tf.io.gfile``)."""
-    if is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.stat(path).length
-    return os.path.getsize(path)
+    return file_version(path)[0]
 
 
 def file_version(path: str) -> tuple[int, int]:
@@ -135,6 +133,19 @@ def file_version(path: str) -> tuple[int, int]:
         return int(stat.length), int(stat.mtime_nsec)
     stat = os.stat(path)
     return stat.st_size, stat.st_mtime_ns
+
+
+def file_versions(paths: Sequence[str]) -> list[list]:
+    """``[path, size, mtime_ns]`` of each file (:func:`file_version`), asked together: each
+    is a request on a bucket."""
+    with ThreadPoolExecutor(16) as pool:
+        return [[p, *v] for p, v in zip(paths, pool.map(file_version, paths), strict=True)]
+
+
+def real_path(path: str) -> str:
+    """A local path as its real absolute path (a URL as it is), so that a file named from
+    another directory or through a link is known as the same."""
+    return path if is_remote(path) else os.path.realpath(path)
 
 
 def _listed(directory: str, extension: str, found: list[str]) -> list[str]:
@@ -239,7 +250,7 @@ def _once(files: list[str]) -> list[str]:
     seen: set[str] = set()
     kept = []
     for name in files:
-        key = name if is_remote(name) else os.path.realpath(name)
+        key = real_path(name)
         if key not in seen:
             seen.add(key)
             kept.append(name)
@@ -408,12 +419,12 @@ def check_text_files(files: Sequence[str], what: str = "Corpus file") -> None:
             continue
         with open(path, "rb") as f:
             data = f.read(TEXT_SAMPLE_BYTES)
-        compressed = next((name for magic, name in _COMPRESSED if magic.match(data)), None)
-        if compressed is not None:
-            raise InputDataError(
-                f"{what} '{path}' is {compressed}-compressed, not text; decompress it first "
-                f"({_DECOMPRESS[compressed]} '{path}') and pass the text file."
-            )
+        for magic, compressed, command in _COMPRESSED:
+            if magic.match(data):
+                raise InputDataError(
+                    f"{what} '{path}' is {compressed}-compressed, not text; decompress it "
+                    f"first ({command} '{path}') and pass the text file."
+                )
         share = not_text_share(data)
         if share > MAX_NOT_TEXT_SHARE:
             raise InputDataError(
@@ -466,12 +477,11 @@ def _check_later_parts(path: str, what: str) -> None:
 # Compressed files' first bytes (bzip2's: "BZh", the block size, then pi's digits), and the
 # command that gives back their text.
 _COMPRESSED = (
-    (re.compile(rb"\x1f\x8b"), "gzip"),
-    (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2"),
-    (re.compile(rb"\xfd7zXZ\x00"), "xz"),
-    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd"),
+    (re.compile(rb"\x1f\x8b"), "gzip", "gunzip -k"),
+    (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2", "bunzip2 -k"),
+    (re.compile(rb"\xfd7zXZ\x00"), "xz", "unxz -k"),
+    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd", "unzstd"),
 )
-_DECOMPRESS = {"gzip": "gunzip -k", "bzip2": "bunzip2 -k", "xz": "unxz -k", "zstd": "unzstd"}
 
 
 def check_corpus_has_text(files: Sequence[str], what: str = "Corpus file") -> None:

@@ -69,10 +69,10 @@ def check_shapes(batch_size: int | None, max_seq_length: int) -> None:
         )
 
 
-def packing_seed(seed: int, epoch: int = 0) -> tuple[int, int]:
-    """The stateless seed pair that pass ``epoch`` packs with (what the writers give
+def packing_seed(seed: int) -> tuple[int, int]:
+    """The stateless seed pair that a first pass packs with (what the writers give
     :class:`Packer`)."""
-    pair = _stream_seed(seed, epoch, _PACKING).numpy().tolist()
+    pair = _stream_seed(seed, 0, _PACKING).numpy().tolist()
     return int(pair[0]), int(pair[1])
 
 
@@ -164,8 +164,8 @@ class Packer:
         sep_id: int,
         pad_id: int,
         seed: tuple[int, int],
-        single_segment_prob: float,
-        random_length_prob: float,
+        single_segment_prob: float = SINGLE_SEGMENT_PROB,
+        random_length_prob: float = RANDOM_LENGTH_PROB,
     ) -> None:
         self.length = int(max_seq_length)
         self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
@@ -194,8 +194,6 @@ class Packer:
     def add(self, flat: np.ndarray, splits: np.ndarray, blank: np.ndarray) -> None:
         """Adds a batch of lines: line ``i`` is ``flat[splits[i]:splits[i + 1]]``, and
         ``blank[i]`` marks a blank (document-ending) line."""
-        length = self.length
-        single, random_length = self.probs
         bounds = splits.tolist()
         for i, is_blank in enumerate(blank.tolist()):
             if is_blank:
@@ -211,7 +209,7 @@ class Packer:
             if self.doc is None:
                 self.doc = document_key(self.key, ids)
             if self._targets is None:
-                self._targets = targets(self.doc, self.example, length, single, random_length)
+                self._targets = targets(self.doc, self.example, self.length, *self.probs)
             target, first_target = self._targets
             to_first = (
                 self.first_len == 0

@@ -23,7 +23,6 @@ from keras_electra.atomic import check_writable, held_directory
 from keras_electra.data.beam import (
     beam_available,
     count_words_beam,
-    describe_options,
     pipeline_options,
     write_tfrecords_beam,
 )
@@ -31,9 +30,10 @@ from keras_electra.data.files import (
     check_corpus_has_text,
     check_output_outside_corpus,
     file_size,
-    file_version,
+    file_versions,
     is_remote,
     left_out_note,
+    real_path,
     resolve_corpus_files,
 )
 from keras_electra.data.tfrecords import (
@@ -107,7 +107,6 @@ class PrepareResult:
                 f"Wrote {shards} and {RunDirectory.VOCAB} to "
                 f"{self.output_dir}\nPretrain with: {pretrain}"
             )
-        size = self.corpus_bytes / 1e6
         vocabulary = (
             f"{s.vocab} ({self.vocab_size:,} pieces)"
             if s.vocab
@@ -118,7 +117,7 @@ class PrepareResult:
         rows = {
             "corpus": f"{len(self.corpus_files):,} text file"
             + ("s" if len(self.corpus_files) != 1 else "")
-            + f", {size:,.1f} MB",
+            + f", {self.corpus_bytes / 1e6:,.1f} MB",
             "vocabulary": f"{vocabulary}, written to {self.vocab_file}",
             "examples": f"{s.max_seq_length} tokens each, packed with seed {s.seed}",
             "pipeline": _pipeline_row(s, self.corpus_bytes),
@@ -138,7 +137,10 @@ def _pipeline_row(s: PrepareSettings, size: int) -> str:
             "" if beam_available() else ' (one core; pip install "keras-electra[beam]" for all)'
         )
     _, described = pipeline_options(s.beam_options, s.workers)
-    return "Apache Beam, " + describe_options(described)
+    workers = described.get("direct_num_workers") or described.get("num_workers")
+    return f"Apache Beam, {described.get('runner', 'DirectRunner')}" + (
+        f" ({workers} workers)" if workers else ""
+    )
 
 
 def prepare(
@@ -196,22 +198,21 @@ def prepare(
     if note := left_out_note(corpus):
         print(note, file=sys.stderr, flush=True)
     check_corpus_has_text(files)  # before a vocabulary is learned (a dry run too)
-    total = corpus_bytes(files)  # each file's size asked once (a URL's is a request)
+    total = sum(map(file_size, files))  # each file's size asked once (a URL's is a request)
     if not remote:  # before a vocabulary is learned, which can take minutes
         check_writable(out)
+    beam = uses_beam(s, total, out_name)  # the Beam options checked, a dry run too
     if s.dry_run:
         shards = shard_paths(str(out), len(plan_shards(files, s.num_shards)))
         size = len(tokens) if tokens is not None else s.vocab_size
-        uses_beam(s, total, out_name)  # the options' checks
         known = tokens or _learned_before(out, _vocabulary_request(s, files))
         tokenizer = ElectraTokenizer(known, lowercase=s.lowercase) if known else None
         existing = finished_shards_note(
             files, tokenizer, out_name, s.max_seq_length, s.num_shards, s.seed
         )
-        result = PrepareResult(out, s, files, size, shards, written=False, corpus_bytes=total)
-        result.existing = existing
-        return result
-    beam = uses_beam(s, total, out_name)
+        return PrepareResult(
+            out, s, files, size, shards, written=False, corpus_bytes=total, existing=existing
+        )
     if not beam and not beam_available():
         print(IN_PROCESS_HINT, file=sys.stderr)
     import tensorflow as tf
@@ -224,16 +225,11 @@ def prepare(
         request = _vocabulary_request(s, files) if tokens is None else None
         if request is not None and (tokens := _learned_before(out, request)) is not None:
             print(f"Using the vocabulary an earlier run learned: {vocab_path(out)}", flush=True)
+        beam_args = {"pipeline_args": s.beam_options, "num_workers": s.workers} if beam else {}
         if tokens is None:
             if beam:
                 temp = os.path.join(str(out), ".word-counts")
-                counts = count_words_beam(
-                    corpus,
-                    s.lowercase,
-                    temp_dir=temp,
-                    pipeline_args=s.beam_options,
-                    num_workers=s.workers,
-                )
+                counts = count_words_beam(corpus, s.lowercase, temp_dir=temp, **beam_args)
                 if tf.io.gfile.exists(temp):
                     tf.io.gfile.rmtree(temp)
                 tokens = vocab_from_counts(counts, s.vocab_size, progress=True)
@@ -247,17 +243,8 @@ def prepare(
         for warning in corpus_warnings(tokenizer, files, s.max_seq_length):
             print(warning, file=sys.stderr, flush=True)
         options = {"max_seq_length": s.max_seq_length, "num_shards": s.num_shards, "seed": s.seed}
-        if beam:
-            result.shards = write_tfrecords_beam(
-                corpus,
-                tokenizer,
-                str(out),
-                pipeline_args=s.beam_options,
-                num_workers=s.workers,
-                **options,
-            )
-        else:
-            result.shards = write_pretraining_tfrecords(corpus, tokenizer, str(out), **options)
+        write = write_tfrecords_beam if beam else write_pretraining_tfrecords
+        result.shards = write(corpus, tokenizer, str(out), **options, **beam_args)
         return result
 
 
@@ -276,8 +263,7 @@ def vocab_path(out: Path | str) -> Path | str:
 
 def _vocabulary_request(s: PrepareSettings, files: list[str]) -> dict:
     """What a learned vocabulary depends on."""
-    paths = [p if is_remote(p) else os.path.realpath(p) for p in files]
-    corpus = [[p, *file_version(p)] for p in paths]
+    corpus = file_versions([real_path(p) for p in files])
     return {"vocab_size": s.vocab_size, "lowercase": s.lowercase, "corpus": corpus}
 
 
@@ -317,11 +303,6 @@ LOCAL_BEAM_MIN_BYTES = 256 * 10**6
 :data:`LOCAL_BEAM_MIN_CORES` cores or more (measured: docs/pretraining.md)."""
 
 LOCAL_BEAM_MIN_CORES = 4
-
-
-def corpus_bytes(files: list[str]) -> int:
-    """The corpus files' total size."""
-    return sum(map(file_size, files))
 
 
 def uses_beam(settings: PrepareSettings, size: int, output: str | None = None) -> bool:

@@ -104,11 +104,7 @@ def tokenize_lines(lines: tf.data.Dataset, tokenizer: ElectraTokenizer) -> tf.da
         >>> [(i.tolist(), bool(b)) for i, b in tokenize_lines(lines, t).as_numpy_iterator()]
         [([5, 5], False), ([], True)]
     """
-
-    @no_autograph
-    def tokenize(batch: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
-        return tokenize_batch(tokenizer, batch)
-
+    tokenize = no_autograph(lambda batch: tokenize_batch(tokenizer, batch))
     return (
         lines.batch(_TOKENIZE_BATCH)
         .map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -187,15 +183,15 @@ def pack_examples(
 class _PackState(NamedTuple):
     """:func:`pack_examples`' state between lines."""
 
-    # Fixed-shape buffers (a variable-length state makes Dataset.scan trace its step twice):
-    first: tf.Tensor  # the first segment's tokens, cut to length - 2, zero-padded to it
-    second: tf.Tensor  # the second segment's, cut to length - 3, zero-padded to it
+    # Fixed-shape buffers (a variable-length state makes Dataset.scan trace its step twice);
+    # past a segment's length they hold leftovers, never read.
+    first: tf.Tensor  # the first segment's tokens, cut to length - 2, padded to it
+    second: tf.Tensor  # the second segment's, cut to length - 3, padded to it
     first_len: tf.Tensor  # the first segment's length before cutting
     second_len: tf.Tensor  # the second's
     doc: tf.Tensor  # the document's key, set by its first line with tokens
-    has_doc: tf.Tensor  # whether ``doc`` is set
-    example: tf.Tensor  # the document's examples made (packing's hash index)
     line_no: tf.Tensor  # the document's lines with tokens seen (packing's hash index)
+    example: tf.Tensor  # the document's examples made (packing's hash index)
     target: tf.Tensor  # the example's target length, drawn at its first line
     first_target: tf.Tensor  # its first segment's
 
@@ -210,19 +206,16 @@ class _Packer:
         self.empty_example = {name: tf.zeros([length], tf.int32) for name in FEATURES}
 
     def initial_state(self) -> _PackState:
-        first, second = self.buffers()
         zero = tf.constant(0)
         return _PackState(
-            first, second, zero, zero, tf.constant(0, tf.uint64), tf.constant(False), zero, zero,
-            zero, zero,
-        )  # fmt: skip
+            *self.buffers(), zero, zero, tf.constant(0, tf.uint64), zero, zero, zero, zero
+        )
 
     def buffers(self, first=(), second=()) -> tuple[tf.Tensor, tf.Tensor]:
-        """The state's two segment buffers holding ``first`` and ``second``."""
-        sizes = (self.length - 2, self.length - 3)
+        """The state's two segment buffers holding ``first`` and ``second``, cut to fit."""
         return tuple(
-            tf.reshape(tf.pad(tf.cast(kept, tf.int32), [[0, size - tf.size(kept)]]), [size])
-            for kept, size in zip((first, second), sizes, strict=True)
+            tf.reshape(tf.pad(tf.cast(kept, tf.int32), [[0, size]])[:size], [size])
+            for kept, size in zip((first, second), (self.length - 2, self.length - 3), strict=True)
         )
 
     def make_example(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -243,17 +236,6 @@ class _Packer:
             "padding_mask": pad(tf.ones_like(ids)),
             "segment_ids": pad(segments),
         }
-
-    def _example_start(self, state: _PackState, ids: tf.Tensor):
-        """The document's key (from this line, its first with tokens) and the new
-        example's targets."""
-        doc = tf.cond(
-            state.has_doc, lambda: state.doc, lambda: packing.document_key_tf(self.key, ids)
-        )
-        drawn = packing.targets_tf(
-            doc, state.example, self.length, self.single_prob, self.random_prob
-        )
-        return doc, drawn
 
     def _to_first(self, state: _PackState, num: tf.Tensor) -> tf.Tensor:
         """Whether a line of ``num`` tokens goes to the first segment. The coin decides
@@ -278,46 +260,46 @@ class _Packer:
         num = tf.size(ids)
         pending = state.first_len + state.second_len
         append = ~blank & (num > 0)
-        doc, (target, first_target) = tf.cond(
-            append & (~state.has_doc | tf.equal(pending, 0)),
-            lambda: self._example_start(state, ids),
-            lambda: (state.doc, (state.target, state.first_target)),
+        # The document's first line with tokens sets its key, an example's first its targets.
+        doc = tf.cond(
+            append & tf.equal(state.line_no, 0),
+            lambda: packing.document_key_tf(self.key, ids),
+            lambda: state.doc,
+        )
+        target, first_target = tf.cond(
+            append & tf.equal(pending, 0),
+            lambda: packing.targets_tf(
+                doc, state.example, self.length, self.single_prob, self.random_prob
+            ),
+            lambda: (state.target, state.first_target),
         )
         state = state._replace(doc=doc, target=target, first_target=first_target)
         to_first = self._to_first(state, num)
         add_first = tf.where(append & to_first, num, 0)
         add_second = tf.where(append & ~to_first, num, 0)
-        kept_first = state.first[: tf.minimum(state.first_len, self.length - 2)]
-        kept_second = state.second[: tf.minimum(state.second_len, self.length - 3)]
-        first = tf.concat([kept_first, ids[:add_first]], axis=0)[: self.length - 2]
-        second = tf.concat([kept_second, ids[:add_second]], axis=0)[: self.length - 3]
+        first, second = self.buffers(
+            tf.concat([state.first[: state.first_len], ids[:add_first]], 0),
+            tf.concat([state.second[: state.second_len], ids[:add_second]], 0),
+        )
         first_len = state.first_len + add_first
         second_len = state.second_len + add_second
         flush = (blank & (pending > 0)) | (append & (first_len + second_len >= target))
-        # A blank line ends the document: the next one starts afresh.
+        example = tf.cond(
+            flush,
+            lambda: self.make_example(first[:first_len], second[:second_len]),
+            lambda: self.empty_example,
+        )
+        # A flushed example empties the segments; a blank line ends the document (the next
+        # one starts afresh).
         state = state._replace(
-            has_doc=(state.has_doc | append) & ~blank,
+            first=first,
+            second=second,
+            first_len=tf.where(flush, 0, first_len),
+            second_len=tf.where(flush, 0, second_len),
             line_no=tf.where(blank, 0, state.line_no + tf.cast(append, tf.int32)),
             example=tf.where(blank, 0, state.example + tf.cast(flush, tf.int32)),
         )
-
-        def emit():
-            empty_first, empty_second = self.buffers()
-            zero = tf.constant(0)
-            emptied = state._replace(
-                first=empty_first, second=empty_second, first_len=zero, second_len=zero
-            )
-            return emptied, (True, self.make_example(first, second))
-
-        def keep():
-            first_buffer, second_buffer = self.buffers(first, second)
-            kept = state._replace(
-                first=first_buffer, second=second_buffer, first_len=first_len,
-                second_len=second_len,
-            )  # fmt: skip
-            return kept, (False, self.empty_example)
-
-        return tf.cond(flush, emit, keep)
+        return state, (flush, example)
 
 
 def pretraining_examples(
@@ -411,8 +393,7 @@ def text_passes(
             "pass UTF-8 text whose words the vocabulary can tokenize."
         )
     if not repeat:
-        probe = read_pass(0, shuffle_files=False).take(batch_size)
-        found = int(probe.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+        found = sum(1 for _ in read_pass(0, shuffle_files=False).take(batch_size))
         if found < batch_size:
             raise InputDataError(
                 f"The corpus gives only {found} examples, fewer than batch_size={batch_size}; "

@@ -9,6 +9,7 @@ renamed when read (:data:`RECORD_FEATURES`). Paths may be local or URLs such as 
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import itertools
@@ -32,21 +33,16 @@ from keras_electra.data.files import (
     _as_list,
     check_corpus_has_text,
     file_size,
-    file_version,
+    file_versions,
     is_blank_line,
     is_remote,
     open_binary,
+    real_path,
     resolve_corpus_files,
     resolve_files,
     tokenize_batch,
 )
-from keras_electra.data.packing import (
-    RANDOM_LENGTH_PROB,
-    SINGLE_SEGMENT_PROB,
-    Packer,
-    check_shapes,
-    packing_seed,
-)
+from keras_electra.data.packing import Packer, check_shapes, packing_seed
 from keras_electra.data.tokenizer import ElectraTokenizer
 from keras_electra.errors import ConfigError, InputDataError
 
@@ -168,7 +164,7 @@ class WritingJob:
         self,
         plan: ShardPlan,
         tokenizer: ElectraTokenizer,
-        on_bytes: Callable[[int], None] | None = None,
+        on_bytes: Callable[[int], None] = lambda size: None,
     ) -> int:
         """Writes ``plan``'s shard with the job's packing (the one rule and seed),
         atomically (its path ``+ ".tmp"``, then renamed); a shard whose file exists is kept
@@ -184,20 +180,12 @@ class WritingJob:
             except tf.errors.DataLossError:  # cut short or damaged: written again below
                 count = None
             if count is not None and self.expected.get(os.path.basename(path), count) == count:
-                if on_bytes:
-                    on_bytes(plan.num_bytes)
+                on_bytes(plan.num_bytes)
                 return count
             tf.io.gfile.remove(path)
         length = self.settings["max_seq_length"]
-        packer = Packer(
-            length,
-            tokenizer.cls_id,
-            tokenizer.sep_id,
-            tokenizer.pad_id,
-            tuple(self.settings["packing_seed"]),
-            SINGLE_SEGMENT_PROB,
-            RANDOM_LENGTH_PROB,
-        )
+        seed = tuple(self.settings["packing_seed"])
+        packer = Packer(length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, seed)
         serialize = serializer(length)
         temp = f"{path}.tmp"
         count = 0
@@ -209,8 +197,7 @@ class WritingJob:
                     for record in serialize(examples):
                         writer.write(record)
                     count += len(examples["token_ids"])
-                    if on_bytes:
-                        on_bytes(size)
+                    on_bytes(size)
         except BaseException:
             if tf.io.gfile.exists(temp):
                 tf.io.gfile.remove(temp)
@@ -229,7 +216,7 @@ class WritingJob:
             **{k: self.settings[k] for k in _SUMMARY},
             "shards": [os.path.basename(p) for p in self.paths],
             "shard_examples": [int(c) for c in counts],
-            "shard_bytes": _sizes(self.paths),
+            "shard_bytes": [size for _, size, _ in file_versions(self.paths)],
             "corpus_bytes": self.corpus_bytes,
             "pipeline": pipeline,
             "complete": True,
@@ -250,7 +237,7 @@ def start_writing(
     finished shards are kept when its ``metadata.json`` names the same corpus and
     settings (a rerun resumes), removed otherwise, with any partial (``.tmp``) file."""
     check_writing(max_seq_length, num_shards)
-    paths = [_absolute(p) for p in resolve_corpus_files(files)]  # one spelling from any cwd
+    paths = [real_path(p) for p in resolve_corpus_files(files)]  # one spelling from any cwd
     check_corpus_has_text(paths)
     plans = plan_shards(paths, num_shards)
     output_dir = os.fspath(output_dir)
@@ -294,7 +281,7 @@ def finished_shards_note(
     shards = f"{held} finished shard{'s' if held != 1 else ''}"
     if tokenizer is None:
         return f"{shards}, kept only if the vocabulary learned first is the one they used"
-    paths = [_absolute(p) for p in resolve_corpus_files(files)]
+    paths = [real_path(p) for p in resolve_corpus_files(files)]
     settings = _settings(paths, plan_shards(paths, num_shards), tokenizer, max_seq_length, seed)
     previous = _previous_settings(_read_metadata(os.fspath(output_dir)))
     if previous == settings:
@@ -318,33 +305,19 @@ def _settings(paths, plans, tokenizer: ElectraTokenizer, max_seq_length: int, se
         "corpus_bytes": sum(plan.num_bytes for plan in plans),
         "corpus": [[p, s, e] for plan in plans for p, s, e in plan.pieces],
         # Each file's size and modification time: an edit that keeps the size is seen too.
-        "corpus_versions": _versions(paths),
+        "corpus_versions": file_versions(paths),
     }
 
 
 def _previous_settings(metadata: dict) -> Any:
-    """The settings ``metadata`` records, its corpus paths as :func:`_absolute` spells them."""
+    """The settings ``metadata`` records, its corpus paths as
+    :func:`~keras_electra.data.files.real_path` spells them."""
     previous = metadata.get("settings")
     if isinstance(previous, dict):
         for key in ("corpus", "corpus_versions"):
             if isinstance(previous.get(key), list):
-                previous = {**previous, key: [[_absolute(p), *r] for p, *r in previous[key]]}
+                previous = {**previous, key: [[real_path(p), *r] for p, *r in previous[key]]}
     return previous
-
-
-def _versions(paths: Sequence[str]) -> list[list]:
-    """``[path, size, mtime_ns]`` of each corpus file (asked together: each is a request on
-    a bucket)."""
-    with ThreadPoolExecutor(16) as pool:
-        return [
-            [p, *version] for p, version in zip(paths, pool.map(file_version, paths), strict=True)
-        ]
-
-
-def _absolute(path: str) -> str:
-    """A local path as its real absolute path (a URL as it is), so that a corpus named
-    from another directory or through a link is known as the same."""
-    return path if is_remote(path) else os.path.realpath(path)
 
 
 # How a note names a setting that differs from the one the kept shards were written with.
@@ -503,12 +476,8 @@ def document_start(path: str, offset: int, size: int) -> int:
                     break
                 if end + 1 + shift >= offset and is_blank_line(data[begin:end]):
                     return end + 1 + shift
-            last = data.rfind(b"\n")
-            if last != -1:
-                line, known = data[last + 1 :], True
-            else:
-                line = data
-            line = line[:_LINE_BYTES]
+            last = data.rfind(b"\n")  # the held line now: after it, or still the one held
+            line, known = data[last + 1 :][:_LINE_BYTES], known or last != -1
             position += len(chunk)
     return size
 
@@ -577,12 +546,10 @@ def read_lines(path: str, start: int, end: int) -> Iterator[tuple[list[bytes], i
                 rest = data
                 continue
             block, rest = data[:cut], data[cut:]
-            lines = block.split(b"\n")
-            if block.endswith(b"\n"):
-                lines.pop()
-            yield [line[:-1] if line.endswith(b"\r") else line for line in lines], len(block)
+            lines = block.removesuffix(b"\n").split(b"\n")
+            yield [line.removesuffix(b"\r") for line in lines], len(block)
         if rest:
-            yield [rest[:-1] if rest.endswith(b"\r") else rest], len(rest)
+            yield [rest.removesuffix(b"\r")], len(rest)
 
 
 def serializer(max_seq_length: int) -> Callable[[dict[str, np.ndarray]], list[bytes]]:
@@ -593,19 +560,15 @@ def serializer(max_seq_length: int) -> Callable[[dict[str, np.ndarray]], list[by
     ids' varints are encoded for the whole block at once, and the mask and segment
     features, which depend only on where the segments end, are looked up."""
     length = int(max_seq_length)
-    masks: dict[int, bytes] = {}
-    segments: dict[tuple[int, int], bytes] = {}
 
+    @functools.cache
     def mask_feature(end: int) -> bytes:
-        if end not in masks:
-            masks[end] = _feature(b"input_mask", b"\x01" * end + b"\x00" * (length - end))
-        return masks[end]
+        return _feature(b"input_mask", b"\x01" * end + b"\x00" * (length - end))
 
+    @functools.cache
     def segment_feature(end_a: int, end: int) -> bytes:
-        if (end_a, end) not in segments:
-            values = b"\x00" * end_a + b"\x01" * (end - end_a) + b"\x00" * (length - end)
-            segments[(end_a, end)] = _feature(b"segment_ids", values)
-        return segments[(end_a, end)]
+        values = b"\x00" * end_a + b"\x01" * (end - end_a) + b"\x00" * (length - end)
+        return _feature(b"segment_ids", values)
 
     def serialize(examples: dict[str, np.ndarray]) -> list[bytes]:
         ids = examples["token_ids"].astype(np.int64)
@@ -652,22 +615,14 @@ def _varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
     return groups[keep].astype(np.uint8).tobytes(), offsets
 
 
+@functools.cache  # a record's few lengths, asked again and again
 def _varint(value: int) -> bytes:
-    if value < len(_SMALL_VARINTS):
-        return _SMALL_VARINTS[value]
-    return _encode_varint(value)
-
-
-def _encode_varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
-
-
-_SMALL_VARINTS = [_encode_varint(n) for n in range(1 << 14)]
 
 
 def _tokenized_blocks(plan: ShardPlan, tokenizer) -> Iterator[tuple[list, int] | None]:
@@ -734,8 +689,7 @@ def _first_record_length(files: Sequence[str]) -> tuple[str, int]:
     for path in files:
         try:
             for record in tf.data.TFRecordDataset(path).take(1).as_numpy_iterator():
-                example = tf.train.Example.FromString(record)
-                feature = example.features.feature
+                feature = tf.train.Example.FromString(record).features.feature
                 missing = [name for name in RECORD_FEATURES.values() if name not in feature]
                 if missing:
                     raise InputDataError(
@@ -843,12 +797,6 @@ def _by_directory(files: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
-def _sizes(paths: Sequence[str]) -> list[int]:
-    """The files' sizes in bytes (asked together: each is a request on a bucket)."""
-    with ThreadPoolExecutor(16) as pool:
-        return [int(s.length) for s in pool.map(tf.io.gfile.stat, paths)]
-
-
 def _check_shards(directory: str, metadata: dict, held: list[str], whole: bool) -> None:
     """Raises if a shard that ``metadata.json`` lists is missing from ``directory`` (when
     the run reads the ``whole`` directory), or is not the size ``prepare`` wrote (cut
@@ -875,7 +823,7 @@ def _check_shards(directory: str, metadata: dict, held: list[str], whole: bool) 
         counts = metadata.get("shard_examples", [])
         wrote = {n: None for n, c in zip(listed, counts, strict=False) if c}
     mine = [names[n] for n in listed if n in names and n in wrote]
-    for path, size in zip(mine, _sizes(mine), strict=True):
+    for path, size, _ in file_versions(mine):
         want = wrote[os.path.basename(path)]
         if size != want and (want is not None or size == 0):
             was = f"{want:,}" if want is not None else "more than 0"
@@ -911,14 +859,12 @@ def _check_metadata(directory: str, vocab: Sequence[str] | None, lowercase: bool
             f"The TFRecords in '{directory}' were written with a {written['vocab_size']}-token "
             f"vocabulary but the tokenizer has {len(vocab)} tokens; {fix}"
         )
-    digest = written.get("vocab_sha256")
-    if vocab is not None and digest is not None:
-        if vocab_digest(vocab) != digest:
-            raise InputDataError(
-                f"The TFRecords in '{directory}' were written with another vocabulary of the "
-                f"same size ({len(vocab)} tokens, other pieces or another order), so their "
-                f"ids would mean other words; {fix}"
-            )
+    if vocab is not None and written.get("vocab_sha256") not in (None, vocab_digest(vocab)):
+        raise InputDataError(
+            f"The TFRecords in '{directory}' were written with another vocabulary of the "
+            f"same size ({len(vocab)} tokens, other pieces or another order), so their "
+            f"ids would mean other words; {fix}"
+        )
     if lowercase is not None and written.get("lowercase") not in (None, lowercase):
         prepared, flag = (
             ("cased", "pass --cased") if lowercase else ("lowercased", "leave out --cased")

@@ -238,10 +238,7 @@ def corpus_warnings(
         return []
     pieces = tokenizer.tokenize(tf.constant(lines))
     ids = pieces.flat_values.numpy()
-    per_line = tf.reduce_sum(tf.ones_like(pieces, tf.int64), axis=-1)
-    while isinstance(per_line, tf.RaggedTensor):  # [lines, words]: the words' pieces
-        per_line = tf.reduce_sum(per_line, axis=-1)
-    per_line = per_line.numpy()
+    per_line = pieces.row_lengths().numpy()
     sample = f"in its first {sample_bytes / 2**20:g} MB"
     warnings = []
     share = float((ids == tokenizer.unk_id).mean()) if ids.size else 0.0

@@ -15,13 +15,14 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from keras_electra.data.files import (
     check_text_files,
     clean_lines,
     file_size,
     is_remote,
+    open_binary,
     resolve_corpus_files,
 )
 from keras_electra.errors import ConfigError, InputDataError
@@ -129,16 +130,11 @@ def save_vocab(tokens: Sequence[str], path: str) -> None:
         >>> save_vocab(list(SPECIAL_TOKENS), os.path.join(tempfile.mkdtemp(), "vocab.txt"))
     """
     validate_vocab(tokens)
-    path, text = os.fspath(path), "".join(f"{token}\n" for token in tokens)
-    if is_remote(path):  # gs://bucket/vocab.txt, written through tf.io.gfile
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(text)
-        return
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
+    path = os.fspath(path)
+    if not is_remote(path):  # gs://bucket/vocab.txt is written through tf.io.gfile
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open_binary(path, "wb") as f:
+        f.write("".join(f"{token}\n" for token in tokens).encode("utf-8"))
 
 
 def count_words(
@@ -286,29 +282,33 @@ def learn_vocab(
 
 
 @contextlib.contextmanager
-def _elapsed(said: str | None) -> Iterator[None]:
+def ticking(tick: Callable[[], object]) -> Iterator[None]:
+    """While the body runs, ``tick()`` each second, on a thread of its own."""
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.wait(1.0):
+            tick()
+
+    ticker = threading.Thread(target=run, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
+@contextlib.contextmanager
+def _elapsed(said: str) -> Iterator[None]:
     """While the body runs, ``said`` and the time elapsed on stderr, redrawn each second:
     the learner reports nothing while it works (over a minute for a million distinct words
-    on a 2-core machine). Nothing for ``None``."""
-    if said is None:
-        yield
-        return
+    on a 2-core machine)."""
     from tqdm.auto import tqdm
 
-    done = threading.Event()
     with tqdm(desc=said, bar_format="{desc} {elapsed}", file=sys.stderr) as line:
-
-        def tick() -> None:
-            while not done.wait(1.0):
-                line.refresh()
-
-        ticker = threading.Thread(target=tick, daemon=True)
-        ticker.start()
-        try:
+        with ticking(line.refresh):
             yield
-        finally:
-            done.set()
-            ticker.join()
 
 
 def check_cased_vocab(tokens: Sequence[str], path: str, lowercase: bool) -> None:
@@ -403,16 +403,15 @@ def vocab_from_counts(counts: dict[str, int], vocab_size: int, progress: bool = 
         f"Learning a WordPiece vocabulary of up to {vocab_size:,} tokens from "
         f"{len(word_counts):,} distinct words ({sum(n for _, n in word_counts):,} in all) ..."
     )
-    with _elapsed(said if progress else None):
+    with _elapsed(said) if progress else contextlib.nullcontext():
         vocab = wordpiece_pieces(word_counts, threshold, SPECIAL_TOKENS)
     # Reserved tokens, every character alone and as a word's continuation (``##c``, which
     # the learner ranks among the pieces: cutting a rare one would turn every word that
     # needs it into [UNK]), then the pieces by count: the rarest go.
     inner = {f"##{c}" for word, _ in word_counts for c in word[1:]}
-    first = [t for t in vocab[len(SPECIAL_TOKENS) :] if len(t) == 1]
-    kept = [*SPECIAL_TOKENS, *first, *sorted(inner)]
-    chosen = set(kept)
-    kept += [t for t in vocab[len(SPECIAL_TOKENS) :] if t not in chosen]
+    learned = vocab[len(SPECIAL_TOKENS) :]
+    first = [t for t in learned if len(t) == 1]
+    kept = list(dict.fromkeys([*SPECIAL_TOKENS, *first, *sorted(inner), *learned]))
     if progress:
         took = time.perf_counter() - start
         print(f"Learned {min(len(kept), vocab_size):,} tokens in {took:.1f} s.", file=sys.stderr)
